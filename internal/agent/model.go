@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Model turns a conversation into the model's next response. Implementations:
+// the openai adapter (internal/agent/openai) and the offline models in this
+// package (FunctionModel, ScriptModel, TestModel).
+type Model interface {
+	// Name identifies the model in responses and logs.
+	Name() string
+	// Request sends the whole history and returns the response's parts (text
+	// and tool-call parts, in the order the model emitted them).
+	Request(ctx context.Context, req ModelRequest) (ModelResponse, error)
+}
+
+// ModelRequest is what one model call sees.
+type ModelRequest struct {
+	Instructions string    // system instructions; empty for none
+	Messages     []Message // history, oldest first, ending with a request
+	Tools        []ToolDef // tools the model may call
+	// StreamFunc, when set, receives text deltas as a streaming model produces
+	// them; the full response is still returned by Request.
+	StreamFunc func(delta string)
+}
+
+// ModelResponse is one model answer.
+type ModelResponse struct {
+	Parts     []Part
+	ModelName string
+	Usage     Usage // Requests is filled by the loop; tokens where the model reports them
+}
+
+// ToolDef is how a tool is described to a model.
+type ToolDef struct {
+	Name        string          `json:"name" msgpack:"name"`
+	Description string          `json:"description" msgpack:"description"`
+	Parameters  json.RawMessage `json:"parameters" msgpack:"parameters"` // JSON Schema of the args object
+}
