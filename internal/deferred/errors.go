@@ -49,3 +49,54 @@ func mustJSON(v any) json.RawMessage {
 	}
 	return b
 }
+
+// CategoryError is an answer in the wrong category (D16, D20): a decision for
+// an external call, or a result for an approval call. Kind is the category the
+// call belongs to.
+type CategoryError struct {
+	ToolCallID string
+	Kind       Kind
+}
+
+func (e *CategoryError) Error() string {
+	if e.Kind == KindCall {
+		return fmt.Sprintf("tool_call_id %q is an external call; it needs a result, not a decision", e.ToolCallID)
+	}
+	return fmt.Sprintf("tool_call_id %q is an approval call; it needs a decision, not a result", e.ToolCallID)
+}
+
+// InvalidAnswerError is an answer that is not a valid Decision or Result: a
+// nil one, a pointer form, or a JSON value that is not a decision (D20).
+type InvalidAnswerError struct {
+	ToolCallID string
+	Kind       Kind // the category the answer was given in
+	Reason     string
+}
+
+func (e *InvalidAnswerError) Error() string {
+	what := "result"
+	if e.Kind == KindApproval {
+		what = "approval"
+	}
+	return fmt.Sprintf("%s for tool_call_id %q: %s", what, e.ToolCallID, e.Reason)
+}
+
+// NotPendingError is an answer for an id the batch does not hold (D16, D32).
+type NotPendingError struct {
+	ToolCallID string
+}
+
+func (e *NotPendingError) Error() string {
+	return fmt.Sprintf("tool_call_id %q is not pending", e.ToolCallID)
+}
+
+// MissingResultsError says the results do not answer exactly the pending calls
+// (D19): Expected holds the batch's ids, Got the answered ones, both sorted.
+type MissingResultsError struct {
+	Expected []string
+	Got      []string
+}
+
+func (e *MissingResultsError) Error() string {
+	return fmt.Sprintf("results needed for all deferred calls: expected %v, got %v", e.Expected, e.Got)
+}

@@ -1,0 +1,178 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/toolgate/toolgate/internal/agent"
+)
+
+// Config configures a Model.
+type Config struct {
+	// Model is the model name sent to the server, e.g. "gpt-4.1-mini" or
+	// "qwen3:8b". Required.
+	Model string
+	// BaseURL is the server's API root, e.g. "http://localhost:8000/v1".
+	// Empty means the OpenAI API (https://api.openai.com/v1/).
+	BaseURL string
+	// APIKey is sent as a bearer token. Empty sends none, which local
+	// servers usually accept.
+	APIKey string
+	// Stream selects the streaming API. Defaults to false.
+	Stream bool
+	// MaxRetries is how often a connection error, 408, 409, 429 or 5xx answer
+	// is retried, with exponential backoff or the server's Retry-After.
+	// Zero means 2; a negative value disables retries.
+	MaxRetries int
+	// Timeout bounds each HTTP attempt, a whole stream included. Zero means
+	// no bound other than the request's context.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Temperature, when set, is sent as the sampling temperature. Nil leaves
+	// it to the server.
+	Temperature *float64
+	// Logger receives retry and truncation notices. Nil discards them.
+	Logger *slog.Logger
+}
+
+const defaultMaxRetries = 2
+
+func (c Config) withDefaults() Config {
+	switch {
+	case c.MaxRetries == 0:
+		c.MaxRetries = defaultMaxRetries
+	case c.MaxRetries < 0:
+		c.MaxRetries = 0
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = http.DefaultClient
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Model == "" {
+		return errors.New("model is required")
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("timeout %s is negative", c.Timeout)
+	}
+	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
+		return fmt.Errorf("temperature %g is outside [0, 2]", *c.Temperature)
+	}
+	return nil
+}
+
+// Model is an agent.Model backed by a chat completions server. It is safe
+// for concurrent use.
+type Model struct {
+	cfg  Config
+	chat oai.ChatCompletionService
+	log  *slog.Logger
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model for cfg.
+func New(cfg Config) (*Model, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("openai config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With(slog.String("component", "openai"), slog.String("model", cfg.Model))
+
+	// The service is built from explicit options only: oai.NewClient would
+	// first apply OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_ORG_ID and friends
+	// from the environment, and those could add headers Config never asked for.
+	opts := []option.RequestOption{
+		option.WithEnvironmentProduction(),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(cfg.MaxRetries),
+		option.WithMiddleware(logAttempts(log)),
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	if cfg.Timeout > 0 {
+		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
+	}
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), log: log}, nil
+}
+
+// Name returns the configured model name.
+func (m *Model) Name() string { return m.cfg.Model }
+
+// Request sends the history to the server and returns its answer.
+func (m *Model) Request(ctx context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+	params, err := m.params(req)
+	if err != nil {
+		return agent.ModelResponse{}, fmt.Errorf("build chat completion request: %w", err)
+	}
+	var resp agent.ModelResponse
+	if m.cfg.Stream {
+		resp, err = m.stream(ctx, params, req.StreamFunc)
+	} else {
+		resp, err = m.complete(ctx, params)
+	}
+	if err != nil {
+		return agent.ModelResponse{}, err
+	}
+	if resp.ModelName == "" {
+		resp.ModelName = m.cfg.Model
+	}
+	return resp, nil
+}
+
+func (m *Model) complete(ctx context.Context, params oai.ChatCompletionNewParams) (agent.ModelResponse, error) {
+	var raw *http.Response
+	completion, err := m.chat.New(ctx, params, option.WithResponseInto(&raw))
+	if err != nil {
+		return agent.ModelResponse{}, fmt.Errorf("chat completion: %w", m.apiError(err, raw))
+	}
+	resp, err := m.fromCompletion(completion)
+	if err != nil {
+		return agent.ModelResponse{}, fmt.Errorf("chat completion: %w", err)
+	}
+	return resp, nil
+}
+
+// logAttempts reports every answer that will be retried or turned into an
+// error, so that slow runs caused by rate limits are visible.
+func logAttempts(log *slog.Logger) option.Middleware {
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		switch {
+		case err != nil:
+			log.DebugContext(req.Context(), "chat completion attempt failed",
+				slog.String("retry_count", req.Header.Get("X-Stainless-Retry-Count")),
+				slog.String("error", err.Error()))
+		case res.StatusCode >= 400:
+			log.WarnContext(req.Context(), "chat completion attempt rejected",
+				slog.Int("status", res.StatusCode),
+				slog.String("retry_count", req.Header.Get("X-Stainless-Retry-Count")),
+				slog.String("retry_after", res.Header.Get("Retry-After")))
+		}
+		return res, err
+	}
+}
+
+// drain is used where an error response's body is read for its message.
+func drain(r io.Reader, limit int64) []byte {
+	b, _ := io.ReadAll(io.LimitReader(r, limit))
+	return b
+}

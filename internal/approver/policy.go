@@ -1,0 +1,309 @@
+package approver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Action is what a policy rule does with a matching request.
+type Action string
+
+const (
+	ActionApprove  Action = "approve"
+	ActionDeny     Action = "deny"
+	ActionEscalate Action = "escalate" // leave it to another approver (or the terminal prompt)
+)
+
+// DefaultDenyMessage is the message of a deny rule that gives none.
+const DefaultDenyMessage = "Denied by policy"
+
+// evalCostLimit bounds one rule's evaluation: args come from a model and
+// may be large, so a rule must not be able to spin on them.
+const evalCostLimit = 1_000_000
+
+// Rule is one entry of a policy file's `rules:` list.
+type Rule struct {
+	// Tool is a path.Match glob over the tool name; empty matches any tool.
+	Tool string `yaml:"tool"`
+	// When is a CEL expression over args, metadata (both map(string, dyn))
+	// and tool (string) that must yield a bool; empty is true.
+	When   string `yaml:"when"`
+	Action Action `yaml:"action"`
+	// Message is the denial message; only with deny. Defaults to
+	// DefaultDenyMessage.
+	Message string `yaml:"message"`
+	// OverrideArgs replaces the call's args; only with approve.
+	OverrideArgs map[string]any `yaml:"override_args"`
+}
+
+// Policy is a compiled, ordered list of rules; the first match wins and no
+// match escalates. A Policy is safe for concurrent use.
+type Policy struct {
+	rules []compiledRule
+}
+
+type compiledRule struct {
+	Rule
+	prog         cel.Program // nil when When is empty
+	overrideJSON json.RawMessage
+}
+
+// Verdict is the outcome of evaluating a policy against one request.
+type Verdict struct {
+	Action       Action
+	Message      string          // set for deny
+	OverrideArgs json.RawMessage // set for approve with override_args
+	// Rule is the index of the matching rule, or -1 when nothing matched.
+	Rule int
+	// Skipped lists the rules whose expression failed to evaluate for this
+	// request; a rule that fails never matches, so an error can only make
+	// the outcome more cautious.
+	Skipped []*RuleError
+}
+
+// RuleError names the rule a load or evaluation problem belongs to.
+type RuleError struct {
+	Index int // 0-based position in rules:
+	Err   error
+}
+
+func (e *RuleError) Error() string { return fmt.Sprintf("rule %d: %v", e.Index, e.Err) }
+func (e *RuleError) Unwrap() error { return e.Err }
+
+type policyFile struct {
+	Rules []Rule `yaml:"rules"`
+}
+
+// LoadPolicy reads and compiles a policy file.
+func LoadPolicy(file string) (*Policy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return nil, fmt.Errorf("load policy %s: %w", file, err)
+	}
+	return p, nil
+}
+
+// ParsePolicy compiles a policy from YAML. Every expression is compiled and
+// type-checked here, so a policy that loads cannot fail on syntax later.
+// Unknown keys are refused: a misspelt `when` would otherwise match
+// everything.
+func ParsePolicy(data []byte) (*Policy, error) {
+	var f policyFile
+	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
+		return nil, fmt.Errorf("parse policy: %w", err)
+	}
+	env, err := newCELEnv()
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{rules: make([]compiledRule, 0, len(f.Rules))}
+	for i, r := range f.Rules {
+		cr, err := compileRule(env, r)
+		if err != nil {
+			return nil, &RuleError{Index: i, Err: err}
+		}
+		p.rules = append(p.rules, cr)
+	}
+	return p, nil
+}
+
+func newCELEnv() (*cel.Env, error) {
+	env, err := cel.NewEnv(
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("metadata", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("tool", cel.StringType),
+		cel.CrossTypeNumericComparisons(true),
+		ext.Strings(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cel environment: %w", err)
+	}
+	return env, nil
+}
+
+func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
+	cr := compiledRule{Rule: r}
+	if r.Tool != "" {
+		if _, err := path.Match(r.Tool, ""); err != nil {
+			return cr, fmt.Errorf("tool %q: %w", r.Tool, err)
+		}
+	}
+	switch r.Action {
+	case ActionApprove:
+		if r.Message != "" {
+			return cr, errors.New("message is only allowed with action deny")
+		}
+		if r.OverrideArgs != nil {
+			b, err := json.Marshal(r.OverrideArgs)
+			if err != nil {
+				return cr, fmt.Errorf("override_args: %w", err)
+			}
+			cr.overrideJSON = b
+		}
+	case ActionDeny:
+		if r.OverrideArgs != nil {
+			return cr, errors.New("override_args is only allowed with action approve")
+		}
+		if cr.Message == "" {
+			cr.Message = DefaultDenyMessage
+		}
+	case ActionEscalate:
+		if r.OverrideArgs != nil || r.Message != "" {
+			return cr, errors.New("message and override_args are not allowed with action escalate")
+		}
+	case "":
+		return cr, errors.New("action is required (approve, deny or escalate)")
+	default:
+		return cr, fmt.Errorf("unknown action %q (want approve, deny or escalate)", r.Action)
+	}
+	if strings.TrimSpace(r.When) == "" {
+		return cr, nil
+	}
+	ast, iss := env.Compile(r.When)
+	if iss.Err() != nil {
+		return cr, fmt.Errorf("when: %w", iss.Err())
+	}
+	if !ast.OutputType().IsExactType(cel.BoolType) {
+		return cr, fmt.Errorf("when: expression yields %s, want bool", ast.OutputType())
+	}
+	prog, err := env.Program(ast, cel.CostLimit(evalCostLimit))
+	if err != nil {
+		return cr, fmt.Errorf("when: %w", err)
+	}
+	cr.prog = prog
+	return cr, nil
+}
+
+// Len reports the number of rules.
+func (p *Policy) Len() int { return len(p.rules) }
+
+// Evaluate finds the first rule matching req. It returns an error only when
+// the request itself is unusable (args or metadata that are not JSON
+// objects); such a request gets no verdict at all.
+func (p *Policy) Evaluate(req bus.ApprovalRequest) (Verdict, error) {
+	args, err := decodeObject(req.Args)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("evaluate %s: args: %w", req.ToolCallID, err)
+	}
+	meta, err := decodeObject(req.Metadata)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("evaluate %s: metadata: %w", req.ToolCallID, err)
+	}
+	vars := map[string]any{"args": args, "metadata": meta, "tool": req.ToolName}
+	v := Verdict{Action: ActionEscalate, Rule: -1}
+	for i, r := range p.rules {
+		if r.Tool != "" {
+			if ok, _ := path.Match(r.Tool, req.ToolName); !ok {
+				continue
+			}
+		}
+		if r.prog != nil {
+			out, _, err := r.prog.Eval(vars)
+			if err != nil {
+				v.Skipped = append(v.Skipped, &RuleError{Index: i, Err: err})
+				continue
+			}
+			b, ok := out.Value().(bool)
+			if !ok {
+				v.Skipped = append(v.Skipped, &RuleError{Index: i, Err: fmt.Errorf("when yielded %T, want bool", out.Value())})
+				continue
+			}
+			if !b {
+				continue
+			}
+		}
+		v.Action, v.Rule = r.Action, i
+		switch r.Action {
+		case ActionDeny:
+			v.Message = r.Message
+		case ActionApprove:
+			v.OverrideArgs = r.overrideJSON
+		}
+		return v, nil
+	}
+	return v, nil
+}
+
+// decodeObject turns a JSON object into a map for CEL. Integral numbers
+// become int64 so that `args.count == 3` and `args.count + 1` behave as a
+// policy author expects; other numbers stay float64. Absent or null is an
+// empty map so that `has(metadata.x)` works on requests without metadata.
+func decodeObject(raw json.RawMessage) (map[string]any, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("want a JSON object, got %s", jsonKind(v))
+	}
+	return normalizeNumbers(m).(map[string]any), nil
+}
+
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeNumbers(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+		return x
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+		f, err := x.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			return x.String()
+		}
+		return f
+	default:
+		return v
+	}
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

@@ -1,0 +1,224 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ServerConfig configures an embedded NATS server with JetStream.
+type ServerConfig struct {
+	// StoreDir holds the JetStream file store and the lock file that keeps
+	// a second server off the same directory. Required.
+	StoreDir string
+	// Listen is the client address host:port. Port -1 picks a free port
+	// (tests). Defaults to "127.0.0.1:4222".
+	Listen string
+	// NoListen serves only in-process connections.
+	NoListen bool
+	// ServerName is the stable server name JetStream keys its state by.
+	// Defaults to "toolgate".
+	ServerName string
+	// SyncAlways makes the file store fsync every write. By default it
+	// fsyncs every two minutes: a process crash loses nothing, a machine
+	// crash can lose the last writes.
+	SyncAlways bool
+	// Users, when set, require clients to authenticate and restrict each
+	// user to its permissions (see RolePermissions). Empty: no auth.
+	Users []User
+	// Logger receives the server's log. nil discards it.
+	Logger *slog.Logger
+	// ReadyTimeout bounds the wait for the server to accept clients.
+	// Defaults to 10s.
+	ReadyTimeout time.Duration
+}
+
+// User is a NATS user of the embedded server.
+type User struct {
+	Name        string
+	Password    string
+	Permissions Permissions
+}
+
+// Permissions are subject allow lists; a nil list allows everything, an
+// empty non-nil list allows nothing.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:4222"
+	}
+	if c.ServerName == "" {
+		c.ServerName = "toolgate"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = 10 * time.Second
+	}
+	return c
+}
+
+func (c ServerConfig) validate() error {
+	if c.StoreDir == "" {
+		return errors.New("store dir is required")
+	}
+	for i, u := range c.Users {
+		if u.Name == "" {
+			return fmt.Errorf("user %d has no name", i)
+		}
+	}
+	return nil
+}
+
+// Server is an embedded NATS server with JetStream.
+type Server struct {
+	ns     *server.Server
+	lock   *os.File
+	logger *slog.Logger
+}
+
+// ErrStoreDirLocked is returned when another server holds the store dir.
+var ErrStoreDirLocked = errors.New("store dir is in use by another server")
+
+// StartServer starts an embedded server and waits until it accepts clients.
+// It holds an exclusive lock on cfg.StoreDir until Shutdown.
+func StartServer(cfg ServerConfig) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	host, port, err := splitListen(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StoreDir, 0o750); err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	lock, err := lockDir(cfg.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	opts := &server.Options{
+		ServerName:             cfg.ServerName,
+		Host:                   host,
+		Port:                   port,
+		DontListen:             cfg.NoListen,
+		JetStream:              true,
+		StoreDir:               cfg.StoreDir,
+		SyncAlways:             cfg.SyncAlways,
+		NoSigs:                 true,
+		DisableJetStreamBanner: true,
+	}
+	for _, u := range cfg.Users {
+		opts.Users = append(opts.Users, &server.User{
+			Username:    u.Name,
+			Password:    u.Password,
+			Permissions: u.Permissions.server(),
+		})
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	logger := cfg.Logger.With(slog.String("component", "nats-server"))
+	debug := logger.Enabled(context.Background(), slog.LevelDebug)
+	ns.SetLoggerV2(&slogAdapter{l: logger}, debug, false, false)
+	go ns.Start()
+	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		lock.Close()
+		return nil, fmt.Errorf("start server: not ready for connections after %s", cfg.ReadyTimeout)
+	}
+	return &Server{ns: ns, lock: lock, logger: cfg.Logger}, nil
+}
+
+func splitListen(listen string) (string, int, error) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("listen address %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("listen address %q: bad port", listen)
+	}
+	return host, port, nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "toolgate.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock store dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrStoreDirLocked, dir)
+		}
+		return nil, fmt.Errorf("lock store dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// ClientURL is the URL other processes connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// NATSServer exposes the underlying server, for monitoring and tests.
+func (s *Server) NATSServer() *server.Server { return s.ns }
+
+// Shutdown stops the server, waits for it to finish and releases the
+// store dir. It is safe to call twice.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+	if s.lock != nil {
+		s.lock.Close() // closing releases the flock
+		s.lock = nil
+	}
+}
+
+func (p Permissions) server() *server.Permissions {
+	if p.Publish == nil && p.Subscribe == nil {
+		return nil
+	}
+	sp := &server.Permissions{}
+	if p.Publish != nil {
+		sp.Publish = &server.SubjectPermission{Allow: p.Publish}
+		if len(p.Publish) == 0 {
+			sp.Publish.Deny = []string{">"}
+		}
+	}
+	if p.Subscribe != nil {
+		sp.Subscribe = &server.SubjectPermission{Allow: p.Subscribe}
+		if len(p.Subscribe) == 0 {
+			sp.Subscribe.Deny = []string{">"}
+		}
+	}
+	return sp
+}
+
+// slogAdapter is nats-server's Logger over slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a *slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

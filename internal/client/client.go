@@ -1,0 +1,188 @@
+// Package client talks to the orchestrator's HTTP API: start runs, read
+// conversations and pending calls, and follow a conversation's event stream.
+// The demo (`make run`) and the end-to-end tests use it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client is an orchestrator API client. The zero value is not usable: set
+// BaseURL.
+type Client struct {
+	// BaseURL of the orchestrator, e.g. "http://127.0.0.1:8080".
+	BaseURL string
+	// Token, when set, is sent as a bearer token.
+	Token string
+	// HTTP defaults to a client without a timeout (event streams are long).
+	HTTP *http.Client
+}
+
+// RunStatus is the answer to starting a run.
+type RunStatus struct {
+	RunID          string `json:"run_id"`
+	ConversationID string `json:"conversation_id"`
+	Status         string `json:"status"`
+}
+
+// Conversation is the orchestrator's view of a conversation.
+type Conversation struct {
+	ConversationID string            `json:"conversation_id"`
+	Status         string            `json:"status"`
+	Output         json.RawMessage   `json:"output,omitempty"`
+	Error          string            `json:"error,omitempty"`
+	Runs           []RunStatus       `json:"runs"`
+	Pending        []Pending         `json:"pending"`
+	Messages       []json.RawMessage `json:"messages"`
+}
+
+// Terminal reports whether the conversation has stopped for good (until a
+// new prompt continues it).
+func (c *Conversation) Terminal() bool { return c.Status == "completed" || c.Status == "failed" }
+
+// Pending is one deferred call waiting for a reply.
+type Pending struct {
+	ConversationID string          `json:"conversation_id,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+	ToolCallID     string          `json:"tool_call_id"`
+	ToolName       string          `json:"tool_name"`
+	Kind           string          `json:"kind"`
+	Args           json.RawMessage `json:"args"`
+	Deadline       time.Time       `json:"deadline"`
+}
+
+// APIError is a non-2xx answer.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("orchestrator: %d: %s", e.Status, e.Message) }
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read body: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// StartRun submits a prompt; an empty conversationID starts a new
+// conversation.
+func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (RunStatus, error) {
+	body := map[string]string{"prompt": prompt}
+	if conversationID != "" {
+		body["conversation_id"] = conversationID
+	}
+	var rs RunStatus
+	err := c.do(ctx, http.MethodPost, "/v1/runs", body, &rs)
+	return rs, err
+}
+
+// Conversation reads one conversation.
+func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
+	var conv Conversation
+	if err := c.do(ctx, http.MethodGet, "/v1/conversations/"+id, nil, &conv); err != nil {
+		return nil, err
+	}
+	return &conv, nil
+}
+
+// Pending lists every pending deferred call.
+func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
+	var out struct {
+		Pending []Pending `json:"pending"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/pending", nil, &out)
+	return out.Pending, err
+}
+
+// WaitHealthy polls /healthz until it answers 2xx or ctx ends.
+func (c *Client) WaitHealthy(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("orchestrator at %s not healthy: %w", c.BaseURL, errors.Join(ctx.Err(), err))
+		case <-t.C:
+		}
+	}
+}
+
+// WaitTerminal polls the conversation until it is completed or failed.
+func (c *Client) WaitTerminal(ctx context.Context, id string, every time.Duration) (*Conversation, error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		conv, err := c.Conversation(ctx, id)
+		if err == nil && conv.Terminal() {
+			return conv, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("conversation %s still %s", id, conv.Status)
+			}
+			return conv, errors.Join(ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/toolgate/toolgate/internal/client"
+)
+
+func TestReadSSE(t *testing.T) {
+	t.Parallel()
+	body := ": comment\nid: 1\nevent: tool_call\ndata: {\"a\":1}\n\nid: 2\ndata: line1\ndata: line2\n\n"
+	var got []client.SSE
+	for ev, err := range client.ReadSSE(bufio.NewReader(strings.NewReader(body))) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev)
+	}
+	want := []client.SSE{{ID: "1", Event: "tool_call", Data: `{"a":1}`}, {ID: "2", Data: "line1\nline2"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestAPIErrorCarriesMessage(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		json.NewEncoder(w).Encode(map[string]string{"error": "unknown conversation \"x\""})
+	}))
+	t.Cleanup(srv.Close)
+	c := &client.Client{BaseURL: srv.URL}
+	_, err := c.Conversation(context.Background(), "x")
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 404 || !strings.Contains(apiErr.Message, "unknown conversation") {
+		t.Fatalf("err = %v, want a 404 APIError naming the conversation", err)
+	}
+}
+
+func TestWriteTranscript(t *testing.T) {
+	t.Parallel()
+	msgs := []json.RawMessage{
+		json.RawMessage(`{"request":[{"user":"Delete it"}]}`),
+		json.RawMessage(`{"response":[{"call":{"tool":"delete_file","id":"d1","args":{"path":"a"}}}]}`),
+		json.RawMessage(`{"request":[{"return":{"tool":"delete_file","id":"d1","content":"Deleting files is not allowed","outcome":"denied"}}]}`),
+		json.RawMessage(`{"response":[{"text":"Done."}]}`),
+	}
+	var b strings.Builder
+	if err := client.WriteTranscript(&b, msgs); err != nil {
+		t.Fatal(err)
+	}
+	want := "user      │ Delete it\n" +
+		"assistant │ → delete_file({\"path\":\"a\"})  [d1]\n" +
+		"tool      │ ← delete_file denied: Deleting files is not allowed  [d1]\n" +
+		"assistant │ Done.\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Fatalf("transcript (-want +got):\n%s", diff)
+	}
+}

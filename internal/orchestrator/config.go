@@ -1,0 +1,292 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Model providers an agent config may name.
+const (
+	ProviderOpenAI = "openai" // an OpenAI-compatible chat completions endpoint
+	ProviderScript = "script" // plays a list of responses from a file (offline)
+	ProviderTest   = "test"   // calls every tool once, then answers (offline)
+)
+
+// Approval modes besides a CEL expression.
+const (
+	ApprovalNever  = "never"
+	ApprovalAlways = "always"
+)
+
+// Default deadlines of a deferred call, when its tool sets none.
+const (
+	DefaultApprovalDeadline = 10 * time.Minute
+	DefaultCallDeadline     = 5 * time.Minute
+)
+
+// AgentConfig describes the agent the orchestrator runs: its model, its
+// instructions and its tools. Every tool is executed by a tool-worker; an
+// approval rule decides which calls first need a decision.
+type AgentConfig struct {
+	Model        ModelConfig `json:"model"`
+	Instructions string      `json:"instructions,omitempty"`
+	// InlineWait is how long a run waits, inside the run, for the replies of
+	// its deferred calls before it pauses. Zero (the default) pauses at once.
+	InlineWait Duration `json:"inline_wait,omitempty"`
+	// MaxModelRequests bounds the model calls of one run. Zero means the
+	// agent's default.
+	MaxModelRequests int          `json:"max_model_requests,omitempty"`
+	Tools            []ToolConfig `json:"tools"`
+
+	// Script holds the responses of a script model, read from Model.Script.
+	Script json.RawMessage `json:"-"`
+}
+
+// ModelConfig names the model behind the agent.
+type ModelConfig struct {
+	Provider string `json:"provider"`
+	Name     string `json:"name,omitempty"`
+	BaseURL  string `json:"base_url,omitempty"`
+	// APIKeyEnv names the environment variable that holds the API key. The
+	// orchestrator looks it up through Config.LookupEnv.
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// APIKey is set by the program (never read from a file).
+	APIKey string `json:"-"`
+	// Script is a JSON or YAML file with a list of responses (the conformance
+	// RESPONSE shape), relative to the config file.
+	Script string `json:"script,omitempty"`
+	// Stream asks the provider for streamed responses where it supports them.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ToolConfig declares one tool the model may call.
+type ToolConfig struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"` // JSON Schema of the args object
+	// Approval is "never" (the default), "always", or a CEL expression over
+	// `args` (and `tool`) that is true when the call needs a decision.
+	Approval string `json:"approval,omitempty"`
+	// ApprovalMetadata goes with an approval request as its reason.
+	ApprovalMetadata json.RawMessage `json:"approval_metadata,omitempty"`
+	// Deadline bounds how long a deferred call of this tool may stay pending.
+	// Defaults to DefaultApprovalDeadline for approvals and
+	// DefaultCallDeadline for external calls.
+	Deadline Duration `json:"deadline,omitempty"`
+	// CallDeadline, when set, overrides Deadline for external calls.
+	CallDeadline Duration `json:"call_deadline,omitempty"`
+
+	approval *approvalRule
+}
+
+// deadline returns how long a call of this kind may stay pending.
+func (t *ToolConfig) deadline(approval bool) time.Duration {
+	if !approval && t.CallDeadline > 0 {
+		return t.CallDeadline.D()
+	}
+	if t.Deadline > 0 {
+		return t.Deadline.D()
+	}
+	if approval {
+		return DefaultApprovalDeadline
+	}
+	return DefaultCallDeadline
+}
+
+// Duration is a time.Duration written as a Go duration string ("90s", "10m")
+// or as a number of seconds.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("invalid duration %s: want a string like \"90s\" or a number of seconds", b)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// LoadAgentConfig reads an agent config from a YAML or JSON file (by its
+// extension; anything but .json is read as YAML), loads its script file and
+// compiles its approval rules.
+func LoadAgentConfig(path string) (*AgentConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	cfg, err := ParseAgentConfig(data, strings.EqualFold(filepath.Ext(path), ".json"), os.DirFS(filepath.Dir(path)))
+	if err != nil {
+		return nil, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseAgentConfig parses and validates an agent config. A script file is
+// read from dir (the config file's directory); dir may be nil when the config
+// names no script.
+func ParseAgentConfig(data []byte, isJSON bool, dir fs.FS) (*AgentConfig, error) {
+	raw := data
+	if !isJSON {
+		j, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			return nil, fmt.Errorf("yaml: %s", yaml.FormatError(err, false, false))
+		}
+		raw = j
+	}
+	var cfg AgentConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, describeDecodeError(err)
+	}
+	if cfg.Model.Script != "" && cfg.Model.Provider == ProviderScript {
+		if dir == nil {
+			return nil, fmt.Errorf("model.script: no directory to read %q from", cfg.Model.Script)
+		}
+		b, err := fs.ReadFile(dir, filepath.ToSlash(filepath.Clean(cfg.Model.Script)))
+		if err != nil {
+			return nil, fmt.Errorf("model.script: %w", err)
+		}
+		script, err := parseScript(b, strings.EqualFold(filepath.Ext(cfg.Model.Script), ".json"))
+		if err != nil {
+			return nil, fmt.Errorf("model.script %s: %w", cfg.Model.Script, err)
+		}
+		cfg.Script = script
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func parseScript(b []byte, isJSON bool) (json.RawMessage, error) {
+	if !isJSON {
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("yaml: %s", yaml.FormatError(err, false, false))
+		}
+		b = j
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("want a list of responses: %w", err)
+	}
+	if len(list) == 0 {
+		return nil, errors.New("no responses")
+	}
+	return json.RawMessage(b), nil
+}
+
+func describeDecodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("%s: cannot use a JSON %s here (want %s)", te.Field, te.Value, te.Type)
+	}
+	// DisallowUnknownFields reports `json: unknown field "x"`.
+	return fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// validate checks the config and compiles the approval rules; every error
+// names the field.
+func (c *AgentConfig) validate() error {
+	switch c.Model.Provider {
+	case ProviderOpenAI:
+		if c.Model.Name == "" {
+			return errors.New("model.name: required for the openai provider")
+		}
+	case ProviderScript:
+		if c.Model.Script == "" && len(c.Script) == 0 {
+			return errors.New("model.script: required for the script provider")
+		}
+	case ProviderTest:
+	case "":
+		return errors.New("model.provider: required (openai, script or test)")
+	default:
+		return fmt.Errorf("model.provider: unknown provider %q (want openai, script or test)", c.Model.Provider)
+	}
+	if c.InlineWait < 0 {
+		return errors.New("inline_wait: must not be negative")
+	}
+	if c.MaxModelRequests < 0 {
+		return errors.New("max_model_requests: must not be negative")
+	}
+	if len(c.Tools) == 0 {
+		return errors.New("tools: at least one tool is required")
+	}
+	seen := make(map[string]bool, len(c.Tools))
+	for i := range c.Tools {
+		t := &c.Tools[i]
+		field := fmt.Sprintf("tools[%d]", i)
+		if !toolNameRE.MatchString(t.Name) {
+			return fmt.Errorf("%s.name: %q is not a tool name (letters, digits, _ and -, at most 64)", field, t.Name)
+		}
+		field = fmt.Sprintf("tools[%d] (%s)", i, t.Name)
+		if seen[t.Name] {
+			return fmt.Errorf("%s.name: duplicate tool name", field)
+		}
+		seen[t.Name] = true
+		if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
+			t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		var schema map[string]any
+		if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+			return fmt.Errorf("%s.parameters: want a JSON Schema object: %w", field, err)
+		}
+		if typ, ok := schema["type"]; ok && typ != "object" {
+			return fmt.Errorf("%s.parameters: the args schema must have type \"object\", not %v", field, typ)
+		}
+		if len(t.ApprovalMetadata) > 0 && string(t.ApprovalMetadata) != "null" {
+			var m map[string]any
+			if err := json.Unmarshal(t.ApprovalMetadata, &m); err != nil {
+				return fmt.Errorf("%s.approval_metadata: want an object: %w", field, err)
+			}
+		} else {
+			t.ApprovalMetadata = nil
+		}
+		if t.Deadline < 0 || t.CallDeadline < 0 {
+			return fmt.Errorf("%s.deadline: must not be negative", field)
+		}
+		rule, err := compileApproval(t.Approval)
+		if err != nil {
+			return fmt.Errorf("%s.approval: %w", field, err)
+		}
+		t.approval = rule
+	}
+	return nil
+}
+
+// tool returns the tool named name, or nil.
+func (c *AgentConfig) tool(name string) *ToolConfig {
+	for i := range c.Tools {
+		if c.Tools[i].Name == name {
+			return &c.Tools[i]
+		}
+	}
+	return nil
+}

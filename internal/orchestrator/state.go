@@ -1,0 +1,236 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// Status is where a conversation stands.
+type Status string
+
+const (
+	// StatusRunning: a run is executing under a lease.
+	StatusRunning Status = "running"
+	// StatusPaused: the last run ended with a batch; replies are awaited.
+	StatusPaused Status = "paused"
+	// StatusResuming: the batch is complete and claimed; its follow-up run
+	// (Batch.FollowUpRunID) is executing under a lease, or is to be
+	// relaunched once the lease expires.
+	StatusResuming Status = "resuming"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+)
+
+// Terminal reports whether no run is under way or awaited.
+func (s Status) Terminal() bool { return s == StatusCompleted || s == StatusFailed }
+
+// Conversation is the whole stored state of one conversation: the value of
+// key conv.<id> in KV toolgate_runs. It is all a replica needs to continue
+// the conversation; nothing about it is kept in memory between events.
+type Conversation struct {
+	ID      string          `msgpack:"id"`
+	Status  Status          `msgpack:"status"`
+	History []agent.Message `msgpack:"history"`
+	Runs    []RunRecord     `msgpack:"runs"`
+	// Batch is what the current (or last) paused run waits for; nil when no
+	// deferred call is outstanding.
+	Batch  *Batch `msgpack:"batch,omitempty"`
+	Output string `msgpack:"output,omitempty"`
+	Error  string `msgpack:"error,omitempty"`
+	// Lease is held by the replica executing a run; it is renewed while the
+	// run lasts, and a run whose lease expired may be relaunched elsewhere.
+	Lease     *Lease    `msgpack:"lease,omitempty"`
+	CreatedAt time.Time `msgpack:"created_at"`
+	UpdatedAt time.Time `msgpack:"updated_at"`
+}
+
+// RunRecord is one run of a conversation.
+type RunRecord struct {
+	RunID  string `msgpack:"run_id"`
+	Status Status `msgpack:"status"`
+	// Prompt is the user prompt the run started with (empty for a
+	// follow-up without one); kept so that a run can be relaunched.
+	Prompt    string    `msgpack:"prompt,omitempty"`
+	StartedAt time.Time `msgpack:"started_at"`
+	EndedAt   time.Time `msgpack:"ended_at,omitempty"`
+	Error     string    `msgpack:"error,omitempty"`
+}
+
+// Lease marks a run as owned by one replica until Until.
+type Lease struct {
+	Owner string    `msgpack:"owner"`
+	RunID string    `msgpack:"run_id"`
+	Until time.Time `msgpack:"until"`
+}
+
+// Batch is the set of deferred calls a run waits for.
+type Batch struct {
+	// RunID is the run that issued the calls; replies are addressed to it.
+	RunID string `msgpack:"run_id"`
+	// Requests is the batch exactly as the agent produced it; the follow-up
+	// resumes with it (D12).
+	Requests deferred.Requests `msgpack:"requests"`
+	Calls    []*PendingCall    `msgpack:"calls"`
+	// FollowUpRunID is chosen when the complete batch is claimed, so that a
+	// relaunch after a crash reuses it and its publishes dedupe.
+	FollowUpRunID string `msgpack:"follow_up_run_id,omitempty"`
+	// Inline is true while the issuing run still waits for replies in
+	// process (inline_wait).
+	Inline bool `msgpack:"inline,omitempty"`
+}
+
+// PendingCall is one deferred call with what has happened to it.
+type PendingCall struct {
+	ToolCallID string          `msgpack:"tool_call_id"`
+	ToolName   string          `msgpack:"tool_name"`
+	Kind       deferred.Kind   `msgpack:"kind"`
+	Args       json.RawMessage `msgpack:"args"`
+	ArgsDigest string          `msgpack:"args_digest,omitempty"`
+	Metadata   json.RawMessage `msgpack:"metadata,omitempty"`
+	Deadline   time.Time       `msgpack:"deadline"`
+	Published  bool            `msgpack:"published,omitempty"`
+	// Reply is the applied answer; nil while pending.
+	Reply *Reply `msgpack:"reply,omitempty"`
+	// Taken is set once a run consumed the reply (inline), so it is not
+	// offered again.
+	Taken bool `msgpack:"taken,omitempty"`
+	// Counters of refused replies, for the record.
+	Duplicates int `msgpack:"duplicates,omitempty"`
+	Late       int `msgpack:"late,omitempty"`
+	Refused    int `msgpack:"refused,omitempty"`
+	// LastRefusal says why the last reply was refused.
+	LastRefusal string `msgpack:"last_refusal,omitempty"`
+}
+
+// Settled reports whether the call has its answer.
+func (c *PendingCall) Settled() bool { return c.Reply != nil }
+
+// Reply outcomes.
+const (
+	OutcomeApproved = "approved"
+	OutcomeDenied   = "denied"
+	OutcomeReturn   = "return"
+	OutcomeRetry    = "retry"
+	OutcomeFailed   = "failed"
+)
+
+// Reply is an applied answer to a deferred call: a decision (approved,
+// denied) or a result (return, retry, failed).
+type Reply struct {
+	Outcome string `msgpack:"outcome"`
+	// Approved: OverrideArgs. Denied, retry, failed: Message.
+	OverrideArgs json.RawMessage `msgpack:"override_args,omitempty"`
+	Message      string          `msgpack:"message,omitempty"`
+	// Return: Value, Content, Metadata. Denied may carry Metadata too
+	// (reason "expired").
+	Value    json.RawMessage `msgpack:"value,omitempty"`
+	Content  string          `msgpack:"content,omitempty"`
+	Metadata json.RawMessage `msgpack:"metadata,omitempty"`
+	// By is the approver or worker id; "orchestrator" for an expiry.
+	By      string    `msgpack:"by,omitempty"`
+	At      time.Time `msgpack:"at"`
+	Expired bool      `msgpack:"expired,omitempty"`
+}
+
+// complete reports whether every call of the batch has a reply.
+func (b *Batch) complete() bool {
+	if b == nil {
+		return false
+	}
+	for _, c := range b.Calls {
+		if c.Reply == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// call finds a call by id.
+func (b *Batch) call(id string) *PendingCall {
+	if b == nil {
+		return nil
+	}
+	for _, c := range b.Calls {
+		if c.ToolCallID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// nextDeadline is the earliest deadline of a call still pending, or zero.
+func (b *Batch) nextDeadline() time.Time {
+	var t time.Time
+	if b == nil {
+		return t
+	}
+	for _, c := range b.Calls {
+		if c.Reply == nil && (t.IsZero() || c.Deadline.Before(t)) {
+			t = c.Deadline
+		}
+	}
+	return t
+}
+
+// results builds the Results that resume the batch's run from the applied
+// replies (D22–D25). Calls already taken inline are left out.
+func (b *Batch) results() deferred.Results {
+	res := deferred.Results{
+		Approvals: map[string]deferred.Decision{},
+		Calls:     map[string]deferred.Result{},
+	}
+	for _, c := range b.Calls {
+		if c.Reply == nil || c.Taken {
+			continue
+		}
+		switch c.Kind {
+		case deferred.KindApproval:
+			res.Approvals[c.ToolCallID] = c.Reply.decision()
+		default:
+			res.Calls[c.ToolCallID] = c.Reply.result()
+		}
+	}
+	return res
+}
+
+func (r *Reply) decision() deferred.Decision {
+	if r.Outcome == OutcomeApproved {
+		return deferred.Approved{OverrideArgs: r.OverrideArgs}
+	}
+	return deferred.Denied{Message: r.Message}
+}
+
+func (r *Reply) result() deferred.Result {
+	switch r.Outcome {
+	case OutcomeRetry:
+		return deferred.Retry{Message: r.Message}
+	case OutcomeFailed:
+		return deferred.Failed{Message: r.Message}
+	}
+	if r.Content != "" || len(r.Metadata) > 0 {
+		return deferred.Return{Value: r.Value, Content: r.Content, Metadata: r.Metadata}
+	}
+	v := r.Value
+	if len(v) == 0 {
+		v = json.RawMessage("null")
+	}
+	return deferred.Value{Value: v}
+}
+
+// runRecord finds a run by id.
+func (c *Conversation) runRecord(id string) *RunRecord {
+	for i := range c.Runs {
+		if c.Runs[i].RunID == id {
+			return &c.Runs[i]
+		}
+	}
+	return nil
+}
+
+// runIndex is the value of key run.<run_id>: the conversation it belongs to.
+type runIndex struct {
+	ConversationID string `msgpack:"conversation_id"`
+}

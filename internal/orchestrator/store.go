@@ -1,0 +1,158 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Keys of KV toolgate_runs.
+const (
+	convKeyPrefix = "conv."
+	runKeyPrefix  = "run."
+)
+
+// ErrNotFound is returned for a conversation or run that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// errUnchanged, returned by an update function, ends the update without a
+// write.
+var errUnchanged = errors.New("unchanged")
+
+// maxCASAttempts bounds the re-read-and-retry loop of one update; reaching it
+// means a pathological contention on one key.
+const maxCASAttempts = 64
+
+// store keeps conversations in KV, one key each, updated by revision (CAS).
+type store struct {
+	kv jetstream.KeyValue
+}
+
+func convKey(id string) string { return convKeyPrefix + id }
+func runKey(id string) string  { return runKeyPrefix + id }
+
+func encodeState(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode state: %w", err)
+	}
+	return b, nil
+}
+
+func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, error) {
+	e, err := s.kv.Get(ctx, convKey(id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+		}
+		return nil, 0, fmt.Errorf("get conversation %s: %w", id, err)
+	}
+	var c Conversation
+	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
+		return nil, 0, fmt.Errorf("decode conversation %s: %w", id, err)
+	}
+	return &c, e.Revision(), nil
+}
+
+// create stores a new conversation; it fails if the id is taken.
+func (s *store) create(ctx context.Context, c *Conversation) error {
+	b, err := encodeState(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Create(ctx, convKey(c.ID), b); err != nil {
+		return fmt.Errorf("create conversation %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// update applies fn to the stored conversation and writes it back if the
+// revision has not moved; on a conflict it re-reads and applies fn again, so
+// fn must be a pure function of the state it is given. fn returning
+// errUnchanged ends without a write (update returns the state and nil); any
+// other error ends it with that error.
+func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
+	for range maxCASAttempts {
+		c, rev, err := s.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(c); err != nil {
+			if errors.Is(err, errUnchanged) {
+				return c, nil
+			}
+			return c, err
+		}
+		b, err := encodeState(c)
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.kv.Update(ctx, convKey(id), b, rev)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return nil, fmt.Errorf("update conversation %s: %w", id, err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
+}
+
+// putRun records which conversation a run belongs to. Run ids are fresh, so
+// an existing key holding the same conversation is a retry and fine.
+func (s *store) putRun(ctx context.Context, runID, convID string) error {
+	b, err := encodeState(runIndex{ConversationID: convID})
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Create(ctx, runKey(runID), b); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			got, gerr := s.conversationOf(ctx, runID)
+			if gerr == nil && got == convID {
+				return nil
+			}
+		}
+		return fmt.Errorf("index run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// conversationOf returns the conversation a run belongs to.
+func (s *store) conversationOf(ctx context.Context, runID string) (string, error) {
+	e, err := s.kv.Get(ctx, runKey(runID))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
+		}
+		return "", fmt.Errorf("get run %s: %w", runID, err)
+	}
+	var ri runIndex
+	if err := msgpack.Unmarshal(e.Value(), &ri); err != nil {
+		return "", fmt.Errorf("decode run %s: %w", runID, err)
+	}
+	return ri.ConversationID, nil
+}
+
+// conversationIDs lists every stored conversation.
+func (s *store) conversationIDs(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, convKeyPrefix+">")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list conversations: %w", err)
+	}
+	defer lister.Stop()
+	var ids []string
+	for k := range lister.Keys() {
+		ids = append(ids, strings.TrimPrefix(k, convKeyPrefix))
+	}
+	return ids, nil
+}

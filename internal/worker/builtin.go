@@ -1,0 +1,356 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// ToolSpec describes a tool as a model sees it: its name, what it does and
+// the JSON Schema (draft 2020-12) of its arguments.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Names of the built-in tools.
+const (
+	ToolUpdateFile      = "update_file"
+	ToolDeleteFile      = "delete_file"
+	ToolReadFile        = "read_file"
+	ToolCalculateAnswer = "calculate_answer"
+	ToolSendToWorker    = "send_to_worker"
+	ToolNoop            = "noop"
+)
+
+// maxReadFile bounds what read_file returns.
+const maxReadFile = 1 << 20
+
+var builtinSpecs = []ToolSpec{
+	{
+		Name:        ToolUpdateFile,
+		Description: "Write content to a file in the sandbox, creating it and its folders if needed.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"path":{"type":"string","description":"File path relative to the sandbox."},` +
+			`"content":{"type":"string","description":"The new content of the file."}},` +
+			`"required":["path","content"],"additionalProperties":false}`),
+	},
+	{
+		Name:        ToolDeleteFile,
+		Description: "Delete a file in the sandbox.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"path":{"type":"string","description":"File path relative to the sandbox."}},` +
+			`"required":["path"],"additionalProperties":false}`),
+	},
+	{
+		Name:        ToolReadFile,
+		Description: "Read a file in the sandbox and return its content.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"path":{"type":"string","description":"File path relative to the sandbox."}},` +
+			`"required":["path"],"additionalProperties":false}`),
+	},
+	{
+		Name:        ToolCalculateAnswer,
+		Description: "Calculate the answer to a question; slow, so it runs in the background.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"question":{"type":"string","description":"The question to answer."}},` +
+			`"required":["question"],"additionalProperties":false}`),
+	},
+	{
+		Name:        ToolSendToWorker,
+		Description: "Hand a task to a background worker and return when it is done.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"task":{"type":"string","description":"What the worker should do."}},` +
+			`"required":["task"],"additionalProperties":false}`),
+	},
+	{
+		Name:        ToolNoop,
+		Description: "Return the arguments unchanged.",
+		Parameters:  json.RawMessage(`{"type":"object"}`),
+	},
+}
+
+// BuiltinTools lists the built-in tools, so that an orchestrator's config can
+// declare the same schemas. The slice is a copy.
+func BuiltinTools() []ToolSpec {
+	out := make([]ToolSpec, len(builtinSpecs))
+	for i, s := range builtinSpecs {
+		s.Parameters = append(json.RawMessage(nil), s.Parameters...)
+		out[i] = s
+	}
+	return out
+}
+
+// Builtin runs the built-in demo tools. The file tools work inside Sandbox:
+// absolute paths and paths that leave it (by ".." or by a symbolic link) fail
+// the call.
+type Builtin struct {
+	sandbox string
+}
+
+// NewBuiltin returns the built-in tools working in the folder sandbox, which
+// is created if missing.
+func NewBuiltin(sandbox string) (*Builtin, error) {
+	if sandbox == "" {
+		return nil, errors.New("builtin: sandbox folder is empty")
+	}
+	abs, err := filepath.Abs(sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("builtin: sandbox %s: %w", sandbox, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("builtin: sandbox: %w", err)
+	}
+	return &Builtin{sandbox: abs}, nil
+}
+
+// Sandbox is the absolute path of the sandbox folder.
+func (b *Builtin) Sandbox() string { return b.sandbox }
+
+// Execute runs the built-in tool named by req.ToolName.
+func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	if err := ctx.Err(); err != nil {
+		if timedOut(ctx) {
+			return Failed(TimedOutMessage), nil
+		}
+		return bus.CallReply{}, fmt.Errorf("builtin %s: %w", req.ToolName, err)
+	}
+	switch req.ToolName {
+	case ToolUpdateFile:
+		var a struct {
+			Path    *string `json:"path"`
+			Content *string `json:"content"`
+		}
+		if r, ok := decodeArgs(req.Args, &a); !ok {
+			return r, nil
+		}
+		if r, ok := required("path", a.Path, "content", a.Content); !ok {
+			return r, nil
+		}
+		return b.updateFile(*a.Path, *a.Content), nil
+	case ToolDeleteFile, ToolReadFile:
+		var a struct {
+			Path *string `json:"path"`
+		}
+		if r, ok := decodeArgs(req.Args, &a); !ok {
+			return r, nil
+		}
+		if r, ok := required("path", a.Path); !ok {
+			return r, nil
+		}
+		if req.ToolName == ToolDeleteFile {
+			return b.deleteFile(*a.Path), nil
+		}
+		return b.readFile(*a.Path), nil
+	case ToolCalculateAnswer:
+		var a struct {
+			Question *string `json:"question"`
+		}
+		if r, ok := decodeArgs(req.Args, &a); !ok {
+			return r, nil
+		}
+		if r, ok := required("question", a.Question); !ok {
+			return r, nil
+		}
+		return ReturnValue(json.RawMessage("42")), nil
+	case ToolSendToWorker:
+		var a struct {
+			Task *string `json:"task"`
+		}
+		if r, ok := decodeArgs(req.Args, &a); !ok {
+			return r, nil
+		}
+		if r, ok := required("task", a.Task); !ok {
+			return r, nil
+		}
+		return ReturnValue(jsonString(fmt.Sprintf("Task %s completed", pyRepr(*a.Task)))), nil
+	case ToolNoop:
+		args := bytes.TrimSpace(req.Args)
+		if len(args) == 0 {
+			args = []byte("{}")
+		}
+		if !json.Valid(args) {
+			return Retry("arguments are not valid JSON"), nil
+		}
+		return ReturnValue(compact(args)), nil
+	default:
+		return Failed("unknown built-in tool %q", req.ToolName), nil
+	}
+}
+
+// decodeArgs decodes a call's arguments strictly; bad arguments ask the
+// model to try again, as a validation error would.
+func decodeArgs(raw json.RawMessage, v any) (bus.CallReply, bool) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Retry("invalid arguments: %v", err), false
+	}
+	return bus.CallReply{}, true
+}
+
+// required takes pairs of a field name and its decoded *string.
+func required(pairs ...any) (bus.CallReply, bool) {
+	var missing []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if p, _ := pairs[i+1].(*string); p == nil {
+			missing = append(missing, pairs[i].(string))
+		}
+	}
+	if len(missing) > 0 {
+		return Retry("invalid arguments: missing %s", strings.Join(missing, ", ")), false
+	}
+	return bus.CallReply{}, true
+}
+
+// sandboxPath checks that path names something inside the sandbox.
+func sandboxPath(path string) (string, *bus.CallReply) {
+	if path == "" {
+		r := Retry("invalid arguments: path is empty")
+		return "", &r
+	}
+	if filepath.IsAbs(path) || strings.HasPrefix(path, "/") || strings.HasPrefix(path, `\`) {
+		r := Failed("path %s is absolute; paths are relative to the sandbox", pyRepr(path))
+		return "", &r
+	}
+	clean := filepath.Clean(filepath.FromSlash(path))
+	if !filepath.IsLocal(clean) {
+		r := Failed("path %s is outside the sandbox", pyRepr(path))
+		return "", &r
+	}
+	return clean, nil
+}
+
+// fsFailure turns a file-system error into a failed reply without the
+// sandbox's absolute path.
+func fsFailure(op, path string, err error) bus.CallReply {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Failed("File %s not found", pyRepr(path))
+	case errors.Is(err, fs.ErrPermission):
+		return Failed("%s %s: permission denied", op, pyRepr(path))
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if strings.Contains(err.Error(), "escapes") {
+		return Failed("path %s is outside the sandbox", pyRepr(path))
+	}
+	return Failed("%s %s: %v", op, pyRepr(path), err)
+}
+
+func (b *Builtin) updateFile(path, content string) bus.CallReply {
+	clean, bad := sandboxPath(path)
+	if bad != nil {
+		return *bad
+	}
+	root, err := os.OpenRoot(b.sandbox)
+	if err != nil {
+		return Failed("open sandbox: %v", err)
+	}
+	defer root.Close()
+	if dir := filepath.Dir(clean); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fsFailure("update", path, err)
+		}
+	}
+	if err := root.WriteFile(clean, []byte(content), 0o644); err != nil {
+		return fsFailure("update", path, err)
+	}
+	return ReturnValue(jsonString(fmt.Sprintf("File %s updated: %s", pyRepr(path), pyRepr(content))))
+}
+
+func (b *Builtin) deleteFile(path string) bus.CallReply {
+	clean, bad := sandboxPath(path)
+	if bad != nil {
+		return *bad
+	}
+	root, err := os.OpenRoot(b.sandbox)
+	if err != nil {
+		return Failed("open sandbox: %v", err)
+	}
+	defer root.Close()
+	if err := root.Remove(clean); err != nil {
+		return fsFailure("delete", path, err)
+	}
+	return ReturnValue(jsonString(fmt.Sprintf("File %s deleted", pyRepr(path))))
+}
+
+func (b *Builtin) readFile(path string) bus.CallReply {
+	clean, bad := sandboxPath(path)
+	if bad != nil {
+		return *bad
+	}
+	root, err := os.OpenRoot(b.sandbox)
+	if err != nil {
+		return Failed("open sandbox: %v", err)
+	}
+	defer root.Close()
+	fi, err := root.Stat(clean)
+	if err != nil {
+		return fsFailure("read", path, err)
+	}
+	if fi.IsDir() {
+		return Failed("%s is a folder", pyRepr(path))
+	}
+	if fi.Size() > maxReadFile {
+		return Failed("File %s is larger than %d bytes", pyRepr(path), maxReadFile)
+	}
+	data, err := root.ReadFile(clean)
+	if err != nil {
+		return fsFailure("read", path, err)
+	}
+	return ReturnValue(jsonString(string(data)))
+}
+
+// pyRepr quotes s as Python's repr() does, so the built-in tools answer
+// exactly like the Python examples they come from ("File 'README.md'
+// deleted").
+func pyRepr(s string) string {
+	quote := byte('\'')
+	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
+		quote = '"'
+	}
+	var b strings.Builder
+	b.WriteByte(quote)
+	for _, r := range s {
+		switch {
+		case r == rune(quote) || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case !unicode.IsPrint(r):
+			switch {
+			case r < 0x100:
+				fmt.Fprintf(&b, `\x%02x`, r)
+			case r < 0x10000:
+				fmt.Fprintf(&b, `\u%04x`, r)
+			default:
+				fmt.Fprintf(&b, `\U%08x`, r)
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte(quote)
+	return b.String()
+}

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package worker
+
+import "os/exec"
+
+func killProcessGroup(*exec.Cmd) {}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Starts the whole system on one machine — orchestrator with an embedded NATS
+# server, a tool-worker with the built-in tools, an approver with the demo
+# policy — then plays the seed's approval conversation and keeps serving until
+# Ctrl-C. Logs go to .run/*.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HTTP="${HTTP:-127.0.0.1:8080}"
+NATS_LISTEN="${NATS_LISTEN:-127.0.0.1:4222}"
+RUN_DIR="${RUN_DIR:-.run}"
+mkdir -p "$RUN_DIR"
+pids=()
+cleanup() {
+	trap - EXIT INT TERM
+	echo
+	echo "▶ stopping…"
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+agent_args=()
+if [[ -n "${AGENT:-}" ]]; then agent_args=(--agent "$AGENT"); fi
+if [[ -n "${OPENAI_API_KEY:-}" ]]; then
+	echo "▶ model: OpenAI-compatible (${OPENAI_MODEL:-gpt-4o-mini} at ${OPENAI_BASE_URL:-api.openai.com})"
+else
+	echo "▶ model: offline script (set OPENAI_API_KEY to use a real model)"
+fi
+
+bin/orchestrator --store "$RUN_DIR/data" --nats-listen "$NATS_LISTEN" --http "$HTTP" "${agent_args[@]}" \
+	>"$RUN_DIR/orchestrator.log" 2>&1 &
+pids+=($!)
+# Workers and approvers attach to the streams the orchestrator sets up.
+bin/toolgate --addr "http://$HTTP" --wait 60s health || {
+	echo "orchestrator did not start; its log:" >&2
+	tail -n 30 "$RUN_DIR/orchestrator.log" >&2
+	exit 1
+}
+bin/tool-worker --nats "nats://$NATS_LISTEN" --builtin --sandbox "$RUN_DIR/sandbox" \
+	>"$RUN_DIR/tool-worker.log" 2>&1 &
+pids+=($!)
+bin/approver --nats "nats://$NATS_LISTEN" --policy examples/policy.yaml --id demo-approver \
+	>"$RUN_DIR/approver.log" 2>&1 &
+pids+=($!)
+
+echo "▶ orchestrator http://$HTTP  nats://$NATS_LISTEN  (logs in $RUN_DIR/)"
+bin/toolgate --addr "http://$HTTP" demo
+echo
+echo "▶ sandbox after the demo:"
+(cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf '  %s: %q\n' "$f" "$(cat "$f")"; done) || true
+echo
+echo "▶ still serving: try"
+echo "    curl -s -XPOST http://$HTTP/v1/runs -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"
+echo "    curl -s http://$HTTP/v1/pending"
+echo "  Ctrl-C stops everything."
+wait -n "${pids[@]}" || true
