@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// resumeItems checks a resume before anything runs (D19, D20, D12) and turns
+// the pending calls of the history's last response into items carrying their
+// decisions and results, in emission order.
+func (r *run) resumeItems() ([]*callItem, error) {
+	hist := r.in.History
+	res := r.in.Results
+	if len(hist) == 0 {
+		return nil, errors.New("resume: message history is empty")
+	}
+	last := lastResponse(hist)
+	if last < 0 {
+		return nil, errors.New("resume: no model response in the message history")
+	}
+	var calls []Part
+	for _, p := range hist[last].Parts {
+		if p.Kind == PartToolCall {
+			calls = append(calls, p)
+		}
+	}
+	settled := settledIDs(hist[last+1:])
+	var unsettled []Part
+	for _, c := range calls {
+		if !settled[c.ToolCallID] {
+			unsettled = append(unsettled, c)
+		}
+	}
+	if len(unsettled) == 0 {
+		return nil, errors.New("resume: no unsettled tool calls in the last model response")
+	}
+	seen := map[string]int{}
+	var dups []string
+	for _, c := range calls {
+		if seen[c.ToolCallID]++; seen[c.ToolCallID] == 2 {
+			dups = append(dups, c.ToolCallID)
+		}
+	}
+	if len(dups) > 0 {
+		return nil, fmt.Errorf("resume: duplicate tool_call_id in the last model response: %s", strings.Join(dups, ", "))
+	}
+	got := resultIDs(res)
+	var done []string
+	for _, id := range got {
+		if settled[id] {
+			done = append(done, id)
+		}
+	}
+	if len(done) > 0 {
+		return nil, fmt.Errorf("resume: results given for tool calls that were already executed: %s", strings.Join(done, ", "))
+	}
+
+	// The calls as a batch with their categories, so that the batch's own
+	// check refuses wrong categories, non-answers and missing results, in
+	// that order (D19, D20).
+	kinds := make([]deferred.Kind, len(unsettled))
+	pending := &deferred.Requests{}
+	var problems []string
+	for i, c := range unsettled {
+		id := c.ToolCallID
+		kind, err := r.category(c)
+		if err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		kinds[i] = kind
+		call := deferred.Call{ToolName: c.ToolName, Args: c.Args, ToolCallID: id}
+		_, hasDecision := res.Approvals[id]
+		_, hasResult := res.Calls[id]
+		switch {
+		case kind == deferred.KindApproval:
+			pending.Approvals = append(pending.Approvals, call)
+		case kind == deferred.KindCall:
+			pending.Calls = append(pending.Calls, call)
+		case hasDecision || hasResult:
+			problems = append(problems, fmt.Sprintf("tool call %s (%s) cannot be told to be an approval call or an external call: its tool defers dynamically and the paused run's Requests were not given", id, c.ToolName))
+		default:
+			// Unanswered: the check below reports it missing.
+			pending.Calls = append(pending.Calls, call)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("resume: %s", strings.Join(problems, "; "))
+	}
+	if err := pending.Check(res); err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+
+	items := make([]*callItem, len(unsettled))
+	for i, c := range unsettled {
+		it := &callItem{part: c, tool: r.byName[c.ToolName], args: c.Args, kind: kinds[i], state: stPending}
+		applyResults(it, res)
+		items[i] = it
+	}
+	return items, nil
+}
+
+// category tells whether a pending call waits for a decision or a result:
+// from the paused run's batch where given, else from its tool's declaration
+// (D12). "" means it cannot be told.
+func (r *run) category(c Part) (deferred.Kind, error) {
+	if reqs := r.in.Requests; reqs != nil {
+		if hasCall(reqs.Approvals, c.ToolCallID) {
+			return deferred.KindApproval, nil
+		}
+		if hasCall(reqs.Calls, c.ToolCallID) {
+			return deferred.KindCall, nil
+		}
+	}
+	t := r.byName[c.ToolName]
+	switch {
+	case t == nil:
+		return "", nil
+	case t.external:
+		return deferred.KindCall, nil
+	case t.requiresApproval:
+		return deferred.KindApproval, nil
+	case t.approvalFunc != nil:
+		it := &callItem{part: c, tool: t, args: c.Args}
+		needs, err := protect(func() (bool, error) { return t.approvalFunc(r.runContext(r.ctx, it), t.def, c.Args) })
+		if err != nil {
+			return "", fmt.Errorf("tool %s: approval predicate for call %s: %w", t.def.Name, c.ToolCallID, err)
+		}
+		if needs {
+			return deferred.KindApproval, nil
+		}
+	}
+	return "", nil
+}
+
+// resultIDs lists the ids res answers, sorted.
+func resultIDs(res *deferred.Results) []string {
+	ids := append(sortedKeys(res.Approvals), sortedKeys(res.Calls)...)
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}

@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// RunContext is what a tool body, an args validator, an approval predicate or
+// a handler sees of the run. Each call gets its own copy; the slices it holds
+// are shared with the run and must not be modified.
+type RunContext struct {
+	// Deps is RunInput.Deps, the application's dependencies for this run.
+	Deps any
+	// RunID and ConversationID identify the run and its conversation.
+	RunID          string
+	ConversationID string
+	// ToolCallID and ToolName identify the call; empty for handlers.
+	ToolCallID string
+	ToolName   string
+	// ToolCallApproved is true when the call runs because it was approved
+	// (D23).
+	ToolCallApproved bool
+	// ToolCallMetadata is Results.Metadata[ToolCallID] of an approved call;
+	// nil when absent (D23).
+	ToolCallMetadata json.RawMessage
+	// Messages is the history so far, oldest first.
+	Messages []Message
+	// Retry is how many retries this run has charged to the tool so far (D27).
+	Retry int
+	// Usage is the run's usage so far.
+	Usage Usage
+
+	ctx context.Context
+}
+
+// Context is the run's context, cancelled when the run ends or its caller
+// gives up.
+func (c *RunContext) Context() context.Context {
+	if c.ctx == nil {
+		return context.Background()
+	}
+	return c.ctx
+}
