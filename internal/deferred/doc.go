@@ -7,4 +7,10 @@
 // Dynamic values (tool args, metadata, result values) are kept as raw JSON
 // text (json.RawMessage) everywhere: msgpack would otherwise turn numbers into
 // int8/uint16/float32 and break equality after a round trip.
+//
+// The rules over a batch live here too: Requests.BuildResults assembles
+// answers (D32), Requests.Remaining says what is still open (D33),
+// Requests.Check validates answers before a resume (D19, D20), and ArgsDigest
+// binds a decision to the args it was made for (D36). Requests and Results
+// encode to Pydantic AI's JSON shapes and to an explicit msgpack form (D34).
 package deferred

@@ -1,0 +1,381 @@
+package schemas_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/schemas"
+)
+
+// goTypes maps every schema to the Go type whose JSON form it describes.
+var goTypes = map[string]reflect.Type{
+	"call_request":     reflect.TypeFor[bus.CallRequest](),
+	"approval_request": reflect.TypeFor[bus.ApprovalRequest](),
+	"call_reply":       reflect.TypeFor[bus.CallReply](),
+	"decision":         reflect.TypeFor[bus.Decision](),
+	"event":            reflect.TypeFor[bus.Event](),
+	"requests":         reflect.TypeFor[deferred.Requests](),
+	"results":          reflect.TypeFor[deferred.Results](),
+}
+
+func TestNamesMatchGoTypes(t *testing.T) {
+	t.Parallel()
+	var want []string
+	for n := range goTypes {
+		want = append(want, n)
+	}
+	slices.Sort(want)
+	if got := schemas.Names(); !slices.Equal(got, want) {
+		t.Errorf("schemas %v, Go types %v", got, want)
+	}
+}
+
+// decodeStrict decodes doc into a new value of typ, refusing unknown fields,
+// and runs the type's own validation where it has one.
+func decodeStrict(t *testing.T, typ reflect.Type, doc []byte) (any, error) {
+	t.Helper()
+	p := reflect.New(typ)
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(p.Interface()); err != nil {
+		return nil, err
+	}
+	if v, ok := p.Elem().Interface().(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return p.Elem().Interface(), nil
+}
+
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	examples := os.DirFS("examples")
+	for _, name := range schemas.Names() {
+		files, err := fs.Glob(examples, name+"/*.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) < 2 {
+			t.Errorf("%s: %d examples, want at least 2", name, len(files))
+		}
+		for _, file := range files {
+			t.Run(file, func(t *testing.T) {
+				t.Parallel()
+				doc, err := fs.ReadFile(examples, file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := schemas.Validate(name, doc); err != nil {
+					t.Fatalf("schema: %v", err)
+				}
+				v, err := decodeStrict(t, goTypes[name], doc)
+				if err != nil {
+					t.Fatalf("Go: %v", err)
+				}
+				// What Go makes of the example is valid too.
+				again, err := json.Marshal(v)
+				if err != nil {
+					t.Fatalf("re-encode: %v", err)
+				}
+				if err := schemas.Validate(name, again); err != nil {
+					t.Errorf("re-encoded %s: %v", again, err)
+				}
+			})
+		}
+	}
+}
+
+// The signed decision examples are test vectors; README.md there names the key.
+func TestDecisionExampleSignatures(t *testing.T) {
+	t.Parallel()
+	key := ed25519.NewKeyFromSeed([]byte("toolgate-example-signing-key-001")).Public().(ed25519.PublicKey)
+	files, err := fs.Glob(os.DirFS("examples"), "decision/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := 0
+	for _, file := range files {
+		doc, err := os.ReadFile(path.Join("examples", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d bus.Decision
+		if err := json.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Signature == nil {
+			continue
+		}
+		signed++
+		if err := d.Verify(key); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+		d.Message += "!"
+		if d.Verify(key) == nil {
+			t.Errorf("%s: a changed decision still verifies", file)
+		}
+	}
+	if signed < 2 {
+		t.Errorf("%d signed decision examples, want at least 2", signed)
+	}
+}
+
+func mustDigest(t *testing.T, args string) string {
+	t.Helper()
+	d, err := deferred.ArgsDigest(json.RawMessage(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestGoValuesValidate(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	local := time.Date(2026, 3, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600))
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
+	signed := func(d bus.Decision) bus.Decision {
+		if err := d.Sign(key); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
+	tests := []struct {
+		name   string
+		schema string
+		value  any
+	}{
+		{"call request", "call_request", bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "get_location", Args: raw(`{"precision":"city"}`), Deadline: now, Attempt: 1}},
+		{"call request with metadata", "call_request", bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call 1/ü", ToolName: "run_job", Args: raw(`{}`), Metadata: raw(`{"queue":"slow"}`), Deadline: local, Attempt: 3}},
+		{"approval request", "approval_request", bus.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "delete_file", Args: raw(`{"path":"a.txt"}`), ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Deadline: now, Attempt: 1}},
+		{"approval request full", "approval_request", bus.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "update_file", ToolDescription: "Update a file", Parameters: raw(`{"type":"object"}`), Args: raw(`{"path":".env","content":""}`), ArgsDigest: mustDigest(t, `{"path":".env","content":""}`), Metadata: raw(`{"reason":"protected"}`), Deadline: now, Attempt: 2}},
+		{"reply return", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn, Value: raw(`"Berlin"`), WorkerID: "w1"}},
+		{"reply return without value", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn}},
+		{"reply return with extras", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn, Value: raw(`{"order":17}`), Content: "Receipt", Metadata: raw(`{"cents":1999}`)}},
+		{"reply retry", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeRetry, Message: "use ISO dates"}},
+		{"reply failed", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeFailed, Message: "timed out"}},
+		{"decision approved", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, ApproverID: "alice", DecidedAt: now})},
+		{"decision approved with override", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, OverrideArgs: raw(`{"path":"b.txt"}`), ApproverID: "alice", DecidedAt: local})},
+		{"decision denied", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), Approved: false, Message: "no", ApproverID: "bot", DecidedAt: now})},
+		{"decision unsigned", "decision", bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), ApproverID: "bot", DecidedAt: now}},
+		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
+		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"value":1}`), Time: local}},
+		{"requests empty", "requests", deferred.Requests{}},
+		{"requests", "requests", deferred.Requests{
+			Calls:     []deferred.Call{{ToolName: "run_job", Args: raw(`{"job":"x"}`), ToolCallID: "job1"}, {ToolName: "now", ToolCallID: "now1"}},
+			Approvals: []deferred.Call{{ToolName: "delete_file", Args: raw(`{"path":"a.txt"}`), ToolCallID: "del1"}},
+			Metadata:  map[string]json.RawMessage{"job1": raw(`{"queue":"slow"}`), "del1": raw(`"why"`)},
+		}},
+		{"results empty", "results", deferred.Results{}},
+		{"results every form", "results", deferred.Results{
+			Approvals: map[string]deferred.Decision{
+				"a1": deferred.Approved{},
+				"a2": deferred.Approved{OverrideArgs: raw(`{"path":"b.txt"}`)},
+				"a3": deferred.Denied{Message: deferred.DefaultDenyMessage},
+				"a4": deferred.Denied{},
+			},
+			Calls: map[string]deferred.Result{
+				"v1": deferred.Value{Value: raw(`"Berlin"`)},
+				"v2": deferred.Value{Value: raw(`null`)},
+				"v3": deferred.Value{},
+				"v4": deferred.Value{Value: raw(`{"kind":"other","x":[1,2]}`)},
+				"r1": deferred.Return{Value: raw(`{"order":17}`), Content: "Receipt", Metadata: raw(`{"cents":1999}`)},
+				"r2": deferred.Return{},
+				"r3": deferred.Return{Value: raw(`{"kind":"tool-failed","message":"data, not a failure"}`)},
+				"m1": deferred.Retry{Message: "again"},
+				"f1": deferred.Failed{Message: "boom"},
+				"f2": deferred.Failed{},
+			},
+			Metadata: map[string]json.RawMessage{"a1": raw(`{"by":"alice"}`), "a2": nil},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := reflect.TypeOf(tt.value); got != goTypes[tt.schema] {
+				t.Fatalf("value of type %v for schema %s", got, tt.schema)
+			}
+			doc, err := json.Marshal(tt.value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schemas.Validate(tt.schema, doc); err != nil {
+				t.Errorf("%s: %v", doc, err)
+			}
+		})
+	}
+}
+
+func TestInvalidDocuments(t *testing.T) {
+	t.Parallel()
+	// Each document breaks the schema; the Go side must refuse it too
+	// (decoding strictly, then the type's own validation).
+	digest := strings.Repeat("ab", 32)
+	tests := []struct {
+		schema string
+		name   string
+		doc    string
+	}{
+		{"call_request", "missing tool_call_id", `{"run_id":"r","conversation_id":"c","tool_name":"t","args":{},"deadline":"2026-03-01T12:00:00Z","attempt":1}`},
+		{"call_request", "args not an object", `{"run_id":"r","conversation_id":"c","tool_call_id":"i","tool_name":"t","args":"{}","deadline":"2026-03-01T12:00:00Z","attempt":1}`},
+		{"call_request", "run_id with a dot", `{"run_id":"r.1","conversation_id":"c","tool_call_id":"i","tool_name":"t","args":{},"deadline":"2026-03-01T12:00:00Z","attempt":1}`},
+		{"call_request", "deadline not RFC 3339", `{"run_id":"r","conversation_id":"c","tool_call_id":"i","tool_name":"t","args":{},"deadline":"tomorrow","attempt":1}`},
+		{"approval_request", "missing run_id", `{"conversation_id":"c","tool_call_id":"i","tool_name":"t","args":{},"args_digest":"` + digest + `","deadline":"2026-03-01T12:00:00Z","attempt":1}`},
+		{"approval_request", "digest not hex", `{"run_id":"r","conversation_id":"c","tool_call_id":"i","tool_name":"t","args":{},"args_digest":"sha256:abc","deadline":"2026-03-01T12:00:00Z","attempt":1}`},
+		{"approval_request", "attempt a string", `{"run_id":"r","conversation_id":"c","tool_call_id":"i","tool_name":"t","args":{},"args_digest":"` + digest + `","deadline":"2026-03-01T12:00:00Z","attempt":"1"}`},
+		{"call_reply", "missing tool_call_id", `{"run_id":"r","outcome":"return","value":1}`},
+		{"call_reply", "unknown outcome", `{"run_id":"r","tool_call_id":"i","outcome":"ok"}`},
+		{"call_reply", "retry without message", `{"run_id":"r","tool_call_id":"i","outcome":"retry"}`},
+		{"call_reply", "metadata not an object", `{"run_id":"r","tool_call_id":"i","outcome":"return","metadata":[1]}`},
+		{"decision", "missing tool_call_id", `{"run_id":"r","args_digest":"` + digest + `","approved":true,"approver_id":"a","decided_at":"2026-03-01T12:00:00Z"}`},
+		{"decision", "approved a string", `{"run_id":"r","tool_call_id":"i","args_digest":"` + digest + `","approved":"yes","approver_id":"a","decided_at":"2026-03-01T12:00:00Z"}`},
+		{"decision", "override on a denial", `{"run_id":"r","tool_call_id":"i","args_digest":"` + digest + `","approved":false,"override_args":{"a":1},"approver_id":"a","decided_at":"2026-03-01T12:00:00Z"}`},
+		{"decision", "signature too short", `{"run_id":"r","tool_call_id":"i","args_digest":"` + digest + `","approved":true,"approver_id":"a","decided_at":"2026-03-01T12:00:00Z","signature":"AAAA"}`},
+		{"event", "missing conversation_id", `{"type":"run_started","time":"2026-03-01T12:00:00Z"}`},
+		{"event", "type a number", `{"conversation_id":"c","type":1,"time":"2026-03-01T12:00:00Z"}`},
+		{"requests", "call without id", `{"calls":[{"tool_name":"t","args":{}}],"approvals":[],"metadata":{}}`},
+		{"requests", "args a string", `{"calls":[],"approvals":[{"tool_name":"t","args":"{}","tool_call_id":"i"}],"metadata":{}}`},
+		{"requests", "unknown field", `{"calls":[],"approvals":[],"metadata":{},"pending":[]}`},
+		{"requests", "calls an object", `{"calls":{},"approvals":[],"metadata":{}}`},
+		{"results", "string decision", `{"approvals":{"del1":"yes"},"calls":{},"metadata":{}}`},
+		{"results", "null decision", `{"approvals":{"del1":null}}`},
+		{"results", "decision object without kind", `{"approvals":{"del1":{"approved":true}}}`},
+		{"results", "override not an object", `{"approvals":{"a":{"kind":"tool-approved","override_args":[1]}}}`},
+		{"results", "tool-return without return_value", `{"calls":{"c":{"kind":"tool-return","content":"x"}}}`},
+		{"results", "model-retry message a number", `{"calls":{"c":{"kind":"model-retry","message":1}}}`},
+		{"results", "tool-failed with an extra field", `{"calls":{"c":{"kind":"tool-failed","message":"x","code":1}}}`},
+		{"results", "approvals a list", `{"approvals":[true]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema+"/"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			if err := schemas.Validate(tt.schema, []byte(tt.doc)); err == nil {
+				t.Errorf("schema accepted %s", tt.doc)
+			}
+			if _, err := decodeStrict(t, goTypes[tt.schema], []byte(tt.doc)); err == nil {
+				t.Errorf("Go accepted %s", tt.doc)
+			}
+		})
+	}
+}
+
+// Every field of a Go type is a property of its schema and the other way
+// round, so the two cannot drift apart silently.
+func TestSchemaPropertiesMatchGoFields(t *testing.T) {
+	t.Parallel()
+	for name, typ := range goTypes {
+		doc := schemaDoc(t, name)
+		props, _ := doc["properties"].(map[string]any)
+		var inSchema, inGo []string
+		for p := range props {
+			inSchema = append(inSchema, p)
+		}
+		for f := range typ.Fields() {
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if tag != "" && tag != "-" {
+				inGo = append(inGo, tag)
+			}
+		}
+		slices.Sort(inSchema)
+		slices.Sort(inGo)
+		if !slices.Equal(inSchema, inGo) {
+			t.Errorf("%s: schema properties %v, Go fields %v", name, inSchema, inGo)
+		}
+		defs, _ := doc["$defs"].(map[string]any)
+		if call, ok := defs["call"].(map[string]any); ok && name == "requests" {
+			var callProps, callFields []string
+			for p := range call["properties"].(map[string]any) {
+				callProps = append(callProps, p)
+			}
+			for f := range reflect.TypeFor[deferred.Call]().Fields() {
+				tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				callFields = append(callFields, tag)
+			}
+			slices.Sort(callProps)
+			slices.Sort(callFields)
+			if !slices.Equal(callProps, callFields) {
+				t.Errorf("requests call: schema properties %v, Go fields %v", callProps, callFields)
+			}
+		}
+	}
+}
+
+func TestSchemaHeadersAndDescriptions(t *testing.T) {
+	t.Parallel()
+	for _, name := range schemas.Names() {
+		doc := schemaDoc(t, name)
+		if got, want := doc["$id"], schemas.BaseURL+name+".schema.json"; got != want {
+			t.Errorf("%s: $id %v, want %s", name, got, want)
+		}
+		if got := doc["$schema"]; got != "https://json-schema.org/draft/2020-12/schema" {
+			t.Errorf("%s: $schema %v", name, got)
+		}
+		for _, missing := range undescribed(doc, name) {
+			t.Errorf("no description: %s", missing)
+		}
+	}
+}
+
+// undescribed lists the properties and definitions under node that have no
+// description. Conditional subschemas (if/then/not/oneOf) only constrain and
+// are not visited.
+func undescribed(node map[string]any, at string) []string {
+	var out []string
+	if d, _ := node["description"].(string); d == "" {
+		out = append(out, at)
+	}
+	for _, key := range []string{"properties", "$defs"} {
+		m, _ := node[key].(map[string]any)
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok {
+				out = append(out, undescribed(sub, at+"/"+key+"/"+k)...)
+			}
+		}
+	}
+	if items, ok := node["items"].(map[string]any); ok && items["$ref"] == nil {
+		out = append(out, undescribed(items, at+"/items")...)
+	}
+	return out
+}
+
+func schemaDoc(t *testing.T, name string) map[string]any {
+	t.Helper()
+	b, err := schemas.Raw(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func TestCompileByID(t *testing.T) {
+	t.Parallel()
+	if _, err := schemas.Compile(schemas.BaseURL + "results.schema.json"); err != nil {
+		t.Errorf("by $id: %v", err)
+	}
+	if _, err := schemas.Compile("results.schema.json"); err != nil {
+		t.Errorf("by file name: %v", err)
+	}
+	if _, err := schemas.Compile("nope"); err == nil {
+		t.Error("unknown schema: no error")
+	}
+	if err := schemas.Validate("event", []byte(`{"conversation_id":"c","type":"x","time":"2026-03-01T12:00:00Z"} {}`)); err == nil {
+		t.Error("trailing data: no error")
+	}
+}
