@@ -199,12 +199,13 @@ func (p *Prompt) editArgs(ctx context.Context) (json.RawMessage, bool, error) {
 		if line == "" {
 			return nil, false, nil
 		}
-		var obj map[string]any
-		if err := json.Unmarshal([]byte(line), &obj); err != nil || obj == nil {
-			if err == nil {
-				err = errors.New("not a JSON object")
-			}
+		var v any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
 			fmt.Fprintf(p.out, "invalid args: %v\n", err)
+			continue
+		}
+		if _, ok := v.(map[string]any); !ok {
+			fmt.Fprintln(p.out, "invalid args: not a JSON object")
 			continue
 		}
 		var buf bytes.Buffer

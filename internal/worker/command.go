@@ -21,8 +21,10 @@ const ExitRetry = 75
 // Command is the exec executor: it runs a program once per call.
 //
 // The program gets the CallRequest as JSON on stdin and, in its environment,
-// TOOLGATE_RUN_ID, TOOLGATE_TOOL_CALL_ID and TOOLGATE_IDEMPOTENCY_KEY
-// (run_id:tool_call_id, the same on every redelivery of the call). Its stdout
+// TOOLGATE_RUN_ID, TOOLGATE_CONVERSATION_ID, TOOLGATE_TOOL_CALL_ID,
+// TOOLGATE_TOOL_NAME and TOOLGATE_IDEMPOTENCY_KEY (run_id:tool_call_id, the
+// same on every redelivery of the call). It inherits the worker's
+// environment except the worker's own TOOLGATE_* variables. Its stdout
 // is the result, read by ParseResult. Exit status 0 returns that result;
 // ExitRetry asks for a retry; any other status fails the call with the end of
 // stderr. A call that outlives its deadline is killed (with its process
@@ -85,7 +87,7 @@ func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	cmd.Dir = c.Dir
-	cmd.Env = append(cmd.Environ(), c.Env...)
+	cmd.Env = append(childEnv(cmd.Environ()), c.Env...)
 	cmd.Env = append(cmd.Env,
 		"TOOLGATE_RUN_ID="+req.RunID,
 		"TOOLGATE_CONVERSATION_ID="+req.ConversationID,
@@ -134,6 +136,18 @@ func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		return Failed("output exceeds %d bytes", maxOut), nil
 	}
 	return ParseResult(stdout.buf.Bytes()), nil
+}
+
+// childEnv drops the worker's own TOOLGATE_* variables (its NATS password
+// among them) from what a tool inherits; the call's are added afterwards.
+func childEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TOOLGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // retryMessage is what the model is told when a program exits with

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// syncBuffer is a log sink safe for the worker's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunServesCallsUntilCancelled(t *testing.T) {
+	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+
+	replies := make(chan bus.CallReply, 4)
+	sub, err := b.ConsumeReplies(t.Context(), "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
+		func(_ context.Context, d *bus.Delivery[bus.Reply]) error {
+			if d.Msg.Call != nil {
+				replies <- *d.Msg.Call
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop(context.Background()) })
+
+	sandbox := t.TempDir()
+	script := filepath.Join(t.TempDir(), "shout.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho '\"HEY\"'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{
+			"--nats", srv.ClientURL(), "--builtin", "--sandbox", sandbox,
+			"--exec", "shout=" + script, "--tools", "update_file,shout", "--id", "w1",
+		}, &logs)
+	}()
+
+	for i, c := range []struct{ tool, args string }{
+		{"update_file", `{"path":"a.txt","content":"hi"}`},
+		{"shout", `{}`},
+	} {
+		req := bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: string(rune('a' + i)), ToolName: c.tool,
+			Args: json.RawMessage(c.args), Deadline: time.Now().Add(time.Minute)}
+		if _, err := b.PublishCall(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	for range 2 {
+		select {
+		case r := <-replies:
+			got[r.ToolCallID] = string(r.Value)
+			if r.WorkerID != "w1" {
+				t.Errorf("worker id = %q, want w1", r.WorkerID)
+			}
+		case err := <-done:
+			t.Fatalf("run ended early: %v\n%s", err, logs.String())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no reply; log:\n%s", logs.String())
+		}
+	}
+	want := map[string]string{"a": `"File 'a.txt' updated: 'hi'"`, "b": `"HEY"`}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("reply %s = %s, want %s", k, got[k], v)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(sandbox, "a.txt")); err != nil || string(data) != "hi" {
+		t.Errorf("sandbox file = %q, %v", data, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},                                   // no tools
+		{"--exec", "noequals"},               // not NAME=COMMAND
+		{"--exec", "a.b=true"},               // bad tool name
+		{"--http", "hook=ftp://x"},           // not http
+		{"--builtin", "--tools", "missing"},  // unknown subset
+		{"--builtin", "--log-level", "loud"}, // bad level
+		{"--builtin", "--concurrency", "0"},
+	} {
+		var out syncBuffer
+		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), &out); err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+}

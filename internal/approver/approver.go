@@ -1,0 +1,310 @@
+package approver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Asker decides escalated requests, typically a human at a terminal
+// (*Prompt). A verdict with ActionEscalate means "skip": no decision.
+type Asker interface {
+	Ask(ctx context.Context, req bus.ApprovalRequest) (Verdict, error)
+}
+
+// Outcome says how the approver handled one request, for HandledFunc.
+type Outcome string
+
+const (
+	OutcomeApproved  Outcome = "approved"
+	OutcomeDenied    Outcome = "denied"
+	OutcomeEscalated Outcome = "escalated" // no decision published
+	OutcomeExpired   Outcome = "expired"   // past its deadline; no decision
+	OutcomeDuplicate Outcome = "duplicate" // already handled by this approver
+)
+
+// Config configures an Approver.
+type Config struct {
+	// Bus is the connection to consume requests and publish decisions on.
+	// Required; the Approver does not close it. The streams must exist
+	// (the orchestrator sets them up).
+	Bus *bus.Bus
+	// ID names this approver: its durable consumer on TOOLGATE_APPROVALS
+	// and the approver_id of its decisions. Required; one subject token.
+	ID string
+	// Policy decides requests. nil escalates every request, which makes
+	// sense only with an Asker.
+	Policy *Policy
+	// Asker, when set, is asked about requests the policy escalates, one
+	// at a time. nil leaves them unanswered for other approvers.
+	Asker Asker
+	// Key signs decisions. nil sends them unsigned; an orchestrator that
+	// trusts keys refuses those.
+	Key ed25519.PrivateKey
+	// Filter narrows the requests seen, e.g. bus.ApprovalSubject(tool).
+	// Defaults to bus.AllApprovals.
+	Filter string
+	// Consume tunes the durable consumer. With an Asker, PullMaxMessages
+	// defaults to 1 and AutoInProgress is on, so that requests do not wait
+	// in a prefetch buffer, or get redelivered, while a human thinks.
+	Consume bus.ConsumeConfig
+	// StopTimeout bounds the wait for a running handler when Run's context
+	// ends. Defaults to 10s.
+	StopTimeout time.Duration
+	// HandledFunc, if set, is called after each request is handled (its
+	// delivery about to be acked). Called from the consume loop; keep it
+	// short.
+	HandledFunc func(req bus.ApprovalRequest, o Outcome)
+	// Logger receives the approver's log. nil discards.
+	Logger *slog.Logger
+	// Now is the clock for deadlines and decided_at. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Filter == "" {
+		c.Filter = bus.AllApprovals
+	}
+	if c.Asker != nil {
+		if c.Consume.PullMaxMessages == 0 {
+			c.Consume.PullMaxMessages = 1
+		}
+		c.Consume.AutoInProgress = true
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Bus == nil {
+		return errors.New("bus is required")
+	}
+	if err := bus.ValidateToken("approver id", c.ID); err != nil {
+		return err
+	}
+	if c.Policy == nil && c.Asker == nil {
+		return errors.New("a policy or an asker is required")
+	}
+	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("key is %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
+	}
+	return nil
+}
+
+// Approver consumes approval requests on its own durable consumer (every
+// approver sees every request), decides them by policy or by asking, and
+// publishes signed decisions on toolgate.reply.<run>.approval.
+type Approver struct {
+	cfg     Config
+	logger  *slog.Logger
+	running atomic.Bool
+	seen    *seenSet
+	fatal   chan error
+}
+
+// New checks cfg and returns an Approver; Run starts it.
+func New(cfg Config) (*Approver, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new approver: %w", err)
+	}
+	return &Approver{
+		cfg:    cfg,
+		logger: cfg.Logger.With(slog.String("component", "approver"), slog.String("approver_id", cfg.ID)),
+		seen:   newSeenSet(4096),
+		fatal:  make(chan error, 1),
+	}, nil
+}
+
+// Run consumes requests until ctx ends (then it returns nil after the
+// running handler finishes) or the Asker's input ends (an error).
+func (a *Approver) Run(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("approver: already running")
+	}
+	defer a.running.Store(false)
+	sub, err := a.cfg.Bus.ConsumeApprovals(ctx, a.cfg.ID, a.cfg.Filter, a.cfg.Consume,
+		bus.HandlerFunc[bus.ApprovalRequest](a.handle))
+	if err != nil {
+		return fmt.Errorf("approver %s: %w", a.cfg.ID, err)
+	}
+	a.logger.InfoContext(ctx, "approver running", slog.String("filter", a.cfg.Filter),
+		slog.Bool("signing", a.cfg.Key != nil), slog.Bool("interactive", a.cfg.Asker != nil))
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-a.fatal:
+	}
+	// Stop is bounded by its own timeout: ctx has usually ended already.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopTimeout)
+	defer cancel()
+	if err := sub.Stop(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("approver %s: %w", a.cfg.ID, err)
+	}
+	return runErr
+}
+
+func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+	req := d.Msg
+	log := a.logger.With(slog.String("run_id", req.RunID), slog.String("tool_call_id", req.ToolCallID),
+		slog.String("tool", req.ToolName))
+	key := seenKey(req)
+	if a.seen.has(key) {
+		log.DebugContext(ctx, "request already handled", slog.Uint64("delivered", d.NumDelivered))
+		a.handled(req, OutcomeDuplicate)
+		return nil
+	}
+	if a.expired(req) {
+		log.InfoContext(ctx, "request past its deadline, skipped", slog.Time("deadline", req.Deadline))
+		a.done(key, req, OutcomeExpired)
+		return nil
+	}
+
+	v := Verdict{Action: ActionEscalate, Rule: -1}
+	if a.cfg.Policy != nil {
+		var err error
+		v, err = a.cfg.Policy.Evaluate(req)
+		if err != nil {
+			// The request cannot be evaluated now or ever.
+			return bus.Terminal(err)
+		}
+		for _, s := range v.Skipped {
+			log.WarnContext(ctx, "policy rule failed to evaluate; treated as not matching",
+				slog.Int("rule", s.Index), slog.Any("error", s.Err))
+		}
+		log.DebugContext(ctx, "policy verdict", slog.String("action", string(v.Action)), slog.Int("rule", v.Rule))
+	}
+	if v.Action == ActionEscalate && a.cfg.Asker != nil {
+		asked, err := a.cfg.Asker.Ask(ctx, req)
+		switch {
+		case errors.Is(err, ErrExpired):
+			log.InfoContext(ctx, "request expired while asking", slog.Time("deadline", req.Deadline))
+			a.done(key, req, OutcomeExpired)
+			return nil
+		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
+			// The human is gone (input closed): stop, and hand the request
+			// back so that it is asked again when an approver is back.
+			select {
+			case a.fatal <- fmt.Errorf("approver %s: %w", a.cfg.ID, err):
+			default:
+			}
+			return err
+		case err != nil:
+			return err
+		}
+		v = asked
+		if a.expired(req) {
+			log.InfoContext(ctx, "answered after the deadline; not sent", slog.Time("deadline", req.Deadline))
+			a.done(key, req, OutcomeExpired)
+			return nil
+		}
+	}
+	if v.Action == ActionEscalate {
+		log.InfoContext(ctx, "escalated: left to other approvers", slog.Int("rule", v.Rule))
+		a.done(key, req, OutcomeEscalated)
+		return nil
+	}
+
+	dec := bus.Decision{
+		RunID:      req.RunID,
+		ToolCallID: req.ToolCallID,
+		ArgsDigest: req.ArgsDigest,
+		Approved:   v.Action == ActionApprove,
+		ApproverID: a.cfg.ID,
+		DecidedAt:  a.cfg.Now().UTC(),
+	}
+	if dec.Approved {
+		dec.OverrideArgs = v.OverrideArgs
+	} else {
+		dec.Message = v.Message
+	}
+	if a.cfg.Key != nil {
+		if err := Sign(a.cfg.Key, &dec); err != nil {
+			return bus.Terminal(err)
+		}
+	}
+	if _, err := a.cfg.Bus.PublishDecision(ctx, dec); err != nil {
+		// Nak: the redelivery publishes again under the same Nats-Msg-Id.
+		return fmt.Errorf("decide %s: %w", req.ToolCallID, err)
+	}
+	o := OutcomeDenied
+	if dec.Approved {
+		o = OutcomeApproved
+	}
+	log.InfoContext(ctx, "decision published", slog.String("outcome", string(o)), slog.Int("rule", v.Rule),
+		slog.Bool("override_args", len(dec.OverrideArgs) != 0), slog.Bool("signed", dec.Signature != nil))
+	a.done(key, req, o)
+	return nil
+}
+
+func (a *Approver) expired(req bus.ApprovalRequest) bool {
+	return !req.Deadline.IsZero() && !a.cfg.Now().Before(req.Deadline)
+}
+
+func (a *Approver) done(key string, req bus.ApprovalRequest, o Outcome) {
+	a.seen.add(key)
+	a.handled(req, o)
+}
+
+func (a *Approver) handled(req bus.ApprovalRequest, o Outcome) {
+	if a.cfg.HandledFunc != nil {
+		a.cfg.HandledFunc(req, o)
+	}
+}
+
+func seenKey(req bus.ApprovalRequest) string {
+	return fmt.Sprintf("%s/%s/%d", req.RunID, req.ToolCallID, req.Attempt)
+}
+
+// seenSet remembers requests this approver has finished, so that a
+// redelivery (an ack lost, a prefetched message past AckWait) does not ask a
+// human twice. Bounded: the oldest entries go first.
+type seenSet struct {
+	mu    sync.Mutex
+	max   int
+	keys  map[string]struct{}
+	order []string
+}
+
+func newSeenSet(max int) *seenSet {
+	return &seenSet{max: max, keys: make(map[string]struct{})}
+}
+
+func (s *seenSet) has(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[k]
+	return ok
+}
+
+func (s *seenSet) add(k string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[k]; ok {
+		return
+	}
+	s.keys[k] = struct{}{}
+	s.order = append(s.order, k)
+	if len(s.order) > s.max {
+		drop := len(s.order) - s.max
+		for _, old := range s.order[:drop] {
+			delete(s.keys, old)
+		}
+		s.order = append(s.order[:0:0], s.order[drop:]...)
+	}
+}

@@ -1,0 +1,387 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Tool is one tool a worker serves.
+type Tool struct {
+	// Spec names the tool (required) and, for the toolgate_tools
+	// advertisement, describes it; Description and Parameters may be empty.
+	Spec ToolSpec
+	// Executor runs the tool's calls; required.
+	Executor Executor
+	// Kind names the executor in the advertisement: "exec", "http",
+	// "builtin". Defaults to "custom".
+	Kind string
+}
+
+// Config configures a Worker.
+type Config struct {
+	// Bus is the connection to JetStream; required. The streams must have
+	// been set up (bus.Setup). The worker does not close it.
+	Bus *bus.Bus
+	// Tools are the tools served, each on its durable call_<tool>; at least
+	// one, names unique.
+	Tools []Tool
+	// ID identifies this worker in replies. Defaults to <hostname>-<pid>.
+	ID string
+	// Concurrency bounds the calls running at once across all tools.
+	// Defaults to 4.
+	Concurrency int
+	// AckWait of the call consumers: a call whose worker sends no ack nor
+	// in-progress within it is delivered again. In-progress acks go out
+	// every AckWait/3 while a call runs. Defaults to 30s. The consumers are
+	// shared, so every worker of a tool should use the same value.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of a call; then the orchestrator's
+	// max-deliveries handler fails it. Defaults to 5.
+	MaxDeliver int
+	// BackOff are the delays before a call whose executor hit an
+	// infrastructure error is delivered again, by delivery number (the last
+	// entry repeats). Defaults to 1s, 5s, 30s, 2m.
+	BackOff []time.Duration
+	// DrainTimeout bounds how long Run waits, once its context ends, for
+	// calls in flight to finish; calls still running then are cancelled and
+	// handed back for redelivery. Defaults to 30s.
+	DrainTimeout time.Duration
+	// PublishTimeout bounds the publication of one reply (the bus retries
+	// within it). Defaults to 10s.
+	PublishTimeout time.Duration
+	// Advertise puts the tools in the toolgate_tools bucket and renews them
+	// every AdvertiseEvery while the worker runs. Off by default.
+	Advertise bool
+	// AdvertiseEvery is how often advertisements are renewed; keep it well
+	// under the bucket's TTL. Defaults to 30s.
+	AdvertiseEvery time.Duration
+	// Logger receives the worker's log. nil discards it.
+	Logger *slog.Logger
+	// Now is the clock for deadlines. Defaults to time.Now.
+	Now func() time.Time
+}
+
+var defaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "worker"
+		}
+		c.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if len(c.BackOff) == 0 {
+		c.BackOff = defaultBackOff
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.AdvertiseEvery <= 0 {
+		c.AdvertiseEvery = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	for i := range c.Tools {
+		if c.Tools[i].Kind == "" {
+			c.Tools[i].Kind = "custom"
+		}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Bus == nil {
+		return errors.New("bus is nil")
+	}
+	if len(c.Tools) == 0 {
+		return errors.New("no tools to serve")
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Tools {
+		if err := bus.ValidateToken("tool name", t.Spec.Name); err != nil {
+			return err
+		}
+		if seen[t.Spec.Name] {
+			return fmt.Errorf("tool %s is listed twice", t.Spec.Name)
+		}
+		seen[t.Spec.Name] = true
+		if t.Executor == nil {
+			return fmt.Errorf("tool %s has no executor", t.Spec.Name)
+		}
+		if len(t.Spec.Parameters) > 0 && !json.Valid(t.Spec.Parameters) {
+			return fmt.Errorf("tool %s: parameters are not valid JSON", t.Spec.Name)
+		}
+	}
+	for _, d := range c.BackOff {
+		if d < 0 {
+			return errors.New("negative back-off delay")
+		}
+	}
+	return nil
+}
+
+// Worker serves tool calls from JetStream. Create it with New and run it
+// with Run.
+type Worker struct {
+	cfg   Config
+	log   *slog.Logger
+	slots chan struct{} // one token per running call
+
+	mu       sync.Mutex
+	running  bool
+	stopping chan struct{} // closed when draining begins
+	inflight int           // handlers running
+	idle     chan struct{} // closed when inflight drops to 0, if someone waits
+}
+
+func (w *Worker) enter() {
+	w.mu.Lock()
+	w.inflight++
+	w.mu.Unlock()
+}
+
+func (w *Worker) leave() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	if w.inflight == 0 && w.idle != nil {
+		close(w.idle)
+		w.idle = nil
+	}
+}
+
+// whenIdle is closed once no handler runs.
+func (w *Worker) whenIdle() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := make(chan struct{})
+	if w.inflight == 0 {
+		close(ch)
+		return ch
+	}
+	if w.idle == nil {
+		w.idle = ch
+	}
+	return w.idle
+}
+
+// New checks cfg and returns a worker.
+func New(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("worker config: %w", err)
+	}
+	cfg.Tools = append([]Tool(nil), cfg.Tools...)
+	cfg.BackOff = append([]time.Duration(nil), cfg.BackOff...)
+	return &Worker{
+		cfg:   cfg,
+		log:   cfg.Logger.With(slog.String("component", "worker"), slog.String("worker_id", cfg.ID)),
+		slots: make(chan struct{}, cfg.Concurrency),
+	}, nil
+}
+
+// ID is the worker id set on replies.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Run serves calls until ctx ends, then drains: it stops fetching, lets the
+// calls in flight finish within DrainTimeout, and hands back (naks) those
+// that do not, so no call is lost. It returns nil after a clean drain. A
+// worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("worker: already run")
+	}
+	w.running = true
+	w.stopping = make(chan struct{})
+	w.mu.Unlock()
+
+	// The subscriptions outlive ctx so that calls in flight can finish; they
+	// end through Drain below.
+	subCtx, cancelSubs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSubs()
+
+	var subs []*bus.Subscription
+	for _, t := range w.cfg.Tools {
+		sub, err := w.cfg.Bus.ConsumeCalls(subCtx, t.Spec.Name, bus.ConsumeConfig{
+			AckWait:        w.cfg.AckWait,
+			MaxDeliver:     w.cfg.MaxDeliver,
+			BackOff:        w.cfg.BackOff,
+			Concurrency:    w.cfg.Concurrency,
+			AutoInProgress: true,
+		}, bus.HandlerFunc[bus.CallRequest](func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+			return w.handle(hctx, t, d)
+		}))
+		if err != nil {
+			close(w.stopping)
+			w.drain(subs)
+			return fmt.Errorf("worker: %w", err)
+		}
+		subs = append(subs, sub)
+	}
+	w.log.InfoContext(ctx, "serving", slog.Int("tools", len(subs)), slog.Int("concurrency", w.cfg.Concurrency))
+
+	var adv sync.WaitGroup
+	advCtx, stopAdv := context.WithCancel(ctx)
+	if w.cfg.Advertise {
+		adv.Go(func() { w.advertise(advCtx) })
+	}
+
+	<-ctx.Done()
+	stopAdv()
+	adv.Wait()
+	close(w.stopping)
+	w.log.Info("draining")
+	return w.drain(subs)
+}
+
+// drain stops the subscriptions, waiting for their handlers up to
+// DrainTimeout; handlers still running then have their context cancelled,
+// hand their call back and are waited for.
+func (w *Worker) drain(subs []*bus.Subscription) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		wg.Go(func() {
+			if err := s.Drain(ctx); err != nil {
+				w.log.Warn("drain timed out; cancelling calls in flight", slog.Any("error", err))
+			}
+		})
+	}
+	wg.Wait()
+	// Drain cancels the handlers' context when it times out; executors
+	// return soon after, and their calls are nak'd before the handler ends.
+	done := w.whenIdle()
+	grace := time.NewTimer(w.cfg.PublishTimeout + 5*time.Second)
+	defer grace.Stop()
+	select {
+	case <-done:
+		w.log.Info("drained")
+		return nil
+	case <-grace.C:
+		return errors.New("worker: calls still running after drain")
+	}
+}
+
+// handle runs one call. It ends the delivery itself (ack, nak) so that
+// nothing is left for after the drain.
+func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallRequest]) error {
+	w.enter()
+	defer w.leave()
+	req := d.Msg
+	log := w.log.With(slog.String("tool", t.Spec.Name), slog.String("run_id", req.RunID),
+		slog.String("tool_call_id", req.ToolCallID), slog.Uint64("delivered", d.NumDelivered))
+
+	select {
+	case <-w.stopping:
+		w.release(log, d, 0)
+		return nil
+	default:
+	}
+	// Waiting for a slot keeps the call: AutoInProgress covers the wait.
+	select {
+	case w.slots <- struct{}{}:
+	case <-w.stopping:
+		w.release(log, d, 0)
+		return nil
+	case <-ctx.Done():
+		w.release(log, d, 0)
+		return nil
+	}
+	defer func() { <-w.slots }()
+
+	var reply bus.CallReply
+	if !req.Deadline.IsZero() && !w.cfg.Now().Before(req.Deadline) {
+		reply = Failed(TimedOutMessage)
+		log.InfoContext(ctx, "deadline passed before the call ran")
+	} else {
+		start := time.Now()
+		r, err := t.Executor.Execute(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The worker is shutting down: another worker can run it now.
+				log.Warn("call interrupted by shutdown; handing it back", slog.Any("error", err))
+				w.release(log, d, 0)
+				return nil
+			}
+			delay := w.backoff(d.NumDelivered)
+			log.WarnContext(ctx, "executor error; redelivering later", slog.Any("error", err), slog.Duration("delay", delay))
+			w.release(log, d, delay)
+			return nil
+		}
+		reply = r
+		log.DebugContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", time.Since(start)))
+	}
+
+	reply.RunID = req.RunID
+	reply.ToolCallID = req.ToolCallID
+	reply.WorkerID = w.cfg.ID
+	if err := reply.Validate(); err != nil {
+		log.WarnContext(ctx, "executor gave an invalid reply", slog.Any("error", err))
+		reply = Failed("invalid tool result: %v", err)
+		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, w.cfg.ID
+	}
+
+	hdr := nats.Header{}
+	hdr.Set(bus.HeaderConversation, req.ConversationID)
+	if tp := d.Header.Get(bus.HeaderTraceParent); tp != "" {
+		hdr.Set(bus.HeaderTraceParent, tp)
+	}
+	// The result exists now; publish it even if shutdown began meanwhile.
+	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.PublishTimeout)
+	defer cancel()
+	if _, err := w.cfg.Bus.PublishCallReply(pubCtx, reply, hdr); err != nil {
+		delay := w.backoff(d.NumDelivered)
+		log.ErrorContext(ctx, "publish reply; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
+		w.release(log, d, delay)
+		return nil
+	}
+	if err := d.Ack(); err != nil {
+		// The reply is stored; a redelivery will publish a duplicate that the
+		// stream drops by its id.
+		log.WarnContext(ctx, "ack", slog.Any("error", err))
+	}
+	return nil
+}
+
+func (w *Worker) release(log *slog.Logger, d *bus.Delivery[bus.CallRequest], delay time.Duration) {
+	if err := d.NakWithDelay(delay); err != nil {
+		log.Warn("nak", slog.Any("error", err))
+	}
+}
+
+func (w *Worker) backoff(numDelivered uint64) time.Duration {
+	i := int(numDelivered) - 1
+	i = max(0, min(i, len(w.cfg.BackOff)-1))
+	return w.cfg.BackOff[i]
+}
