@@ -90,21 +90,33 @@ func Decode(data []byte, contentType string, v any) error {
 		if err := dec.Decode(v); err != nil {
 			return &DecodeError{ContentType: ct, Err: err}
 		}
-		if _, err := dec.Token(); err == nil {
+		if trailing(data, dec) {
 			return &DecodeError{ContentType: ct, Err: errors.New("trailing data")}
 		}
-	} else {
-		r := bytes.NewReader(data)
-		dec := msgpack.NewDecoder(r)
-		if err := dec.Decode(v); err != nil {
-			return &DecodeError{ContentType: ct, Err: err}
-		}
-		if r.Len() != 0 {
-			return &DecodeError{ContentType: ct, Err: errors.New("trailing data")}
-		}
+	} else if err := decodeMsgpack(data, v); err != nil {
+		return &DecodeError{ContentType: ct, Err: err}
 	}
 	if val, ok := v.(Validator); ok {
 		return val.Validate()
+	}
+	return nil
+}
+
+// decodeMsgpack recovers the decoder's panics: msgpack v5 panics on some
+// malformed input (nil for a time.Time field, found by fuzzing), and a body
+// from the network must not take a consumer down.
+func decodeMsgpack(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed msgpack: %v", r)
+		}
+	}()
+	r := bytes.NewReader(data)
+	if err := msgpack.NewDecoder(r).Decode(v); err != nil {
+		return err
+	}
+	if r.Len() != 0 {
+		return errors.New("trailing data")
 	}
 	return nil
 }

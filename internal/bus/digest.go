@@ -22,7 +22,7 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("canonical json: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if trailing(raw, dec) {
 		return nil, errors.New("canonical json: trailing data")
 	}
 	var out bytes.Buffer
@@ -32,6 +32,12 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("canonical json: %w", err)
 	}
 	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+// trailing reports whether anything but whitespace follows the value dec
+// has decoded from data.
+func trailing(data []byte, dec *json.Decoder) bool {
+	return len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) != 0
 }
 
 // DigestArgs is the hex SHA-256 of CanonicalJSON(args): the args_digest an

@@ -29,6 +29,7 @@ func RolePermissions(role string) (Permissions, error) {
 				subjectDLQ+".>",
 				"$KV."+BucketTools+".>",
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
+				"$JS.API.INFO",
 			),
 			Subscribe: inbox,
 		}, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode"
 )
 
@@ -88,6 +89,13 @@ func (c *checker) json(field string, v json.RawMessage) {
 	}
 }
 
+// when: a time both encodings can carry (JSON's is RFC 3339, years 0-9999).
+func (c *checker) when(field string, t time.Time) {
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		c.fail(field, "year %d is out of range", y)
+	}
+}
+
 func (c *checker) digest(field, v string) {
 	if len(v) != 64 {
 		c.fail(field, "is not a hex SHA-256 digest")
@@ -107,6 +115,7 @@ func (r CallRequest) Validate() error {
 	c.token("tool_name", r.ToolName)
 	c.object("args", r.Args, true)
 	c.object("metadata", r.Metadata, false)
+	c.when("deadline", r.Deadline)
 	if r.Attempt < 0 {
 		c.fail("attempt", "is negative")
 	}
@@ -125,6 +134,7 @@ func (r ApprovalRequest) Validate() error {
 	c.object("args", r.Args, true)
 	c.digest("args_digest", r.ArgsDigest)
 	c.object("metadata", r.Metadata, false)
+	c.when("deadline", r.Deadline)
 	if r.Attempt < 0 {
 		c.fail("attempt", "is negative")
 	}
@@ -172,6 +182,7 @@ func (d Decision) Validate() error {
 	if d.DecidedAt.IsZero() {
 		c.fail("decided_at", "is missing")
 	}
+	c.when("decided_at", d.DecidedAt)
 	if len(d.Signature) != 0 && len(d.Signature) != ed25519.SignatureSize {
 		c.fail("signature", "is %d bytes, want %d", len(d.Signature), ed25519.SignatureSize)
 	}
@@ -192,5 +203,6 @@ func (e Event) Validate() error {
 		c.id("tool_call_id", e.ToolCallID)
 	}
 	c.json("data", e.Data)
+	c.when("time", e.Time)
 	return c.err
 }

@@ -1,0 +1,41 @@
+package bus_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+func BenchmarkCodec(b *testing.B) {
+	for _, v := range wireSamples() {
+		name := reflect.TypeOf(v).Name()
+		for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
+			short := map[string]string{bus.ContentTypeMsgpack: "msgpack", bus.ContentTypeJSON: "json"}[ct]
+			data, err := bus.Encode(v, ct)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("%s/%s/encode", name, short), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := bus.Encode(v, ct); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(data)), "bytes/msg")
+			})
+			b.Run(fmt.Sprintf("%s/%s/decode", name, short), func(b *testing.B) {
+				b.ReportAllocs()
+				typ := reflect.TypeOf(v)
+				for b.Loop() {
+					p := reflect.New(typ).Interface()
+					if err := bus.Decode(data, ct, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

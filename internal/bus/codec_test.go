@@ -1,0 +1,292 @@
+package bus_test
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+func wireSamples() []any {
+	return []any{
+		sampleCall("run1", "c1"),
+		sampleApproval("run1", "c2"),
+		sampleReply("run1", "c3"),
+		sampleDecision("run1", "c4"),
+		bus.Event{ConversationID: "conv1", RunID: "run1", Type: "tool_call", ToolCallID: "c1", Data: json.RawMessage(`{"x":[1,2.5,"s"]}`), Time: deadline},
+	}
+}
+
+func roundTrip(t *testing.T, v any, ct string) any {
+	t.Helper()
+	data, err := bus.Encode(v, ct)
+	if err != nil {
+		t.Fatalf("encode %T as %q: %v", v, ct, err)
+	}
+	var out any
+	switch v.(type) {
+	case bus.CallRequest:
+		var r bus.CallRequest
+		err, out = bus.Decode(data, ct, &r), &r
+	case bus.ApprovalRequest:
+		var r bus.ApprovalRequest
+		err, out = bus.Decode(data, ct, &r), &r
+	case bus.CallReply:
+		var r bus.CallReply
+		err, out = bus.Decode(data, ct, &r), &r
+	case bus.Decision:
+		var r bus.Decision
+		err, out = bus.Decode(data, ct, &r), &r
+	case bus.Event:
+		var r bus.Event
+		err, out = bus.Decode(data, ct, &r), &r
+	default:
+		t.Fatalf("no case for %T", v)
+	}
+	if err != nil {
+		t.Fatalf("decode %T as %q: %v", v, ct, err)
+	}
+	return out
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, ct := range []string{"", bus.ContentTypeMsgpack, bus.ContentTypeJSON, "application/json; charset=utf-8"} {
+		for _, v := range wireSamples() {
+			got := roundTrip(t, v, ct)
+			// Raw JSON values keep their exact text (numbers included).
+			if diff := cmp.Diff(v, deref(got)); diff != "" {
+				t.Errorf("%T via %q (-want +got):\n%s", v, ct, diff)
+			}
+		}
+	}
+}
+
+func deref(v any) any {
+	switch v := v.(type) {
+	case *bus.CallRequest:
+		return *v
+	case *bus.ApprovalRequest:
+		return *v
+	case *bus.CallReply:
+		return *v
+	case *bus.Decision:
+		return *v
+	case *bus.Event:
+		return *v
+	}
+	return v
+}
+
+func TestCodecIsMsgpackByDefault(t *testing.T) {
+	t.Parallel()
+	data, err := bus.Encode(sampleReply("run1", "c1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if json.Valid(data) {
+		t.Error("default encoding is JSON")
+	}
+	if data[0]&0xf0 != 0x80 {
+		t.Errorf("first byte %#x is not a msgpack fixmap", data[0])
+	}
+	if _, err := bus.Encode(sampleReply("run1", "c1"), "text/plain"); !errors.Is(err, bus.ErrUnsupportedContentType) {
+		t.Errorf("text/plain: err = %v", err)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	asJSON := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	call := func(f func(*bus.CallRequest)) []byte { c := sampleCall("run1", "c1"); f(&c); return asJSON(c) }
+	appr := func(f func(*bus.ApprovalRequest)) []byte { c := sampleApproval("run1", "c1"); f(&c); return asJSON(c) }
+	reply := func(f func(*bus.CallReply)) []byte { c := sampleReply("run1", "c1"); f(&c); return asJSON(c) }
+	dec := func(f func(*bus.Decision)) []byte { c := sampleDecision("run1", "c1"); f(&c); return asJSON(c) }
+	ev := func(f func(*bus.Event)) []byte {
+		e := bus.Event{ConversationID: "c", Type: "t"}
+		f(&e)
+		return asJSON(e)
+	}
+	tests := []struct {
+		name  string
+		into  func() any
+		data  []byte
+		field string // "" : a decode error
+	}{
+		{"call garbage", func() any { return new(bus.CallRequest) }, []byte(`{"run_id":`), ""},
+		{"call trailing", func() any { return new(bus.CallRequest) }, append(call(func(*bus.CallRequest) {}), []byte(` {}`)...), ""},
+		{"call no run", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.RunID = "" }), "run_id"},
+		{"call dotted run", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.RunID = "a.b" }), "run_id"},
+		{"call no conversation", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.ConversationID = "" }), "conversation_id"},
+		{"call no call id", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.ToolCallID = "" }), "tool_call_id"},
+		{"call wildcard tool", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.ToolName = "a*" }), "tool_name"},
+		{"call spaced tool", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.ToolName = "a b" }), "tool_name"},
+		{"call array args", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.Args = json.RawMessage(`[1]`) }), "args"},
+		{"call no args", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.Args = nil }), "args"},
+		{"call string metadata", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.Metadata = json.RawMessage(`"x"`) }), "metadata"},
+		{"call negative attempt", func() any { return new(bus.CallRequest) }, call(func(c *bus.CallRequest) { c.Attempt = -1 }), "attempt"},
+		{"approval wrong digest", func() any { return new(bus.ApprovalRequest) }, appr(func(c *bus.ApprovalRequest) { c.Args = json.RawMessage(`{"path":"/etc"}`) }), "args_digest"},
+		{"approval bad digest", func() any { return new(bus.ApprovalRequest) }, appr(func(c *bus.ApprovalRequest) { c.ArgsDigest = "zz" }), "args_digest"},
+		{"approval bad parameters", func() any { return new(bus.ApprovalRequest) }, appr(func(c *bus.ApprovalRequest) { c.Parameters = json.RawMessage(`true`) }), "parameters"},
+		{"reply unknown outcome", func() any { return new(bus.CallReply) }, reply(func(c *bus.CallReply) { c.Outcome = "maybe" }), "outcome"},
+		{"reply no outcome", func() any { return new(bus.CallReply) }, reply(func(c *bus.CallReply) { c.Outcome = "" }), "outcome"},
+		{"reply retry without message", func() any { return new(bus.CallReply) }, reply(func(c *bus.CallReply) { c.Outcome, c.Message = bus.OutcomeRetry, "" }), "message"},
+		{"reply bad value", func() any { return new(bus.CallReply) }, []byte(`{"run_id":"r","tool_call_id":"c","outcome":"return","value":"\u0000`), ""},
+		{"decision no approver", func() any { return new(bus.Decision) }, dec(func(d *bus.Decision) { d.ApproverID = "" }), "approver_id"},
+		{"decision override on denial", func() any { return new(bus.Decision) }, dec(func(d *bus.Decision) { d.Approved = false }), "override_args"},
+		{"decision short signature", func() any { return new(bus.Decision) }, dec(func(d *bus.Decision) { d.Signature = []byte{1, 2} }), "signature"},
+		{"decision no time", func() any { return new(bus.Decision) }, dec(func(d *bus.Decision) { d.DecidedAt = time.Time{} }), "decided_at"},
+		{"event no type", func() any { return new(bus.Event) }, ev(func(e *bus.Event) { e.Type = "" }), "type"},
+		{"event no conversation", func() any { return new(bus.Event) }, ev(func(e *bus.Event) { e.ConversationID = "" }), "conversation_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := bus.Decode(tt.data, bus.ContentTypeJSON, tt.into())
+			var ve *bus.ValidationError
+			var de *bus.DecodeError
+			switch {
+			case tt.field == "" && !errors.As(err, &de):
+				t.Errorf("err = %v, want a DecodeError", err)
+			case tt.field != "" && (!errors.As(err, &ve) || ve.Field != tt.field):
+				t.Errorf("err = %v, want a ValidationError on %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestEncodeRefusesInvalid(t *testing.T) {
+	t.Parallel()
+	c := sampleCall("run1", "c1")
+	c.Args = json.RawMessage(`"no"`)
+	if _, err := bus.Encode(c, ""); err == nil || !strings.Contains(err.Error(), "args") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestDigestArgsIsCanonical(t *testing.T) {
+	t.Parallel()
+	a, err := bus.DigestArgs(json.RawMessage(`{"b": 1, "a": {"y": [1, 2.50], "x": "<&>"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.DigestArgs(json.RawMessage(`{"a":{"x":"<&>","y":[1,2.50]},"b":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b || len(a) != 64 {
+		t.Errorf("digests differ: %s %s", a, b)
+	}
+	c, err := bus.DigestArgs(json.RawMessage(`{"a":{"x":"<&>","y":[1,2.5]},"b":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == a {
+		t.Error("number literals 2.50 and 2.5 digest alike; the canonical form keeps literals")
+	}
+	got, err := bus.CanonicalJSON([]byte(` {"b":1, "a":"<&>"} `))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != `{"a":"<&>","b":1}` {
+		t.Errorf("canonical = %s", got)
+	}
+	if _, err := bus.DigestArgs(json.RawMessage(`{"a":1} x`)); err == nil {
+		t.Error("trailing data accepted")
+	}
+}
+
+func TestDecisionSignature(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sampleDecision("run1", "c1")
+	if err := d.Sign(priv); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Verify(pub); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	// The signature survives both encodings (decided_at comes back in
+	// another location from msgpack).
+	for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
+		got := roundTrip(t, d, ct).(*bus.Decision)
+		if err := got.Verify(pub); err != nil {
+			t.Errorf("verify after %s: %v", ct, err)
+		}
+	}
+	tampered := []func(*bus.Decision){
+		func(d *bus.Decision) { d.Approved = false; d.OverrideArgs = nil },
+		func(d *bus.Decision) { d.OverrideArgs = json.RawMessage(`{"path":"/"}`) },
+		func(d *bus.Decision) { d.ToolCallID = "c2" },
+		func(d *bus.Decision) { d.DecidedAt = d.DecidedAt.Add(time.Second) },
+		func(d *bus.Decision) { d.Signature = nil },
+	}
+	for i, f := range tampered {
+		c := d
+		f(&c)
+		if err := c.Verify(pub); !errors.Is(err, bus.ErrBadSignature) {
+			t.Errorf("tampering %d: err = %v, want ErrBadSignature", i, err)
+		}
+	}
+	other, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Verify(other); !errors.Is(err, bus.ErrBadSignature) {
+		t.Errorf("other key: err = %v", err)
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	t.Parallel()
+	ok := func(s string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for got, want := range map[string]string{
+		ok(bus.CallSubject("weather")):      "toolgate.call.weather",
+		ok(bus.ApprovalSubject("rm")):       "toolgate.approval.rm",
+		ok(bus.CallReplySubject("r1")):      "toolgate.reply.r1.call",
+		ok(bus.DecisionSubject("r1")):       "toolgate.reply.r1.approval",
+		ok(bus.EventSubject("conv")):        "toolgate.event.conv",
+		ok(bus.DLQSubject(bus.DLQDecode)):   "toolgate.dlq.decode",
+		ok(bus.AuditSubject("r1")):          "toolgate.audit.r1",
+		ok(bus.CallConsumerName("weather")): "call_weather",
+	} {
+		if got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a*", ">", "a b", "a\tb", "a/b", "a\x00", strings.Repeat("x", 300)} {
+		if _, err := bus.CallSubject(bad); err == nil {
+			t.Errorf("CallSubject(%q) accepted", bad)
+		}
+	}
+	run, kind, err := bus.ParseReplySubject("toolgate.reply.r1.approval")
+	if err != nil || run != "r1" || kind != bus.ReplyKindApproval {
+		t.Errorf("parse = %s %s %v", run, kind, err)
+	}
+	for _, bad := range []string{"toolgate.reply.r1", "toolgate.reply.r1.other", "toolgate.call.r1.call"} {
+		if _, _, err := bus.ParseReplySubject(bad); err == nil {
+			t.Errorf("ParseReplySubject(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,565 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// runBusConformance checks the behaviour every bus must have; newBus
+// returns a set-up bus on a fresh server.
+func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
+	fast := bus.ConsumeConfig{AckWait: 5 * time.Second, BackOff: []time.Duration{10 * time.Millisecond}}
+
+	t.Run("call round trip", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		want := sampleCall("run1", "c1")
+		got := make(chan *bus.Delivery[bus.CallRequest], 1)
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d; return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCall(ctxT(t), want); err != nil {
+			t.Fatal(err)
+		}
+		d := recv(t, got, "call")
+		if diff := cmp.Diff(want, d.Msg); diff != "" {
+			t.Errorf("call (-want +got):\n%s", diff)
+		}
+		if d.Header.Get(bus.HeaderRun) != "run1" || d.Header.Get(bus.HeaderCall) != "c1" || d.Header.Get(bus.HeaderConversation) != "conv1" {
+			t.Errorf("id headers: %v", d.Header)
+		}
+		if d.NumDelivered != 1 || d.StreamSeq == 0 || d.Subject != "toolgate.call.weather" {
+			t.Errorf("metadata: delivered %d seq %d subject %s", d.NumDelivered, d.StreamSeq, d.Subject)
+		}
+	})
+
+	t.Run("approval round trip", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		want := sampleApproval("run1", "c2")
+		// Two approvers each see every request.
+		got1 := make(chan bus.ApprovalRequest, 1)
+		got2 := make(chan bus.ApprovalRequest, 1)
+		for name, ch := range map[string]chan bus.ApprovalRequest{"bot": got1, "human": got2} {
+			s, err := b.ConsumeApprovals(ctxT(t), name, "", fast, bus.HandlerFunc[bus.ApprovalRequest](
+				func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error { ch <- d.Msg; return nil }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop(t, s)
+		}
+		if _, err := b.PublishApproval(ctxT(t), want); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range []chan bus.ApprovalRequest{got1, got2} {
+			if diff := cmp.Diff(want, recv(t, ch, "approval")); diff != "" {
+				t.Errorf("approval (-want +got):\n%s", diff)
+			}
+		}
+	})
+
+	t.Run("replies round trip", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		reply := sampleReply("run1", "c1")
+		dec := sampleDecision("run1", "c2")
+		got := make(chan bus.Reply, 2)
+		s, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
+			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { got <- d.Msg; return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCallReply(ctxT(t), reply); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.PublishDecision(ctxT(t), dec); err != nil {
+			t.Fatal(err)
+		}
+		want := []bus.Reply{
+			{Kind: bus.ReplyKindCall, RunID: "run1", Call: &reply},
+			{Kind: bus.ReplyKindApproval, RunID: "run1", Decision: &dec},
+		}
+		for i := range want {
+			if diff := cmp.Diff(want[i], recv(t, got, "reply")); diff != "" {
+				t.Errorf("reply %d (-want +got):\n%s", i, diff)
+			}
+		}
+	})
+
+	t.Run("events round trip", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		evs := []bus.Event{
+			{ConversationID: "conv1", RunID: "run1", Type: "tool_call", ToolCallID: "c1", Data: json.RawMessage(`{"a":1}`), Time: deadline},
+			{ConversationID: "conv2", Type: "other", Time: deadline},
+			{ConversationID: "conv1", RunID: "run2", Type: "done", Time: deadline},
+		}
+		for _, e := range evs {
+			if _, err := b.PublishEvent(ctxT(t), e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []bus.Event
+		var seqs []uint64
+		for se, err := range b.Events(ctxT(t), "conv1", 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, se.Event)
+			seqs = append(seqs, se.Seq)
+			if len(got) == 2 {
+				break
+			}
+		}
+		if diff := cmp.Diff([]bus.Event{evs[0], evs[2]}, got); diff != "" {
+			t.Errorf("events (-want +got):\n%s", diff)
+		}
+		// Resuming after the first yields the second.
+		for se, err := range b.Events(ctxT(t), "conv1", seqs[0]) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if se.Seq != seqs[1] {
+				t.Errorf("resumed at seq %d, want %d", se.Seq, seqs[1])
+			}
+			break
+		}
+	})
+
+	t.Run("duplicate publish is stored once", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		r := sampleReply("run1", "c1")
+		if _, err := b.PublishCallReply(ctxT(t), r); err != nil {
+			t.Fatal(err)
+		}
+		r.WorkerID = "w2"
+		ack, err := b.PublishCallReply(ctxT(t), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ack.Duplicate {
+			t.Error("second publish not reported as duplicate")
+		}
+		if n := streamMsgs(t, b, bus.StreamReplies); n != 1 {
+			t.Errorf("replies stream holds %d messages, want 1", n)
+		}
+		// Decisions of different approvers are not duplicates of each other.
+		d := sampleDecision("run1", "c1")
+		for _, who := range []string{"alice", "bob", "alice"} {
+			d.ApproverID = who
+			if _, err := b.PublishDecision(ctxT(t), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := streamMsgs(t, b, bus.StreamReplies); n != 3 {
+			t.Errorf("replies stream holds %d messages, want 3", n)
+		}
+	})
+
+	t.Run("poison message is dead-lettered, not handled", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		var handled atomic.Int32
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { handled.Add(1); return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		// Raw publishes past the codec: garbage, and a valid body that
+		// fails validation.
+		hdr := nats.Header{"X-Trace": []string{"t1"}}
+		if _, err := b.JetStream().PublishMsg(ctxT(t), &nats.Msg{Subject: "toolgate.call.weather", Data: []byte{0xc1, 0x00}, Header: hdr}); err != nil {
+			t.Fatal(err)
+		}
+		dl := nextDeadLetter(t, b, 0)
+		if dl.Kind != bus.DLQDecode || dl.Subject != "toolgate.call.weather" || dl.Stream != bus.StreamCalls || dl.StreamSeq != 1 {
+			t.Errorf("dead letter = kind %q subject %q stream %q seq %d", dl.Kind, dl.Subject, dl.Stream, dl.StreamSeq)
+		}
+		if dl.Reason == "" || dl.Header.Get("X-Trace") != "t1" || string(dl.Data) != "\xc1\x00" {
+			t.Errorf("dead letter lost reason, headers or data: %+v", dl)
+		}
+		bad := sampleCall("run1", "c1")
+		bad.Args = json.RawMessage(`[1,2]`)
+		data, err := json.Marshal(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.JetStream().PublishMsg(ctxT(t), &nats.Msg{Subject: "toolgate.call.weather", Data: data,
+			Header: nats.Header{bus.HeaderContentType: []string{bus.ContentTypeJSON}}}); err != nil {
+			t.Fatal(err)
+		}
+		dl = nextDeadLetter(t, b, dl.Seq)
+		if dl.Kind != bus.DLQInvalid || !strings.Contains(dl.Reason, "args") {
+			t.Errorf("dead letter = kind %q reason %q, want invalid naming args", dl.Kind, dl.Reason)
+		}
+		// The good call behind them still flows, and the poison is gone
+		// from the work queue (terminated).
+		done := make(chan struct{})
+		s2, err := b.ConsumeCalls(ctxT(t), "other", fast, bus.HandlerFunc[bus.CallRequest](
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { close(done); return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s2)
+		c := sampleCall("run1", "c9")
+		c.ToolName = "other"
+		if _, err := b.PublishCall(ctxT(t), c); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, done, "good call")
+		if handled.Load() != 0 {
+			t.Errorf("handler saw %d poison messages", handled.Load())
+		}
+		waitFor(t, "work queue empty", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+	})
+
+	t.Run("reply body must match its subject", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		var handled atomic.Int32
+		s, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
+			func(context.Context, *bus.Delivery[bus.Reply]) error { handled.Add(1); return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		// A decision body published on a result subject.
+		data, err := bus.Encode(sampleDecision("run1", "c1"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.JetStream().Publish(ctxT(t), "toolgate.reply.run1.call", data); err != nil {
+			t.Fatal(err)
+		}
+		dl := nextDeadLetter(t, b, 0)
+		if dl.Kind != bus.DLQInvalid {
+			t.Errorf("kind %q reason %q", dl.Kind, dl.Reason)
+		}
+		// A result for another run than its subject says.
+		if _, err := b.Publish(ctxT(t), "toolgate.reply.run2.call", "x", sampleReply("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		dl = nextDeadLetter(t, b, dl.Seq)
+		if dl.Kind != bus.DLQInvalid || !strings.Contains(dl.Reason, "run_id") {
+			t.Errorf("kind %q reason %q", dl.Kind, dl.Reason)
+		}
+		if handled.Load() != 0 {
+			t.Errorf("handler saw %d mismatched replies", handled.Load())
+		}
+	})
+
+	t.Run("handler error redelivers after delay", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		got := make(chan uint64, 3)
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+				got <- d.NumDelivered
+				switch d.NumDelivered {
+				case 1:
+					return errors.New("transient")
+				case 2:
+					panic("boom")
+				}
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		for want := uint64(1); want <= 3; want++ {
+			if n := recv(t, got, "delivery"); n != want {
+				t.Fatalf("delivery %d, want %d", n, want)
+			}
+		}
+		waitFor(t, "acked", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+	})
+
+	t.Run("explicit nak with delay", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		got := make(chan time.Time, 2)
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+				got <- time.Now()
+				if d.NumDelivered == 1 {
+					return d.NakWithDelay(300 * time.Millisecond)
+				}
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		t1 := recv(t, got, "first delivery")
+		t2 := recv(t, got, "redelivery")
+		if d := t2.Sub(t1); d < 250*time.Millisecond {
+			t.Errorf("redelivered after %s, want ≥ 300ms", d)
+		}
+	})
+
+	t.Run("terminal handler error dead-letters", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
+				return bus.Terminal(errors.New("tool is gone"))
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		dl := nextDeadLetter(t, b, 0)
+		if dl.Kind != bus.DLQHandler || dl.Reason != "tool is gone" || dl.Header.Get(bus.HeaderRun) != "run1" {
+			t.Errorf("dead letter %+v", dl)
+		}
+		waitFor(t, "termed", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+	})
+
+	t.Run("max deliveries become a dead letter and a failed reply", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		cfg := fast
+		cfg.MaxDeliver = 2
+		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { return errors.New("always") }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		md, err := b.HandleMaxDeliveries(ctxT(t), bus.MaxDeliveriesConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, md)
+		replies := make(chan bus.Reply, 1)
+		rs, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
+			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, rs)
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		r := recv(t, replies, "failed reply")
+		want := bus.Reply{Kind: bus.ReplyKindCall, RunID: "run1", Call: &bus.CallReply{
+			RunID: "run1", ToolCallID: "c1", Outcome: bus.OutcomeFailed, Message: "exhausted 2 deliveries", WorkerID: "toolgate",
+		}}
+		if diff := cmp.Diff(want, r); diff != "" {
+			t.Errorf("reply (-want +got):\n%s", diff)
+		}
+		dl := nextDeadLetter(t, b, 0)
+		if dl.Kind != bus.DLQMaxDeliveries || dl.Stream != bus.StreamCalls || dl.Reason != "exhausted 2 deliveries" {
+			t.Errorf("dead letter %+v", dl)
+		}
+		waitFor(t, "call deleted", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+	})
+
+	t.Run("batch publish", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		var out []bus.Outgoing
+		for _, id := range []string{"c1", "c2", "c3"} {
+			o, err := bus.CallMessage(sampleCall("run1", id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, o)
+		}
+		a, err := bus.ApprovalMessage(sampleApproval("run1", "c4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+		if err := b.PublishBatch(ctxT(t), out); err != nil {
+			t.Fatal(err)
+		}
+		// Again: every message is a duplicate, nothing is added.
+		if err := b.PublishBatch(ctxT(t), out); err != nil {
+			t.Fatal(err)
+		}
+		if n := streamMsgs(t, b, bus.StreamCalls); n != 3 {
+			t.Errorf("calls: %d messages, want 3", n)
+		}
+		if n := streamMsgs(t, b, bus.StreamApprovals); n != 1 {
+			t.Errorf("approvals: %d messages, want 1", n)
+		}
+		// A message nobody captures fails alone, naming its index.
+		out = append(out, bus.Outgoing{Subject: "nowhere.at.all", MsgID: "x", Value: sampleReply("run1", "c1")})
+		err = b.PublishBatch(ctxT(t), out)
+		if !errors.Is(err, bus.ErrNotCaptured) || !strings.Contains(err.Error(), "[4]") {
+			t.Errorf("batch error = %v, want ErrNotCaptured for [4]", err)
+		}
+	})
+
+	t.Run("publish to an uncaptured subject is an error", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		_, err := b.Publish(ctxT(t), "toolgate.nothing.here", "id1", sampleReply("run1", "c1"))
+		if !errors.Is(err, bus.ErrNotCaptured) {
+			t.Errorf("err = %v, want ErrNotCaptured", err)
+		}
+	})
+
+	t.Run("concurrency runs handlers in parallel", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		cfg := fast
+		cfg.Concurrency = 2
+		arrived := make(chan string, 2)
+		release := make(chan struct{})
+		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
+			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+				arrived <- d.Msg.ToolCallID
+				<-release
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		for _, id := range []string{"c1", "c2"} {
+			if _, err := b.PublishCall(ctxT(t), sampleCall("run1", id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Both arrive while neither handler has returned.
+		got := map[string]bool{recv(t, arrived, "first call"): true, recv(t, arrived, "second call"): true}
+		close(release)
+		if !got["c1"] || !got["c2"] {
+			t.Errorf("handled %v", got)
+		}
+	})
+
+	t.Run("auto in-progress keeps a long call from redelivery", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		cfg := fast
+		cfg.AckWait = 500 * time.Millisecond
+		cfg.AutoInProgress = true
+		deliveries := make(chan uint64, 4)
+		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
+			func(ctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+				deliveries <- d.NumDelivered
+				if d.NumDelivered == 1 {
+					// Outlive AckWait three times over.
+					select {
+					case <-time.After(3 * cfg.AckWait):
+					case <-ctx.Done():
+					}
+				}
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, s)
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, deliveries, "delivery")
+		waitFor(t, "acked", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+		select {
+		case n := <-deliveries:
+			t.Errorf("redelivered (delivery %d) although in progress", n)
+		default:
+		}
+	})
+
+	t.Run("stop waits for a running handler", func(t *testing.T) {
+		t.Parallel()
+		b := newBus(t)
+		started := make(chan struct{})
+		release := make(chan struct{})
+		var finished atomic.Bool
+		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
+				close(started)
+				<-release
+				finished.Store(true)
+				return nil
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, "handler start")
+		stopped := make(chan error, 1)
+		go func() { stopped <- s.Stop(ctxT(t)) }()
+		select {
+		case err := <-stopped:
+			t.Fatalf("Stop returned %v while the handler ran", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if err := recv(t, stopped, "stop"); err != nil {
+			t.Fatal(err)
+		}
+		if !finished.Load() {
+			t.Error("Stop returned before the handler finished")
+		}
+	})
+}
+
+// waitFor polls cond (server-side state has no notification) with a bound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestConformanceInProcessMsgpack(t *testing.T) {
+	t.Parallel()
+	runBusConformance(t, func(t *testing.T) *bus.Bus {
+		b := connectInProcess(t, startServer(t), bus.ConnConfig{Name: "test"})
+		setup(t, b)
+		return b
+	})
+}
+
+func TestConformanceTCPJSON(t *testing.T) {
+	t.Parallel()
+	runBusConformance(t, func(t *testing.T) *bus.Bus {
+		srv := startServer(t)
+		b, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: srv.ClientURL(), Name: "test", ContentType: bus.ContentTypeJSON, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		setup(t, b)
+		return b
+	})
+}

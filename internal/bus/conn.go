@@ -1,0 +1,184 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ConnConfig configures a client connection.
+type ConnConfig struct {
+	// URL of the NATS server(s), comma-separated. Defaults to
+	// nats.DefaultURL. Ignored by (*Server).Connect.
+	URL string
+	// Name identifies the client in server logs and monitoring. Defaults
+	// to "toolgate".
+	Name string
+	// User and Password authenticate against a server with users.
+	User     string
+	Password string
+	// CredsFile is a NATS credentials file (JWT + seed); overrides
+	// User/Password.
+	CredsFile string
+	// ContentType for published bodies: ContentTypeMsgpack (default) or
+	// ContentTypeJSON.
+	ContentType string
+	// PublishTimeout bounds the wait for one publish ack. Defaults to 5s.
+	PublishTimeout time.Duration
+	// PublishRetries is how many times a publish whose ack timed out is
+	// sent again with the same Nats-Msg-Id. Defaults to 3; -1 disables.
+	PublishRetries int
+	// Logger for connection and consumer errors. nil discards.
+	Logger *slog.Logger
+}
+
+func (c ConnConfig) withDefaults() ConnConfig {
+	if c.URL == "" {
+		c.URL = nats.DefaultURL
+	}
+	if c.Name == "" {
+		c.Name = "toolgate"
+	}
+	if c.ContentType == "" {
+		c.ContentType = ContentTypeMsgpack
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 5 * time.Second
+	}
+	switch {
+	case c.PublishRetries == 0:
+		c.PublishRetries = 3
+	case c.PublishRetries < 0:
+		c.PublishRetries = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Bus is a connection to NATS JetStream with toolgate's conventions. It is
+// safe for concurrent use.
+type Bus struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	logger *slog.Logger
+	cfg    ConnConfig
+	deny   *denyWatch
+}
+
+// Connect dials cfg.URL and waits until connected or ctx ends. The
+// connection reconnects forever and, if the server is not up yet, keeps
+// trying until ctx ends.
+func Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
+	cfg = cfg.withDefaults()
+	return connect(ctx, cfg)
+}
+
+// Connect opens an in-process connection to the embedded server (no TCP).
+// cfg.URL is ignored.
+func (s *Server) Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
+	cfg = cfg.withDefaults()
+	return connect(ctx, cfg, nats.InProcessServer(s.ns))
+}
+
+func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {
+	if _, err := normalizeContentType(cfg.ContentType); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	logger := cfg.Logger.With(slog.String("component", "bus"), slog.String("client", cfg.Name))
+	deny := &denyWatch{}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{slog.Any("error", err)}
+			if sub != nil {
+				attrs = append(attrs, slog.String("subject", sub.Subject))
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				logger.Error("nats permission violation", attrs...)
+				deny.violation(err)
+				return
+			}
+			logger.Warn("nats async error", attrs...)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected", slog.Any("error", err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+	}
+	switch {
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	case cfg.User != "":
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	opts = append(opts, extra...)
+
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", cfg.Name, err)
+	}
+	if err := waitConnected(ctx, nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect %s: %w", cfg.Name, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect %s: jetstream: %w", cfg.Name, err)
+	}
+	return &Bus{nc: nc, js: js, logger: logger, cfg: cfg, deny: deny}, nil
+}
+
+func waitConnected(ctx context.Context, nc *nats.Conn) error {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	for {
+		switch nc.Status() {
+		case nats.CONNECTED:
+			return nil
+		case nats.CLOSED:
+			return errors.New("connection closed")
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if err := nc.LastError(); err != nil {
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// Conn is the underlying NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the underlying JetStream context.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Logger is the bus's logger.
+func (b *Bus) Logger() *slog.Logger { return b.logger }
+
+// Close waits up to 2s for pending asynchronous publishes and closes
+// the connection. Stop consumers first.
+func (b *Bus) Close() {
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Second):
+	}
+	b.js.CleanupPublisher()
+	b.nc.Close()
+}

@@ -1,0 +1,587 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler handles one delivered message. Returning nil acks it (unless the
+// handler already acked, nak'd or termed it); returning an error naks it
+// with the consumer's back-off delay for this delivery; returning a
+// TermError dead-letters and terminates it. A panic is recovered and naks.
+type Handler[T any] interface {
+	Handle(ctx context.Context, d *Delivery[T]) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc[T any] func(ctx context.Context, d *Delivery[T]) error
+
+// Handle calls f.
+func (f HandlerFunc[T]) Handle(ctx context.Context, d *Delivery[T]) error { return f(ctx, d) }
+
+// TermError makes a handler's message a dead letter: it is copied to
+// TOOLGATE_DLQ with the error as reason and terminated, never redelivered.
+type TermError struct{ Err error }
+
+func (e *TermError) Error() string { return e.Err.Error() }
+func (e *TermError) Unwrap() error { return e.Err }
+
+// Terminal wraps err so that the handler's message is dead-lettered.
+func Terminal(err error) error { return &TermError{Err: err} }
+
+// ConsumeConfig configures a durable pull consumer and the loops that
+// consume it. Zero values take the defaults.
+type ConsumeConfig struct {
+	// AckWait is how long a delivery may stay unacknowledged before the
+	// server delivers it again. Defaults to 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of a message; then the MAX_DELIVERIES
+	// advisory fires (see HandleMaxDeliveries). Defaults to 5; -1 is
+	// unlimited.
+	MaxDeliver int
+	// BackOff are the delays before redelivery after a handler error, by
+	// delivery number (the last entry repeats). They are applied with
+	// NakWithDelay, not as the consumer's server-side BackOff, which would
+	// replace AckWait (the ack deadline of delivery n would become
+	// BackOff[n-1]) and redeliver long calls that are still running.
+	// Defaults to 1s, 5s, 30s, 2m.
+	BackOff []time.Duration
+	// MaxAckPending bounds unacknowledged deliveries across all consumers
+	// of the durable. Defaults to 1000.
+	MaxAckPending int
+	// PullMaxMessages is the prefetch of each consume loop. ConsumeCalls
+	// always uses 1: a prefetched call would age towards AckWait while
+	// another runs and then run twice. Defaults to 64 for replies, 16 for
+	// approvals.
+	PullMaxMessages int
+	// Concurrency is the number of consume loops sharing the durable; each
+	// runs one handler at a time. Defaults to 1.
+	Concurrency int
+	// AutoInProgress sends InProgress every AckWait/3 while a handler
+	// runs, so long calls are not redelivered.
+	AutoInProgress bool
+	// DeliverPolicy of a new durable; existing durables keep theirs.
+	// Defaults to all messages still in the stream.
+	DeliverPolicy jetstream.DeliverPolicy
+}
+
+func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if len(c.BackOff) == 0 {
+		c.BackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 1000
+	}
+	if c.PullMaxMessages <= 0 {
+		c.PullMaxMessages = prefetch
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	return c
+}
+
+func (c ConsumeConfig) backoff(numDelivered uint64) time.Duration {
+	i := int(numDelivered) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(c.BackOff) {
+		i = len(c.BackOff) - 1
+	}
+	return c.BackOff[i]
+}
+
+// Delivery is one decoded message handed to a Handler.
+type Delivery[T any] struct {
+	Msg          T
+	Subject      string
+	Header       nats.Header
+	ContentType  string
+	Stream       string
+	Consumer     string
+	NumDelivered uint64 // 1 on first delivery
+	StreamSeq    uint64
+	Timestamp    time.Time // when the stream stored it
+
+	raw     jetstream.Msg
+	bus     *Bus
+	backoff func(uint64) time.Duration
+	mu      sync.Mutex
+	done    bool
+}
+
+func (d *Delivery[T]) finish(f func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return errAlreadyFinished
+	}
+	if err := f(); err != nil {
+		return err
+	}
+	d.done = true
+	return nil
+}
+
+var errAlreadyFinished = errors.New("delivery already acked, nak'd or termed")
+
+// Ack acknowledges the message.
+func (d *Delivery[T]) Ack() error { return d.finish(d.raw.Ack) }
+
+// AckSync acknowledges the message and waits for the server to confirm.
+func (d *Delivery[T]) AckSync(ctx context.Context) error {
+	return d.finish(func() error { return d.raw.DoubleAck(ctx) })
+}
+
+// NakWithDelay asks for redelivery after delay.
+func (d *Delivery[T]) NakWithDelay(delay time.Duration) error {
+	return d.finish(func() error { return d.raw.NakWithDelay(delay) })
+}
+
+// InProgress resets the ack timer; call it every AckWait/3 during long work.
+func (d *Delivery[T]) InProgress() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return errAlreadyFinished
+	}
+	return d.raw.InProgress()
+}
+
+// Term copies the message to TOOLGATE_DLQ with reason and terminates it.
+func (d *Delivery[T]) Term(ctx context.Context, reason string) error {
+	return d.finish(func() error { return d.bus.deadLetterMsg(ctx, d.raw, DLQHandler, reason) })
+}
+
+// Done reports whether the delivery was acked, nak'd or termed.
+func (d *Delivery[T]) Done() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.done
+}
+
+// Subscription is a running consumer; Stop or Drain it.
+type Subscription struct {
+	ccs    []jetstream.ConsumeContext
+	cancel context.CancelFunc // cancels handler contexts
+
+	mu       sync.Mutex
+	stopped  bool
+	inflight int
+	idle     chan struct{} // closed when stopped and inflight is 0
+
+	stopOnce sync.Once
+	watchEnd chan struct{}
+}
+
+func (s *Subscription) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *Subscription) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if s.stopped && s.inflight == 0 {
+		s.closeIdle()
+	}
+}
+
+func (s *Subscription) markStopped() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.stopped = true
+		if s.inflight == 0 {
+			s.closeIdle()
+		}
+	}
+}
+
+func (s *Subscription) closeIdle() {
+	select {
+	case <-s.idle:
+	default:
+		close(s.idle)
+	}
+}
+
+// Stop stops fetching and waits for running handlers. If ctx ends first,
+// the handlers' context is cancelled and ctx's error returned.
+func (s *Subscription) Stop(ctx context.Context) error {
+	s.markStopped()
+	for _, cc := range s.ccs {
+		cc.Stop()
+	}
+	return s.wait(ctx)
+}
+
+// Drain stops fetching, lets messages already fetched be handled, and
+// waits for the handlers (bounded by ctx, as Stop).
+func (s *Subscription) Drain(ctx context.Context) error {
+	for _, cc := range s.ccs {
+		cc.Drain()
+	}
+	for _, cc := range s.ccs {
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+		}
+	}
+	s.markStopped()
+	for _, cc := range s.ccs {
+		cc.Stop()
+	}
+	return s.wait(ctx)
+}
+
+func (s *Subscription) wait(ctx context.Context) error {
+	defer s.stopOnce.Do(func() { close(s.watchEnd) })
+	select {
+	case <-s.idle:
+	case <-ctx.Done():
+		s.cancel()
+		return fmt.Errorf("stop consumer: %w", ctx.Err())
+	}
+	for _, cc := range s.ccs {
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+			s.cancel()
+			return fmt.Errorf("stop consumer: %w", ctx.Err())
+		}
+	}
+	s.cancel()
+	return nil
+}
+
+// decodeFunc decodes a raw message; a *DecodeError or *ValidationError
+// (or any error) makes it a dead letter.
+type decodeFunc[T any] func(m jetstream.Msg, contentType string) (T, error)
+
+func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, cfg ConsumeConfig, decode decodeFunc[T], h Handler[T]) (*Subscription, error) {
+	if h == nil {
+		return nil, errors.New("handler is nil")
+	}
+	cc.AckPolicy = jetstream.AckExplicitPolicy
+	cc.AckWait = cfg.AckWait
+	cc.MaxDeliver = cfg.MaxDeliver
+	cc.MaxAckPending = cfg.MaxAckPending
+	cc.DeliverPolicy = cfg.DeliverPolicy
+	gctx, release := b.deny.guard(ctx, jsAPIFor(stream))
+	cons, err := b.js.CreateOrUpdateConsumer(gctx, stream, cc)
+	derr := denied(gctx)
+	release()
+	if derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nil, errNotSetUp(err)
+	}
+	logger := b.logger.With(slog.String("stream", stream), slog.String("consumer", cc.Durable))
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Subscription{cancel: cancel, idle: make(chan struct{}), watchEnd: make(chan struct{})}
+
+	onMsg := func(m jetstream.Msg) {
+		if !s.enter() {
+			// Stopped: hand it back at once rather than after AckWait.
+			_ = m.Nak()
+			return
+		}
+		defer s.leave()
+		handleOne(hctx, b, logger, cfg, m, decode, h)
+	}
+	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// Missed heartbeats and leader changes are not fatal: the
+		// consume loop pulls again by itself.
+		logger.Warn("consume error", slog.Any("error", err))
+	})
+	for range cfg.Concurrency {
+		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), errHandler)
+		if err != nil {
+			s.markStopped()
+			for _, c := range s.ccs {
+				c.Stop()
+			}
+			cancel()
+			return nil, fmt.Errorf("consume %s: %w", cc.Durable, err)
+		}
+		s.ccs = append(s.ccs, c)
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			cancel()
+			_ = s.Stop(context.Background())
+		case <-s.watchEnd:
+		}
+	}()
+	return s, nil
+}
+
+func handleOne[T any](ctx context.Context, b *Bus, logger *slog.Logger, cfg ConsumeConfig, m jetstream.Msg, decode decodeFunc[T], h Handler[T]) {
+	meta, err := m.Metadata()
+	if err != nil {
+		logger.Error("message without metadata", slog.Any("error", err))
+		_ = m.Term()
+		return
+	}
+	logger = logger.With(slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Uint64("delivered", meta.NumDelivered))
+	ct := m.Headers().Get(HeaderContentType)
+	v, err := decode(m, ct)
+	if err != nil {
+		kind := DLQInvalid
+		var de *DecodeError
+		if errors.As(err, &de) {
+			kind = DLQDecode
+		}
+		logger.Warn("dead-lettering a message that cannot be handled", slog.String("subject", m.Subject()), slog.Any("error", err))
+		if err := b.deadLetterMsg(ctx, m, kind, err.Error()); err != nil {
+			logger.Error("dead letter", slog.Any("error", err))
+			_ = m.NakWithDelay(cfg.backoff(meta.NumDelivered))
+		}
+		return
+	}
+	d := &Delivery[T]{
+		Msg:          v,
+		Subject:      m.Subject(),
+		Header:       m.Headers(),
+		ContentType:  ct,
+		Stream:       meta.Stream,
+		Consumer:     meta.Consumer,
+		NumDelivered: meta.NumDelivered,
+		StreamSeq:    meta.Sequence.Stream,
+		Timestamp:    meta.Timestamp,
+		raw:          m,
+		bus:          b,
+		backoff:      cfg.backoff,
+	}
+	if d.ContentType == "" {
+		d.ContentType = ContentTypeMsgpack
+	}
+	var stopProgress func()
+	if cfg.AutoInProgress {
+		stopProgress = progress(d, cfg.AckWait/3)
+	}
+	herr := callHandler(ctx, h, d)
+	if stopProgress != nil {
+		stopProgress()
+	}
+	var term *TermError
+	switch {
+	case herr == nil:
+		if err := d.Ack(); err != nil && !errors.Is(err, errAlreadyFinished) {
+			logger.Warn("ack", slog.Any("error", err))
+		}
+	case errors.As(herr, &term):
+		if err := d.Term(ctx, herr.Error()); err != nil && !errors.Is(err, errAlreadyFinished) {
+			logger.Error("dead letter", slog.Any("error", err))
+			_ = d.NakWithDelay(cfg.backoff(meta.NumDelivered))
+		}
+	default:
+		logger.Warn("handler error, redelivering later", slog.Any("error", herr))
+		if err := d.NakWithDelay(cfg.backoff(meta.NumDelivered)); err != nil && !errors.Is(err, errAlreadyFinished) {
+			logger.Warn("nak", slog.Any("error", err))
+		}
+	}
+}
+
+// PanicError is a recovered handler panic.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
+func callHandler[T any](ctx context.Context, h Handler[T], d *Delivery[T]) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, d)
+}
+
+func progress[T any](d *Delivery[T], every time.Duration) (stop func()) {
+	if every <= 0 {
+		every = time.Second
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var stopped atomic.Bool
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if d.InProgress() != nil {
+					return
+				}
+			}
+		}
+	})
+	return func() {
+		if stopped.CompareAndSwap(false, true) {
+			close(done)
+			wg.Wait()
+		}
+	}
+}
+
+// ConsumeCalls runs handler for the calls of one tool on the durable
+// call_<tool> shared by every worker of that tool, one message per loop
+// (PullMaxMessages 1).
+func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, h Handler[CallRequest]) (*Subscription, error) {
+	name, err := CallConsumerName(tool)
+	if err != nil {
+		return nil, fmt.Errorf("consume calls: %w", err)
+	}
+	subj, _ := CallSubject(tool)
+	cfg = cfg.withDefaults(1)
+	cfg.PullMaxMessages = 1
+	cc := jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "calls of tool " + tool,
+		FilterSubject: subj,
+	}
+	s, err := consume(ctx, b, StreamCalls, cc, cfg, func(m jetstream.Msg, ct string) (CallRequest, error) {
+		var r CallRequest
+		if err := Decode(m.Data(), ct, &r); err != nil {
+			return r, err
+		}
+		if r.ToolName != tool {
+			return r, &ValidationError{Message: "call request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
+		}
+		return r, nil
+	}, h)
+	if err != nil {
+		return nil, fmt.Errorf("consume calls of %s: %w", tool, err)
+	}
+	return s, nil
+}
+
+// ConsumeApprovals runs handler for approval requests on the approver's own
+// durable, so every approver sees every request. filter defaults to
+// AllApprovals (toolgate.approval.>); ApprovalSubject(tool) narrows it.
+func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg ConsumeConfig, h Handler[ApprovalRequest]) (*Subscription, error) {
+	if err := ValidateToken("durable name", durable); err != nil {
+		return nil, fmt.Errorf("consume approvals: %w", err)
+	}
+	if filter == "" {
+		filter = AllApprovals
+	}
+	cfg = cfg.withDefaults(16)
+	cc := jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "approver " + durable,
+		FilterSubject: filter,
+	}
+	s, err := consume(ctx, b, StreamApprovals, cc, cfg, func(m jetstream.Msg, ct string) (ApprovalRequest, error) {
+		var r ApprovalRequest
+		if err := Decode(m.Data(), ct, &r); err != nil {
+			return r, err
+		}
+		if want, _ := ApprovalSubject(r.ToolName); want != m.Subject() {
+			return r, &ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
+		}
+		return r, nil
+	}, h)
+	if err != nil {
+		return nil, fmt.Errorf("consume approvals for %s: %w", durable, err)
+	}
+	return s, nil
+}
+
+// Reply is a result or a decision, as the subject's kind says: Call is set
+// for ReplyKindCall, Decision for ReplyKindApproval. A body that does not
+// match its subject (a decision on a .call subject, another run's id) is a
+// dead letter, so a worker cannot pass a decision off as a result.
+type Reply struct {
+	Kind     string
+	RunID    string
+	Call     *CallReply
+	Decision *Decision
+}
+
+// ToolCallID of the reply.
+func (r Reply) ToolCallID() string {
+	if r.Call != nil {
+		return r.Call.ToolCallID
+	}
+	if r.Decision != nil {
+		return r.Decision.ToolCallID
+	}
+	return ""
+}
+
+// ConsumeReplies runs handler for results and decisions on a durable shared
+// by every orchestrator replica.
+func (b *Bus) ConsumeReplies(ctx context.Context, durable string, cfg ConsumeConfig, h Handler[Reply]) (*Subscription, error) {
+	if err := ValidateToken("durable name", durable); err != nil {
+		return nil, fmt.Errorf("consume replies: %w", err)
+	}
+	cfg = cfg.withDefaults(64)
+	cc := jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "orchestrator replies",
+		FilterSubject: AllReplies,
+	}
+	s, err := consume(ctx, b, StreamReplies, cc, cfg, decodeReply, h)
+	if err != nil {
+		return nil, fmt.Errorf("consume replies %s: %w", durable, err)
+	}
+	return s, nil
+}
+
+func decodeReply(m jetstream.Msg, ct string) (Reply, error) {
+	run, kind, err := ParseReplySubject(m.Subject())
+	if err != nil {
+		return Reply{}, &ValidationError{Message: "reply", Field: "subject", Reason: err.Error()}
+	}
+	r := Reply{Kind: kind, RunID: run}
+	var bodyRun string
+	switch kind {
+	case ReplyKindCall:
+		r.Call = new(CallReply)
+		if err := Decode(m.Data(), ct, r.Call); err != nil {
+			return r, err
+		}
+		bodyRun = r.Call.RunID
+	default:
+		r.Decision = new(Decision)
+		if err := Decode(m.Data(), ct, r.Decision); err != nil {
+			return r, err
+		}
+		bodyRun = r.Decision.RunID
+	}
+	if bodyRun != run {
+		return r, &ValidationError{Message: "reply", Field: "run_id", Reason: fmt.Sprintf("%q does not match subject %s", bodyRun, m.Subject())}
+	}
+	return r, nil
+}

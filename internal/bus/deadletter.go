@@ -1,0 +1,239 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Dead-letter kinds: the last token of toolgate.dlq.<kind>.
+const (
+	DLQDecode        = "decode"         // the body could not be decoded
+	DLQInvalid       = "invalid"        // decoded, but a field is wrong
+	DLQHandler       = "handler"        // the handler gave up on it (TermError, Delivery.Term)
+	DLQMaxDeliveries = "max_deliveries" // delivered MaxDeliver times without an ack
+)
+
+// maxReasonLen keeps reasons within a header line and a term reason.
+const maxReasonLen = 512
+
+func truncateReason(s string) string {
+	if len(s) <= maxReasonLen {
+		return s
+	}
+	s = s[:maxReasonLen]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
+
+// deadLetter publishes a copy of a stored message on toolgate.dlq.<kind>
+// with its original subject and headers plus the reason. The id is derived
+// from the original stream and sequence, so a copy made twice is stored once.
+func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer string, seq uint64, subject string, hdr nats.Header, data []byte) error {
+	subj, err := DLQSubject(kind)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(subj)
+	for k, vs := range hdr {
+		if k == HeaderMsgID || k == "Nats-Expected-Stream" || k == "Nats-Expected-Last-Sequence" ||
+			k == "Nats-Expected-Last-Subject-Sequence" || k == "Nats-Expected-Last-Msg-Id" || k == "Nats-TTL" {
+			continue
+		}
+		for _, v := range vs {
+			m.Header.Add(k, v)
+		}
+	}
+	if id := hdr.Get(HeaderMsgID); id != "" {
+		m.Header.Set("Toolgate-DLQ-Msg-Id", id)
+	}
+	m.Header.Set(HeaderDLQReason, sanitizeHeader(truncateReason(reason)))
+	m.Header.Set(HeaderDLQSubject, subject)
+	m.Header.Set(HeaderDLQStream, stream)
+	m.Header.Set(HeaderDLQSeq, strconv.FormatUint(seq, 10))
+	if consumer != "" {
+		m.Header.Set(HeaderDLQConsumer, consumer)
+	}
+	m.Header.Set(HeaderMsgID, "dlq/"+stream+"/"+strconv.FormatUint(seq, 10))
+	m.Data = data
+	if _, err := b.publishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dead letter %s #%d: %w", stream, seq, err)
+	}
+	return nil
+}
+
+func sanitizeHeader(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// deadLetterMsg copies a delivered message to the DLQ and terminates it.
+func (b *Bus) deadLetterMsg(ctx context.Context, m jetstream.Msg, kind, reason string) error {
+	meta, err := m.Metadata()
+	if err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	if err := b.deadLetter(ctx, kind, reason, meta.Stream, meta.Consumer, meta.Sequence.Stream, m.Subject(), m.Headers(), m.Data()); err != nil {
+		return err
+	}
+	if err := m.TermWithReason(sanitizeHeader(truncateReason(kind + ": " + reason))); err != nil {
+		return fmt.Errorf("dead letter: term: %w", err)
+	}
+	return nil
+}
+
+// DeadLetter is a message read back from TOOLGATE_DLQ.
+type DeadLetter struct {
+	Kind      string // DLQDecode, DLQInvalid, DLQHandler, DLQMaxDeliveries
+	Reason    string
+	Subject   string // the original subject
+	Stream    string // the original stream
+	StreamSeq uint64 // the original sequence
+	Consumer  string
+	Header    nats.Header // the original headers plus the Toolgate-DLQ-* ones
+	Data      []byte
+	Seq       uint64 // the sequence in TOOLGATE_DLQ
+	Time      time.Time
+}
+
+// GetDeadLetter reads dead letter number seq of TOOLGATE_DLQ.
+func (b *Bus) GetDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	st, err := b.js.Stream(ctx, StreamDLQ)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("get dead letter: %w", errNotSetUp(err))
+	}
+	raw, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("get dead letter %d: %w", seq, err)
+	}
+	dl := DeadLetter{
+		Reason:   raw.Header.Get(HeaderDLQReason),
+		Subject:  raw.Header.Get(HeaderDLQSubject),
+		Stream:   raw.Header.Get(HeaderDLQStream),
+		Consumer: raw.Header.Get(HeaderDLQConsumer),
+		Header:   raw.Header,
+		Data:     raw.Data,
+		Seq:      raw.Sequence,
+		Time:     raw.Time,
+	}
+	if n := len(subjectDLQ) + 1; len(raw.Subject) > n {
+		dl.Kind = raw.Subject[n:]
+	}
+	dl.StreamSeq, _ = strconv.ParseUint(raw.Header.Get(HeaderDLQSeq), 10, 64)
+	return dl, nil
+}
+
+// maxDeliveriesAdvisory is io.nats.jetstream.advisory.v1.max_deliver.
+type maxDeliveriesAdvisory struct {
+	Type       string `json:"type"`
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// MaxDeliveriesConfig configures HandleMaxDeliveries.
+type MaxDeliveriesConfig struct {
+	// Durable consumer of TOOLGATE_ADVISORIES, shared by orchestrator
+	// replicas. Defaults to "max_deliveries".
+	Durable string
+	// WorkerID is set on the Failed replies. Defaults to "toolgate".
+	WorkerID string
+}
+
+// HandleMaxDeliveries consumes the MAX_DELIVERIES advisories of toolgate's
+// consumers (captured durably in TOOLGATE_ADVISORIES, so none is lost while
+// no orchestrator runs). For a call it copies the message to the DLQ,
+// publishes a Failed reply ("exhausted N deliveries") with the id a worker's
+// result would have, so the run does not hang and a late real result is
+// dropped as a duplicate, and deletes the call from the work queue. For an
+// approval request or a reply it copies the message to the DLQ and leaves
+// the original (other approvers may still need it).
+func (b *Bus) HandleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig) (*Subscription, error) {
+	if cfg.Durable == "" {
+		cfg.Durable = "max_deliveries"
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = "toolgate"
+	}
+	if err := ValidateToken("durable name", cfg.Durable); err != nil {
+		return nil, fmt.Errorf("handle max deliveries: %w", err)
+	}
+	ccfg := ConsumeConfig{MaxDeliver: -1}.withDefaults(16)
+	cc := jetstream.ConsumerConfig{Durable: cfg.Durable, Description: "dead-letters messages that exhausted MaxDeliver"}
+	decode := func(m jetstream.Msg, _ string) (maxDeliveriesAdvisory, error) {
+		var a maxDeliveriesAdvisory
+		if err := json.Unmarshal(m.Data(), &a); err != nil {
+			return a, &DecodeError{ContentType: ContentTypeJSON, Err: err}
+		}
+		if a.Stream == "" || a.StreamSeq == 0 {
+			return a, &ValidationError{Message: "max deliveries advisory", Field: "stream_seq", Reason: "is missing"}
+		}
+		return a, nil
+	}
+	h := HandlerFunc[maxDeliveriesAdvisory](func(ctx context.Context, d *Delivery[maxDeliveriesAdvisory]) error {
+		return b.handleMaxDeliveries(ctx, cfg, d.Msg)
+	})
+	s, err := consume(ctx, b, StreamAdvisories, cc, ccfg, decode, Handler[maxDeliveriesAdvisory](h))
+	if err != nil {
+		return nil, fmt.Errorf("handle max deliveries: %w", err)
+	}
+	return s, nil
+}
+
+func (b *Bus) handleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig, a maxDeliveriesAdvisory) error {
+	st, err := b.js.Stream(ctx, a.Stream)
+	if err != nil {
+		return fmt.Errorf("max deliveries %s #%d: %w", a.Stream, a.StreamSeq, err)
+	}
+	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Already handled (or acked at the last moment, or aged out).
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("max deliveries %s #%d: %w", a.Stream, a.StreamSeq, err)
+	}
+	reason := fmt.Sprintf("exhausted %d deliveries", a.Deliveries)
+	if err := b.deadLetter(ctx, DLQMaxDeliveries, reason, a.Stream, a.Consumer, a.StreamSeq, raw.Subject, raw.Header, raw.Data); err != nil {
+		return err
+	}
+	b.logger.WarnContext(ctx, "message exhausted its deliveries",
+		slog.String("stream", a.Stream), slog.String("consumer", a.Consumer),
+		slog.Uint64("stream_seq", a.StreamSeq), slog.Uint64("deliveries", a.Deliveries))
+	if a.Stream != StreamCalls {
+		return nil
+	}
+	var req CallRequest
+	if err := Decode(raw.Data, raw.Header.Get(HeaderContentType), &req); err == nil {
+		_, err := b.PublishCallReply(ctx, CallReply{
+			RunID:      req.RunID,
+			ToolCallID: req.ToolCallID,
+			Outcome:    OutcomeFailed,
+			Message:    reason,
+			WorkerID:   cfg.WorkerID,
+		}, nats.Header{HeaderConversation: []string{req.ConversationID}})
+		if err != nil {
+			return fmt.Errorf("max deliveries %s #%d: failed reply: %w", a.Stream, a.StreamSeq, err)
+		}
+	}
+	if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("max deliveries %s #%d: delete: %w", a.Stream, a.StreamSeq, err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StoredEvent is an event read back from TOOLGATE_EVENTS; Seq orders a
+// conversation's events and lets a reader resume (e.g. SSE Last-Event-ID).
+type StoredEvent struct {
+	Event Event
+	Seq   uint64
+	Time  time.Time
+}
+
+// Events yields the events of one conversation ("" for all) stored after
+// sequence afterSeq (0: from the oldest kept), then new ones as they come,
+// until ctx ends or the caller stops. Events that cannot be decoded are
+// skipped: readers of events are observers, not owners. It reads through an
+// ordered consumer, so it needs no durable state and may run anywhere.
+func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64) iter.Seq2[StoredEvent, error] {
+	return func(yield func(StoredEvent, error) bool) {
+		filter := AllEvents
+		if conversationID != "" {
+			var err error
+			if filter, err = EventSubject(conversationID); err != nil {
+				yield(StoredEvent{}, fmt.Errorf("events: %w", err))
+				return
+			}
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+		if afterSeq > 0 {
+			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cfg.OptStartSeq = afterSeq + 1
+		}
+		cons, err := b.js.OrderedConsumer(ctx, StreamEvents, cfg)
+		if err != nil {
+			yield(StoredEvent{}, fmt.Errorf("events: %w", errNotSetUp(err)))
+			return
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			yield(StoredEvent{}, fmt.Errorf("events: %w", err))
+			return
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer func() {
+			stop()
+			it.Stop()
+		}()
+		for {
+			m, err := it.Next()
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			if err != nil {
+				if !yield(StoredEvent{}, fmt.Errorf("events: %w", err)) {
+					return
+				}
+				continue
+			}
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			var e Event
+			if err := Decode(m.Data(), m.Headers().Get(HeaderContentType), &e); err != nil {
+				b.logger.WarnContext(ctx, "skipping undecodable event", "stream_seq", meta.Sequence.Stream, "error", err)
+				continue
+			}
+			if !yield(StoredEvent{Event: e, Seq: meta.Sequence.Stream, Time: meta.Timestamp}, nil) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KV errors callers branch on (errors.Is).
+var (
+	ErrKeyNotFound      = jetstream.ErrKeyNotFound
+	ErrKeyExists        = jetstream.ErrKeyExists
+	ErrRevisionMismatch = jetstream.ErrKeyRevisionMismatch
+)
+
+// KV is a thin view of a JetStream key-value bucket for compare-and-set
+// loops: Get, then Update with the revision read; on ErrRevisionMismatch
+// read again and retry (or use Mutate).
+type KV struct{ kv jetstream.KeyValue }
+
+// EntryOp is what a watched entry is.
+type EntryOp int
+
+const (
+	OpPut      EntryOp = iota
+	OpDelete           // deleted (Value is empty)
+	OpPurge            // purged or expired by TTL
+	OpCaughtUp         // marker: every entry that existed when the watch began has been seen
+)
+
+// Entry is one value of a key.
+type Entry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Created  time.Time
+	Op       EntryOp
+}
+
+func entryOf(e jetstream.KeyValueEntry) Entry {
+	op := OpPut
+	switch e.Operation() {
+	case jetstream.KeyValueDelete:
+		op = OpDelete
+	case jetstream.KeyValuePurge:
+		op = OpPurge
+	}
+	return Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created(), Op: op}
+}
+
+// KeyValue opens a bucket created by Setup.
+func (b *Bus) KeyValue(ctx context.Context, bucket string) (*KV, error) {
+	gctx, release := b.deny.guard(ctx, jsAPIFor("KV_"+bucket))
+	kv, err := b.js.KeyValue(gctx, bucket)
+	if derr := denied(gctx); derr != nil {
+		err = derr
+	}
+	release()
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", bucket, errNotSetUp(err))
+	}
+	return &KV{kv: kv}, nil
+}
+
+// Runs opens the toolgate_runs bucket.
+func (b *Bus) Runs(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketRuns) }
+
+// Tools opens the toolgate_tools bucket.
+func (b *Bus) Tools(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketTools) }
+
+// Bucket is the bucket's name.
+func (k *KV) Bucket() string { return k.kv.Bucket() }
+
+// Get reads the latest value of key; ErrKeyNotFound if it has none (or was
+// deleted).
+func (k *KV) Get(ctx context.Context, key string) (Entry, error) {
+	e, err := k.kv.Get(ctx, key)
+	if err != nil {
+		return Entry{}, fmt.Errorf("kv get %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return entryOf(e), nil
+}
+
+// Create stores value under key only if the key has no value; otherwise
+// ErrKeyExists. ttl > 0 expires the key (runs bucket: LimitMarkerTTL is on).
+func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
+	var opts []jetstream.KVCreateOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.KeyTTL(ttl))
+	}
+	rev, err := k.kv.Create(ctx, key, value, opts...)
+	if err != nil {
+		return 0, fmt.Errorf("kv create %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+// Update stores value under key only if its latest revision is revision;
+// otherwise ErrRevisionMismatch.
+func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	rev, err := k.kv.Update(ctx, key, value, revision)
+	if err != nil {
+		return 0, fmt.Errorf("kv update %s/%s@%d: %w", k.kv.Bucket(), key, revision, err)
+	}
+	return rev, nil
+}
+
+// Put stores value under key unconditionally.
+func (k *KV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := k.kv.Put(ctx, key, value)
+	if err != nil {
+		return 0, fmt.Errorf("kv put %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+// Delete deletes key; revision > 0 deletes only if it is still the latest.
+func (k *KV) Delete(ctx context.Context, key string, revision uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if revision > 0 {
+		opts = append(opts, jetstream.LastRevision(revision))
+	}
+	if err := k.kv.Delete(ctx, key, opts...); err != nil {
+		return fmt.Errorf("kv delete %s/%s: %w", k.kv.Bucket(), key, mapDeleteMismatch(err))
+	}
+	return nil
+}
+
+func mapDeleteMismatch(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %w", err, ErrRevisionMismatch)
+	}
+	return err
+}
+
+// Keys lists the keys that have a value; none is an empty list.
+func (k *KV) Keys(ctx context.Context) ([]string, error) {
+	keys, err := k.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv keys %s: %w", k.kv.Bucket(), err)
+	}
+	return keys, nil
+}
+
+// Mutate is a compare-and-set loop: it reads key, calls f with the current
+// value (nil and revision 0 if there is none), and stores f's result by
+// revision, retrying on a concurrent change. f may be called several times
+// and must not have side effects; its error aborts the loop unchanged.
+func (k *KV) Mutate(ctx context.Context, key string, f func(value []byte, revision uint64) ([]byte, error)) (uint64, error) {
+	for {
+		var cur []byte
+		var rev uint64
+		e, err := k.kv.Get(ctx, key)
+		switch {
+		case err == nil:
+			cur, rev = e.Value(), e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		default:
+			return 0, fmt.Errorf("kv mutate %s/%s: %w", k.kv.Bucket(), key, err)
+		}
+		next, err := f(cur, rev)
+		if err != nil {
+			return 0, err
+		}
+		var nrev uint64
+		if rev == 0 {
+			nrev, err = k.kv.Create(ctx, key, next)
+		} else {
+			nrev, err = k.kv.Update(ctx, key, next, rev)
+		}
+		if err == nil {
+			return nrev, nil
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			continue
+		}
+		return 0, fmt.Errorf("kv mutate %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+}
+
+// Watch yields the current entries matching pattern (a key or a wildcard
+// such as "run.*"; "" is every key), one OpCaughtUp marker, then every
+// change until ctx ends or the caller stops iterating.
+func (k *KV) Watch(ctx context.Context, pattern string) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		if pattern == "" {
+			pattern = ">"
+		}
+		w, err := k.kv.Watch(ctx, pattern)
+		if err != nil {
+			yield(Entry{}, fmt.Errorf("kv watch %s/%s: %w", k.kv.Bucket(), pattern, err))
+			return
+		}
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					if !yield(Entry{Op: OpCaughtUp}, nil) {
+						return
+					}
+					continue
+				}
+				if !yield(entryOf(e), nil) {
+					return
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+func TestRunsKVCompareAndSet(t *testing.T) {
+	t.Parallel()
+	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
+	setup(t, b)
+	ctx := ctxT(t)
+	runs, err := b.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Get(ctx, "run1"); !errors.Is(err, bus.ErrKeyNotFound) {
+		t.Errorf("get missing: %v", err)
+	}
+	rev, err := runs.Create(ctx, "run1", []byte("paused"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Create(ctx, "run1", []byte("again"), 0); !errors.Is(err, bus.ErrKeyExists) {
+		t.Errorf("second create: %v", err)
+	}
+	rev2, err := runs.Update(ctx, "run1", []byte("one reply"), rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stale revision loses: this is how two replicas complete a batch once.
+	if _, err := runs.Update(ctx, "run1", []byte("stale"), rev); !errors.Is(err, bus.ErrRevisionMismatch) {
+		t.Errorf("stale update: err = %v, want ErrRevisionMismatch", err)
+	}
+	e, err := runs.Get(ctx, "run1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Value) != "one reply" || e.Revision != rev2 {
+		t.Errorf("entry = %q@%d, want %q@%d", e.Value, e.Revision, "one reply", rev2)
+	}
+	if err := runs.Delete(ctx, "run1", rev); !errors.Is(err, bus.ErrRevisionMismatch) {
+		t.Errorf("stale delete: %v", err)
+	}
+	keys, err := runs.Keys(ctx)
+	if err != nil || len(keys) != 1 || keys[0] != "run1" {
+		t.Errorf("keys = %v, %v", keys, err)
+	}
+
+	// Concurrent Mutate loops lose no increment.
+	const n = 20
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := runs.Mutate(ctx, "counter", func(v []byte, _ uint64) ([]byte, error) {
+				i := 0
+				if v != nil {
+					i, _ = strconv.Atoi(string(v))
+				}
+				return []byte(strconv.Itoa(i + 1)), nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	e, err = runs.Get(ctx, "counter")
+	if err != nil || string(e.Value) != strconv.Itoa(n) {
+		t.Errorf("counter = %q, %v; want %d", e.Value, err, n)
+	}
+	stopErr := errors.New("no")
+	if _, err := runs.Mutate(ctx, "counter", func([]byte, uint64) ([]byte, error) { return nil, stopErr }); !errors.Is(err, stopErr) {
+		t.Errorf("mutate error = %v", err)
+	}
+}
+
+func TestRunsKVWatch(t *testing.T) {
+	t.Parallel()
+	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
+	setup(t, b)
+	ctx := ctxT(t)
+	runs, err := b.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var ops []bus.EntryOp
+	var keys []string
+	for e, err := range runs.Watch(wctx, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, e.Op)
+		keys = append(keys, e.Key)
+		switch len(ops) {
+		case 2:
+			if _, err := runs.Put(ctx, "b", []byte("2")); err != nil {
+				t.Fatal(err)
+			}
+		case 3:
+			if err := runs.Delete(ctx, "a", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(ops) == 4 {
+			break
+		}
+	}
+	wantOps := []bus.EntryOp{bus.OpPut, bus.OpCaughtUp, bus.OpPut, bus.OpDelete}
+	wantKeys := []string{"a", "", "b", "a"}
+	for i := range wantOps {
+		if ops[i] != wantOps[i] || keys[i] != wantKeys[i] {
+			t.Fatalf("watch = %v %q, want %v %q", ops, keys, wantOps, wantKeys)
+		}
+	}
+}
+
+func TestRunsKVPerKeyTTL(t *testing.T) {
+	t.Parallel()
+	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
+	setup(t, b)
+	ctx := ctxT(t)
+	runs, err := b.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Create(ctx, "short", []byte("x"), time.Second); err != nil {
+		t.Fatalf("create with ttl: %v", err)
+	}
+	waitFor(t, "key expiry", func() bool {
+		_, err := runs.Get(ctx, "short")
+		return errors.Is(err, bus.ErrKeyNotFound)
+	})
+}

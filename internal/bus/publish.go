@@ -1,0 +1,381 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Header names.
+const (
+	HeaderMsgID        = jetstream.MsgIDHeader // Nats-Msg-Id
+	HeaderRun          = "Toolgate-Run"
+	HeaderConversation = "Toolgate-Conversation"
+	HeaderCall         = "Toolgate-Call"
+	HeaderContentType  = "Content-Type"
+	HeaderTraceParent  = "traceparent"
+
+	// Set on dead letters.
+	HeaderDLQReason   = "Toolgate-DLQ-Reason"
+	HeaderDLQSubject  = "Toolgate-DLQ-Subject" // the original subject
+	HeaderDLQStream   = "Toolgate-DLQ-Stream"
+	HeaderDLQSeq      = "Toolgate-DLQ-Seq" // the original stream sequence
+	HeaderDLQConsumer = "Toolgate-DLQ-Consumer"
+)
+
+// Message kinds for MsgID.
+const (
+	KindCall     = "call"
+	KindApproval = "approval"
+	KindResult   = "result"
+	KindDecision = "decision"
+)
+
+// ErrNotCaptured is returned when no stream captures a published subject:
+// the message would otherwise be silently dropped.
+var ErrNotCaptured = errors.New("no stream captures the subject")
+
+// MsgID is the Nats-Msg-Id of a message about one deferred call: the same
+// (run, call, kind) published twice inside the duplicate window is stored
+// once.
+func MsgID(runID, toolCallID, kind string) string {
+	return runID + "/" + toolCallID + "/" + kind
+}
+
+// Outgoing is one message to publish.
+type Outgoing struct {
+	Subject string
+	MsgID   string // "" disables de-duplication and retries after a timeout
+	Value   any
+	Header  nats.Header // extra headers; Content-Type here overrides the bus default
+}
+
+func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
+	m := nats.NewMsg(o.Subject)
+	for k, vs := range o.Header {
+		for _, v := range vs {
+			m.Header.Add(k, v)
+		}
+	}
+	ct := m.Header.Get(HeaderContentType)
+	if ct == "" {
+		ct = b.cfg.ContentType
+	}
+	ct, err := normalizeContentType(ct)
+	if err != nil {
+		return nil, err
+	}
+	m.Header.Set(HeaderContentType, ct)
+	data, err := Encode(o.Value, ct)
+	if err != nil {
+		return nil, err
+	}
+	m.Data = data
+	if o.MsgID != "" {
+		m.Header.Set(HeaderMsgID, o.MsgID)
+	}
+	return m, nil
+}
+
+// Publish encodes v (msgpack unless a Content-Type header says JSON),
+// publishes it on subject with msgID as Nats-Msg-Id and waits for the
+// stream's ack. A publish whose ack times out is sent again with the same
+// id, up to ConnConfig.PublishRetries times. ack.Duplicate reports a
+// message the stream already had.
+func (b *Bus) Publish(ctx context.Context, subject, msgID string, v any, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o := Outgoing{Subject: subject, MsgID: msgID, Value: v}
+	if len(hdr) > 0 {
+		o.Header = mergeHeaders(hdr...)
+	}
+	m, err := b.message(o)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	ack, err := b.publishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+func mergeHeaders(hs ...nats.Header) nats.Header {
+	out := nats.Header{}
+	for _, h := range hs {
+		for k, vs := range h {
+			for _, v := range vs {
+				out.Add(k, v)
+			}
+		}
+	}
+	return out
+}
+
+func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	retries := 0
+	if m.Header.Get(HeaderMsgID) != "" {
+		retries = b.cfg.PublishRetries
+	}
+	for attempt := 0; ; attempt++ {
+		gctx, release := b.deny.guard(ctx, exactSubject(m.Subject))
+		actx, cancel := context.WithTimeout(gctx, b.cfg.PublishTimeout)
+		ack, err := b.js.PublishMsg(actx, m)
+		cancel()
+		derr := denied(gctx)
+		release()
+		if err == nil {
+			return ack, nil
+		}
+		if derr != nil {
+			return nil, derr
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: %w", ErrNotCaptured, err)
+		}
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if !timedOut || ctx.Err() != nil || attempt >= retries {
+			return nil, err
+		}
+		b.logger.WarnContext(ctx, "publish timed out, sending again with the same id",
+			slog.String("subject", m.Subject), slog.String("msg_id", m.Header.Get(HeaderMsgID)),
+			slog.Int("attempt", attempt+1))
+	}
+}
+
+// PublishBatch publishes every message asynchronously, then waits for every
+// ack; a message whose ack does not come within ConnConfig.PublishTimeout is
+// sent again synchronously with the same id. The error joins the failures,
+// each naming its index and subject.
+func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
+	type pending struct {
+		i   int
+		m   *nats.Msg
+		fut jetstream.PubAckFuture
+	}
+	var errs []error
+	var futs []pending
+	for i, o := range msgs {
+		m, err := b.message(o)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
+			continue
+		}
+		fut, err := b.js.PublishMsgAsync(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
+			continue
+		}
+		futs = append(futs, pending{i: i, m: m, fut: fut})
+	}
+	timer := time.NewTimer(b.cfg.PublishTimeout)
+	defer timer.Stop()
+	timedOut := false
+	for _, p := range futs {
+		var err error
+		if timedOut {
+			select {
+			case <-p.fut.Ok():
+				continue
+			case err = <-p.fut.Err():
+			default:
+				err = context.DeadlineExceeded
+			}
+		} else {
+			select {
+			case <-p.fut.Ok():
+				continue
+			case err = <-p.fut.Err():
+			case <-timer.C:
+				timedOut = true
+				err = context.DeadlineExceeded
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, ctx.Err()))
+				continue
+			}
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w: %w", p.i, p.m.Subject, ErrNotCaptured, err))
+			continue
+		}
+		retryable := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, jetstream.ErrAsyncPublishTimeout)
+		if retryable && p.m.Header.Get(HeaderMsgID) != "" && ctx.Err() == nil {
+			m := nats.NewMsg(p.m.Subject)
+			m.Header, m.Data = p.m.Header, p.m.Data
+			if _, err = b.publishMsg(ctx, m); err == nil {
+				continue
+			}
+		}
+		errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, err))
+	}
+	return errors.Join(errs...)
+}
+
+func idHeaders(runID, conversationID, toolCallID string) nats.Header {
+	h := nats.Header{}
+	if runID != "" {
+		h.Set(HeaderRun, runID)
+	}
+	if conversationID != "" {
+		h.Set(HeaderConversation, conversationID)
+	}
+	if toolCallID != "" {
+		h.Set(HeaderCall, toolCallID)
+	}
+	return h
+}
+
+// CallMessage is the Outgoing for a call request: subject
+// toolgate.call.<tool>, id MsgID(run, call, "call.<attempt>").
+func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
+	if err := r.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := CallSubject(r.ToolName)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Outgoing{
+		Subject: subj,
+		MsgID:   MsgID(r.RunID, r.ToolCallID, KindCall+"."+strconv.Itoa(r.Attempt)),
+		Value:   r,
+		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+	}, nil
+}
+
+// ApprovalMessage is the Outgoing for an approval request: subject
+// toolgate.approval.<tool>, id MsgID(run, call, "approval.<attempt>").
+func ApprovalMessage(r ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
+	if err := r.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := ApprovalSubject(r.ToolName)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Outgoing{
+		Subject: subj,
+		MsgID:   MsgID(r.RunID, r.ToolCallID, KindApproval+"."+strconv.Itoa(r.Attempt)),
+		Value:   r,
+		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+	}, nil
+}
+
+// CallReplyMessage is the Outgoing for a worker's result: subject
+// toolgate.reply.<run>.call, id MsgID(run, call, "result"), so that the
+// replies of two workers that both ran a redelivered call, or a worker's
+// and the max-deliveries Failed reply, are stored once (first wins).
+func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
+	if err := r.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := CallReplySubject(r.RunID)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Outgoing{
+		Subject: subj,
+		MsgID:   MsgID(r.RunID, r.ToolCallID, KindResult),
+		Value:   r,
+		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, "", r.ToolCallID)}, hdr...)...),
+	}, nil
+}
+
+// DecisionMessage is the Outgoing for an approver's decision: subject
+// toolgate.reply.<run>.approval, id MsgID(run, call, "decision.<approver>").
+// The approver is part of the id so that one approver's decision (perhaps
+// one the orchestrator refuses) never hides another's.
+func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
+	if err := d.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := DecisionSubject(d.RunID)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Outgoing{
+		Subject: subj,
+		MsgID:   MsgID(d.RunID, d.ToolCallID, KindDecision+"."+d.ApproverID),
+		Value:   d,
+		Header:  mergeHeaders(append([]nats.Header{idHeaders(d.RunID, "", d.ToolCallID)}, hdr...)...),
+	}, nil
+}
+
+// EventMessage is the Outgoing for an event on toolgate.event.<conversation>.
+// Events carry no natural id, so they are not de-duplicated unless msgID
+// is given.
+func EventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
+	if err := e.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := EventSubject(e.ConversationID)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Outgoing{
+		Subject: subj,
+		MsgID:   msgID,
+		Value:   e,
+		Header:  mergeHeaders(append([]nats.Header{idHeaders(e.RunID, e.ConversationID, e.ToolCallID)}, hdr...)...),
+	}, nil
+}
+
+func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err error) (*jetstream.PubAck, error) {
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", what, err)
+	}
+	m, err := b.message(o)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", what, err)
+	}
+	ack, err := b.publishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s %s: %w", what, o.MsgID, err)
+	}
+	return ack, nil
+}
+
+// PublishCall publishes a call request for the tool's workers.
+func (b *Bus) PublishCall(ctx context.Context, r CallRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o, err := CallMessage(r, hdr...)
+	return b.publishOutgoing(ctx, "call", o, err)
+}
+
+// PublishApproval publishes an approval request for every approver.
+func (b *Bus) PublishApproval(ctx context.Context, r ApprovalRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o, err := ApprovalMessage(r, hdr...)
+	return b.publishOutgoing(ctx, "approval", o, err)
+}
+
+// PublishCallReply publishes a worker's result.
+func (b *Bus) PublishCallReply(ctx context.Context, r CallReply, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o, err := CallReplyMessage(r, hdr...)
+	return b.publishOutgoing(ctx, "call reply", o, err)
+}
+
+// PublishDecision publishes an approver's decision.
+func (b *Bus) PublishDecision(ctx context.Context, d Decision, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o, err := DecisionMessage(d, hdr...)
+	return b.publishOutgoing(ctx, "decision", o, err)
+}
+
+// PublishEvent publishes a conversation event (not de-duplicated).
+func (b *Bus) PublishEvent(ctx context.Context, e Event, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	o, err := EventMessage(e, "", hdr...)
+	return b.publishOutgoing(ctx, "event", o, err)
+}
+
+// PublishAudit records v (a settled decision, a refused reply…) on
+// toolgate.audit.<run>; msgID de-duplicates a record written twice.
+func (b *Bus) PublishAudit(ctx context.Context, runID, msgID string, v any, hdr ...nats.Header) (*jetstream.PubAck, error) {
+	subj, err := AuditSubject(runID)
+	if err != nil {
+		return nil, fmt.Errorf("publish audit: %w", err)
+	}
+	return b.Publish(ctx, subj, msgID, v, append([]nats.Header{idHeaders(runID, "", "")}, hdr...)...)
+}

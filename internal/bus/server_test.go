@@ -1,0 +1,256 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+func TestStoreDirLockRefusesSecondServer(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if !errors.Is(err, bus.ErrStoreDirLocked) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("second server: err = %v, want ErrStoreDirLocked naming %s", err, dir)
+	}
+	srv.Shutdown()
+	// Released on shutdown.
+	srv2, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatalf("after shutdown: %v", err)
+	}
+	srv2.Shutdown()
+}
+
+func TestServerStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := bus.ServerConfig{StoreDir: dir, NoListen: true, SyncAlways: true}
+	srv, err := bus.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := srv.Connect(ctxT(t), bus.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(t, b)
+	if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	srv.Shutdown()
+
+	srv = startServerCfg(t, cfg)
+	b = connectInProcess(t, srv, bus.ConnConfig{})
+	if n := streamMsgs(t, b, bus.StreamCalls); n != 1 {
+		t.Errorf("after restart the calls stream holds %d messages, want 1", n)
+	}
+}
+
+func startServerCfg(t *testing.T, cfg bus.ServerConfig) *bus.Server {
+	t.Helper()
+	srv, err := bus.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func TestStartServerConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  bus.ServerConfig
+		want string
+	}{
+		{"no store dir", bus.ServerConfig{}, "store dir is required"},
+		{"bad listen", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "nope"}, "listen address"},
+		{"bad port", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:x"}, "bad port"},
+		{"nameless user", bus.ServerConfig{StoreDir: t.TempDir(), Users: []bus.User{{Password: "p"}}}, "no name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := bus.StartServer(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSetupIdempotent(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	b := connectInProcess(t, srv, bus.ConnConfig{})
+	ctx := ctxT(t)
+	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
+		t.Fatalf("second setup: %v", err)
+	}
+	if _, err := b.PublishCall(ctx, sampleCall("run1", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	// A changed bound is applied in place; data stays.
+	if err := b.Setup(ctx, bus.SetupConfig{CallsMaxMsgs: 2, EventsMaxAge: time.Hour}); err != nil {
+		t.Fatalf("setup with changed bound: %v", err)
+	}
+	st, err := b.JetStream().Stream(ctx, bus.StreamCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxMsgs != 2 || info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Discard != jetstream.DiscardNew {
+		t.Errorf("calls config: max %d retention %v discard %v", info.Config.MaxMsgs, info.Config.Retention, info.Config.Discard)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("calls stream lost its message: %d", info.State.Msgs)
+	}
+	// The bound refuses overload instead of dropping old calls.
+	if _, err := b.PublishCall(ctx, sampleCall("run1", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PublishCall(ctx, sampleCall("run1", "c3")); err == nil {
+		t.Error("publish beyond CallsMaxMsgs succeeded")
+	}
+	for _, name := range []string{bus.StreamApprovals, bus.StreamReplies, bus.StreamEvents, bus.StreamDLQ, bus.StreamAudit, bus.StreamAdvisories} {
+		if _, err := b.JetStream().Stream(ctx, name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		}
+	}
+	runs, err := b.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs.Bucket() != bus.BucketRuns {
+		t.Errorf("bucket %s", runs.Bucket())
+	}
+	if _, err := b.Tools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Setup(ctx, bus.SetupConfig{DuplicateWindow: time.Hour, EventsMaxAge: time.Minute}); err == nil {
+		t.Error("setup accepted a max age shorter than the duplicate window")
+	}
+}
+
+func TestConnectWaitsForServerAndFailsOnContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := bus.Connect(ctx, bus.ConnConfig{URL: "nats://127.0.0.1:1"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want deadline exceeded", err)
+	}
+}
+
+func TestRolePermissions(t *testing.T) {
+	t.Parallel()
+	var users []bus.User
+	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker, bus.RoleApprover} {
+		p, err := bus.RolePermissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
+	}
+	if _, err := bus.RolePermissions("intruder"); err == nil {
+		t.Error("unknown role accepted")
+	}
+	srv := startServer(t, users...)
+	conn := func(role string) *bus.Bus {
+		return connectInProcess(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw"})
+	}
+	orch := conn(bus.RoleOrchestrator)
+	setup(t, orch)
+	worker := conn(bus.RoleWorker)
+	approver := conn(bus.RoleApprover)
+	ctx := ctxT(t)
+
+	// What each role is for works.
+	if _, err := worker.PublishCallReply(ctx, sampleReply("run1", "c1")); err != nil {
+		t.Errorf("worker publishing a result: %v", err)
+	}
+	if _, err := approver.PublishDecision(ctx, sampleDecision("run1", "c2")); err != nil {
+		t.Errorf("approver publishing a decision: %v", err)
+	}
+	if _, err := orch.PublishCall(ctx, sampleCall("run1", "c3")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	s, err := worker.ConsumeCalls(ctx, "weather", bus.ConsumeConfig{}, bus.HandlerFunc[bus.CallRequest](
+		func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d.Msg.ToolCallID; return nil }))
+	if err != nil {
+		t.Fatalf("worker consuming calls: %v", err)
+	}
+	stop(t, s)
+	if id := recv(t, got, "call at worker"); id != "c3" {
+		t.Errorf("worker got %s", id)
+	}
+	as, err := approver.ConsumeApprovals(ctx, "bot", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
+		func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
+	if err != nil {
+		t.Fatalf("approver consuming approvals: %v", err)
+	}
+	stop(t, as)
+
+	tools, err := worker.Tools(ctx)
+	if err != nil {
+		t.Fatalf("worker opening the tools bucket: %v", err)
+	}
+	if _, err := tools.Put(ctx, "weather", []byte(`{"name":"weather"}`)); err != nil {
+		t.Errorf("worker advertising a tool: %v", err)
+	}
+	if _, err := worker.Runs(ctx); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker opening the runs bucket: err = %v, want ErrPermissionDenied", err)
+	}
+
+	// What they must not do fails, and nothing reaches the stream.
+	before := streamMsgs(t, orch, bus.StreamReplies)
+	if _, err := worker.PublishDecision(ctx, sampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
+	}
+	if _, err := approver.PublishCallReply(ctx, sampleReply("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("approver publishing a result: err = %v, want ErrPermissionDenied", err)
+	}
+	if _, err := worker.PublishCall(ctx, sampleCall("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker publishing a call: err = %v, want ErrPermissionDenied", err)
+	}
+	if _, err := worker.ConsumeReplies(ctx, "sneaky", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
+		func(context.Context, *bus.Delivery[bus.Reply]) error { return nil })); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker consuming replies: err = %v, want ErrPermissionDenied", err)
+	}
+	if err := worker.Setup(ctx, bus.SetupConfig{}); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker setting up streams: err = %v, want ErrPermissionDenied", err)
+	}
+	if n := streamMsgs(t, orch, bus.StreamReplies); n != before {
+		t.Errorf("replies grew from %d to %d", before, n)
+	}
+	// Core NATS reports the violation on the connection.
+	if err := worker.Conn().Publish("toolgate.reply.run1.approval", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Conn().FlushTimeout(wait); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "permission violation", func() bool {
+		return errors.Is(worker.Conn().LastError(), nats.ErrPermissionViolation)
+	})
+}

@@ -1,0 +1,188 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// SetupConfig sizes toolgate's streams and buckets. Zero values take the
+// documented defaults.
+type SetupConfig struct {
+	// Replicas of every stream and bucket: 1 on a single server, 3 in a
+	// cluster. Defaults to 1.
+	Replicas int
+	// CallsMaxMsgs bounds the calls work queue; a publish beyond it is
+	// refused (DiscardNew) rather than silently dropping old calls.
+	// Defaults to 100000.
+	CallsMaxMsgs int64
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered. Defaults to
+	// 2m.
+	DuplicateWindow time.Duration
+	// ApprovalsMaxAge keeps approval requests for approvers that join
+	// late. Defaults to 7 days.
+	ApprovalsMaxAge time.Duration
+	// RepliesMaxAge keeps results and decisions. Defaults to 7 days.
+	RepliesMaxAge time.Duration
+	// EventsMaxAge keeps conversation events. Defaults to 24h.
+	EventsMaxAge time.Duration
+	// DLQMaxAge keeps dead letters. Defaults to 30 days.
+	DLQMaxAge time.Duration
+	// AuditMaxAge keeps audit records; negative keeps them forever.
+	// Defaults to forever.
+	AuditMaxAge time.Duration
+	// RunsMarkerTTL is how long the runs bucket keeps the marker of a key
+	// removed by its per-key TTL (LimitMarkerTTL); it also enables per-key
+	// TTLs (KV.Create with a ttl). Defaults to 1h.
+	RunsMarkerTTL time.Duration
+	// ToolsTTL is how long a tool advertisement lives unless renewed.
+	// Defaults to 2m.
+	ToolsTTL time.Duration
+}
+
+func (c SetupConfig) withDefaults() SetupConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.CallsMaxMsgs <= 0 {
+		c.CallsMaxMsgs = 100_000
+	}
+	def(&c.DuplicateWindow, 2*time.Minute)
+	def(&c.ApprovalsMaxAge, 7*24*time.Hour)
+	def(&c.RepliesMaxAge, 7*24*time.Hour)
+	def(&c.EventsMaxAge, 24*time.Hour)
+	def(&c.DLQMaxAge, 30*24*time.Hour)
+	if c.AuditMaxAge < 0 {
+		c.AuditMaxAge = 0
+	}
+	def(&c.RunsMarkerTTL, time.Hour)
+	def(&c.ToolsTTL, 2*time.Minute)
+	return c
+}
+
+func (c SetupConfig) validate() error {
+	for name, age := range map[string]time.Duration{
+		"approvals": c.ApprovalsMaxAge, "replies": c.RepliesMaxAge,
+		"events": c.EventsMaxAge, "dlq": c.DLQMaxAge,
+	} {
+		if age < c.DuplicateWindow {
+			return fmt.Errorf("%s max age %s is shorter than the duplicate window %s", name, age, c.DuplicateWindow)
+		}
+	}
+	if c.AuditMaxAge > 0 && c.AuditMaxAge < c.DuplicateWindow {
+		return fmt.Errorf("audit max age %s is shorter than the duplicate window %s", c.AuditMaxAge, c.DuplicateWindow)
+	}
+	return nil
+}
+
+// StreamConfigs are the stream configurations Setup applies.
+func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
+	c = c.withDefaults()
+	base := func(name, desc string, subjects ...string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        name,
+			Description: desc,
+			Subjects:    subjects,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			Duplicates:  c.DuplicateWindow,
+		}
+	}
+	calls := base(StreamCalls, "external tool calls for workers", subjectCall+".>")
+	calls.Retention = jetstream.WorkQueuePolicy
+	calls.Discard = jetstream.DiscardNew
+	calls.MaxMsgs = c.CallsMaxMsgs
+
+	approvals := base(StreamApprovals, "approval requests, fanned out to approvers", subjectApproval+".>")
+	approvals.MaxAge = c.ApprovalsMaxAge
+
+	replies := base(StreamReplies, "tool results and approval decisions", subjectReply+".>")
+	replies.MaxAge = c.RepliesMaxAge
+
+	events := base(StreamEvents, "agent events per conversation", subjectEvent+".>")
+	events.MaxAge = c.EventsMaxAge
+
+	dlq := base(StreamDLQ, "messages that could not be handled", subjectDLQ+".>")
+	dlq.MaxAge = c.DLQMaxAge
+
+	audit := base(StreamAudit, "decisions and settlements kept for audit", subjectAudit+".>")
+	audit.MaxAge = c.AuditMaxAge
+
+	adv := base(StreamAdvisories, "max-deliveries advisories of toolgate consumers",
+		advisoryMaxDeliveries+"."+StreamCalls+".*",
+		advisoryMaxDeliveries+"."+StreamApprovals+".*",
+		advisoryMaxDeliveries+"."+StreamReplies+".*",
+	)
+	adv.MaxAge = c.DLQMaxAge
+
+	return []jetstream.StreamConfig{calls, approvals, replies, events, dlq, audit, adv}
+}
+
+// KeyValueConfigs are the bucket configurations Setup applies.
+func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return []jetstream.KeyValueConfig{
+		{
+			Bucket:         BucketRuns,
+			Description:    "paused runs: history, batch, replies, status, deadlines",
+			History:        1,
+			Storage:        jetstream.FileStorage,
+			Replicas:       c.Replicas,
+			LimitMarkerTTL: c.RunsMarkerTTL,
+		},
+		{
+			Bucket:      BucketTools,
+			Description: "tool definitions advertised by workers",
+			History:     1,
+			TTL:         c.ToolsTTL,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+	}
+}
+
+// Setup creates toolgate's streams and KV buckets, or updates them to cfg.
+// It is idempotent; a change that JetStream cannot apply in place (such as
+// the retention policy) is an error naming the stream.
+func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	ctx, release := b.deny.guard(ctx, jsAPIFor(""))
+	defer release()
+	defer func() {
+		if derr := denied(ctx); derr != nil {
+			err = fmt.Errorf("setup: %w", derr)
+		}
+	}()
+	for _, sc := range cfg.StreamConfigs() {
+		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("setup stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range cfg.KeyValueConfigs() {
+		if _, err := b.js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("setup bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// errNotSetUp wraps a missing stream or bucket with a hint.
+func errNotSetUp(err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("%w (run Setup first)", err)
+	}
+	return err
+}
