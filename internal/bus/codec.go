@@ -120,3 +120,9 @@ func decodeMsgpack(data []byte, v any) (err error) {
 	}
 	return nil
 }
+
+// trailing reports whether anything but whitespace follows the value dec
+// has decoded from data.
+func trailing(data []byte, dec *json.Decoder) bool {
+	return len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) != 0
+}

@@ -1,55 +1,22 @@
 package bus
 
 import (
-	"bytes"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/deferred"
 )
 
-// CanonicalJSON re-encodes a JSON text in toolgate's canonical form: object
-// keys sorted bytewise, no insignificant whitespace, no HTML escaping,
-// numbers exactly as written. Two texts that differ only in key order or
-// spacing have the same canonical form; implementations in other languages
-// reproduce it with a sorted-keys compact encoder that keeps number literals.
-func CanonicalJSON(raw []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("canonical json: %w", err)
-	}
-	if trailing(raw, dec) {
-		return nil, errors.New("canonical json: trailing data")
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("canonical json: %w", err)
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
-}
+// CanonicalJSON is deferred.CanonicalJSON: object keys sorted bytewise, no
+// insignificant whitespace, no HTML escaping, numbers exactly as written,
+// duplicate keys refused. One definition serves digests and signatures.
+func CanonicalJSON(raw []byte) ([]byte, error) { return deferred.CanonicalJSON(raw) }
 
-// trailing reports whether anything but whitespace follows the value dec
-// has decoded from data.
-func trailing(data []byte, dec *json.Decoder) bool {
-	return len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) != 0
-}
-
-// DigestArgs is the hex SHA-256 of CanonicalJSON(args): the args_digest an
-// ApprovalRequest carries and its Decision must return unchanged.
-func DigestArgs(args json.RawMessage) (string, error) {
-	c, err := CanonicalJSON(args)
-	if err != nil {
-		return "", fmt.Errorf("digest args: %w", err)
-	}
-	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
-}
+// DigestArgs is deferred.ArgsDigest: the hex SHA-256 of the canonical args,
+// the args_digest an ApprovalRequest carries and its Decision must return
+// unchanged.
+func DigestArgs(args json.RawMessage) (string, error) { return deferred.ArgsDigest(args) }
 
 // SigningBytes is what an approver signs: the canonical JSON of the
 // decision's JSON form without its signature, decided_at in UTC.
