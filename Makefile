@@ -31,5 +31,9 @@ fmt: ## gofmt the tree
 lint: vet ## vet + gofmt check
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"
 
+bench: ## toolgate vs raw JetStream into bench/ (QUICK=1: subset under 2 min, into bench/quick; NOTE="..." explains regressions)
+	$(if $(QUICK),,$(GO) test -run '^$$' -bench . -benchmem ./...)
+	$(GO) run ./cmd/bench $(if $(QUICK),-quick) $(if $(NOTE),-note '$(NOTE)')
+
 clean: ## remove build output and local state
 	rm -rf $(BIN) $(RUN_DIR) data sandbox

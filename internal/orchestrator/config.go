@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/toolgate/toolgate/internal/agent"
 )
 
 // Model providers an agent config may name.
@@ -49,7 +51,7 @@ type AgentConfig struct {
 	Tools            []ToolConfig `json:"tools"`
 
 	// Script holds the responses of a script model, read from Model.Script.
-	Script json.RawMessage `json:"-"`
+	Script []agent.ScriptResponse `json:"-"`
 }
 
 // ModelConfig names the model behind the agent.
@@ -89,8 +91,15 @@ type ToolConfig struct {
 	approval *approvalRule
 }
 
-// deadline returns how long a call of this kind may stay pending.
+// deadline returns how long a call of this kind may stay pending; a nil
+// tool (one the config does not know) gets the defaults.
 func (t *ToolConfig) deadline(approval bool) time.Duration {
+	if t == nil {
+		if approval {
+			return DefaultApprovalDeadline
+		}
+		return DefaultCallDeadline
+	}
 	if !approval && t.CallDeadline > 0 {
 		return t.CallDeadline.D()
 	}
@@ -173,7 +182,10 @@ func ParseAgentConfig(data []byte, isJSON bool, dir fs.FS) (*AgentConfig, error)
 		if err != nil {
 			return nil, fmt.Errorf("model.script: %w", err)
 		}
-		script, err := parseScript(b, strings.EqualFold(filepath.Ext(cfg.Model.Script), ".json"))
+		script, err := agent.ParseScript(b)
+		if err == nil && len(script) == 0 {
+			err = errors.New("no responses")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("model.script %s: %w", cfg.Model.Script, err)
 		}
@@ -183,24 +195,6 @@ func ParseAgentConfig(data []byte, isJSON bool, dir fs.FS) (*AgentConfig, error)
 		return nil, err
 	}
 	return &cfg, nil
-}
-
-func parseScript(b []byte, isJSON bool) (json.RawMessage, error) {
-	if !isJSON {
-		j, err := yaml.YAMLToJSON(b)
-		if err != nil {
-			return nil, fmt.Errorf("yaml: %s", yaml.FormatError(err, false, false))
-		}
-		b = j
-	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("want a list of responses: %w", err)
-	}
-	if len(list) == 0 {
-		return nil, errors.New("no responses")
-	}
-	return json.RawMessage(b), nil
 }
 
 func describeDecodeError(err error) error {
@@ -254,6 +248,7 @@ func (c *AgentConfig) validate() error {
 		if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
 			t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
+		t.Parameters = compactJSON(t.Parameters)
 		var schema map[string]any
 		if err := json.Unmarshal(t.Parameters, &schema); err != nil {
 			return fmt.Errorf("%s.parameters: want a JSON Schema object: %w", field, err)
@@ -262,6 +257,7 @@ func (c *AgentConfig) validate() error {
 			return fmt.Errorf("%s.parameters: the args schema must have type \"object\", not %v", field, typ)
 		}
 		if len(t.ApprovalMetadata) > 0 && string(t.ApprovalMetadata) != "null" {
+			t.ApprovalMetadata = compactJSON(t.ApprovalMetadata)
 			var m map[string]any
 			if err := json.Unmarshal(t.ApprovalMetadata, &m); err != nil {
 				return fmt.Errorf("%s.approval_metadata: want an object: %w", field, err)
@@ -289,4 +285,14 @@ func (c *AgentConfig) tool(name string) *ToolConfig {
 		}
 	}
 	return nil
+}
+
+// compactJSON drops insignificant whitespace (YAML converts to spaced JSON);
+// invalid JSON is returned as is for the caller's check to report.
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
 }

@@ -19,7 +19,7 @@ const (
 	// StatusResuming: the batch is complete and claimed; its follow-up run
 	// (Batch.FollowUpRunID) is executing under a lease, or is to be
 	// relaunched once the lease expires.
-	StatusResuming Status = "resuming"
+	StatusResuming  Status = "resuming"
 	StatusCompleted Status = "completed"
 	StatusFailed    Status = "failed"
 )
@@ -42,9 +42,12 @@ type Conversation struct {
 	Error  string `msgpack:"error,omitempty"`
 	// Lease is held by the replica executing a run; it is renewed while the
 	// run lasts, and a run whose lease expired may be relaunched elsewhere.
-	Lease     *Lease    `msgpack:"lease,omitempty"`
-	CreatedAt time.Time `msgpack:"created_at"`
-	UpdatedAt time.Time `msgpack:"updated_at"`
+	Lease *Lease `msgpack:"lease,omitempty"`
+	// StaleReplies counts replies to runs that no longer wait (duplicates
+	// of answers a follow-up has already taken).
+	StaleReplies int       `msgpack:"stale_replies,omitempty"`
+	CreatedAt    time.Time `msgpack:"created_at"`
+	UpdatedAt    time.Time `msgpack:"updated_at"`
 }
 
 // RunRecord is one run of a conversation.
@@ -80,6 +83,8 @@ type Batch struct {
 	// Inline is true while the issuing run still waits for replies in
 	// process (inline_wait).
 	Inline bool `msgpack:"inline,omitempty"`
+	// UnknownReplies counts replies to this run for calls it never issued.
+	UnknownReplies int `msgpack:"unknown_replies,omitempty"`
 }
 
 // PendingCall is one deferred call with what has happened to it.

@@ -1,0 +1,140 @@
+// Command bench is toolgate's performance harness (make bench): the
+// deferred call round trip through toolgate against raw JetStream and core
+// NATS, paused-conversation memory, and msgpack against JSON. It writes
+// results.json, results.md and plot.png into -out, compares them with the
+// previous results.json and prints the headline ratios last.
+//
+//	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/toolgate/toolgate/internal/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
+	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
+	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
+	strict := fs.Bool("strict", false, "exit 1 if a figure regressed by more than 10% and no -note explains it")
+	workers := fs.String("workers", "", "comma-separated worker counts (default 1,2,4,8; quick 1,4)")
+	batches := fs.String("batches", "", "comma-separated batch sizes (default 1,10,100)")
+	window := fs.Int("window", 0, "calls in flight (default 100)")
+	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
+	paused := fs.Int("paused", 0, "conversations the memory case holds (default 100000; quick 2000; -1 skips)")
+	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg := bench.Config{
+		Quick: *quick, Window: *window, Calls: *calls, Paused: *paused, CodecTime: *codecTime,
+		Note: *note, Progress: os.Stdout,
+	}
+	var err error
+	if cfg.Workers, err = ints(*workers); err != nil {
+		return fmt.Errorf("-workers: %w", err)
+	}
+	if cfg.Batches, err = ints(*batches); err != nil {
+		return fmt.Errorf("-batches: %w", err)
+	}
+	dir := *out
+	if dir == "" {
+		dir = "bench"
+		if *quick {
+			dir = filepath.Join("bench", "quick")
+		}
+	}
+
+	if *cpuProfile != "" {
+		f, err := create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *memProfile != "" {
+		if err := writeAllocs(*memProfile); err != nil {
+			return err
+		}
+	}
+	if _, err := bench.Save(dir, res); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s, %s and %s in %s\n", bench.FileJSON, bench.FileMarkdown, bench.FilePlot, dir)
+	bench.Headline(os.Stdout, res)
+	if *strict && len(res.Regressions) > 0 && res.Note == "" {
+		return errors.New("figures regressed without a note")
+	}
+	return nil
+}
+
+func ints(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func create(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(path)
+}
+
+func writeAllocs(path string) error {
+	f, err := create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("allocation profile: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bench"
+)
+
+// downTarget is a toolgate side that cannot run.
+type downTarget struct{}
+
+func (downTarget) Name() string { return "toolgate" }
+func (downTarget) Run(context.Context, bench.Case) (bench.Measurement, error) {
+	return bench.Measurement{}, bench.ErrOrchestratorUnavailable
+}
+func (downTarget) RunMemory(context.Context, bench.MemoryCase) (bench.MemoryMeasurement, error) {
+	return bench.MemoryMeasurement{}, bench.ErrOrchestratorUnavailable
+}
+
+// TestRunSmall runs the whole harness on a tiny matrix, once with the
+// toolgate side unavailable and once with the real one, and saves both
+// into one folder so that the second is compared with the first.
+func TestRunSmall(t *testing.T) {
+	env := newEnv(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cfg := bench.Config{
+		Quick:   true,
+		Workers: []int{1, 2}, Batches: []int{1, 5},
+		Window: 5, Calls: 20, Warmup: 5,
+		Paused:    100,
+		CodecTime: time.Millisecond,
+		Env:       env,
+		Toolgate:  downTarget{}, ToolgateMemory: downTarget{},
+	}
+
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 cases × 3 round-trip metrics, 5 memory metrics, 5 messages × 2 ops
+	// × 3 codec metrics + 5 sizes.
+	if want := 4*3 + 5 + 5*2*3 + 5; len(res.Cases) != want {
+		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
+	}
+	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {
+		t.Errorf("toolgate error = %q, want %q", got, bench.ErrOrchestratorUnavailable)
+	}
+	for _, row := range res.Cases {
+		if row.Metric == bench.MetricHeapPerConversation {
+			if row.Raw == nil {
+				t.Errorf("raw heap per conversation not measured")
+			}
+			continue // a heap difference may be negative after a GC
+		}
+		if row.Raw == nil || *row.Raw <= 0 {
+			t.Errorf("%s %s: raw = %v, want positive", row.Name, row.Metric, row.Raw)
+		}
+		if strings.HasPrefix(row.Name, "roundtrip/") && (row.Floor == nil || *row.Floor <= 0) {
+			t.Errorf("%s %s: floor = %v, want positive", row.Name, row.Metric, row.Floor)
+		}
+		isCodec := strings.HasPrefix(row.Name, "codec/")
+		if isCodec != (row.Toolgate != nil) {
+			t.Errorf("%s %s: toolgate = %v; want a figure exactly for codec rows", row.Name, row.Metric, row.Toolgate)
+		}
+	}
+	if _, err := bench.Save(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Previous != "" {
+		t.Errorf("first save compared with %q", res.Previous)
+	}
+
+	cfg.Toolgate, cfg.ToolgateMemory = nil, nil // the real toolgate side
+	cfg.Batches, cfg.Paused, cfg.CodecTime = []int{5}, 30, -1
+	res2, err := bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Errors != nil {
+		t.Errorf("errors = %v, want none", res2.Errors)
+	}
+	for _, row := range res2.Cases {
+		if !strings.HasPrefix(row.Name, "roundtrip/") {
+			if row.Metric == bench.MetricHeapPerConversation && row.Toolgate == nil {
+				t.Errorf("toolgate heap per conversation not measured")
+			}
+			continue
+		}
+		if row.Toolgate == nil || row.Ratio == nil || row.Pass == nil {
+			t.Fatalf("%s %s: toolgate %v ratio %v pass %v, want all set", row.Name, row.Metric, row.Toolgate, row.Ratio, row.Pass)
+		}
+		if got, want := *row.Ratio, *row.Toolgate / *row.Raw; got != want {
+			t.Errorf("%s %s: ratio = %f, want %f", row.Name, row.Metric, got, want)
+		}
+	}
+	if _, err := bench.Save(dir, res2); err != nil {
+		t.Fatal(err)
+	}
+	if res2.Previous == "" {
+		t.Error("second save did not compare with the first")
+	}
+	saved, err := bench.ReadJSON(filepath.Join(dir, bench.FileJSON))
+	if err != nil || saved == nil || len(saved.Cases) != len(res2.Cases) {
+		t.Fatalf("saved results = %v, %v; want the second run", saved, err)
+	}
+	png, err := os.ReadFile(filepath.Join(dir, bench.FilePlot))
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("plot is not a PNG (err %v)", err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, bench.FileMarkdown))
+	if err != nil || !strings.Contains(string(md), "| roundtrip/workers=2/batch=5 | p99_ms |") {
+		t.Errorf("results.md lacks the round-trip table (err %v):\n%s", err, md)
+	}
+	var head strings.Builder
+	bench.Headline(&head, res2)
+	if !strings.Contains(head.String(), "roundtrip/workers=2/batch=5") || !strings.Contains(head.String(), "regressions") {
+		t.Errorf("headline:\n%s", head.String())
+	}
+}

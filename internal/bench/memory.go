@@ -1,0 +1,353 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Metrics of the memory case.
+const (
+	MetricHeapPerConversation  = "heap_bytes_per_conversation"
+	MetricStorePerConversation = "store_bytes_per_conversation"
+	MetricResumeSeconds        = "resume_seconds"
+	// MetricKVCreateSeconds is the raw side's time to create one KV entry
+	// per paused conversation.
+	MetricKVCreateSeconds = "kv_create_seconds"
+	// MetricKVResumeSeconds is the raw side's time to consume every reply
+	// and update its conversation's entry by revision: the bare JetStream
+	// work of resuming them all.
+	MetricKVResumeSeconds = "kv_resume_seconds"
+)
+
+const (
+	rawBucket      = "bench_runs"
+	pipelineDepth  = 2048
+	hdrExpectedSeq = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// pausedRecord is shaped like the orchestrator's stored conversation with
+// one pending call: a short history, one run, a batch of one call.
+type pausedRecord struct {
+	ID      string      `msgpack:"id"`
+	Status  string      `msgpack:"status"`
+	History []pausedMsg `msgpack:"history"`
+	Runs    []pausedRun `msgpack:"runs"`
+	Batch   pausedBatch `msgpack:"batch"`
+	Created time.Time   `msgpack:"created_at"`
+	Updated time.Time   `msgpack:"updated_at"`
+}
+
+type pausedMsg struct {
+	Kind  string          `msgpack:"kind"`
+	Parts []pausedPart    `msgpack:"parts"`
+	Usage map[string]int  `msgpack:"usage,omitempty"`
+	Meta  json.RawMessage `msgpack:"meta,omitempty"`
+}
+
+type pausedPart struct {
+	Kind       string          `msgpack:"kind"`
+	Content    string          `msgpack:"content,omitempty"`
+	ToolName   string          `msgpack:"tool_name,omitempty"`
+	ToolCallID string          `msgpack:"tool_call_id,omitempty"`
+	Args       json.RawMessage `msgpack:"args,omitempty"`
+}
+
+type pausedRun struct {
+	RunID   string    `msgpack:"run_id"`
+	Status  string    `msgpack:"status"`
+	Prompt  string    `msgpack:"prompt,omitempty"`
+	Started time.Time `msgpack:"started_at"`
+}
+
+type pausedBatch struct {
+	RunID string            `msgpack:"run_id"`
+	Calls []bus.CallRequest `msgpack:"calls"`
+	Reply *bus.CallReply    `msgpack:"reply,omitempty"`
+}
+
+func newPausedRecord(conversation, run, call string) pausedRecord {
+	const prompt = "Add the release notes task to my todo list."
+	req := sampleCallRequest(run, conversation, call)
+	return pausedRecord{
+		ID:     conversation,
+		Status: "paused",
+		History: []pausedMsg{
+			{Kind: "request", Parts: []pausedPart{
+				{Kind: "system-prompt", Content: "You manage the user's notes. Use the tools to change files."},
+				{Kind: "user-prompt", Content: prompt},
+			}},
+			{Kind: "response", Parts: []pausedPart{
+				{Kind: "tool-call", ToolName: req.ToolName, ToolCallID: call, Args: req.Args},
+			}, Usage: map[string]int{"input_tokens": 412, "output_tokens": 58, "requests": 1}},
+		},
+		Runs:    []pausedRun{{RunID: run, Status: "paused", Prompt: prompt, Started: sampleDeadline}},
+		Batch:   pausedBatch{RunID: run, Calls: []bus.CallRequest{req}},
+		Created: sampleDeadline,
+		Updated: sampleDeadline,
+	}
+}
+
+// RawMemoryTarget is the memory case's JetStream baseline: one KV entry
+// per paused conversation (the store toolgate keeps them in) and its call
+// queued for a worker, one reply each, and the bare work of applying the
+// replies. Its heap figure is what the embedded server (in the same
+// process) and the client hold for that: the part of toolgate's heap
+// figure that is not the orchestrator's.
+type RawMemoryTarget struct {
+	env *Env
+	seq atomic.Int64
+}
+
+// NewRawMemoryTarget returns the memory baseline on env.
+func NewRawMemoryTarget(env *Env) *RawMemoryTarget { return &RawMemoryTarget{env: env} }
+
+// Name is "raw".
+func (t *RawMemoryTarget) Name() string { return "raw" }
+
+// RunMemory creates c.Conversations entries, publishes a reply for each
+// (MetricResumeSeconds: the time to publish the replies, the yardstick of
+// toolgate's resume), then consumes the replies and updates every entry by
+// revision (MetricKVResumeSeconds). The bucket and stream are deleted
+// afterwards.
+func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm MemoryMeasurement, err error) {
+	n := c.Conversations
+	if n < 1 {
+		return mm, errors.New("raw memory: conversations must be at least 1")
+	}
+	prefix := "k" + strconv.FormatInt(t.seq.Add(1), 10)
+	orch, err := t.env.Connect(ctx, "bench-orchestrator")
+	if err != nil {
+		return mm, err
+	}
+	defer orch.Close()
+	js := orch.JetStream()
+
+	var kvCfg jetstream.KeyValueConfig
+	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
+		if kc.Bucket == bus.BucketRuns {
+			kvCfg = kc
+		}
+	}
+	if kvCfg.Bucket == "" {
+		return mm, errors.New("raw memory: bus has no runs bucket config")
+	}
+	kvCfg.Bucket = rawBucket
+	kv, err := js.CreateKeyValue(ctx, kvCfg)
+	if err != nil {
+		return mm, fmt.Errorf("raw memory: create bucket: %w", err)
+	}
+	_, repliesCfg, err := rawStreams()
+	if err != nil {
+		return mm, err
+	}
+	if _, err := js.CreateStream(ctx, repliesCfg); err != nil {
+		return mm, fmt.Errorf("raw memory: create stream: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		derr := errors.Join(js.DeleteKeyValue(dctx, rawBucket), js.DeleteStream(dctx, rawRepliesStream))
+		if derr != nil && err == nil {
+			err = fmt.Errorf("raw memory: clean up: %w", derr)
+		}
+	}()
+
+	callsCfg, _, err := rawStreams()
+	if err != nil {
+		return mm, err
+	}
+	if _, err := js.CreateStream(ctx, callsCfg); err != nil {
+		return mm, fmt.Errorf("raw memory: create stream: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := js.DeleteStream(dctx, rawCallsStream); derr != nil && err == nil {
+			err = fmt.Errorf("raw memory: clean up: %w", derr)
+		}
+	}()
+
+	key := func(i int) string { return "conv." + conversationID(prefix, i) }
+	kvSubject := "$KV." + rawBucket + "."
+	revisions := make([]uint64, n)
+
+	// Hold: create every entry, as a run that pauses does, and queue its
+	// call for a worker (none runs).
+	heapBefore := heapAfterGC()
+	start := time.Now()
+	p := newPipeline(ctx, js, pipelineDepth, func(i int, ack *jetstream.PubAck) { revisions[i] = ack.Sequence })
+	for i := range n {
+		conv := conversationID(prefix, i)
+		run := runID(prefix, int64(i))
+		data, err := msgpack.Marshal(newPausedRecord(conv, run, toolCallID(run, 0)))
+		if err != nil {
+			return mm, fmt.Errorf("raw memory: encode record: %w", err)
+		}
+		msg := &nats.Msg{Subject: kvSubject + key(i), Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrExpectedSeq, "0")
+		if err := p.publish(ctx, msg, i); err != nil {
+			p.wait()
+			return mm, fmt.Errorf("raw memory: create entry: %w", err)
+		}
+	}
+	if err := p.wait(); err != nil {
+		return mm, fmt.Errorf("raw memory: create entries: %w", err)
+	}
+	createSeconds := time.Since(start).Seconds()
+	cp := newPipeline(ctx, js, pipelineDepth, nil)
+	for i := range n {
+		run := runID(prefix, int64(i))
+		data, err := bus.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), bus.ContentTypeMsgpack)
+		if err != nil {
+			return mm, fmt.Errorf("raw memory: encode call: %w", err)
+		}
+		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		if err := cp.publish(ctx, msg, i, jetstream.WithMsgID(run+"."+toolCallID(run, 0)+".call")); err != nil {
+			cp.wait()
+			return mm, fmt.Errorf("raw memory: publish call: %w", err)
+		}
+	}
+	if err := cp.wait(); err != nil {
+		return mm, fmt.Errorf("raw memory: publish calls: %w", err)
+	}
+	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
+
+	status, err := kv.Status(ctx)
+	if err != nil {
+		return mm, fmt.Errorf("raw memory: bucket status: %w", err)
+	}
+	if status.Values() != uint64(n) {
+		return mm, fmt.Errorf("raw memory: bucket holds %d entries, want %d", status.Values(), n)
+	}
+	storePer := float64(status.Bytes()) / float64(n)
+
+	// The replies arrive: the yardstick is the time to publish them.
+	start = time.Now()
+	p = newPipeline(ctx, js, pipelineDepth, nil)
+	for i := range n {
+		run := runID(prefix, int64(i))
+		data, err := bus.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), bus.ContentTypeMsgpack)
+		if err != nil {
+			return mm, fmt.Errorf("raw memory: encode reply: %w", err)
+		}
+		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		msg.Header.Set(hdrRun, run)
+		msg.Header.Set(hdrCall, toolCallID(run, 0))
+		msg.Header.Set(hdrConversation, conversationID(prefix, i))
+		if err := p.publish(ctx, msg, i, jetstream.WithMsgID(run+"."+toolCallID(run, 0)+".result")); err != nil {
+			p.wait()
+			return mm, fmt.Errorf("raw memory: publish reply: %w", err)
+		}
+	}
+	if err := p.wait(); err != nil {
+		return mm, fmt.Errorf("raw memory: publish replies: %w", err)
+	}
+	publishSeconds := time.Since(start).Seconds()
+
+	resumeSeconds, err := t.applyReplies(ctx, js, prefix, n, revisions)
+	if err != nil {
+		return mm, err
+	}
+	return MemoryMeasurement{
+		Conversations: n,
+		Figures: map[string]float64{
+			MetricHeapPerConversation:  heapPer,
+			MetricStorePerConversation: storePer,
+			MetricResumeSeconds:        publishSeconds,
+			MetricKVCreateSeconds:      createSeconds,
+			MetricKVResumeSeconds:      resumeSeconds,
+		},
+	}, nil
+}
+
+// applyReplies consumes the n replies and updates each conversation's entry
+// with the reply, by revision, and times it.
+func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (float64, error) {
+	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream, jetstream.ConsumerConfig{
+		Durable:       rawReplyConsumer,
+		FilterSubject: rawReplyPrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 2 * pipelineDepth,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raw memory: create reply consumer: %w", err)
+	}
+	var (
+		bg      failure
+		applied atomic.Int64
+		all     = make(chan struct{})
+		index   = make(map[string]int, n)
+	)
+	for i := range n {
+		index[runID(prefix, int64(i))] = i
+	}
+	kvSubject := "$KV." + rawBucket + "."
+	start := time.Now()
+	p := newPipeline(ctx, js, pipelineDepth, func(int, *jetstream.PubAck) {
+		if applied.Add(1) == int64(n) {
+			close(all)
+		}
+	})
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var rep bus.CallReply
+		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
+			bg.set(fmt.Errorf("decode reply: %w", err))
+			return
+		}
+		i, ok := index[rep.RunID]
+		if !ok {
+			bg.set(fmt.Errorf("reply for unknown run %s", rep.RunID))
+			return
+		}
+		conv := conversationID(prefix, i)
+		rec := newPausedRecord(conv, rep.RunID, rep.ToolCallID)
+		rec.Status, rec.Batch.Reply = "resuming", &rep
+		data, err := msgpack.Marshal(rec)
+		if err != nil {
+			bg.set(fmt.Errorf("encode record: %w", err))
+			return
+		}
+		out := &nats.Msg{Subject: kvSubject + "conv." + conv, Data: data, Header: nats.Header{}}
+		out.Header.Set(hdrExpectedSeq, strconv.FormatUint(revisions[i], 10))
+		if err := p.publish(ctx, out, i); err != nil {
+			bg.set(err)
+			return
+		}
+		_ = msg.Ack()
+	}, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
+	if err != nil {
+		p.wait()
+		return 0, fmt.Errorf("raw memory: consume replies: %w", err)
+	}
+	var waitErr error
+	select {
+	case <-all:
+	case <-bg.failed():
+		waitErr = bg.get()
+	case <-p.bg.failed():
+		waitErr = p.bg.get()
+	case <-ctx.Done():
+		waitErr = ctx.Err()
+	}
+	elapsed := time.Since(start).Seconds()
+	stopConsume(cc)
+	if err := errors.Join(waitErr, p.wait()); err != nil {
+		return 0, fmt.Errorf("raw memory: apply replies: %w", err)
+	}
+	return elapsed, nil
+}
+
+func conversationID(prefix string, i int) string { return fmt.Sprintf("conv_%s%012d", prefix, i) }

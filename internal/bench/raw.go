@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Streams and subjects of the raw baseline; they do not overlap toolgate's,
+// so both sides can share one server.
+const (
+	rawCallsStream   = "BENCH_CALLS"
+	rawRepliesStream = "BENCH_REPLIES"
+	rawCallPrefix    = "bench.call."
+	rawReplyPrefix   = "bench.reply."
+	rawCallConsumer  = "call_" + sampleTool
+	rawReplyConsumer = "orchestrator"
+)
+
+// Message headers, as toolgate sets them.
+const (
+	hdrContentType  = "Content-Type"
+	hdrRun          = "Toolgate-Run"
+	hdrConversation = "Toolgate-Conversation"
+	hdrCall         = "Toolgate-Call"
+)
+
+// RawTarget is the JetStream baseline: the same traffic as toolgate's
+// deferred calls with nothing but JetStream in between. A conversation
+// publishes its batch of CallRequests to a work-queue stream with
+// PublishAsync and checks every ack; Case.Workers workers, each on its own
+// connection, pull one call at a time (Consume with PullMaxMessages(1)),
+// publish the CallReply to a limits stream, then ack the call; one
+// consumer (the orchestrator's place) collects the replies, and a batch is
+// complete when all its replies are in.
+type RawTarget struct {
+	env *Env
+	seq atomic.Int64
+}
+
+// NewRawTarget returns the JetStream baseline on env.
+func NewRawTarget(env *Env) *RawTarget { return &RawTarget{env: env} }
+
+// Name is "raw".
+func (t *RawTarget) Name() string { return "raw" }
+
+// rawStreams are toolgate's calls and replies streams under other names.
+func rawStreams() (calls, replies jetstream.StreamConfig, err error) {
+	var found int
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		switch sc.Name {
+		case bus.StreamCalls:
+			calls = sc
+			calls.Name, calls.Subjects = rawCallsStream, []string{rawCallPrefix + ">"}
+			found++
+		case bus.StreamReplies:
+			replies = sc
+			replies.Name, replies.Subjects = rawRepliesStream, []string{rawReplyPrefix + ">"}
+			found++
+		}
+	}
+	if found != 2 {
+		return calls, replies, errors.New("bus stream configs lack the calls or replies stream")
+	}
+	return calls, replies, nil
+}
+
+// Run measures one case on fresh streams, deleted afterwards.
+func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) {
+	if err := c.validate(); err != nil {
+		return Measurement{}, fmt.Errorf("raw: %w", err)
+	}
+	prefix := "j" + strconv.FormatInt(t.seq.Add(1), 10)
+	orch, err := t.env.Connect(ctx, "bench-orchestrator")
+	if err != nil {
+		return Measurement{}, err
+	}
+	defer orch.Close()
+	js := orch.JetStream()
+
+	callsCfg, repliesCfg, err := rawStreams()
+	if err != nil {
+		return Measurement{}, err
+	}
+	for _, sc := range []jetstream.StreamConfig{callsCfg, repliesCfg} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			return Measurement{}, fmt.Errorf("raw: create stream %s: %w", sc.Name, err)
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if derr := js.DeleteStream(dctx, sc.Name); derr != nil && err == nil {
+				err = fmt.Errorf("raw: delete stream %s: %w", sc.Name, derr)
+			}
+		}()
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, rawCallsStream, jetstream.ConsumerConfig{
+		Durable:       rawCallConsumer,
+		FilterSubject: rawCallPrefix + sampleTool,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: max(1000, 2*c.Workers),
+	}); err != nil {
+		return Measurement{}, fmt.Errorf("raw: create call consumer: %w", err)
+	}
+	replyCons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream, jetstream.ConsumerConfig{
+		Durable:       rawReplyConsumer,
+		FilterSubject: rawReplyPrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: max(1000, 2*c.Window),
+	})
+	if err != nil {
+		return Measurement{}, fmt.Errorf("raw: create reply consumer: %w", err)
+	}
+
+	var bg failure
+	var redelivered atomic.Int64
+	reg := &registry{}
+	collect, err := replyCons.Consume(func(msg jetstream.Msg) {
+		at := time.Now()
+		countRedelivery(msg, &redelivered)
+		var rep bus.CallReply
+		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
+			bg.set(fmt.Errorf("decode reply: %w", err))
+			_ = msg.Term()
+			return
+		}
+		reg.arrive(rep.ToolCallID, at)
+		_ = msg.Ack()
+	}, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
+	if err != nil {
+		return Measurement{}, fmt.Errorf("raw: consume replies: %w", err)
+	}
+	defer stopConsume(collect)
+
+	for w := range c.Workers {
+		stop, err := t.startWorker(ctx, fmt.Sprintf("bench-worker-%d", w), &bg, &redelivered)
+		if err != nil {
+			return Measurement{}, err
+		}
+		defer stop()
+	}
+
+	send := func(ctx context.Context, b *batch) error {
+		futures := make([]jetstream.PubAckFuture, len(b.calls))
+		for i, id := range b.calls {
+			b.sent[i] = time.Now()
+			data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
+			if err != nil {
+				return err
+			}
+			msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
+			msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+			msg.Header.Set(hdrRun, b.run)
+			msg.Header.Set(hdrConversation, b.conversation)
+			msg.Header.Set(hdrCall, id)
+			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(b.run+"."+id+".call"))
+			if err != nil {
+				return fmt.Errorf("publish call %s: %w", id, err)
+			}
+			futures[i] = f
+		}
+		for i, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("publish call %s: %w", b.calls[i], err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	m, err = warmAndMeasure(ctx, c, prefix, send, reg, &bg)
+	if err != nil {
+		return Measurement{}, fmt.Errorf("raw %s: %w", c.Name(), err)
+	}
+	m.Redelivered = redelivered.Load()
+	return m, nil
+}
+
+// startWorker connects one worker and starts pulling calls; stop drains it
+// and closes its connection.
+func (t *RawTarget) startWorker(ctx context.Context, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
+	b, err := t.env.Connect(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	js := b.JetStream()
+	cons, err := js.Consumer(ctx, rawCallsStream, rawCallConsumer)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("raw worker %s: %w", name, err)
+	}
+	// A worker publishes with its own context: a call in hand when the run
+	// ends is abandoned by the drain, not failed midway.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		countRedelivery(msg, redelivered)
+		var req bus.CallRequest
+		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &req); err != nil {
+			bg.set(fmt.Errorf("worker %s: decode call: %w", name, err))
+			_ = msg.Term()
+			return
+		}
+		data, err := bus.Encode(replyFor(req, name), bus.ContentTypeMsgpack)
+		if err != nil {
+			bg.set(fmt.Errorf("worker %s: encode reply: %w", name, err))
+			_ = msg.Term()
+			return
+		}
+		out := &nats.Msg{Subject: rawReplyPrefix + req.RunID + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
+		out.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		out.Header.Set(hdrRun, req.RunID)
+		out.Header.Set(hdrCall, req.ToolCallID)
+		if _, err := js.PublishMsg(wctx, out, jetstream.WithMsgID(req.RunID+"."+req.ToolCallID+".result")); err != nil {
+			bg.set(fmt.Errorf("worker %s: publish reply: %w", name, err))
+			_ = msg.NakWithDelay(100 * time.Millisecond)
+			return
+		}
+		_ = msg.Ack()
+	}, jetstream.PullMaxMessages(1), jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
+	if err != nil {
+		cancel()
+		b.Close()
+		return nil, fmt.Errorf("raw worker %s: consume: %w", name, err)
+	}
+	return func() {
+		stopConsume(cc)
+		cancel()
+		b.Close()
+	}, nil
+}
+
+func countRedelivery(msg jetstream.Msg, n *atomic.Int64) {
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		n.Add(1)
+	}
+}
+
+// stopConsume drains a consumer and waits (bounded) until its handler has
+// returned for the last time.
+func stopConsume(cc jetstream.ConsumeContext) {
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(5 * time.Second):
+		cc.Stop()
+	}
+}
+
+// consumeErrHandler keeps fatal consumer errors; missed heartbeats during
+// a slow moment are not fatal.
+func consumeErrHandler(bg *failure) jetstream.ConsumeErrHandler {
+	return func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			return
+		}
+		bg.set(fmt.Errorf("consume: %w", err))
+	}
+}

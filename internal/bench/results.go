@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Round-trip metrics.
+const (
+	MetricThroughput = "throughput_calls_per_s"
+	MetricP50        = "p50_ms"
+	MetricP99        = "p99_ms"
+)
+
+// Results is the content of results.json. The issue fixes Cases' shape;
+// everything else is context for reading them.
+type Results struct {
+	Cases []Row `json:"cases"`
+	// Mode is "quick" or "full".
+	Mode    string    `json:"mode"`
+	Started time.Time `json:"started"`
+	// Seconds the whole run took.
+	Seconds float64 `json:"seconds"`
+	Host    Host    `json:"host"`
+	// Window is the in-flight window of every round-trip case, Calls and
+	// Warmup the calls per case.
+	Window int `json:"window"`
+	Calls  int `json:"calls"`
+	Warmup int `json:"warmup"`
+	// Note is the author's explanation of the figures, in particular of
+	// flagged regressions.
+	Note string `json:"note,omitempty"`
+	// Errors are the sides that could not be measured, by target.
+	Errors map[string]string `json:"errors,omitempty"`
+	// Regressions against the previous results.json of the same mode.
+	Regressions []Regression `json:"regressions,omitempty"`
+	// Previous describes the results compared with ("" if none).
+	Previous string `json:"previous,omitempty"`
+}
+
+// Host describes the machine the figures come from.
+type Host struct {
+	GoVersion  string `json:"go_version"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Hostname   string `json:"hostname,omitempty"`
+}
+
+// Row is one measured case and metric. Raw, Toolgate and Ratio are null
+// when not measured; Ratio is Toolgate / Raw.
+type Row struct {
+	Name     string   `json:"name"`
+	Metric   string   `json:"metric"`
+	Workers  int      `json:"workers"`
+	Batch    int      `json:"batch"`
+	Raw      *float64 `json:"raw"`
+	Toolgate *float64 `json:"toolgate"`
+	Ratio    *float64 `json:"ratio"`
+	// Floor is core NATS request-reply for the round-trip metrics.
+	Floor *float64 `json:"floor,omitempty"`
+	// Target is the issue's goal for this row, Pass whether it is met
+	// (null while the toolgate side is not measured).
+	Target string `json:"target,omitempty"`
+	Pass   *bool  `json:"pass,omitempty"`
+}
+
+// key identifies a row across runs.
+func (r Row) key() string { return fmt.Sprintf("%s|%s|%d|%d", r.Name, r.Metric, r.Workers, r.Batch) }
+
+func num(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// FinishRows sets every row's Ratio from Raw and Toolgate, and its Target
+// and Pass from the issue's goals.
+func FinishRows(r *Results) {
+	for i := range r.Cases {
+		r.Cases[i].finish()
+	}
+}
+
+// finish sets Ratio from Raw and Toolgate, and Target and Pass from the
+// goals.
+func (r *Row) finish() {
+	r.Ratio = nil
+	if r.Raw != nil && r.Toolgate != nil && *r.Raw != 0 {
+		r.Ratio = num(*r.Toolgate / *r.Raw)
+	}
+	g, ok := goals[r.Metric]
+	if !ok {
+		return
+	}
+	r.Target = g.String()
+	r.Pass = g.check(*r)
+}
+
+// goal is one of the issue's targets.
+type goal struct {
+	// ratio bounds Toolgate/Raw: at least min, at most max (0: unbounded).
+	minRatio, maxRatio float64
+	// absMax bounds Toolgate minus Raw (Toolgate alone without Raw): the
+	// heap the orchestrator adds to what the in-process server holds.
+	absMax float64
+}
+
+var goals = map[string]goal{
+	MetricThroughput:          {minRatio: 0.5},
+	MetricP50:                 {maxRatio: 3},
+	MetricP99:                 {maxRatio: 3},
+	MetricHeapPerConversation: {absMax: 4096},
+	MetricResumeSeconds:       {maxRatio: 2},
+}
+
+func (g goal) String() string {
+	switch {
+	case g.minRatio > 0:
+		return fmt.Sprintf("ratio >= %g", g.minRatio)
+	case g.maxRatio > 0:
+		return fmt.Sprintf("ratio <= %g", g.maxRatio)
+	default:
+		return fmt.Sprintf("toolgate - raw <= %g", g.absMax)
+	}
+}
+
+func (g goal) check(r Row) *bool {
+	var ok bool
+	switch {
+	case g.absMax > 0:
+		if r.Toolgate == nil {
+			return nil
+		}
+		v := *r.Toolgate
+		if r.Raw != nil {
+			v -= *r.Raw
+		}
+		ok = v <= g.absMax
+	case r.Ratio == nil:
+		return nil
+	case g.minRatio > 0:
+		ok = *r.Ratio >= g.minRatio
+	default:
+		ok = *r.Ratio <= g.maxRatio
+	}
+	return &ok
+}
+
+// WriteJSON writes r to path atomically (a temporary file renamed over it).
+func WriteJSON(path string, r *Results) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	return writeFileAtomic(path, append(data, '\n'))
+}
+
+// ReadJSON reads results.json; a missing file is (nil, nil).
+func ReadJSON(path string) (*Results, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var r Results
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode results %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Target runs round-trip cases. Run sets up what the case needs, runs
+// c.Warmup calls and then c.Calls measured calls, and tears its set-up
+// down again before returning.
+type Target interface {
+	Name() string
+	Run(ctx context.Context, c Case) (Measurement, error)
+}
+
+// Measurement is what a Target measured for one case.
+type Measurement struct {
+	// Calls is the number of measured calls that completed.
+	Calls int `json:"calls"`
+	// Elapsed runs from the first measured publish to the completion of
+	// the last measured batch.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Latency of each call from its publish to its batch being complete,
+	// the moment a follow-up run can start ("the agent continues").
+	Latency Summary `json:"latency"`
+	// Reply latency of each call from its publish to its own reply being
+	// consumed; zero when the target cannot see individual replies.
+	Reply Summary `json:"reply"`
+	// Redelivered counts messages JetStream delivered more than once
+	// during the case (an AckWait expiry or a nak); each one is a latency
+	// outlier worth explaining.
+	Redelivered int64 `json:"redelivered"`
+}
+
+// Throughput is completed calls per second.
+func (m Measurement) Throughput() float64 {
+	if m.Elapsed <= 0 {
+		return 0
+	}
+	return float64(m.Calls) / m.Elapsed.Seconds()
+}
+
+// MemoryCase is the paused-conversations case.
+type MemoryCase struct {
+	// Conversations paused at once, each waiting for one external call.
+	Conversations int `json:"conversations"`
+}
+
+// Name identifies the case in results.
+func (c MemoryCase) Name() string { return "paused/conversations=" + strconv.Itoa(c.Conversations) }
+
+// MemoryTarget holds c.Conversations paused conversations, then delivers
+// every reply and waits until all are resumed.
+type MemoryTarget interface {
+	Name() string
+	RunMemory(ctx context.Context, c MemoryCase) (MemoryMeasurement, error)
+}
+
+// MemoryMeasurement holds the figures a MemoryTarget could measure, by
+// metric name (MetricHeapPerConversation, MetricStorePerConversation,
+// MetricResumeSeconds and target-specific extras, all documented in
+// bench/README.md). A missing metric was not measured by this target.
+type MemoryMeasurement struct {
+	Conversations int                `json:"conversations"`
+	Figures       map[string]float64 `json:"figures"`
+}

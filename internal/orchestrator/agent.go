@@ -1,0 +1,105 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/agent/openai"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// buildAgent turns the agent config into an agent. Every configured tool is
+// executed by a tool-worker: its body defers the call as external
+// (CallDeferred). Before that, the tool's approval rule may defer it for a
+// decision (ApprovalRequired, with the tool's approval_metadata as the
+// batch metadata, D2/D8); once approved, the body runs again and defers it
+// as an external call (D23, D26). Args are validated against the schema
+// before either (D3, D5).
+func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
+	cfg := o.cfg.Agent
+	model := o.cfg.Model
+	if model == nil {
+		m, err := buildModel(cfg, o.cfg.LookupEnv, o.cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		model = m
+	}
+	tools := make([]agent.Tool, 0, len(cfg.Tools))
+	for i := range cfg.Tools {
+		tc := &cfg.Tools[i]
+		def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
+		t, err := agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
+			if !rc.ToolCallApproved && o.approvalRequired(rc, tc, args) {
+				return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
+			}
+			return nil, deferred.CallDeferred(nil)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tools[%d] (%s): %w", i, tc.Name, err)
+		}
+		tools = append(tools, t)
+	}
+	var handlers []agent.Handler
+	if cfg.InlineWait > 0 {
+		handlers = append(handlers, agent.HandlerFunc(o.handleInline))
+	}
+	a, err := agent.New(agent.Config{
+		Model:            model,
+		Instructions:     cfg.Instructions,
+		Tools:            tools,
+		Handlers:         handlers,
+		AllowDeferred:    true,
+		MaxModelRequests: cfg.MaxModelRequests,
+		Logger:           o.cfg.Logger,
+		Clock:            func() time.Time { return o.clock().UTC() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return a, nil
+}
+
+// approvalRequired applies the tool's approval rule. It fails closed: a
+// rule that cannot be evaluated requires approval, and the reason is
+// logged.
+func (o *Orchestrator) approvalRequired(rc *agent.RunContext, tc *ToolConfig, args json.RawMessage) bool {
+	need, err := tc.approval.required(tc.Name, args)
+	if err != nil {
+		o.log.WarnContext(rc.Context(), "approval rule failed; approval required", slog.String("tool", tc.Name),
+			slog.String("run_id", rc.RunID), slog.String("tool_call_id", rc.ToolCallID), slog.String("error", err.Error()))
+		return true
+	}
+	return need
+}
+
+// buildModel makes the model the config names.
+func buildModel(cfg *AgentConfig, lookupEnv func(string) (string, bool), logger *slog.Logger) (agent.Model, error) {
+	switch cfg.Model.Provider {
+	case ProviderOpenAI:
+		key := cfg.Model.APIKey
+		if key == "" && cfg.Model.APIKeyEnv != "" {
+			if lookupEnv == nil {
+				return nil, fmt.Errorf("model.api_key_env: %s cannot be looked up here", cfg.Model.APIKeyEnv)
+			}
+			v, ok := lookupEnv(cfg.Model.APIKeyEnv)
+			if !ok || v == "" {
+				return nil, fmt.Errorf("model.api_key_env: %s is not set", cfg.Model.APIKeyEnv)
+			}
+			key = v
+		}
+		m, err := openai.New(openai.Config{Model: cfg.Model.Name, BaseURL: cfg.Model.BaseURL, APIKey: key, Stream: cfg.Model.Stream, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		return m, nil
+	case ProviderScript:
+		return agent.NewScriptModel(cfg.Model.Name, cfg.Script), nil
+	case ProviderTest:
+		return agent.NewTestModel(), nil
+	}
+	return nil, fmt.Errorf("model.provider: unknown provider %q", cfg.Model.Provider)
+}

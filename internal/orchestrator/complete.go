@@ -1,0 +1,54 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+)
+
+// afterApply moves a conversation on after one of its calls was settled: a
+// complete batch is claimed and followed up, an incomplete one is
+// rescheduled for expiry.
+func (o *Orchestrator) afterApply(ctx context.Context, c *Conversation) {
+	if c == nil || c.Batch == nil {
+		return
+	}
+	if c.Status == StatusPaused && !c.Batch.Inline && c.Batch.complete() {
+		o.claim(ctx, c.ID)
+		return
+	}
+	o.schedule(c)
+}
+
+// claim takes a complete batch for its follow-up: one CAS moves the
+// conversation from paused to resuming, picks the follow-up run id and
+// takes the lease, so exactly one replica (or restart) launches the
+// follow-up (D35). It reports whether this call claimed it.
+func (o *Orchestrator) claim(ctx context.Context, convID string) bool {
+	var followUp string
+	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		followUp = ""
+		if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline || !c.Batch.complete() {
+			return errUnchanged
+		}
+		now := o.clock()
+		followUp = o.newRunID()
+		c.Status = StatusResuming
+		c.Batch.FollowUpRunID = followUp
+		c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: followUp, Until: now.Add(o.cfg.LeaseTTL)}
+		c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
+		c.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		o.log.WarnContext(ctx, "claim batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		return false
+	}
+	if followUp == "" {
+		return false
+	}
+	o.stats.FollowUps.Add(1)
+	o.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", convID),
+		slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", followUp))
+	o.launch(convID, followUp)
+	return true
+}

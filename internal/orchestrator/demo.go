@@ -1,0 +1,31 @@
+package orchestrator
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+)
+
+//go:embed demo/agent.yaml demo/script.yaml
+var demoFiles embed.FS
+
+// DemoAgentConfig is the built-in demo agent, used when no agent config is
+// given: the seed article's approval example with a script model. Tools:
+// update_file (approval when the path is .env, reason "protected"),
+// delete_file (approval always), read_file, calculate_answer and
+// send_to_worker, with the schemas of the tool-worker's built-ins.
+func DemoAgentConfig() (*AgentConfig, error) {
+	dir, err := fs.Sub(demoFiles, "demo")
+	if err != nil {
+		return nil, fmt.Errorf("demo agent: %w", err)
+	}
+	data, err := fs.ReadFile(dir, "agent.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("demo agent: %w", err)
+	}
+	cfg, err := ParseAgentConfig(data, false, dir)
+	if err != nil {
+		return nil, fmt.Errorf("demo agent: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,402 @@
+package orchestrator_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/worker"
+)
+
+// waitTimeout bounds every wait on a condition; generous for a loaded
+// 2-core machine.
+const waitTimeout = 30 * time.Second
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("TOOLGATE_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+}
+
+// env is an embedded JetStream server with toolgate's streams set up.
+type env struct {
+	t   *testing.T
+	srv *bus.Server
+	dir string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1", NoListen: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("start server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	e := &env{t: t, srv: srv, dir: dir}
+	b := e.connect("setup")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	return e
+}
+
+// connect opens a connection, closed at cleanup.
+func (e *env) connect(name string) *bus.Bus {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	b, err := e.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: testLogger(e.t)})
+	if err != nil {
+		e.t.Fatalf("connect: %v", err)
+	}
+	e.t.Cleanup(b.Close)
+	return b
+}
+
+// orch starts an orchestrator on its own connection; it is stopped at
+// cleanup (or earlier with the returned stop).
+func (e *env) orch(cfg orchestrator.Config) (*orchestrator.Orchestrator, func()) {
+	e.t.Helper()
+	if cfg.Bus == nil {
+		cfg.Bus = e.connect("orchestrator")
+	}
+	if cfg.Agent == nil {
+		a, err := orchestrator.DemoAgentConfig()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		cfg.Agent = a
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(e.t)
+	}
+	o, err := orchestrator.New(cfg)
+	if err != nil {
+		e.t.Fatalf("new orchestrator: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := o.Start(ctx); err != nil {
+		e.t.Fatalf("start orchestrator: %v", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			if err := o.Stop(ctx); err != nil {
+				e.t.Errorf("stop orchestrator: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return o, stop
+}
+
+// worker runs the built-in tools in a sandbox; returns the sandbox.
+func (e *env) worker(tools ...string) string {
+	e.t.Helper()
+	sandbox := filepath.Join(e.t.TempDir(), "sandbox")
+	bi, err := worker.NewBuiltin(sandbox)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, n := range tools {
+		want[n] = true
+	}
+	var ts []worker.Tool
+	for _, spec := range worker.BuiltinTools() {
+		if len(tools) == 0 || want[spec.Name] {
+			ts = append(ts, worker.Tool{Spec: spec, Executor: bi, Kind: "builtin"})
+		}
+	}
+	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: ts, ID: "worker-1", Logger: testLogger(e.t), DrainTimeout: 5 * time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.run("worker", w.Run)
+	return sandbox
+}
+
+// approverBot runs a policy approver; key may be nil (unsigned decisions).
+func (e *env) approverBot(id, policy string, key ed25519.PrivateKey) {
+	e.t.Helper()
+	p, err := approver.ParsePolicy([]byte(policy))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a, err := approver.New(approver.Config{Bus: e.connect(id), ID: id, Policy: p, Key: key, Logger: testLogger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.run(id, a.Run)
+}
+
+// run runs fn until cleanup.
+func (e *env) run(name string, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				e.t.Errorf("%s: %v", name, err)
+			}
+		case <-time.After(waitTimeout):
+			e.t.Errorf("%s did not stop", name)
+		}
+	})
+}
+
+const seedPolicy = `
+rules:
+  - tool: delete_file
+    action: deny
+    message: Deleting files is not allowed
+  - action: approve
+`
+
+func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv
+}
+
+// waitFor polls cond until it holds or waitTimeout passes.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := 5 * time.Millisecond
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
+		}
+		time.Sleep(tick)
+		tick = min(tick*2, 100*time.Millisecond)
+	}
+}
+
+// waitStatus waits for the conversation to reach status and returns it.
+func waitStatus(t *testing.T, o *orchestrator.Orchestrator, convID string, want ...orchestrator.Status) *orchestrator.Conversation {
+	t.Helper()
+	var c *orchestrator.Conversation
+	waitFor(t, fmt.Sprintf("conversation %s to be %v", convID, want), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		var err error
+		c, err = o.Conversation(ctx, convID)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if c.Status == w {
+				return true, ""
+			}
+		}
+		return false, describe(c)
+	})
+	return c
+}
+
+func describe(c *orchestrator.Conversation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status=%s error=%q runs=%d", c.Status, c.Error, len(c.Runs))
+	if c.Batch != nil {
+		for _, pc := range c.Batch.Calls {
+			fmt.Fprintf(&b, " [%s %s published=%v", pc.Kind, pc.ToolCallID, pc.Published)
+			if pc.Reply != nil {
+				fmt.Fprintf(&b, " reply=%s", pc.Reply.Outcome)
+			}
+			fmt.Fprintf(&b, " refused=%d dup=%d late=%d %s]", pc.Refused, pc.Duplicates, pc.Late, pc.LastRefusal)
+		}
+	}
+	return b.String()
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// externalAgent is the seed's external example (examples/), with extra
+// YAML appended to its tool (e.g. a short deadline).
+func externalAgent(t *testing.T, toolExtra string) *orchestrator.AgentConfig {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/agent-seed-external.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../examples/seed-external-script.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toolExtra != "" {
+		data = []byte(strings.Replace(string(data), "    deadline: 5m\n", toolExtra, 1))
+	}
+	cfg, err := orchestrator.ParseAgentConfig(data, false, fstest.MapFS{"seed-external-script.yaml": {Data: script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// deadLetters reads every dead letter.
+func deadLetters(t *testing.T, b *bus.Bus) []bus.DeadLetter {
+	t.Helper()
+	ctx := ctxT(t)
+	st, err := b.JetStream().Stream(ctx, bus.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bus.DeadLetter
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		dl, err := b.GetDeadLetter(ctx, seq)
+		if err != nil {
+			continue
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+// waitDeadLetter waits for a dead letter whose reason contains want.
+func waitDeadLetter(t *testing.T, b *bus.Bus, want string) bus.DeadLetter {
+	t.Helper()
+	var found bus.DeadLetter
+	waitFor(t, "a dead letter with "+want, func() (bool, string) {
+		var reasons []string
+		for _, dl := range deadLetters(t, b) {
+			if strings.Contains(dl.Reason, want) {
+				found = dl
+				return true, ""
+			}
+			reasons = append(reasons, dl.Reason)
+		}
+		return false, fmt.Sprint(reasons)
+	})
+	return found
+}
+
+// pendingCall returns the stored call of the conversation's batch.
+func pendingCall(t *testing.T, c *orchestrator.Conversation, id string) *orchestrator.PendingCall {
+	t.Helper()
+	if c.Batch == nil {
+		t.Fatalf("conversation %s has no batch", c.ID)
+	}
+	for _, pc := range c.Batch.Calls {
+		if pc.ToolCallID == id {
+			return pc
+		}
+	}
+	t.Fatalf("conversation %s has no call %s: %s", c.ID, id, describe(c))
+	return nil
+}
+
+// waitCall waits until the stored call satisfies cond.
+func waitCall(t *testing.T, o *orchestrator.Orchestrator, convID, callID, what string, cond func(*orchestrator.PendingCall) bool) *orchestrator.Conversation {
+	t.Helper()
+	var c *orchestrator.Conversation
+	waitFor(t, what, func() (bool, string) {
+		var err error
+		c, err = o.Conversation(ctxT(t), convID)
+		if err != nil {
+			return false, err.Error()
+		}
+		if c.Batch == nil {
+			return false, describe(c)
+		}
+		for _, pc := range c.Batch.Calls {
+			if pc.ToolCallID == callID && cond(pc) {
+				return true, ""
+			}
+		}
+		return false, describe(c)
+	})
+	return c
+}
+
+// demoAgent is the built-in demo config with edits applied to its YAML.
+func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
+	t.Helper()
+	data, err := os.ReadFile("demo/agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(s, edits[i]) {
+			t.Fatalf("demo agent has no %q", edits[i])
+		}
+		s = strings.Replace(s, edits[i], edits[i+1], 1)
+	}
+	script, err := os.ReadFile("demo/script.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := orchestrator.ParseAgentConfig([]byte(s), false, fstest.MapFS{"script.yaml": {Data: script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// startPaused starts the seed prompt and waits until its batch is
+// published.
+func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conversation {
+	t.Helper()
+	info, err := o.StartRun(ctxT(t), seedPrompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *orchestrator.Conversation
+	waitFor(t, "the batch to be published", func() (bool, string) {
+		c, err = o.Conversation(ctxT(t), info.ConversationID)
+		if err != nil {
+			return false, err.Error()
+		}
+		if c.Status != orchestrator.StatusPaused || c.Batch == nil {
+			return false, describe(c)
+		}
+		for _, pc := range c.Batch.Calls {
+			if !pc.Published {
+				return false, describe(c)
+			}
+		}
+		return true, ""
+	})
+	return c
+}

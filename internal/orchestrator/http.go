@@ -1,0 +1,330 @@
+package orchestrator
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// maxBodyBytes bounds a request body: a prompt, not a file upload.
+const maxBodyBytes = 1 << 20
+
+// HandlerConfig configures the HTTP API.
+type HandlerConfig struct {
+	// Token, when set, is the bearer token every request but /healthz must
+	// carry. Empty: no authentication (bind to loopback only).
+	Token string
+	// Logger receives request errors. nil discards them.
+	Logger *slog.Logger
+}
+
+// Handler returns the HTTP API:
+//
+//	POST /v1/runs                          start a run
+//	GET  /v1/runs/{run_id}                 a run's status
+//	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
+//	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
+//	GET  /v1/pending                       every pending deferred call
+//	GET  /healthz                          liveness
+func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
+	h := &api{o: o, token: cfg.Token, log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", h.startRun)
+	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
+	mux.HandleFunc("GET /v1/conversations/{id}", h.getConversation)
+	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
+	mux.HandleFunc("GET /v1/pending", h.pending)
+	mux.HandleFunc("GET /healthz", h.healthz)
+	for path, allow := range map[string]string{
+		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
+		"/v1/conversations/{id}/events": "GET", "/v1/pending": "GET", "/healthz": "GET",
+	} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, allow))
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return h.auth(mux)
+}
+
+type api struct {
+	o     *Orchestrator
+	token string
+	log   *slog.Logger
+}
+
+func (h *api) auth(next http.Handler) http.Handler {
+	if h.token == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RunInfo is the answer about one run.
+type RunInfo struct {
+	RunID          string `json:"run_id"`
+	ConversationID string `json:"conversation_id"`
+	Status         Status `json:"status"`
+}
+
+type startRunRequest struct {
+	Prompt         string `json:"prompt"`
+	ConversationID string `json:"conversation_id,omitempty"`
+}
+
+func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
+	var req startRunRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		writeError(w, http.StatusBadRequest, "prompt: required")
+		return
+	}
+	if req.ConversationID != "" && !validID(req.ConversationID) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("conversation_id: %q is not a valid id", req.ConversationID))
+		return
+	}
+	info, err := h.o.StartRun(r.Context(), req.Prompt, req.ConversationID)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, info)
+}
+
+func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run_id")
+	if !validID(id) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("run %q not found", id))
+		return
+	}
+	info, err := h.o.Run(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// ConversationView is the API's view of a conversation.
+type ConversationView struct {
+	ConversationID string            `json:"conversation_id"`
+	Status         Status            `json:"status"`
+	Output         *string           `json:"output,omitempty"`
+	Error          string            `json:"error,omitempty"`
+	Runs           []RunSummary      `json:"runs"`
+	Pending        []PendingView     `json:"pending"`
+	Messages       []json.RawMessage `json:"messages"`
+}
+
+// RunSummary is one run of a conversation.
+type RunSummary struct {
+	RunID  string `json:"run_id"`
+	Status Status `json:"status"`
+}
+
+// PendingView is a deferred call still waiting for its reply.
+type PendingView struct {
+	ConversationID string          `json:"conversation_id,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+	ToolCallID     string          `json:"tool_call_id"`
+	ToolName       string          `json:"tool_name"`
+	Kind           string          `json:"kind"`
+	Args           json.RawMessage `json:"args"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"` // the reason of an approval
+	Deadline       time.Time       `json:"deadline"`
+}
+
+func viewOf(c *Conversation) ConversationView {
+	v := ConversationView{
+		ConversationID: c.ID,
+		Status:         c.Status,
+		Error:          c.Error,
+		Runs:           make([]RunSummary, 0, len(c.Runs)),
+		Pending:        pendingOf(c),
+		Messages:       messagesJSON(c.History),
+	}
+	if c.Status == StatusCompleted {
+		out := c.Output
+		v.Output = &out
+	}
+	for _, r := range c.Runs {
+		v.Runs = append(v.Runs, RunSummary{RunID: r.RunID, Status: r.Status})
+	}
+	return v
+}
+
+func pendingOf(c *Conversation) []PendingView {
+	out := []PendingView{}
+	if c.Batch == nil {
+		return out
+	}
+	for _, pc := range c.Batch.Calls {
+		if pc.Reply != nil {
+			continue
+		}
+		out = append(out, PendingView{
+			ConversationID: c.ID,
+			RunID:          c.Batch.RunID,
+			ToolCallID:     pc.ToolCallID,
+			ToolName:       pc.ToolName,
+			Kind:           string(pc.Kind),
+			Args:           pc.Args,
+			Metadata:       pc.Metadata,
+			Deadline:       pc.Deadline.UTC(),
+		})
+	}
+	return out
+}
+
+func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		return
+	}
+	c, err := h.o.Conversation(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(c))
+}
+
+func (h *api) pending(w http.ResponseWriter, r *http.Request) {
+	p, err := h.o.Pending(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"pending": p})
+}
+
+func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := h.o.Healthy(); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// fail maps an orchestrator error to a status.
+func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var conflict *ConflictError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.As(err, &conflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrStopped):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		h.log.ErrorContext(r.Context(), "http request", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		writeError(w, http.StatusInternalServerError, "internal error")
+	}
+}
+
+// decodeBody reads one JSON object with no unknown fields; on failure it has
+// answered the request. The Content-Type is not insisted on (curl -d sends a
+// form type); the body must be JSON all the same.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+		case errors.Is(err, io.EOF):
+			writeError(w, http.StatusBadRequest, "body: empty, want a JSON object")
+		case errors.As(err, &se):
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("body: invalid JSON at offset %d", se.Offset))
+		case errors.As(err, &te) && te.Field != "":
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s", te.Field, te.Type))
+		case errors.As(err, &te):
+			writeError(w, http.StatusBadRequest, "body: want a JSON object")
+		default:
+			writeError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body: trailing data after the JSON object")
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// validID reports whether s can be a conversation or run id: it must fit a
+// subject token and a KV key.
+func validID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckListen refuses an HTTP address that is not loopback when no token
+// guards the API.
+func CheckListen(addr string, hasToken bool) error {
+	if hasToken {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("http address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("http address %q is not loopback: set a token (--http-token-file) to listen there", addr)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package orchestrator_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+func doJSON(t *testing.T, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s: not JSON: %q", method, url, raw)
+	}
+	return resp.StatusCode, out
+}
+
+func TestHTTPErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{})
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	t.Cleanup(srv.Close)
+	paused := startPaused(t, o)
+
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"bad json", "POST", "/v1/runs", `{"prompt":`, 400, "body"},
+		{"not an object", "POST", "/v1/runs", `"hi"`, 400, "body"},
+		{"unknown field", "POST", "/v1/runs", `{"prompt":"hi","history":[]}`, 400, `unknown field "history"`},
+		{"empty prompt", "POST", "/v1/runs", `{"prompt":"  "}`, 400, "prompt: required"},
+		{"trailing data", "POST", "/v1/runs", `{"prompt":"hi"} {}`, 400, "trailing"},
+		{"too large", "POST", "/v1/runs", `{"prompt":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "larger"},
+		{"bad conversation id", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"a.b"}`, 400, "conversation_id"},
+		{"unknown conversation", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"nope"}`, 404, "not found"},
+		{"paused conversation", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"` + paused.ID + `"}`, 409, "paused"},
+		{"get unknown conversation", "GET", "/v1/conversations/nope", "", 404, "not found"},
+		{"get unknown run", "GET", "/v1/runs/nope", "", 404, "not found"},
+		{"no such endpoint", "DELETE", "/v1/runs", "", 405, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := doJSON(t, tc.method, srv.URL+tc.path, "", tc.body)
+			if status != tc.status {
+				t.Errorf("status = %d, want %d (%v)", status, tc.status, body)
+			}
+			if msg, _ := body["error"].(string); tc.want != "" && !strings.Contains(msg, tc.want) {
+				t.Errorf("error = %q, want it to contain %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+// The API end to end through the client package: start, read the paused
+// conversation with its pending calls and messages, read the run, list
+// pending calls, follow the events.
+func TestHTTPConversation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{})
+	const token = "s3cret"
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{Token: token}))
+	t.Cleanup(srv.Close)
+
+	if status, _ := doJSON(t, "GET", srv.URL+"/v1/pending", "", ""); status != 401 {
+		t.Errorf("without a token: %d, want 401", status)
+	}
+	if status, _ := doJSON(t, "GET", srv.URL+"/healthz", "", ""); status != 200 {
+		t.Errorf("healthz without a token: %d, want 200", status)
+	}
+
+	cl := &client.Client{BaseURL: srv.URL, Token: token}
+	rs, err := cl.StartRun(ctxT(t), seedPrompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conv *client.Conversation
+	waitFor(t, "the conversation to pause", func() (bool, string) {
+		conv, err = cl.Conversation(ctxT(t), rs.ConversationID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return conv.Status == "paused" && len(conv.Pending) == 3, conv.Status
+	})
+	if len(conv.Messages) != 2 {
+		t.Fatalf("messages = %s", conv.Messages)
+	}
+	if got := string(conv.Messages[0]); got != `{"request":[{"user":"`+strings.ReplaceAll(seedPrompt, "`", "`")+`"}]}` {
+		t.Errorf("first message = %s", got)
+	}
+	if !strings.Contains(string(conv.Messages[1]), `{"call":{"tool":"delete_file","id":"delete_file","args":{"path":"__init__.py"}}}`) {
+		t.Errorf("second message = %s", conv.Messages[1])
+	}
+	kinds := map[string]string{}
+	for _, p := range conv.Pending {
+		kinds[p.ToolCallID] = p.Kind
+	}
+	if kinds["delete_file"] != "approval" || kinds["update_file_dotenv"] != "approval" || kinds["update_file_readme"] != "call" {
+		t.Errorf("pending kinds = %v", kinds)
+	}
+	all, err := cl.Pending(ctxT(t))
+	if err != nil || len(all) != 3 {
+		t.Errorf("pending = %v, %v", all, err)
+	}
+	status, run := doJSON(t, "GET", srv.URL+"/v1/runs/"+rs.RunID, token, "")
+	if status != 200 || run["status"] != "paused" || run["conversation_id"] != rs.ConversationID {
+		t.Errorf("run = %d %v", status, run)
+	}
+
+	// Events: replayed from the start, then resumed after an id.
+	var types []string
+	var ids []string
+	for ev, err := range cl.Events(ctxT(t), rs.ConversationID, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, ev.Event)
+		ids = append(ids, ev.ID)
+		if ev.Event == orchestrator.EventRunPaused {
+			break
+		}
+	}
+	want := []string{"run_started", "model_response", "tool_call", "tool_call", "tool_call", "deferred_requests", "run_done", "run_paused"}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Errorf("event types = %v, want %v", types, want)
+	}
+	for ev, err := range cl.Events(ctxT(t), rs.ConversationID, ids[len(ids)-2]) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event != orchestrator.EventRunPaused || ev.ID != ids[len(ids)-1] {
+			t.Errorf("after Last-Event-ID: %s %s, want %s %s", ev.ID, ev.Event, ids[len(ids)-1], orchestrator.EventRunPaused)
+		}
+		break
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr  string
+		token bool
+		ok    bool
+	}{
+		{"127.0.0.1:8080", false, true},
+		{"[::1]:8080", false, true},
+		{"localhost:8080", false, true},
+		{"0.0.0.0:8080", false, false},
+		{":8080", false, false},
+		{"10.1.2.3:8080", false, false},
+		{"0.0.0.0:8080", true, true},
+	} {
+		err := orchestrator.CheckListen(tc.addr, tc.token)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckListen(%q, %v) = %v", tc.addr, tc.token, err)
+		}
+	}
+}

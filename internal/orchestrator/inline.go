@@ -1,0 +1,142 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// handleInline is the agent's handler when inline_wait is set: it stores and
+// publishes the step's deferred calls at once, waits up to inline_wait for
+// their replies to be applied in KV, and hands what arrived back to the run,
+// which continues in the same run. What is still pending bubbles out: the
+// run pauses as usual, and its calls, already published and marked, are not
+// published again.
+func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
+	ctx := rc.Context()
+	convID, runID := rc.ConversationID, rc.RunID
+	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+			return errLeaseLost
+		}
+		b, err := o.newBatch(runID, req, c.Batch)
+		if err != nil {
+			return err
+		}
+		b.Inline = true
+		c.Batch = b
+		c.UpdatedAt = o.clock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inline: store batch: %w", err)
+	}
+	o.schedule(c)
+	if err := o.publishBatch(ctx, c); err != nil {
+		// Not fatal: the calls stay unmarked and are published when the run
+		// pauses.
+		o.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+	}
+
+	if err := o.waitSettled(rc, convID, runID, o.cfg.Agent.InlineWait.D()); err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+
+	// Take what arrived: mark it taken so that nothing offers it again, and
+	// hand it to the run.
+	var res *deferred.Results
+	_, err = o.store.update(ctx, convID, func(c *Conversation) error {
+		res = nil
+		if c.Batch == nil || c.Batch.RunID != runID || !c.Batch.Inline {
+			return errUnchanged
+		}
+		out := deferred.Results{Approvals: map[string]deferred.Decision{}, Calls: map[string]deferred.Result{}}
+		n := 0
+		for _, pc := range c.Batch.Calls {
+			if pc.Reply == nil || pc.Taken || !offered(req, pc) {
+				continue
+			}
+			pc.Taken = true
+			n++
+			if pc.Kind == deferred.KindApproval {
+				out.Approvals[pc.ToolCallID] = pc.Reply.decision()
+			} else {
+				out.Calls[pc.ToolCallID] = pc.Reply.result()
+			}
+		}
+		if n == 0 {
+			return errUnchanged
+		}
+		res = &out
+		c.UpdatedAt = o.clock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inline: take replies: %w", err)
+	}
+	if res != nil {
+		o.log.DebugContext(ctx, "inline: replies taken", slog.String("conversation_id", convID), slog.String("run_id", runID),
+			slog.Int("approvals", len(res.Approvals)), slog.Int("calls", len(res.Calls)))
+	}
+	return res, nil
+}
+
+// offered reports whether the call is one the handler was asked about, in
+// the same category.
+func offered(req *deferred.Requests, pc *PendingCall) bool {
+	list := req.Calls
+	if pc.Kind == deferred.KindApproval {
+		list = req.Approvals
+	}
+	for _, c := range list {
+		if c.ToolCallID == pc.ToolCallID {
+			return true
+		}
+	}
+	return false
+}
+
+// waitSettled watches the conversation's key until every call of the run's
+// inline batch has a reply, or wait has passed.
+func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, wait time.Duration) error {
+	ctx := rc.Context()
+	w, err := o.store.kv.Watch(ctx, convKey(convID))
+	if err != nil {
+		return fmt.Errorf("inline: watch: %w", err)
+	}
+	defer w.Stop()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("inline: watch ended")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var c Conversation
+			if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
+				continue
+			}
+			if c.Batch == nil || c.Batch.RunID != runID {
+				return nil
+			}
+			if c.Batch.complete() {
+				return nil
+			}
+		}
+	}
+}

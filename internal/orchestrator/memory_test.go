@@ -1,0 +1,91 @@
+package orchestrator_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// clientHeap sums the live heap allocated outside the embedded NATS server
+// (which shares the test's process but would not share a deployed
+// orchestrator's), from a memory profile recording every allocation.
+func clientHeap() int64 {
+	for range 3 {
+		runtime.GC()
+	}
+	n, _ := runtime.MemProfile(nil, true)
+	recs := make([]runtime.MemProfileRecord, n+64)
+	n, _ = runtime.MemProfile(recs, true)
+	var total int64
+	for _, r := range recs[:n] {
+		frames := runtime.CallersFrames(r.Stack())
+		server := false
+		for {
+			f, more := frames.Next()
+			if strings.HasPrefix(f.Function, "runtime.") && more {
+				continue
+			}
+			// The first frame outside the runtime owns the allocation.
+			server = strings.Contains(f.Function, "nats-server/v2/")
+			break
+		}
+		if !server {
+			total += r.InUseBytes()
+		}
+	}
+	return total
+}
+
+// Paused conversations live in KV, not in the orchestrator's heap: what a
+// paused conversation costs in memory is its deadline index entry.
+func TestPausedConversationsStayOutOfMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("profiles the heap over hundreds of runs")
+	}
+	old := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	t.Cleanup(func() { runtime.MemProfileRate = old })
+
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{})
+	for range 10 { // warm up connection, consumers, agent, codecs
+		startPaused(t, o)
+	}
+	before := clientHeap()
+	const n = 150
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	ids := make([]string, 0, n)
+	for range n {
+		info, err := o.StartRun(ctx, seedPrompt, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ConversationID)
+	}
+	for _, id := range ids {
+		for {
+			c, err := o.Conversation(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Status == orchestrator.StatusPaused && c.Batch.Calls[2].Published {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s never paused: %s", id, describe(c))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	after := clientHeap()
+	per := max(after-before, 0) / n
+	t.Logf("heap per paused conversation: %d bytes", per)
+	if per > 4096 {
+		t.Errorf("heap grew by %d bytes per paused conversation, want at most 4096", per)
+	}
+}

@@ -1,0 +1,113 @@
+package orchestrator
+
+import (
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/internal/agent"
+)
+
+// The JSON shape of history in the HTTP API: the MESSAGE/PART shape of the
+// conformance scenarios, so that a client can compare a conversation with a
+// scenario's expected messages. A retry part carries its message in full.
+
+type messageJSON struct {
+	Request  []partJSON `json:"request,omitempty"`
+	Response []partJSON `json:"response,omitempty"`
+}
+
+type partJSON struct {
+	System string      `json:"system,omitempty"`
+	User   *string     `json:"user,omitempty"`
+	Text   *string     `json:"text,omitempty"`
+	Call   *callJSON   `json:"call,omitempty"`
+	Return *returnJSON `json:"return,omitempty"`
+	Retry  *retryJSON  `json:"retry,omitempty"`
+}
+
+type callJSON struct {
+	Tool string          `json:"tool"`
+	ID   string          `json:"id"`
+	Args json.RawMessage `json:"args"`
+}
+
+type returnJSON struct {
+	Tool     string          `json:"tool"`
+	ID       string          `json:"id"`
+	Content  json.RawMessage `json:"content"`
+	Outcome  string          `json:"outcome"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+type retryJSON struct {
+	Tool    string `json:"tool,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Message string `json:"message"`
+}
+
+// messagesJSON renders history in the conformance MESSAGE shape.
+func messagesJSON(history []agent.Message) []json.RawMessage {
+	out := make([]json.RawMessage, 0, len(history))
+	for _, m := range history {
+		parts := make([]partJSON, 0, len(m.Parts))
+		for _, p := range m.Parts {
+			if pj, ok := partToJSON(p); ok {
+				parts = append(parts, pj)
+			}
+		}
+		var mj messageJSON
+		if m.Kind == agent.KindResponse {
+			mj.Response = parts
+			if mj.Response == nil {
+				mj.Response = []partJSON{}
+			}
+		} else {
+			mj.Request = parts
+			if mj.Request == nil {
+				mj.Request = []partJSON{}
+			}
+		}
+		b, err := json.Marshal(mj)
+		if err != nil {
+			continue // raw values were validated when they entered history
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func partToJSON(p agent.Part) (partJSON, bool) {
+	switch p.Kind {
+	case agent.PartSystemPrompt:
+		return partJSON{System: p.Content}, true
+	case agent.PartUserPrompt:
+		s := p.Content
+		return partJSON{User: &s}, true
+	case agent.PartText:
+		s := p.Content
+		return partJSON{Text: &s}, true
+	case agent.PartToolCall:
+		args := p.Args
+		if !json.Valid(args) {
+			args = json.RawMessage("{}")
+		}
+		return partJSON{Call: &callJSON{Tool: p.ToolName, ID: p.ToolCallID, Args: args}}, true
+	case agent.PartToolReturn:
+		content := p.Value
+		if len(content) == 0 || !json.Valid(content) {
+			b, _ := json.Marshal(p.Content)
+			content = b
+		}
+		outcome := string(p.Outcome)
+		if outcome == "" {
+			outcome = string(agent.OutcomeSuccess)
+		}
+		meta := p.Metadata
+		if len(meta) > 0 && !json.Valid(meta) {
+			meta = nil
+		}
+		return partJSON{Return: &returnJSON{Tool: p.ToolName, ID: p.ToolCallID, Content: content, Outcome: outcome, Metadata: meta}}, true
+	case agent.PartRetryPrompt:
+		return partJSON{Retry: &retryJSON{Tool: p.ToolName, ID: p.ToolCallID, Message: p.Content}}, true
+	}
+	return partJSON{}, false
+}

@@ -1,0 +1,391 @@
+// Package orchestrator glues the agent loop to the bus: it starts runs,
+// persists paused conversations in KV, publishes their deferred calls to
+// tool-workers and approvers, collects and verifies the replies, completes
+// each batch exactly once and launches its follow-up run, settles expired
+// calls, and serves the HTTP API and event stream (D35–D37).
+//
+// Nothing about a paused conversation is kept in memory: its whole state is
+// one KV key, updated by revision (CAS), so any number of replicas can share
+// the work and a restarted one picks up where the last left off.
+package orchestrator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Config configures an Orchestrator.
+type Config struct {
+	// Bus is the connection; its streams and KV buckets must exist
+	// (bus.Setup). Required.
+	Bus *bus.Bus
+	// Agent is the agent to run. Required.
+	Agent *AgentConfig
+	// Model, when set, replaces the model the agent config names (tests,
+	// embedding programs).
+	Model agent.Model
+	// LookupEnv resolves the agent config's api_key_env. Nil means no
+	// environment: a config that names a variable fails.
+	LookupEnv func(string) (string, bool)
+	// TrustedApprovers maps approver ids to their ed25519 public keys. When
+	// non-empty, a decision counts only if it is signed by the key of the
+	// approver it names (D36). Empty: decisions are not signature-checked.
+	TrustedApprovers map[string]ed25519.PublicKey
+	// InstanceID names this replica in leases and logs. Defaults to a
+	// random id.
+	InstanceID string
+	// MaxConcurrentRuns bounds the runs executing at once. Defaults to 16.
+	MaxConcurrentRuns int
+	// RunTimeout bounds one run. Defaults to 10m.
+	RunTimeout time.Duration
+	// LeaseTTL is how long a run's lease lasts without renewal; a run whose
+	// replica died is relaunched after it. Defaults to 30s.
+	LeaseTTL time.Duration
+	// ReconcileInterval is how often stored conversations are scanned for
+	// batches to publish, complete, expire or relaunch. Defaults to 15s.
+	ReconcileInterval time.Duration
+	// ReplyConsumer names the durable consumer of TOOLGATE_REPLIES shared
+	// by replicas. Defaults to "orchestrator".
+	ReplyConsumer string
+	// ReplyAckWait is the reply consumer's AckWait. Defaults to 30s.
+	ReplyAckWait time.Duration
+	// Clock is the time source for deadlines and leases. Defaults to
+	// time.Now.
+	Clock func() time.Time
+	// NewID makes conversation and run ids. Defaults to random ids.
+	NewID func() string
+	// Logger receives the orchestrator's log. Nil discards it.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.InstanceID == "" {
+		c.InstanceID = "orch-" + randomID()[:8]
+	}
+	if c.MaxConcurrentRuns <= 0 {
+		c.MaxConcurrentRuns = 16
+	}
+	if c.RunTimeout <= 0 {
+		c.RunTimeout = 10 * time.Minute
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 15 * time.Second
+	}
+	if c.ReplyConsumer == "" {
+		c.ReplyConsumer = "orchestrator"
+	}
+	if c.ReplyAckWait <= 0 {
+		c.ReplyAckWait = 30 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = randomID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Bus == nil {
+		return errors.New("bus is nil")
+	}
+	if c.Agent == nil {
+		return errors.New("agent config is nil")
+	}
+	for name, k := range c.TrustedApprovers {
+		if len(k) != ed25519.PublicKeySize {
+			return fmt.Errorf("trusted approver %s: key is %d bytes, want %d", name, len(k), ed25519.PublicKeySize)
+		}
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ErrStopped is returned for work offered after Stop began.
+var ErrStopped = errors.New("orchestrator is stopping")
+
+// ConflictError says a conversation cannot take a new prompt now.
+type ConflictError struct {
+	ConversationID string
+	Status         Status
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is completed or failed", e.ConversationID, e.Status)
+}
+
+// Orchestrator runs agents over the bus. Create it with New, then Start;
+// Stop ends it.
+type Orchestrator struct {
+	cfg   Config
+	log   *slog.Logger
+	bus   *bus.Bus
+	js    jetstream.JetStream
+	store *store
+	agent *agent.Agent
+	clock func() time.Time
+
+	sem      chan struct{}
+	launchMu sync.Mutex      // orders launches before Stop's wait for runs
+	inflight map[string]bool // runs queued or executing in this process
+	runs     sync.WaitGroup
+	loops    sync.WaitGroup
+	runCtx   context.Context // parent of every run; cancelled when Stop gives up waiting
+	cancel   context.CancelFunc
+	stopping chan struct{}
+	stopOnce sync.Once
+	started  atomic.Bool
+	stopped  atomic.Bool
+
+	replies    *bus.Subscription
+	maxDeliver *bus.Subscription
+	deadlines  *deadlineIndex
+	wake       chan struct{} // nudges the expiry loop when an earlier deadline arrives
+
+	stats Stats
+}
+
+// Stats counts what the orchestrator did, for tests and metrics.
+type Stats struct {
+	RunsStarted     atomic.Int64
+	RunsRelaunched  atomic.Int64
+	FollowUps       atomic.Int64
+	Published       atomic.Int64
+	RepliesApplied  atomic.Int64
+	Duplicates      atomic.Int64
+	Refused         atomic.Int64
+	Late            atomic.Int64
+	Expired         atomic.Int64
+	DeadLettered    atomic.Int64
+	LeaseLost       atomic.Int64
+	TransientErrors atomic.Int64
+}
+
+// Stats returns the orchestrator's counters.
+func (o *Orchestrator) Stats() *Stats { return &o.stats }
+
+// New checks cfg and builds an Orchestrator; it does no I/O.
+func New(cfg Config) (*Orchestrator, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("orchestrator config: %w", err)
+	}
+	o := &Orchestrator{
+		cfg:       cfg,
+		log:       cfg.Logger.With(slog.String("component", "orchestrator"), slog.String("instance", cfg.InstanceID)),
+		bus:       cfg.Bus,
+		js:        cfg.Bus.JetStream(),
+		clock:     cfg.Clock,
+		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
+		inflight:  map[string]bool{},
+		stopping:  make(chan struct{}),
+		deadlines: newDeadlineIndex(),
+		wake:      make(chan struct{}, 1),
+	}
+	a, err := o.buildAgent()
+	if err != nil {
+		return nil, err
+	}
+	o.agent = a
+	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	return o, nil
+}
+
+// Start binds the KV bucket, starts consuming replies and the expiry and
+// reconcile loops, and reconciles once: batches that completed or expired
+// while no replica was up are handled, runs whose lease expired are
+// relaunched.
+func (o *Orchestrator) Start(ctx context.Context) error {
+	if !o.started.CompareAndSwap(false, true) {
+		return errors.New("orchestrator already started")
+	}
+	kv, err := o.js.KeyValue(ctx, bus.BucketRuns)
+	if err != nil {
+		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
+	}
+	o.store = &store{kv: kv}
+	// The subscriptions live until Stop, not as long as ctx.
+	if err := o.consumeReplies(o.runCtx); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	// Calls no worker could finish are failed, so their runs do not hang.
+	md, err := o.bus.HandleMaxDeliveries(o.runCtx, bus.MaxDeliveriesConfig{WorkerID: o.cfg.InstanceID})
+	if err != nil {
+		_ = o.replies.Stop(ctx)
+		return fmt.Errorf("start: %w", err)
+	}
+	o.maxDeliver = md
+	if err := o.reconcile(ctx); err != nil {
+		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
+	}
+	o.loops.Go(o.expiryLoop)
+	o.loops.Go(o.reconcileLoop)
+	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
+	return nil
+}
+
+// Stop ends the orchestrator: it stops consuming replies and its loops, then
+// waits for runs in progress until ctx ends; runs still going then are
+// cancelled and their leases released, so that another replica (or the next
+// start) relaunches them. It does not close the connection.
+func (o *Orchestrator) Stop(ctx context.Context) error {
+	var err error
+	o.stopOnce.Do(func() {
+		o.launchMu.Lock()
+		o.stopped.Store(true)
+		o.launchMu.Unlock()
+		close(o.stopping)
+		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
+			if sub != nil {
+				if serr := sub.Drain(ctx); serr != nil {
+					err = errors.Join(err, serr)
+				}
+			}
+		}
+		o.loops.Wait()
+		done := make(chan struct{})
+		go func() { o.runs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("stop: runs still going: %w", ctx.Err()))
+			o.cancel()
+			<-done
+		}
+		o.cancel()
+	})
+	return err
+}
+
+// Healthy reports whether the orchestrator is serving.
+func (o *Orchestrator) Healthy() error {
+	if o.stopped.Load() {
+		return ErrStopped
+	}
+	if !o.started.Load() {
+		return errors.New("orchestrator not started")
+	}
+	return nil
+}
+
+// StartRun starts a run with prompt: in a new conversation when
+// conversationID is empty, else continuing that conversation, which must be
+// completed or failed (*ConflictError otherwise, ErrNotFound when unknown).
+func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID string) (RunInfo, error) {
+	if o.stopped.Load() {
+		return RunInfo{}, ErrStopped
+	}
+	now := o.clock()
+	runID := o.newRunID()
+	lease := &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
+	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: prompt, StartedAt: now}
+	if conversationID == "" {
+		conversationID = "c" + o.cfg.NewID()
+		if err := o.store.putRun(ctx, runID, conversationID); err != nil {
+			return RunInfo{}, err
+		}
+		c := &Conversation{
+			ID: conversationID, Status: StatusRunning, Runs: []RunRecord{rec},
+			Lease: lease, CreatedAt: now, UpdatedAt: now,
+		}
+		if err := o.store.create(ctx, c); err != nil {
+			return RunInfo{}, err
+		}
+	} else {
+		if _, _, err := o.store.get(ctx, conversationID); err != nil {
+			return RunInfo{}, err
+		}
+		if err := o.store.putRun(ctx, runID, conversationID); err != nil {
+			return RunInfo{}, err
+		}
+		_, err := o.store.update(ctx, conversationID, func(c *Conversation) error {
+			if !c.Status.Terminal() {
+				return &ConflictError{ConversationID: c.ID, Status: c.Status}
+			}
+			c.Status = StatusRunning
+			c.Output, c.Error = "", ""
+			c.Batch = nil
+			c.Lease = lease
+			c.Runs = append(c.Runs, rec)
+			c.UpdatedAt = now
+			return nil
+		})
+		if err != nil {
+			return RunInfo{}, err
+		}
+	}
+	o.stats.RunsStarted.Add(1)
+	o.launch(conversationID, runID)
+	return RunInfo{RunID: runID, ConversationID: conversationID, Status: StatusRunning}, nil
+}
+
+// Run returns a run's status.
+func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
+	convID, err := o.store.conversationOf(ctx, runID)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	c, _, err := o.store.get(ctx, convID)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	rec := c.runRecord(runID)
+	if rec == nil {
+		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
+	}
+	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
+}
+
+// Conversation returns a conversation's stored state.
+func (o *Orchestrator) Conversation(ctx context.Context, id string) (*Conversation, error) {
+	c, _, err := o.store.get(ctx, id)
+	return c, err
+}
+
+// Pending lists every deferred call still waiting for a reply, across
+// conversations.
+func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
+	ids, err := o.store.conversationIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []PendingView{}
+	for _, id := range ids {
+		c, _, err := o.store.get(ctx, id)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, pendingOf(c)...)
+	}
+	return out, nil
+}
+
+func (o *Orchestrator) newRunID() string { return "r" + o.cfg.NewID() }

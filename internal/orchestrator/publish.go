@@ -1,0 +1,185 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// publishBatch publishes every call of the conversation's batch not yet
+// marked published, then marks them. Calls are published before they are
+// marked, so a crash in between publishes them again: the message id, from
+// (run, call, kind), lets the stream drop the repeat (D35).
+func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error {
+	b := c.Batch
+	if b == nil {
+		return nil
+	}
+	var (
+		msgs []bus.Outgoing
+		ids  []string
+		errs []error
+	)
+	for _, pc := range b.Calls {
+		if pc.Published || pc.Reply != nil {
+			continue
+		}
+		m, err := o.outgoing(c.ID, b.RunID, pc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		msgs = append(msgs, m)
+		ids = append(ids, pc.ToolCallID)
+	}
+	if len(msgs) == 0 {
+		return errors.Join(errs...)
+	}
+	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
+		// Which ones failed is not told apart: none is marked, and the
+		// next attempt republishes all of them under the same ids.
+		return errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
+	}
+	o.stats.Published.Add(int64(len(msgs)))
+	_, err := o.store.update(ctx, c.ID, func(c *Conversation) error {
+		if c.Batch == nil || c.Batch.RunID != b.RunID {
+			return errUnchanged
+		}
+		changed := false
+		for _, id := range ids {
+			if pc := c.Batch.call(id); pc != nil && !pc.Published {
+				pc.Published = true
+				changed = true
+			}
+		}
+		if !changed {
+			return errUnchanged
+		}
+		c.UpdatedAt = o.clock()
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("mark published: %w", err))
+	}
+	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
+		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
+	return errors.Join(errs...)
+}
+
+// outgoing is the message for one deferred call: an approval request (with
+// the args digest and the tool's description and schema, so approvers can
+// show and edit the args) or a call request.
+func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall) (bus.Outgoing, error) {
+	if pc.Kind == deferred.KindApproval {
+		req := bus.ApprovalRequest{
+			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
+			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
+		}
+		if tool := o.cfg.Agent.tool(pc.ToolName); tool != nil {
+			req.ToolDescription = tool.Description
+			req.Parameters = tool.Parameters
+		}
+		m, err := bus.ApprovalMessage(req)
+		if err != nil {
+			return bus.Outgoing{}, fmt.Errorf("approval %s: %w", pc.ToolCallID, err)
+		}
+		return m, nil
+	}
+	req := bus.CallRequest{
+		RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
+		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
+	}
+	m, err := bus.CallMessage(req)
+	if err != nil {
+		return bus.Outgoing{}, fmt.Errorf("call %s: %w", pc.ToolCallID, err)
+	}
+	return m, nil
+}
+
+// newBatch turns a paused run's Requests into a batch with deadlines,
+// digests and reasons. Calls the run already published (inline) keep their
+// record, reply included, when they are the same call in the same category.
+func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batch) (*Batch, error) {
+	now := o.clock()
+	b := &Batch{RunID: runID, Requests: *req}
+	add := func(call deferred.Call, kind deferred.Kind) error {
+		if prev != nil && prev.RunID == runID {
+			if old := prev.call(call.ToolCallID); old != nil && old.Kind == kind && !old.Taken && sameJSON(old.Args, call.Args) {
+				b.Calls = append(b.Calls, old)
+				return nil
+			}
+		}
+		args := call.Args
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		if kind == deferred.KindCall {
+			if override := approvedOverride(prev, runID, call.ToolCallID); override != nil {
+				args = override
+			}
+		}
+		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
+		tool := o.cfg.Agent.tool(call.ToolName)
+		approval := kind == deferred.KindApproval
+		pc.Deadline = now.Add(tool.deadline(approval))
+		pc.Metadata = req.Metadata[call.ToolCallID]
+		if approval {
+			d, err := deferred.ArgsDigest(args)
+			if err != nil {
+				return fmt.Errorf("call %s: %w", call.ToolCallID, err)
+			}
+			pc.ArgsDigest = d
+			if len(pc.Metadata) == 0 && tool != nil {
+				pc.Metadata = tool.ApprovalMetadata
+			}
+		}
+		b.Calls = append(b.Calls, pc)
+		return nil
+	}
+	// Approvals first, then calls, each in emission order (D7): the order
+	// approvers and workers see them in.
+	for _, c := range req.Approvals {
+		if err := add(c, deferred.KindApproval); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range req.Calls {
+		if err := add(c, deferred.KindCall); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func sameJSON(a, b json.RawMessage) bool {
+	ca, err1 := deferred.CanonicalJSON(orEmpty(a))
+	cb, err2 := deferred.CanonicalJSON(orEmpty(b))
+	return err1 == nil && err2 == nil && string(ca) == string(cb)
+}
+
+func orEmpty(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("{}")
+	}
+	return r
+}
+
+// approvedOverride returns the override args an approver gave a call that
+// now comes back as an external call (approved, then deferred again, D26).
+// The agent lists such a call with the model's args (D8); the worker must
+// run it with the args that were approved (D24).
+func approvedOverride(prev *Batch, runID, callID string) json.RawMessage {
+	if prev == nil || (prev.RunID != runID && prev.FollowUpRunID != runID) {
+		return nil
+	}
+	old := prev.call(callID)
+	if old == nil || old.Kind != deferred.KindApproval || old.Reply == nil || old.Reply.Outcome != OutcomeApproved {
+		return nil
+	}
+	return old.Reply.OverrideArgs
+}

@@ -1,0 +1,318 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// errLeaseLost ends a run whose lease another replica took over.
+var errLeaseLost = errors.New("lease lost")
+
+// launch executes a run in the bounded pool. The caller has taken the run's
+// lease in KV; if the orchestrator is stopping, the run is left to its lease
+// expiring, and another replica (or the next start) relaunches it. A run
+// already queued or executing here is not launched twice.
+func (o *Orchestrator) launch(convID, runID string) {
+	o.launchMu.Lock()
+	defer o.launchMu.Unlock()
+	if o.stopped.Load() {
+		// Let the next replica (or start) take it at once rather than
+		// after the lease runs out.
+		ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+		defer cancel()
+		o.releaseLease(ctx, convID, runID)
+		return
+	}
+	if o.inflight[runID] {
+		return
+	}
+	o.inflight[runID] = true
+	o.runs.Go(func() {
+		defer func() {
+			o.launchMu.Lock()
+			delete(o.inflight, runID)
+			o.launchMu.Unlock()
+		}()
+		select {
+		case o.sem <- struct{}{}:
+		case <-o.runCtx.Done():
+			return
+		}
+		defer func() { <-o.sem }()
+		o.execute(convID, runID)
+	})
+}
+
+// execute runs one run of a conversation from its stored state: a prompt run
+// from the history and the run's prompt, a follow-up from the stored history,
+// the stored Requests and Results built from the stored replies (D36).
+func (o *Orchestrator) execute(convID, runID string) {
+	log := o.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
+	ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.RunTimeout)
+	defer cancel()
+
+	c, _, err := o.store.get(ctx, convID)
+	if err != nil {
+		log.WarnContext(ctx, "run: read state", slog.String("error", err.Error()))
+		return
+	}
+	if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+		log.InfoContext(ctx, "run: lease held elsewhere; not running")
+		return
+	}
+	if err := o.store.putRun(ctx, runID, convID); err != nil {
+		log.WarnContext(ctx, "run: index", slog.String("error", err.Error()))
+		return
+	}
+	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
+	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
+	if resume {
+		reqs := c.Batch.Requests
+		res := c.Batch.results()
+		in.Requests, in.Results = &reqs, &res
+	} else if rec := c.runRecord(runID); rec != nil {
+		in.Prompt = rec.Prompt
+	}
+
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		o.renewLease(renewCtx, cancel, convID, runID)
+	}()
+	o.publishEvent(ctx, convID, runID, EventRunStarted, "", map[string]bool{"resume": resume})
+	log.InfoContext(ctx, "run started", slog.Bool("resume", resume))
+	res, runErr := o.runAgent(ctx, convID, runID, in)
+	stopRenew()
+	<-renewDone
+
+	fctx, fcancel := context.WithTimeout(context.Background(), replyTimeout)
+	defer fcancel()
+	if o.runCtx.Err() != nil {
+		// Shutting down: the run did not fail, it was interrupted. Release
+		// the lease so that a replica relaunches it at once.
+		o.releaseLease(fctx, convID, runID)
+		log.InfoContext(fctx, "run interrupted by shutdown")
+		return
+	}
+	if runErr == nil && res == nil {
+		runErr = errors.New("run ended without a result")
+	}
+	if runErr != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// Cancelled without shutdown: the lease was lost to another
+		// replica, which owns the run now.
+		o.stats.LeaseLost.Add(1)
+		log.WarnContext(fctx, "run abandoned: lease lost")
+		return
+	}
+	o.finish(fctx, log, convID, runID, res, runErr)
+}
+
+// runAgent runs the agent and publishes its events.
+func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in agent.RunInput) (*agent.RunResult, error) {
+	var res *agent.RunResult
+	for ev, err := range o.agent.Events(ctx, in) {
+		if err != nil {
+			return nil, err
+		}
+		o.publishAgentEvent(ctx, convID, runID, ev)
+		if ev.Kind == agent.EventRunDone {
+			res = ev.Result
+		}
+	}
+	return res, nil
+}
+
+// finish stores what the run ended with. A paused run's batch is stored
+// first, then published, then claimed at once if it is already complete
+// (replies that came while the run waited inline).
+func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, res *agent.RunResult, runErr error) {
+	now := o.clock()
+	var newBatchErr error
+	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		newBatchErr = nil
+		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+			return errLeaseLost
+		}
+		c.Lease = nil
+		c.UpdatedAt = now
+		rec := c.runRecord(runID)
+		if rec == nil {
+			c.Runs = append(c.Runs, RunRecord{RunID: runID, StartedAt: now})
+			rec = &c.Runs[len(c.Runs)-1]
+		}
+		rec.EndedAt = now
+		if runErr == nil {
+			markExpired(c.Batch, runID, res.AllMessages)
+		}
+		if runErr == nil && res.Deferred != nil {
+			b, err := o.newBatch(runID, res.Deferred, c.Batch)
+			if err != nil {
+				newBatchErr = err
+			} else {
+				c.History = res.AllMessages
+				c.Status, rec.Status = StatusPaused, StatusPaused
+				c.Batch = b
+				return nil
+			}
+		}
+		if err := errors.Join(runErr, newBatchErr); err != nil {
+			c.Status, rec.Status = StatusFailed, StatusFailed
+			c.Error, rec.Error = err.Error(), err.Error()
+			c.Batch = nil
+			return nil
+		}
+		c.History = res.AllMessages
+		c.Status, rec.Status = StatusCompleted, StatusCompleted
+		c.Output, c.Error = res.Output, ""
+		c.Batch = nil
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, errLeaseLost) {
+			o.stats.LeaseLost.Add(1)
+			log.WarnContext(ctx, "run result dropped: lease lost")
+			return
+		}
+		log.ErrorContext(ctx, "store run result", slog.String("error", err.Error()))
+		return
+	}
+	switch c.Status {
+	case StatusFailed:
+		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
+		o.publishEvent(ctx, convID, runID, EventRunFailed, "", map[string]string{"error": c.Error})
+	case StatusCompleted:
+		log.InfoContext(ctx, "run completed")
+		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", map[string]string{"output": c.Output})
+	case StatusPaused:
+		log.InfoContext(ctx, "run paused", slog.Int("approvals", len(c.Batch.Requests.Approvals)), slog.Int("calls", len(c.Batch.Requests.Calls)))
+		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
+		if err := o.publishBatch(ctx, c); err != nil {
+			// The reconcile loop publishes what is left unmarked.
+			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
+		}
+		o.afterApply(ctx, c)
+	}
+}
+
+// renewLease extends the run's lease every third of its TTL; if another
+// replica took it, the run is cancelled.
+func (o *Orchestrator) renewLease(ctx context.Context, cancelRun context.CancelFunc, convID, runID string) {
+	t := time.NewTicker(o.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+			if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+				return errLeaseLost
+			}
+			c.Lease.Until = o.clock().Add(o.cfg.LeaseTTL)
+			return nil
+		})
+		switch {
+		case errors.Is(err, errLeaseLost):
+			cancelRun()
+			return
+		case err != nil && ctx.Err() == nil:
+			o.log.WarnContext(ctx, "renew lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// releaseLease lets the lease of an interrupted run expire now.
+func (o *Orchestrator) releaseLease(ctx context.Context, convID, runID string) {
+	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+			return errUnchanged
+		}
+		c.Lease.Until = time.Time{}
+		return nil
+	})
+	if err != nil {
+		o.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+	}
+}
+
+// relaunch takes over a run whose lease expired (its replica died or shut
+// down) and executes it again with the same run id, so that what it
+// publishes again dedupes.
+func (o *Orchestrator) relaunch(ctx context.Context, convID string) {
+	var runID string
+	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		runID = ""
+		now := o.clock()
+		if c.Status != StatusRunning && c.Status != StatusResuming {
+			return errUnchanged
+		}
+		if c.Lease != nil && c.Lease.Until.After(now) {
+			return errUnchanged
+		}
+		switch {
+		case c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID != "":
+			runID = c.Batch.FollowUpRunID
+		case c.Lease != nil && c.Lease.RunID != "":
+			runID = c.Lease.RunID
+		default:
+			for i := len(c.Runs) - 1; i >= 0; i-- {
+				if c.Runs[i].Status == StatusRunning {
+					runID = c.Runs[i].RunID
+					break
+				}
+			}
+		}
+		if runID == "" {
+			// Nothing to relaunch: no run is recorded as running.
+			c.Status = StatusFailed
+			c.Error = "run lost: no running run recorded"
+			c.Lease = nil
+			return nil
+		}
+		c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
+		c.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		o.log.WarnContext(ctx, "relaunch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		return
+	}
+	if runID == "" {
+		return
+	}
+	o.stats.RunsRelaunched.Add(1)
+	o.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", convID), slog.String("run_id", runID))
+	o.launch(convID, runID)
+}
+
+// markExpired puts the reason of an expired approval on its denied
+// tool-return part (D37): the agent keeps no metadata on denials, and the
+// reason tells a reader of the history that nobody decided.
+func markExpired(resumed *Batch, runID string, history []agent.Message) {
+	if resumed == nil || resumed.FollowUpRunID != runID {
+		return
+	}
+	for _, pc := range resumed.Calls {
+		if pc.Kind != deferred.KindApproval || pc.Reply == nil || !pc.Reply.Expired {
+			continue
+		}
+		for i := range history {
+			if history[i].RunID != runID {
+				continue
+			}
+			for j := range history[i].Parts {
+				p := &history[i].Parts[j]
+				if p.Kind == agent.PartToolReturn && p.ToolCallID == pc.ToolCallID && p.Outcome == agent.OutcomeDenied && len(p.Metadata) == 0 {
+					p.Metadata = pc.Reply.Metadata
+				}
+			}
+		}
+	}
+}
