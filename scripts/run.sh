@@ -48,7 +48,7 @@ echo "▶ orchestrator http://$HTTP  nats://$NATS_LISTEN  (logs in $RUN_DIR/)"
 bin/toolgate --addr "http://$HTTP" demo
 echo
 echo "▶ sandbox after the demo:"
-(cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf '  %s: %q\n' "$f" "$(cat "$f")"; done) || true
+(cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf "  %s: %s\n" "$f" "$(cat "$f")"; done) || true
 echo
 echo "▶ still serving: try"
 echo "    curl -s -XPOST http://$HTTP/v1/runs -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -14,6 +15,7 @@ func (c *Client) Follow(ctx context.Context, conversationID string, w io.Writer)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
+	var r Renderer
 	go func() {
 		defer close(done)
 		for ev, err := range c.Events(ctx, conversationID, "") {
@@ -21,7 +23,7 @@ func (c *Client) Follow(ctx context.Context, conversationID string, w io.Writer)
 				fmt.Fprintf(w, "events: %v\n", err)
 				return
 			}
-			fmt.Fprintln(w, EventLine(ev))
+			fmt.Fprint(w, r.Render(ev))
 		}
 	}()
 	conv, err := c.WaitTerminal(ctx, conversationID, 150*time.Millisecond)
@@ -39,23 +41,125 @@ func (c *Client) Follow(ctx context.Context, conversationID string, w io.Writer)
 
 // EventLine renders one event as a line for a terminal.
 func EventLine(ev SSE) string {
-	var e struct {
-		Type       string          `json:"type"`
-		RunID      string          `json:"run_id"`
-		ToolCallID string          `json:"tool_call_id"`
-		Data       json.RawMessage `json:"data"`
-	}
+	var r Renderer
+	return strings.TrimSuffix(r.Render(ev), "\n")
+}
+
+// Renderer turns a conversation's events into terminal lines; it runs text
+// deltas together on one line.
+type Renderer struct{ inText bool }
+
+type eventData struct {
+	Type       string          `json:"type"`
+	RunID      string          `json:"run_id"`
+	ToolCallID string          `json:"tool_call_id"`
+	Data       json.RawMessage `json:"data"`
+}
+
+type agentEventData struct {
+	Delta string `json:"delta"`
+	Part  *struct {
+		ToolName string          `json:"tool_name"`
+		Args     json.RawMessage `json:"args"`
+		Value    json.RawMessage `json:"value"`
+		Content  string          `json:"content"`
+		Outcome  string          `json:"outcome"`
+		Kind     string          `json:"part_kind"`
+	} `json:"part"`
+	Requests *struct {
+		Calls []struct {
+			ToolCallID string `json:"tool_call_id"`
+		} `json:"calls"`
+		Approvals []struct {
+			ToolCallID string `json:"tool_call_id"`
+		} `json:"approvals"`
+	} `json:"requests"`
+	Output string `json:"output"`
+	Error  string `json:"error"`
+	Kind   string `json:"kind"`
+	Resume bool   `json:"resume"`
+}
+
+// Render returns the text to print for ev (possibly several lines, or a
+// fragment of one while text streams).
+func (r *Renderer) Render(ev SSE) string {
+	var e eventData
 	if json.Unmarshal([]byte(ev.Data), &e) != nil || e.Type == "" {
-		return fmt.Sprintf("event %-18s %s", ev.Event, truncate(ev.Data, 160))
+		return r.line(fmt.Sprintf("· %s %s", ev.Event, truncate(ev.Data, 160)))
 	}
-	line := fmt.Sprintf("event %-18s", e.Type)
+	var d agentEventData
+	_ = json.Unmarshal(e.Data, &d) // unknown shapes still print their type
+	id := ""
 	if e.ToolCallID != "" {
-		line += " [" + e.ToolCallID + "]"
+		id = "  [" + e.ToolCallID + "]"
 	}
-	if len(e.Data) > 0 && string(e.Data) != "null" {
-		line += " " + truncate(compact(e.Data), 160)
+	switch e.Type {
+	case "text_delta":
+		prefix := ""
+		if !r.inText {
+			prefix = "  model  │ "
+			r.inText = true
+		}
+		return prefix + strings.ReplaceAll(d.Delta, "\n", "\n         │ ")
+	case "model_response", "run_done":
+		return r.flush()
+	case "run_started":
+		what := "run started"
+		if d.Resume {
+			what = "follow-up run started"
+		}
+		return r.line(fmt.Sprintf("▷ %s %s", what, e.RunID))
+	case "tool_call":
+		if d.Part != nil {
+			return r.line(fmt.Sprintf("  call   │ %s(%s)%s", d.Part.ToolName, truncate(compact(d.Part.Args), 100), id))
+		}
+	case "tool_result":
+		if d.Part != nil {
+			if d.Part.Kind == "retry-prompt" {
+				return r.line(fmt.Sprintf("  retry  │ %s: %s%s", d.Part.ToolName, truncate(d.Part.Content, 100), id))
+			}
+			outcome := d.Part.Outcome
+			if outcome == "" {
+				outcome = "success"
+			}
+			return r.line(fmt.Sprintf("  result │ %s %s: %s%s", d.Part.ToolName, outcome, truncate(contentText(d.Part.Value), 100), id))
+		}
+	case "deferred_requests":
+		if d.Requests != nil {
+			return r.line(fmt.Sprintf("⏸ deferred: approvals %v, calls %v", ids(d.Requests.Approvals), ids(d.Requests.Calls)))
+		}
+	case "run_paused":
+		return r.line("⏸ run paused " + e.RunID + ": waiting for approvers and workers")
+	case "reply_applied":
+		return r.line(fmt.Sprintf("✓ reply (%s)%s", d.Kind, id))
+	case "calls_expired":
+		return r.line("⌛ expired" + id)
+	case "run_completed":
+		return r.line("■ completed")
+	case "run_failed":
+		return r.line("✗ failed: " + d.Error)
 	}
-	return line
+	return r.line(fmt.Sprintf("· %s%s", e.Type, id))
+}
+
+func (r *Renderer) flush() string {
+	if r.inText {
+		r.inText = false
+		return "\n"
+	}
+	return ""
+}
+
+func (r *Renderer) line(s string) string { return r.flush() + s + "\n" }
+
+func ids(calls []struct {
+	ToolCallID string `json:"tool_call_id"`
+}) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = c.ToolCallID
+	}
+	return out
 }
 
 func truncate(s string, n int) string {
