@@ -7,7 +7,7 @@ HTTP ?= 127.0.0.1:8080
 NATS_LISTEN ?= 127.0.0.1:4222
 TEST_TIMEOUT ?= 14m
 
-.PHONY: help build run test test-short lint vet fmt bench soak clean
+.PHONY: help build run test test-deps test-short lint vet fmt bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,9 +18,12 @@ build: ## build the binaries into ./bin
 run: build ## the whole system on an embedded NATS server, with the seed demo (Ctrl-C stops it)
 	@scripts/run.sh
 
-test: vet ## vet, gofmt check and every test with the race detector
+test: vet test-deps ## vet, gofmt check and every test with the race detector
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-deps: ## install what the tests need (chromium for the inbox browser test)
+	@scripts/ensure-chromium.sh
 
 vet: ## go vet
 	$(GO) vet ./...

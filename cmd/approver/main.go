@@ -3,17 +3,22 @@
 // the policy escalates, and publishes (signed) decisions.
 //
 //	approver --policy examples/policy.yaml [--key approver.key] [--interactive]
+//	approver --http 127.0.0.1:8090 [--policy ...]   # the approval inbox, a web page
+//	approver list | approve ID [--args JSON] | deny ID --message TEXT
 //	approver keygen --out approver.key   # prints the public key to trust
 package main
 
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,8 +26,12 @@ import (
 	"time"
 	"unicode"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 func main() {
@@ -38,24 +47,25 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "keygen" {
-		return keygen(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "keygen":
+			return keygen(args[1:], stdout, stderr)
+		case "list", "approve", "deny":
+			return oneShot(ctx, args[0], args[1:], stdout, stderr)
+		}
 	}
 	fs := flag.NewFlagSet("approver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", envOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env TOOLGATE_NATS_URL)")
+	cf := commonFlags(fs)
 	policyFile := fs.String("policy", "", "policy file (YAML); without it every request is escalated")
 	interactive := fs.Bool("interactive", false, "ask at the terminal about requests the policy escalates")
-	id := fs.String("id", defaultID(), "approver id: its durable consumer and the approver_id of its decisions")
-	keyFile := fs.String("key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
-	tool := fs.String("tool", "", "only see requests for this tool (default: all tools)")
-	user := fs.String("user", "", "NATS user")
-	password := fs.String("password", os.Getenv("TOOLGATE_NATS_PASSWORD"), "NATS password (env TOOLGATE_NATS_PASSWORD)")
-	creds := fs.String("creds", "", "NATS credentials file; overrides --user/--password")
-	connectTimeout := fs.Duration("connect-timeout", 30*time.Second, "how long to wait for the NATS server")
+	httpAddr := fs.String("http", "", "serve the approval inbox (a web page) on this address, e.g. 127.0.0.1:8090")
+	tokenFile := fs.String("http-token-file", "", "file holding the inbox's access token; required to listen beyond loopback")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this address")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info; warn with --interactive)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: approver [flags]\n       approver keygen --out FILE")
+		fmt.Fprintln(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,11 +75,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	id := &cf.id
 	if err := bus.ValidateToken("--id", *id); err != nil {
 		return err
 	}
-	if *policyFile == "" && !*interactive {
-		return errors.New("nothing to decide with: give --policy, --interactive or both")
+	if *policyFile == "" && !*interactive && *httpAddr == "" {
+		return errors.New("nothing to decide with: give --policy, --interactive, --http or a combination")
+	}
+	var token string
+	if *httpAddr != "" {
+		var err error
+		if token, err = readToken(*tokenFile); err != nil {
+			return err
+		}
+		if err := inbox.CheckListen(*httpAddr, token != ""); err != nil {
+			return err
+		}
 	}
 
 	level := *logLevel
@@ -85,7 +106,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	cfg := approver.Config{ID: *id, Logger: logger}
+	shutdownTracing, err := telemetry.Setup(ctx, "approver", os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flush traces", slog.Any("error", err))
+		}
+	}()
+	reg := telemetry.NewRegistry()
+	metrics := telemetry.NewApproverMetrics(reg)
+	cfg := approver.Config{ID: *id, Logger: logger, Metrics: metrics}
 	if *policyFile != "" {
 		p, err := approver.LoadPolicy(*policyFile)
 		if err != nil {
@@ -94,22 +128,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cfg.Policy = p
 		logger.Info("policy loaded", slog.String("file", *policyFile), slog.Int("rules", p.Len()))
 	}
-	if *keyFile != "" {
-		key, err := approver.LoadKey(*keyFile)
-		if err != nil {
-			return err
-		}
-		cfg.Key = key
+	key, err := cf.loadKey()
+	if err != nil {
+		return err
+	}
+	cfg.Key = key
+	if key != nil {
 		logger.Info("signing decisions", slog.String("public_key", approver.EncodePublicKey(key.Public().(ed25519.PublicKey))))
 	} else {
 		logger.Warn("no --key: decisions are unsigned; orchestrators that trust keys will refuse them")
 	}
-	if *tool != "" {
-		f, err := bus.ApprovalSubject(*tool)
-		if err != nil {
-			return fmt.Errorf("--tool: %w", err)
-		}
-		cfg.Filter = f
+	if cfg.Filter, err = cf.filter(); err != nil {
+		return err
+	}
+	orch, err := cf.orchestrator()
+	if err != nil {
+		return err
 	}
 	if *interactive {
 		p := approver.NewPrompt(stdin, stdout)
@@ -117,26 +151,242 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cfg.Asker = p
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, *connectTimeout)
-	b, err := bus.Connect(cctx, bus.ConnConfig{
-		URL: *natsURL, Name: *id,
-		User: *user, Password: *password, CredsFile: *creds,
-		Logger: logger,
-	})
-	cancel()
+	// Listen before connecting, so that a bad address fails at once.
+	var httpLn, metricsLn net.Listener
+	if *httpAddr != "" {
+		if httpLn, err = net.Listen("tcp", *httpAddr); err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+		defer httpLn.Close()
+	}
+	if *metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		defer metricsLn.Close()
+	}
+
+	b, err := cf.connect(ctx, logger)
 	if err != nil {
 		return err
 	}
-	// Closed after Run has stopped consuming: the last decision is
+	// Closed after everything has stopped consuming: the last decision is
 	// published before the connection goes.
 	defer b.Close()
 	cfg.Bus = b
 
-	a, err := approver.New(cfg)
+	g, gctx := errgroup.WithContext(ctx)
+	if *policyFile != "" || *interactive {
+		a, err := approver.New(cfg)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return a.Run(gctx) })
+	}
+	if httpLn != nil {
+		ib, err := inbox.New(inbox.Config{
+			Bus: b, ID: *id, Key: key, Filter: cfg.Filter, Token: token,
+			Orchestrator: orch, Metrics: metrics, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return ib.Run(gctx) })
+		g.Go(func() error { return serveHTTP(gctx, httpLn, ib.Handler()) })
+		logger.Info("approval inbox", slog.String("url", "http://"+httpLn.Addr().String()+"/"), slog.Bool("token", token != ""))
+	}
+	if metricsLn != nil {
+		g.Go(func() error { return telemetry.ServeListener(gctx, metricsLn, reg) })
+	}
+	return g.Wait()
+}
+
+const usage = `usage: approver [flags]                      the bot (--policy, --interactive) and/or the inbox (--http)
+       approver list [flags]                 pending approval requests
+       approver approve ID [--args JSON]     approve (with edited args); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID
+       approver deny ID --message TEXT       deny, telling the model why
+       approver keygen --out FILE`
+
+// serveHTTP serves h on ln until ctx ends, then shuts down, letting
+// requests in progress finish for up to 5s (event streams end with ctx).
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// common are the flags every mode shares.
+type common struct {
+	natsURL, id, keyFile, tool, user, password, creds string
+	orchURL, orchTokenFile                            string
+	connectTimeout                                    time.Duration
+}
+
+func commonFlags(fs *flag.FlagSet) *common {
+	c := &common{}
+	fs.StringVar(&c.natsURL, "nats", envOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env TOOLGATE_NATS_URL)")
+	fs.StringVar(&c.id, "id", defaultID(), "approver id: its durable consumer and the approver_id of its decisions")
+	fs.StringVar(&c.keyFile, "key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
+	fs.StringVar(&c.tool, "tool", "", "only see requests for this tool (default: all tools)")
+	fs.StringVar(&c.user, "user", "", "NATS user")
+	fs.StringVar(&c.password, "password", os.Getenv("TOOLGATE_NATS_PASSWORD"), "NATS password (env TOOLGATE_NATS_PASSWORD)")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials file; overrides --user/--password")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 30*time.Second, "how long to wait for the NATS server")
+	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, the authority on what is pending (env TOOLGATE_ORCHESTRATOR_URL)")
+	fs.StringVar(&c.orchTokenFile, "orchestrator-token-file", "", "file holding the orchestrator API's bearer token")
+	return c
+}
+
+func (c *common) loadKey() (ed25519.PrivateKey, error) {
+	if c.keyFile == "" {
+		return nil, nil
+	}
+	return approver.LoadKey(c.keyFile)
+}
+
+func (c *common) filter() (string, error) {
+	if c.tool == "" {
+		return "", nil
+	}
+	f, err := bus.ApprovalSubject(c.tool)
+	if err != nil {
+		return "", fmt.Errorf("--tool: %w", err)
+	}
+	return f, nil
+}
+
+func (c *common) orchestrator() (*approver.Orchestrator, error) {
+	if c.orchURL == "" {
+		return nil, nil
+	}
+	tok, err := readToken(c.orchTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--orchestrator-token-file: %w", err)
+	}
+	return &approver.Orchestrator{BaseURL: c.orchURL, Token: tok}, nil
+}
+
+func (c *common) connect(ctx context.Context, logger *slog.Logger) (*bus.Bus, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancel()
+	return bus.Connect(cctx, bus.ConnConfig{
+		URL: c.natsURL, Name: c.id,
+		User: c.user, Password: c.password, CredsFile: c.creds,
+		Logger: logger,
+	})
+}
+
+// readToken reads a token file ("" when no file is given); a file without
+// a token is an error, never an open inbox.
+func readToken(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return tok, nil
+}
+
+// oneShot runs list, approve or deny.
+func oneShot(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("approver "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cf := commonFlags(fs)
+	argsJSON := fs.String("args", "", "approve: JSON object replacing the model's args (checked against the tool's schema)")
+	message := fs.String("message", "", "deny: what the model is told")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	// Flags may follow the ID: approve call-1 --args '{...}'.
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	want := 1
+	if cmd == "list" {
+		want = 0
+	}
+	if len(pos) != want {
+		fs.Usage()
+		return fmt.Errorf("%s: want %d argument(s), got %d", cmd, want, len(pos))
+	}
+	if cmd == "deny" && strings.TrimSpace(*message) == "" {
+		return errors.New("deny: --message is required: it is what the model is told")
+	}
+	if cmd != "approve" && *argsJSON != "" {
+		return fmt.Errorf("%s: --args is for approve", cmd)
+	}
+	key, err := cf.loadKey()
 	if err != nil {
 		return err
 	}
-	return a.Run(ctx)
+	filter, err := cf.filter()
+	if err != nil {
+		return err
+	}
+	orch, err := cf.orchestrator()
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := cf.connect(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	cli := &approver.CLI{
+		Bus: b, ID: cf.id, Key: key, Filter: filter, Orchestrator: orch,
+		Out: stdout, Progress: stderr, Terminal: isTerminal(stderr),
+	}
+	switch cmd {
+	case "list":
+		return cli.List(ctx)
+	case "approve":
+		return cli.Approve(ctx, pos[0], json.RawMessage(*argsJSON))
+	default:
+		return cli.Deny(ctx, pos[0], *message)
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal), where a
+// spinner may redraw its line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func keygen(args []string, stdout, stderr io.Writer) error {

@@ -10,6 +10,10 @@
 // with the call as JSON on stdin; stdout is the result, exit 75 asks the
 // model to retry, any other non-zero exit fails the call with the end of
 // stderr. --http NAME=URL POSTs the call as JSON; a 2xx body is the result.
+//
+// --metrics ADDR serves Prometheus metrics at /metrics. Traces are exported
+// when the standard OTEL_* variables ask for it (e.g.
+// OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318); off by default.
 package main
 
 import (
@@ -19,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -27,7 +32,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -82,6 +90,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	setup := fs.Bool("setup", false, "create toolgate's streams and buckets if missing (normally the orchestrator does)")
 	connectTimeout := fs.Duration("connect-timeout", 30*time.Second, "how long to wait for the NATS server")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (off by default)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tool-worker [--builtin] [--exec NAME=COMMAND]... [--http NAME=URL]... [flags]")
 		fs.PrintDefaults()
@@ -144,6 +153,29 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("no tools to serve: give --builtin, --exec or --http")
 	}
 
+	shutdownTracing, err := telemetry.Setup(ctx, "tool-worker", os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flush traces", slog.Any("error", err))
+		}
+	}()
+	// Listen before connecting, so that a bad address fails at once.
+	reg := telemetry.NewRegistry()
+	var metrics *telemetry.WorkerMetrics
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		defer metricsLn.Close()
+		metrics = telemetry.NewWorkerMetrics(reg)
+	}
+
 	cctx, cancel := context.WithTimeout(ctx, *connectTimeout)
 	b, err := bus.Connect(cctx, bus.ConnConfig{
 		URL: *natsURL, Name: "tool-worker-" + *id,
@@ -172,6 +204,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		DrainTimeout: *drainTimeout,
 		Advertise:    *advertise,
 		Logger:       logger,
+		Metrics:      metrics,
 	})
 	if err != nil {
 		return err
@@ -181,7 +214,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		names[i] = t.Spec.Name
 	}
 	logger.Info("tool-worker starting", slog.String("id", w.ID()), slog.String("tools", strings.Join(names, ",")))
-	return w.Run(ctx)
+	if metricsLn == nil {
+		return w.Run(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(gctx) })
+	g.Go(func() error { return telemetry.ServeListener(gctx, metricsLn, reg) })
+	logger.Info("serving metrics", slog.String("addr", metricsLn.Addr().String()))
+	return g.Wait()
 }
 
 // selectTools keeps the tools named in list, refusing names not configured.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
 
 func TestMain(m *testing.M) {
@@ -78,6 +81,7 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 		done <- run(ctx, []string{
 			"--nats", srv.ClientURL(), "--builtin", "--sandbox", sandbox,
 			"--exec", "shout=" + script, "--tools", "update_file,shout", "--id", "w1",
+			"--metrics", "127.0.0.1:0",
 		}, &logs)
 	}()
 
@@ -115,6 +119,30 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 		t.Errorf("sandbox file = %q, %v", data, err)
 	}
 
+	// --metrics: the calls are counted once their handlers have ended.
+	addrRE := regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n float64
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+			fams, err := telemetrytest.ScrapeURL(t.Context(), "http://"+m[1]+"/metrics")
+			if err != nil {
+				t.Fatalf("scrape: %v", err)
+			}
+			a, _ := fams.Value("toolgate_tool_calls_total", "tool", "update_file", "outcome", "return")
+			b, _ := fams.Value("toolgate_tool_calls_total", "tool", "shout", "outcome", "return")
+			n = a + b
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics count %v calls, want 2; log:\n%s", n, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	http.DefaultClient.CloseIdleConnections()
+
 	cancel()
 	select {
 	case err := <-done:
@@ -135,6 +163,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--builtin", "--tools", "missing"},  // unknown subset
 		{"--builtin", "--log-level", "loud"}, // bad level
 		{"--builtin", "--concurrency", "0"},
+		{"--builtin", "--metrics", "127.0.0.1:not-a-port"},
 	} {
 		var out syncBuffer
 		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), &out); err == nil {

@@ -10,7 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // Asker decides escalated requests, typically a human at a terminal
@@ -66,6 +71,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for deadlines and decided_at. Defaults to time.Now.
 	Now func() time.Time
+	// Metrics counts requests by outcome, the time from a request's
+	// publication to its decision, redeliveries and dead letters. nil
+	// records nothing.
+	Metrics *telemetry.ApproverMetrics
+	// TracerProvider makes one span per request, child of the trace
+	// context in its headers; decisions carry the span's context. Defaults
+	// to the global provider (no-op unless telemetry.Setup installed one;
+	// the trace context then passes through unchanged).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -112,6 +126,7 @@ func (c Config) validate() error {
 type Approver struct {
 	cfg     Config
 	logger  *slog.Logger
+	tracer  trace.Tracer
 	running atomic.Bool
 	seen    *seenSet
 	fatal   chan error
@@ -126,6 +141,7 @@ func New(cfg Config) (*Approver, error) {
 	return &Approver{
 		cfg:    cfg,
 		logger: cfg.Logger.With(slog.String("component", "approver"), slog.String("approver_id", cfg.ID)),
+		tracer: telemetry.Tracer(cfg.TracerProvider),
 		seen:   newSeenSet(4096),
 		fatal:  make(chan error, 1),
 	}, nil
@@ -163,15 +179,27 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	req := d.Msg
 	log := a.logger.With(slog.String("run_id", req.RunID), slog.String("tool_call_id", req.ToolCallID),
 		slog.String("tool", req.ToolName))
+	ctx, span := telemetry.StartConsumer(ctx, a.tracer, "process "+d.Subject, d.Subject, d.Header,
+		telemetry.AttrRunID.String(req.RunID),
+		telemetry.AttrConversationID.String(req.ConversationID),
+		telemetry.AttrToolCallID.String(req.ToolCallID),
+		telemetry.AttrTool.String(req.ToolName),
+		telemetry.AttrAttempt.Int(req.Attempt),
+		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
+	)
+	defer span.End()
+	if d.NumDelivered > 1 {
+		a.cfg.Metrics.Redelivered(req.ToolName)
+	}
 	key := seenKey(req)
 	if a.seen.has(key) {
 		log.DebugContext(ctx, "request already handled", slog.Uint64("delivered", d.NumDelivered))
-		a.handled(req, OutcomeDuplicate)
+		a.handled(ctx, req, OutcomeDuplicate)
 		return nil
 	}
 	if a.expired(req) {
 		log.InfoContext(ctx, "request past its deadline, skipped", slog.Time("deadline", req.Deadline))
-		a.done(key, req, OutcomeExpired)
+		a.done(ctx, key, req, OutcomeExpired)
 		return nil
 	}
 
@@ -181,6 +209,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		v, err = a.cfg.Policy.Evaluate(req)
 		if err != nil {
 			// The request cannot be evaluated now or ever.
+			a.deadLetter(span, "policy", err)
 			return bus.Terminal(err)
 		}
 		for _, s := range v.Skipped {
@@ -194,7 +223,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		switch {
 		case errors.Is(err, ErrExpired):
 			log.InfoContext(ctx, "request expired while asking", slog.Time("deadline", req.Deadline))
-			a.done(key, req, OutcomeExpired)
+			a.done(ctx, key, req, OutcomeExpired)
 			return nil
 		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
 			// The human is gone (input closed): stop, and hand the request
@@ -210,13 +239,13 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		v = asked
 		if a.expired(req) {
 			log.InfoContext(ctx, "answered after the deadline; not sent", slog.Time("deadline", req.Deadline))
-			a.done(key, req, OutcomeExpired)
+			a.done(ctx, key, req, OutcomeExpired)
 			return nil
 		}
 	}
 	if v.Action == ActionEscalate {
 		log.InfoContext(ctx, "escalated: left to other approvers", slog.Int("rule", v.Rule))
-		a.done(key, req, OutcomeEscalated)
+		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
 	}
 
@@ -235,11 +264,18 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	}
 	if a.cfg.Key != nil {
 		if err := Sign(a.cfg.Key, &dec); err != nil {
+			a.deadLetter(span, "sign", err)
 			return bus.Terminal(err)
 		}
 	}
-	if _, err := a.cfg.Bus.PublishDecision(ctx, dec); err != nil {
+	// The decision continues the request's trace, so that the follow-up run
+	// the orchestrator starts from it joins the same trace.
+	hdr := nats.Header{}
+	telemetry.Inject(ctx, hdr)
+	if _, err := a.cfg.Bus.PublishDecision(ctx, dec, hdr); err != nil {
 		// Nak: the redelivery publishes again under the same Nats-Msg-Id.
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "publish decision")
 		return fmt.Errorf("decide %s: %w", req.ToolCallID, err)
 	}
 	o := OutcomeDenied
@@ -248,20 +284,32 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	}
 	log.InfoContext(ctx, "decision published", slog.String("outcome", string(o)), slog.Int("rule", v.Rule),
 		slog.Bool("override_args", len(dec.OverrideArgs) != 0), slog.Bool("signed", dec.Signature != nil))
-	a.done(key, req, o)
+	// From the request's storage in the stream (its publication) to now:
+	// both are wall-clock readings, unlike the Now seam.
+	a.cfg.Metrics.Decided(a.cfg.ID, string(o), time.Since(d.Timestamp))
+	a.done(ctx, key, req, o)
 	return nil
+}
+
+func (a *Approver) deadLetter(span trace.Span, reason string, err error) {
+	a.cfg.Metrics.DeadLetter(reason)
+	span.RecordError(err)
+	span.SetStatus(codes.Error, reason)
+	span.SetAttributes(telemetry.AttrOutcome.String("dead_letter"))
 }
 
 func (a *Approver) expired(req bus.ApprovalRequest) bool {
 	return !req.Deadline.IsZero() && !a.cfg.Now().Before(req.Deadline)
 }
 
-func (a *Approver) done(key string, req bus.ApprovalRequest, o Outcome) {
+func (a *Approver) done(ctx context.Context, key string, req bus.ApprovalRequest, o Outcome) {
 	a.seen.add(key)
-	a.handled(req, o)
+	a.handled(ctx, req, o)
 }
 
-func (a *Approver) handled(req bus.ApprovalRequest, o Outcome) {
+func (a *Approver) handled(ctx context.Context, req bus.ApprovalRequest, o Outcome) {
+	a.cfg.Metrics.Handled(a.cfg.ID, string(o))
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrOutcome.String(string(o)))
 	if a.cfg.HandledFunc != nil {
 		a.cfg.HandledFunc(req, o)
 	}

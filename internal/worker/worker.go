@@ -12,8 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // Tool is one tool a worker serves.
@@ -70,6 +74,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for deadlines. Defaults to time.Now.
 	Now func() time.Time
+	// Metrics counts calls by tool and outcome, their run time, calls in
+	// flight and redeliveries. nil records nothing.
+	Metrics *telemetry.WorkerMetrics
+	// TracerProvider makes one span per call, child of the trace context
+	// in the call's headers; the reply carries the span's context. Defaults
+	// to the global provider (no-op unless telemetry.Setup installed one;
+	// the trace context then passes through unchanged).
+	TracerProvider trace.TracerProvider
 }
 
 var defaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
@@ -151,9 +163,10 @@ func (c Config) validate() error {
 // Worker serves tool calls from JetStream. Create it with New and run it
 // with Run.
 type Worker struct {
-	cfg   Config
-	log   *slog.Logger
-	slots chan struct{} // one token per running call
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
+	slots  chan struct{} // one token per running call
 
 	mu       sync.Mutex
 	running  bool
@@ -202,9 +215,10 @@ func New(cfg Config) (*Worker, error) {
 	cfg.Tools = append([]Tool(nil), cfg.Tools...)
 	cfg.BackOff = append([]time.Duration(nil), cfg.BackOff...)
 	return &Worker{
-		cfg:   cfg,
-		log:   cfg.Logger.With(slog.String("component", "worker"), slog.String("worker_id", cfg.ID)),
-		slots: make(chan struct{}, cfg.Concurrency),
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("component", "worker"), slog.String("worker_id", cfg.ID)),
+		tracer: telemetry.Tracer(cfg.TracerProvider),
+		slots:  make(chan struct{}, cfg.Concurrency),
 	}, nil
 }
 
@@ -301,46 +315,76 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 	req := d.Msg
 	log := w.log.With(slog.String("tool", t.Spec.Name), slog.String("run_id", req.RunID),
 		slog.String("tool_call_id", req.ToolCallID), slog.Uint64("delivered", d.NumDelivered))
+	ctx, span := telemetry.StartConsumer(ctx, w.tracer, "process "+d.Subject, d.Subject, d.Header,
+		telemetry.AttrRunID.String(req.RunID),
+		telemetry.AttrConversationID.String(req.ConversationID),
+		telemetry.AttrToolCallID.String(req.ToolCallID),
+		telemetry.AttrTool.String(t.Spec.Name),
+		telemetry.AttrAttempt.Int(req.Attempt),
+		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
+		attribute.String("toolgate.worker_id", w.cfg.ID),
+	)
+	defer span.End()
+	if d.NumDelivered > 1 {
+		w.cfg.Metrics.Redelivered(t.Spec.Name)
+	}
+	skip := func() error {
+		span.SetAttributes(telemetry.AttrOutcome.String(telemetry.CallOutcomeInterrupted))
+		w.cfg.Metrics.CallSkipped(t.Spec.Name, telemetry.CallOutcomeInterrupted)
+		w.release(log, d, 0)
+		return nil
+	}
 
 	select {
 	case <-w.stopping:
-		w.release(log, d, 0)
-		return nil
+		return skip()
 	default:
 	}
 	// Waiting for a slot keeps the call: AutoInProgress covers the wait.
 	select {
 	case w.slots <- struct{}{}:
 	case <-w.stopping:
-		w.release(log, d, 0)
-		return nil
+		return skip()
 	case <-ctx.Done():
-		w.release(log, d, 0)
-		return nil
+		return skip()
 	}
 	defer func() { <-w.slots }()
+
+	// Every path below sets outcome (and took, when the executor ran).
+	outcome, took := telemetry.CallOutcomeFailed, time.Duration(-1)
+	w.cfg.Metrics.CallStarted(t.Spec.Name)
+	defer func() {
+		w.cfg.Metrics.CallFinished(t.Spec.Name, outcome, took)
+		span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	}()
 
 	var reply bus.CallReply
 	if !req.Deadline.IsZero() && !w.cfg.Now().Before(req.Deadline) {
 		reply = Failed(TimedOutMessage)
+		outcome = telemetry.CallOutcomeExpired
 		log.InfoContext(ctx, "deadline passed before the call ran")
 	} else {
 		start := time.Now()
 		r, err := t.Executor.Execute(ctx, req)
+		took = time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The worker is shutting down: another worker can run it now.
+				outcome = telemetry.CallOutcomeInterrupted
 				log.Warn("call interrupted by shutdown; handing it back", slog.Any("error", err))
 				w.release(log, d, 0)
 				return nil
 			}
+			outcome = telemetry.CallOutcomeError
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "executor error")
 			delay := w.backoff(d.NumDelivered)
 			log.WarnContext(ctx, "executor error; redelivering later", slog.Any("error", err), slog.Duration("delay", delay))
 			w.release(log, d, delay)
 			return nil
 		}
 		reply = r
-		log.DebugContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", time.Since(start)))
+		log.DebugContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", took))
 	}
 
 	reply.RunID = req.RunID
@@ -351,16 +395,25 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 		reply = Failed("invalid tool result: %v", err)
 		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, w.cfg.ID
 	}
+	if outcome != telemetry.CallOutcomeExpired {
+		outcome = string(reply.Outcome)
+	}
+	if reply.Outcome == bus.OutcomeFailed {
+		span.SetStatus(codes.Error, "tool call failed")
+	}
 
 	hdr := nats.Header{}
 	hdr.Set(bus.HeaderConversation, req.ConversationID)
-	if tp := d.Header.Get(bus.HeaderTraceParent); tp != "" {
-		hdr.Set(bus.HeaderTraceParent, tp)
-	}
+	// The reply continues the call's trace, so that the follow-up run the
+	// orchestrator starts from it joins the same trace.
+	telemetry.Inject(ctx, hdr)
 	// The result exists now; publish it even if shutdown began meanwhile.
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := w.cfg.Bus.PublishCallReply(pubCtx, reply, hdr); err != nil {
+		outcome = telemetry.CallOutcomePublishError
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "publish reply")
 		delay := w.backoff(d.NumDelivered)
 		log.ErrorContext(ctx, "publish reply; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
 		w.release(log, d, delay)

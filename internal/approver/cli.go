@@ -1,0 +1,306 @@
+package approver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// CLI runs the approver's one-shot commands: list, approve, deny. It reads
+// requests (and their args_digest) from TOOLGATE_APPROVALS without a
+// durable consumer, and what is still pending from the orchestrator when
+// one is configured, else from the conversation events.
+type CLI struct {
+	// Bus is the connection. Required.
+	Bus *bus.Bus
+	// ID is the approver_id of decisions. Required for approve and deny.
+	ID string
+	// Key signs decisions; nil sends them unsigned.
+	Key ed25519.PrivateKey
+	// Filter narrows the requests seen. Defaults to bus.AllApprovals.
+	Filter string
+	// Orchestrator, when set, is the authority on what is pending.
+	Orchestrator *Orchestrator
+	// Out receives the commands' results.
+	Out io.Writer
+	// Progress receives progress of long steps (stderr); nil shows none.
+	Progress io.Writer
+	// Terminal makes Progress a spinner that redraws one line; otherwise
+	// each step is a plain line.
+	Terminal bool
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c *CLI) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
+}
+
+// Pending is an open approval request as the CLI lists it.
+type Pending struct {
+	Request bus.ApprovalRequest
+	Stored  time.Time // when the request was published
+}
+
+// ErrAmbiguous is returned when a tool_call_id names calls of several runs;
+// give run_id/tool_call_id.
+var ErrAmbiguous = errors.New("ambiguous tool call id")
+
+// ErrNoRequest is returned when no open request matches the id.
+var ErrNoRequest = errors.New("no such pending approval request")
+
+// Pending lists the open approval requests, oldest first.
+func (c *CLI) Pending(ctx context.Context) ([]Pending, error) {
+	stop := c.step("reading approval requests")
+	reqs, err := ScanApprovals(ctx, c.Bus, c.Filter)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	latest := latestAttempts(reqs)
+	isOpen, err := c.openFunc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+	var out []Pending
+	for _, sr := range latest {
+		r := sr.Request
+		if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
+			continue
+		}
+		if isOpen(r) {
+			out = append(out, Pending{Request: r, Stored: sr.Time})
+		}
+	}
+	return out, nil
+}
+
+// openFunc answers whether a request is still pending: the orchestrator's
+// word when there is one, else the events'.
+func (c *CLI) openFunc(ctx context.Context) (func(bus.ApprovalRequest) bool, error) {
+	if c.Orchestrator != nil {
+		stop := c.step("asking the orchestrator what is pending")
+		pending, err := c.Orchestrator.Pending(ctx)
+		stop()
+		if err != nil {
+			return nil, err
+		}
+		open := make(map[[2]string]bool, len(pending))
+		for _, p := range pending {
+			if p.Kind == "" || p.Kind == "approval" {
+				open[[2]string{p.RunID, p.ToolCallID}] = true
+			}
+		}
+		return func(r bus.ApprovalRequest) bool { return open[[2]string{r.RunID, r.ToolCallID}] }, nil
+	}
+	stop := c.step("reading conversation events")
+	evs, err := ScanEvents(ctx, c.Bus, "")
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	s := NewSettlements()
+	for _, se := range evs {
+		s.Observe(se.Event)
+	}
+	return func(r bus.ApprovalRequest) bool {
+		_, settled := s.Settled(r)
+		return !settled
+	}, nil
+}
+
+// latestAttempts keeps the newest stored request of each call, in the
+// order the calls were first requested.
+func latestAttempts(reqs []StoredRequest) []StoredRequest {
+	idx := map[[2]string]int{}
+	var out []StoredRequest
+	for _, sr := range reqs {
+		k := [2]string{sr.Request.RunID, sr.Request.ToolCallID}
+		if i, ok := idx[k]; ok {
+			if sr.Request.Attempt >= out[i].Request.Attempt {
+				out[i] = sr
+			}
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, sr)
+	}
+	return out
+}
+
+// List writes the open requests as a table.
+func (c *CLI) List(ctx context.Context) error {
+	ps, err := c.Pending(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		_, err := fmt.Fprintln(c.Out, "no pending approval requests")
+		return err
+	}
+	tw := tabwriter.NewWriter(c.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL CALL ID\tTOOL\tRUN\tCONVERSATION\tWAITING\tEXPIRES IN\tARGS")
+	now := c.now()
+	for _, p := range ps {
+		r := p.Request
+		expires := "-"
+		if !r.Deadline.IsZero() {
+			expires = r.Deadline.Sub(now).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ToolCallID, r.ToolName, r.RunID, r.ConversationID,
+			now.Sub(p.Stored).Round(time.Second), expires, clip(compact(r.Args), 60))
+	}
+	return tw.Flush()
+}
+
+// Find resolves id, a tool_call_id or run_id/tool_call_id, to its open
+// request.
+func (c *CLI) Find(ctx context.Context, id string) (bus.ApprovalRequest, error) {
+	runID, callID := "", id
+	if i := strings.LastIndex(id, "/"); i >= 0 {
+		runID, callID = id[:i], id[i+1:]
+	}
+	if callID == "" {
+		return bus.ApprovalRequest{}, fmt.Errorf("%q: want TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID", id)
+	}
+	ps, err := c.Pending(ctx)
+	if err != nil {
+		return bus.ApprovalRequest{}, err
+	}
+	var found []bus.ApprovalRequest
+	for _, p := range ps {
+		if p.Request.ToolCallID == callID && (runID == "" || p.Request.RunID == runID) {
+			found = append(found, p.Request)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return bus.ApprovalRequest{}, fmt.Errorf("%s: %w", id, ErrNoRequest)
+	case 1:
+		return found[0], nil
+	}
+	runs := make([]string, 0, len(found))
+	for _, r := range found {
+		runs = append(runs, r.RunID+"/"+r.ToolCallID)
+	}
+	slices.Sort(runs)
+	return bus.ApprovalRequest{}, fmt.Errorf("%s: %w: give one of %s", id, ErrAmbiguous, strings.Join(runs, ", "))
+}
+
+// Decide publishes a decision on the open request id names.
+func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (bus.Decision, error) {
+	if err := bus.ValidateToken("approver id", c.ID); err != nil {
+		return bus.Decision{}, err
+	}
+	req, err := c.Find(ctx, id)
+	if err != nil {
+		return bus.Decision{}, err
+	}
+	d, err := NewDecision(req, c.ID, ch, c.Key, c.now())
+	if err != nil {
+		return bus.Decision{}, err
+	}
+	stop := c.step("publishing the decision")
+	_, err = c.Bus.PublishDecision(ctx, d)
+	stop()
+	if err != nil {
+		return bus.Decision{}, err
+	}
+	return d, nil
+}
+
+// Approve approves id, with args replacing the model's when not empty.
+func (c *CLI) Approve(ctx context.Context, id string, args json.RawMessage) error {
+	d, err := c.Decide(ctx, id, Choice{Approve: true, Args: args})
+	if err != nil {
+		return err
+	}
+	how := ""
+	if len(d.OverrideArgs) != 0 {
+		how = " with args " + string(d.OverrideArgs)
+	}
+	_, err = fmt.Fprintf(c.Out, "approved %s/%s%s%s\n", d.RunID, d.ToolCallID, how, signedNote(d))
+	return err
+}
+
+// Deny denies id; message is what the model is told.
+func (c *CLI) Deny(ctx context.Context, id, message string) error {
+	d, err := c.Decide(ctx, id, Choice{Message: message})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.Out, "denied %s/%s: %s%s\n", d.RunID, d.ToolCallID, d.Message, signedNote(d))
+	return err
+}
+
+func signedNote(d bus.Decision) string {
+	if d.Signature != nil {
+		return " (signed)"
+	}
+	return " (unsigned)"
+}
+
+func compact(raw json.RawMessage) string {
+	if c, err := bus.CanonicalJSON(raw); err == nil {
+		return string(c)
+	}
+	return string(raw)
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// step shows that a long step is under way: a spinner on a terminal, a
+// plain line otherwise. The returned func ends it.
+func (c *CLI) step(what string) (stop func()) {
+	if c.Progress == nil {
+		return func() {}
+	}
+	if !c.Terminal {
+		fmt.Fprintf(c.Progress, "%s…\n", what)
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		frames := []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(c.Progress, "\r%s %s…", frames[i%len(frames)], what)
+			select {
+			case <-done:
+				// Clear the line: results follow on Out.
+				fmt.Fprintf(c.Progress, "\r\033[K")
+				return
+			case <-t.C:
+			}
+		}
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}

@@ -1,0 +1,452 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// States of a deferred call in the conversation view.
+const (
+	statePending  = "pending"
+	stateApproved = "approved"
+	stateDenied   = "denied"
+	stateExpired  = "expired"
+	stateReturned = "returned"
+	stateFailed   = "failed"
+	stateDecided  = "decided" // a decision was applied; which one shows when the follow-up runs
+)
+
+// transcript is a conversation as the page shows it.
+type transcript struct {
+	ID      string
+	Source  string // "events" or "orchestrator"
+	Status  string
+	Output  string
+	Error   string
+	Entries []chatEntry
+	Calls   []*deferredCall
+	Note    string // why parts may be missing
+}
+
+// chatEntry is one bubble: a prompt, model text, a tool call or a return.
+type chatEntry struct {
+	Role   string // user, assistant, tool, system, event
+	Text   string
+	Call   *callRef
+	Return *returnRef
+	Time   time.Time
+}
+
+type callRef struct {
+	Tool     string
+	ID       string
+	ArgsText string
+	Deferred *deferredCall
+}
+
+type returnRef struct {
+	Tool    string
+	ID      string
+	Content string
+	Outcome string
+}
+
+// deferredCall is a call the run could not finish itself.
+type deferredCall struct {
+	RunID     string
+	ID        string
+	Tool      string
+	Kind      string // approval or call
+	State     string
+	DecidedBy string
+	Message   string
+	Deadline  time.Time
+}
+
+// builder folds a conversation's events into a transcript.
+type builder struct {
+	t       transcript
+	calls   map[string]*deferredCall // by tool_call_id
+	refs    map[string]*callRef
+	decided *decidedLog
+}
+
+func newBuilder(id string, decided *decidedLog) *builder {
+	return &builder{t: transcript{ID: id}, calls: map[string]*deferredCall{}, refs: map[string]*callRef{}, decided: decided}
+}
+
+func (b *builder) call(runID, id, tool, kind string) *deferredCall {
+	c, ok := b.calls[id]
+	if !ok {
+		c = &deferredCall{RunID: runID, ID: id, Tool: tool, Kind: kind, State: statePending}
+		b.calls[id] = c
+		b.t.Calls = append(b.t.Calls, c)
+		if r := b.refs[id]; r != nil {
+			r.Deferred = c
+		}
+	}
+	if c.Kind == "" {
+		c.Kind = kind
+	}
+	if c.RunID == "" {
+		c.RunID = runID
+	}
+	return c
+}
+
+// The JSON shapes of agent events inside bus.Event.Data.
+type agentPart struct {
+	Kind       string          `json:"part_kind"`
+	Content    string          `json:"content"`
+	ToolName   string          `json:"tool_name"`
+	ToolCallID string          `json:"tool_call_id"`
+	Args       json.RawMessage `json:"args"`
+	Value      json.RawMessage `json:"value"`
+	Outcome    string          `json:"outcome"`
+}
+
+type agentEvent struct {
+	Part    *agentPart `json:"part"`
+	Message *struct {
+		Kind  string      `json:"kind"`
+		Parts []agentPart `json:"parts"`
+	} `json:"message"`
+	Requests *struct {
+		Calls     []agentPart `json:"calls"`
+		Approvals []agentPart `json:"approvals"`
+	} `json:"requests"`
+	Results *struct {
+		Approvals map[string]json.RawMessage `json:"approvals"`
+		Calls     map[string]json.RawMessage `json:"calls"`
+	} `json:"results"`
+}
+
+func (b *builder) observe(ev bus.Event, at time.Time) {
+	switch ev.Type {
+	case approver.EventRunStarted:
+		var d struct {
+			Resume bool   `json:"resume"`
+			Prompt string `json:"prompt"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		if d.Prompt != "" {
+			b.t.Entries = append(b.t.Entries, chatEntry{Role: "user", Text: d.Prompt, Time: at})
+		}
+		b.t.Status = "running"
+	case "model_response":
+		var d agentEvent
+		if json.Unmarshal(ev.Data, &d) != nil || d.Message == nil {
+			return
+		}
+		for _, p := range d.Message.Parts {
+			switch p.Kind {
+			case "text":
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Text: p.Content, Time: at})
+			case "tool-call":
+				ref := &callRef{Tool: p.ToolName, ID: p.ToolCallID, ArgsText: indent(p.Args), Deferred: b.calls[p.ToolCallID]}
+				b.refs[p.ToolCallID] = ref
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Call: ref, Time: at})
+			}
+		}
+	case "tool_result":
+		var d agentEvent
+		if json.Unmarshal(ev.Data, &d) != nil || d.Part == nil {
+			return
+		}
+		p := d.Part
+		ret := &returnRef{Tool: p.ToolName, ID: p.ToolCallID, Outcome: p.Outcome}
+		switch p.Kind {
+		case "retry-prompt":
+			ret.Content, ret.Outcome = p.Content, "retry"
+		default:
+			ret.Content = indent(p.Value)
+			if ret.Content == "" {
+				ret.Content = p.Content
+			}
+		}
+		if ret.Outcome == "" {
+			ret.Outcome = "success"
+		}
+		b.t.Entries = append(b.t.Entries, chatEntry{Role: "tool", Return: ret, Time: at})
+		if c := b.calls[p.ToolCallID]; c != nil {
+			b.settleByReturn(c, ret)
+		}
+	case "deferred_requests":
+		var d agentEvent
+		if json.Unmarshal(ev.Data, &d) != nil || d.Requests == nil {
+			return
+		}
+		for _, p := range d.Requests.Approvals {
+			b.call(ev.RunID, p.ToolCallID, p.ToolName, "approval")
+		}
+		for _, p := range d.Requests.Calls {
+			b.call(ev.RunID, p.ToolCallID, p.ToolName, "call")
+		}
+	case "deferred_results":
+		var d agentEvent
+		if json.Unmarshal(ev.Data, &d) != nil || d.Results == nil {
+			return
+		}
+		for id, raw := range d.Results.Approvals {
+			c := b.call(ev.RunID, id, "", "approval")
+			var v struct {
+				Kind    string `json:"kind"`
+				Message string `json:"message"`
+			}
+			var flag bool
+			switch {
+			case json.Unmarshal(raw, &flag) == nil:
+				c.State = map[bool]string{true: stateApproved, false: stateDenied}[flag]
+			case json.Unmarshal(raw, &v) == nil && v.Kind == "tool-denied":
+				c.State, c.Message = stateDenied, v.Message
+			default:
+				c.State = stateApproved
+			}
+			c.DecidedBy = "inline handler"
+		}
+		for id, raw := range d.Results.Calls {
+			c := b.call(ev.RunID, id, "", "call")
+			var v struct {
+				Kind    string `json:"kind"`
+				Message string `json:"message"`
+			}
+			c.State = stateReturned
+			if json.Unmarshal(raw, &v) == nil && v.Kind == "tool-failed" {
+				c.State, c.Message = stateFailed, v.Message
+			}
+			c.DecidedBy = "inline handler"
+		}
+	case approver.EventRunPaused:
+		var pending []approver.PendingCall
+		if json.Unmarshal(ev.Data, &pending) == nil {
+			for _, p := range pending {
+				c := b.call(p.RunID, p.ToolCallID, p.ToolName, p.Kind)
+				c.State, c.Deadline = statePending, p.Deadline
+			}
+		}
+		b.t.Status = "paused"
+	case approver.EventReplyApplied:
+		var d struct {
+			Kind       string `json:"kind"`
+			Approved   *bool  `json:"approved"`
+			ApproverID string `json:"approver_id"`
+			Message    string `json:"message"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
+		switch {
+		case d.Kind == "call":
+			c.State = stateReturned
+		case d.Approved != nil:
+			c.State = map[bool]string{true: stateApproved, false: stateDenied}[*d.Approved]
+			c.Message = d.Message
+		default:
+			c.State = stateDecided
+		}
+		c.DecidedBy = d.ApproverID
+		if own, ok := b.decided.get(keyOf(ev.RunID, ev.ToolCallID)); ok && c.DecidedBy == "" {
+			c.DecidedBy = own.ApproverID + " (this inbox)"
+			if d.Approved == nil && d.Kind != "call" {
+				c.State = map[bool]string{true: stateApproved, false: stateDenied}[own.Approved]
+				c.Message = own.Message
+			}
+		}
+	case approver.EventCallsExpired:
+		for _, c := range b.t.Calls {
+			if c.RunID == ev.RunID && c.State == statePending {
+				c.State = stateExpired
+			}
+		}
+	case approver.EventRunCompleted:
+		var d struct {
+			Output string `json:"output"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		b.t.Status, b.t.Output = "completed", d.Output
+	case approver.EventRunFailed:
+		var d struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		b.t.Status, b.t.Error = "failed", d.Error
+	}
+}
+
+// settleByReturn reads a deferred call's fate from the return its
+// follow-up run added: for an approval, whether it ran; for an external
+// call, how it ended.
+func (b *builder) settleByReturn(c *deferredCall, ret *returnRef) {
+	if c.State == stateExpired {
+		return
+	}
+	switch c.Kind {
+	case "approval":
+		switch ret.Outcome {
+		case "denied":
+			if c.State != stateDenied {
+				c.State = stateDenied
+			}
+			if c.Message == "" {
+				c.Message = ret.Content
+			}
+		default:
+			c.State = stateApproved
+		}
+	default:
+		switch ret.Outcome {
+		case "failed":
+			c.State = stateFailed
+		default:
+			c.State = stateReturned
+		}
+	}
+}
+
+// transcriptFromEvents replays the conversation's events.
+func (in *Inbox) transcriptFromEvents(ctx context.Context, id string) (*transcript, error) {
+	evs, err := approver.ScanEvents(ctx, in.cfg.Bus, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	b := newBuilder(id, in.decided)
+	for _, se := range evs {
+		b.observe(se.Event, se.Time)
+	}
+	b.t.Source = "events"
+	return &b.t, nil
+}
+
+// transcriptFromOrchestrator takes messages and status from the
+// orchestrator (which has the prompts too) and the deferred calls' states
+// from the events.
+func (in *Inbox) transcriptFromOrchestrator(ctx context.Context, id string) (*transcript, error) {
+	conv, err := in.cfg.Orchestrator.Conversation(ctx, id)
+	var se *approver.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fromEvents, err := in.transcriptFromEvents(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder(id, in.decided)
+	if fromEvents != nil {
+		for _, c := range fromEvents.Calls {
+			b.calls[c.ID] = c
+			b.t.Calls = append(b.t.Calls, c)
+		}
+	}
+	for _, p := range conv.Pending {
+		c := b.call(p.RunID, p.ToolCallID, p.ToolName, p.Kind)
+		c.State, c.Deadline = statePending, p.Deadline
+	}
+	for _, raw := range conv.Messages {
+		var m struct {
+			Request  []orchPart `json:"request"`
+			Response []orchPart `json:"response"`
+		}
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		for _, p := range m.Request {
+			switch {
+			case p.System != "":
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "system", Text: p.System})
+			case p.User != nil:
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "user", Text: *p.User})
+			case p.Return != nil:
+				ret := &returnRef{Tool: p.Return.Tool, ID: p.Return.ID, Content: indent(p.Return.Content), Outcome: p.Return.Outcome}
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "tool", Return: ret})
+				if c := b.calls[ret.ID]; c != nil && (c.State == statePending || c.State == stateDecided) {
+					b.settleByReturn(c, ret)
+				}
+			case p.Retry != nil:
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "tool", Return: &returnRef{Tool: p.Retry.Tool, ID: p.Retry.ID, Content: p.Retry.Message, Outcome: "retry"}})
+			}
+		}
+		for _, p := range m.Response {
+			switch {
+			case p.Text != nil:
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Text: *p.Text})
+			case p.Call != nil:
+				ref := &callRef{Tool: p.Call.Tool, ID: p.Call.ID, ArgsText: indent(p.Call.Args), Deferred: b.calls[p.Call.ID]}
+				b.refs[p.Call.ID] = ref
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Call: ref})
+			}
+		}
+	}
+	b.t.Status, b.t.Error, b.t.Source = conv.Status, conv.Error, "orchestrator"
+	if conv.Output != nil {
+		b.t.Output = *conv.Output
+	}
+	return &b.t, nil
+}
+
+// orchPart is a part of the orchestrator's MESSAGE shape.
+type orchPart struct {
+	System string  `json:"system"`
+	User   *string `json:"user"`
+	Text   *string `json:"text"`
+	Call   *struct {
+		Tool string          `json:"tool"`
+		ID   string          `json:"id"`
+		Args json.RawMessage `json:"args"`
+	} `json:"call"`
+	Return *struct {
+		Tool    string          `json:"tool"`
+		ID      string          `json:"id"`
+		Content json.RawMessage `json:"content"`
+		Outcome string          `json:"outcome"`
+	} `json:"return"`
+	Retry *struct {
+		Tool    string `json:"tool"`
+		ID      string `json:"id"`
+		Message string `json:"message"`
+	} `json:"retry"`
+}
+
+func (in *Inbox) conversation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := bus.EventSubject(id); err != nil {
+		in.render(w, http.StatusNotFound, "conversation.html", pageData{Title: "Conversation", ID: in.cfg.ID, Error: fmt.Sprintf("%q is not a conversation id.", id)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	var (
+		t   *transcript
+		err error
+	)
+	if in.cfg.Orchestrator != nil {
+		t, err = in.transcriptFromOrchestrator(ctx, id)
+	} else {
+		t, err = in.transcriptFromEvents(ctx, id)
+	}
+	switch {
+	case err != nil:
+		in.log.ErrorContext(ctx, "conversation view", slog.String("conversation_id", id), slog.Any("error", err))
+		in.render(w, http.StatusBadGateway, "conversation.html", pageData{Title: "Conversation " + id, ID: in.cfg.ID, Error: "The conversation could not be read: " + err.Error()})
+		return
+	case t == nil:
+		in.render(w, http.StatusNotFound, "conversation.html", pageData{Title: "Conversation " + id, ID: in.cfg.ID, Error: "No events of conversation " + id + " are stored (unknown, or older than the events stream keeps)."})
+		return
+	}
+	if t.Source == "events" {
+		t.Note = "Built from the conversation's events: prompts show only where the run_started event carries them; pass --orchestrator for the full history."
+	}
+	in.render(w, http.StatusOK, "conversation.html", pageData{Title: "Conversation " + id, ID: in.cfg.ID, Conv: t})
+}

@@ -1,0 +1,392 @@
+package inbox
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/approver"
+)
+
+//go:embed assets
+var assets embed.FS
+
+const (
+	cookieName   = "toolgate_inbox"
+	maxBodyBytes = 1 << 20
+	// keepAlive is how often an idle page stream sends a comment, so that
+	// proxies keep it open and a gone page is noticed.
+	keepAlive = 15 * time.Second
+)
+
+func parsePages() (*template.Template, error) {
+	funcs := template.FuncMap{
+		"rfc3339": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
+	}
+	t, err := template.New("pages").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("parse pages: %w", err)
+	}
+	return t, nil
+}
+
+// Handler serves the inbox:
+//
+//	GET  /                        the inbox page
+//	GET  /events                  pending requests as Server-Sent Events
+//	GET  /api/pending             pending requests as JSON
+//	POST /api/decide              a decision (JSON)
+//	GET  /conversations/{id}      a conversation's transcript
+//	GET  /login, POST /login      the token form (sets a cookie)
+//	POST /logout
+//	GET  /healthz                 liveness
+func (in *Inbox) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(assets, "assets")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", in.page)
+	mux.HandleFunc("GET /events", in.events)
+	mux.HandleFunc("GET /api/pending", in.apiPending)
+	mux.HandleFunc("POST /api/decide", in.apiDecide)
+	mux.HandleFunc("GET /conversations/{id}", in.conversation)
+	mux.HandleFunc("GET /login", in.loginForm)
+	mux.HandleFunc("POST /login", in.login)
+	mux.HandleFunc("POST /logout", in.logout)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !in.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return in.guard(mux)
+}
+
+// guard lets a request through with the token (bearer header or login
+// cookie); without a configured token, only from loopback. /healthz,
+// /login and the static assets are open.
+func (in *Inbox) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
+		if open {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if in.cfg.Token == "" {
+			if !loopback(r.RemoteAddr) {
+				writeError(w, http.StatusForbidden, "the inbox has no token and serves loopback clients only")
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if in.authorized(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodGet && wantsHTML(r) {
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate-inbox"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong token")
+	})
+}
+
+func (in *Inbox) authorized(r *http.Request) bool {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return subtle.ConstantTimeCompare([]byte(h), []byte("Bearer "+in.cfg.Token)) == 1
+	}
+	if c, err := r.Cookie(cookieName); err == nil {
+		return subtle.ConstantTimeCompare([]byte(c.Value), []byte(in.session())) == 1
+	}
+	return false
+}
+
+// session is the cookie value: derived from the token, so that the cookie
+// does not hold the token itself.
+func (in *Inbox) session() string {
+	m := hmac.New(sha256.New, []byte(in.cfg.Token))
+	m.Write([]byte("toolgate inbox session"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+func wantsHTML(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// CheckListen refuses an address beyond loopback when no token guards the
+// inbox.
+func CheckListen(addr string, hasToken bool) error {
+	if hasToken {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("http address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.IsLoopback() {
+		return fmt.Errorf("http address %q is not loopback: give a token (--http-token-file) to listen there", addr)
+	}
+	return nil
+}
+
+type pageData struct {
+	Title   string
+	ID      string
+	Items   []Item
+	Signing bool
+	Token   bool
+	Error   string
+	Next    string
+	Conv    *transcript
+	Blank   Item
+}
+
+func (in *Inbox) render(w http.ResponseWriter, status int, name string, data pageData) {
+	var buf bytes.Buffer
+	if err := in.pages.ExecuteTemplate(&buf, name, data); err != nil {
+		in.log.Error("render page", slog.String("page", name), slog.Any("error", err))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (in *Inbox) page(w http.ResponseWriter, r *http.Request) {
+	items, _ := in.store.snapshot()
+	in.render(w, http.StatusOK, "inbox.html", pageData{
+		Title: "Approval inbox", ID: in.cfg.ID, Items: items, Signing: in.cfg.Key != nil, Token: in.cfg.Token != "",
+	})
+}
+
+func (in *Inbox) apiPending(w http.ResponseWriter, r *http.Request) {
+	items, _ := in.store.snapshot()
+	writeJSON(w, http.StatusOK, map[string]any{"pending": items})
+}
+
+// events streams the pending list: a snapshot, then "add" and "remove"
+// events as it changes, worked out by comparing snapshots, so a slow page
+// never makes anyone wait.
+func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	send := func(event string, v any) bool {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
+			return false
+		}
+		return true
+	}
+	items, changed := in.store.snapshot()
+	if !send("snapshot", items) {
+		return
+	}
+	flusher.Flush()
+	shown := make(map[string]bool, len(items))
+	for _, it := range items {
+		shown[it.Key] = true
+	}
+	keep := time.NewTicker(keepAlive)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keep.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		case <-changed:
+			items, changed = in.store.snapshot()
+			now := make(map[string]bool, len(items))
+			for _, it := range items {
+				now[it.Key] = true
+			}
+			for k := range shown {
+				if !now[k] && !send("remove", map[string]string{"key": k, "reason": in.store.reason(k)}) {
+					return
+				}
+			}
+			for _, it := range items {
+				if !shown[it.Key] && !send("add", it) {
+					return
+				}
+			}
+			shown = now
+			flusher.Flush()
+		}
+	}
+}
+
+// decideRequest is the body of POST /api/decide. Args is the edited text
+// as typed; empty keeps the model's args.
+type decideRequest struct {
+	RunID      string `json:"run_id"`
+	ToolCallID string `json:"tool_call_id"`
+	Approve    bool   `json:"approve"`
+	Args       string `json:"args,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+type decideAnswer struct {
+	Approved     bool            `json:"approved"`
+	OverrideArgs json.RawMessage `json:"override_args,omitempty"`
+	Message      string          `json:"message,omitempty"`
+	ApproverID   string          `json:"approver_id"`
+	DecidedAt    time.Time       `json:"decided_at"`
+	Signed       bool            `json:"signed"`
+}
+
+func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
+	// A JSON content type cannot be sent cross-site without a preflight
+	// this server never grants: with the SameSite cookie, that keeps other
+	// sites from deciding in a logged-in browser.
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		writeError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
+		return
+	}
+	var req decideRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
+		return
+	}
+	if req.RunID == "" || req.ToolCallID == "" {
+		writeError(w, http.StatusBadRequest, "run_id and tool_call_id are required")
+		return
+	}
+	c := approver.Choice{Approve: req.Approve, Message: strings.TrimSpace(req.Message)}
+	if strings.TrimSpace(req.Args) != "" {
+		if !req.Approve {
+			writeError(w, http.StatusBadRequest, "args can only be edited on an approval")
+			return
+		}
+		c.Args = json.RawMessage(req.Args)
+	}
+	d, err := in.Decide(r.Context(), req.RunID, req.ToolCallID, c)
+	var ae *approver.ArgsError
+	switch {
+	case errors.As(err, &ae):
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "args refused", "problems": ae.Problems})
+		return
+	case errors.Is(err, ErrNotPending):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		in.log.ErrorContext(r.Context(), "decide", slog.Any("error", err))
+		writeError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, decideAnswer{
+		Approved: d.Approved, OverrideArgs: d.OverrideArgs, Message: d.Message,
+		ApproverID: d.ApproverID, DecidedAt: d.DecidedAt, Signed: d.Signature != nil,
+	})
+}
+
+func (in *Inbox) loginForm(w http.ResponseWriter, r *http.Request) {
+	in.render(w, http.StatusOK, "login.html", pageData{Title: "Sign in", Token: in.cfg.Token != "", Next: safeNext(r.URL.Query().Get("next"))})
+}
+
+func (in *Inbox) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, "bad form")
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	if in.cfg.Token == "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(r.PostFormValue("token"))), []byte(in.cfg.Token)) != 1 {
+		in.render(w, http.StatusUnauthorized, "login.html", pageData{Title: "Sign in", Token: true, Error: "Wrong token.", Next: next})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: cookieName, Value: in.session(), Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 12 * 3600,
+	})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (in *Inbox) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect on this site.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	return next
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

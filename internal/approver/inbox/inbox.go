@@ -1,0 +1,399 @@
+package inbox
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
+)
+
+// Config configures an Inbox.
+type Config struct {
+	// Bus is the connection to read requests and events and publish
+	// decisions on. Required; the Inbox does not close it.
+	Bus *bus.Bus
+	// ID is the approver_id of the decisions made here. Required; one
+	// subject token. Use the bot's id when the orchestrator trusts one key
+	// per approver id.
+	ID string
+	// Durable names the inbox's consumer on TOOLGATE_APPROVALS. Defaults
+	// to ID + "-inbox", so that a bot and an inbox with the same ID each
+	// see every request.
+	Durable string
+	// Key signs decisions. nil sends them unsigned.
+	Key ed25519.PrivateKey
+	// Filter narrows the requests shown, e.g. bus.ApprovalSubject(tool).
+	// Defaults to bus.AllApprovals.
+	Filter string
+	// Token, when set, must come with every request but /healthz and
+	// /login: as a bearer header or as the cookie the login form sets.
+	// Empty: only loopback clients are served.
+	Token string
+	// Orchestrator, when set, is asked which calls are still pending
+	// (requests it no longer lists leave the inbox) and for conversations.
+	Orchestrator *approver.Orchestrator
+	// PollInterval is how often the orchestrator is asked. Defaults to 5s.
+	PollInterval time.Duration
+	// AckWait is the consumer's ack wait; held requests are renewed every
+	// third of it, and a crashed inbox's requests come back after it.
+	// Defaults to 30s.
+	AckWait time.Duration
+	// MaxPending bounds the requests held at once (the consumer's
+	// MaxAckPending). Defaults to 10000.
+	MaxPending int
+	// CatchUpTimeout bounds the wait for the event replay before requests
+	// are taken, so that settled requests do not flash up. Defaults to 30s.
+	CatchUpTimeout time.Duration
+	// Metrics, when set, count the decisions made here and how long their
+	// requests waited.
+	Metrics *telemetry.ApproverMetrics
+	// Logger receives the inbox's log. nil discards.
+	Logger *slog.Logger
+	// Now is the clock for ages, deadlines and decided_at. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Durable == "" {
+		c.Durable = c.ID + "-inbox"
+	}
+	if c.Filter == "" {
+		c.Filter = bus.AllApprovals
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 5 * time.Second
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 10000
+	}
+	if c.CatchUpTimeout <= 0 {
+		c.CatchUpTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Bus == nil {
+		return errors.New("bus is required")
+	}
+	if err := bus.ValidateToken("approver id", c.ID); err != nil {
+		return err
+	}
+	if err := bus.ValidateToken("durable name", c.Durable); err != nil {
+		return err
+	}
+	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("key is %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
+	}
+	return nil
+}
+
+// Inbox holds the pending approval requests and serves the page.
+type Inbox struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store
+	settled *approver.Settlements
+	decided *decidedLog
+	pages   *template.Template
+	running atomic.Bool
+	ready   atomic.Bool
+}
+
+// New checks cfg and returns an Inbox; Run starts taking requests, Handler
+// serves the page.
+func New(cfg Config) (*Inbox, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new inbox: %w", err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, fmt.Errorf("new inbox: %w", err)
+	}
+	return &Inbox{
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("component", "inbox"), slog.String("approver_id", cfg.ID)),
+		store:   newStore(),
+		settled: approver.NewSettlements(),
+		decided: newDecidedLog(4096),
+		pages:   pages,
+	}, nil
+}
+
+// Ready reports whether the inbox has replayed the events and is taking
+// requests.
+func (in *Inbox) Ready() bool { return in.ready.Load() }
+
+// Run follows the events, takes requests on the inbox's durable consumer
+// and keeps them until ctx ends. On the way out it naks the requests it
+// holds, so that the next inbox on the same durable gets them at once.
+func (in *Inbox) Run(ctx context.Context) error {
+	if !in.running.CompareAndSwap(false, true) {
+		return errors.New("inbox: already running")
+	}
+	defer in.running.Store(false)
+	// The goroutines below end with ctx: cancel runs before the wait.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	caughtUp := make(chan struct{})
+	lastSeq, err := in.eventsEnd(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	wg.Go(func() { in.followEvents(ctx, lastSeq, caughtUp) })
+	select {
+	case <-caughtUp:
+	case <-time.After(in.cfg.CatchUpTimeout):
+		in.log.WarnContext(ctx, "event replay is slow; taking requests before it caught up",
+			slog.Duration("waited", in.cfg.CatchUpTimeout))
+	case <-ctx.Done():
+		return nil
+	}
+
+	cc, err := in.consume(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	in.ready.Store(true)
+	in.log.InfoContext(ctx, "inbox taking requests", slog.String("durable", in.cfg.Durable),
+		slog.String("filter", in.cfg.Filter), slog.Bool("signing", in.cfg.Key != nil))
+	wg.Go(func() { in.tend(ctx) })
+	if in.cfg.Orchestrator != nil {
+		wg.Go(func() { in.pollOrchestrator(ctx) })
+	}
+	<-ctx.Done()
+	in.ready.Store(false)
+	cc.Stop()
+	select {
+	case <-cc.Closed():
+	case <-time.After(10 * time.Second):
+	}
+	for _, e := range in.store.drain() {
+		// Handed back now rather than after AckWait.
+		_ = e.msg.Nak()
+	}
+	return nil
+}
+
+// eventsEnd is the last sequence of TOOLGATE_EVENTS now: the replay has
+// caught up when it has passed it.
+func (in *Inbox) eventsEnd(ctx context.Context) (uint64, error) {
+	s, err := in.cfg.Bus.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return 0, fmt.Errorf("events stream: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("events stream: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// followEvents replays every conversation's events and follows new ones,
+// dropping the requests they settle.
+func (in *Inbox) followEvents(ctx context.Context, lastSeq uint64, caughtUp chan<- struct{}) {
+	var once sync.Once
+	done := func() { once.Do(func() { close(caughtUp) }) }
+	if lastSeq == 0 {
+		done()
+	}
+	for se, err := range in.cfg.Bus.Events(ctx, "", 0) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			in.log.WarnContext(ctx, "event stream", slog.Any("error", err))
+			continue
+		}
+		if in.settled.Observe(se.Event) {
+			in.dropSettled()
+		}
+		if se.Seq >= lastSeq {
+			done()
+		}
+	}
+}
+
+// dropSettled acks and removes the held requests the events settled.
+func (in *Inbox) dropSettled() {
+	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
+		st, ok := in.settled.Settled(e.req)
+		if !ok {
+			return "", false
+		}
+		return "settled:" + st.Reason, true
+	}) {
+		_ = e.msg.Ack()
+	}
+}
+
+// consume starts the durable consumer. Explicit acks, no delivery limit:
+// a held request is naked on every clean stop and must come back each
+// time.
+func (in *Inbox) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
+	js := in.cfg.Bus.JetStream()
+	cons, err := js.CreateOrUpdateConsumer(ctx, bus.StreamApprovals, jetstream.ConsumerConfig{
+		Durable:       in.cfg.Durable,
+		Description:   "approval inbox " + in.cfg.ID,
+		FilterSubject: in.cfg.Filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       in.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: in.cfg.MaxPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", in.cfg.Durable, err)
+	}
+	cc, err := cons.Consume(in.take, jetstream.PullMaxMessages(64),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			in.log.Warn("consume error", slog.Any("error", err))
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", in.cfg.Durable, err)
+	}
+	return cc, nil
+}
+
+// take holds one delivered request, or acks it when there is nothing to
+// show.
+func (in *Inbox) take(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	var r bus.ApprovalRequest
+	if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &r); err != nil {
+		in.log.Warn("undecodable approval request dropped", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Any("error", err))
+		_ = m.TermWithReason("undecodable approval request")
+		return
+	}
+	if want, _ := bus.ApprovalSubject(r.ToolName); want != m.Subject() {
+		_ = m.TermWithReason("tool_name does not match the subject")
+		return
+	}
+	if err := r.Validate(); err != nil {
+		in.log.Warn("invalid approval request dropped", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Any("error", err))
+		_ = m.TermWithReason("invalid approval request")
+		return
+	}
+	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
+	now := in.cfg.Now()
+	switch {
+	case !r.Deadline.IsZero() && !now.Before(r.Deadline):
+		log.Debug("request past its deadline, not shown")
+		_ = m.Ack()
+		return
+	case in.decided.has(keyOf(r.RunID, r.ToolCallID)):
+		_ = m.Ack()
+		return
+	}
+	if _, ok := in.settled.Settled(r); ok {
+		_ = m.Ack()
+		return
+	}
+	old := in.store.put(&entry{req: r, msg: m, seq: meta.Sequence.Stream, received: meta.Timestamp})
+	if old != nil && old.seq != meta.Sequence.Stream {
+		// A newer attempt of the same call replaces the old one.
+		_ = old.msg.Ack()
+	}
+	if old == nil {
+		log.Info("request pending", slog.String("tool", r.ToolName), slog.Time("deadline", r.Deadline))
+	}
+}
+
+// tend drops expired requests every second and renews the others'
+// ack deadline every third of AckWait.
+func (in *Inbox) tend(ctx context.Context) {
+	expiry := time.NewTicker(time.Second)
+	defer expiry.Stop()
+	renew := time.NewTicker(in.cfg.AckWait / 3)
+	defer renew.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-expiry.C:
+			in.dropExpired()
+		case <-renew.C:
+			for _, e := range in.store.entries() {
+				if err := e.msg.InProgress(); err != nil {
+					in.log.Warn("renew held request", slog.String("tool_call_id", e.req.ToolCallID), slog.Any("error", err))
+				}
+			}
+		}
+	}
+}
+
+func (in *Inbox) dropExpired() {
+	now := in.cfg.Now()
+	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
+		return "expired", !e.req.Deadline.IsZero() && !now.Before(e.req.Deadline)
+	}) {
+		_ = e.msg.Ack()
+	}
+}
+
+// pollOrchestrator drops the requests the orchestrator no longer lists as
+// pending. Only requests held before the poll started can be judged: a
+// newer one may not have reached its answer yet.
+func (in *Inbox) pollOrchestrator(ctx context.Context) {
+	t := time.NewTicker(in.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		in.syncOrchestrator(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (in *Inbox) syncOrchestrator(ctx context.Context) {
+	started := in.store.generation()
+	pctx, cancel := context.WithTimeout(ctx, in.cfg.PollInterval)
+	defer cancel()
+	pending, err := in.cfg.Orchestrator.Pending(pctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			in.log.Warn("ask the orchestrator what is pending", slog.Any("error", err))
+		}
+		return
+	}
+	open := make(map[string]bool, len(pending))
+	for _, p := range pending {
+		open[keyOf(p.RunID, p.ToolCallID)] = true
+	}
+	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
+		return "settled:orchestrator", e.gen <= started && !open[e.key()]
+	}) {
+		_ = e.msg.Ack()
+	}
+}

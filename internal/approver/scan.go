@@ -1,0 +1,128 @@
+package approver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// StoredRequest is an approval request read back from TOOLGATE_APPROVALS.
+type StoredRequest struct {
+	Request bus.ApprovalRequest
+	Seq     uint64
+	Time    time.Time // when the stream stored it
+}
+
+// ScanApprovals reads the approval requests stored in TOOLGATE_APPROVALS
+// under filter (bus.AllApprovals when empty), oldest first, up to the end
+// of the stream as it was when the scan began. Requests that cannot be
+// decoded are skipped: a reader is not their owner. It needs no durable
+// consumer, so one-shot commands leave no state behind.
+func ScanApprovals(ctx context.Context, b *bus.Bus, filter string) ([]StoredRequest, error) {
+	if filter == "" {
+		filter = bus.AllApprovals
+	}
+	var out []StoredRequest
+	err := scan(ctx, b, bus.StreamApprovals, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
+		var r bus.ApprovalRequest
+		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &r); err != nil {
+			return
+		}
+		if r.Validate() != nil {
+			return
+		}
+		out = append(out, StoredRequest{Request: r, Seq: meta.Sequence.Stream, Time: meta.Timestamp})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan approvals: %w", err)
+	}
+	return out, nil
+}
+
+// ScanEvents reads the stored events of one conversation ("" for every
+// conversation), oldest first, up to the end of the stream as it was when
+// the scan began.
+func ScanEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.StoredEvent, error) {
+	filter := bus.AllEvents
+	if conversationID != "" {
+		var err error
+		if filter, err = bus.EventSubject(conversationID); err != nil {
+			return nil, fmt.Errorf("scan events: %w", err)
+		}
+	}
+	var out []bus.StoredEvent
+	err := scan(ctx, b, bus.StreamEvents, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
+		var e bus.Event
+		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &e); err != nil {
+			return
+		}
+		out = append(out, bus.StoredEvent{Event: e, Seq: meta.Sequence.Stream, Time: meta.Timestamp})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan events: %w", err)
+	}
+	return out, nil
+}
+
+// scan feeds fn every message of stream under filter, through an ordered
+// consumer, until the one that had no successor when it was delivered.
+func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	js := b.JetStream()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return err
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		// An ordered consumer with nothing to deliver would wait forever.
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer func() {
+		stop()
+		it.Stop()
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return errors.New("message iterator closed")
+			}
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		fn(m, meta)
+		if meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
