@@ -494,3 +494,57 @@ func TestTestModel(t *testing.T) {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
 }
+
+// Text deltas come only from a model that streams: Run asks no model to
+// stream, Events offers a StreamFunc, and a model that does not call it
+// yields no delta events.
+func TestTextDeltasOnlyFromStreamingModels(t *testing.T) {
+	t.Parallel()
+	newAgent := func(stream bool, offered *bool) *agent.Agent {
+		return mustAgent(t, agent.Config{Model: agent.FunctionModel("m", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+			*offered = req.StreamFunc != nil
+			if stream && req.StreamFunc != nil {
+				req.StreamFunc("hel")
+				req.StreamFunc("lo")
+			}
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "hello"}}}, nil
+		})})
+	}
+	tests := []struct {
+		name       string
+		stream     bool
+		events     bool
+		wantOffer  bool
+		wantDeltas []string
+	}{
+		{name: "run", stream: true, events: false, wantOffer: false},
+		{name: "events, streaming model", stream: true, events: true, wantOffer: true, wantDeltas: []string{"hel", "lo"}},
+		{name: "events, model that does not stream", stream: false, events: true, wantOffer: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var offered bool
+			a := newAgent(tt.stream, &offered)
+			var deltas []string
+			if tt.events {
+				for ev, err := range a.Events(context.Background(), agent.RunInput{Prompt: "hi"}) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ev.Kind == agent.EventTextDelta {
+						deltas = append(deltas, ev.Delta)
+					}
+				}
+			} else if _, err := a.Run(context.Background(), agent.RunInput{Prompt: "hi"}); err != nil {
+				t.Fatal(err)
+			}
+			if offered != tt.wantOffer {
+				t.Errorf("StreamFunc offered = %v, want %v", offered, tt.wantOffer)
+			}
+			if diff := cmp.Diff(tt.wantDeltas, deltas); diff != "" {
+				t.Errorf("deltas (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -32,6 +32,12 @@ const (
 
 // Event is one entry of a run's event stream. Kind says which of the other
 // fields is set. Events encode to JSON for the event stream on the bus.
+//
+// The pointers share the run's state, so that an event costs no copy: a
+// consumer reads them and must not modify them; what they point to does not
+// change after the event is yielded. EventTextDelta events come only from a
+// model that streams (it calls ModelRequest.StreamFunc); Run asks no model
+// to stream.
 type Event struct {
 	Kind           EventKind          `json:"kind"`
 	RunID          string             `json:"run_id"`

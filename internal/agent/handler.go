@@ -6,7 +6,11 @@ import "github.com/toolgate/toolgate/internal/deferred"
 // It is offered what is still unresolved and returns Results for any subset
 // of it: decisions for req.Approvals, results for req.Calls. Returning nil (or
 // Results without approvals and calls) declines. An answer for an id that is
-// not offered, or in the wrong category, fails the run (D16). A handler may
+// not offered, or in the wrong category, fails the run (D16). Metadata in the
+// Results is applied as in a resume: an approved call gets it as
+// RunContext.ToolCallMetadata, a denied call's tool-return part keeps it. An
+// approved call may defer again; it then joins the run's batch with the args
+// it was approved with (D17). A handler may
 // block, for instance until a human answers; it should return when
 // ctx.Context() is done.
 type Handler interface {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,16 +64,23 @@ func (r *run) resumeItems() ([]*callItem, error) {
 	// check refuses wrong categories, non-answers and missing results, in
 	// that order (D19, D20).
 	kinds := make([]deferred.Kind, len(unsettled))
+	args := make([]json.RawMessage, len(unsettled))
 	pending := &deferred.Requests{}
 	var problems []string
 	for i, c := range unsettled {
 		id := c.ToolCallID
-		kind, err := r.category(c)
+		kind, entry, err := r.category(c)
 		if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 		kinds[i] = kind
-		call := deferred.Call{ToolName: c.ToolName, Args: c.Args, ToolCallID: id}
+		args[i] = c.Args
+		if entry != nil && len(entry.Args) > 0 {
+			// The paused batch holds the args the call runs with: an
+			// override approved before it deferred again (D24, D26).
+			args[i] = entry.Args
+		}
+		call := deferred.Call{ToolName: c.ToolName, Args: args[i], ToolCallID: id}
 		_, hasDecision := res.Approvals[id]
 		_, hasResult := res.Calls[id]
 		switch {
@@ -81,7 +89,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		case kind == deferred.KindCall:
 			pending.Calls = append(pending.Calls, call)
 		case hasDecision || hasResult:
-			problems = append(problems, fmt.Sprintf("tool call %s (%s) cannot be told to be an approval call or an external call: its tool defers dynamically and the paused run's Requests were not given", id, c.ToolName))
+			problems = append(problems, fmt.Sprintf("tool call %s (%s) cannot be told to be an approval call or an external call: its tool defers dynamically or is an external tool behind an approval predicate, and the paused run's Requests were not given", id, c.ToolName))
 		default:
 			// Unanswered: the check below reports it missing.
 			pending.Calls = append(pending.Calls, call)
@@ -96,7 +104,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 
 	items := make([]*callItem, len(unsettled))
 	for i, c := range unsettled {
-		it := &callItem{part: c, tool: r.byName[c.ToolName], args: c.Args, kind: kinds[i], state: stPending}
+		it := &callItem{part: c, tool: r.byName[c.ToolName], args: args[i], kind: kinds[i], state: stPending}
 		applyResults(it, res)
 		items[i] = it
 	}
@@ -104,36 +112,48 @@ func (r *run) resumeItems() ([]*callItem, error) {
 }
 
 // category tells whether a pending call waits for a decision or a result:
-// from the paused run's batch where given, else from its tool's declaration
-// (D12). "" means it cannot be told.
-func (r *run) category(c Part) (deferred.Kind, error) {
+// from the paused run's batch where given, whose entry it also returns, else
+// from its tool's declaration (D12). "" means it cannot be told: a tool that
+// defers dynamically, or an external tool whose approval predicate holds the
+// call, since such a call may wait for its approval or, approved, for its
+// result.
+func (r *run) category(c Part) (deferred.Kind, *deferred.Call, error) {
 	if reqs := r.in.Requests; reqs != nil {
-		if hasCall(reqs.Approvals, c.ToolCallID) {
-			return deferred.KindApproval, nil
-		}
-		if hasCall(reqs.Calls, c.ToolCallID) {
-			return deferred.KindCall, nil
+		for _, k := range [...]struct {
+			kind deferred.Kind
+			list []deferred.Call
+		}{{deferred.KindApproval, reqs.Approvals}, {deferred.KindCall, reqs.Calls}} {
+			kind, list := k.kind, k.list
+			if i := slices.IndexFunc(list, func(e deferred.Call) bool { return e.ToolCallID == c.ToolCallID }); i >= 0 {
+				if list[i].ToolName != c.ToolName {
+					return "", nil, fmt.Errorf("tool call %s is a call of %s in the message history but of %s in the paused run's Requests", c.ToolCallID, c.ToolName, list[i].ToolName)
+				}
+				return kind, &list[i], nil
+			}
 		}
 	}
 	t := r.byName[c.ToolName]
-	switch {
-	case t == nil:
-		return "", nil
-	case t.external:
-		return deferred.KindCall, nil
-	case t.requiresApproval:
-		return deferred.KindApproval, nil
-	case t.approvalFunc != nil:
+	if t == nil {
+		return "", nil, nil
+	}
+	needs := t.requiresApproval
+	if !needs && t.approvalFunc != nil {
 		it := &callItem{part: c, tool: t, args: c.Args}
-		needs, err := protect(func() (bool, error) { return t.approvalFunc(r.runContext(r.ctx, it), t.def, c.Args) })
+		var err error
+		needs, err = protect(func() (bool, error) { return t.approvalFunc(r.runContext(r.ctx, it), t.def, c.Args) })
 		if err != nil {
-			return "", fmt.Errorf("tool %s: approval predicate for call %s: %w", t.def.Name, c.ToolCallID, err)
-		}
-		if needs {
-			return deferred.KindApproval, nil
+			return "", nil, fmt.Errorf("tool %s: approval predicate for call %s: %w", t.def.Name, c.ToolCallID, err)
 		}
 	}
-	return "", nil
+	switch {
+	case needs && t.external:
+		return "", nil, nil
+	case needs:
+		return deferred.KindApproval, nil, nil
+	case t.external:
+		return deferred.KindCall, nil, nil
+	}
+	return "", nil, nil
 }
 
 // resultIDs lists the ids res answers, sorted.

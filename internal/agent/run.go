@@ -27,10 +27,15 @@ type RunInput struct {
 	// History is the conversation so far, oldest first. It is not modified.
 	History []Message
 	// Results answers the pending calls of History's last model response;
-	// non-nil makes the run a resume (D18–D27).
+	// non-nil makes the run a resume (D18–D27). Results.Metadata[id] goes to
+	// an approved call as RunContext.ToolCallMetadata (D23) and, for a
+	// denied call, onto its denied tool-return part's Metadata (D22, D37).
 	Results *deferred.Results
 	// Requests is the paused run's batch, used to tell approval calls from
-	// external calls (D12). Nil: the tools' declarations decide.
+	// external calls (D12) and to take the args an approved call runs with:
+	// an entry's args are the model's, or the override args of a call that
+	// was approved with them and deferred again (D24, D26). Nil: the tools'
+	// declarations decide, and calls run with the history's args.
 	Requests *deferred.Requests
 	// RunID is this run's id; empty means a new one (Config.NewID). An id
 	// already used in History is an error (D18).
@@ -92,7 +97,8 @@ func OutputAs[T any](res *RunResult) (T, error) {
 // Run runs the agent until it has an output or pauses. It is Events without
 // the events.
 func (a *Agent) Run(ctx context.Context, in RunInput) (*RunResult, error) {
-	for ev, err := range a.Events(ctx, in) {
+	// Nobody reads text deltas here: the model is not asked to stream.
+	for ev, err := range a.events(ctx, in, false) {
 		if err != nil {
 			return nil, err
 		}
@@ -111,10 +117,22 @@ var errStopped = errors.New("event consumer stopped")
 // run that fails yields one (Event{}, err) and ends. Stopping the iteration
 // cancels the run.
 func (a *Agent) Events(ctx context.Context, in RunInput) iter.Seq2[Event, error] {
+	return a.events(ctx, in, true)
+}
+
+// events runs the agent; deltas says whether models get a StreamFunc.
+func (a *Agent) events(ctx context.Context, in RunInput, deltas bool) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		r := &run{a: a, ctx: ctx, in: in, retries: map[string]int{}}
+		if deltas {
+			r.stream = func(delta string) {
+				if delta != "" {
+					_ = r.send(Event{Kind: EventTextDelta, Delta: delta})
+				}
+			}
+		}
 		// A streaming model may call StreamFunc from its own goroutine: yield
 		// is serialised, and never called again once the consumer stopped.
 		var mu sync.Mutex
@@ -165,6 +183,7 @@ type run struct {
 	usage   Usage
 	retries map[string]int
 	emit    func(Event) bool
+	stream  func(delta string) // ModelRequest.StreamFunc; nil: no deltas wanted
 	stopped atomic.Bool
 	logger  *slog.Logger
 }
@@ -378,11 +397,7 @@ func (r *run) request() (Message, error) {
 		Instructions: r.a.cfg.Instructions,
 		Messages:     mergeRequests(r.all),
 		Tools:        slices.Clone(r.defs),
-		StreamFunc: func(delta string) {
-			if delta != "" {
-				_ = r.send(Event{Kind: EventTextDelta, Delta: delta})
-			}
-		},
+		StreamFunc:   r.stream,
 	}
 	resp, err := model.Request(r.ctx, req)
 	if err != nil {
@@ -412,11 +427,13 @@ func (r *run) request() (Message, error) {
 		parts = append(parts, p)
 	}
 	r.appendMessage(Message{Kind: KindResponse, Parts: parts, ModelName: name, Usage: &u})
-	msg := r.all[len(r.all)-1]
-	if err := r.send(Event{Kind: EventModelResponse, Message: &msg}); err != nil {
+	// Messages of r.all are never changed once appended; the event shares
+	// this one.
+	msg := &r.all[len(r.all)-1]
+	if err := r.send(Event{Kind: EventModelResponse, Message: msg}); err != nil {
 		return Message{}, err
 	}
-	return msg, nil
+	return *msg, nil
 }
 
 // normalizeArgs keeps the model's args as sent when they are JSON; missing

@@ -106,8 +106,9 @@ func (r *run) phase(items []*callItem, withCall bool) error {
 			}
 		}
 		if it.state == stSettled {
-			res := it.result
-			if err = r.send(Event{Kind: EventToolResult, Part: &res}); err != nil {
+			// A settled call's part no longer changes; the event shares it
+			// (events are read-only).
+			if err = r.send(Event{Kind: EventToolResult, Part: &it.result}); err != nil {
 				break
 			}
 		}
@@ -147,10 +148,10 @@ func (r *run) check(it *callItem) error {
 		return r.chargeRetry(it, fmt.Sprintf("Invalid args for tool %s: %v", t.def.Name, err))
 	}
 	it.decoded = decoded
-	if t.external {
-		it.pend(deferred.KindCall, nil)
-		return nil
-	}
+	// Approval comes before everything else that may defer or run the call,
+	// external tools included (D4): an external call the predicate holds
+	// waits for a decision first and, once approved, is deferred as an
+	// external call with the args it was approved with (D24, D26).
 	if !it.approved {
 		needs := t.requiresApproval
 		if !needs && t.approvalFunc != nil {
@@ -164,6 +165,10 @@ func (r *run) check(it *callItem) error {
 			return nil
 		}
 	}
+	if t.external {
+		it.pend(deferred.KindCall, nil)
+		return nil
+	}
 	if t.validate != nil {
 		_, err := protect(func() (any, error) { return nil, t.validate(r.runContext(r.ctx, it), decoded) })
 		if err != nil {
@@ -176,12 +181,15 @@ func (r *run) check(it *callItem) error {
 
 // outcome reads what a validator (val nil, err non-nil) or body returned.
 func (r *run) outcome(it *callItem, val any, err error) error {
+	if err == nil {
+		return r.settleValue(it, val)
+	}
+	// Declared after the nil check: errors.As makes them escape, and most
+	// calls succeed.
 	var d *deferred.Deferral
 	var retry *ModelRetryError
 	var failed *ToolFailedError
 	switch {
-	case err == nil:
-		return r.settleValue(it, val)
 	case errors.As(err, &d):
 		if d.Kind != deferred.KindApproval && d.Kind != deferred.KindCall {
 			return fmt.Errorf("tool %s: call %s deferred with unknown kind %q", it.part.ToolName, it.part.ToolCallID, d.Kind)
@@ -333,12 +341,18 @@ func duplicateIDs(items []*callItem) []string {
 	return dups
 }
 
-// batch lists pending calls as the model sent them, each category in
-// emission order (D7, D8).
+// batch lists pending calls, each category in emission order (D7, D8).
+//
+// An entry has the model's tool name and call id and the args the call will
+// run with once answered: the model's args, except for a call approved with
+// Approved.OverrideArgs that deferred again (D17, D26), whose entry carries
+// the override args (D24). A worker or approver thus sees exactly the args it
+// answers for, and a resume given this batch as RunInput.Requests runs an
+// approved entry with them. History keeps the model's original call.
 func batch(pending []*callItem) *deferred.Requests {
 	reqs := &deferred.Requests{Calls: []deferred.Call{}, Approvals: []deferred.Call{}, Metadata: map[string]json.RawMessage{}}
 	for _, it := range pending {
-		c := deferred.Call{ToolName: it.part.ToolName, Args: it.part.Args, ToolCallID: it.part.ToolCallID}
+		c := deferred.Call{ToolName: it.part.ToolName, Args: it.args, ToolCallID: it.part.ToolCallID}
 		if it.kind == deferred.KindApproval {
 			reqs.Approvals = append(reqs.Approvals, c)
 		} else {
@@ -394,10 +408,6 @@ func (r *run) askHandlers(reqs *deferred.Requests) (*deferred.Results, error) {
 	return merged, nil
 }
 
-func hasCall(calls []deferred.Call, id string) bool {
-	return slices.ContainsFunc(calls, func(c deferred.Call) bool { return c.ToolCallID == id })
-}
-
 func cloneRequests(r *deferred.Requests) *deferred.Requests {
 	out := &deferred.Requests{
 		Calls:     slices.Clone(r.Calls),
@@ -440,6 +450,12 @@ func applyResults(it *callItem, res *deferred.Results) bool {
 	return true
 }
 
+// applyDecision applies a decision and the answer's metadata for the call
+// (Results.Metadata[id]). An approved call runs with the metadata as
+// RunContext.ToolCallMetadata (D23). A denied call keeps it on its denied
+// tool-return part's Metadata, where the application reads why it was denied
+// (an expired approval carries {"reason":"expired"}, D37); the model does not
+// see part metadata.
 func applyDecision(it *callItem, d deferred.Decision, meta json.RawMessage) {
 	switch d := d.(type) {
 	case deferred.Approved:
@@ -453,7 +469,7 @@ func applyDecision(it *callItem, d deferred.Decision, meta json.RawMessage) {
 		if msg == "" {
 			msg = deferred.DefaultDenyMessage
 		}
-		it.settleReturn(jsonString(msg), OutcomeDenied, nil, "")
+		it.settleReturn(jsonString(msg), OutcomeDenied, nullToNil(meta), "")
 	}
 }
 
@@ -462,15 +478,20 @@ func applyResult(it *callItem, res deferred.Result) {
 	case deferred.Value:
 		it.settleReturn(v.Value, OutcomeSuccess, nil, "")
 	case deferred.Return:
-		meta := v.Metadata
-		if s := strings.TrimSpace(string(meta)); s == "null" {
-			meta = nil
-		}
-		it.settleReturn(v.Value, OutcomeSuccess, meta, v.Content)
+		it.settleReturn(v.Value, OutcomeSuccess, nullToNil(v.Metadata), v.Content)
 	case deferred.Retry:
 		// Results from outside use no retry budget (D25, D27).
 		it.settleRetry(v.Message)
 	case deferred.Failed:
 		it.settleReturn(jsonString(v.Message), OutcomeFailed, nil, "")
 	}
+}
+
+// nullToNil drops metadata that says nothing, so that the part carries no
+// metadata key.
+func nullToNil(m json.RawMessage) json.RawMessage {
+	if s := strings.TrimSpace(string(m)); s == "" || s == "null" {
+		return nil
+	}
+	return m
 }

@@ -14,13 +14,16 @@ import (
 // How the loop handles a call of a tool (D1–D5, D23):
 //  1. the args are validated against the tool's JSON Schema; invalid args
 //     become a retry prompt charged to the tool's retry budget;
-//  2. a call of an approval-required tool that is not yet approved, and every
-//     call of an external tool, is deferred without running anything else;
-//  3. the args validator (WithValidator) runs; it may defer the call or ask
+//  2. a call that is not yet approved and needs an approval (the tool
+//     requires it, or its approval predicate says so) is deferred as an
+//     approval call;
+//  3. a call of an external tool, approved or not gated, is deferred as an
+//     external call;
+//  4. the args validator (WithValidator) runs; it may defer the call or ask
 //     for a retry;
-//  4. the body runs.
+//  5. the body runs.
 //
-// Steps 1–3 run for the calls of one phase one after another in the model's
+// Steps 1–4 run for the calls of one phase one after another in the model's
 // emission order, before any body of that phase starts; the bodies of a phase
 // then run concurrently.
 type Tool struct {

@@ -58,6 +58,13 @@ func ExternalToolset(defs ...ToolDef) (Toolset, error) {
 // tools, whether the call needs an approval (D4). pred sees the validated
 // args; a call it approves by returning false runs as usual. Tools that
 // already require approval keep requiring it.
+//
+// Wrapping an ExternalToolset gates external calls: pred is asked after the
+// schema check (D5) and before the call is deferred, and a call it holds goes
+// into the batch's Approvals. Once approved, the call is deferred again as an
+// external call (D17, D26), with the override args when the decision gave
+// some (D24); its batch entry carries those args. The predicate is not asked
+// again for an approved call.
 func ApprovalToolset(inner Toolset, pred ApprovalFunc) Toolset {
 	return ToolsetFunc(func(ctx context.Context) ([]Tool, error) {
 		if pred == nil {
