@@ -27,6 +27,9 @@ var ErrOrchestratorUnavailable = errors.New("toolgate target: orchestrator not a
 // conversationTimeout bounds the wait for one conversation to finish.
 const conversationTimeout = 2 * time.Minute
 
+// memoryStarters is how many conversations the memory case starts at once.
+const memoryStarters = 64
+
 const benchPrompt = "Add the release notes task to my todo list."
 
 // ToolgateTarget is the toolgate side of every case: conversations driven
@@ -96,7 +99,11 @@ type rig struct {
 	bg      failure
 }
 
-func (t *ToolgateTarget) setUp(ctx context.Context, batch int) (r *rig, err error) {
+// setUp starts toolgate with an orchestrator that runs up to maxRuns runs at
+// once: as many as the conversations the case keeps in flight, as the
+// baseline gives each of its conversations a goroutine (the default, 16,
+// would queue the runs of a window of 100 single-call conversations).
+func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig, err error) {
 	r = &rig{t: t, waiting: map[string]chan *orchestrator.Conversation{}}
 	defer func() {
 		if err != nil {
@@ -135,7 +142,9 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch int) (r *rig, err erro
 	if err != nil {
 		return r, err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Bus: ob, Agent: agentCfg, Logger: t.env.Logger()})
+	o, err := orchestrator.New(orchestrator.Config{
+		Bus: ob, Agent: agentCfg, Logger: t.env.Logger(), MaxConcurrentRuns: max(maxRuns, 16),
+	})
 	if err != nil {
 		ob.Close()
 		return r, fmt.Errorf("toolgate: %w", err)
@@ -291,7 +300,7 @@ func (t *ToolgateTarget) Run(ctx context.Context, c Case) (Measurement, error) {
 	if err := c.validate(); err != nil {
 		return Measurement{}, fmt.Errorf("toolgate: %w", err)
 	}
-	r, err := t.setUp(ctx, c.Batch)
+	r, err := t.setUp(ctx, c.Batch, c.Conversations())
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -382,7 +391,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if n < 1 {
 		return MemoryMeasurement{}, errors.New("toolgate memory: conversations must be at least 1")
 	}
-	r, err := t.setUp(ctx, 1)
+	r, err := t.setUp(ctx, 1, memoryStarters)
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
@@ -390,7 +399,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 
 	heapBefore := heapAfterGC()
 	ids := make([]string, n)
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, memoryStarters)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range n {
 		sem <- struct{}{}

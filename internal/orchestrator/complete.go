@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // afterApply moves a conversation on after one of its calls was settled: a
@@ -25,18 +26,11 @@ func (o *Orchestrator) afterApply(ctx context.Context, c *Conversation) {
 // follow-up (D35). It reports whether this call claimed it.
 func (o *Orchestrator) claim(ctx context.Context, convID string) bool {
 	var followUp string
-	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		followUp = ""
-		if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline || !c.Batch.complete() {
+	c, rev, err := o.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
+		followUp = o.claimIn(c, o.clock())
+		if followUp == "" {
 			return errUnchanged
 		}
-		now := o.clock()
-		followUp = o.newRunID()
-		c.Status = StatusResuming
-		c.Batch.FollowUpRunID = followUp
-		c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: followUp, Until: now.Add(o.cfg.LeaseTTL)}
-		c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
-		c.UpdatedAt = now
 		return nil
 	})
 	if err != nil {
@@ -46,9 +40,31 @@ func (o *Orchestrator) claim(ctx context.Context, convID string) bool {
 	if followUp == "" {
 		return false
 	}
-	o.stats.FollowUps.Add(1)
-	o.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", convID),
-		slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", followUp))
-	o.launch(convID, followUp)
+	o.claimed(ctx, c, rev, followUp)
 	return true
+}
+
+// claimIn makes the claim's change in c, read for a CAS, if its batch is
+// complete and unclaimed, and returns the follow-up run id; "" leaves c as
+// it was. The CAS that writes c is what makes the claim exactly-once.
+func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
+	if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline || !c.Batch.complete() {
+		return ""
+	}
+	followUp := o.newRunID()
+	c.Status = StatusResuming
+	c.Batch.FollowUpRunID = followUp
+	c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: followUp, Until: now.Add(o.cfg.LeaseTTL)}
+	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
+	c.UpdatedAt = now
+	return followUp
+}
+
+// claimed launches the follow-up a written claim (c at revision rev) chose;
+// c is handed over to the run.
+func (o *Orchestrator) claimed(ctx context.Context, c *Conversation, rev uint64, followUp string) {
+	o.stats.FollowUps.Add(1)
+	o.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", c.ID),
+		slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", followUp))
+	o.launchFrom(c.ID, followUp, c, rev)
 }

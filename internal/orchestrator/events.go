@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -19,6 +20,149 @@ const (
 	EventCallsExpired = "calls_expired"
 )
 
+// Events are for UIs, so they leave the hot path: they are queued in order
+// and one goroutine publishes what has gathered with asynchronous publishes,
+// waiting for the acks of a batch before the next, so a conversation's
+// events keep their order. A full queue makes emitters wait: a slow stream
+// slows runs down rather than growing memory.
+const (
+	eventQueueMax = 4096
+	eventBatchMax = 256
+)
+
+// queuedEvent is an event waiting to be published. A text delta keeps its
+// text apart so that deltas of a run queued back to back are sent as one.
+type queuedEvent struct {
+	ev    bus.Event
+	delta *agent.Event
+}
+
+type eventQueue struct {
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when the publisher took events
+	q       []queuedEvent
+	closed  bool
+	wake    chan struct{}
+	stopped chan struct{}
+}
+
+func newEventQueue() *eventQueue {
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	e.cond = sync.NewCond(&e.mu)
+	return e
+}
+
+// push queues ev; it reports false once the queue is closed, and the caller
+// publishes the event itself.
+func (e *eventQueue) push(ev queuedEvent) bool {
+	e.mu.Lock()
+	for !e.closed && len(e.q) >= eventQueueMax {
+		e.cond.Wait()
+	}
+	if e.closed {
+		e.mu.Unlock()
+		return false
+	}
+	if ev.delta != nil && len(e.q) > 0 {
+		if last := &e.q[len(e.q)-1]; last.delta != nil && last.ev.ConversationID == ev.ev.ConversationID && last.ev.RunID == ev.ev.RunID {
+			d := *last.delta
+			d.Delta += ev.delta.Delta
+			last.delta = &d
+			e.mu.Unlock()
+			return true
+		}
+	}
+	e.q = append(e.q, ev)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take removes up to eventBatchMax queued events.
+func (e *eventQueue) take() []queuedEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := min(len(e.q), eventBatchMax)
+	if n == 0 {
+		return nil
+	}
+	out := make([]queuedEvent, n)
+	copy(out, e.q)
+	rest := copy(e.q, e.q[n:])
+	clear(e.q[rest:])
+	e.q = e.q[:rest]
+	e.cond.Broadcast()
+	return out
+}
+
+func (e *eventQueue) close() {
+	e.mu.Lock()
+	e.closed = true
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// eventLoop publishes queued events until the queue is closed and empty.
+func (o *Orchestrator) eventLoop() {
+	defer close(o.events.stopped)
+	for {
+		batch := o.events.take()
+		if len(batch) > 0 {
+			o.publishQueued(batch)
+			continue
+		}
+		o.events.mu.Lock()
+		done := o.events.closed && len(o.events.q) == 0
+		o.events.mu.Unlock()
+		if done {
+			return
+		}
+		<-o.events.wake
+	}
+}
+
+func (o *Orchestrator) publishQueued(batch []queuedEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+	defer cancel()
+	msgs := make([]bus.Outgoing, 0, len(batch))
+	for _, q := range batch {
+		ev := q.ev
+		if q.delta != nil {
+			b, err := json.Marshal(q.delta)
+			if err != nil {
+				o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+				continue
+			}
+			ev.Data = b
+		}
+		m, err := bus.EventMessage(ev, "")
+		if err != nil {
+			o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
+		o.log.WarnContext(ctx, "publish events", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
+	}
+}
+
+// stopEvents publishes what is queued and ends the event loop.
+func (o *Orchestrator) stopEvents(ctx context.Context) {
+	o.events.close()
+	select {
+	case o.events.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-o.events.stopped:
+	case <-ctx.Done():
+	}
+}
+
 // publishEvent publishes one event on toolgate.event.<conversation>. Events
 // are for UIs: a failure is logged and the work goes on.
 func (o *Orchestrator) publishEvent(ctx context.Context, convID, runID, typ, callID string, data any) {
@@ -31,15 +175,27 @@ func (o *Orchestrator) publishEvent(ctx context.Context, convID, runID, typ, cal
 		}
 		raw = b
 	}
-	ev := bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: o.clock().UTC()}
-	if _, err := o.bus.PublishEvent(ctx, ev); err != nil {
-		o.log.WarnContext(ctx, "publish event", slog.String("conversation_id", convID), slog.String("type", typ),
-			slog.String("error", err.Error()))
+	o.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: o.clock().UTC()}})
+}
+
+func (o *Orchestrator) emit(ctx context.Context, q queuedEvent) {
+	if o.events.push(q) {
+		return
 	}
+	// The loop has ended (the orchestrator stopped): publish directly.
+	o.publishQueued([]queuedEvent{q})
 }
 
 // publishAgentEvent forwards an agent event; its JSON form is the data.
 func (o *Orchestrator) publishAgentEvent(ctx context.Context, convID, runID string, ev agent.Event) {
+	if ev.Kind == agent.EventTextDelta {
+		d := ev
+		o.emit(ctx, queuedEvent{
+			ev:    bus.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: o.clock().UTC()},
+			delta: &d,
+		})
+		return
+	}
 	callID := ""
 	if ev.Part != nil {
 		callID = ev.Part.ToolCallID

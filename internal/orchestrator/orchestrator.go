@@ -162,10 +162,12 @@ type Orchestrator struct {
 	started  atomic.Bool
 	stopped  atomic.Bool
 
-	replies    *bus.Subscription
-	maxDeliver *bus.Subscription
-	deadlines  *deadlineIndex
-	wake       chan struct{} // nudges the expiry loop when an earlier deadline arrives
+	replies     *bus.Subscription
+	maxDeliver  *bus.Subscription
+	deadlines   *deadlineIndex
+	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
+	events      *eventQueue
+	replyGroups replyGroups
 
 	stats Stats
 }
@@ -206,6 +208,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
 		wake:      make(chan struct{}, 1),
+		events:    newEventQueue(),
 	}
 	a, err := o.buildAgent()
 	if err != nil {
@@ -220,10 +223,16 @@ func New(cfg Config) (*Orchestrator, error) {
 // reconcile loops, and reconciles once: batches that completed or expired
 // while no replica was up are handled, runs whose lease expired are
 // relaunched.
-func (o *Orchestrator) Start(ctx context.Context) error {
+func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if !o.started.CompareAndSwap(false, true) {
 		return errors.New("orchestrator already started")
 	}
+	go o.eventLoop()
+	defer func() {
+		if err != nil {
+			o.stopEvents(ctx)
+		}
+	}()
 	kv, err := o.js.KeyValue(ctx, bus.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
@@ -278,6 +287,11 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			<-done
 		}
 		o.cancel()
+		if o.started.Load() {
+			// Runs are over: what they emitted is published before Stop
+			// returns.
+			o.stopEvents(ctx)
+		}
 	})
 	return err
 }
@@ -313,9 +327,15 @@ func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID stri
 			ID: conversationID, Status: StatusRunning, Runs: []RunRecord{rec},
 			Lease: lease, CreatedAt: now, UpdatedAt: now,
 		}
-		if err := o.store.create(ctx, c); err != nil {
+		rev, err := o.store.create(ctx, c)
+		if err != nil {
 			return RunInfo{}, err
 		}
+		o.stats.RunsStarted.Add(1)
+		// The run starts from the state just written, without reading it
+		// back.
+		o.launchFrom(conversationID, runID, c, rev)
+		return RunInfo{RunID: runID, ConversationID: conversationID, Status: StatusRunning}, nil
 	} else {
 		if _, _, err := o.store.get(ctx, conversationID); err != nil {
 			return RunInfo{}, err

@@ -16,9 +16,18 @@ import (
 // marked, so a crash in between publishes them again: the message id, from
 // (run, call, kind), lets the stream drop the repeat (D35).
 func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error {
+	_, err := o.publishBatchFrom(ctx, c, 0)
+	return err
+}
+
+// publishBatchFrom is publishBatch for a state this process wrote at
+// revision rev (0: unknown), which it then marks without reading it again;
+// c is handed over. It returns the conversation as last seen: after the
+// marking when that was written, else c.
+func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, rev uint64) (*Conversation, error) {
 	b := c.Batch
 	if b == nil {
-		return nil
+		return c, nil
 	}
 	var (
 		msgs []bus.Outgoing
@@ -38,15 +47,19 @@ func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error 
 		ids = append(ids, pc.ToolCallID)
 	}
 	if len(msgs) == 0 {
-		return errors.Join(errs...)
+		return c, errors.Join(errs...)
 	}
 	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
 		// Which ones failed is not told apart: none is marked, and the
 		// next attempt republishes all of them under the same ids.
-		return errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
+		return c, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
 	o.stats.Published.Add(int64(len(msgs)))
-	_, err := o.store.update(ctx, c.ID, func(c *Conversation) error {
+	var from *Conversation
+	if rev != 0 {
+		from = c
+	}
+	marked, _, err := o.store.updateFrom(ctx, c.ID, from, rev, func(c *Conversation) error {
 		if c.Batch == nil || c.Batch.RunID != b.RunID {
 			return errUnchanged
 		}
@@ -65,10 +78,12 @@ func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error 
 	})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("mark published: %w", err))
+	} else {
+		c = marked
 	}
 	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
-	return errors.Join(errs...)
+	return c, errors.Join(errs...)
 }
 
 // outgoing is the message for one deferred call: an approval request (with

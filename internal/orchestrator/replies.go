@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -41,17 +42,77 @@ type incoming struct {
 	trustErr error
 }
 
+// replyConcurrency is the number of replies handled at once. Replies of
+// one conversation handled at the same time are recorded by one CAS (see
+// replyGroups), so the concurrency is also the largest group.
+const replyConcurrency = 32
+
+// replyPrefetch is each consume loop's pull batch; a loop's handler waits
+// while its conversation's group is written, so a small prefetch keeps
+// replies from waiting behind it.
+const replyPrefetch = 4
+
 func (o *Orchestrator) consumeReplies(ctx context.Context) error {
 	sub, err := o.bus.ConsumeReplies(ctx, o.cfg.ReplyConsumer, bus.ConsumeConfig{
-		AckWait:    o.cfg.ReplyAckWait,
-		MaxDeliver: 20,
-		BackOff:    []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
+		AckWait:         o.cfg.ReplyAckWait,
+		MaxDeliver:      20,
+		BackOff:         []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
+		Concurrency:     replyConcurrency,
+		PullMaxMessages: replyPrefetch,
 	}, bus.HandlerFunc[bus.Reply](o.handleReply))
 	if err != nil {
 		return err
 	}
 	o.replies = sub
 	return nil
+}
+
+// replyJob is one reply waiting to be recorded, and then what became of it.
+type replyJob struct {
+	in   incoming
+	done chan struct{}
+
+	v      verdict
+	reason string
+	err    error
+}
+
+// replyGroups gathers the replies being handled per conversation. The
+// handler that finds no group for its conversation leads: it records every
+// reply that has joined in one CAS, then those that joined meanwhile, until
+// none is left. Others wait for their verdict. A batch of n replies thus
+// costs far fewer than n rewrites of the conversation, and each reply is
+// still acked only once its effect is in KV.
+type replyGroups struct {
+	mu sync.Mutex
+	m  map[string][]*replyJob
+}
+
+// join adds j to its conversation's group and reports whether the caller
+// leads it.
+func (g *replyGroups) join(convID string, j *replyJob) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string][]*replyJob{}
+	}
+	jobs, ok := g.m[convID]
+	g.m[convID] = append(jobs, j)
+	return !ok
+}
+
+// take removes the jobs waiting for convID; when there are none it ends the
+// group, and the next reply leads a new one.
+func (g *replyGroups) take(convID string) []*replyJob {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	jobs := g.m[convID]
+	if len(jobs) == 0 {
+		delete(g.m, convID)
+		return nil
+	}
+	g.m[convID] = jobs[:0:0]
+	return jobs
 }
 
 // handleReply ends every reply explicitly: acked once its effect is in KV
@@ -68,51 +129,109 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 		return bus.Terminal(err)
 	}
 	in.trustErr = o.checkTrust(in)
-	log := o.log.With(slog.String("run_id", in.runID), slog.String("tool_call_id", in.callID), slog.String("kind", string(in.kind)))
 	convID, err := o.store.conversationOf(ctx, in.runID)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			o.stats.Refused.Add(1)
 			o.stats.DeadLettered.Add(1)
-			log.WarnContext(ctx, "reply refused: unknown run")
+			o.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
 			return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
 		}
 		o.stats.TransientErrors.Add(1)
 		return err
 	}
-	v, reason, conv, err := o.apply(ctx, convID, in)
-	if err != nil {
-		o.stats.TransientErrors.Add(1)
-		log.WarnContext(ctx, "reply not applied; will retry", slog.String("error", err.Error()))
-		return err
+	j := &replyJob{in: in, done: make(chan struct{})}
+	if o.replyGroups.join(convID, j) {
+		// Each round starts from the state the last one wrote, saving a
+		// read while no one else wrote meanwhile.
+		var (
+			c   *Conversation
+			rev uint64
+		)
+		for jobs := o.replyGroups.take(convID); jobs != nil; jobs = o.replyGroups.take(convID) {
+			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
+		}
 	}
-	log = log.With(slog.String("conversation_id", convID))
-	switch v {
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		// The leader may still record it; a redelivery is then a
+		// duplicate.
+		o.stats.TransientErrors.Add(1)
+		return ctx.Err()
+	}
+	log := o.replyLog(in, convID)
+	if j.err != nil {
+		o.stats.TransientErrors.Add(1)
+		log.WarnContext(ctx, "reply not applied; will retry", slog.String("error", j.err.Error()))
+		return j.err
+	}
+	switch j.v {
 	case verdictApplied:
 		o.stats.RepliesApplied.Add(1)
 		if err := d.Ack(); err != nil {
 			log.WarnContext(ctx, "ack reply", slog.String("error", err.Error()))
 		}
 		log.DebugContext(ctx, "reply applied")
-		o.publishEvent(ctx, convID, in.runID, EventReplyApplied, in.callID, map[string]string{"kind": string(in.kind)})
-		o.afterApply(ctx, conv)
 		return nil
 	case verdictDuplicate:
 		o.stats.Duplicates.Add(1)
-		log.InfoContext(ctx, "duplicate reply", slog.String("reason", reason))
+		log.InfoContext(ctx, "duplicate reply", slog.String("reason", j.reason))
 		return nil
 	case verdictLate:
 		o.stats.Late.Add(1)
 		o.stats.DeadLettered.Add(1)
-		log.WarnContext(ctx, "late reply refused", slog.String("reason", reason))
-		o.afterApply(ctx, conv)
-		return bus.Terminal(fmt.Errorf("late: %s", reason))
+		log.WarnContext(ctx, "late reply refused", slog.String("reason", j.reason))
+		return bus.Terminal(fmt.Errorf("late: %s", j.reason))
 	default:
 		o.stats.Refused.Add(1)
 		o.stats.DeadLettered.Add(1)
-		log.WarnContext(ctx, "reply refused", slog.String("reason", reason))
-		return bus.Terminal(fmt.Errorf("refused: %s", reason))
+		log.WarnContext(ctx, "reply refused", slog.String("reason", j.reason))
+		return bus.Terminal(fmt.Errorf("refused: %s", j.reason))
 	}
+}
+
+func (o *Orchestrator) replyLog(in incoming, convID string) *slog.Logger {
+	log := o.log.With(slog.String("run_id", in.runID), slog.String("tool_call_id", in.callID), slog.String("kind", string(in.kind)))
+	if convID != "" {
+		log = log.With(slog.String("conversation_id", convID))
+	}
+	return log
+}
+
+// applyGroup records jobs in the conversation by one CAS, starting from
+// from (at rev; nil reads it) and, in the same write, claims the batch if
+// they completed it; then it hands every job its verdict and moves the
+// conversation on (the follow-up is launched, or the next deadline
+// scheduled). It returns the state it wrote while it is still the caller's
+// to reuse, else nil.
+func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+	var followUp string
+	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
+		now := o.clock()
+		for _, j := range jobs {
+			j.v, j.reason = applyReply(c, j.in, now)
+		}
+		c.UpdatedAt = now
+		followUp = o.claimIn(c, now)
+		return nil
+	})
+	for _, j := range jobs {
+		j.err = err
+		if err == nil && j.v == verdictApplied {
+			o.publishEvent(ctx, convID, j.in.runID, EventReplyApplied, j.in.callID, map[string]string{"kind": string(j.in.kind)})
+		}
+		close(j.done)
+	}
+	if err != nil {
+		return nil, 0
+	}
+	if followUp != "" {
+		o.claimed(ctx, conv, rev, followUp)
+		return nil, 0
+	}
+	o.schedule(conv)
+	return conv, rev
 }
 
 func incomingOf(r bus.Reply) (incoming, error) {
@@ -153,76 +272,60 @@ func (o *Orchestrator) checkTrust(in incoming) error {
 	return nil
 }
 
-// apply records a reply in the conversation by CAS and says what became of
-// it. Refusals are recorded too, on the call they were meant for.
-func (o *Orchestrator) apply(ctx context.Context, convID string, in incoming) (verdict, string, *Conversation, error) {
-	var (
-		v      verdict
-		reason string
-	)
-	conv, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		now := o.clock()
-		v, reason = verdictApplied, ""
-		c.UpdatedAt = now
-		b := c.Batch
-		if b == nil || b.RunID != in.runID {
-			// The run's batch is over: its calls were all answered and its
-			// follow-up has taken them (or the run never paused).
-			v, reason = verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
-			c.StaleReplies++
-			return nil
-		}
-		pc := b.call(in.callID)
-		if pc == nil {
-			v, reason = verdictRefused, fmt.Sprintf("run %s issued no call %s", in.runID, in.callID)
-			b.UnknownReplies++
-			return nil
-		}
-		refuse := func(why string) error {
-			v, reason = verdictRefused, why
-			pc.Refused++
-			pc.LastRefusal = why
-			return nil
-		}
-		if pc.Kind != in.kind {
-			if in.kind == deferred.KindApproval {
-				return refuse(fmt.Sprintf("wrong kind: a decision for external call %s", pc.ToolCallID))
-			}
-			return refuse(fmt.Sprintf("wrong kind: a result for approval call %s", pc.ToolCallID))
-		}
-		if pc.Reply != nil {
-			if pc.Reply.Expired {
-				v, reason = verdictLate, fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
-				pc.Late++
-				pc.LastRefusal = reason
-				return nil
-			}
-			v, reason = verdictDuplicate, fmt.Sprintf("call %s already answered", pc.ToolCallID)
-			pc.Duplicates++
-			return nil
-		}
-		if in.decision != nil {
-			if in.decision.ArgsDigest != pc.ArgsDigest {
-				return refuse(fmt.Sprintf("args digest of call %s does not match", pc.ToolCallID))
-			}
-			if in.trustErr != nil {
-				return refuse(in.trustErr.Error())
-			}
-		}
-		if !now.Before(pc.Deadline) {
-			pc.Reply = expiredReply(pc, now)
-			pc.Late++
-			v, reason = verdictLate, fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
-			pc.LastRefusal = reason
-			return nil
-		}
-		pc.Reply = replyOf(in, now)
-		return nil
-	})
-	if err != nil {
-		return 0, "", nil, err
+// applyReply records a reply in the conversation c (read for a CAS) and
+// says what became of it. Refusals are recorded too, on the call they were
+// meant for.
+func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
+	b := c.Batch
+	if b == nil || b.RunID != in.runID {
+		// The run's batch is over: its calls were all answered and its
+		// follow-up has taken them (or the run never paused).
+		c.StaleReplies++
+		return verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
 	}
-	return v, reason, conv, nil
+	pc := b.call(in.callID)
+	if pc == nil {
+		b.UnknownReplies++
+		return verdictRefused, fmt.Sprintf("run %s issued no call %s", in.runID, in.callID)
+	}
+	refuse := func(why string) (verdict, string) {
+		pc.Refused++
+		pc.LastRefusal = why
+		return verdictRefused, why
+	}
+	if pc.Kind != in.kind {
+		if in.kind == deferred.KindApproval {
+			return refuse(fmt.Sprintf("wrong kind: a decision for external call %s", pc.ToolCallID))
+		}
+		return refuse(fmt.Sprintf("wrong kind: a result for approval call %s", pc.ToolCallID))
+	}
+	if pc.Reply != nil {
+		if pc.Reply.Expired {
+			reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
+			pc.Late++
+			pc.LastRefusal = reason
+			return verdictLate, reason
+		}
+		pc.Duplicates++
+		return verdictDuplicate, fmt.Sprintf("call %s already answered", pc.ToolCallID)
+	}
+	if in.decision != nil {
+		if in.decision.ArgsDigest != pc.ArgsDigest {
+			return refuse(fmt.Sprintf("args digest of call %s does not match", pc.ToolCallID))
+		}
+		if in.trustErr != nil {
+			return refuse(in.trustErr.Error())
+		}
+	}
+	if !now.Before(pc.Deadline) {
+		pc.Reply = expiredReply(pc, now)
+		pc.Late++
+		reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
+		pc.LastRefusal = reason
+		return verdictLate, reason
+	}
+	pc.Reply = replyOf(in, now)
+	return verdictApplied, ""
 }
 
 func replyOf(in incoming, now time.Time) *Reply {

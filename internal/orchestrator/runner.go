@@ -17,7 +17,12 @@ var errLeaseLost = errors.New("lease lost")
 // lease in KV; if the orchestrator is stopping, the run is left to its lease
 // expiring, and another replica (or the next start) relaunches it. A run
 // already queued or executing here is not launched twice.
-func (o *Orchestrator) launch(convID, runID string) {
+func (o *Orchestrator) launch(convID, runID string) { o.launchFrom(convID, runID, nil, 0) }
+
+// launchFrom is launch with the conversation as this process last wrote it
+// (at revision rev), which the run starts from instead of reading it again;
+// c is handed over to the run. A nil c reads the state.
+func (o *Orchestrator) launchFrom(convID, runID string, c *Conversation, rev uint64) {
 	o.launchMu.Lock()
 	defer o.launchMu.Unlock()
 	if o.stopped.Load() {
@@ -44,30 +49,37 @@ func (o *Orchestrator) launch(convID, runID string) {
 			return
 		}
 		defer func() { <-o.sem }()
-		o.execute(convID, runID)
+		o.execute(convID, runID, c, rev)
 	})
 }
 
 // execute runs one run of a conversation from its stored state: a prompt run
 // from the history and the run's prompt, a follow-up from the stored history,
 // the stored Requests and Results built from the stored replies (D36).
-func (o *Orchestrator) execute(convID, runID string) {
+//
+// A state handed over by the launcher is as this process wrote it when it
+// took the lease; if it changed since, finish's CAS notices and re-reads.
+func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64) {
 	log := o.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.RunTimeout)
 	defer cancel()
 
-	c, _, err := o.store.get(ctx, convID)
-	if err != nil {
-		log.WarnContext(ctx, "run: read state", slog.String("error", err.Error()))
-		return
+	if c == nil {
+		var err error
+		if c, rev, err = o.store.get(ctx, convID); err != nil {
+			log.WarnContext(ctx, "run: read state", slog.String("error", err.Error()))
+			return
+		}
 	}
 	if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
-	if err := o.store.putRun(ctx, runID, convID); err != nil {
-		log.WarnContext(ctx, "run: index", slog.String("error", err.Error()))
-		return
+	if !o.store.indexed(runID, convID) {
+		if err := o.store.putRun(ctx, runID, convID); err != nil {
+			log.WarnContext(ctx, "run: index", slog.String("error", err.Error()))
+			return
+		}
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
 	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
@@ -110,7 +122,7 @@ func (o *Orchestrator) execute(convID, runID string) {
 		log.WarnContext(fctx, "run abandoned: lease lost")
 		return
 	}
-	o.finish(fctx, log, convID, runID, res, runErr)
+	o.finish(fctx, log, convID, runID, c, rev, res, runErr)
 }
 
 // runAgent runs the agent and publishes its events.
@@ -128,13 +140,14 @@ func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in ag
 	return res, nil
 }
 
-// finish stores what the run ended with. A paused run's batch is stored
-// first, then published, then claimed at once if it is already complete
-// (replies that came while the run waited inline).
-func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, res *agent.RunResult, runErr error) {
+// finish stores what the run ended with, starting from the state the run
+// started from (at rev). A paused run's batch is stored first, then
+// published, then claimed at once if it is already complete (replies that
+// came while the run waited inline).
+func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error) {
 	now := o.clock()
 	var newBatchErr error
-	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
+	c, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
 		newBatchErr = nil
 		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
 			return errLeaseLost
@@ -192,7 +205,8 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("approvals", len(c.Batch.Requests.Approvals)), slog.Int("calls", len(c.Batch.Requests.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
-		if err := o.publishBatch(ctx, c); err != nil {
+		c, err := o.publishBatchFrom(ctx, c, rev)
+		if err != nil {
 			// The reconcile loop publishes what is left unmarked.
 			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -29,7 +30,42 @@ const maxCASAttempts = 64
 
 // store keeps conversations in KV, one key each, updated by revision (CAS).
 type store struct {
-	kv jetstream.KeyValue
+	kv   jetstream.KeyValue
+	runs runCache
+}
+
+// runCacheMax bounds the run → conversation cache: enough for the runs in
+// flight, a fixed cost however many conversations are paused.
+const runCacheMax = 8192
+
+// runCache remembers which conversation recent runs belong to, saving a KV
+// read per reply; the mapping never changes once written, so an entry is
+// never stale. When full, an arbitrary entry makes room.
+type runCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (rc *runCache) get(runID string) (string, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	id, ok := rc.m[runID]
+	return id, ok
+}
+
+func (rc *runCache) add(runID, convID string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m == nil {
+		rc.m = make(map[string]string)
+	}
+	if _, ok := rc.m[runID]; !ok && len(rc.m) >= runCacheMax {
+		for k := range rc.m {
+			delete(rc.m, k)
+			break
+		}
+	}
+	rc.m[runID] = convID
 }
 
 func convKey(id string) string { return convKeyPrefix + id }
@@ -59,15 +95,16 @@ func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, erro
 }
 
 // create stores a new conversation; it fails if the id is taken.
-func (s *store) create(ctx context.Context, c *Conversation) error {
+func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 	b, err := encodeState(c)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := s.kv.Create(ctx, convKey(c.ID), b); err != nil {
-		return fmt.Errorf("create conversation %s: %w", c.ID, err)
+	rev, err := s.kv.Create(ctx, convKey(c.ID), b)
+	if err != nil {
+		return 0, fmt.Errorf("create conversation %s: %w", c.ID, err)
 	}
-	return nil
+	return rev, nil
 }
 
 // update applies fn to the stored conversation and writes it back if the
@@ -76,33 +113,45 @@ func (s *store) create(ctx context.Context, c *Conversation) error {
 // errUnchanged ends without a write (update returns the state and nil); any
 // other error ends it with that error.
 func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
+	c, _, err := s.updateFrom(ctx, id, nil, 0, fn)
+	return c, err
+}
+
+// updateFrom is update starting from a state the caller read (or wrote) at
+// revision rev, which saves the read when nothing changed since; c is the
+// caller's to give away. A nil c reads first. It also returns the revision
+// of the state it returns.
+func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, rev uint64, fn func(*Conversation) error) (*Conversation, uint64, error) {
 	for range maxCASAttempts {
-		c, rev, err := s.get(ctx, id)
-		if err != nil {
-			return nil, err
+		if c == nil {
+			var err error
+			if c, rev, err = s.get(ctx, id); err != nil {
+				return nil, 0, err
+			}
 		}
 		if err := fn(c); err != nil {
 			if errors.Is(err, errUnchanged) {
-				return c, nil
+				return c, rev, nil
 			}
-			return c, err
+			return c, rev, err
 		}
 		b, err := encodeState(c)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		_, err = s.kv.Update(ctx, convKey(id), b, rev)
+		nrev, err := s.kv.Update(ctx, convKey(id), b, rev)
 		if err == nil {
-			return c, nil
+			return c, nrev, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return nil, fmt.Errorf("update conversation %s: %w", id, err)
+			return nil, 0, fmt.Errorf("update conversation %s: %w", id, err)
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
+		c = nil
 	}
-	return nil, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
+	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
 }
 
 // putRun records which conversation a run belongs to. Run ids are fresh, so
@@ -121,11 +170,22 @@ func (s *store) putRun(ctx context.Context, runID, convID string) error {
 		}
 		return fmt.Errorf("index run %s: %w", runID, err)
 	}
+	s.runs.add(runID, convID)
 	return nil
+}
+
+// indexed reports whether this process wrote or read the run's index
+// holding convID, so that putRun can be skipped.
+func (s *store) indexed(runID, convID string) bool {
+	got, ok := s.runs.get(runID)
+	return ok && got == convID
 }
 
 // conversationOf returns the conversation a run belongs to.
 func (s *store) conversationOf(ctx context.Context, runID string) (string, error) {
+	if id, ok := s.runs.get(runID); ok {
+		return id, nil
+	}
 	e, err := s.kv.Get(ctx, runKey(runID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
@@ -137,6 +197,7 @@ func (s *store) conversationOf(ctx context.Context, runID string) (string, error
 	if err := msgpack.Unmarshal(e.Value(), &ri); err != nil {
 		return "", fmt.Errorf("decode run %s: %w", runID, err)
 	}
+	s.runs.add(runID, ri.ConversationID)
 	return ri.ConversationID, nil
 }
 
