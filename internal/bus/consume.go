@@ -318,8 +318,13 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 		// consume loop pulls again by itself.
 		logger.Warn("consume error", slog.Any("error", err))
 	})
+	// Pull requests expire well within AckWait: the waiting requests of a
+	// client that stalls (a frozen process, a long GC pause) are gone by the
+	// time its message is redelivered, so the redelivery goes to a live
+	// consumer instead of burning MaxDeliver on the stalled one.
+	expiry := jetstream.PullExpiry(min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires))
 	for range cfg.Concurrency {
-		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), errHandler)
+		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
 		if err != nil {
 			s.markStopped()
 			for _, c := range s.ccs {
