@@ -24,6 +24,12 @@ const (
 	stateDecided  = "decided" // a decision was applied; which one shows when the follow-up runs
 )
 
+// kindApprovedCall is an approval that, once approved, was deferred again
+// as an external call under the same tool_call_id (the orchestrator runs
+// every approved tool on a worker): one row, whose state is the call's and
+// whose "decided by" stays the approver's.
+const kindApprovedCall = "approval → call"
+
 // transcript is a conversation as the page shows it.
 type transcript struct {
 	ID      string
@@ -93,8 +99,11 @@ func (b *builder) call(runID, id, tool, kind string) *deferredCall {
 			r.Deferred = c
 		}
 	}
-	if c.Kind == "" {
+	switch {
+	case c.Kind == "":
 		c.Kind = kind
+	case c.Kind == "approval" && kind == "call":
+		c.Kind = kindApprovedCall
 	}
 	if c.RunID == "" {
 		c.RunID = runID
@@ -239,10 +248,13 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			Approved   *bool  `json:"approved"`
 			ApproverID string `json:"approver_id"`
 			Message    string `json:"message"`
+			Outcome    string `json:"outcome"` // of a worker's result
 		}
 		_ = json.Unmarshal(ev.Data, &d)
 		c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
 		switch {
+		case d.Kind == "call" && d.Outcome == "failed":
+			c.State = stateFailed
 		case d.Kind == "call":
 			c.State = stateReturned
 		case d.Approved != nil:
@@ -251,12 +263,23 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 		default:
 			c.State = stateDecided
 		}
-		c.DecidedBy = d.ApproverID
-		if own, ok := b.decided.get(keyOf(ev.RunID, ev.ToolCallID)); ok && c.DecidedBy == "" {
+		// A worker's reply names no approver: an approved call that ran
+		// keeps the name of who approved it.
+		if d.ApproverID != "" {
+			c.DecidedBy = d.ApproverID
+		}
+		// The decision made here, when the applied one is (or may be) it.
+		if own, ok := b.decided.get(keyOf(ev.RunID, ev.ToolCallID)); ok && d.Kind != "call" &&
+			(d.ApproverID == "" || d.ApproverID == own.ApproverID && (d.Approved == nil || *d.Approved == own.Approved)) {
 			c.DecidedBy = own.ApproverID + " (this inbox)"
-			if d.Approved == nil && d.Kind != "call" {
+			if d.Approved == nil {
 				c.State = map[bool]string{true: stateApproved, false: stateDenied}[own.Approved]
 				c.Message = own.Message
+			}
+			if own.Approved && len(own.OverrideArgs) > 0 {
+				// The transcript shows the model's args; the tool ran
+				// with these.
+				c.Message = "approved with edited args " + string(own.OverrideArgs)
 			}
 		}
 	case approver.EventCallsExpired:

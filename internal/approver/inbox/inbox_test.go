@@ -414,3 +414,41 @@ func TestConversationFromEvents(t *testing.T) {
 		t.Errorf("unknown conversation = %d, want 404", rec.Code)
 	}
 }
+
+// The orchestrator runs every tool on a worker: an approved call is
+// deferred again as an external call under the same id. Its row then
+// shows how the call ended, and still who approved it.
+func TestConversationApprovedCallRan(t *testing.T) {
+	t.Parallel()
+	b := startBus(t)
+	in, _ := startInbox(t, inbox.Config{Bus: b})
+	conv := "conv-10"
+	evs := []bus.Event{
+		{RunID: "run-1", Type: "run_started", Data: json.RawMessage(`{"resume":false,"prompt":"Set the secret"}`)},
+		{RunID: "run-1", Type: "deferred_requests", Data: json.RawMessage(`{"kind":"deferred_requests","requests":{"calls":[],"approvals":[
+			{"tool_name":"update_file","tool_call_id":"u1","args":{"path":".env"}}],"metadata":{}}}`)},
+		{RunID: "run-1", Type: "run_paused", Data: json.RawMessage(`[{"run_id":"run-1","tool_call_id":"u1","tool_name":"update_file","kind":"approval","args":{}}]`)},
+		{RunID: "run-1", ToolCallID: "u1", Type: "reply_applied", Data: json.RawMessage(`{"kind":"approval","approved":true,"approver_id":"bob"}`)},
+		{RunID: "run-2", Type: "run_started", Data: json.RawMessage(`{"resume":true}`)},
+		{RunID: "run-2", Type: "deferred_requests", Data: json.RawMessage(`{"kind":"deferred_requests","requests":{"calls":[
+			{"tool_name":"update_file","tool_call_id":"u1","args":{"path":".env"}}],"approvals":[],"metadata":{}}}`)},
+		{RunID: "run-2", Type: "run_paused", Data: json.RawMessage(`[{"run_id":"run-2","tool_call_id":"u1","tool_name":"update_file","kind":"call","args":{}}]`)},
+		{RunID: "run-2", ToolCallID: "u1", Type: "reply_applied", Data: json.RawMessage(`{"kind":"call"}`)},
+		{RunID: "run-3", Type: "run_started", Data: json.RawMessage(`{"resume":true}`)},
+		{RunID: "run-3", ToolCallID: "u1", Type: "tool_result", Data: json.RawMessage(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"update_file","tool_call_id":"u1","value":"written","outcome":"success"}}`)},
+		{RunID: "run-3", Type: "run_completed", Data: json.RawMessage(`{"output":"Done."}`)},
+	}
+	for _, ev := range evs {
+		ev.ConversationID = conv
+		publishEvent(t, b, ev)
+	}
+	rec := do(t, in.Handler(), http.MethodGet, "/conversations/"+conv, "", nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET conversation: %d %s", rec.Code, rec.Body)
+	}
+	want := `<tr data-call="u1"><td><code>u1</code></td><td>update_file</td><td>approval → call</td>
+        <td><span class="state state-returned">returned</span></td><td>bob</td><td></td></tr>`
+	if page := rec.Body.String(); !strings.Contains(page, want) {
+		t.Errorf("conversation page lacks %q:\n%s", want, page)
+	}
+}
