@@ -8,6 +8,11 @@
 // Without --agent it runs the built-in demo (the seed's approval example on
 // a script model), or, when OPENAI_API_KEY is set, the same tools on the
 // OpenAI model OPENAI_MODEL (default gpt-4o-mini) at OPENAI_BASE_URL.
+//
+// Prometheus metrics are served at GET /metrics on the --http address; when
+// --http-token-file is set a scraper must send the token as a bearer token,
+// like any API client. Traces are exported over OTLP when the standard
+// OTEL_* variables ask for it (OTEL_EXPORTER_OTLP_ENDPOINT).
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 func main() {
@@ -53,7 +59,13 @@ type options struct {
 	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
 	trust                                                                      pairs
 	shutdownTimeout                                                            time.Duration
+	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
 	maxRuns                                                                    int
+	replicas                                                                   int
+
+	// NATS authentication: users of the embedded server, or this process's
+	// own credentials.
+	natsUsers, writeNATSConfig, user, password, creds string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -68,9 +80,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.agentFile, "agent", "", "agent config (YAML or JSON); empty: the built-in demo")
 	fs.Var(&o.trust, "trust-approver", "NAME=PUBKEY: accept decisions of approver NAME only when signed by this base64 ed25519 key (repeatable; none: decisions are not signature-checked)")
 	fs.StringVar(&o.tokenFile, "http-token-file", "", "file holding the bearer token the HTTP API requires")
+	fs.StringVar(&o.natsUsers, "nats-users", "", "users file (YAML: users: [{name, password, role}], role orchestrator, worker or approver): the embedded server admits only these users, each limited to its role's subjects; required to listen beyond loopback")
+	fs.StringVar(&o.writeNATSConfig, "write-nats-config", "", "write the --nats-users users as a nats-server authorization block to this file (for the servers of a cluster) and exit")
+	fs.StringVar(&o.user, "user", "", "NATS user: with --nats, or which orchestrator user of --nats-users to connect as (default: the first)")
+	fs.StringVar(&o.password, "password", "", "NATS password, with --nats --user (env TOOLGATE_NATS_PASSWORD)")
+	fs.StringVar(&o.creds, "creds", "", "NATS credentials file, with --nats; overrides --user/--password")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long runs in progress may take to finish")
 	fs.IntVar(&o.maxRuns, "max-runs", 16, "runs executing at once")
+	fs.IntVar(&o.replicas, "replicas", 1, "replicas of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
+	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
+	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: orchestrator [flags]")
 		fs.PrintDefaults()
@@ -83,6 +104,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.sync != "always" && o.sync != "default" {
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
+	}
+	if o.replicas < 1 || o.replicas > 5 {
+		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
+	}
+	if o.natsURL != "" && o.natsUsers != "" {
+		return o, errors.New("--nats-users configures the embedded server: with --nats, give the server those users (see --write-nats-config) and connect with --user/--password or --creds")
+	}
+	if o.writeNATSConfig != "" && o.natsUsers == "" {
+		return o, errors.New("--write-nats-config needs --nats-users")
 	}
 	return o, nil
 }
@@ -97,6 +127,18 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	natsAuth, err := natsAuthOf(o, lookupEnv)
+	if err != nil {
+		return err
+	}
+	if o.writeNATSConfig != "" {
+		if err := os.WriteFile(o.writeNATSConfig, []byte(bus.ServerConfigBlock(natsAuth.users)), 0o600); err != nil {
+			return fmt.Errorf("--write-nats-config: %w", err)
+		}
+		logger.Info("nats-server authorization written", slog.String("file", o.writeNATSConfig), slog.Int("users", len(natsAuth.users)))
+		return nil
+	}
 
 	token := ""
 	if o.tokenFile != "" {
@@ -121,33 +163,49 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		return err
 	}
 
+	shutdownTracing, err := telemetry.Setup(ctx, "orchestrator", os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			logger.Warn("flush traces", slog.Any("error", err))
+		}
+	}()
+	// Served at /metrics on the --http address, behind its token.
+	reg := telemetry.NewRegistry()
+	metrics := telemetry.NewOrchestratorMetrics(reg)
+
 	// The bus: an embedded server, or a connection to one.
 	var srv *bus.Server
 	var b *bus.Bus
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if o.natsURL == "" {
-		srv, err = bus.StartServer(bus.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Logger: logger})
+		srv, err = bus.StartServer(bus.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: natsAuth.users, Logger: logger})
 		if err != nil {
 			return err
 		}
 		defer srv.Shutdown()
 		logger.Info("embedded NATS server", slog.String("url", srv.ClientURL()), slog.String("store", o.store), slog.String("sync", o.sync))
-		b, err = srv.Connect(cctx, bus.ConnConfig{Name: "orchestrator", Logger: logger})
+		b, err = srv.Connect(cctx, bus.ConnConfig{Name: "orchestrator", User: natsAuth.user, Password: natsAuth.password, Logger: logger})
 	} else {
-		b, err = bus.Connect(cctx, bus.ConnConfig{URL: o.natsURL, Name: "orchestrator", Logger: logger})
+		b, err = bus.Connect(cctx, bus.ConnConfig{URL: o.natsURL, Name: "orchestrator", User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger})
 	}
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.Setup(cctx, bus.SetupConfig{}); err != nil {
+	if err := b.Setup(cctx, bus.SetupConfig{Replicas: o.replicas}); err != nil {
 		return err
 	}
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Bus: b, Agent: agentCfg, LookupEnv: lookupEnv, TrustedApprovers: trusted,
-		MaxConcurrentRuns: o.maxRuns, Logger: logger,
+		MaxConcurrentRuns: o.maxRuns, Logger: logger, Metrics: metrics,
+		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait,
 	})
 	if err != nil {
 		return err
@@ -162,7 +220,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		return fmt.Errorf("--http: %w", err)
 	}
 	hs := &http.Server{
-		Handler:           orch.Handler(orchestrator.HandlerConfig{Token: token, Logger: logger}),
+		Handler:           orch.Handler(orchestrator.HandlerConfig{Token: token, Logger: logger, Metrics: telemetry.Handler(reg)}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -195,6 +253,51 @@ func stopOrch(orch *orchestrator.Orchestrator, timeout time.Duration, logger *sl
 	if err := orch.Stop(ctx); err != nil {
 		logger.Warn("stop", slog.String("error", err.Error()))
 	}
+}
+
+// natsAuth is how the orchestrator authenticates to NATS and, for the
+// embedded server, which users it admits.
+type natsAuth struct {
+	users          []bus.User
+	user, password string
+}
+
+// natsAuthOf reads --nats-users and picks this process's credentials: an
+// orchestrator user of the file for the embedded server, --user/--password
+// for another server. An embedded server without users must stay on
+// loopback, like the HTTP API without a token.
+func natsAuthOf(o options, lookupEnv func(string) (string, bool)) (natsAuth, error) {
+	var a natsAuth
+	if o.natsUsers == "" {
+		if o.natsURL == "" && o.user != "" {
+			return a, errors.New("--user needs --nats, or --nats-users for the embedded server")
+		}
+		if o.natsURL == "" {
+			if orchestrator.CheckListen(o.natsListen, false) != nil {
+				return a, fmt.Errorf("--nats-listen %s is not loopback: give the server users (--nats-users) to listen there", o.natsListen)
+			}
+		}
+		a.user, a.password = o.user, o.password
+		if a.password == "" {
+			a.password, _ = lookupEnv("TOOLGATE_NATS_PASSWORD")
+		}
+		return a, nil
+	}
+	users, err := bus.LoadUsers(o.natsUsers)
+	if err != nil {
+		return a, fmt.Errorf("--nats-users: %w", err)
+	}
+	a.users = users
+	for _, u := range users {
+		if u.Role == bus.RoleOrchestrator && (o.user == "" || o.user == u.Name) {
+			a.user, a.password = u.Name, u.Password
+			return a, nil
+		}
+	}
+	if o.user != "" {
+		return a, fmt.Errorf("--user %s: no such orchestrator user in %s", o.user, o.natsUsers)
+	}
+	return a, fmt.Errorf("--nats-users %s: no user with role %s, which the orchestrator needs", o.natsUsers, bus.RoleOrchestrator)
 }
 
 func parseTrust(list pairs) (map[string]ed25519.PublicKey, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,11 @@ type ServerConfig struct {
 	// Users, when set, require clients to authenticate and restrict each
 	// user to its permissions (see RolePermissions). Empty: no auth.
 	Users []User
+	// Cluster, when set, makes the server a node of a NATS cluster with
+	// clustered JetStream (streams and buckets then take
+	// SetupConfig.Replicas). Every node needs its own ServerName and
+	// StoreDir. nil: a single server.
+	Cluster *ClusterConfig
 	// Logger receives the server's log. nil discards it.
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept clients.
@@ -44,9 +50,28 @@ type ServerConfig struct {
 
 // User is a NATS user of the embedded server.
 type User struct {
-	Name        string
-	Password    string
+	Name     string
+	Password string
+	// Role is the role Permissions came from (RolePermissions), if any.
+	Role        string
 	Permissions Permissions
+}
+
+// ClusterConfig joins the embedded server to a cluster.
+type ClusterConfig struct {
+	// Name of the cluster, the same on every node. Required.
+	Name string
+	// Listen is the route address host:port other nodes connect to. Port
+	// -1 picks a free port (see Server.ClusterURL). Required.
+	Listen string
+	// Routes are the route URLs of the nodes to join
+	// (nats-route://host:port); a node's own URL may be listed and is
+	// ignored, so every node can share one list.
+	Routes []string
+	// User and Password, when set, are required of (and sent to) the other
+	// nodes' routes.
+	User     string
+	Password string
 }
 
 // Permissions are subject allow lists; a nil list allows everything, an
@@ -79,6 +104,19 @@ func (c ServerConfig) validate() error {
 	for i, u := range c.Users {
 		if u.Name == "" {
 			return fmt.Errorf("user %d has no name", i)
+		}
+	}
+	if cl := c.Cluster; cl != nil {
+		if err := ValidateToken("cluster name", cl.Name); err != nil {
+			return err
+		}
+		if _, _, err := splitListen(cl.Listen); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		for _, r := range cl.Routes {
+			if u, err := url.Parse(r); err != nil || u.Host == "" {
+				return fmt.Errorf("cluster route %q: want nats-route://host:port", r)
+			}
 		}
 	}
 	return nil
@@ -122,6 +160,20 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		SyncAlways:             cfg.SyncAlways,
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
+	}
+	if cl := cfg.Cluster; cl != nil {
+		chost, cport, _ := splitListen(cl.Listen)
+		opts.Cluster = server.ClusterOpts{
+			Name: cl.Name, Host: chost, Port: cport,
+			Username: cl.User, Password: cl.Password,
+		}
+		for _, r := range cl.Routes {
+			u, _ := url.Parse(r)
+			if cl.User != "" && u.User == nil {
+				u.User = url.UserPassword(cl.User, cl.Password)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	for _, u := range cfg.Users {
 		opts.Users = append(opts.Users, &server.User{
@@ -178,6 +230,16 @@ func lockDir(dir string) (*os.File, error) {
 
 // ClientURL is the URL other processes connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// ClusterURL is the route URL other nodes list in ClusterConfig.Routes; ""
+// without a cluster.
+func (s *Server) ClusterURL() string {
+	addr := s.ns.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	return "nats-route://" + addr.String()
+}
 
 // NATSServer exposes the underlying server, for monitoring and tests.
 func (s *Server) NATSServer() *server.Server { return s.ns }

@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry/modeltel"
 )
 
 // buildAgent turns the agent config into an agent. Every configured tool is
@@ -28,6 +29,7 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 		}
 		model = m
 	}
+	model = modeltel.Wrap(model, modeltel.Config{Metrics: o.cfg.Metrics, TracerProvider: o.cfg.TracerProvider})
 	tools := make([]agent.Tool, 0, len(cfg.Tools))
 	for i := range cfg.Tools {
 		tc := &cfg.Tools[i]

@@ -153,9 +153,9 @@ func (o *Orchestrator) expiryLoop() {
 // through the same CAS path as replies, then completes the batch if that
 // made it complete (D37).
 func (o *Orchestrator) expire(ctx context.Context, convID string) {
-	var n int
+	var expired []*PendingCall
 	conv, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		n = 0
+		expired = expired[:0]
 		if c.Batch == nil {
 			return errUnchanged
 		}
@@ -163,10 +163,10 @@ func (o *Orchestrator) expire(ctx context.Context, convID string) {
 		for _, pc := range c.Batch.Calls {
 			if pc.Reply == nil && !now.Before(pc.Deadline) {
 				pc.Reply = expiredReply(pc, now)
-				n++
+				expired = append(expired, pc)
 			}
 		}
-		if n == 0 {
+		if len(expired) == 0 {
 			return errUnchanged
 		}
 		c.UpdatedAt = now
@@ -177,10 +177,15 @@ func (o *Orchestrator) expire(ctx context.Context, convID string) {
 		// Try again at the next reconcile, which reschedules it.
 		return
 	}
-	if n > 0 {
+	if n := len(expired); n > 0 {
 		o.stats.Expired.Add(int64(n))
+		ids := make([]string, n)
+		for i, pc := range expired {
+			ids[i] = pc.ToolCallID
+			o.cfg.Metrics.Expired(string(pc.Kind))
+		}
 		o.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
-		o.publishEvent(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", map[string]int{"calls": n})
+		o.publishEvent(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
 	}
 	o.afterApply(ctx, conv)
 }

@@ -15,6 +15,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -37,6 +39,8 @@ type env struct {
 	t   *testing.T
 	srv *bus.Server
 	dir string
+	// tp, when set, traces the workers and approvers the env starts.
+	tp trace.TracerProvider
 }
 
 func newEnv(t *testing.T) *env {
@@ -128,7 +132,7 @@ func (e *env) worker(tools ...string) string {
 			ts = append(ts, worker.Tool{Spec: spec, Executor: bi, Kind: "builtin"})
 		}
 	}
-	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: ts, ID: "worker-1", Logger: testLogger(e.t), DrainTimeout: 5 * time.Second})
+	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: ts, ID: "worker-1", Logger: testLogger(e.t), DrainTimeout: 5 * time.Second, TracerProvider: e.tp})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -143,7 +147,7 @@ func (e *env) approverBot(id, policy string, key ed25519.PrivateKey) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	a, err := approver.New(approver.Config{Bus: e.connect(id), ID: id, Policy: p, Key: key, Logger: testLogger(e.t)})
+	a, err := approver.New(approver.Config{Bus: e.connect(id), ID: id, Policy: p, Key: key, Logger: testLogger(e.t), TracerProvider: e.tp})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -23,6 +23,11 @@ type HandlerConfig struct {
 	Token string
 	// Logger receives request errors. nil discards them.
 	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics (telemetry.Handler of
+	// the registry the orchestrator's metrics are on). Like the API it
+	// requires the token when one is set: a scraper sends it as a bearer
+	// token (Prometheus: authorization.credentials_file).
+	Metrics http.Handler
 }
 
 // Handler returns the HTTP API:
@@ -32,6 +37,7 @@ type HandlerConfig struct {
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
 //	GET  /v1/pending                       every pending deferred call
+//	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
 func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	h := &api{o: o, token: cfg.Token, log: cfg.Logger}
@@ -45,10 +51,15 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /healthz", h.healthz)
-	for path, allow := range map[string]string{
+	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
 		"/v1/conversations/{id}/events": "GET", "/v1/pending": "GET", "/healthz": "GET",
-	} {
+	}
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+		allowed["/metrics"] = "GET"
+	}
+	for path, allow := range allowed {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, allow))

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // handleInline is the agent's handler when inline_wait is set: it stores and
@@ -22,11 +24,12 @@ import (
 func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
+	runTrace := telemetry.InjectMap(ctx)
 	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
 		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
 			return errLeaseLost
 		}
-		b, err := o.newBatch(runID, req, c.Batch)
+		b, err := o.newBatch(runID, req, c.Batch, runTrace)
 		if err != nil {
 			return err
 		}
@@ -57,7 +60,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 		if c.Batch == nil || c.Batch.RunID != runID || !c.Batch.Inline {
 			return errUnchanged
 		}
-		out := deferred.Results{Approvals: map[string]deferred.Decision{}, Calls: map[string]deferred.Result{}}
+		out := deferred.Results{Approvals: map[string]deferred.Decision{}, Calls: map[string]deferred.Result{}, Metadata: map[string]json.RawMessage{}}
 		n := 0
 		for _, pc := range c.Batch.Calls {
 			if pc.Reply == nil || pc.Taken || !offered(req, pc) {
@@ -65,11 +68,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 			}
 			pc.Taken = true
 			n++
-			if pc.Kind == deferred.KindApproval {
-				out.Approvals[pc.ToolCallID] = pc.Reply.decision()
-			} else {
-				out.Calls[pc.ToolCallID] = pc.Reply.result()
-			}
+			pc.Reply.addTo(&out, pc)
 		}
 		if n == 0 {
 			return errUnchanged

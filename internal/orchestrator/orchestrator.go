@@ -22,9 +22,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // Config configures an Orchestrator.
@@ -69,6 +71,22 @@ type Config struct {
 	NewID func() string
 	// Logger receives the orchestrator's log. Nil discards it.
 	Logger *slog.Logger
+	// Metrics receives the orchestrator's metrics (telemetry.
+	// OrchestratorMetrics): runs by how they ended (completed, failed,
+	// paused; interrupted, lease_lost, not_stored), replies by kind and
+	// verdict, time to decision and to result, expiries, denials,
+	// redeliveries, dead letters, the model's requests, and the deferred
+	// calls pending by tool and kind, counted from KV at each scrape. nil
+	// records nothing.
+	Metrics *telemetry.OrchestratorMetrics
+	// TracerProvider makes a span per run (and per model request) and per
+	// reply consumed. The paused run's trace context is stored with its
+	// batch and published with its calls; a follow-up run is the child of
+	// the reply that completed its batch, so that one trace spans the
+	// conversation across the pause. Defaults to the global provider
+	// (no-op unless telemetry.Setup installed one; the trace context then
+	// passes through unchanged).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -149,6 +167,8 @@ type Orchestrator struct {
 	store *store
 	agent *agent.Agent
 	clock func() time.Time
+	// tracer makes the spans of runs and replies.
+	tracer trace.Tracer
 
 	sem      chan struct{}
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
@@ -209,6 +229,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		deadlines: newDeadlineIndex(),
 		wake:      make(chan struct{}, 1),
 		events:    newEventQueue(),
+		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	a, err := o.buildAgent()
 	if err != nil {
@@ -237,7 +258,12 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
 	}
-	o.store = &store{kv: kv}
+	o.store = &store{kv: boundedKV{kv}}
+	// Pending calls are counted from KV when scraped rather than by this
+	// process: the state lives only in KV, so the count is right after a
+	// restart and whichever replica settled a call, and every replica
+	// reports the same total.
+	o.cfg.Metrics.CountPending(o.countPending)
 	// The subscriptions live until Stop, not as long as ctx.
 	if err := o.consumeReplies(o.runCtx); err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -404,6 +430,30 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
 			return nil, err
 		}
 		out = append(out, pendingOf(c)...)
+	}
+	return out, nil
+}
+
+// countPending counts the deferred calls waiting for a reply, by tool and
+// kind, for the pending gauge.
+func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCount, error) {
+	pending, err := o.Pending(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ tool, kind string }
+	n := map[key]int{}
+	var order []key
+	for _, p := range pending {
+		k := key{p.ToolName, p.Kind}
+		if _, ok := n[k]; !ok {
+			order = append(order, k)
+		}
+		n[k]++
+	}
+	out := make([]telemetry.PendingCount, 0, len(order))
+	for _, k := range order {
+		out = append(out, telemetry.PendingCount{Tool: k.tool, Kind: k.kind, N: n[k]})
 	}
 	return out, nil
 }

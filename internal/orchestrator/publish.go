@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // publishBatch publishes every call of the conversation's batch not yet
@@ -34,11 +35,12 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 		ids  []string
 		errs []error
 	)
+	now := o.clock()
 	for _, pc := range b.Calls {
 		if pc.Published || pc.Reply != nil {
 			continue
 		}
-		m, err := o.outgoing(c.ID, b.RunID, pc)
+		m, err := o.outgoing(c.ID, b.RunID, pc, b.Trace)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -67,6 +69,9 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 		for _, id := range ids {
 			if pc := c.Batch.call(id); pc != nil && !pc.Published {
 				pc.Published = true
+				if pc.PublishedAt.IsZero() {
+					pc.PublishedAt = now
+				}
 				changed = true
 			}
 		}
@@ -88,8 +93,11 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 
 // outgoing is the message for one deferred call: an approval request (with
 // the args digest and the tool's description and schema, so approvers can
-// show and edit the args) or a call request.
-func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall) (bus.Outgoing, error) {
+// show and edit the args) or a call request. Its headers carry the trace
+// context of the run that issued it (runTrace), so that the worker's or
+// approver's span continues the run's trace.
+func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
+	hdr := telemetry.HeaderOf(runTrace)
 	if pc.Kind == deferred.KindApproval {
 		req := bus.ApprovalRequest{
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
@@ -99,7 +107,7 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall) (bus.Outg
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
-		m, err := bus.ApprovalMessage(req)
+		m, err := bus.ApprovalMessage(req, hdr)
 		if err != nil {
 			return bus.Outgoing{}, fmt.Errorf("approval %s: %w", pc.ToolCallID, err)
 		}
@@ -109,7 +117,7 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall) (bus.Outg
 		RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 	}
-	m, err := bus.CallMessage(req)
+	m, err := bus.CallMessage(req, hdr)
 	if err != nil {
 		return bus.Outgoing{}, fmt.Errorf("call %s: %w", pc.ToolCallID, err)
 	}
@@ -119,9 +127,12 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall) (bus.Outg
 // newBatch turns a paused run's Requests into a batch with deadlines,
 // digests and reasons. Calls the run already published (inline) keep their
 // record, reply included, when they are the same call in the same category.
-func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batch) (*Batch, error) {
+// A call approved with override args and deferred again comes with those
+// args in req (D24, D26): the worker runs it with what was approved. runTrace
+// is the trace context of the run (telemetry.InjectMap).
+func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
 	now := o.clock()
-	b := &Batch{RunID: runID, Requests: *req}
+	b := &Batch{RunID: runID, Requests: *req, Trace: runTrace}
 	add := func(call deferred.Call, kind deferred.Kind) error {
 		if prev != nil && prev.RunID == runID {
 			if old := prev.call(call.ToolCallID); old != nil && old.Kind == kind && !old.Taken && sameJSON(old.Args, call.Args) {
@@ -132,11 +143,6 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 		args := call.Args
 		if len(args) == 0 {
 			args = json.RawMessage("{}")
-		}
-		if kind == deferred.KindCall {
-			if override := approvedOverride(prev, runID, call.ToolCallID); override != nil {
-				args = override
-			}
 		}
 		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
 		tool := o.cfg.Agent.tool(call.ToolName)
@@ -182,19 +188,4 @@ func orEmpty(r json.RawMessage) json.RawMessage {
 		return json.RawMessage("{}")
 	}
 	return r
-}
-
-// approvedOverride returns the override args an approver gave a call that
-// now comes back as an external call (approved, then deferred again, D26).
-// The agent lists such a call with the model's args (D8); the worker must
-// run it with the args that were approved (D24).
-func approvedOverride(prev *Batch, runID, callID string) json.RawMessage {
-	if prev == nil || (prev.RunID != runID && prev.FollowUpRunID != runID) {
-		return nil
-	}
-	old := prev.call(callID)
-	if old == nil || old.Kind != deferred.KindApproval || old.Reply == nil || old.Reply.Outcome != OutcomeApproved {
-		return nil
-	}
-	return old.Reply.OverrideArgs
 }

@@ -9,8 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // replyTimeout bounds the handling of one reply (KV reads and CAS writes).
@@ -40,6 +44,9 @@ type incoming struct {
 	// trustErr is why the decision's signer is not trusted; nil if it is or
 	// no keys are configured.
 	trustErr error
+	// trace is the context of the span that consumes the reply, kept with
+	// the applied reply for the follow-up it may complete.
+	trace map[string]string
 }
 
 // replyConcurrency is the number of replies handled at once. Replies of
@@ -75,6 +82,13 @@ type replyJob struct {
 	v      verdict
 	reason string
 	err    error
+	// Of the call the reply answers, when the run's batch has it: its tool,
+	// when it was published, and whether this reply found it past its
+	// deadline and settled it as expired.
+	tool        string
+	publishedAt time.Time
+	at          time.Time
+	expired     bool
 }
 
 // replyGroups gathers the replies being handled per conversation. The
@@ -119,27 +133,54 @@ func (g *replyGroups) take(convID string) []*replyJob {
 // (or it is a harmless duplicate), nakked with a delay on a transient
 // failure (a plain error), dead-lettered and terminated when it is refused
 // (a bus.Terminal error).
-func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Reply]) error {
+func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Reply]) (herr error) {
 	ctx, cancel := context.WithTimeout(ctx, replyTimeout)
 	defer cancel()
+	m := o.cfg.Metrics
+	kind := d.Msg.Kind
+	ctx, span := telemetry.StartConsumer(ctx, o.tracer, "process toolgate.reply."+kind, d.Subject, d.Header,
+		telemetry.AttrRunID.String(d.Msg.RunID), telemetry.AttrToolCallID.String(d.Msg.ToolCallID()),
+		telemetry.AttrKind.String(kind), telemetry.AttrDelivered.Int64(int64(d.NumDelivered)))
+	verdictLabel, tool := "", ""
+	defer func() {
+		span.SetAttributes(attribute.String("toolgate.verdict", verdictLabel))
+		if herr != nil {
+			span.SetStatus(codes.Error, verdictLabel)
+		}
+		span.End()
+		if d.NumDelivered > 1 {
+			m.Redelivered(tool)
+		}
+	}()
 	in, err := incomingOf(d.Msg)
 	if err != nil {
 		o.stats.Refused.Add(1)
 		o.stats.DeadLettered.Add(1)
+		verdictLabel = replyInvalid
+		m.Reply(kind, verdictLabel)
+		m.DeadLetter(verdictLabel)
 		return bus.Terminal(err)
 	}
 	in.trustErr = o.checkTrust(in)
+	in.trace = telemetry.InjectMap(ctx)
 	convID, err := o.store.conversationOf(ctx, in.runID)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			o.stats.Refused.Add(1)
 			o.stats.DeadLettered.Add(1)
+			verdictLabel = replyUnknownRun
+			m.Reply(kind, verdictLabel)
+			m.DeadLetter(verdictLabel)
 			o.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
+			o.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
 			return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
 		}
 		o.stats.TransientErrors.Add(1)
+		verdictLabel = replyError
+		m.Reply(kind, verdictLabel)
 		return err
 	}
+	span.SetAttributes(telemetry.AttrConversationID.String(convID))
 	j := &replyJob{in: in, done: make(chan struct{})}
 	if o.replyGroups.join(convID, j) {
 		// Each round starts from the state the last one wrote, saving a
@@ -158,17 +199,38 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 		// The leader may still record it; a redelivery is then a
 		// duplicate.
 		o.stats.TransientErrors.Add(1)
+		verdictLabel = replyError
+		m.Reply(kind, verdictLabel)
 		return ctx.Err()
 	}
 	log := o.replyLog(in, convID)
+	tool = j.tool
+	if tool != "" {
+		span.SetAttributes(telemetry.AttrTool.String(tool))
+	}
 	if j.err != nil {
 		o.stats.TransientErrors.Add(1)
+		verdictLabel = replyError
+		m.Reply(kind, verdictLabel)
 		log.WarnContext(ctx, "reply not applied; will retry", slog.String("error", j.err.Error()))
 		return j.err
 	}
+	verdictLabel = j.v.String()
+	m.Reply(kind, verdictLabel)
+	o.audit(ctx, convID, d, j)
 	switch j.v {
 	case verdictApplied:
 		o.stats.RepliesApplied.Add(1)
+		if !j.publishedAt.IsZero() {
+			if in.decision != nil {
+				m.DecisionLatency(tool, j.at.Sub(j.publishedAt))
+			} else {
+				m.ResultLatency(tool, j.at.Sub(j.publishedAt))
+			}
+		}
+		if in.decision != nil && !in.decision.Approved {
+			m.Denied(tool)
+		}
 		if err := d.Ack(); err != nil {
 			log.WarnContext(ctx, "ack reply", slog.String("error", err.Error()))
 		}
@@ -181,15 +243,31 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 	case verdictLate:
 		o.stats.Late.Add(1)
 		o.stats.DeadLettered.Add(1)
+		m.DeadLetter(verdictLabel)
+		if j.expired {
+			// This reply found the call past its deadline first and
+			// settled it as expired.
+			o.stats.Expired.Add(1)
+			m.Expired(kind)
+		}
 		log.WarnContext(ctx, "late reply refused", slog.String("reason", j.reason))
 		return bus.Terminal(fmt.Errorf("late: %s", j.reason))
 	default:
 		o.stats.Refused.Add(1)
 		o.stats.DeadLettered.Add(1)
+		m.DeadLetter(verdictLabel)
 		log.WarnContext(ctx, "reply refused", slog.String("reason", j.reason))
 		return bus.Terminal(fmt.Errorf("refused: %s", j.reason))
 	}
 }
+
+// Verdicts of replies that never reach a conversation, as metric labels
+// beside verdict.String().
+const (
+	replyInvalid    = "invalid"     // malformed; dead-lettered
+	replyUnknownRun = "unknown_run" // for a run no conversation has; dead-lettered
+	replyError      = "error"       // not recorded for now; redelivered
+)
 
 func (o *Orchestrator) replyLog(in incoming, convID string) *slog.Logger {
 	log := o.log.With(slog.String("run_id", in.runID), slog.String("tool_call_id", in.callID), slog.String("kind", string(in.kind)))
@@ -210,7 +288,17 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
 		now := o.clock()
 		for _, j := range jobs {
+			pc := c.Batch.call(j.in.callID)
+			if c.Batch == nil || c.Batch.RunID != j.in.runID {
+				pc = nil
+			}
+			settled := pc != nil && pc.Reply != nil
 			j.v, j.reason = applyReply(c, j.in, now)
+			j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
+			if pc != nil {
+				j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
+				j.expired = j.v == verdictLate && !settled
+			}
 		}
 		c.UpdatedAt = now
 		followUp = o.claimIn(c, now)
@@ -218,8 +306,8 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	})
 	for _, j := range jobs {
 		j.err = err
-		if err == nil && j.v == verdictApplied {
-			o.publishEvent(ctx, convID, j.in.runID, EventReplyApplied, j.in.callID, map[string]string{"kind": string(j.in.kind)})
+		if err == nil {
+			o.replyEvents(ctx, convID, j)
 		}
 		close(j.done)
 	}
@@ -232,6 +320,59 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	}
 	o.schedule(conv)
 	return conv, rev
+}
+
+// replyAppliedData is the data of a reply_applied event: who decided and
+// how, for a decision; the outcome, for a result.
+type replyAppliedData struct {
+	Kind       string `json:"kind"`
+	Approved   *bool  `json:"approved,omitempty"`
+	ApproverID string `json:"approver_id,omitempty"`
+	Message    string `json:"message,omitempty"`
+	Outcome    string `json:"outcome,omitempty"`
+	WorkerID   string `json:"worker_id,omitempty"`
+}
+
+// replyRefusedData is the data of a reply_refused event.
+type replyRefusedData struct {
+	Kind    string `json:"kind"`
+	Verdict string `json:"verdict"` // refused or late
+	Reason  string `json:"reason"`
+}
+
+// callsExpiredData is the data of a calls_expired event.
+type callsExpiredData struct {
+	Calls       int      `json:"calls"`
+	ToolCallIDs []string `json:"tool_call_ids"`
+}
+
+// replyEvents publishes what a recorded reply changed: the call answered,
+// or the reply refused and why; and the call expired if the reply found it
+// past its deadline.
+func (o *Orchestrator) replyEvents(ctx context.Context, convID string, j *replyJob) {
+	in := j.in
+	if j.expired {
+		o.publishEvent(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
+	}
+	switch j.v {
+	case verdictApplied:
+		data := replyAppliedData{Kind: string(in.kind)}
+		if d := in.decision; d != nil {
+			approved := d.Approved
+			data.Approved, data.ApproverID, data.Message = &approved, d.ApproverID, d.Message
+			if !approved && data.Message == "" {
+				data.Message = deferred.DefaultDenyMessage
+			}
+		} else if r := in.result; r != nil {
+			data.Outcome, data.WorkerID = string(r.Outcome), r.WorkerID
+			if data.Outcome == "" {
+				data.Outcome = string(bus.OutcomeReturn)
+			}
+		}
+		o.publishEvent(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
+	case verdictRefused, verdictLate:
+		o.publishEvent(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
+	}
 }
 
 func incomingOf(r bus.Reply) (incoming, error) {
@@ -325,6 +466,7 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		return verdictLate, reason
 	}
 	pc.Reply = replyOf(in, now)
+	pc.Reply.Trace = in.trace
 	return verdictApplied, ""
 }
 

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,12 @@ func TestDuplicateReplyAppliedOnce(t *testing.T) {
 	if pc.Reply == nil || string(pc.Reply.Value) != `"first"` {
 		t.Errorf("reply = %+v, want the first", pc.Reply)
 	}
+	// The counter moves once the handler has its verdict, just after the
+	// write that recorded both.
+	waitFor(t, "the applied reply to be counted", func() (bool, string) {
+		n := o.Stats().RepliesApplied.Load()
+		return n > 0, fmt.Sprint(n)
+	})
 	if n := o.Stats().RepliesApplied.Load(); n != 1 {
 		t.Errorf("applied %d replies, want 1", n)
 	}

@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // errLeaseLost ends a run whose lease another replica took over.
@@ -83,34 +86,60 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
 	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
+	var parent map[string]string
+	var links []map[string]string
 	if resume {
+		// The stored batch as the paused run produced it: an entry approved
+		// with override args and deferred again carries them (D24, D26).
 		reqs := c.Batch.Requests
 		res := c.Batch.results()
 		in.Requests, in.Results = &reqs, &res
+		parent, links = c.Batch.followUpTrace()
 	} else if rec := c.runRecord(runID); rec != nil {
 		in.Prompt = rec.Prompt
 	}
+	ctx, span := telemetry.StartRun(ctx, o.tracer, "run", parent, links,
+		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
+	defer span.End()
+	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel)
+	span.SetAttributes(attribute.String("toolgate.status", status))
+	if status == string(StatusFailed) {
+		span.SetStatus(codes.Error, "run failed")
+	}
+	o.cfg.Metrics.RunFinished(status)
+}
 
+// Run ends other than by a stored status.
+const (
+	runInterrupted = "interrupted" // shutdown cut it short; relaunched elsewhere or later
+	runLeaseLost   = "lease_lost"  // another replica took it over
+	runNotStored   = "not_stored"  // its end could not be written; relaunched when its lease expires
+)
+
+// executeTraced runs the agent inside the run's span (ctx) and stores what
+// it ended with; it returns how the run ended.
+func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
 		o.renewLease(renewCtx, cancel, convID, runID)
 	}()
-	o.publishEvent(ctx, convID, runID, EventRunStarted, "", map[string]bool{"resume": resume})
+	o.publishEvent(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt})
 	log.InfoContext(ctx, "run started", slog.Bool("resume", resume))
 	res, runErr := o.runAgent(ctx, convID, runID, in)
 	stopRenew()
 	<-renewDone
 
-	fctx, fcancel := context.WithTimeout(context.Background(), replyTimeout)
+	// The end is stored after the run's deadline too, still in its trace.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 	defer fcancel()
 	if o.runCtx.Err() != nil {
 		// Shutting down: the run did not fail, it was interrupted. Release
 		// the lease so that a replica relaunches it at once.
 		o.releaseLease(fctx, convID, runID)
 		log.InfoContext(fctx, "run interrupted by shutdown")
-		return
+		return runInterrupted
 	}
 	if runErr == nil && res == nil {
 		runErr = errors.New("run ended without a result")
@@ -120,9 +149,15 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		// replica, which owns the run now.
 		o.stats.LeaseLost.Add(1)
 		log.WarnContext(fctx, "run abandoned: lease lost")
-		return
+		return runLeaseLost
 	}
-	o.finish(fctx, log, convID, runID, c, rev, res, runErr)
+	return o.finish(fctx, log, convID, runID, c, rev, res, runErr)
+}
+
+// runStartedData is the data of a run_started event.
+type runStartedData struct {
+	Resume bool   `json:"resume"`
+	Prompt string `json:"prompt,omitempty"`
 }
 
 // runAgent runs the agent and publishes its events.
@@ -143,9 +178,11 @@ func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in ag
 // finish stores what the run ended with, starting from the state the run
 // started from (at rev). A paused run's batch is stored first, then
 // published, then claimed at once if it is already complete (replies that
-// came while the run waited inline).
-func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error) {
+// came while the run waited inline). ctx carries the run's span, whose
+// context the batch keeps. It returns how the run ended.
+func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error) string {
 	now := o.clock()
+	runTrace := telemetry.InjectMap(ctx)
 	var newBatchErr error
 	c, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
 		newBatchErr = nil
@@ -160,11 +197,8 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			rec = &c.Runs[len(c.Runs)-1]
 		}
 		rec.EndedAt = now
-		if runErr == nil {
-			markExpired(c.Batch, runID, res.AllMessages)
-		}
 		if runErr == nil && res.Deferred != nil {
-			b, err := o.newBatch(runID, res.Deferred, c.Batch)
+			b, err := o.newBatch(runID, res.Deferred, c.Batch, runTrace)
 			if err != nil {
 				newBatchErr = err
 			} else {
@@ -190,10 +224,10 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		if errors.Is(err, errLeaseLost) {
 			o.stats.LeaseLost.Add(1)
 			log.WarnContext(ctx, "run result dropped: lease lost")
-			return
+			return runLeaseLost
 		}
 		log.ErrorContext(ctx, "store run result", slog.String("error", err.Error()))
-		return
+		return runNotStored
 	}
 	switch c.Status {
 	case StatusFailed:
@@ -212,6 +246,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		}
 		o.afterApply(ctx, c)
 	}
+	return string(c.Status)
 }
 
 // renewLease extends the run's lease every third of its TTL; if another
@@ -304,29 +339,4 @@ func (o *Orchestrator) relaunch(ctx context.Context, convID string) {
 	o.stats.RunsRelaunched.Add(1)
 	o.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", convID), slog.String("run_id", runID))
 	o.launch(convID, runID)
-}
-
-// markExpired puts the reason of an expired approval on its denied
-// tool-return part (D37): the agent keeps no metadata on denials, and the
-// reason tells a reader of the history that nobody decided.
-func markExpired(resumed *Batch, runID string, history []agent.Message) {
-	if resumed == nil || resumed.FollowUpRunID != runID {
-		return
-	}
-	for _, pc := range resumed.Calls {
-		if pc.Kind != deferred.KindApproval || pc.Reply == nil || !pc.Reply.Expired {
-			continue
-		}
-		for i := range history {
-			if history[i].RunID != runID {
-				continue
-			}
-			for j := range history[i].Parts {
-				p := &history[i].Parts[j]
-				if p.Kind == agent.PartToolReturn && p.ToolCallID == pc.ToolCallID && p.Outcome == agent.OutcomeDenied && len(p.Metadata) == 0 {
-					p.Metadata = pc.Reply.Metadata
-				}
-			}
-		}
-	}
 }

@@ -85,6 +85,10 @@ type Batch struct {
 	Inline bool `msgpack:"inline,omitempty"`
 	// UnknownReplies counts replies to this run for calls it never issued.
 	UnknownReplies int `msgpack:"unknown_replies,omitempty"`
+	// Trace is the trace context of the run that issued the calls
+	// (telemetry.InjectMap): its calls are published with it, and the
+	// follow-up links to it, so that one trace spans the pause.
+	Trace map[string]string `msgpack:"trace,omitempty"`
 }
 
 // PendingCall is one deferred call with what has happened to it.
@@ -97,6 +101,9 @@ type PendingCall struct {
 	Metadata   json.RawMessage `msgpack:"metadata,omitempty"`
 	Deadline   time.Time       `msgpack:"deadline"`
 	Published  bool            `msgpack:"published,omitempty"`
+	// PublishedAt is when the call was (first) published, for the time to
+	// a decision or a result.
+	PublishedAt time.Time `msgpack:"published_at,omitempty"`
 	// Reply is the applied answer; nil while pending.
 	Reply *Reply `msgpack:"reply,omitempty"`
 	// Taken is set once a run consumed the reply (inline), so it is not
@@ -138,6 +145,9 @@ type Reply struct {
 	By      string    `msgpack:"by,omitempty"`
 	At      time.Time `msgpack:"at"`
 	Expired bool      `msgpack:"expired,omitempty"`
+	// Trace is the trace context of the span that consumed the reply; the
+	// follow-up run the reply completes continues it.
+	Trace map[string]string `msgpack:"trace,omitempty"`
 }
 
 // complete reports whether every call of the batch has a reply.
@@ -186,19 +196,62 @@ func (b *Batch) results() deferred.Results {
 	res := deferred.Results{
 		Approvals: map[string]deferred.Decision{},
 		Calls:     map[string]deferred.Result{},
+		Metadata:  map[string]json.RawMessage{},
 	}
 	for _, c := range b.Calls {
 		if c.Reply == nil || c.Taken {
 			continue
 		}
-		switch c.Kind {
-		case deferred.KindApproval:
-			res.Approvals[c.ToolCallID] = c.Reply.decision()
-		default:
-			res.Calls[c.ToolCallID] = c.Reply.result()
-		}
+		c.Reply.addTo(&res, c)
 	}
 	return res
+}
+
+// addTo puts the reply to call c into res. A denial's metadata (an expired
+// approval's {"reason":"expired"}, D37) goes into res.Metadata, which the
+// agent keeps on the denied tool-return part, so that the history tells that
+// nobody decided.
+func (r *Reply) addTo(res *deferred.Results, c *PendingCall) {
+	if c.Kind != deferred.KindApproval {
+		res.Calls[c.ToolCallID] = r.result()
+		return
+	}
+	res.Approvals[c.ToolCallID] = r.decision()
+	if r.Outcome == OutcomeDenied && len(r.Metadata) > 0 {
+		if res.Metadata == nil {
+			res.Metadata = map[string]json.RawMessage{}
+		}
+		res.Metadata[c.ToolCallID] = r.Metadata
+	}
+}
+
+// followUpTrace chooses the trace contexts the batch's follow-up run
+// continues: the span of the reply that completed the batch (the last one
+// applied) is its parent, so that one trace runs from the paused run through
+// the worker or approver into the follow-up; the paused run and the other
+// replies are links. A batch completed by expiry, whose last answer has no
+// span, continues the paused run's trace.
+func (b *Batch) followUpTrace() (parent map[string]string, links []map[string]string) {
+	var last *Reply
+	for _, pc := range b.Calls {
+		if r := pc.Reply; r != nil && !pc.Taken && (last == nil || !r.At.Before(last.At)) {
+			last = r
+		}
+	}
+	if last != nil && last.Trace != nil {
+		parent = last.Trace
+		if b.Trace != nil {
+			links = append(links, b.Trace)
+		}
+	} else {
+		parent = b.Trace
+	}
+	for _, pc := range b.Calls {
+		if r := pc.Reply; r != nil && r != last && !pc.Taken && r.Trace != nil {
+			links = append(links, r.Trace)
+		}
+	}
+	return parent, links
 }
 
 func (r *Reply) decision() deferred.Decision {

@@ -1,0 +1,248 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/telemetry"
+)
+
+// publishResult publishes a worker's "ok" result for a call.
+func publishResult(t *testing.T, b *bus.Bus, runID, callID, msgID string) {
+	t.Helper()
+	publishRaw(t, b, callSubject(t, runID), msgID, bus.CallReply{
+		RunID: runID, ToolCallID: callID, Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
+	})
+}
+
+// collectEvents reads the conversation's events from the start until enough
+// says it has what it waits for.
+func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Event) bool) []bus.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var evs []bus.Event
+	for se, err := range b.Events(ctx, convID, 0) {
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		evs = append(evs, se.Event)
+		if enough(evs) {
+			return evs
+		}
+	}
+	t.Fatalf("events of %s: timed out; got %s", convID, eventTypes(evs))
+	return nil
+}
+
+func eventTypes(evs []bus.Event) string {
+	var s []string
+	for _, ev := range evs {
+		s = append(s, ev.Type+":"+ev.ToolCallID)
+	}
+	return strings.Join(s, ", ")
+}
+
+// event finds the last event of type typ about call (any call when "").
+func event(evs []bus.Event, typ, call string) (bus.Event, bool) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == typ && (call == "" || evs[i].ToolCallID == call) {
+			return evs[i], true
+		}
+	}
+	return bus.Event{}, false
+}
+
+func hasEvent(typ, call string) func([]bus.Event) bool {
+	return func(evs []bus.Event) bool { _, ok := event(evs, typ, call); return ok }
+}
+
+func eventData(t *testing.T, ev bus.Event) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev.Data, &m); err != nil {
+		t.Fatalf("%s event data %s: %v", ev.Type, ev.Data, err)
+	}
+	return m
+}
+
+// The event stream tells who decided each approval and how each result
+// came out, and each run's start carries its prompt: what an inbox shows.
+func TestEventsTellWhoDecided(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker()
+	e.approverBot("bot", seedPolicy, nil)
+	o, _ := e.orch(orchestrator.Config{})
+	info, err := o.StartRun(ctxT(t), seedPrompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := collectEvents(t, e.connect("events"), info.ConversationID, hasEvent(orchestrator.EventRunCompleted, ""))
+
+	got := map[string]map[string]any{}
+	for _, ev := range evs {
+		switch ev.Type {
+		case orchestrator.EventReplyApplied:
+			got[ev.ToolCallID+"@"+ev.RunID] = eventData(t, ev)
+		case orchestrator.EventRunStarted:
+			got["start@"+ev.RunID] = eventData(t, ev)
+		}
+	}
+	c, err := o.Conversation(ctxT(t), info.ConversationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Runs) != 3 {
+		t.Fatalf("runs = %+v, want 3", c.Runs)
+	}
+	r1, r2, r3 := c.Runs[0].RunID, c.Runs[1].RunID, c.Runs[2].RunID
+	want := map[string]map[string]any{
+		"start@" + r1:              {"resume": false, "prompt": seedPrompt},
+		"start@" + r2:              {"resume": true},
+		"start@" + r3:              {"resume": true},
+		"delete_file@" + r1:        {"kind": "approval", "approved": false, "approver_id": "bot", "message": "Deleting files is not allowed"},
+		"update_file_dotenv@" + r1: {"kind": "approval", "approved": true, "approver_id": "bot"},
+		"update_file_readme@" + r1: {"kind": "call", "outcome": "return", "worker_id": "worker-1"},
+		"update_file_dotenv@" + r2: {"kind": "call", "outcome": "return", "worker_id": "worker-1"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("event data (-want +got):\n%s", diff)
+	}
+	paused, ok := event(evs, orchestrator.EventRunPaused, "")
+	if !ok {
+		t.Fatalf("no run_paused event: %s", eventTypes(evs))
+	}
+	var pending []orchestrator.PendingView
+	if err := json.Unmarshal(paused.Data, &pending); err != nil || len(pending) != 1 || pending[0].ToolCallID != "update_file_dotenv" || pending[0].Kind != "call" {
+		t.Errorf("last run_paused data = %s (%v), want the re-deferred .env update", paused.Data, err)
+	}
+}
+
+// Refused and late replies and expiries are on the event stream with their
+// reasons, and counted in the metrics as dead letters and expiries (D36,
+// D37).
+func TestRefusalAndExpiryEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := demoAgent(t, "    approval: args.path == \".env\"\n", "    approval: args.path == \".env\"\n    call_deadline: 300ms\n")
+	reg := telemetry.NewRegistry()
+	o, _ := e.orch(orchestrator.Config{Agent: cfg, Metrics: telemetry.NewOrchestratorMetrics(reg)})
+	c := startPaused(t, o)
+	b := e.connect("test")
+	runID := c.Batch.RunID
+
+	publishRaw(t, b, decisionSubject(t, runID), "forged", bus.Decision{
+		RunID: runID, ToolCallID: "delete_file", ArgsDigest: strings.Repeat("0", 64), Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC(),
+	})
+	evs := collectEvents(t, b, c.ID, func(evs []bus.Event) bool {
+		return hasEvent(orchestrator.EventReplyRefused, "delete_file")(evs) && hasEvent(orchestrator.EventCallsExpired, "")(evs)
+	})
+	refused, _ := event(evs, orchestrator.EventReplyRefused, "delete_file")
+	if d := eventData(t, refused); d["kind"] != "approval" || d["verdict"] != "refused" || !strings.Contains(d["reason"].(string), "args digest") {
+		t.Errorf("reply_refused data = %v", d)
+	}
+	expired, _ := event(evs, orchestrator.EventCallsExpired, "")
+	if diff := cmp.Diff(map[string]any{"calls": 1.0, "tool_call_ids": []any{"update_file_readme"}}, eventData(t, expired)); diff != "" || expired.RunID != runID {
+		t.Errorf("calls_expired of run %s (-want +got):\n%s", expired.RunID, diff)
+	}
+
+	publishResult(t, b, runID, "update_file_readme", "late-1")
+	evs = collectEvents(t, b, c.ID, hasEvent(orchestrator.EventReplyRefused, "update_file_readme"))
+	late, _ := event(evs, orchestrator.EventReplyRefused, "update_file_readme")
+	if d := eventData(t, late); d["kind"] != "call" || d["verdict"] != "late" || !strings.Contains(d["reason"].(string), "expired") {
+		t.Errorf("reply_refused data = %v", d)
+	}
+	waitMetrics(t, telemetry.Handler(reg), []series{
+		{name: "toolgate_replies_total", labels: []string{"kind", "approval", "verdict", "refused"}, want: 1},
+		{name: "toolgate_replies_total", labels: []string{"kind", "call", "verdict", "late"}, want: 1},
+		{name: "toolgate_dead_letters_total", labels: []string{"component", "orchestrator", "reason", "refused"}, want: 1},
+		{name: "toolgate_dead_letters_total", labels: []string{"component", "orchestrator", "reason", "late"}, want: 1},
+		{name: "toolgate_expiries_total", labels: []string{"kind", "call"}, want: 1},
+		{name: "toolgate_expiries_total", labels: []string{"kind", "approval"}, absent: true},
+		{name: "toolgate_deferred_pending", labels: []string{"tool", "update_file", "kind", "call"}, absent: true},
+		{name: "toolgate_deferred_pending", labels: []string{"tool", "delete_file", "kind", "approval"}, want: 1},
+	})
+}
+
+// D24, D26: an approval granted with override args whose call then defers
+// as an external call reaches the worker with the approved args, not the
+// model's.
+func TestApprovedOverrideArgsReachTheWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sandbox := e.worker()
+	o, _ := e.orch(orchestrator.Config{})
+	c := startPaused(t, o)
+	b := e.connect("test")
+	runID := c.Batch.RunID
+	for callID, d := range map[string]bus.Decision{
+		"delete_file":        {Approved: false, Message: "no"},
+		"update_file_dotenv": {Approved: true, OverrideArgs: json.RawMessage(`{"path":".env.example","content":"API_KEY=\n"}`)},
+	} {
+		d.RunID, d.ToolCallID, d.ArgsDigest = runID, callID, pendingCall(t, c, callID).ArgsDigest
+		d.ApproverID, d.DecidedAt = "alice", time.Now().UTC()
+		publishRaw(t, b, decisionSubject(t, runID), "decision-"+callID, d)
+	}
+	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 3 {
+		t.Fatalf("status %s (%s), runs %+v", c.Status, c.Error, c.Runs)
+	}
+	if got, err := os.ReadFile(filepath.Join(sandbox, ".env.example")); err != nil || string(got) != "API_KEY=\n" {
+		t.Errorf(".env.example = %q, %v; want the approved content", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(sandbox, ".env")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf(".env was written with the model's args: %v", err)
+	}
+}
+
+// With inline_wait, approvals that expire while the run waits are denied
+// inside the run, and their tool-return parts keep the reason "expired"
+// (D37) as they do after a pause.
+func TestInlineExpiredApprovalKeepsReason(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := demoAgent(t,
+		"    approval: args.path == \".env\"\n", "    approval: args.path == \".env\"\n    deadline: 300ms\n",
+		"    approval: always\n", "    approval: always\n    deadline: 300ms\n")
+	cfg.InlineWait = orchestrator.Duration(20 * time.Second)
+	o, _ := e.orch(orchestrator.Config{Agent: cfg})
+	info, err := o.StartRun(ctxT(t), seedPrompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 1 {
+		t.Fatalf("status %s (%s), runs %+v; want completed in one run", c.Status, c.Error, c.Runs)
+	}
+	got := map[string]string{}
+	for _, m := range c.History {
+		for _, p := range m.Parts {
+			if p.Kind == "tool-return" {
+				got[p.ToolCallID] = string(p.Outcome) + " " + string(p.Metadata)
+			}
+		}
+	}
+	want := map[string]string{
+		"delete_file":        `denied {"reason":"expired"}`,
+		"update_file_dotenv": `denied {"reason":"expired"}`,
+		"update_file_readme": "failed ",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tool returns (-want +got):\n%s", diff)
+	}
+}
