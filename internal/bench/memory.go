@@ -141,12 +141,12 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	if kvCfg.Bucket == "" {
 		return mm, errors.New("raw memory: bus has no runs bucket config")
 	}
-	kvCfg.Bucket = rawBucket
+	kvCfg.Bucket = rawBucket + "_" + prefix
 	kv, err := js.CreateKeyValue(ctx, kvCfg)
 	if err != nil {
 		return mm, fmt.Errorf("raw memory: create bucket: %w", err)
 	}
-	_, repliesCfg, err := rawStreams()
+	_, repliesCfg, err := rawStreams(prefix)
 	if err != nil {
 		return mm, err
 	}
@@ -156,13 +156,13 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		derr := errors.Join(js.DeleteKeyValue(dctx, rawBucket), js.DeleteStream(dctx, rawRepliesStream))
+		derr := errors.Join(js.DeleteKeyValue(dctx, kvCfg.Bucket), js.DeleteStream(dctx, repliesCfg.Name))
 		if derr != nil && err == nil {
 			err = fmt.Errorf("raw memory: clean up: %w", derr)
 		}
 	}()
 
-	callsCfg, _, err := rawStreams()
+	callsCfg, _, err := rawStreams(prefix)
 	if err != nil {
 		return mm, err
 	}
@@ -172,13 +172,13 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if derr := js.DeleteStream(dctx, rawCallsStream); derr != nil && err == nil {
+		if derr := js.DeleteStream(dctx, callsCfg.Name); derr != nil && err == nil {
 			err = fmt.Errorf("raw memory: clean up: %w", derr)
 		}
 	}()
 
 	key := func(i int) string { return "conv." + conversationID(prefix, i) }
-	kvSubject := "$KV." + rawBucket + "."
+	kvSubject := "$KV." + rawBucket + "_" + prefix + "."
 	revisions := make([]uint64, n)
 
 	// Hold: create every entry, as a run that pauses does, and queue its
@@ -275,7 +275,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 // applyReplies consumes the n replies and updates each conversation's entry
 // with the reply, by revision, and times it.
 func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (float64, error) {
-	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream, jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream+"_"+prefix, jetstream.ConsumerConfig{
 		Durable:       rawReplyConsumer,
 		FilterSubject: rawReplyPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -294,7 +294,7 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	for i := range n {
 		index[runID(prefix, int64(i))] = i
 	}
-	kvSubject := "$KV." + rawBucket + "."
+	kvSubject := "$KV." + rawBucket + "_" + prefix + "."
 	start := time.Now()
 	p := newPipeline(ctx, js, pipelineDepth, func(int, *jetstream.PubAck) {
 		if applied.Add(1) == int64(n) {

@@ -51,18 +51,21 @@ func NewRawTarget(env *Env) *RawTarget { return &RawTarget{env: env} }
 // Name is "raw".
 func (t *RawTarget) Name() string { return "raw" }
 
-// rawStreams are toolgate's calls and replies streams under other names.
-func rawStreams() (calls, replies jetstream.StreamConfig, err error) {
+// rawStreams are toolgate's calls and replies streams under other names,
+// new ones for each measurement: nats-server removes a deleted stream's
+// store in the background, and creating one of the same name at once can
+// fail ("error creating store for stream").
+func rawStreams(gen string) (calls, replies jetstream.StreamConfig, err error) {
 	var found int
 	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
 		switch sc.Name {
 		case bus.StreamCalls:
 			calls = sc
-			calls.Name, calls.Subjects = rawCallsStream, []string{rawCallPrefix + ">"}
+			calls.Name, calls.Subjects = rawCallsStream+"_"+gen, []string{rawCallPrefix + ">"}
 			found++
 		case bus.StreamReplies:
 			replies = sc
-			replies.Name, replies.Subjects = rawRepliesStream, []string{rawReplyPrefix + ">"}
+			replies.Name, replies.Subjects = rawRepliesStream+"_"+gen, []string{rawReplyPrefix + ">"}
 			found++
 		}
 	}
@@ -77,7 +80,8 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	if err := c.validate(); err != nil {
 		return Measurement{}, fmt.Errorf("raw: %w", err)
 	}
-	prefix := "j" + strconv.FormatInt(t.seq.Add(1), 10)
+	gen := strconv.FormatInt(t.seq.Add(1), 10)
+	prefix := "j" + gen
 	orch, err := t.env.Connect(ctx, "bench-orchestrator")
 	if err != nil {
 		return Measurement{}, err
@@ -85,7 +89,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	defer orch.Close()
 	js := orch.JetStream()
 
-	callsCfg, repliesCfg, err := rawStreams()
+	callsCfg, repliesCfg, err := rawStreams(prefix)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -101,7 +105,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 			}
 		}()
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, rawCallsStream, jetstream.ConsumerConfig{
+	if _, err := js.CreateOrUpdateConsumer(ctx, callsCfg.Name, jetstream.ConsumerConfig{
 		Durable:       rawCallConsumer,
 		FilterSubject: rawCallPrefix + sampleTool,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -110,7 +114,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	}); err != nil {
 		return Measurement{}, fmt.Errorf("raw: create call consumer: %w", err)
 	}
-	replyCons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream, jetstream.ConsumerConfig{
+	replyCons, err := js.CreateOrUpdateConsumer(ctx, repliesCfg.Name, jetstream.ConsumerConfig{
 		Durable:       rawReplyConsumer,
 		FilterSubject: rawReplyPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -142,7 +146,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	defer stopConsume(collect)
 
 	for w := range c.Workers {
-		stop, err := t.startWorker(ctx, fmt.Sprintf("bench-worker-%d", w), &bg, &redelivered)
+		stop, err := t.startWorker(ctx, callsCfg.Name, fmt.Sprintf("bench-worker-%d", w), &bg, &redelivered)
 		if err != nil {
 			return Measurement{}, err
 		}
@@ -189,13 +193,13 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 
 // startWorker connects one worker and starts pulling calls; stop drains it
 // and closes its connection.
-func (t *RawTarget) startWorker(ctx context.Context, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
+func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
 	b, err := t.env.Connect(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	js := b.JetStream()
-	cons, err := js.Consumer(ctx, rawCallsStream, rawCallConsumer)
+	cons, err := js.Consumer(ctx, stream, rawCallConsumer)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("raw worker %s: %w", name, err)

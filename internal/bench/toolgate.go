@@ -119,12 +119,26 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 	r.stops = append(r.stops, func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		// Emptied, not deleted: nats-server removes a deleted stream's store
+		// in the background, and the next case's Setup creating one of the
+		// same name at once can fail ("error creating store for stream").
 		js := b.JetStream()
+		names := []string{}
 		for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-			_ = js.DeleteStream(dctx, sc.Name)
+			names = append(names, sc.Name)
 		}
 		for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
-			_ = js.DeleteKeyValue(dctx, kc.Bucket)
+			names = append(names, "KV_"+kc.Bucket)
+		}
+		for _, name := range names {
+			s, err := js.Stream(dctx, name)
+			if err != nil {
+				continue
+			}
+			for cname := range s.ConsumerNames(dctx).Name() {
+				_ = s.DeleteConsumer(dctx, cname)
+			}
+			_ = s.Purge(dctx)
 		}
 		b.Close()
 	})
