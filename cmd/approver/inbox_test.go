@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -11,48 +9,22 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestInboxModeAndOneShotCommands(t *testing.T) {
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	defer cancel()
-	b, err := srv.Connect(ctx, bus.ConnConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	args := json.RawMessage(`{"path":"notes.txt"}`)
-	digest, _ := bus.DigestArgs(args)
-	if _, err := b.PublishApproval(ctx, bus.ApprovalRequest{
-		RunID: "run-1", ConversationID: "conv-1", ToolCallID: "call-1", ToolName: "delete_file",
-		Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
+	publishApproval(t, b, `{"path":"notes.txt"}`)
+	ctx := bustest.Context(t)
 
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	var logs syncWriter
-	go func() {
-		done <- run(runCtx, []string{"--nats", srv.ClientURL(), "--http", "127.0.0.1:0", "--http-token-file", tokenFile,
-			"--id", "human"}, strings.NewReader(""), io.Discard, &logs)
-	}()
+	r := start(t, "--nats", srv.ClientURL(), "--http", "127.0.0.1:0", "--http-token-file", tokenFile, "--id", "human")
 	urlRE := regexp.MustCompile(`url=(http://[0-9.:]+)/`)
 	var base string
 	get := func(path string) (int, string) {
@@ -66,27 +38,19 @@ func TestInboxModeAndOneShotCommands(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	bustest.Poll(t, bustest.Timeout, "the inbox to list the request", func() (bool, string) {
+		r.checkRunning(t)
 		if base == "" {
-			if m := urlRE.FindStringSubmatch(logs.String()); m != nil {
+			if m := urlRE.FindStringSubmatch(r.logs.String()); m != nil {
 				base = m[1]
 			}
 		}
-		if base != "" {
-			if code, body := get("/api/pending"); code == http.StatusOK && strings.Contains(body, `"key":"run-1/call-1"`) {
-				break
-			}
+		if base == "" {
+			return false, r.logs.String()
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("approver exited early: %v\n%s", err, logs.String())
-		case <-ctx.Done():
-			t.Fatalf("the inbox never listed the request\n%s", logs.String())
-		case <-tick.C:
-		}
-	}
+		code, body := get("/api/pending")
+		return code == http.StatusOK && strings.Contains(body, `"key":"run-1/call-1"`), r.logs.String()
+	})
 
 	var out bytes.Buffer
 	if err := run(ctx, []string{"list", "--nats", srv.ClientURL()}, nil, &out, io.Discard); err != nil {
@@ -106,14 +70,8 @@ func TestInboxModeAndOneShotCommands(t *testing.T) {
 		t.Errorf("healthz = %d", code)
 	}
 
-	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run after cancel: %v\n%s", err, logs.String())
-		}
-	case <-time.After(wait):
-		t.Fatal("run did not return after cancel")
+	if err := r.stop(); err != nil {
+		t.Errorf("run after cancel: %v\n%s", err, r.logs.String())
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
@@ -106,17 +107,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	shutdownTracing, err := telemetry.Setup(ctx, "approver", os.Getenv)
+	flushTraces, err := telemetry.StartTracing(ctx, "approver", os.Getenv, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			logger.Warn("flush traces", slog.Any("error", err))
-		}
-	}()
+	defer flushTraces()
 	reg := telemetry.NewRegistry()
 	metrics := telemetry.NewApproverMetrics(reg)
 	cfg := approver.Config{ID: *id, Logger: logger, Metrics: metrics}
@@ -271,7 +266,7 @@ func (c *common) filter() (string, error) {
 	return f, nil
 }
 
-func (c *common) orchestrator() (*approver.Orchestrator, error) {
+func (c *common) orchestrator() (*client.Client, error) {
 	if c.orchURL == "" {
 		return nil, nil
 	}
@@ -279,7 +274,7 @@ func (c *common) orchestrator() (*approver.Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--orchestrator-token-file: %w", err)
 	}
-	return &approver.Orchestrator{BaseURL: c.orchURL, Token: tok}, nil
+	return &client.Client{BaseURL: c.orchURL, Token: tok, HTTP: &http.Client{Timeout: 10 * time.Second}}, nil
 }
 
 func (c *common) connect(ctx context.Context, logger *slog.Logger) (*bus.Bus, error) {

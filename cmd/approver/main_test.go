@@ -8,19 +8,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const wait = 20 * time.Second
 
 func TestKeygenThenDecide(t *testing.T) {
 	dir := t.TempDir()
@@ -34,82 +33,69 @@ func TestKeygenThenDecide(t *testing.T) {
 		t.Fatalf("keygen printed %q: %v", out.String(), err)
 	}
 
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	defer cancel()
-	b, err := srv.Connect(ctx, bus.ConnConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	args := json.RawMessage(`{"path":"__init__.py"}`)
-	digest, err := bus.DigestArgs(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.PublishApproval(ctx, bus.ApprovalRequest{
-		RunID: "run-1", ConversationID: "conv-1", ToolCallID: "call-1", ToolName: "delete_file",
-		Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
+	publishApproval(t, b, `{"path":"__init__.py"}`)
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	var logs syncWriter
-	go func() {
-		done <- run(runCtx, []string{"--nats", srv.ClientURL(), "--policy", "../../examples/policy.yaml",
-			"--key", keyFile, "--id", "cli-test"}, strings.NewReader(""), io.Discard, &logs)
-	}()
-
-	subj, _ := bus.DecisionSubject("run-1")
-	s, err := b.JetStream().Stream(ctx, bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw *jetstream.RawStreamMsg
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for raw == nil {
-		raw, err = s.GetLastMsgForSubject(ctx, subj)
-		if err == nil {
-			break
-		}
-		select {
-		case <-tick.C:
-		case err := <-done:
-			t.Fatalf("approver exited early: %v\n%s", err, logs.String())
-		case <-ctx.Done():
-			t.Fatalf("no decision: %v\n%s", err, logs.String())
-		}
-	}
-	var d bus.Decision
-	if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &d); err != nil {
-		t.Fatal(err)
-	}
+	r := start(t, "--nats", srv.ClientURL(), "--policy", "../../examples/policy.yaml", "--key", keyFile, "--id", "cli-test")
+	var d *bus.Decision
+	bustest.Poll(t, bustest.Timeout, "a decision", func() (bool, string) {
+		r.checkRunning(t)
+		d = bustest.LastDecision(t, b, "run-1")
+		return d != nil, r.logs.String()
+	})
 	if d.Approved || d.Message != "Deleting files is not allowed" || d.ApproverID != "cli-test" {
 		t.Errorf("decision = %+v", d)
 	}
-	if err := approver.Verify(pub, d); err != nil {
+	if err := approver.Verify(pub, *d); err != nil {
 		t.Error(err)
 	}
+	if err := r.stop(); err != nil {
+		t.Errorf("run after cancel: %v\n%s", err, r.logs.String())
+	}
+}
 
-	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run after cancel: %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("run did not return after cancel")
+// publishApproval publishes a request to run delete_file with args, as
+// call-1 of run-1.
+func publishApproval(t *testing.T, b *bus.Bus, args string) {
+	t.Helper()
+	digest, err := bus.DigestArgs(json.RawMessage(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PublishApproval(bustest.Context(t), bus.ApprovalRequest{
+		RunID: "run-1", ConversationID: "conv-1", ToolCallID: "call-1", ToolName: "delete_file",
+		Args: json.RawMessage(args), ArgsDigest: digest, Deadline: time.Now().Add(time.Hour),
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cmdRun is the command running in the test's process.
+type cmdRun struct {
+	logs   syncWriter
+	exited atomic.Bool
+	stop   func() error
+}
+
+// start runs the command with args (and empty stdin) until stop or the
+// test's end.
+func start(t *testing.T, args ...string) *cmdRun {
+	t.Helper()
+	r := &cmdRun{}
+	r.stop = bustest.Run(t, "approver", func(ctx context.Context) error {
+		defer r.exited.Store(true)
+		return run(ctx, args, strings.NewReader(""), io.Discard, &r.logs)
+	})
+	return r
+}
+
+// checkRunning fails the test if the command has returned.
+func (r *cmdRun) checkRunning(t *testing.T) {
+	t.Helper()
+	if r.exited.Load() {
+		t.Fatalf("approver exited early: %v\n%s", r.stop(), r.logs.String())
 	}
 }
 

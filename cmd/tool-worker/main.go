@@ -153,17 +153,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("no tools to serve: give --builtin, --exec or --http")
 	}
 
-	shutdownTracing, err := telemetry.Setup(ctx, "tool-worker", os.Getenv)
+	flushTraces, err := telemetry.StartTracing(ctx, "tool-worker", os.Getenv, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			logger.Warn("flush traces", slog.Any("error", err))
-		}
-	}()
+	defer flushTraces()
 	// Listen before connecting, so that a bad address fails at once.
 	reg := telemetry.NewRegistry()
 	var metrics *telemetry.WorkerMetrics

@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
 
@@ -41,19 +44,9 @@ func (s *syncBuffer) String() string {
 }
 
 func TestRunServesCallsUntilCancelled(t *testing.T) {
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
 
 	replies := make(chan bus.CallReply, 4)
 	sub, err := b.ConsumeReplies(t.Context(), "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
@@ -73,17 +66,16 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho '\"HEY\"'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{
+	var exited atomic.Bool
+	stop := bustest.Run(t, "tool-worker", func(ctx context.Context) error {
+		defer exited.Store(true)
+		return run(ctx, []string{
 			"--nats", srv.ClientURL(), "--builtin", "--sandbox", sandbox,
 			"--exec", "shout=" + script, "--tools", "update_file,shout", "--id", "w1",
 			"--metrics", "127.0.0.1:0",
 		}, &logs)
-	}()
+	})
 
 	for i, c := range []struct{ tool, args string }{
 		{"update_file", `{"path":"a.txt","content":"hi"}`},
@@ -97,17 +89,21 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 	}
 	got := map[string]string{}
 	for range 2 {
-		select {
-		case r := <-replies:
-			got[r.ToolCallID] = string(r.Value)
-			if r.WorkerID != "w1" {
-				t.Errorf("worker id = %q, want w1", r.WorkerID)
+		bustest.Poll(t, bustest.Timeout, "a reply", func() (bool, string) {
+			if exited.Load() {
+				t.Fatalf("run ended early: %v\n%s", stop(), logs.String())
 			}
-		case err := <-done:
-			t.Fatalf("run ended early: %v\n%s", err, logs.String())
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no reply; log:\n%s", logs.String())
-		}
+			select {
+			case r := <-replies:
+				got[r.ToolCallID] = string(r.Value)
+				if r.WorkerID != "w1" {
+					t.Errorf("worker id = %q, want w1", r.WorkerID)
+				}
+				return true, ""
+			default:
+				return false, logs.String()
+			}
+		})
 	}
 	want := map[string]string{"a": `"File 'a.txt' updated: 'hi'"`, "b": `"HEY"`}
 	for k, v := range want {
@@ -121,36 +117,25 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 
 	// --metrics: the calls are counted once their handlers have ended.
 	addrRE := regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var n float64
-		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
-			fams, err := telemetrytest.ScrapeURL(t.Context(), "http://"+m[1]+"/metrics")
-			if err != nil {
-				t.Fatalf("scrape: %v", err)
-			}
-			a, _ := fams.Value("toolgate_tool_calls_total", "tool", "update_file", "outcome", "return")
-			b, _ := fams.Value("toolgate_tool_calls_total", "tool", "shout", "outcome", "return")
-			n = a + b
+	var n float64
+	bustest.Poll(t, bustest.Timeout, "metrics to count 2 calls", func() (bool, string) {
+		m := addrRE.FindStringSubmatch(logs.String())
+		if m == nil {
+			return false, logs.String()
 		}
-		if n == 2 {
-			break
+		fams, err := telemetrytest.ScrapeURL(t.Context(), "http://"+m[1]+"/metrics")
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics count %v calls, want 2; log:\n%s", n, logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		a, _ := fams.Value("toolgate_tool_calls_total", "tool", "update_file", "outcome", "return")
+		b, _ := fams.Value("toolgate_tool_calls_total", "tool", "shout", "outcome", "return")
+		n = a + b
+		return n == 2, fmt.Sprintf("%v calls counted; log:\n%s", n, logs.String())
+	})
 	http.DefaultClient.CloseIdleConnections()
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after cancel")
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
 	}
 }
 

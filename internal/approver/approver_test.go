@@ -5,63 +5,22 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// wait bounds every blocking wait in these tests.
-const wait = 20 * time.Second
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// startBus runs an embedded JetStream server with toolgate's streams and
-// returns an in-process connection to it.
-func startBus(t *testing.T) *bus.Bus {
-	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b, err := srv.Connect(ctxT(t), bus.ConnConfig{Name: "test"})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.Setup(ctxT(t), bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	return b
-}
 
 type handled struct {
 	approverID string
@@ -79,26 +38,13 @@ func runApprover(t *testing.T, cfg approver.Config) <-chan handled {
 		ch <- handled{approverID: id, req: req, outcome: o}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = bustest.Logger(t)
 	}
 	a, err := approver.New(cfg)
 	if err != nil {
 		t.Fatalf("new approver: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("Run did not return")
-		}
-	})
+	bustest.Run(t, "approver "+id, a.Run)
 	return ch
 }
 
@@ -119,7 +65,7 @@ func approvalRequest(t *testing.T, run, call, tool, args string) bus.ApprovalReq
 func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
 	t.Helper()
 	for _, r := range reqs {
-		if _, err := b.PublishApproval(ctxT(t), r); err != nil {
+		if _, err := b.PublishApproval(bustest.Context(t), r); err != nil {
 			t.Fatalf("publish approval %s: %v", r.ToolCallID, err)
 		}
 	}
@@ -127,58 +73,7 @@ func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
 
 func next(t *testing.T, ch <-chan handled) handled {
 	t.Helper()
-	select {
-	case h := <-ch:
-		return h
-	case <-time.After(wait):
-		t.Fatal("no request handled in time")
-		return handled{}
-	}
-}
-
-// decisions reads every decision stored on toolgate.reply.<run>.approval.
-func decisions(t *testing.T, b *bus.Bus, run string) []bus.Decision {
-	t.Helper()
-	ctx := ctxT(t)
-	subj, err := bus.DecisionSubject(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := b.JetStream().Stream(ctx, bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int(info.State.Subjects[subj])
-	if n == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []bus.Decision
-	for m := range batch.Messages() {
-		var d bus.Decision
-		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &d); err != nil {
-			t.Fatalf("decode decision: %v", err)
-		}
-		out = append(out, d)
-	}
-	if err := batch.Error(); err != nil {
-		t.Fatal(err)
-	}
-	if len(out) != n {
-		t.Fatalf("read %d decisions, stream holds %d", len(out), n)
-	}
-	return out
+	return bustest.Recv(t, ch, "a handled request")
 }
 
 const e2ePolicy = `
@@ -197,7 +92,7 @@ rules:
 
 func TestApproverPublishesSignedDecisions(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte(e2ePolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +142,7 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 		if h.req.ToolCallID != tt.req.ToolCallID || h.outcome != tt.outcome {
 			t.Fatalf("%s: handled %s as %s, want %s as %s", tt.name, h.req.ToolCallID, h.outcome, tt.req.ToolCallID, tt.outcome)
 		}
-		got := decisions(t, b, tt.req.RunID)
+		got := bustest.Decisions(t, b, tt.req.RunID)
 		if tt.want == nil {
 			if len(got) != 0 {
 				t.Errorf("%s: got decisions %+v, want none", tt.name, got)
@@ -275,32 +170,23 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 // every delivered request, escalated ones included, was acked.
 func waitAcked(t *testing.T, b *bus.Bus, durable string) {
 	t.Helper()
-	ctx := ctxT(t)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		c, err := b.JetStream().Consumer(ctx, bus.StreamApprovals, durable)
+	bustest.Poll(t, bustest.Timeout, "consumer "+durable+" to have acked everything", func() (bool, string) {
+		c, err := b.JetStream().Consumer(bustest.Context(t), bus.StreamApprovals, durable)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := c.Info(ctx)
+		info, err := c.Info(bustest.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0 {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("consumer %s: %d ack pending, %d pending, %d redelivered", durable, info.NumAckPending, info.NumPending, info.NumRedelivered)
-		}
-	}
+		return info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0,
+			fmt.Sprintf("%d ack pending, %d pending, %d redelivered", info.NumAckPending, info.NumPending, info.NumRedelivered)
+	})
 }
 
 func TestApproverUnsignedWithoutKey(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte("rules:\n  - action: approve\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +197,7 @@ func TestApproverUnsignedWithoutKey(t *testing.T) {
 	if h := next(t, events); h.outcome != approver.OutcomeApproved {
 		t.Fatalf("outcome %s", h.outcome)
 	}
-	got := decisions(t, b, req.RunID)
+	got := bustest.Decisions(t, b, req.RunID)
 	if len(got) != 1 || got[0].Signature != nil || !got[0].Approved || got[0].ApproverID != "plain" {
 		t.Fatalf("decisions = %+v", got)
 	}
@@ -319,7 +205,7 @@ func TestApproverUnsignedWithoutKey(t *testing.T) {
 
 func TestApproverFanOut(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte("rules:\n  - action: approve\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +221,7 @@ func TestApproverFanOut(t *testing.T) {
 		}
 	}
 	var ids []string
-	for _, d := range decisions(t, b, req.RunID) {
+	for _, d := range bustest.Decisions(t, b, req.RunID) {
 		ids = append(ids, d.ApproverID)
 	}
 	if diff := cmp.Diff([]string{"alpha", "beta"}, ids, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
@@ -345,7 +231,7 @@ func TestApproverFanOut(t *testing.T) {
 
 func TestApproverSkipsExpired(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte("rules:\n  - action: approve\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +247,7 @@ func TestApproverSkipsExpired(t *testing.T) {
 	if h := next(t, events); h.req.ToolCallID != "c2" || h.outcome != approver.OutcomeApproved {
 		t.Fatalf("second: %s %s", h.req.ToolCallID, h.outcome)
 	}
-	if got := decisions(t, b, "run-old"); len(got) != 0 {
+	if got := bustest.Decisions(t, b, "run-old"); len(got) != 0 {
 		t.Errorf("expired request got decisions %+v", got)
 	}
 	waitAcked(t, b, "late")
@@ -369,7 +255,7 @@ func TestApproverSkipsExpired(t *testing.T) {
 
 func TestApproverInteractive(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte("rules:\n  - tool: safe\n    action: approve\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -399,7 +285,7 @@ func TestApproverInteractive(t *testing.T) {
 	if h := next(t, events); h.outcome != approver.OutcomeApproved {
 		t.Fatalf("edited: %s", h.outcome)
 	}
-	got := decisions(t, b, req.RunID)
+	got := bustest.Decisions(t, b, req.RunID)
 	if len(got) != 1 || !got[0].Approved || string(got[0].OverrideArgs) != `{"cmd":"ls /tmp/x"}` {
 		t.Fatalf("decisions = %+v", got)
 	}
@@ -415,7 +301,7 @@ func TestApproverInteractive(t *testing.T) {
 	if h := next(t, events); h.outcome != approver.OutcomeEscalated {
 		t.Fatalf("skipped: %s", h.outcome)
 	}
-	if got := decisions(t, b, skip.RunID); len(got) != 0 {
+	if got := bustest.Decisions(t, b, skip.RunID); len(got) != 0 {
 		t.Errorf("skipped request got decisions %+v", got)
 	}
 	if o := out.String(); !strings.Contains(o, `"cmd": "reboot"`) || strings.Contains(o, "safe") {
@@ -426,10 +312,10 @@ func TestApproverInteractive(t *testing.T) {
 
 func TestApproverStopsWhenPromptInputEnds(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	prompt := approver.NewPrompt(strings.NewReader(""), io.Discard)
 	t.Cleanup(func() { prompt.Close() })
-	a, err := approver.New(approver.Config{Bus: b, ID: "gone", Asker: prompt, Logger: testLogger(t)})
+	a, err := approver.New(approver.Config{Bus: b, ID: "gone", Asker: prompt, Logger: bustest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,14 +327,14 @@ func TestApproverStopsWhenPromptInputEnds(t *testing.T) {
 		if !errors.Is(err, io.EOF) {
 			t.Errorf("Run = %v, want an error wrapping EOF", err)
 		}
-	case <-time.After(wait):
+	case <-time.After(bustest.Timeout):
 		t.Fatal("Run did not stop")
 	}
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte("rules: []\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 )
 
 // CLI runs the approver's one-shot commands: list, approve, deny. It reads
@@ -30,7 +31,7 @@ type CLI struct {
 	// Filter narrows the requests seen. Defaults to bus.AllApprovals.
 	Filter string
 	// Orchestrator, when set, is the authority on what is pending.
-	Orchestrator *Orchestrator
+	Orchestrator *client.Client
 	// Out receives the commands' results.
 	Out io.Writer
 	// Progress receives progress of long steps (stderr); nil shows none.

@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/client"
 )
 
 const cliSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
@@ -33,33 +34,12 @@ func cliRequest(t *testing.T, run, call, args string, deadline time.Time) bus.Ap
 	}
 }
 
-func lastDecision(t *testing.T, b *bus.Bus, run string) *bus.Decision {
-	t.Helper()
-	s, err := b.JetStream().Stream(ctxT(t), bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj, _ := bus.DecisionSubject(run)
-	m, err := s.GetLastMsgForSubject(ctxT(t), subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d bus.Decision
-	if err := bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &d); err != nil {
-		t.Fatal(err)
-	}
-	return &d
-}
-
 // cliFixture publishes: two calls named call-1 (runs 1 and 2), one settled
 // by an event (run 3), one past its deadline (run 4), and a second attempt
 // of run 5's call.
 func cliFixture(t *testing.T) *bus.Bus {
-	b := startBus(t)
-	ctx := ctxT(t)
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
 	later := time.Now().Add(time.Hour)
 	reqs := []bus.ApprovalRequest{
 		cliRequest(t, "run-1", "call-1", `{"path":"a"}`, later),
@@ -96,14 +76,14 @@ func TestCLIPendingFromTheStream(t *testing.T) {
 	b := cliFixture(t)
 	var out, progress bytes.Buffer
 	cli := &approver.CLI{Bus: b, ID: "cli", Out: &out, Progress: &progress}
-	ps, err := cli.Pending(ctxT(t))
+	ps, err := cli.Pending(bustest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"run-1/call-1#0", "run-2/call-1#0", "run-5/call-5#1"}, pendingIDs(ps)); diff != "" {
 		t.Errorf("pending (-want +got):\n%s", diff)
 	}
-	if err := cli.List(ctxT(t)); err != nil {
+	if err := cli.List(bustest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -128,8 +108,8 @@ func TestCLIPendingFromTheOrchestrator(t *testing.T) {
 			{"run_id":"run-3","tool_call_id":"call-3","tool_name":"delete_file","kind":"approval","args":{}}]}`))
 	}))
 	t.Cleanup(orch.Close)
-	cli := &approver.CLI{Bus: b, ID: "cli", Out: new(bytes.Buffer), Orchestrator: &approver.Orchestrator{BaseURL: orch.URL}}
-	ps, err := cli.Pending(ctxT(t))
+	cli := &approver.CLI{Bus: b, ID: "cli", Out: new(bytes.Buffer), Orchestrator: &client.Client{BaseURL: orch.URL}}
+	ps, err := cli.Pending(bustest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +117,10 @@ func TestCLIPendingFromTheOrchestrator(t *testing.T) {
 		t.Errorf("pending (-want +got):\n%s", diff)
 	}
 	// With the orchestrator as authority, call-1 is no longer ambiguous.
-	if err := cli.Deny(ctxT(t), "call-1", "no"); err != nil {
+	if err := cli.Deny(bustest.Context(t), "call-1", "no"); err != nil {
 		t.Fatalf("deny call-1: %v", err)
 	}
-	if d := lastDecision(t, b, "run-2"); d == nil || d.Approved || d.Message != "no" {
+	if d := bustest.LastDecision(t, b, "run-2"); d == nil || d.Approved || d.Message != "no" {
 		t.Errorf("decision for run-2 = %+v", d)
 	}
 }
@@ -161,24 +141,24 @@ func TestCLIDecide(t *testing.T) {
 		err  error
 		want func(error) bool
 	}{
-		{"ambiguous id", cli.Approve(ctxT(t), "call-1", nil), func(e error) bool { return errors.Is(e, approver.ErrAmbiguous) }},
-		{"settled elsewhere", cli.Approve(ctxT(t), "call-3", nil), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
-		{"expired", cli.Deny(ctxT(t), "run-4/call-4", "x"), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
-		{"args the schema refuses", cli.Approve(ctxT(t), "run-1/call-1", json.RawMessage(`{"path":1}`)), func(e error) bool { return errors.As(e, &argsErr) }},
+		{"ambiguous id", cli.Approve(bustest.Context(t), "call-1", nil), func(e error) bool { return errors.Is(e, approver.ErrAmbiguous) }},
+		{"settled elsewhere", cli.Approve(bustest.Context(t), "call-3", nil), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
+		{"expired", cli.Deny(bustest.Context(t), "run-4/call-4", "x"), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
+		{"args the schema refuses", cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{"path":1}`)), func(e error) bool { return errors.As(e, &argsErr) }},
 	}
 	for _, r := range refusals {
 		if r.err == nil || !r.want(r.err) {
 			t.Errorf("%s: error %v", r.name, r.err)
 		}
 	}
-	if d := lastDecision(t, b, "run-1"); d != nil {
+	if d := bustest.LastDecision(t, b, "run-1"); d != nil {
 		t.Fatalf("a refused command published %+v", d)
 	}
 
-	if err := cli.Approve(ctxT(t), "run-1/call-1", json.RawMessage(`{ "path": "z" }`)); err != nil {
+	if err := cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{ "path": "z" }`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := cli.Deny(ctxT(t), "run-5/call-5", "keep e"); err != nil {
+	if err := cli.Deny(bustest.Context(t), "run-5/call-5", "keep e"); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bus.Decision{
@@ -186,7 +166,7 @@ func TestCLIDecide(t *testing.T) {
 		"run-5": {RunID: "run-5", ToolCallID: "call-5", Message: "keep e", ApproverID: "cli"},
 	}
 	for run, w := range want {
-		d := lastDecision(t, b, run)
+		d := bustest.LastDecision(t, b, run)
 		if d == nil {
 			t.Fatalf("no decision for %s", run)
 		}

@@ -2,18 +2,17 @@ package approver_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
@@ -21,40 +20,15 @@ import (
 // decisionHeaders reads the headers of the decisions stored for run.
 func decisionHeaders(t *testing.T, b *bus.Bus, run string) []nats.Header {
 	t.Helper()
-	ctx := ctxT(t)
 	subj, err := bus.DecisionSubject(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := b.JetStream().Stream(ctx, bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := c.Fetch(1, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []nats.Header
-	for m := range batch.Messages() {
+	for _, m := range bustest.Messages(t, b, bus.StreamReplies, subj) {
 		out = append(out, m.Headers())
 	}
-	if err := batch.Error(); err != nil {
-		t.Fatal(err)
-	}
 	return out
-}
-
-func spanAttr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
-	for _, kv := range s.Attributes() {
-		if kv.Key == key {
-			return kv.Value.Emit()
-		}
-	}
-	return ""
 }
 
 // Each request becomes a span under the trace context it was published
@@ -62,7 +36,7 @@ func spanAttr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 // outcome and the decision latencies.
 func TestApproverMetricsAndTrace(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	pol, err := approver.ParsePolicy([]byte(e2ePolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +61,7 @@ func TestApproverMetricsAndTrace(t *testing.T) {
 		telemetry.Inject(ctx, hdr)
 		span.End()
 		parents[r.ToolCallID] = span.SpanContext()
-		if _, err := b.PublishApproval(ctxT(t), r, hdr); err != nil {
+		if _, err := b.PublishApproval(bustest.Context(t), r, hdr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,24 +75,20 @@ func TestApproverMetricsAndTrace(t *testing.T) {
 	}
 
 	spans := map[string]sdktrace.ReadOnlySpan{}
-	deadline := time.Now().Add(wait)
-	for len(spans) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("approver spans: %v; all: %s", spans, telemetrytest.SpanNames(exp.GetSpans()))
-		}
+	bustest.Poll(t, bustest.Timeout, "approver spans", func() (bool, string) {
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.SpanKind() == trace.SpanKindConsumer {
-				spans[spanAttr(s, telemetry.AttrToolCallID)] = s
+				spans[telemetrytest.Attr(s, telemetry.AttrToolCallID)] = s
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(spans) >= 3, fmt.Sprintf("%v; all: %s", spans, telemetrytest.SpanNames(exp.GetSpans()))
+	})
 	for id, want := range parents {
 		s := spans[id]
 		if s.SpanContext().TraceID() != want.TraceID() || s.Parent().SpanID() != want.SpanID() {
 			t.Errorf("%s: span trace %s parent %s, want %s %s", id, s.SpanContext().TraceID(), s.Parent().SpanID(), want.TraceID(), want.SpanID())
 		}
-		if got := spanAttr(s, telemetry.AttrOutcome); got != string(map[string]approver.Outcome{"c1": "denied", "c2": "approved", "c3": "escalated"}[id]) {
+		if got := telemetrytest.Attr(s, telemetry.AttrOutcome); got != string(map[string]approver.Outcome{"c1": "denied", "c2": "approved", "c3": "escalated"}[id]) {
 			t.Errorf("%s: span outcome %q", id, got)
 		}
 	}

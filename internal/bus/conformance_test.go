@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 // runBusConformance checks the behaviour every bus must have; newBus
@@ -25,16 +26,10 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		want := sampleCall("run1", "c1")
 		got := make(chan *bus.Delivery[bus.CallRequest], 1)
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
-			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d; return nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		if _, err := b.PublishCall(ctxT(t), want); err != nil {
-			t.Fatal(err)
-		}
-		d := recv(t, got, "call")
+		consumeCalls(t, b, "weather", fast,
+			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d; return nil })
+		publishCall(t, b, want)
+		d := bustest.Recv(t, got, "call")
 		if diff := cmp.Diff(want, d.Msg); diff != "" {
 			t.Errorf("call (-want +got):\n%s", diff)
 		}
@@ -54,18 +49,18 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		got1 := make(chan bus.ApprovalRequest, 1)
 		got2 := make(chan bus.ApprovalRequest, 1)
 		for name, ch := range map[string]chan bus.ApprovalRequest{"bot": got1, "human": got2} {
-			s, err := b.ConsumeApprovals(ctxT(t), name, "", fast, bus.HandlerFunc[bus.ApprovalRequest](
+			s, err := b.ConsumeApprovals(bustest.Context(t), name, "", fast, bus.HandlerFunc[bus.ApprovalRequest](
 				func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error { ch <- d.Msg; return nil }))
 			if err != nil {
 				t.Fatal(err)
 			}
 			stop(t, s)
 		}
-		if _, err := b.PublishApproval(ctxT(t), want); err != nil {
+		if _, err := b.PublishApproval(bustest.Context(t), want); err != nil {
 			t.Fatal(err)
 		}
 		for _, ch := range []chan bus.ApprovalRequest{got1, got2} {
-			if diff := cmp.Diff(want, recv(t, ch, "approval")); diff != "" {
+			if diff := cmp.Diff(want, bustest.Recv(t, ch, "approval")); diff != "" {
 				t.Errorf("approval (-want +got):\n%s", diff)
 			}
 		}
@@ -77,16 +72,12 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		reply := sampleReply("run1", "c1")
 		dec := sampleDecision("run1", "c2")
 		got := make(chan bus.Reply, 2)
-		s, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
-			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { got <- d.Msg; return nil }))
-		if err != nil {
+		consumeReplies(t, b, "orchestrator", fast,
+			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { got <- d.Msg; return nil })
+		if _, err := b.PublishCallReply(bustest.Context(t), reply); err != nil {
 			t.Fatal(err)
 		}
-		stop(t, s)
-		if _, err := b.PublishCallReply(ctxT(t), reply); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.PublishDecision(ctxT(t), dec); err != nil {
+		if _, err := b.PublishDecision(bustest.Context(t), dec); err != nil {
 			t.Fatal(err)
 		}
 		want := []bus.Reply{
@@ -94,7 +85,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			{Kind: bus.ReplyKindApproval, RunID: "run1", Decision: &dec},
 		}
 		for i := range want {
-			if diff := cmp.Diff(want[i], recv(t, got, "reply")); diff != "" {
+			if diff := cmp.Diff(want[i], bustest.Recv(t, got, "reply")); diff != "" {
 				t.Errorf("reply %d (-want +got):\n%s", i, diff)
 			}
 		}
@@ -109,13 +100,13 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			{ConversationID: "conv1", RunID: "run2", Type: "done", Time: deadline},
 		}
 		for _, e := range evs {
-			if _, err := b.PublishEvent(ctxT(t), e); err != nil {
+			if _, err := b.PublishEvent(bustest.Context(t), e); err != nil {
 				t.Fatal(err)
 			}
 		}
 		var got []bus.Event
 		var seqs []uint64
-		for se, err := range b.Events(ctxT(t), "conv1", 0) {
+		for se, err := range b.Events(bustest.Context(t), "conv1", 0) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +120,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
 		// Resuming after the first yields the second.
-		for se, err := range b.Events(ctxT(t), "conv1", seqs[0]) {
+		for se, err := range b.Events(bustest.Context(t), "conv1", seqs[0]) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,29 +135,29 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		t.Parallel()
 		b := newBus(t)
 		r := sampleReply("run1", "c1")
-		if _, err := b.PublishCallReply(ctxT(t), r); err != nil {
+		if _, err := b.PublishCallReply(bustest.Context(t), r); err != nil {
 			t.Fatal(err)
 		}
 		r.WorkerID = "w2"
-		ack, err := b.PublishCallReply(ctxT(t), r)
+		ack, err := b.PublishCallReply(bustest.Context(t), r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ack.Duplicate {
 			t.Error("second publish not reported as duplicate")
 		}
-		if n := streamMsgs(t, b, bus.StreamReplies); n != 1 {
+		if n := bustest.StreamMsgs(t, b, bus.StreamReplies); n != 1 {
 			t.Errorf("replies stream holds %d messages, want 1", n)
 		}
 		// Decisions of different approvers are not duplicates of each other.
 		d := sampleDecision("run1", "c1")
 		for _, who := range []string{"alice", "bob", "alice"} {
 			d.ApproverID = who
-			if _, err := b.PublishDecision(ctxT(t), d); err != nil {
+			if _, err := b.PublishDecision(bustest.Context(t), d); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if n := streamMsgs(t, b, bus.StreamReplies); n != 3 {
+		if n := bustest.StreamMsgs(t, b, bus.StreamReplies); n != 3 {
 			t.Errorf("replies stream holds %d messages, want 3", n)
 		}
 	})
@@ -175,16 +166,12 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		t.Parallel()
 		b := newBus(t)
 		var handled atomic.Int32
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { handled.Add(1); return nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
+		consumeCalls(t, b, "weather", fast,
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { handled.Add(1); return nil })
 		// Raw publishes past the codec: garbage, and a valid body that
 		// fails validation.
 		hdr := nats.Header{"X-Trace": []string{"t1"}}
-		if _, err := b.JetStream().PublishMsg(ctxT(t), &nats.Msg{Subject: "toolgate.call.weather", Data: []byte{0xc1, 0x00}, Header: hdr}); err != nil {
+		if _, err := b.JetStream().PublishMsg(bustest.Context(t), &nats.Msg{Subject: "toolgate.call.weather", Data: []byte{0xc1, 0x00}, Header: hdr}); err != nil {
 			t.Fatal(err)
 		}
 		dl := nextDeadLetter(t, b, 0)
@@ -200,7 +187,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.JetStream().PublishMsg(ctxT(t), &nats.Msg{Subject: "toolgate.call.weather", Data: data,
+		if _, err := b.JetStream().PublishMsg(bustest.Context(t), &nats.Msg{Subject: "toolgate.call.weather", Data: data,
 			Header: nats.Header{bus.HeaderContentType: []string{bus.ContentTypeJSON}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -211,40 +198,30 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		// The good call behind them still flows, and the poison is gone
 		// from the work queue (terminated).
 		done := make(chan struct{})
-		s2, err := b.ConsumeCalls(ctxT(t), "other", fast, bus.HandlerFunc[bus.CallRequest](
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { close(done); return nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s2)
+		consumeCalls(t, b, "other", fast,
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { close(done); return nil })
 		c := sampleCall("run1", "c9")
 		c.ToolName = "other"
-		if _, err := b.PublishCall(ctxT(t), c); err != nil {
-			t.Fatal(err)
-		}
-		recv(t, done, "good call")
+		publishCall(t, b, c)
+		bustest.Recv(t, done, "good call")
 		if handled.Load() != 0 {
 			t.Errorf("handler saw %d poison messages", handled.Load())
 		}
-		waitFor(t, "work queue empty", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "work queue empty", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 	})
 
 	t.Run("reply body must match its subject", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
 		var handled atomic.Int32
-		s, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
-			func(context.Context, *bus.Delivery[bus.Reply]) error { handled.Add(1); return nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
+		consumeReplies(t, b, "orchestrator", fast,
+			func(context.Context, *bus.Delivery[bus.Reply]) error { handled.Add(1); return nil })
 		// A decision body published on a result subject.
 		data, err := bus.Encode(sampleDecision("run1", "c1"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.JetStream().Publish(ctxT(t), "toolgate.reply.run1.call", data); err != nil {
+		if _, err := b.JetStream().Publish(bustest.Context(t), "toolgate.reply.run1.call", data); err != nil {
 			t.Fatal(err)
 		}
 		dl := nextDeadLetter(t, b, 0)
@@ -252,7 +229,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Errorf("kind %q reason %q", dl.Kind, dl.Reason)
 		}
 		// A result for another run than its subject says.
-		if _, err := b.Publish(ctxT(t), "toolgate.reply.run2.call", "x", sampleReply("run1", "c1")); err != nil {
+		if _, err := b.Publish(bustest.Context(t), "toolgate.reply.run2.call", "x", sampleReply("run1", "c1")); err != nil {
 			t.Fatal(err)
 		}
 		dl = nextDeadLetter(t, b, dl.Seq)
@@ -268,7 +245,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		t.Parallel()
 		b := newBus(t)
 		got := make(chan uint64, 3)
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+		consumeCalls(t, b, "weather", fast,
 			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
 				got <- d.NumDelivered
 				switch d.NumDelivered {
@@ -278,43 +255,31 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 					panic("boom")
 				}
 				return nil
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
+			})
+		publishCall(t, b, sampleCall("run1", "c1"))
 		for want := uint64(1); want <= 3; want++ {
-			if n := recv(t, got, "delivery"); n != want {
+			if n := bustest.Recv(t, got, "delivery"); n != want {
 				t.Fatalf("delivery %d, want %d", n, want)
 			}
 		}
-		waitFor(t, "acked", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 	})
 
 	t.Run("explicit nak with delay", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
 		got := make(chan time.Time, 2)
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+		consumeCalls(t, b, "weather", fast,
 			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
 				got <- time.Now()
 				if d.NumDelivered == 1 {
 					return d.NakWithDelay(300 * time.Millisecond)
 				}
 				return nil
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
-		t1 := recv(t, got, "first delivery")
-		t2 := recv(t, got, "redelivery")
+			})
+		publishCall(t, b, sampleCall("run1", "c1"))
+		t1 := bustest.Recv(t, got, "first delivery")
+		t2 := bustest.Recv(t, got, "redelivery")
 		if d := t2.Sub(t1); d < 250*time.Millisecond {
 			t.Errorf("redelivered after %s, want ≥ 300ms", d)
 		}
@@ -323,22 +288,16 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("terminal handler error dead-letters", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+		consumeCalls(t, b, "weather", fast,
 			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
 				return bus.Terminal(errors.New("tool is gone"))
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
+			})
+		publishCall(t, b, sampleCall("run1", "c1"))
 		dl := nextDeadLetter(t, b, 0)
 		if dl.Kind != bus.DLQHandler || dl.Reason != "tool is gone" || dl.Header.Get(bus.HeaderRun) != "run1" {
 			t.Errorf("dead letter %+v", dl)
 		}
-		waitFor(t, "termed", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "termed", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 	})
 
 	t.Run("max deliveries become a dead letter and a failed reply", func(t *testing.T) {
@@ -346,28 +305,18 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		cfg := fast
 		cfg.MaxDeliver = 2
-		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { return errors.New("always") }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		md, err := b.HandleMaxDeliveries(ctxT(t), bus.MaxDeliveriesConfig{})
+		consumeCalls(t, b, "weather", cfg,
+			func(context.Context, *bus.Delivery[bus.CallRequest]) error { return errors.New("always") })
+		md, err := b.HandleMaxDeliveries(bustest.Context(t), bus.MaxDeliveriesConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop(t, md)
 		replies := make(chan bus.Reply, 1)
-		rs, err := b.ConsumeReplies(ctxT(t), "orchestrator", fast, bus.HandlerFunc[bus.Reply](
-			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, rs)
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
-		r := recv(t, replies, "failed reply")
+		consumeReplies(t, b, "orchestrator", fast,
+			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil })
+		publishCall(t, b, sampleCall("run1", "c1"))
+		r := bustest.Recv(t, replies, "failed reply")
 		want := bus.Reply{Kind: bus.ReplyKindCall, RunID: "run1", Call: &bus.CallReply{
 			RunID: "run1", ToolCallID: "c1", Outcome: bus.OutcomeFailed, Message: "exhausted 2 deliveries", WorkerID: "toolgate",
 		}}
@@ -378,7 +327,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if dl.Kind != bus.DLQMaxDeliveries || dl.Stream != bus.StreamCalls || dl.Reason != "exhausted 2 deliveries" {
 			t.Errorf("dead letter %+v", dl)
 		}
-		waitFor(t, "call deleted", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "call deleted", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 	})
 
 	t.Run("batch publish", func(t *testing.T) {
@@ -397,22 +346,22 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Fatal(err)
 		}
 		out = append(out, a)
-		if err := b.PublishBatch(ctxT(t), out); err != nil {
+		if err := b.PublishBatch(bustest.Context(t), out); err != nil {
 			t.Fatal(err)
 		}
 		// Again: every message is a duplicate, nothing is added.
-		if err := b.PublishBatch(ctxT(t), out); err != nil {
+		if err := b.PublishBatch(bustest.Context(t), out); err != nil {
 			t.Fatal(err)
 		}
-		if n := streamMsgs(t, b, bus.StreamCalls); n != 3 {
+		if n := bustest.StreamMsgs(t, b, bus.StreamCalls); n != 3 {
 			t.Errorf("calls: %d messages, want 3", n)
 		}
-		if n := streamMsgs(t, b, bus.StreamApprovals); n != 1 {
+		if n := bustest.StreamMsgs(t, b, bus.StreamApprovals); n != 1 {
 			t.Errorf("approvals: %d messages, want 1", n)
 		}
 		// A message nobody captures fails alone, naming its index.
 		out = append(out, bus.Outgoing{Subject: "nowhere.at.all", MsgID: "x", Value: sampleReply("run1", "c1")})
-		err = b.PublishBatch(ctxT(t), out)
+		err = b.PublishBatch(bustest.Context(t), out)
 		if !errors.Is(err, bus.ErrNotCaptured) || !strings.Contains(err.Error(), "[4]") {
 			t.Errorf("batch error = %v, want ErrNotCaptured for [4]", err)
 		}
@@ -421,7 +370,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("publish to an uncaptured subject is an error", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		_, err := b.Publish(ctxT(t), "toolgate.nothing.here", "id1", sampleReply("run1", "c1"))
+		_, err := b.Publish(bustest.Context(t), "toolgate.nothing.here", "id1", sampleReply("run1", "c1"))
 		if !errors.Is(err, bus.ErrNotCaptured) {
 			t.Errorf("err = %v, want ErrNotCaptured", err)
 		}
@@ -434,23 +383,17 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		cfg.Concurrency = 2
 		arrived := make(chan string, 2)
 		release := make(chan struct{})
-		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
+		consumeCalls(t, b, "weather", cfg,
 			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
 				arrived <- d.Msg.ToolCallID
 				<-release
 				return nil
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
+			})
 		for _, id := range []string{"c1", "c2"} {
-			if _, err := b.PublishCall(ctxT(t), sampleCall("run1", id)); err != nil {
-				t.Fatal(err)
-			}
+			publishCall(t, b, sampleCall("run1", id))
 		}
 		// Both arrive while neither handler has returned.
-		got := map[string]bool{recv(t, arrived, "first call"): true, recv(t, arrived, "second call"): true}
+		got := map[string]bool{bustest.Recv(t, arrived, "first call"): true, bustest.Recv(t, arrived, "second call"): true}
 		close(release)
 		if !got["c1"] || !got["c2"] {
 			t.Errorf("handled %v", got)
@@ -464,7 +407,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		cfg.AckWait = 500 * time.Millisecond
 		cfg.AutoInProgress = true
 		deliveries := make(chan uint64, 4)
-		s, err := b.ConsumeCalls(ctxT(t), "weather", cfg, bus.HandlerFunc[bus.CallRequest](
+		consumeCalls(t, b, "weather", cfg,
 			func(ctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
 				deliveries <- d.NumDelivered
 				if d.NumDelivered == 1 {
@@ -475,16 +418,10 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 					}
 				}
 				return nil
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop(t, s)
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
-		recv(t, deliveries, "delivery")
-		waitFor(t, "acked", func() bool { return streamMsgs(t, b, bus.StreamCalls) == 0 })
+			})
+		publishCall(t, b, sampleCall("run1", "c1"))
+		bustest.Recv(t, deliveries, "delivery")
+		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 		select {
 		case n := <-deliveries:
 			t.Errorf("redelivered (delivery %d) although in progress", n)
@@ -498,7 +435,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		started := make(chan struct{})
 		release := make(chan struct{})
 		var finished atomic.Bool
-		s, err := b.ConsumeCalls(ctxT(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
+		s, err := b.ConsumeCalls(bustest.Context(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
 			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
 				close(started)
 				<-release
@@ -508,19 +445,17 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
-			t.Fatal(err)
-		}
-		recv(t, started, "handler start")
+		publishCall(t, b, sampleCall("run1", "c1"))
+		bustest.Recv(t, started, "handler start")
 		stopped := make(chan error, 1)
-		go func() { stopped <- s.Stop(ctxT(t)) }()
+		go func() { stopped <- s.Stop(bustest.Context(t)) }()
 		select {
 		case err := <-stopped:
 			t.Fatalf("Stop returned %v while the handler ran", err)
 		case <-time.After(50 * time.Millisecond):
 		}
 		close(release)
-		if err := recv(t, stopped, "stop"); err != nil {
+		if err := bustest.Recv(t, stopped, "stop"); err != nil {
 			t.Fatal(err)
 		}
 		if !finished.Load() {
@@ -529,37 +464,21 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	})
 }
 
-// waitFor polls cond (server-side state has no notification) with a bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestConformanceInProcessMsgpack(t *testing.T) {
 	t.Parallel()
-	runBusConformance(t, func(t *testing.T) *bus.Bus {
-		b := connectInProcess(t, startServer(t), bus.ConnConfig{Name: "test"})
-		setup(t, b)
-		return b
-	})
+	runBusConformance(t, func(t *testing.T) *bus.Bus { return bustest.NewBus(t) })
 }
 
 func TestConformanceTCPJSON(t *testing.T) {
 	t.Parallel()
 	runBusConformance(t, func(t *testing.T) *bus.Bus {
-		srv := startServer(t)
-		b, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: srv.ClientURL(), Name: "test", ContentType: bus.ContentTypeJSON, Logger: testLogger(t)})
+		srv := bustest.NewServer(t)
+		b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: srv.ClientURL(), Name: "test", ContentType: bus.ContentTypeJSON, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(b.Close)
-		setup(t, b)
+		bustest.Setup(t, b)
 		return b
 	})
 }

@@ -11,64 +11,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // wait bounds every blocking wait in these tests.
-const wait = 15 * time.Second
+const wait = bustest.Timeout
 
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(bustest.NewLogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
-}
-
-func startServer(t *testing.T, users ...bus.User) *bus.Server {
-	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{
-		StoreDir: t.TempDir(),
-		Listen:   "127.0.0.1:-1",
-		Users:    users,
-	})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func connectInProcess(t *testing.T, srv *bus.Server, cfg bus.ConnConfig) *bus.Bus {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
-	}
-	b, err := srv.Connect(ctxT(t), cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
-
-func setup(t *testing.T, b *bus.Bus) {
-	t.Helper()
-	if err := b.Setup(ctxT(t), bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-}
+func ctxT(t *testing.T) context.Context { return bustest.Context(t) }
 
 func stop(t *testing.T, s *bus.Subscription) {
 	t.Helper()
@@ -81,14 +36,31 @@ func stop(t *testing.T, s *bus.Subscription) {
 	})
 }
 
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
+// consumeCalls consumes tool's calls with fn until the test ends.
+func consumeCalls(t *testing.T, b *bus.Bus, tool string, cfg bus.ConsumeConfig, fn func(context.Context, *bus.Delivery[bus.CallRequest]) error) *bus.Subscription {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(wait):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
+	s, err := b.ConsumeCalls(ctxT(t), tool, cfg, bus.HandlerFunc[bus.CallRequest](fn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, s)
+	return s
+}
+
+// consumeReplies consumes replies as durable with fn until the test ends.
+func consumeReplies(t *testing.T, b *bus.Bus, durable string, cfg bus.ConsumeConfig, fn func(context.Context, *bus.Delivery[bus.Reply]) error) {
+	t.Helper()
+	s, err := b.ConsumeReplies(ctxT(t), durable, cfg, bus.HandlerFunc[bus.Reply](fn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, s)
+}
+
+func publishCall(t *testing.T, b *bus.Bus, c bus.CallRequest) {
+	t.Helper()
+	if _, err := b.PublishCall(ctxT(t), c); err != nil {
+		t.Fatalf("publish call %s: %v", c.ToolCallID, err)
 	}
 }
 
@@ -118,16 +90,7 @@ func nextDeadLetter(t *testing.T, b *bus.Bus, after uint64) bus.DeadLetter {
 }
 
 func streamMsgs(t *testing.T, b *bus.Bus, stream string) uint64 {
-	t.Helper()
-	st, err := b.JetStream().Stream(ctxT(t), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return bustest.StreamMsgs(t, b, stream)
 }
 
 var deadline = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)

@@ -9,17 +9,13 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestRunsKVCompareAndSet(t *testing.T) {
 	t.Parallel()
-	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
-	setup(t, b)
-	ctx := ctxT(t)
-	runs, err := b.Runs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := bustest.Context(t)
+	runs := newRuns(t)
 	if _, err := runs.Get(ctx, "run1"); !errors.Is(err, bus.ErrKeyNotFound) {
 		t.Errorf("get missing: %v", err)
 	}
@@ -83,13 +79,8 @@ func TestRunsKVCompareAndSet(t *testing.T) {
 
 func TestRunsKVWatch(t *testing.T) {
 	t.Parallel()
-	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
-	setup(t, b)
-	ctx := ctxT(t)
-	runs, err := b.Runs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := bustest.Context(t)
+	runs := newRuns(t)
 	if _, err := runs.Put(ctx, "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -128,18 +119,23 @@ func TestRunsKVWatch(t *testing.T) {
 
 func TestRunsKVPerKeyTTL(t *testing.T) {
 	t.Parallel()
-	b := connectInProcess(t, startServer(t), bus.ConnConfig{})
-	setup(t, b)
-	ctx := ctxT(t)
-	runs, err := b.Runs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := bustest.Context(t)
+	runs := newRuns(t)
 	if _, err := runs.Create(ctx, "short", []byte("x"), time.Second); err != nil {
 		t.Fatalf("create with ttl: %v", err)
 	}
-	waitFor(t, "key expiry", func() bool {
+	bustest.WaitFor(t, "key expiry", func() bool {
 		_, err := runs.Get(ctx, "short")
 		return errors.Is(err, bus.ErrKeyNotFound)
 	})
+}
+
+// newRuns is the runs bucket of a new bus.
+func newRuns(t *testing.T) *bus.KV {
+	t.Helper()
+	runs, err := bustest.NewBus(t).Runs(bustest.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
 }

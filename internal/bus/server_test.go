@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestStoreDirLockRefusesSecondServer(t *testing.T) {
@@ -41,32 +42,27 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := srv.Connect(ctxT(t), bus.ConnConfig{})
+	b, err := srv.Connect(bustest.Context(t), bus.ConnConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup(t, b)
-	if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+	bustest.Setup(t, b)
+	if _, err := b.PublishCall(bustest.Context(t), sampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
 	srv.Shutdown()
 
 	srv = startServerCfg(t, cfg)
-	b = connectInProcess(t, srv, bus.ConnConfig{})
-	if n := streamMsgs(t, b, bus.StreamCalls); n != 1 {
+	b = bustest.ConnectConfig(t, srv, bus.ConnConfig{})
+	if n := bustest.StreamMsgs(t, b, bus.StreamCalls); n != 1 {
 		t.Errorf("after restart the calls stream holds %d messages, want 1", n)
 	}
 }
 
 func startServerCfg(t *testing.T, cfg bus.ServerConfig) *bus.Server {
 	t.Helper()
-	srv, err := bus.StartServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
+	return bustest.StartServer(t, cfg)
 }
 
 func TestStartServerConfigErrors(t *testing.T) {
@@ -94,9 +90,9 @@ func TestStartServerConfigErrors(t *testing.T) {
 
 func TestSetupIdempotent(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	b := connectInProcess(t, srv, bus.ConnConfig{})
-	ctx := ctxT(t)
+	srv := bustest.NewServer(t)
+	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{})
+	ctx := bustest.Context(t)
 	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,15 +170,15 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := bus.RolePermissions("intruder"); err == nil {
 		t.Error("unknown role accepted")
 	}
-	srv := startServer(t, users...)
+	srv := bustest.StartServer(t, bus.ServerConfig{Users: users})
 	conn := func(role string) *bus.Bus {
-		return connectInProcess(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw"})
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw"})
 	}
 	orch := conn(bus.RoleOrchestrator)
-	setup(t, orch)
+	bustest.Setup(t, orch)
 	worker := conn(bus.RoleWorker)
 	approver := conn(bus.RoleApprover)
-	ctx := ctxT(t)
+	ctx := bustest.Context(t)
 
 	// What each role is for works.
 	if _, err := worker.PublishCallReply(ctx, sampleReply("run1", "c1")); err != nil {
@@ -201,7 +197,7 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatalf("worker consuming calls: %v", err)
 	}
 	stop(t, s)
-	if id := recv(t, got, "call at worker"); id != "c3" {
+	if id := bustest.Recv(t, got, "call at worker"); id != "c3" {
 		t.Errorf("worker got %s", id)
 	}
 	as, err := approver.ConsumeApprovals(ctx, "bot", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
@@ -223,7 +219,7 @@ func TestRolePermissions(t *testing.T) {
 	}
 
 	// What they must not do fails, and nothing reaches the stream.
-	before := streamMsgs(t, orch, bus.StreamReplies)
+	before := bustest.StreamMsgs(t, orch, bus.StreamReplies)
 	if _, err := worker.PublishDecision(ctx, sampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
 	}
@@ -240,7 +236,7 @@ func TestRolePermissions(t *testing.T) {
 	if err := worker.Setup(ctx, bus.SetupConfig{}); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker setting up streams: err = %v, want ErrPermissionDenied", err)
 	}
-	if n := streamMsgs(t, orch, bus.StreamReplies); n != before {
+	if n := bustest.StreamMsgs(t, orch, bus.StreamReplies); n != before {
 		t.Errorf("replies grew from %d to %d", before, n)
 	}
 	// Core NATS reports the violation on the connection.
@@ -250,7 +246,7 @@ func TestRolePermissions(t *testing.T) {
 	if err := worker.Conn().FlushTimeout(wait); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "permission violation", func() bool {
+	bustest.WaitFor(t, "permission violation", func() bool {
 		return errors.Is(worker.Conn().LastError(), nats.ErrPermissionViolation)
 	})
 }

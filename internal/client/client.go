@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -25,6 +26,10 @@ type Client struct {
 	// HTTP defaults to a client without a timeout (event streams are long).
 	HTTP *http.Client
 }
+
+// maxErrorMessage bounds APIError.Message: the answer's body may be
+// anything, and callers show the message to people.
+const maxErrorMessage = 200
 
 // RunStatus is the answer to starting a run.
 type RunStatus struct {
@@ -61,7 +66,8 @@ type Pending struct {
 
 // APIError is a non-2xx answer.
 type APIError struct {
-	Status  int
+	Status int
+	// Message is the answer's error, or else the start of its body.
 	Message string
 }
 
@@ -90,6 +96,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Accept", "application/json")
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -108,6 +115,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
+		}
+		if len(e.Error) > maxErrorMessage {
+			e.Error = e.Error[:maxErrorMessage]
 		}
 		return &APIError{Status: resp.StatusCode, Message: e.Error}
 	}
@@ -135,7 +145,7 @@ func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (R
 // Conversation reads one conversation.
 func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
 	var conv Conversation
-	if err := c.do(ctx, http.MethodGet, "/v1/conversations/"+id, nil, &conv); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/v1/conversations/"+url.PathEscape(id), nil, &conv); err != nil {
 		return nil, err
 	}
 	return &conv, nil

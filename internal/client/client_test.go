@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/toolgate/toolgate/internal/client"
 )
 
@@ -63,5 +64,27 @@ func TestWriteTranscript(t *testing.T) {
 		"assistant │ Done.\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Fatalf("transcript (-want +got):\n%s", diff)
+	}
+}
+
+// The conversation id is one path segment, and a long error body is cut
+// short in the error.
+func TestConversationPathAndLongError(t *testing.T) {
+	t.Parallel()
+	var path, accept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path, accept = r.URL.EscapedPath(), r.Header.Get("Accept")
+		w.WriteHeader(http.StatusBadGateway)
+		w.Write([]byte(strings.Repeat("x", 5000)))
+	}))
+	t.Cleanup(srv.Close)
+	c := &client.Client{BaseURL: srv.URL}
+	_, err := c.Conversation(context.Background(), "a/b")
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadGateway || len(apiErr.Message) != 200 {
+		t.Fatalf("err = %v, want a 502 APIError with 200 bytes of the body", err)
+	}
+	if path != "/v1/conversations/a%2Fb" || accept != "application/json" {
+		t.Errorf("request path %q, Accept %q", path, accept)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// wirePart is a message part in the orchestrator's MESSAGE/PART JSON shape
+// Part is a message part in the orchestrator's MESSAGE/PART JSON shape
 // (the conformance format): exactly one key is set.
-type wirePart struct {
+type Part struct {
 	User   *string `json:"user"`
 	Text   *string `json:"text"`
 	System *string `json:"system"`
@@ -37,7 +37,7 @@ type wirePart struct {
 // WriteTranscript renders messages as a readable chat transcript.
 func WriteTranscript(w io.Writer, messages []json.RawMessage) error {
 	for i, raw := range messages {
-		var m map[string][]wirePart
+		var m map[string][]Part
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
@@ -54,7 +54,7 @@ func WriteTranscript(w io.Writer, messages []json.RawMessage) error {
 	return nil
 }
 
-func partLine(role string, p wirePart) string {
+func partLine(role string, p Part) string {
 	switch {
 	case p.User != nil:
 		return "user      │ " + indent(*p.User)

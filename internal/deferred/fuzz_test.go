@@ -11,6 +11,46 @@ import (
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
+// codec is an encoding the fuzz tests round-trip through.
+type codec struct {
+	name      string
+	marshal   func(any) ([]byte, error)
+	unmarshal func([]byte, any) error
+}
+
+var (
+	jsonCodec    = codec{"JSON", json.Marshal, json.Unmarshal}
+	msgpackCodec = codec{"msgpack", msgpack.Marshal, msgpack.Unmarshal}
+)
+
+// fuzzRoundTrip decodes in with c; ok is false if it does not decode.
+// Whatever decodes must re-encode to bytes that decode to an equal value
+// (by opts) and, if stable, encode to the same bytes again.
+func fuzzRoundTrip[T any](t *testing.T, c codec, in []byte, stable bool, opts ...cmp.Option) (v T, ok bool) {
+	t.Helper()
+	if c.unmarshal(in, &v) != nil {
+		return v, false
+	}
+	b1, err := c.marshal(v)
+	if err != nil {
+		t.Fatalf("%s: decoded %q but cannot encode %#v: %v", c.name, in, v, err)
+	}
+	var v2 T
+	if err := c.unmarshal(b1, &v2); err != nil {
+		t.Fatalf("%s: cannot decode own encoding %q: %v", c.name, b1, err)
+	}
+	if diff := cmp.Diff(v, v2, opts...); diff != "" {
+		t.Fatalf("%s: round trip of %q via %q (-first +second):\n%s", c.name, in, b1, diff)
+	}
+	if stable {
+		b2, err := c.marshal(v2)
+		if err != nil || !bytes.Equal(b1, b2) {
+			t.Fatalf("%s: encoding not stable: %q then %q (%v)", c.name, b1, b2, err)
+		}
+	}
+	return v, true
+}
+
 var resultsJSONSeeds = []string{
 	`{"approvals":{"del1":true,"upd1":false},"calls":{"job1":"done","loc1":{"city":"Berlin"}},"metadata":{"del1":{"by":"alice"}}}`,
 	`{"approvals":{"a":{"kind":"tool-approved","override_args":{"path":"b.txt"}},"b":{"kind":"tool-approved","override_args":null},"c":{"kind":"tool-denied","message":"no"},"d":{"kind":"tool-denied"}}}`,
@@ -33,24 +73,9 @@ func FuzzResultsJSON(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var v1 deferred.Results
-		if json.Unmarshal(in, &v1) != nil {
+		v1, ok := fuzzRoundTrip[deferred.Results](t, jsonCodec, in, true, cmpOpts)
+		if !ok {
 			return
-		}
-		b1, err := json.Marshal(v1)
-		if err != nil {
-			t.Fatalf("decoded %s but cannot encode %#v: %v", in, v1, err)
-		}
-		var v2 deferred.Results
-		if err := json.Unmarshal(b1, &v2); err != nil {
-			t.Fatalf("cannot decode own encoding %s: %v", b1, err)
-		}
-		if diff := cmp.Diff(v1, v2, cmpOpts); diff != "" {
-			t.Fatalf("round trip of %s via %s (-first +second):\n%s", in, b1, diff)
-		}
-		b2, err := json.Marshal(v2)
-		if err != nil || !bytes.Equal(b1, b2) {
-			t.Fatalf("encoding not stable: %s then %s (%v)", b1, b2, err)
 		}
 		if err := (&deferred.Requests{}).Check(&v1); err == nil && (len(v1.Approvals)+len(v1.Calls)) > 0 {
 			t.Fatalf("Check accepted answers for an empty batch: %s", in)
@@ -69,25 +94,7 @@ func FuzzResultsMsgpack(f *testing.F) {
 	f.Add([]byte{0x80})
 	f.Add([]byte{0xc0})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var v1 deferred.Results
-		if msgpack.Unmarshal(in, &v1) != nil {
-			return
-		}
-		b1, err := msgpack.Marshal(v1)
-		if err != nil {
-			t.Fatalf("decoded but cannot encode %#v: %v", v1, err)
-		}
-		var v2 deferred.Results
-		if err := msgpack.Unmarshal(b1, &v2); err != nil {
-			t.Fatalf("cannot decode own encoding: %v", err)
-		}
-		if diff := cmp.Diff(v1, v2); diff != "" {
-			t.Fatalf("round trip (-first +second):\n%s", diff)
-		}
-		b2, err := msgpack.Marshal(v2)
-		if err != nil || !bytes.Equal(b1, b2) {
-			t.Fatalf("encoding not stable (%v)", err)
-		}
+		fuzzRoundTrip[deferred.Results](t, msgpackCodec, in, true)
 	})
 }
 
@@ -103,24 +110,9 @@ func FuzzRequestsJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var v1 deferred.Requests
-		if json.Unmarshal(in, &v1) != nil {
+		v1, ok := fuzzRoundTrip[deferred.Requests](t, jsonCodec, in, true, cmpOpts)
+		if !ok {
 			return
-		}
-		b1, err := json.Marshal(v1)
-		if err != nil {
-			t.Fatalf("decoded %s but cannot encode: %v", in, err)
-		}
-		var v2 deferred.Requests
-		if err := json.Unmarshal(b1, &v2); err != nil {
-			t.Fatalf("cannot decode own encoding %s: %v", b1, err)
-		}
-		if diff := cmp.Diff(v1, v2, cmpOpts); diff != "" {
-			t.Fatalf("round trip of %s via %s (-first +second):\n%s", in, b1, diff)
-		}
-		b2, err := json.Marshal(v2)
-		if err != nil || !bytes.Equal(b1, b2) {
-			t.Fatalf("encoding not stable: %s then %s (%v)", b1, b2, err)
 		}
 		// A decoded batch is answerable: approving everything and failing
 		// every call completes it, and then nothing remains.
@@ -150,20 +142,9 @@ func FuzzRequestsMsgpack(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var v1 deferred.Requests
-		if msgpack.Unmarshal(in, &v1) != nil {
+		v1, ok := fuzzRoundTrip[deferred.Requests](t, msgpackCodec, in, false, cmpOpts)
+		if !ok {
 			return
-		}
-		b1, err := msgpack.Marshal(v1)
-		if err != nil {
-			t.Fatalf("decoded but cannot encode %#v: %v", v1, err)
-		}
-		var v2 deferred.Requests
-		if err := msgpack.Unmarshal(b1, &v2); err != nil {
-			t.Fatalf("cannot decode own encoding: %v", err)
-		}
-		if diff := cmp.Diff(v1, v2, cmpOpts); diff != "" {
-			t.Fatalf("round trip (-first +second):\n%s", diff)
 		}
 		// Every batch that decodes from msgpack is also valid JSON.
 		if _, err := json.Marshal(v1); err != nil {

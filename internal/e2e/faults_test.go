@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -35,21 +37,45 @@ var answer = map[string]any{"text": "done"}
 
 func scriptOf(rs ...map[string]any) []map[string]any { return rs }
 
+// startHeldByA starts a system running the slow agent's one call, c1, on
+// worker a, which holds it, and waits until a has started it.
+func startHeldByA(t *testing.T) (s *system, b *bus.Bus, api *client.Client, a *proc, runs []client.RunStatus) {
+	t.Helper()
+	s = newSystem(t, slowAgent, scriptOf(respond("c1"), answer), true)
+	b = s.connect()
+	_, api = s.orchestrator("orchestrator")
+	s.hold("a", true)
+	a = s.worker("a", "slow")
+	runs = startRuns(t, 1, api)
+	waitFor(t, "worker a to start the call", func() (bool, string) {
+		return s.starts(runs[0].RunID, "c1", "a") == 1, ""
+	})
+	return s, b, api, a, runs
+}
+
+// waitReplies waits until the replies stream holds at least n messages.
+func waitReplies(t *testing.T, b *bus.Bus, what string, n int) {
+	t.Helper()
+	waitFor(t, what, func() (bool, string) {
+		m := bustest.StreamMsgs(t, b, bus.StreamReplies)
+		return m >= uint64(n), fmt.Sprint(m)
+	})
+}
+
+func checkNoDeadLetters(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	if dl := bustest.DeadLetters(t, b); len(dl) != 0 {
+		t.Errorf("dead letters: %+v", dl)
+	}
+}
+
 // A worker killed with SIGKILL while it runs a call: the call is delivered
 // again to another worker after the ack wait, the conversation completes,
 // and the result is applied once (D35).
 func TestWorkerKilledMidCallRedelivered(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, slowAgent, scriptOf(respond("c1"), answer), true)
-	b := s.connect()
-	_, api := s.orchestrator("orchestrator")
-	s.hold("a", true)
-	a := s.worker("a", "slow")
-	runs := startRuns(t, 1, api)
+	s, b, api, a, runs := startHeldByA(t)
 	run := runs[0]
-	waitFor(t, "worker a to start the call", func() (bool, string) {
-		return s.starts(run.RunID, "c1", "a") == 1, ""
-	})
 	a.kill()
 	s.worker("b", "slow")
 
@@ -62,15 +88,13 @@ func TestWorkerKilledMidCallRedelivered(t *testing.T) {
 		t.Errorf("runs of the call: a %d, b %d; want 1 each", na, nb)
 	}
 	subj, _ := bus.CallReplySubject(run.RunID)
-	if n := subjectCount(t, b, bus.StreamReplies, subj); n != 1 {
+	if n := bustest.SubjectMsgs(t, b, bus.StreamReplies, subj); n != 1 {
 		t.Errorf("%d results stored for the run, want 1", n)
 	}
 	if n := checkAppliedOnce(t, b, run.ConversationID); n != 1 {
 		t.Errorf("%d replies applied, want 1", n)
 	}
-	if dl := deadLetters(t, b); len(dl) != 0 {
-		t.Errorf("dead letters: %+v", dl)
-	}
+	checkNoDeadLetters(t, b)
 }
 
 // Two workers both answer one call: worker a freezes (SIGSTOP) mid-call, so
@@ -81,16 +105,8 @@ func TestWorkerKilledMidCallRedelivered(t *testing.T) {
 // (D35).
 func TestFrozenWorkerAndItsReplacementBothReply(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, slowAgent, scriptOf(respond("c1"), answer), true)
-	b := s.connect()
-	_, api := s.orchestrator("orchestrator")
-	s.hold("a", true)
-	a := s.worker("a", "slow")
-	runs := startRuns(t, 1, api)
+	s, b, api, a, runs := startHeldByA(t)
 	run := runs[0]
-	waitFor(t, "worker a to start the call", func() (bool, string) {
-		return s.starts(run.RunID, "c1", "a") == 1, ""
-	})
 	a.signal(syscall.SIGSTOP)
 	s.worker("b", "slow")
 	conv := waitConversations(t, api, runs)[run.ConversationID]
@@ -117,7 +133,7 @@ func TestFrozenWorkerAndItsReplacementBothReply(t *testing.T) {
 	}
 
 	subj, _ := bus.CallReplySubject(run.RunID)
-	if n := subjectCount(t, b, bus.StreamReplies, subj); n != 1 {
+	if n := bustest.SubjectMsgs(t, b, bus.StreamReplies, subj); n != 1 {
 		t.Errorf("%d results stored for the run, want 1 (the second dropped by its id)", n)
 	}
 	conv, err := api.Conversation(ctxT(t), run.ConversationID)
@@ -130,9 +146,7 @@ func TestFrozenWorkerAndItsReplacementBothReply(t *testing.T) {
 	if n := checkAppliedOnce(t, b, run.ConversationID); n != 1 {
 		t.Errorf("%d replies applied, want 1", n)
 	}
-	if dl := deadLetters(t, b); len(dl) != 0 {
-		t.Errorf("dead letters: %+v", dl)
-	}
+	checkNoDeadLetters(t, b)
 }
 
 // The orchestrator is killed (SIGKILL) while every conversation waits for
@@ -158,20 +172,14 @@ func TestOrchestratorKilledMidBatchAndWhileRepliesArrive(t *testing.T) {
 
 	s.hold("c3", true)
 	s.hold("", false)
-	waitFor(t, "the first batches' results to be stored", func() (bool, string) {
-		m := streamMsgs(t, b, bus.StreamReplies)
-		return m >= 2*n, fmt.Sprint(m)
-	})
+	waitReplies(t, b, "the first batches' results to be stored", 2*n)
 	o2, _ := s.orchestrator("orchestrator-2")
 	waitFor(t, "every follow-up's call to start", func() (bool, string) {
 		c := s.startedCount("c3")
 		return c == n, fmt.Sprint(c)
 	})
 	s.hold("c3", false)
-	waitFor(t, "a second-batch result to arrive", func() (bool, string) {
-		m := streamMsgs(t, b, bus.StreamReplies)
-		return m > 2*n, fmt.Sprint(m)
-	})
+	waitReplies(t, b, "a second-batch result to arrive", 2*n+1)
 	o2.kill()
 
 	_, api = s.orchestrator("orchestrator-3")
@@ -192,9 +200,7 @@ func TestOrchestratorKilledMidBatchAndWhileRepliesArrive(t *testing.T) {
 		}
 		checkAppliedOnce(t, b, r.ConversationID)
 	}
-	if dl := deadLetters(t, b); len(dl) != 0 {
-		t.Errorf("dead letters: %+v", dl)
-	}
+	checkNoDeadLetters(t, b)
 }
 
 // Two orchestrator replicas share the conversations, the replies and the
@@ -215,10 +221,7 @@ func TestOrchestratorReplicasOneKilled(t *testing.T) {
 		return c == n, fmt.Sprint(c)
 	})
 	s.hold("c2", false)
-	waitFor(t, "a second-batch result to arrive", func() (bool, string) {
-		m := streamMsgs(t, b, bus.StreamReplies)
-		return m > n, fmt.Sprint(m)
-	})
+	waitReplies(t, b, "a second-batch result to arrive", n+1)
 	o1.kill()
 	s.orchestrator("orchestrator-3")
 
@@ -238,9 +241,7 @@ func TestOrchestratorReplicasOneKilled(t *testing.T) {
 			t.Errorf("%s started under %d run ids, want %d", id, got, n)
 		}
 	}
-	if dl := deadLetters(t, b); len(dl) != 0 {
-		t.Errorf("dead letters: %+v", dl)
-	}
+	checkNoDeadLetters(t, b)
 }
 
 // deadlineAgent: an approval and an external call that expire after 3s, and
@@ -276,9 +277,9 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 	runs := startRuns(t, 1, api)
 	run := runs[0]
 	waitFor(t, "the batch to be published", func() (bool, string) {
-		ext := subjectCount(t, b, bus.StreamCalls, "toolgate.call.ext")
-		slow := subjectCount(t, b, bus.StreamCalls, "toolgate.call.slow")
-		ask := subjectCount(t, b, bus.StreamApprovals, "toolgate.approval.ask")
+		ext := bustest.SubjectMsgs(t, b, bus.StreamCalls, "toolgate.call.ext")
+		slow := bustest.SubjectMsgs(t, b, bus.StreamCalls, "toolgate.call.slow")
+		ask := bustest.SubjectMsgs(t, b, bus.StreamApprovals, "toolgate.approval.ask")
 		return ext == 1 && slow == 1 && ask == 1, fmt.Sprintf("ext %d slow %d ask %d", ext, slow, ask)
 	})
 	o1.kill()
@@ -318,7 +319,7 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 	}
 	var dls []bus.DeadLetter
 	waitFor(t, "the late replies to be dead-lettered", func() (bool, string) {
-		dls = deadLetters(t, b)
+		dls = bustest.DeadLetters(t, b)
 		return len(dls) >= 2, fmt.Sprint(len(dls))
 	})
 	for _, dl := range dls {
@@ -375,7 +376,7 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 	if expired != 2 {
 		t.Errorf("events report %d expired calls, want 2", expired)
 	}
-	if dl := deadLetters(t, b); len(dl) != 2 {
+	if dl := bustest.DeadLetters(t, b); len(dl) != 2 {
 		t.Errorf("%d dead letters, want the 2 late replies", len(dl))
 	}
 }

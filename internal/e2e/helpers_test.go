@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -189,19 +189,7 @@ func freeAddr(t *testing.T) string {
 // waitFor polls cond until it holds or waitTimeout passes.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := 10 * time.Millisecond
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
-		}
-		time.Sleep(tick)
-		tick = min(tick*2, 200*time.Millisecond)
-	}
+	bustest.Poll(t, waitTimeout, what, cond)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -278,12 +266,7 @@ func newSystem(t *testing.T, agentYAML string, script []map[string]any, hosted b
 		}
 	})
 	if hosted {
-		srv, err := bus.StartServer(bus.ServerConfig{StoreDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:-1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Shutdown)
-		s.natsURL = srv.ClientURL()
+		s.natsURL = bustest.StartServer(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
 	} else {
 		s.embedded = true
 		s.store = filepath.Join(dir, "data")
@@ -511,34 +494,6 @@ func checkCompleted(t *testing.T, conv *client.Conversation, wantRuns int, calls
 	return out
 }
 
-// subjectCount is the number of messages stream holds on subject.
-func subjectCount(t *testing.T, b *bus.Bus, stream, subject string) uint64 {
-	t.Helper()
-	st, err := b.JetStream().Stream(ctxT(t), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctxT(t), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Subjects[subject]
-}
-
-// streamMsgs is the number of messages in stream.
-func streamMsgs(t *testing.T, b *bus.Bus, stream string) uint64 {
-	t.Helper()
-	st, err := b.JetStream().Stream(ctxT(t), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // convEvents reads every stored event of a conversation.
 func convEvents(t *testing.T, b *bus.Bus, convID string) []bus.Event {
 	t.Helper()
@@ -546,7 +501,7 @@ func convEvents(t *testing.T, b *bus.Bus, convID string) []bus.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := subjectCount(t, b, bus.StreamEvents, subj)
+	n := bustest.SubjectMsgs(t, b, bus.StreamEvents, subj)
 	var out []bus.Event
 	if n == 0 {
 		return out
@@ -588,31 +543,6 @@ func checkAppliedOnce(t *testing.T, b *bus.Bus, convID string) int {
 		n += c
 	}
 	return n
-}
-
-// deadLetters reads every dead letter.
-func deadLetters(t *testing.T, b *bus.Bus) []bus.DeadLetter {
-	t.Helper()
-	st, err := b.JetStream().Stream(ctxT(t), bus.StreamDLQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []bus.DeadLetter
-	if info.State.Msgs == 0 {
-		return out
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		dl, err := b.GetDeadLetter(ctxT(t), seq)
-		if err != nil {
-			continue
-		}
-		out = append(out, dl)
-	}
-	return out
 }
 
 // storedConversation reads a conversation straight from KV, with what the

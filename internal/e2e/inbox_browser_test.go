@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -99,24 +98,13 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	log, natsLog := ibLoggers(t)
 
 	// One embedded JetStream server; each party has its own connection.
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), NoListen: true, Logger: natsLog})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Logger: natsLog})
 	conn := func(name string) *bus.Bus {
 		t.Helper()
-		b, err := srv.Connect(ibCtx(t, 15*time.Second), bus.ConnConfig{Name: name, Logger: log})
-		if err != nil {
-			t.Fatalf("connect %s: %v", name, err)
-		}
-		t.Cleanup(b.Close)
-		return b
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: name, Logger: log})
 	}
 	testBus := conn("test")
-	if err := testBus.Setup(ibCtx(t, 15*time.Second), bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
+	bustest.Setup(t, testBus)
 
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -136,11 +124,11 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Start(ibCtx(t, 15*time.Second)); err != nil {
+	if err := o.Start(bustest.Context(t)); err != nil {
 		t.Fatalf("start orchestrator: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := o.Stop(ibCtx(t, 20*time.Second)); err != nil {
+		if err := o.Stop(bustest.Context(t)); err != nil {
 			t.Errorf("stop orchestrator: %v", err)
 		}
 	})
@@ -165,19 +153,19 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ibRunUntilCleanup(t, "worker", w.Run)
+	bustest.Run(t, "worker", w.Run)
 
 	in, err := inbox.New(inbox.Config{
 		Bus: conn("inbox"), ID: ibApprover, Key: key,
-		Orchestrator: &approver.Orchestrator{BaseURL: api.URL},
+		Orchestrator: &client.Client{BaseURL: api.URL},
 		PollInterval: time.Second,
 		Logger:       log.With("component", "inbox"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ibRunUntilCleanup(t, "inbox", in.Run)
-	ibWait(t, "the inbox to take requests", 20*time.Second, func() (bool, string) { return in.Ready(), "not ready" })
+	bustest.Run(t, "inbox", in.Run)
+	bustest.Poll(t, 20*time.Second, "the inbox to take requests", func() (bool, string) { return in.Ready(), "not ready" })
 	page := httptest.NewServer(in.Handler())
 	t.Cleanup(page.Close)
 
@@ -240,7 +228,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 		shot("01-empty-inbox"),
 	)
 
-	rs, err := cl.StartRun(ibCtx(t, 10*time.Second), "Delete old.txt and set SECRET=1 in .env", "")
+	rs, err := cl.StartRun(bustest.Context(t), "Delete old.txt and set SECRET=1 in .env", "")
 	if err != nil {
 		t.Fatalf("start run: %v", err)
 	}
@@ -311,8 +299,8 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	}
 
 	var conv *client.Conversation
-	ibWait(t, "the conversation to complete", 40*time.Second, func() (bool, string) {
-		c, err := cl.Conversation(ibCtx(t, 10*time.Second), convID)
+	bustest.Poll(t, 40*time.Second, "the conversation to complete", func() (bool, string) {
+		c, err := cl.Conversation(bustest.Context(t), convID)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -391,32 +379,12 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 // ibDecision reads the decision published for one call of run.
 func ibDecision(t *testing.T, b *bus.Bus, runID, callID string) bus.Decision {
 	t.Helper()
-	subj, err := bus.DecisionSubject(runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := b.JetStream().Stream(ibCtx(t, 10*time.Second), bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ibCtx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ibCtx(t, 10*time.Second), seq)
-		if err != nil || m.Subject != subj {
-			continue
-		}
-		var d bus.Decision
-		if err := bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &d); err != nil {
-			t.Fatalf("decision at %d: %v", seq, err)
-		}
+	for _, d := range bustest.Decisions(t, b, runID) {
 		if d.ToolCallID == callID {
 			return d
 		}
 	}
-	t.Fatalf("no decision for %s/%s on %s", runID, callID, subj)
+	t.Fatalf("no decision for %s/%s", runID, callID)
 	return bus.Decision{}
 }
 
@@ -499,49 +467,6 @@ func ibGetJSON(url string, v any) error {
 	return json.Unmarshal(body, v)
 }
 
-// ibWait polls cond until it holds or timeout passes.
-func ibWait(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := 10 * time.Millisecond
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, state)
-		}
-		time.Sleep(tick)
-		tick = min(tick*2, 200*time.Millisecond)
-	}
-}
-
-func ibCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// ibRunUntilCleanup runs fn until the test's cleanup, which waits for it.
-func ibRunUntilCleanup(t *testing.T, name string, fn func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("%s: %v", name, err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("%s did not stop", name)
-		}
-	})
-}
-
 // ibLoggers log into the test's log (shown on failure or with -v): the
 // parties at info level, the NATS server at warn; TOOLGATE_TEST_LOG=debug
 // shows everything.
@@ -550,30 +475,8 @@ func ibLoggers(t *testing.T) (parties, nats *slog.Logger) {
 	if os.Getenv("TOOLGATE_TEST_LOG") == "debug" {
 		level, natsLevel = slog.LevelDebug, slog.LevelDebug
 	}
-	w := &ibLogWriter{t: t}
-	// Registered before any party starts, so it runs after they have all
-	// stopped: a line written later is dropped rather than logged on a
-	// finished test.
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
+	// Created before any party starts, so it outlives them all.
+	w := bustest.NewLogWriter(t)
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})),
 		slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: natsLevel})).With("component", "nats")
-}
-
-type ibLogWriter struct {
-	t    *testing.T
-	mu   sync.Mutex
-	done bool
-}
-
-func (w *ibLogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -46,32 +46,16 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1", NoListen: true, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := bustest.StartServer(t, bus.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
 	e := &env{t: t, srv: srv, dir: dir}
-	b := e.connect("setup")
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
+	bustest.Setup(t, e.connect("setup"))
 	return e
 }
 
 // connect opens a connection, closed at cleanup.
 func (e *env) connect(name string) *bus.Bus {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	b, err := e.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: testLogger(e.t)})
-	if err != nil {
-		e.t.Fatalf("connect: %v", err)
-	}
-	e.t.Cleanup(b.Close)
-	return b
+	return bustest.ConnectConfig(e.t, e.srv, bus.ConnConfig{Name: name, Logger: testLogger(e.t)})
 }
 
 // orch starts an orchestrator on its own connection; it is stopped at
@@ -156,20 +140,7 @@ func (e *env) approverBot(id, policy string, key ed25519.PrivateKey) {
 
 // run runs fn until cleanup.
 func (e *env) run(name string, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				e.t.Errorf("%s: %v", name, err)
-			}
-		case <-time.After(waitTimeout):
-			e.t.Errorf("%s did not stop", name)
-		}
-	})
+	bustest.Run(e.t, name, fn)
 }
 
 const seedPolicy = `
@@ -192,21 +163,7 @@ func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
 // waitFor polls cond until it holds or waitTimeout passes.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := 5 * time.Millisecond
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
-		}
-		time.Sleep(tick)
-		tick = min(tick*2, 100*time.Millisecond)
-	}
+	bustest.Poll(t, waitTimeout, what, cond)
 }
 
 // waitStatus waits for the conversation to reach status and returns it.
@@ -246,11 +203,7 @@ func describe(c *orchestrator.Conversation) string {
 	return b.String()
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return bustest.Context(t) }
 
 // externalAgent is the seed's external example (examples/), with extra
 // YAML appended to its tool (e.g. a short deadline).
@@ -274,36 +227,13 @@ func externalAgent(t *testing.T, toolExtra string) *orchestrator.AgentConfig {
 	return cfg
 }
 
-// deadLetters reads every dead letter.
-func deadLetters(t *testing.T, b *bus.Bus) []bus.DeadLetter {
-	t.Helper()
-	ctx := ctxT(t)
-	st, err := b.JetStream().Stream(ctx, bus.StreamDLQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []bus.DeadLetter
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		dl, err := b.GetDeadLetter(ctx, seq)
-		if err != nil {
-			continue
-		}
-		out = append(out, dl)
-	}
-	return out
-}
-
 // waitDeadLetter waits for a dead letter whose reason contains want.
 func waitDeadLetter(t *testing.T, b *bus.Bus, want string) bus.DeadLetter {
 	t.Helper()
 	var found bus.DeadLetter
 	waitFor(t, "a dead letter with "+want, func() (bool, string) {
 		var reasons []string
-		for _, dl := range deadLetters(t, b) {
+		for _, dl := range bustest.DeadLetters(t, b) {
 			if strings.Contains(dl.Reason, want) {
 				found = dl
 				return true, ""

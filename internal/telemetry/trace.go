@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -279,5 +280,21 @@ func Setup(ctx context.Context, serviceName string, getenv func(string) string) 
 			return fmt.Errorf("tracing: shutdown: %w", err)
 		}
 		return nil
+	}, nil
+}
+
+// StartTracing is Setup for a main: flush, to defer, shuts tracing down
+// within 5s, even once ctx has ended, and logs a failure on logger.
+func StartTracing(ctx context.Context, serviceName string, getenv func(string) string, logger *slog.Logger) (flush func(), err error) {
+	shutdown, err := Setup(ctx, serviceName, getenv)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			logger.Warn("flush traces", slog.Any("error", err))
+		}
 	}, nil
 }

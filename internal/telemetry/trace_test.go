@@ -3,8 +3,10 @@ package telemetry_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,3 +228,24 @@ func (e *recordingExporter) ExportSpans(_ context.Context, spans []sdktrace.Read
 }
 
 func (e *recordingExporter) Shutdown(context.Context) error { return nil }
+
+// Tracing off: StartTracing changes nothing and its flush has nothing to
+// report. A bad variable fails it before anything is installed.
+func TestStartTracing(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	flush, err := telemetry.StartTracing(t.Context(), "svc", env(nil), logger)
+	if err != nil {
+		t.Fatalf("off: %v", err)
+	}
+	flush()
+	if logs.Len() != 0 {
+		t.Errorf("flush logged %q", logs.String())
+	}
+	if _, err := telemetry.StartTracing(t.Context(), "svc", env(map[string]string{
+		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_RESOURCE_ATTRIBUTES": "no-equals",
+	}), logger); err == nil {
+		t.Error("bad OTEL_RESOURCE_ATTRIBUTES: no error")
+	}
+}

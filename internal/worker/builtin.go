@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"unicode"
 
@@ -36,48 +37,58 @@ const (
 // maxReadFile bounds what read_file returns.
 const maxReadFile = 1 << 20
 
+const pathDescription = "File path relative to the sandbox."
+
 var builtinSpecs = []ToolSpec{
 	{
 		Name:        ToolUpdateFile,
 		Description: "Write content to a file in the sandbox, creating it and its folders if needed.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"path":{"type":"string","description":"File path relative to the sandbox."},` +
-			`"content":{"type":"string","description":"The new content of the file."}},` +
-			`"required":["path","content"],"additionalProperties":false}`),
+		Parameters:  stringsSchema("path", pathDescription, "content", "The new content of the file."),
 	},
 	{
 		Name:        ToolDeleteFile,
 		Description: "Delete a file in the sandbox.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"path":{"type":"string","description":"File path relative to the sandbox."}},` +
-			`"required":["path"],"additionalProperties":false}`),
+		Parameters:  stringsSchema("path", pathDescription),
 	},
 	{
 		Name:        ToolReadFile,
 		Description: "Read a file in the sandbox and return its content.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"path":{"type":"string","description":"File path relative to the sandbox."}},` +
-			`"required":["path"],"additionalProperties":false}`),
+		Parameters:  stringsSchema("path", pathDescription),
 	},
 	{
 		Name:        ToolCalculateAnswer,
 		Description: "Calculate the answer to a question; slow, so it runs in the background.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"question":{"type":"string","description":"The question to answer."}},` +
-			`"required":["question"],"additionalProperties":false}`),
+		Parameters:  stringsSchema("question", "The question to answer."),
 	},
 	{
 		Name:        ToolSendToWorker,
 		Description: "Hand a task to a background worker and return when it is done.",
-		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"task":{"type":"string","description":"What the worker should do."}},` +
-			`"required":["task"],"additionalProperties":false}`),
+		Parameters:  stringsSchema("task", "What the worker should do."),
 	},
 	{
 		Name:        ToolNoop,
 		Description: "Return the arguments unchanged.",
 		Parameters:  json.RawMessage(`{"type":"object"}`),
 	},
+}
+
+// stringsSchema is the JSON Schema of an object whose properties, given as
+// name and description pairs, are all required strings, and nothing else.
+func stringsSchema(props ...string) json.RawMessage {
+	var b strings.Builder
+	var names []string
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := 0; i+1 < len(props); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(props[i])
+		desc, _ := json.Marshal(props[i+1])
+		fmt.Fprintf(&b, `%s:{"type":"string","description":%s}`, name, desc)
+		names = append(names, string(name))
+	}
+	fmt.Fprintf(&b, `},"required":[%s],"additionalProperties":false}`, strings.Join(names, ","))
+	return json.RawMessage(b.String())
 }
 
 // BuiltinTools lists the built-in tools, so that an orchestrator's config can
@@ -134,18 +145,12 @@ func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		if r, ok := decodeArgs(req.Args, &a); !ok {
 			return r, nil
 		}
-		if r, ok := required("path", a.Path, "content", a.Content); !ok {
-			return r, nil
-		}
 		return b.updateFile(*a.Path, *a.Content), nil
 	case ToolDeleteFile, ToolReadFile:
 		var a struct {
 			Path *string `json:"path"`
 		}
 		if r, ok := decodeArgs(req.Args, &a); !ok {
-			return r, nil
-		}
-		if r, ok := required("path", a.Path); !ok {
 			return r, nil
 		}
 		if req.ToolName == ToolDeleteFile {
@@ -159,18 +164,12 @@ func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		if r, ok := decodeArgs(req.Args, &a); !ok {
 			return r, nil
 		}
-		if r, ok := required("question", a.Question); !ok {
-			return r, nil
-		}
 		return ReturnValue(json.RawMessage("42")), nil
 	case ToolSendToWorker:
 		var a struct {
 			Task *string `json:"task"`
 		}
 		if r, ok := decodeArgs(req.Args, &a); !ok {
-			return r, nil
-		}
-		if r, ok := required("task", a.Task); !ok {
 			return r, nil
 		}
 		return ReturnValue(jsonString(fmt.Sprintf("Task %s completed", pyRepr(*a.Task)))), nil
@@ -188,8 +187,9 @@ func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 	}
 }
 
-// decodeArgs decodes a call's arguments strictly; bad arguments ask the
-// model to try again, as a validation error would.
+// decodeArgs decodes a call's arguments strictly into v, a pointer to a
+// struct whose fields are all required *string; bad or missing arguments
+// ask the model to try again, as a validation error would.
 func decodeArgs(raw json.RawMessage, v any) (bus.CallReply, bool) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage("{}")
@@ -199,15 +199,12 @@ func decodeArgs(raw json.RawMessage, v any) (bus.CallReply, bool) {
 	if err := dec.Decode(v); err != nil {
 		return Retry("invalid arguments: %v", err), false
 	}
-	return bus.CallReply{}, true
-}
-
-// required takes pairs of a field name and its decoded *string.
-func required(pairs ...any) (bus.CallReply, bool) {
 	var missing []string
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if p, _ := pairs[i+1].(*string); p == nil {
-			missing = append(missing, pairs[i].(string))
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		if rv.Field(i).IsNil() {
+			name, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+			missing = append(missing, name)
 		}
 	}
 	if len(missing) > 0 {
@@ -253,14 +250,25 @@ func fsFailure(op, path string, err error) bus.CallReply {
 	return Failed("%s %s: %v", op, pyRepr(path), err)
 }
 
-func (b *Builtin) updateFile(path, content string) bus.CallReply {
-	clean, bad := sandboxPath(path)
+// open checks path and opens the sandbox to work on it; the root is the
+// caller's to close.
+func (b *Builtin) open(path string) (root *os.Root, clean string, bad *bus.CallReply) {
+	clean, bad = sandboxPath(path)
 	if bad != nil {
-		return *bad
+		return nil, "", bad
 	}
 	root, err := os.OpenRoot(b.sandbox)
 	if err != nil {
-		return Failed("open sandbox: %v", err)
+		r := Failed("open sandbox: %v", err)
+		return nil, "", &r
+	}
+	return root, clean, nil
+}
+
+func (b *Builtin) updateFile(path, content string) bus.CallReply {
+	root, clean, bad := b.open(path)
+	if bad != nil {
+		return *bad
 	}
 	defer root.Close()
 	if dir := filepath.Dir(clean); dir != "." {
@@ -275,13 +283,9 @@ func (b *Builtin) updateFile(path, content string) bus.CallReply {
 }
 
 func (b *Builtin) deleteFile(path string) bus.CallReply {
-	clean, bad := sandboxPath(path)
+	root, clean, bad := b.open(path)
 	if bad != nil {
 		return *bad
-	}
-	root, err := os.OpenRoot(b.sandbox)
-	if err != nil {
-		return Failed("open sandbox: %v", err)
 	}
 	defer root.Close()
 	if err := root.Remove(clean); err != nil {
@@ -291,13 +295,9 @@ func (b *Builtin) deleteFile(path string) bus.CallReply {
 }
 
 func (b *Builtin) readFile(path string) bus.CallReply {
-	clean, bad := sandboxPath(path)
+	root, clean, bad := b.open(path)
 	if bad != nil {
 		return *bad
-	}
-	root, err := os.OpenRoot(b.sandbox)
-	if err != nil {
-		return Failed("open sandbox: %v", err)
 	}
 	defer root.Close()
 	fi, err := root.Stat(clean)

@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -44,7 +44,7 @@ func (e *env) replyHeaders(t *testing.T) func(id string) nats.Header {
 	return func(id string) nats.Header {
 		t.Helper()
 		var h nats.Header
-		waitFor(t, "the reply to "+id, func() bool {
+		bustest.WaitFor(t, "the reply to "+id, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			h = got[id]
@@ -52,15 +52,6 @@ func (e *env) replyHeaders(t *testing.T) func(id string) nats.Header {
 		})
 		return h
 	}
-}
-
-func attr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
-	for _, kv := range s.Attributes() {
-		if kv.Key == key {
-			return kv.Value.Emit()
-		}
-	}
-	return ""
 }
 
 // A call that fails once on infrastructure and then succeeds: the metrics
@@ -81,17 +72,13 @@ func TestWorkerMetricsAndTrace(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`"ok"`)), nil
 	})
-	w, err := worker.New(worker.Config{
+	run(t, newWorker(t, worker.Config{
 		Bus:            e.bus,
 		Tools:          []worker.Tool{{Spec: worker.ToolSpec{Name: "flaky"}, Executor: flaky}},
 		BackOff:        []time.Duration{20 * time.Millisecond},
 		Metrics:        telemetry.NewWorkerMetrics(reg),
 		TracerProvider: tp,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	}))
 
 	// The orchestrator's side: a run span whose context rides on the call.
 	ctx, runSpan := telemetry.Tracer(tp).Start(t.Context(), "run")
@@ -105,7 +92,7 @@ func TestWorkerMetricsAndTrace(t *testing.T) {
 
 	// Spans end, and metrics are recorded, just after the reply is acked.
 	var process []sdktrace.ReadOnlySpan
-	waitFor(t, "two call spans", func() bool {
+	bustest.WaitFor(t, "two call spans", func() bool {
 		process = process[:0]
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.Name() == "process toolgate.call.flaky" {
@@ -121,16 +108,16 @@ func TestWorkerMetricsAndTrace(t *testing.T) {
 			t.Errorf("span %s: trace %s parent %s, want trace %s parent %s", s.Name(),
 				s.SpanContext().TraceID(), s.Parent().SpanID(), want.TraceID(), want.SpanID())
 		}
-		if got := attr(s, telemetry.AttrToolCallID); got != "c1" {
+		if got := telemetrytest.Attr(s, telemetry.AttrToolCallID); got != "c1" {
 			t.Errorf("span tool_call_id = %q", got)
 		}
-		outcomes[attr(s, telemetry.AttrOutcome)] = s
+		outcomes[telemetrytest.Attr(s, telemetry.AttrOutcome)] = s
 	}
 	ok := outcomes[telemetry.CallOutcomeReturn]
 	if ok == nil || outcomes[telemetry.CallOutcomeError] == nil {
 		t.Fatalf("span outcomes %v, want error and return", outcomes)
 	}
-	if got := attr(ok, telemetry.AttrDelivered); got != "2" {
+	if got := telemetrytest.Attr(ok, telemetry.AttrDelivered); got != "2" {
 		t.Errorf("successful attempt delivery count %q, want 2", got)
 	}
 	rsc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), replyHdr))
@@ -140,7 +127,7 @@ func TestWorkerMetricsAndTrace(t *testing.T) {
 	}
 
 	var fams telemetrytest.Families
-	waitFor(t, "both calls counted", func() bool {
+	bustest.WaitFor(t, "both calls counted", func() bool {
 		fams = telemetrytest.Scrape(t, telemetry.Handler(reg))
 		n, _ := fams.Value("toolgate_tool_calls_total", "tool", "flaky", "outcome", "return")
 		return n == 1
@@ -168,11 +155,7 @@ func TestWorkerPassesTraceContextThrough(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	headers := e.replyHeaders(t)
-	w, err := worker.New(worker.Config{Bus: e.bus, Tools: builtinTools(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	run(t, newWorker(t, worker.Config{Bus: e.bus, Tools: builtinTools(t)}))
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	hdr := nats.Header{bus.HeaderTraceParent: {tp}}
 	if _, err := e.bus.PublishCall(t.Context(), call(worker.ToolNoop, "c1", `{}`), hdr); err != nil {

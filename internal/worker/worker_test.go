@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -25,28 +26,10 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	e := &env{srv: srv, bus: e2eConnect(t, srv)}
-	if err := e.bus.Setup(t.Context(), bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
+	bustest.Setup(t, e.bus)
 	return e
-}
-
-func e2eConnect(t *testing.T, srv *bus.Server) *bus.Bus {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	b, err := srv.Connect(ctx, bus.ConnConfig{})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
 }
 
 // replies collects every call reply published, keyed by tool_call_id, in
@@ -112,27 +95,19 @@ func (e *env) publish(t *testing.T, req bus.CallRequest) {
 	}
 }
 
+func newWorker(t *testing.T, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // run starts w and returns a function that stops it and returns Run's error.
 func run(t *testing.T, w *worker.Worker) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(60 * time.Second):
-				err = errors.New("Run did not return")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return bustest.Run(t, "worker", w.Run)
 }
 
 func call(tool, id, args string) bus.CallRequest {
@@ -143,17 +118,6 @@ func call(tool, id, args string) bus.CallRequest {
 		ToolName:       tool,
 		Args:           json.RawMessage(args),
 		Deadline:       time.Now().Add(time.Minute),
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -182,11 +146,7 @@ func TestWorkerReplies(t *testing.T) {
 			return worker.ReturnValue(json.RawMessage(`"ran"`)), nil
 		}),
 	})
-	w, err := worker.New(worker.Config{Bus: e.bus, Tools: tools, ID: "w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	run(t, newWorker(t, worker.Config{Bus: e.bus, Tools: tools, ID: "w1"}))
 
 	e.publish(t, call("update_file", "c1", `{"path":"README.md","content":"Hello, world!"}`))
 	e.publish(t, call("calculate_answer", "c2", `{"question":"everything"}`))
@@ -226,15 +186,11 @@ func TestWorkerRetriesInfrastructureErrors(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`"second time lucky"`)), nil
 	})
-	w, err := worker.New(worker.Config{
+	run(t, newWorker(t, worker.Config{
 		Bus:     e.bus,
 		Tools:   []worker.Tool{{Spec: worker.ToolSpec{Name: "flaky"}, Executor: flaky}},
 		BackOff: []time.Duration{20 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	}))
 	e.publish(t, call("flaky", "c1", `{}`))
 	r := got.wait(t, 1)
 	if r[0].Outcome != bus.OutcomeReturn || string(r[0].Value) != `"second time lucky"` {
@@ -280,16 +236,12 @@ func TestWorkersShareTheQueue(t *testing.T) {
 		})
 	}
 	for _, id := range []string{"w1", "w2"} {
-		w, err := worker.New(worker.Config{
-			Bus:         e2eConnect(t, e.srv),
+		run(t, newWorker(t, worker.Config{
+			Bus:         bustest.Connect(t, e.srv, "test"),
 			Tools:       []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: exec(id)}},
 			ID:          id,
 			Concurrency: 1,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, w)
+		}))
 	}
 	const n = 40
 	for i := range n {
@@ -331,16 +283,12 @@ func TestWorkerInProgressKeepsLongCall(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`"slow but sure"`)), nil
 	})
-	w, err := worker.New(worker.Config{
+	run(t, newWorker(t, worker.Config{
 		Bus:         e.bus,
 		Tools:       []worker.Tool{{Spec: worker.ToolSpec{Name: "slow"}, Executor: slow}},
 		AckWait:     time.Second,
 		Concurrency: 2, // a redelivery would find a free loop
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	}))
 	e.publish(t, call("slow", "c1", `{}`))
 	r := got.wait(t, 1)
 	if r[0].Outcome != bus.OutcomeReturn {
@@ -373,27 +321,23 @@ func TestWorkerConcurrencyIsSharedAcrossTools(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`1`)), nil
 	})
-	w, err := worker.New(worker.Config{
+	run(t, newWorker(t, worker.Config{
 		Bus: e.bus,
 		Tools: []worker.Tool{
 			{Spec: worker.ToolSpec{Name: "a"}, Executor: block},
 			{Spec: worker.ToolSpec{Name: "b"}, Executor: block},
 		},
 		Concurrency: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	}))
 	for i := range 3 {
 		e.publish(t, call("a", fmt.Sprintf("a%d", i), `{}`))
 		e.publish(t, call("b", fmt.Sprintf("b%d", i), `{}`))
 	}
 	// Two loops per tool: four calls delivered, two running, two waiting.
-	waitFor(t, "four calls delivered", func() bool {
+	bustest.WaitFor(t, "four calls delivered", func() bool {
 		return ackPending(t, e, "a")+ackPending(t, e, "b") == 4
 	})
-	waitFor(t, "two calls running", func() bool { return active.Load() == 2 })
+	bustest.WaitFor(t, "two calls running", func() bool { return active.Load() == 2 })
 	close(release)
 	got.wait(t, 6)
 	if p := peak.Load(); p != 2 {
@@ -433,14 +377,10 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`"finished during drain"`)), nil
 	})
-	w, err := worker.New(worker.Config{
+	stop := run(t, newWorker(t, worker.Config{
 		Bus:   e.bus,
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: exec}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, w)
+	}))
 	e.publish(t, call("job", "c1", `{}`))
 	<-started
 	stopped := make(chan error, 1)
@@ -464,18 +404,14 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 	// c2 was published during the drain; it waits in the queue for the
 	// next worker.
 	var ran sync.Map
-	w2, err := worker.New(worker.Config{
+	run(t, newWorker(t, worker.Config{
 		Bus: e.bus,
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: worker.ExecutorFunc(
 			func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
 				ran.Store(req.ToolCallID, true)
 				return worker.ReturnValue(json.RawMessage(`"next worker"`)), nil
 			})}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w2)
+	}))
 	r = got.wait(t, 2)
 	if r[1].ToolCallID != "c2" {
 		t.Errorf("second reply = %+v, want c2", r[1])
@@ -495,16 +431,12 @@ func TestWorkerDrainTimeoutHandsCallsBack(t *testing.T) {
 		<-ctx.Done() // only the drain timeout ends it
 		return bus.CallReply{}, ctx.Err()
 	})
-	w, err := worker.New(worker.Config{
+	stop := run(t, newWorker(t, worker.Config{
 		Bus:          e.bus,
 		Tools:        []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: stuck}},
 		DrainTimeout: 200 * time.Millisecond,
 		AckWait:      time.Minute, // a redelivery can only come from the nak
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, w)
+	}))
 	e.publish(t, call("job", "c1", `{}`))
 	<-started
 	if err := stop(); err != nil {
@@ -513,7 +445,7 @@ func TestWorkerDrainTimeoutHandsCallsBack(t *testing.T) {
 
 	var delivered atomic.Int32
 	w2, err := worker.New(worker.Config{
-		Bus: e2eConnect(t, e.srv),
+		Bus: bustest.Connect(t, e.srv, "test"),
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: worker.ExecutorFunc(
 			func(context.Context, bus.CallRequest) (bus.CallReply, error) {
 				delivered.Add(1)
@@ -549,7 +481,7 @@ func TestWorkerAdvertisesTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entry bus.Entry
-	waitFor(t, "the advertisement", func() bool {
+	bustest.WaitFor(t, "the advertisement", func() bool {
 		entry, err = kv.Get(t.Context(), "update_file")
 		return err == nil
 	})

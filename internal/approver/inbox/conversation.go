@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 )
 
 // States of a deferred call in the conversation view.
@@ -234,7 +235,7 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			c.DecidedBy = "inline handler"
 		}
 	case approver.EventRunPaused:
-		var pending []approver.PendingCall
+		var pending []client.Pending
 		if json.Unmarshal(ev.Data, &pending) == nil {
 			for _, p := range pending {
 				c := b.call(p.RunID, p.ToolCallID, p.ToolName, p.Kind)
@@ -355,8 +356,8 @@ func (in *Inbox) transcriptFromEvents(ctx context.Context, id string) (*transcri
 // from the events.
 func (in *Inbox) transcriptFromOrchestrator(ctx context.Context, id string) (*transcript, error) {
 	conv, err := in.cfg.Orchestrator.Conversation(ctx, id)
-	var se *approver.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusNotFound {
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
 		return nil, nil
 	}
 	if err != nil {
@@ -379,16 +380,16 @@ func (in *Inbox) transcriptFromOrchestrator(ctx context.Context, id string) (*tr
 	}
 	for _, raw := range conv.Messages {
 		var m struct {
-			Request  []orchPart `json:"request"`
-			Response []orchPart `json:"response"`
+			Request  []client.Part `json:"request"`
+			Response []client.Part `json:"response"`
 		}
 		if json.Unmarshal(raw, &m) != nil {
 			continue
 		}
 		for _, p := range m.Request {
 			switch {
-			case p.System != "":
-				b.t.Entries = append(b.t.Entries, chatEntry{Role: "system", Text: p.System})
+			case p.System != nil && *p.System != "":
+				b.t.Entries = append(b.t.Entries, chatEntry{Role: "system", Text: *p.System})
 			case p.User != nil:
 				b.t.Entries = append(b.t.Entries, chatEntry{Role: "user", Text: *p.User})
 			case p.Return != nil:
@@ -413,33 +414,9 @@ func (in *Inbox) transcriptFromOrchestrator(ctx context.Context, id string) (*tr
 		}
 	}
 	b.t.Status, b.t.Error, b.t.Source = conv.Status, conv.Error, "orchestrator"
-	if conv.Output != nil {
-		b.t.Output = *conv.Output
-	}
+	// The orchestrator's output is a string.
+	_ = json.Unmarshal(conv.Output, &b.t.Output)
 	return &b.t, nil
-}
-
-// orchPart is a part of the orchestrator's MESSAGE shape.
-type orchPart struct {
-	System string  `json:"system"`
-	User   *string `json:"user"`
-	Text   *string `json:"text"`
-	Call   *struct {
-		Tool string          `json:"tool"`
-		ID   string          `json:"id"`
-		Args json.RawMessage `json:"args"`
-	} `json:"call"`
-	Return *struct {
-		Tool    string          `json:"tool"`
-		ID      string          `json:"id"`
-		Content json.RawMessage `json:"content"`
-		Outcome string          `json:"outcome"`
-	} `json:"return"`
-	Retry *struct {
-		Tool    string `json:"tool"`
-		ID      string `json:"id"`
-		Message string `json:"message"`
-	} `json:"retry"`
 }
 
 func (in *Inbox) conversation(w http.ResponseWriter, r *http.Request) {

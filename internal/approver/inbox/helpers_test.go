@@ -1,68 +1,27 @@
 package inbox_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// wait bounds every blocking wait in these tests.
-const wait = 20 * time.Second
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// startBus runs an embedded JetStream server with toolgate's streams.
-func startBus(t *testing.T) *bus.Bus {
-	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b, err := srv.Connect(ctxT(t), bus.ConnConfig{Name: "test"})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.Setup(ctxT(t), bus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	return b
-}
 
 // clock is a settable clock for deadlines.
 type clock struct {
@@ -90,45 +49,20 @@ func startInbox(t *testing.T, cfg inbox.Config) (in *inbox.Inbox, stop func()) {
 		cfg.ID = "human"
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = bustest.Logger(t)
 	}
 	in, err := inbox.New(cfg)
 	if err != nil {
 		t.Fatalf("new inbox: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	var once sync.Once
+	halt := bustest.Run(t, "inbox", in.Run)
 	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("inbox run: %v", err)
-				}
-			case <-time.After(wait):
-				t.Errorf("inbox did not stop")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	waitFor(t, "inbox ready", in.Ready)
-	return in, stop
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+		if err := halt(); err != nil {
+			t.Errorf("inbox run: %v", err)
 		}
-		<-tick.C
 	}
+	bustest.WaitFor(t, "inbox ready", in.Ready)
+	return in, stop
 }
 
 const schemaPath = `{"type":"object","properties":{"path":{"type":"string","minLength":1},"force":{"type":"boolean"}},"required":["path"],"additionalProperties":false}`
@@ -153,7 +87,7 @@ func request(t *testing.T, run, call, args string, deadline time.Time) bus.Appro
 func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
 	t.Helper()
 	for _, r := range reqs {
-		if _, err := b.PublishApproval(ctxT(t), r); err != nil {
+		if _, err := b.PublishApproval(bustest.Context(t), r); err != nil {
 			t.Fatalf("publish approval: %v", err)
 		}
 	}
@@ -164,38 +98,16 @@ func publishEvent(t *testing.T, b *bus.Bus, ev bus.Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	if _, err := b.PublishEvent(ctxT(t), ev); err != nil {
+	if _, err := b.PublishEvent(bustest.Context(t), ev); err != nil {
 		t.Fatalf("publish event: %v", err)
 	}
-}
-
-// decisionOf reads the last decision published for run, or nil.
-func decisionOf(t *testing.T, b *bus.Bus, run string) *bus.Decision {
-	t.Helper()
-	s, err := b.JetStream().Stream(ctxT(t), bus.StreamReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj, _ := bus.DecisionSubject(run)
-	m, err := s.GetLastMsgForSubject(ctxT(t), subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d bus.Decision
-	if err := bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &d); err != nil {
-		t.Fatal(err)
-	}
-	return &d
 }
 
 func waitDecision(t *testing.T, b *bus.Bus, run string) bus.Decision {
 	t.Helper()
 	var d *bus.Decision
-	waitFor(t, "decision for "+run, func() bool {
-		d = decisionOf(t, b, run)
+	bustest.WaitFor(t, "decision for "+run, func() bool {
+		d = bustest.LastDecision(t, b, run)
 		return d != nil
 	})
 	return *d
@@ -207,6 +119,16 @@ func pendingKeys(in *inbox.Inbox) []string {
 		out = append(out, it.Key)
 	}
 	return out
+}
+
+// waitPending waits until the inbox shows exactly the requests keys.
+func waitPending(t *testing.T, in *inbox.Inbox, keys ...string) {
+	t.Helper()
+	slices.Sort(keys)
+	bustest.Poll(t, bustest.Timeout, fmt.Sprintf("pending %v", keys), func() (bool, string) {
+		got := slices.Sorted(slices.Values(pendingKeys(in)))
+		return slices.Equal(got, keys), fmt.Sprint(got)
+	})
 }
 
 func hasPending(in *inbox.Inbox, key string) bool {

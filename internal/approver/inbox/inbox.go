@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
@@ -42,7 +43,7 @@ type Config struct {
 	Token string
 	// Orchestrator, when set, is asked which calls are still pending
 	// (requests it no longer lists leave the inbox) and for conversations.
-	Orchestrator *approver.Orchestrator
+	Orchestrator *client.Client
 	// PollInterval is how often the orchestrator is asked. Defaults to 5s.
 	PollInterval time.Duration
 	// AckWait is the consumer's ack wait; held requests are renewed every

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 // TestBrowserInbox drives the inbox page in headless Chromium: requests
@@ -38,7 +39,7 @@ func TestBrowserInbox(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", shots)
 
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	key := newKey(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b, ID: "carol", Key: key})
 	srv := httptest.NewServer(in.Handler())
@@ -152,7 +153,7 @@ func TestBrowserInbox(t *testing.T) {
 	if !strings.Contains(errText, "additional properties 'recursive' not allowed") {
 		t.Errorf("schema errors shown: %q", errText)
 	}
-	if d := decisionOf(t, b, "run-2"); d != nil {
+	if d := bustest.LastDecision(t, b, "run-2"); d != nil {
 		t.Fatalf("a refused edit was published: %+v", d)
 	}
 
@@ -178,7 +179,7 @@ func TestBrowserInbox(t *testing.T) {
 	if !strings.Contains(flash, "settled") {
 		t.Errorf("flash says %q, want a note that the request was settled elsewhere", flash)
 	}
-	if d := decisionOf(t, b, "run-3"); d != nil {
+	if d := bustest.LastDecision(t, b, "run-3"); d != nil {
 		t.Errorf("a decision was published for the request settled elsewhere: %+v", d)
 	}
 }

@@ -17,17 +17,19 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/client"
 )
 
 func TestListShowsPendingRequests(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	h := in.Handler()
 	deadline := time.Now().Add(time.Hour)
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a.txt"}`, deadline),
 		request(t, "run-2", "call-1", `{"path":"b.txt","force":true}`, deadline))
-	waitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
+	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
 
 	rec := do(t, h, http.MethodGet, "/api/pending", "", nil)
 	if rec.Code != http.StatusOK {
@@ -61,14 +63,14 @@ func TestListShowsPendingRequests(t *testing.T) {
 
 func TestApproveAndDenyPublishSignedDecisions(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	key := newKey(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b, ID: "alice", Key: key})
 	h := in.Handler()
 	r1 := request(t, "run-1", "call-1", `{"path":"a.txt"}`, time.Now().Add(time.Hour))
 	r2 := request(t, "run-2", "call-9", `{"path":"b.txt"}`, time.Now().Add(time.Hour))
 	publish(t, b, r1, r2)
-	waitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
+	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
 
 	tests := []struct {
 		name string
@@ -110,12 +112,12 @@ func TestApproveAndDenyPublishSignedDecisions(t *testing.T) {
 
 func TestEditedArgsAreCheckedAgainstTheSchema(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	h := in.Handler()
 	r := request(t, "run-1", "call-1", `{"path":"a.txt"}`, time.Now().Add(time.Hour))
 	publish(t, b, r)
-	waitFor(t, "pending", func() bool { return len(in.Pending()) == 1 })
+	bustest.WaitFor(t, "pending", func() bool { return len(in.Pending()) == 1 })
 
 	refused := []struct {
 		name, args string
@@ -138,7 +140,7 @@ func TestEditedArgsAreCheckedAgainstTheSchema(t *testing.T) {
 			t.Errorf("%s: %d %s, want 422 naming %q", tt.name, rec.Code, rec.Body, tt.want)
 		}
 	}
-	if d := decisionOf(t, b, "run-1"); d != nil {
+	if d := bustest.LastDecision(t, b, "run-1"); d != nil {
 		t.Fatalf("refused edits published a decision: %+v", d)
 	}
 	if !hasPending(in, "run-1/call-1") {
@@ -159,7 +161,7 @@ func TestEditedArgsAreCheckedAgainstTheSchema(t *testing.T) {
 
 func TestAccess(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	open, _ := startInbox(t, inbox.Config{Bus: b, ID: "open"})
 	guarded, _ := startInbox(t, inbox.Config{Bus: b, ID: "guarded", Token: "s3cret"})
 
@@ -233,7 +235,7 @@ func TestAccess(t *testing.T) {
 
 func TestRequestsSettledElsewhereLeave(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	dl := time.Now().Add(time.Hour)
 	a := request(t, "run-a", "call-1", `{"path":"a"}`, dl)
@@ -242,31 +244,25 @@ func TestRequestsSettledElsewhereLeave(t *testing.T) {
 	keep := request(t, "run-d", "call-1", `{"path":"d"}`, dl)
 	publishEvent(t, b, bus.Event{ConversationID: c.ConversationID, RunID: "run-c", Type: "run_started"})
 	publish(t, b, a, bb, c, keep)
-	waitFor(t, "four pending", func() bool { return len(in.Pending()) == 4 })
+	bustest.WaitFor(t, "four pending", func() bool { return len(in.Pending()) == 4 })
 
 	publishEvent(t, b, bus.Event{ConversationID: a.ConversationID, RunID: "run-a", ToolCallID: "call-1", Type: "reply_applied",
 		Data: json.RawMessage(`{"kind":"approval"}`)})
 	publishEvent(t, b, bus.Event{ConversationID: bb.ConversationID, RunID: "run-b", Type: "calls_expired", Data: json.RawMessage(`{"calls":1}`)})
 	publishEvent(t, b, bus.Event{ConversationID: c.ConversationID, RunID: "run-c2", Type: "run_started", Data: json.RawMessage(`{"resume":true}`)})
-	waitFor(t, "only run-d left", func() bool {
-		keys := pendingKeys(in)
-		return len(keys) == 1 && keys[0] == "run-d/call-1"
-	})
+	waitPending(t, in, "run-d/call-1")
 }
 
 func TestExpiredRequestsLeave(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	clk := &clock{}
 	in, _ := startInbox(t, inbox.Config{Bus: b, Now: clk.Now})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Minute)),
 		request(t, "run-2", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
-	waitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
+	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
 	clk.Advance(2 * time.Minute)
-	waitFor(t, "the expired one gone", func() bool {
-		keys := pendingKeys(in)
-		return len(keys) == 1 && keys[0] == "run-2/call-1"
-	})
+	waitPending(t, in, "run-2/call-1")
 	h := in.Handler()
 	rec := do(t, h, http.MethodPost, "/api/decide", `{"run_id":"run-1","tool_call_id":"call-1","approve":true}`, nil)
 	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "expired") {
@@ -276,18 +272,18 @@ func TestExpiredRequestsLeave(t *testing.T) {
 
 func TestPendingRequestsSurviveARestart(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, stop := startInbox(t, inbox.Config{Bus: b})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour)),
 		request(t, "run-2", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
-	waitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
-	if _, err := in.Decide(ctxT(t), "run-1", "call-1", approver.Choice{Approve: true}); err != nil {
+	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
+	if _, err := in.Decide(bustest.Context(t), "run-1", "call-1", approver.Choice{Approve: true}); err != nil {
 		t.Fatal(err)
 	}
 	stop()
 
 	again, _ := startInbox(t, inbox.Config{Bus: b})
-	waitFor(t, "the undecided request back", func() bool { return hasPending(again, "run-2/call-1") })
+	bustest.WaitFor(t, "the undecided request back", func() bool { return hasPending(again, "run-2/call-1") })
 	if hasPending(again, "run-1/call-1") {
 		t.Error("the request decided before the restart is shown again")
 	}
@@ -295,7 +291,7 @@ func TestPendingRequestsSurviveARestart(t *testing.T) {
 
 func TestOrchestratorIsAskedWhatIsPending(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	orch := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/pending" || r.Header.Get("Authorization") != "Bearer orch-token" {
 			http.Error(w, `{"error":"no"}`, http.StatusUnauthorized)
@@ -306,25 +302,22 @@ func TestOrchestratorIsAskedWhatIsPending(t *testing.T) {
 	}))
 	t.Cleanup(orch.Close)
 	in, _ := startInbox(t, inbox.Config{Bus: b, PollInterval: 50 * time.Millisecond,
-		Orchestrator: &approver.Orchestrator{BaseURL: orch.URL, Token: "orch-token"}})
+		Orchestrator: &client.Client{BaseURL: orch.URL, Token: "orch-token"}})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour)),
 		request(t, "run-2", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
-	waitFor(t, "only what the orchestrator lists", func() bool {
-		keys := pendingKeys(in)
-		return len(keys) == 1 && keys[0] == "run-2/call-1"
-	})
+	waitPending(t, in, "run-2/call-1")
 }
 
 func TestEventStreamAddsAndRemoves(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour)))
-	waitFor(t, "pending", func() bool { return len(in.Pending()) == 1 })
+	bustest.WaitFor(t, "pending", func() bool { return len(in.Pending()) == 1 })
 	srv := httptest.NewServer(in.Handler())
 	t.Cleanup(srv.Close)
 
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	ctx, cancel := context.WithTimeout(t.Context(), bustest.Timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/events", nil)
 	resp, err := srv.Client().Do(req)
@@ -370,7 +363,7 @@ func TestEventStreamAddsAndRemoves(t *testing.T) {
 
 func TestConversationFromEvents(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	conv := "conv-9"
 	evs := []bus.Event{
@@ -390,15 +383,7 @@ func TestConversationFromEvents(t *testing.T) {
 		{RunID: "run-2", ToolCallID: "c2", Type: "tool_result", Data: json.RawMessage(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"delete_file","tool_call_id":"c2","value":{"deleted":"b.txt"},"outcome":"success"}}`)},
 		{RunID: "run-2", Type: "run_completed", Data: json.RawMessage(`{"output":"Deleted b.txt; a.txt was kept."}`)},
 	}
-	for _, ev := range evs {
-		ev.ConversationID = conv
-		publishEvent(t, b, ev)
-	}
-	rec := do(t, in.Handler(), http.MethodGet, "/conversations/"+conv, "", nil)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("GET conversation: %d %s", rec.Code, rec.Body)
-	}
-	page := rec.Body.String()
+	page := conversationPage(t, b, in, conv, evs)
 	for _, want := range []string{
 		"Clean up the repo", "I will delete two files.", "Deleted b.txt; a.txt was kept.",
 		`<tr data-call="c1"><td><code>c1</code></td><td>delete_file</td><td>approval</td>
@@ -420,7 +405,7 @@ func TestConversationFromEvents(t *testing.T) {
 // shows how the call ended, and still who approved it.
 func TestConversationApprovedCallRan(t *testing.T) {
 	t.Parallel()
-	b := startBus(t)
+	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	conv := "conv-10"
 	evs := []bus.Event{
@@ -438,6 +423,56 @@ func TestConversationApprovedCallRan(t *testing.T) {
 		{RunID: "run-3", ToolCallID: "u1", Type: "tool_result", Data: json.RawMessage(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"update_file","tool_call_id":"u1","value":"written","outcome":"success"}}`)},
 		{RunID: "run-3", Type: "run_completed", Data: json.RawMessage(`{"output":"Done."}`)},
 	}
+	page := conversationPage(t, b, in, conv, evs)
+	want := `<tr data-call="u1"><td><code>u1</code></td><td>update_file</td><td>approval → call</td>
+        <td><span class="state state-returned">returned</span></td><td>bob</td><td></td></tr>`
+	if !strings.Contains(page, want) {
+		t.Errorf("conversation page lacks %q:\n%s", want, page)
+	}
+}
+
+// With an orchestrator, the conversation page shows its messages, status
+// and output; a conversation it does not know is a 404 page.
+func TestConversationFromOrchestrator(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	orch := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/pending":
+			w.Write([]byte(`{"pending":[]}`))
+		case "/v1/conversations/conv-o":
+			w.Write([]byte(`{"conversation_id":"conv-o","status":"completed","output":"All done.","pending":[],"messages":[
+				{"request":[{"system":"Be brief."},{"user":"Tidy up"}]},
+				{"response":[{"call":{"tool":"delete_file","id":"d1","args":{"path":"junk.txt"}}}]},
+				{"request":[{"return":{"tool":"delete_file","id":"d1","content":"File 'junk.txt' deleted","outcome":"success"}}]},
+				{"response":[{"text":"Removed junk.txt."}]}]}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"unknown conversation"}`))
+		}
+	}))
+	t.Cleanup(orch.Close)
+	in, _ := startInbox(t, inbox.Config{Bus: b, Orchestrator: &client.Client{BaseURL: orch.URL}})
+	rec := do(t, in.Handler(), http.MethodGet, "/conversations/conv-o", "", nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET conversation: %d %s", rec.Code, rec.Body)
+	}
+	page := rec.Body.String()
+	for _, want := range []string{"Be brief.", "Tidy up", "delete_file", "junk.txt", "Removed junk.txt.", "All done.", "completed"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("conversation page lacks %q", want)
+		}
+	}
+	if rec := do(t, in.Handler(), http.MethodGet, "/conversations/conv-x", "", nil); rec.Code != http.StatusNotFound {
+		t.Errorf("conversation the orchestrator does not know = %d, want 404", rec.Code)
+	}
+}
+
+// conversationPage publishes evs as the events of conversation conv and
+// returns the inbox's page of it.
+func conversationPage(t *testing.T, b *bus.Bus, in *inbox.Inbox, conv string, evs []bus.Event) string {
+	t.Helper()
 	for _, ev := range evs {
 		ev.ConversationID = conv
 		publishEvent(t, b, ev)
@@ -446,9 +481,5 @@ func TestConversationApprovedCallRan(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET conversation: %d %s", rec.Code, rec.Body)
 	}
-	want := `<tr data-call="u1"><td><code>u1</code></td><td>update_file</td><td>approval → call</td>
-        <td><span class="state state-returned">returned</span></td><td>bob</td><td></td></tr>`
-	if page := rec.Body.String(); !strings.Contains(page, want) {
-		t.Errorf("conversation page lacks %q:\n%s", want, page)
-	}
+	return rec.Body.String()
 }

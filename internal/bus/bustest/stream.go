@@ -1,0 +1,133 @@
+package bustest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// StreamMsgs is the number of messages stream holds.
+func StreamMsgs(t testing.TB, b *bus.Bus, stream string) uint64 {
+	t.Helper()
+	return streamInfo(t, b, stream).State.Msgs
+}
+
+// SubjectMsgs is the number of messages stream holds on subject.
+func SubjectMsgs(t testing.TB, b *bus.Bus, stream, subject string) uint64 {
+	t.Helper()
+	return streamInfo(t, b, stream, jetstream.WithSubjectFilter(subject)).State.Subjects[subject]
+}
+
+func streamInfo(t testing.TB, b *bus.Bus, stream string, opts ...jetstream.StreamInfoOpt) *jetstream.StreamInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	st, err := b.JetStream().Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx, opts...)
+	if err != nil {
+		t.Fatalf("stream %s info: %v", stream, err)
+	}
+	return info
+}
+
+// Messages reads every message stream holds on subject, oldest first.
+func Messages(t testing.TB, b *bus.Bus, stream, subject string) []jetstream.Msg {
+	t.Helper()
+	n := int(SubjectMsgs(t, b, stream, subject))
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	c, err := b.JetStream().OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatalf("read %s: %v", subject, err)
+	}
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(Timeout))
+	if err != nil {
+		t.Fatalf("read %s: %v", subject, err)
+	}
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatalf("read %s: %v", subject, err)
+	}
+	if len(out) != n {
+		t.Fatalf("read %d messages on %s, the stream holds %d", len(out), subject, n)
+	}
+	return out
+}
+
+// Decisions reads every decision stored for run, oldest first.
+func Decisions(t testing.TB, b *bus.Bus, run string) []bus.Decision {
+	t.Helper()
+	subj, err := bus.DecisionSubject(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bus.Decision
+	for _, m := range Messages(t, b, bus.StreamReplies, subj) {
+		var d bus.Decision
+		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &d); err != nil {
+			t.Fatalf("decode decision: %v", err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// LastDecision reads the last decision stored for run, or nil if there is
+// none.
+func LastDecision(t testing.TB, b *bus.Bus, run string) *bus.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	subj, err := bus.DecisionSubject(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.JetStream().Stream(ctx, bus.StreamReplies)
+	if err != nil {
+		t.Fatalf("stream %s: %v", bus.StreamReplies, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("last decision of %s: %v", run, err)
+	}
+	var d bus.Decision
+	if err := bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &d); err != nil {
+		t.Fatalf("decode decision: %v", err)
+	}
+	return &d
+}
+
+// DeadLetters reads every dead letter, oldest first.
+func DeadLetters(t testing.TB, b *bus.Bus) []bus.DeadLetter {
+	t.Helper()
+	info := streamInfo(t, b, bus.StreamDLQ)
+	var out []bus.DeadLetter
+	if info.State.Msgs == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		// A gap is a dead letter already removed.
+		if dl, err := b.GetDeadLetter(ctx, seq); err == nil {
+			out = append(out, dl)
+		}
+	}
+	return out
+}
