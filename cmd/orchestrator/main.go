@@ -163,17 +163,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		return err
 	}
 
-	shutdownTracing, err := telemetry.Setup(ctx, "orchestrator", os.Getenv)
+	flushTraces, err := telemetry.StartTracing(ctx, "orchestrator", os.Getenv, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			logger.Warn("flush traces", slog.Any("error", err))
-		}
-	}()
+	defer flushTraces()
 	// Served at /metrics on the --http address, behind its token.
 	reg := telemetry.NewRegistry()
 	metrics := telemetry.NewOrchestratorMetrics(reg)

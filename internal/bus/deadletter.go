@@ -66,10 +66,31 @@ func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer str
 	}
 	m.Header.Set(HeaderMsgID, "dlq/"+stream+"/"+strconv.FormatUint(seq, 10))
 	m.Data = data
-	if _, err := b.publishMsg(ctx, m); err != nil {
+	_, err = b.publishMsg(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// A message stored just under the max payload is over it once the
+		// copy's headers are added: keep what fits and say so, rather than
+		// leave it to be redelivered, and fail to be copied, forever.
+		keep := max(int(b.nc.MaxPayload())-headerSize(m.Header)-256, 0)
+		m.Header.Set(HeaderDLQTruncated, strconv.Itoa(len(data)))
+		m.Data = data[:min(keep, len(data))]
+		_, err = b.publishMsg(ctx, m)
+	}
+	if err != nil {
 		return fmt.Errorf("dead letter %s #%d: %w", stream, seq, err)
 	}
 	return nil
+}
+
+// headerSize is about what h takes on the wire.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 func sanitizeHeader(s string) string {

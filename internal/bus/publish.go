@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +29,9 @@ const (
 	HeaderDLQStream   = "Toolgate-DLQ-Stream"
 	HeaderDLQSeq      = "Toolgate-DLQ-Seq" // the original stream sequence
 	HeaderDLQConsumer = "Toolgate-DLQ-Consumer"
+	// HeaderDLQTruncated holds the original body's size when the copy
+	// keeps only its beginning (it would not fit the max payload).
+	HeaderDLQTruncated = "Toolgate-DLQ-Truncated"
 )
 
 // Message kinds for MsgID.
@@ -287,9 +292,13 @@ func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
 }
 
 // DecisionMessage is the Outgoing for an approver's decision: subject
-// toolgate.reply.<run>.approval, id MsgID(run, call, "decision.<approver>").
-// The approver is part of the id so that one approver's decision (perhaps
-// one the orchestrator refuses) never hides another's.
+// toolgate.reply.<run>.approval, id MsgID(run, call,
+// "decision.<approver>.<hash>"), hash being a digest of the decision and
+// its signature. The approver is part of the id so that one approver's
+// decision never hides another's; the hash, so that a decision that merely
+// names an approver (a forgery the orchestrator will refuse) does not hide
+// the approver's own, which the stream would otherwise drop as a duplicate.
+// A publish sent again is the same message and is still stored once.
 func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 	if err := d.Validate(); err != nil {
 		return Outgoing{}, err
@@ -298,9 +307,16 @@ func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 	if err != nil {
 		return Outgoing{}, err
 	}
+	body, err := d.SigningBytes()
+	if err != nil {
+		return Outgoing{}, err
+	}
+	h := sha256.New()
+	h.Write(body)
+	h.Write(d.Signature)
 	return Outgoing{
 		Subject: subj,
-		MsgID:   MsgID(d.RunID, d.ToolCallID, KindDecision+"."+d.ApproverID),
+		MsgID:   MsgID(d.RunID, d.ToolCallID, KindDecision+"."+d.ApproverID+"."+hex.EncodeToString(h.Sum(nil)[:8])),
 		Value:   d,
 		Header:  mergeHeaders(append([]nats.Header{idHeaders(d.RunID, "", d.ToolCallID)}, hdr...)...),
 	}, nil

@@ -11,10 +11,17 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // maxBodyBytes bounds a request body: a prompt, not a file upload.
 const maxBodyBytes = 1 << 20
+
+// MaxPromptBytes bounds a prompt. A conversation is stored as one KV value,
+// which must fit NATS's max payload (1 MiB by default) with the prompt in
+// it twice (the run record and the history) besides everything else.
+const MaxPromptBytes = 256 << 10
 
 // HandlerConfig configures the HTTP API.
 type HandlerConfig struct {
@@ -111,6 +118,10 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
 		writeError(w, http.StatusBadRequest, "prompt: required")
+		return
+	}
+	if len(req.Prompt) > MaxPromptBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prompt: larger than %d bytes", MaxPromptBytes))
 		return
 	}
 	if req.ConversationID != "" && !validID(req.ConversationID) {
@@ -251,6 +262,8 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrStopped):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, nats.ErrMaxPayload):
+		writeError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
 	default:
 		h.log.ErrorContext(r.Context(), "http request", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))

@@ -391,6 +391,9 @@ func incomingOf(r bus.Reply) (incoming, error) {
 	default:
 		return incoming{}, errors.New("reply holds neither a result nor a decision")
 	}
+	if err := checkReplySize(r); err != nil {
+		return incoming{}, err
+	}
 	return in, nil
 }
 

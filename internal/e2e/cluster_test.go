@@ -1,0 +1,227 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// A 3-node cluster with R3 streams and buckets loses nothing when the
+// leader of the replies stream is shut down in the middle of a busy load:
+// every conversation completes, with exactly one answer per tool call, and
+// the clients on the dead node reconnect to the others.
+func TestClusterLeaderKilledUnderLoad(t *testing.T) {
+	began := time.Now()
+	cl := startCluster(t, 3)
+	setupRetry(t, cl.connect("setup", bus.ConnConfig{}), bus.SetupConfig{Replicas: 3})
+	t.Logf("cluster up and set up in %s", time.Since(began).Round(time.Millisecond))
+	for _, stream := range []string{bus.StreamCalls, bus.StreamReplies, "KV_" + bus.BucketRuns} {
+		st, err := cl.connect("check", bus.ConnConfig{}).JetStream().Stream(clCtx(t), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Fatalf("%s has %d replicas, want 3", stream, r)
+		}
+	}
+
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := map[string]*bus.Bus{}
+	conn := func(name string) *bus.Bus {
+		b := cl.connect(name, bus.ConnConfig{})
+		conns[name] = b
+		return b
+	}
+	o := startOrch(t, orchestrator.Config{
+		Bus: conn("orchestrator"), InstanceID: "orch",
+		TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub},
+		// Short enough that a run whose result could not be stored while
+		// the leader moved is relaunched, and a batch whose completing
+		// update lost its answer is found, within the test.
+		LeaseTTL: 5 * time.Second, ReconcileInterval: time.Second,
+		// A reply delivered to the connection that died is delivered
+		// again after this.
+		ReplyAckWait: 5 * time.Second,
+	})
+	// A call or request whose ack was lost with the node is delivered
+	// again after AckWait.
+	startWorker(t, conn("worker-1"), "worker-1", 8, 5*time.Second)
+	startWorker(t, conn("worker-2"), "worker-2", 8, 5*time.Second)
+	startApprover(t, conn("bot"), "bot", priv, 5*time.Second)
+
+	// Each conversation of the seed prompt makes three runs, three tool
+	// calls and four deferred calls: two approvals (one denied), a call at
+	// once and one after its approval (under the approved call's id).
+	const n = 60
+	// Conversations are started at a steady pace, so that the load is
+	// still busy, new runs included, when the leader dies. A start that
+	// fails while the cluster elects a new leader is tried again; a
+	// conversation made by an attempt whose answer was lost is not
+	// tracked.
+	var (
+		mu        sync.Mutex
+		ids       []string
+		startErrs []string
+	)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		for range n {
+			for attempt := 0; ; attempt++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				info, err := o.StartRun(ctx, seedPrompt, "")
+				cancel()
+				if err == nil {
+					mu.Lock()
+					ids = append(ids, info.ConversationID)
+					mu.Unlock()
+					break
+				}
+				mu.Lock()
+				startErrs = append(startErrs, err.Error())
+				mu.Unlock()
+				if attempt == 5 {
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	// Kill the replies leader once a few conversations are through.
+	clWaitFor(t, "the first replies", func() (bool, string) {
+		a := o.Stats().RepliesApplied.Load()
+		return a >= 24, fmt.Sprintf("applied %d", a)
+	})
+	victim := cl.streamLeader(bus.StreamReplies)
+	if victim < 0 {
+		t.Fatal("no leader for the replies stream")
+	}
+	meta := cl.metaLeader()
+	runsLeader := cl.streamLeader("KV_" + bus.BucketRuns)
+	var onVictim []string
+	for name, b := range conns {
+		if b.Conn().ConnectedServerName() == cl.names[victim] {
+			onVictim = append(onVictim, name)
+		}
+	}
+	// What is in flight, read cheaply so that the load does not run
+	// ahead: the calls waiting for a worker, the replies not yet acked by
+	// the orchestrator, the replies still to come for the conversations
+	// started so far.
+	js := conns["orchestrator"].JetStream()
+	callsInfo, err := js.Stream(clCtx(t), bus.StreamCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := callsInfo.CachedInfo().State.Msgs
+	ci, err := jsConsumerInfo(t, js, bus.StreamReplies, "orchestrator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	startedBefore := len(ids)
+	mu.Unlock()
+	applied := o.Stats().RepliesApplied.Load()
+	killedAt := time.Now()
+	cl.kill(victim)
+	t.Logf("killed %s (replies leader; meta leader %v, runs bucket leader %v; clients on it: %v): %d of %d conversations started, %d calls queued for workers, %d replies unacked or undelivered, %d of their %d replies still to come",
+		cl.names[victim], meta == victim, runsLeader == victim, onVictim, startedBefore, n, queued,
+		ci.NumPending+uint64(ci.NumAckPending), 4*int64(startedBefore)-applied, 4*startedBefore)
+	if startedBefore == n && applied == 4*n {
+		t.Fatal("the load ended before the leader was killed; nothing was tested")
+	}
+	select {
+	case <-started:
+	case <-time.After(2 * clWait):
+		t.Fatal("conversations still starting")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != n {
+		t.Fatalf("started %d of %d conversations; errors: %v", len(ids), n, startErrs)
+	}
+	if len(startErrs) > 0 {
+		t.Logf("%d starts were tried again: %v", len(startErrs), startErrs)
+	}
+
+	for _, id := range ids {
+		c := waitTerminal(t, o, id)
+		if c.Status != orchestrator.StatusCompleted {
+			t.Errorf("%s: %s: %s", id, c.Status, c.Error)
+			continue
+		}
+		if len(c.Runs) != 3 {
+			t.Errorf("%s: %d runs, want 3", id, len(c.Runs))
+		}
+		returns, calls := returnsPerCall(c)
+		if len(calls) != 3 {
+			t.Errorf("%s: %d tool calls in the history, want 3: %v", id, len(calls), calls)
+		}
+		for _, call := range calls {
+			if returns[call] != 1 {
+				t.Errorf("%s: call %s answered %d times, want once", id, call, returns[call])
+			}
+		}
+		if !strings.Contains(c.Output, "Hello, world!") {
+			t.Errorf("%s: output %q", id, c.Output)
+		}
+	}
+	if f := o.Stats().FollowUps.Load(); f != 2*n {
+		t.Errorf("follow-ups = %d, want %d", f, 2*n)
+	}
+	if leader := cl.streamLeader(bus.StreamReplies); leader < 0 || leader == victim {
+		t.Errorf("replies stream leader after the kill: %d", leader)
+	}
+	for _, name := range onVictim {
+		if r := conns[name].Conn().Stats().Reconnects; r == 0 {
+			t.Errorf("%s was on the killed node and never reconnected", name)
+		}
+	}
+	// Nothing was left behind: no call waits for a worker, no reply for
+	// the orchestrator.
+	js = cl.connect("final", bus.ConnConfig{}).JetStream()
+	calls, err := js.Stream(clCtx(t), bus.StreamCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := calls.Info(clCtx(t)); err != nil || info.State.Msgs != 0 {
+		t.Errorf("calls stream: %+v, %v; want empty", info.State, err)
+	}
+	clWaitFor(t, "every reply acked", func() (bool, string) {
+		ci, err := jsConsumerInfo(t, js, bus.StreamReplies, "orchestrator")
+		if err != nil {
+			return false, err.Error()
+		}
+		return ci.NumPending == 0 && ci.NumAckPending == 0, fmt.Sprintf("pending %d, ack pending %d", ci.NumPending, ci.NumAckPending)
+	})
+	t.Logf("load of %d conversations finished %s after the kill; whole test %s; stats: applied %d, duplicates %d, refused %d, transient errors %d, relaunched %d",
+		n, time.Since(killedAt).Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
+		o.Stats().RepliesApplied.Load(), o.Stats().Duplicates.Load(), o.Stats().Refused.Load(),
+		o.Stats().TransientErrors.Load(), o.Stats().RunsRelaunched.Load())
+	if r := o.Stats().Refused.Load(); r != 0 {
+		t.Errorf("%d replies refused", r)
+	}
+}
+
+func jsConsumerInfo(t *testing.T, js jetstream.JetStream, stream, consumer string) (*jetstream.ConsumerInfo, error) {
+	c, err := js.Consumer(clCtx(t), stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(clCtx(t))
+}
