@@ -29,7 +29,7 @@ func (downTarget) RunMemory(context.Context, bench.MemoryCase) (bench.MemoryMeas
 func TestRunSmall(t *testing.T) {
 	env := newEnv(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.Config{
 		Quick:   true,

@@ -51,6 +51,11 @@ func NewRawTarget(env *Env) *RawTarget { return &RawTarget{env: env} }
 // Name is "raw".
 func (t *RawTarget) Name() string { return "raw" }
 
+// rawPullExpiry matches the pull expiry toolgate's consumers use (AckWait/3
+// of their 30 s), so both sides pull the same way; with the library's 30 s a
+// stalled pull can hold a redelivery for a whole AckWait.
+var rawPullExpiry = jetstream.PullExpiry(10 * time.Second)
+
 // rawStreams are toolgate's calls and replies streams under other names,
 // new ones for each measurement: nats-server removes a deleted stream's
 // store in the background, and creating one of the same name at once can
@@ -139,7 +144,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		}
 		reg.arrive(rep.ToolCallID, at)
 		_ = msg.Ack()
-	}, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
+	}, rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
 	if err != nil {
 		return Measurement{}, fmt.Errorf("raw: consume replies: %w", err)
 	}
@@ -231,7 +236,7 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *fa
 			return
 		}
 		_ = msg.Ack()
-	}, jetstream.PullMaxMessages(1), jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
+	}, jetstream.PullMaxMessages(1), rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
 	if err != nil {
 		cancel()
 		b.Close()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -151,9 +153,20 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 	}
 }
 
+// setupAttemptTimeout bounds one create/update request of Setup. A cluster
+// without a meta leader never answers such a request, so without a bound
+// Setup would hang on the first one until its context ended, even once a
+// leader had been elected.
+var setupAttemptTimeout = 5 * time.Second
+
+// setupRetryWait is the pause between failed attempts of one Setup step.
+var setupRetryWait = 250 * time.Millisecond
+
 // Setup creates toolgate's streams and KV buckets, or updates them to cfg.
 // It is idempotent; a change that JetStream cannot apply in place (such as
-// the retention policy) is an error naming the stream.
+// the retention policy) is an error naming the stream. Each step is retried
+// while it fails transiently (see Transient), as on a fresh cluster that
+// has no meta leader yet, until ctx ends; other errors return at once.
 func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -167,17 +180,79 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 		}
 	}()
 	for _, sc := range cfg.StreamConfigs() {
-		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("setup stream %s: %w", sc.Name, err)
+		if err := b.setupStep(ctx, "stream "+sc.Name, func(actx context.Context) error {
+			_, err := b.js.CreateOrUpdateStream(actx, sc)
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	for _, kc := range cfg.KeyValueConfigs() {
-		if _, err := b.js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("setup bucket %s: %w", kc.Bucket, err)
+		if err := b.setupStep(ctx, "bucket "+kc.Bucket, func(actx context.Context) error {
+			_, err := b.js.CreateOrUpdateKeyValue(actx, kc)
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
 }
+
+// setupStep runs one idempotent step with a per-attempt timeout until it
+// succeeds, fails for good, or ctx ends.
+func (b *Bus) setupStep(ctx context.Context, what string, step func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
+		err := step(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !Transient(err) {
+			if ctx.Err() != nil && attempt > 1 {
+				return fmt.Errorf("setup %s: %w (after %d attempts: %w)", what, ctx.Err(), attempt, err)
+			}
+			return fmt.Errorf("setup %s: %w", what, err)
+		}
+		b.logger.Warn("setup step failed; retrying", slog.String("step", what),
+			slog.Int("attempt", attempt), slog.Any("error", err))
+		t := time.NewTimer(setupRetryWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("setup %s: %w (after %d attempts: %w)", what, ctx.Err(), attempt, err)
+		case <-t.C:
+		}
+	}
+}
+
+// Transient reports whether err, from a JetStream API request, may go away
+// by itself: a timeout, a cluster without a (meta) leader, a stream not
+// created yet. A permission error or a rejected configuration is not.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, ErrPermissionDenied) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jsErrCodeClusterNotAvail, jsErrCodeClusterNotLeader, jetstream.JSErrCodeStreamNotFound:
+			return true
+		}
+	}
+	return false
+}
+
+// Server error codes of a cluster that cannot serve the request yet; the
+// client library has no names for them.
+const (
+	jsErrCodeClusterNotAvail  jetstream.ErrorCode = 10008
+	jsErrCodeClusterNotLeader jetstream.ErrorCode = 10009
+)
 
 // errNotSetUp wraps a missing stream or bucket with a hint.
 func errNotSetUp(err error) error {

@@ -121,6 +121,28 @@ func (s *system) waitDeadLetters(ctx context.Context) {
 	}
 }
 
+// waitRepliesSettled waits (bounded) until the orchestrators' reply
+// consumer has nothing pending or unacked: a duplicate injected just before
+// the last conversation ended may still be on its way, and the check counts
+// what the orchestrators made of every reply.
+func (s *system) waitRepliesSettled(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		cons, err := s.ctl.JetStream().Consumer(ctx, bus.StreamReplies, "orchestrator")
+		if err == nil {
+			if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func (s *system) streamMsgs(ctx context.Context, stream, subject string) (uint64, error) {
 	st, err := s.ctl.JetStream().Stream(ctx, stream)
 	if err != nil {

@@ -211,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		s.waitEnded(ctx)
 	}
 	s.waitDeadLetters(ctx)
+	s.waitRepliesSettled(ctx)
 	return s.check(ctx), nil
 }
 

@@ -229,6 +229,11 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // calls in flight finish within DrainTimeout, and hands back (naks) those
 // that do not, so no call is lost. It returns nil after a clean drain. A
 // worker runs once.
+//
+// At start, a consumer that cannot be created for a transient reason (a
+// cluster electing a leader, streams not set up yet) is retried with
+// back-off until it can or ctx ends; ending ctx then is a clean stop. A
+// permission error or a rejected configuration ends Run at once.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -246,18 +251,16 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var subs []*bus.Subscription
 	for _, t := range w.cfg.Tools {
-		sub, err := w.cfg.Bus.ConsumeCalls(subCtx, t.Spec.Name, bus.ConsumeConfig{
-			AckWait:        w.cfg.AckWait,
-			MaxDeliver:     w.cfg.MaxDeliver,
-			BackOff:        w.cfg.BackOff,
-			Concurrency:    w.cfg.Concurrency,
-			AutoInProgress: true,
-		}, bus.HandlerFunc[bus.CallRequest](func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
-			return w.handle(hctx, t, d)
-		}))
+		sub, err := w.consume(ctx, subCtx, t)
 		if err != nil {
 			close(w.stopping)
-			w.drain(subs)
+			if derr := w.drain(subs); derr != nil {
+				w.log.Warn("drain after a failed start", slog.Any("error", derr))
+			}
+			if ctx.Err() != nil && !errors.Is(err, bus.ErrPermissionDenied) {
+				// Stopped while still starting: not a failure of the worker.
+				return nil
+			}
 			return fmt.Errorf("worker: %w", err)
 		}
 		subs = append(subs, sub)
@@ -276,6 +279,62 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.stopping)
 	w.log.Info("draining")
 	return w.drain(subs)
+}
+
+// Bounds of the pause between attempts to create a tool's consumer.
+const (
+	consumeRetryMin = 250 * time.Millisecond
+	consumeRetryMax = 5 * time.Second
+)
+
+// consume starts the consumer of t's calls, bound to subCtx. A transient
+// failure (bus.Transient), such as a timeout while a cluster elects a
+// leader or streams that are not set up yet, is logged and retried with
+// growing pauses until ctx ends; any other error, such as a permission
+// error, is returned at once.
+func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription, error) {
+	cfg := bus.ConsumeConfig{
+		AckWait:        w.cfg.AckWait,
+		MaxDeliver:     w.cfg.MaxDeliver,
+		BackOff:        w.cfg.BackOff,
+		Concurrency:    w.cfg.Concurrency,
+		AutoInProgress: true,
+	}
+	h := bus.HandlerFunc[bus.CallRequest](func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+		return w.handle(hctx, t, d)
+	})
+	pause := consumeRetryMin
+	for attempt := 1; ; attempt++ {
+		// The attempt ends with ctx, so that Run stops promptly; once the
+		// consumer runs, only subCtx governs it.
+		actx, cancel := context.WithCancel(subCtx)
+		unbind := context.AfterFunc(ctx, cancel)
+		sub, err := w.cfg.Bus.ConsumeCalls(actx, t.Spec.Name, cfg, h)
+		if err == nil {
+			unbind()
+			// If ctx ended meanwhile, cancel has stopped the consumer (or
+			// will); Run drains it like any other.
+			return sub, nil
+		}
+		unbind()
+		cancel()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if !bus.Transient(err) {
+			return nil, err
+		}
+		w.log.WarnContext(ctx, "cannot start consuming calls yet; retrying", slog.String("tool", t.Spec.Name),
+			slog.Int("attempt", attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, err
+		case <-timer.C:
+		}
+		pause = min(pause*2, consumeRetryMax)
+	}
 }
 
 // drain stops the subscriptions, waiting for their handlers up to

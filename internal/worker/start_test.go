@@ -1,0 +1,113 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/worker"
+)
+
+// logSignal closes seen the first time a log line contains want.
+type logSignal struct {
+	want string
+	once sync.Once
+	seen chan struct{}
+}
+
+func newLogSignal(want string) *logSignal {
+	return &logSignal{want: want, seen: make(chan struct{})}
+}
+
+func (s *logSignal) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(s.want)) {
+		s.once.Do(func() { close(s.seen) })
+	}
+	return len(p), nil
+}
+
+func (s *logSignal) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(s, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func echoTool(name string) worker.Tool {
+	return worker.Tool{
+		Spec: worker.ToolSpec{Name: name},
+		Executor: worker.ExecutorFunc(func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
+			return worker.ReturnValue(req.Args), nil
+		}),
+	}
+}
+
+// A worker started before the streams exist (as on a cluster that is not
+// ready yet) keeps trying to create its consumer and serves once they do.
+func TestWorkerStartsOnceTheStreamsExist(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
+	retrying := newLogSignal("cannot start consuming calls yet; retrying")
+	stop := run(t, newWorker(t, worker.Config{
+		Bus: e.bus, Tools: []worker.Tool{echoTool("echo")}, ID: "w1", Logger: retrying.logger(),
+	}))
+	bustest.Recv(t, retrying.seen, "a retried consumer creation")
+
+	bustest.Setup(t, e.bus)
+	got := e.replies(t)
+	e.publish(t, call("echo", "c1", `{"x":1}`))
+	r := got.wait(t, 1)[0]
+	if r.ToolCallID != "c1" || r.Outcome != bus.OutcomeReturn || string(r.Value) != `{"x":1}` || r.WorkerID != "w1" {
+		t.Errorf("reply = %+v, want c1 returning {\"x\":1} from w1", r)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+}
+
+// Stopping a worker that is still waiting for its streams is a clean stop.
+func TestWorkerStopsWhileStarting(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	b := bustest.Connect(t, srv, "test")
+	retrying := newLogSignal("cannot start consuming calls yet; retrying")
+	stop := run(t, newWorker(t, worker.Config{
+		Bus: b, Tools: []worker.Tool{echoTool("echo")}, Logger: retrying.logger(),
+	}))
+	bustest.Recv(t, retrying.seen, "a retried consumer creation")
+	if err := stop(); err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+}
+
+// A permission error is not retried: a worker whose user may not consume
+// calls fails at once.
+func TestWorkerPermissionDeniedFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	var users []bus.User
+	for _, role := range []string{bus.RoleOrchestrator, bus.RoleApprover} {
+		p, err := bus.RolePermissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
+	}
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
+	admin := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "admin", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw"})
+	bustest.Setup(t, admin)
+	approver := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "approver", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw"})
+
+	w := newWorker(t, worker.Config{Bus: approver, Tools: []worker.Tool{echoTool("echo")}})
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	err := w.Run(ctx)
+	if !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Fatalf("Run = %v, want a permission error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Run returned only when its context ended: %v", err)
+	}
+}
