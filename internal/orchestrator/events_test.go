@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +124,19 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("event data (-want +got):\n%s", diff)
+	}
+	// The conversation itself keeps who decided, after its batches are gone.
+	var decided []string
+	for _, d := range c.Decisions {
+		decided = append(decided, fmt.Sprintf("%s %s approved=%v by %s %q", d.RunID, d.ToolCallID, d.Approved, d.ApproverID, d.Message))
+	}
+	wantDecided := []string{
+		fmt.Sprintf("%s delete_file approved=false by bot %q", r1, "Deleting files is not allowed"),
+		fmt.Sprintf("%s update_file_dotenv approved=true by bot %q", r1, ""),
+	}
+	slices.Sort(decided)
+	if diff := cmp.Diff(wantDecided, decided); diff != "" {
+		t.Errorf("conversation decisions (-want +got):\n%s", diff)
 	}
 	paused, ok := event(evs, orchestrator.EventRunPaused, "")
 	if !ok {

@@ -159,6 +159,8 @@ type ConversationView struct {
 	Runs           []RunSummary      `json:"runs"`
 	Pending        []PendingView     `json:"pending"`
 	Messages       []json.RawMessage `json:"messages"`
+	// Decisions lists every applied decision and who made it (D36).
+	Decisions []DecisionRecord `json:"decisions"`
 }
 
 // RunSummary is one run of a conversation.
@@ -187,6 +189,10 @@ func viewOf(c *Conversation) ConversationView {
 		Runs:           make([]RunSummary, 0, len(c.Runs)),
 		Pending:        pendingOf(c),
 		Messages:       messagesJSON(c.History),
+		Decisions:      c.Decisions,
+	}
+	if v.Decisions == nil {
+		v.Decisions = []DecisionRecord{}
 	}
 	if c.Status == StatusCompleted {
 		out := c.Output

@@ -470,6 +470,12 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	}
 	pc.Reply = replyOf(in, now)
 	pc.Reply.Trace = in.trace
+	if d := in.decision; d != nil {
+		c.Decisions = append(c.Decisions, DecisionRecord{
+			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
+			Approved: d.Approved, Message: pc.Reply.Message, ApproverID: d.ApproverID, At: now,
+		})
+	}
 	return verdictApplied, ""
 }
 

@@ -45,9 +45,25 @@ type Conversation struct {
 	Lease *Lease `msgpack:"lease,omitempty"`
 	// StaleReplies counts replies to runs that no longer wait (duplicates
 	// of answers a follow-up has already taken).
-	StaleReplies int       `msgpack:"stale_replies,omitempty"`
-	CreatedAt    time.Time `msgpack:"created_at"`
-	UpdatedAt    time.Time `msgpack:"updated_at"`
+	StaleReplies int `msgpack:"stale_replies,omitempty"`
+	// Decisions records every applied decision with who made it; the
+	// batch that held them is dropped once its follow-up has run, this
+	// stays with the conversation.
+	Decisions []DecisionRecord `msgpack:"decisions,omitempty"`
+	CreatedAt time.Time        `msgpack:"created_at"`
+	UpdatedAt time.Time        `msgpack:"updated_at"`
+}
+
+// DecisionRecord is an applied decision: which call, what, and who.
+type DecisionRecord struct {
+	RunID      string    `msgpack:"run_id" json:"run_id"`
+	ToolCallID string    `msgpack:"tool_call_id" json:"tool_call_id"`
+	ToolName   string    `msgpack:"tool_name" json:"tool_name"`
+	Approved   bool      `msgpack:"approved" json:"approved"`
+	Message    string    `msgpack:"message,omitempty" json:"message,omitempty"`
+	ApproverID string    `msgpack:"approver_id" json:"approver_id"`
+	Expired    bool      `msgpack:"expired,omitempty" json:"expired,omitempty"`
+	At         time.Time `msgpack:"at" json:"at"`
 }
 
 // RunRecord is one run of a conversation.
