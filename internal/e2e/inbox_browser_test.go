@@ -11,12 +11,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/browsertest"
 
 	"github.com/chromedp/chromedp"
 
@@ -84,17 +85,6 @@ const (
 // conversation completes with the denial in the model's history and the
 // edited args written by the worker (D23, D24, D26, D36).
 func TestInboxBrowserEndToEnd(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not on PATH (%v): run scripts/ensure-chromium.sh (as root: apt-get install -y chromium)", err)
-	}
-	shots := os.Getenv("TOOLGATE_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshots in %s", shots)
 	log, natsLog := ibLoggers(t)
 
 	// One embedded JetStream server; each party has its own connection.
@@ -171,40 +161,10 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 
 	// The browser. Everything it does is bounded by bctx; it is closed
 	// before the cleanups, so that no page stream holds a server open.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox, // root in CI containers
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1100, 1300),
-	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer func() {
-		bcancel()
-		_ = chromedp.Cancel(bctx)
-	}()
-
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100 is PNG
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
-		})
-	}
 	var convID string
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			_ = chromedp.Do(bctx, shot("failed"))
-			ibLogConversation(t, cl, convID)
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	br := browsertest.Start(t, 50*time.Second)
+	bctx, shot, run := br.Ctx, br.Shot, br.Run
+	br.OnFailure = func() { ibLogConversation(t, cl, convID) }
 	text := func(sel string) string {
 		t.Helper()
 		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))

@@ -5,12 +5,11 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/browsertest"
 
 	"github.com/chromedp/chromedp"
 
@@ -27,17 +26,6 @@ import (
 // checked. `make test` installs chromium (scripts/ensure-chromium.sh); a
 // missing browser fails the test, it never skips.
 func TestBrowserInbox(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not on PATH (%v): run scripts/ensure-chromium.sh (as root: apt-get install -y chromium)", err)
-	}
-	shots := os.Getenv("TOOLGATE_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshots in %s", shots)
 
 	b := bustest.NewBus(t)
 	key := newKey(t)
@@ -45,38 +33,8 @@ func TestBrowserInbox(t *testing.T) {
 	srv := httptest.NewServer(in.Handler())
 	t.Cleanup(srv.Close)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox, // root in CI containers
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1100, 1300),
-	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer func() {
-		bcancel()
-		_ = chromedp.Cancel(bctx)
-	}()
-
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100 is PNG
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
-		})
-	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			_ = chromedp.Do(bctx, shot("failed"))
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	br := browsertest.Start(t, 50*time.Second)
+	shot, run := br.Shot, br.Run
 	text := func(sel string, into *string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			v, err := chromedp.Text(chromedp.CSS(sel))(ctx, tg)
