@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -49,7 +51,7 @@ func metricPlot(r *Results, metric, title, ylabel string, logY bool) (*plot.Plot
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	if logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = decadeTicks{}
 	}
 	var batches []int
 	for _, row := range r.Cases {
@@ -120,4 +122,20 @@ func fade(c color.Color) color.Color {
 	r, g, b, _ := c.RGBA()
 	mix := func(v uint32) uint8 { return uint8((v>>8)/2 + 128) }
 	return color.RGBA{R: mix(r), G: mix(g), B: mix(b), A: 255}
+}
+
+// decadeTicks labels 1, 2 and 5 times each power of ten in range: a latency
+// axis often spans less than one decade, where plot.LogTicks labels nothing.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := d * m; v >= lo && v <= hi {
+				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return ticks
 }
