@@ -12,8 +12,8 @@ const (
 // RolePermissions are the subject permissions of a role: workers may
 // publish results (toolgate.reply.*.call) but not decisions, approvers
 // decisions (toolgate.reply.*.approval) but not results; both may use only
-// their own stream's consumers and acks, and dead-letter what they cannot
-// decode. The orchestrator may do anything toolgate does.
+// their own stream's consumers and acks (approvers also read the events
+// stream, for the inbox), and dead-letter what they cannot decode. The orchestrator may do anything toolgate does.
 func RolePermissions(role string) (Permissions, error) {
 	inbox := []string{"_INBOX.>"}
 	switch role {
@@ -35,7 +35,12 @@ func RolePermissions(role string) (Permissions, error) {
 		}, nil
 	case RoleApprover:
 		return Permissions{
-			Publish: append(consumerAPI(StreamApprovals),
+			// The approval inbox also reads the conversations' events (to
+			// learn what was settled elsewhere and to show transcripts), and
+			// its scans of both streams use ordered consumers it deletes.
+			Publish: append(append(consumerAPI(StreamApprovals), consumerAPI(StreamEvents)...),
+				"$JS.API.CONSUMER.DELETE."+StreamApprovals+".>",
+				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
 				subjectDLQ+".>",
 			),

@@ -227,8 +227,11 @@ func (b *Bus) setupStep(ctx context.Context, what string, step func(context.Cont
 }
 
 // Transient reports whether err, from a JetStream API request, may go away
-// by itself: a timeout, a cluster without a (meta) leader, a stream not
-// created yet. A permission error or a rejected configuration is not.
+// by itself: a timeout, a cluster without a (meta) leader or still missing
+// peers for the replicas asked (as while it boots), a stream not created
+// yet. A permission error or a rejected configuration is not; a cluster
+// that will never have enough peers fails when the caller's ctx ends, with
+// this error as the last one.
 func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrPermissionDenied) {
 		return false
@@ -240,7 +243,7 @@ func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case jsErrCodeClusterNotAvail, jsErrCodeClusterNotLeader, jetstream.JSErrCodeStreamNotFound:
+		case jsErrCodeClusterNotAvail, jsErrCodeClusterNotLeader, jsErrCodeNoPeers, jetstream.JSErrCodeStreamNotFound:
 			return true
 		}
 	}
@@ -252,6 +255,7 @@ func Transient(err error) bool {
 const (
 	jsErrCodeClusterNotAvail  jetstream.ErrorCode = 10008
 	jsErrCodeClusterNotLeader jetstream.ErrorCode = 10009
+	jsErrCodeNoPeers          jetstream.ErrorCode = 10005 // no suitable peers for placement
 )
 
 // errNotSetUp wraps a missing stream or bucket with a hint.
