@@ -377,9 +377,13 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 		}
 		return worker.ReturnValue(json.RawMessage(`"finished during drain"`)), nil
 	})
+	// A call that reaches the stopping worker's pull just before it stops
+	// comes back at the latest after AckWait; keep that short so the test
+	// does not depend on which side of the stop c2 lands.
 	stop := run(t, newWorker(t, worker.Config{
-		Bus:   e.bus,
-		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: exec}},
+		Bus:     e.bus,
+		AckWait: 3 * time.Second,
+		Tools:   []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: exec}},
 	}))
 	e.publish(t, call("job", "c1", `{}`))
 	<-started
