@@ -26,6 +26,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/toolgate/toolgate/internal/web"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/approver"
@@ -187,7 +189,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return err
 		}
 		g.Go(func() error { return ib.Run(gctx) })
-		g.Go(func() error { return serveHTTP(gctx, httpLn, ib.Handler()) })
+		g.Go(func() error { return web.Serve(gctx, httpLn, ib.Handler(), web.ServeConfig{Logger: logger}) })
 		logger.Info("approval inbox", slog.String("url", "http://"+httpLn.Addr().String()+"/"), slog.Bool("token", token != ""))
 	}
 	if metricsLn != nil {
@@ -201,30 +203,6 @@ const usage = `usage: approver [flags]                      the bot (--policy, -
        approver approve ID [--args JSON]     approve (with edited args); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID
        approver deny ID --message TEXT       deny, telling the model why
        approver keygen --out FILE`
-
-// serveHTTP serves h on ln until ctx ends, then shuts down, letting
-// requests in progress finish for up to 5s (event streams end with ctx).
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	return err
-}
 
 // common are the flags every mode shares.
 type common struct {

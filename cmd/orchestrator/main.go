@@ -24,12 +24,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/web"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -213,31 +214,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		stopOrch(orch, o.shutdownTimeout, logger)
 		return fmt.Errorf("--http: %w", err)
 	}
-	hs := &http.Server{
-		Handler:           orch.Handler(orchestrator.HandlerConfig{Token: token, Logger: logger, Metrics: telemetry.Handler(reg)}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
 	logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", token != ""))
-
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
-	}
-	// Shutdown order: stop HTTP, stop consuming, wait for runs (bounded),
-	// then the deferred calls close the bus and the embedded server.
+	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
+	// are done), stop consuming, wait for runs (bounded), then the deferred
+	// calls close the bus and the embedded server.
+	err = web.Serve(ctx, ln, orch.Handler(orchestrator.HandlerConfig{Token: token, Logger: logger, Metrics: telemetry.Handler(reg)}),
+		web.ServeConfig{Logger: logger})
 	logger.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	if herr := hs.Shutdown(sctx); herr != nil {
-		_ = hs.Close()
-	}
 	stopOrch(orch, o.shutdownTimeout, logger)
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
 	return err
 }
 

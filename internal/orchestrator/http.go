@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/web"
+
 	"github.com/nats-io/nats.go"
 )
 
@@ -69,11 +71,11 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	for path, allow := range allowed {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, allow))
+			web.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, allow))
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return h.auth(mux)
 }
@@ -92,7 +94,7 @@ func (h *api) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			web.WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -117,15 +119,15 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		writeError(w, http.StatusBadRequest, "prompt: required")
+		web.WriteError(w, http.StatusBadRequest, "prompt: required")
 		return
 	}
 	if len(req.Prompt) > MaxPromptBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prompt: larger than %d bytes", MaxPromptBytes))
+		web.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prompt: larger than %d bytes", MaxPromptBytes))
 		return
 	}
 	if req.ConversationID != "" && !validID(req.ConversationID) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("conversation_id: %q is not a valid id", req.ConversationID))
+		web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("conversation_id: %q is not a valid id", req.ConversationID))
 		return
 	}
 	info, err := h.o.StartRun(r.Context(), req.Prompt, req.ConversationID)
@@ -133,13 +135,13 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, info)
+	web.WriteJSON(w, http.StatusAccepted, info)
 }
 
 func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run_id")
 	if !validID(id) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("run %q not found", id))
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("run %q not found", id))
 		return
 	}
 	info, err := h.o.Run(r.Context(), id)
@@ -147,7 +149,7 @@ func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	web.WriteJSON(w, http.StatusOK, info)
 }
 
 // ConversationView is the API's view of a conversation.
@@ -230,7 +232,7 @@ func pendingOf(c *Conversation) []PendingView {
 func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validID(id) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
 		return
 	}
 	c, err := h.o.Conversation(r.Context(), id)
@@ -238,7 +240,7 @@ func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(c))
+	web.WriteJSON(w, http.StatusOK, viewOf(c))
 }
 
 func (h *api) pending(w http.ResponseWriter, r *http.Request) {
@@ -247,15 +249,15 @@ func (h *api) pending(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"pending": p})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"pending": p})
 }
 
 func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := h.o.Healthy(); err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // fail maps an orchestrator error to a status.
@@ -263,17 +265,17 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var conflict *ConflictError
 	switch {
 	case errors.Is(err, ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
+		web.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &conflict):
-		writeError(w, http.StatusConflict, err.Error())
+		web.WriteError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrStopped):
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, nats.ErrMaxPayload):
-		writeError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
+		web.WriteError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
 	default:
 		h.log.ErrorContext(r.Context(), "http request", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		writeError(w, http.StatusInternalServerError, "internal error")
+		web.WriteError(w, http.StatusInternalServerError, "internal error")
 	}
 }
 
@@ -289,40 +291,25 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			web.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
 		case errors.Is(err, io.EOF):
-			writeError(w, http.StatusBadRequest, "body: empty, want a JSON object")
+			web.WriteError(w, http.StatusBadRequest, "body: empty, want a JSON object")
 		case errors.As(err, &se):
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("body: invalid JSON at offset %d", se.Offset))
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("body: invalid JSON at offset %d", se.Offset))
 		case errors.As(err, &te) && te.Field != "":
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s", te.Field, te.Type))
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s", te.Field, te.Type))
 		case errors.As(err, &te):
-			writeError(w, http.StatusBadRequest, "body: want a JSON object")
+			web.WriteError(w, http.StatusBadRequest, "body: want a JSON object")
 		default:
-			writeError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
+			web.WriteError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
 		}
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, "body: trailing data after the JSON object")
+		web.WriteError(w, http.StatusBadRequest, "body: trailing data after the JSON object")
 		return false
 	}
 	return true
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encode answer"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
 }
 
 // validID reports whether s can be a conversation or run id: it must fit a

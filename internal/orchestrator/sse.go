@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/web"
+
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
@@ -23,7 +25,7 @@ const sseKeepAlive = 15 * time.Second
 func (h *api) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validID(id) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
 		return
 	}
 	if _, err := h.o.Conversation(r.Context(), id); err != nil {
@@ -34,14 +36,14 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: want a stream sequence number", last))
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: want a stream sequence number", last))
 			return
 		}
 		after = n
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		web.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
 	ctx := r.Context()

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/web"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -96,26 +98,8 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 func ServeListener(ctx context.Context, ln net.Listener, g prometheus.Gatherer) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", Handler(g))
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
+	if err := web.Serve(ctx, ln, mux, web.ServeConfig{}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("metrics: shutdown: %w", err)
 	}
 	return nil
 }

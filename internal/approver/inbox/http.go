@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/web"
+
 	"github.com/toolgate/toolgate/internal/approver"
 )
 
@@ -74,10 +76,10 @@ func (in *Inbox) Handler() http.Handler {
 	mux.HandleFunc("POST /logout", in.logout)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !in.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+			web.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	return in.guard(mux)
 }
@@ -98,7 +100,7 @@ func (in *Inbox) guard(next http.Handler) http.Handler {
 		}
 		if in.cfg.Token == "" {
 			if !loopback(r.RemoteAddr) {
-				writeError(w, http.StatusForbidden, "the inbox has no token and serves loopback clients only")
+				web.WriteError(w, http.StatusForbidden, "the inbox has no token and serves loopback clients only")
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -113,7 +115,7 @@ func (in *Inbox) guard(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate-inbox"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong token")
+		web.WriteError(w, http.StatusUnauthorized, "missing or wrong token")
 	})
 }
 
@@ -202,7 +204,7 @@ func (in *Inbox) page(w http.ResponseWriter, r *http.Request) {
 
 func (in *Inbox) apiPending(w http.ResponseWriter, r *http.Request) {
 	items, _ := in.store.snapshot()
-	writeJSON(w, http.StatusOK, map[string]any{"pending": items})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"pending": items})
 }
 
 // events streams the pending list: a snapshot, then "add" and "remove"
@@ -211,7 +213,7 @@ func (in *Inbox) apiPending(w http.ResponseWriter, r *http.Request) {
 func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		web.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -295,24 +297,24 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	// this server never grants: with the SameSite cookie, that keeps other
 	// sites from deciding in a logged-in browser.
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
+		web.WriteError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
 		return
 	}
 	var req decideRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
+		web.WriteError(w, http.StatusBadRequest, "body: "+strings.TrimPrefix(err.Error(), "json: "))
 		return
 	}
 	if req.RunID == "" || req.ToolCallID == "" {
-		writeError(w, http.StatusBadRequest, "run_id and tool_call_id are required")
+		web.WriteError(w, http.StatusBadRequest, "run_id and tool_call_id are required")
 		return
 	}
 	c := approver.Choice{Approve: req.Approve, Message: strings.TrimSpace(req.Message)}
 	if strings.TrimSpace(req.Args) != "" {
 		if !req.Approve {
-			writeError(w, http.StatusBadRequest, "args can only be edited on an approval")
+			web.WriteError(w, http.StatusBadRequest, "args can only be edited on an approval")
 			return
 		}
 		c.Args = json.RawMessage(req.Args)
@@ -321,17 +323,17 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	var ae *approver.ArgsError
 	switch {
 	case errors.As(err, &ae):
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "args refused", "problems": ae.Problems})
+		web.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "args refused", "problems": ae.Problems})
 		return
 	case errors.Is(err, ErrNotPending):
-		writeError(w, http.StatusConflict, err.Error())
+		web.WriteError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
 		in.log.ErrorContext(r.Context(), "decide", slog.Any("error", err))
-		writeError(w, http.StatusBadGateway, err.Error())
+		web.WriteError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, decideAnswer{
+	web.WriteJSON(w, http.StatusOK, decideAnswer{
 		Approved: d.Approved, OverrideArgs: d.OverrideArgs, Message: d.Message,
 		ApproverID: d.ApproverID, DecidedAt: d.DecidedAt, Signed: d.Signature != nil,
 	})
@@ -344,7 +346,7 @@ func (in *Inbox) loginForm(w http.ResponseWriter, r *http.Request) {
 func (in *Inbox) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
-		writeError(w, http.StatusBadRequest, "bad form")
+		web.WriteError(w, http.StatusBadRequest, "bad form")
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
@@ -374,19 +376,4 @@ func safeNext(next string) string {
 		return "/"
 	}
 	return next
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encode answer"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
 }
