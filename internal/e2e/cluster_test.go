@@ -181,8 +181,15 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 			t.Errorf("%s: output %q", id, c.Output)
 		}
 	}
-	if f := o.Stats().FollowUps.Load(); f != 2*n {
-		t.Errorf("follow-ups = %d, want %d", f, 2*n)
+	// The counters are this process's view. A write whose answer died
+	// with the node may have landed: the reply's redelivery then finds it
+	// recorded (a duplicate), and the follow-up that write claimed is
+	// relaunched when its lease runs out. So a follow-up is counted either
+	// as launched or as relaunched, never twice; the histories checked
+	// above are what says that each batch was followed up exactly once.
+	st := o.Stats()
+	if f, r := st.FollowUps.Load(), st.RunsRelaunched.Load(); f > 2*n || f+r < 2*n {
+		t.Errorf("follow-ups launched %d and relaunched %d; want at most %d launched and %d in all", f, r, 2*n, 2*n)
 	}
 	if leader := cl.streamLeader(bus.StreamReplies); leader < 0 || leader == victim {
 		t.Errorf("replies stream leader after the kill: %d", leader)
@@ -218,8 +225,8 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	})
 	// The redelivered calls changed nothing: still one applied reply per
 	// deferred call (four per conversation).
-	if a := o.Stats().RepliesApplied.Load(); a != int64(4*n) {
-		t.Errorf("replies applied = %d after the queues drained, want %d", a, 4*n)
+	if a, d := st.RepliesApplied.Load(), st.Duplicates.Load(); a > int64(4*n) || a+d < int64(4*n) {
+		t.Errorf("replies applied %d, duplicates %d after the queues drained; want at most %d applied and %d in all", a, d, 4*n, 4*n)
 	}
 	t.Logf("load of %d conversations finished %s after the kill; whole test %s; stats: applied %d, duplicates %d, refused %d, transient errors %d, relaunched %d",
 		n, time.Since(killedAt).Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
