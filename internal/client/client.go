@@ -6,6 +6,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +83,10 @@ func (c *Client) httpClient() *http.Client {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(ctx, method, path, nil, body, out)
+}
+
+func (c *Client) doWith(ctx context.Context, method, path string, hdr http.Header, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -97,6 +103,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -131,15 +140,63 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 // StartRun submits a prompt; an empty conversationID starts a new
-// conversation.
+// conversation. It is safe against lost answers: the request carries a
+// fresh Idempotency-Key and is tried again with the same key (up to
+// startAttempts times, while ctx lasts) when the connection fails or the
+// orchestrator answers 500, 502, 503 or 504, so a start that happened but
+// whose answer was lost is answered, not repeated.
 func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (RunStatus, error) {
 	body := map[string]string{"prompt": prompt}
 	if conversationID != "" {
 		body["conversation_id"] = conversationID
 	}
-	var rs RunStatus
-	err := c.do(ctx, http.MethodPost, "/v1/runs", body, &rs)
-	return rs, err
+	hdr := http.Header{"Idempotency-Key": []string{newKey()}}
+	var (
+		rs      RunStatus
+		errs    []error
+		backoff = 200 * time.Millisecond
+	)
+	for attempt := 1; ; attempt++ {
+		err := c.doWith(ctx, http.MethodPost, "/v1/runs", hdr, body, &rs)
+		if err == nil {
+			return rs, nil
+		}
+		if !retryable(err) || attempt == startAttempts || ctx.Err() != nil {
+			return rs, errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return rs, errors.Join(append(errs, ctx.Err())...)
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// startAttempts bounds StartRun's tries.
+const startAttempts = 4
+
+// retryable reports whether a request may have failed for a reason that
+// passes: no answer at all, or a server-side failure.
+func retryable(err error) bool {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.Status {
+		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Conversation reads one conversation.

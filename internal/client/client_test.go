@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -86,5 +87,60 @@ func TestConversationPathAndLongError(t *testing.T) {
 	}
 	if path != "/v1/conversations/a%2Fb" || accept != "application/json" {
 		t.Errorf("request path %q, Accept %q", path, accept)
+	}
+}
+
+// A start whose answer is lost or refused for a passing reason is tried
+// again under the same Idempotency-Key; a refusal that would not change is
+// not.
+func TestStartRunRetriesWithSameKey(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		switch {
+		case r.Header.Get("Authorization") != "":
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"prompt: required"}`))
+		case n == 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"orchestrator is stopping"}`))
+		case n == 2:
+			// The answer is lost: the connection closes without one.
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			_ = conn.Close()
+		default:
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"run_id":"r1","conversation_id":"c1","status":"running"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &client.Client{BaseURL: srv.URL}
+	rs, err := c.StartRun(t.Context(), "hi", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.RunID != "r1" {
+		t.Fatalf("answer %+v", rs)
+	}
+	mu.Lock()
+	if len(keys) != 3 || keys[0] == "" || keys[1] != keys[0] || keys[2] != keys[0] {
+		t.Errorf("keys sent: %q", keys)
+	}
+	keys = nil
+	mu.Unlock()
+	if _, err := (&client.Client{BaseURL: srv.URL, Token: "refused"}).StartRun(t.Context(), "hi", ""); err == nil {
+		t.Fatal("a 400 was not reported")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 1 {
+		t.Errorf("a 400 was tried %d times", len(keys))
 	}
 }

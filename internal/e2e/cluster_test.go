@@ -68,9 +68,9 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	const n = 60
 	// Conversations are started at a steady pace, so that the load is
 	// still busy, new runs included, when the leader dies. A start that
-	// fails while the cluster elects a new leader is tried again; a
-	// conversation made by an attempt whose answer was lost is not
-	// tracked.
+	// fails while the cluster elects a new leader is tried again under
+	// its idempotency key: an attempt whose write landed but whose answer
+	// was lost is answered by the retry, not repeated.
 	var (
 		mu        sync.Mutex
 		ids       []string
@@ -79,10 +79,10 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
-		for range n {
+		for i := range n {
 			for attempt := 0; ; attempt++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				info, err := o.StartRun(ctx, seedPrompt, "")
+				info, err := o.StartRunWith(ctx, orchestrator.StartRequest{Prompt: seedPrompt, IdempotencyKey: fmt.Sprintf("conversation-%d", i)})
 				cancel()
 				if err == nil {
 					mu.Lock()
@@ -180,6 +180,24 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		if !strings.Contains(c.Output, "Hello, world!") {
 			t.Errorf("%s: output %q", id, c.Output)
 		}
+	}
+	// No start made a conversation twice.
+	runsKV, err := cl.connect("keys", bus.ConnConfig{}).Runs(clCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := runsKV.Keys(clCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs := 0
+	for _, k := range keys {
+		if strings.HasPrefix(k, "conv.") {
+			convs++
+		}
+	}
+	if convs != n {
+		t.Errorf("%d conversations stored, want %d", convs, n)
 	}
 	// The counters are this process's view. A write whose answer died
 	// with the node may have landed: the reply's redelivery then finds it

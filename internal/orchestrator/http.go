@@ -41,7 +41,7 @@ type HandlerConfig struct {
 
 // Handler returns the HTTP API:
 //
-//	POST /v1/runs                          start a run
+//	POST /v1/runs                          start a run (Idempotency-Key: safe to retry)
 //	GET  /v1/runs/{run_id}                 a run's status
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
@@ -130,12 +130,33 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("conversation_id: %q is not a valid id", req.ConversationID))
 		return
 	}
-	info, err := h.o.StartRun(r.Context(), req.Prompt, req.ConversationID)
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkIdempotencyKey(key); err != nil {
+		web.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	info, err := h.o.StartRunWith(r.Context(), StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key})
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	web.WriteJSON(w, http.StatusAccepted, info)
+}
+
+// maxIdempotencyKey bounds the Idempotency-Key header; a UUID or a hash
+// fits many times over.
+const maxIdempotencyKey = 255
+
+func checkIdempotencyKey(key string) error {
+	if len(key) > maxIdempotencyKey {
+		return fmt.Errorf("Idempotency-Key: longer than %d bytes", maxIdempotencyKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return fmt.Errorf("Idempotency-Key: byte %d is not printable ASCII", i)
+		}
+	}
+	return nil
 }
 
 func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
@@ -262,12 +283,17 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 
 // fail maps an orchestrator error to a status.
 func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var conflict *ConflictError
+	var (
+		conflict *ConflictError
+		reused   *IdempotencyError
+	)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		web.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &conflict):
 		web.WriteError(w, http.StatusConflict, err.Error())
+	case errors.As(err, &reused):
+		web.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, ErrStopped):
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, nats.ErrMaxPayload):

@@ -14,12 +14,21 @@ import (
 
 func doJSON(t *testing.T, method, url, token, body string) (int, map[string]any) {
 	t.Helper()
+	hdr := http.Header{}
+	if token != "" {
+		hdr.Set("Authorization", "Bearer "+token)
+	}
+	return doJSONHeader(t, method, url, hdr, body)
+}
+
+func doJSONHeader(t *testing.T, method, url string, hdr http.Header, body string) (int, map[string]any) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(ctxT(t), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -333,63 +333,6 @@ func (o *Orchestrator) Healthy() error {
 	return nil
 }
 
-// StartRun starts a run with prompt: in a new conversation when
-// conversationID is empty, else continuing that conversation, which must be
-// completed or failed (*ConflictError otherwise, ErrNotFound when unknown).
-func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID string) (RunInfo, error) {
-	if o.stopped.Load() {
-		return RunInfo{}, ErrStopped
-	}
-	now := o.clock()
-	runID := o.newRunID()
-	lease := &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
-	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: prompt, StartedAt: now}
-	if conversationID == "" {
-		conversationID = "c" + o.cfg.NewID()
-		if err := o.store.putRun(ctx, runID, conversationID); err != nil {
-			return RunInfo{}, err
-		}
-		c := &Conversation{
-			ID: conversationID, Status: StatusRunning, Runs: []RunRecord{rec},
-			Lease: lease, CreatedAt: now, UpdatedAt: now,
-		}
-		rev, err := o.store.create(ctx, c)
-		if err != nil {
-			return RunInfo{}, err
-		}
-		o.stats.RunsStarted.Add(1)
-		// The run starts from the state just written, without reading it
-		// back.
-		o.launchFrom(conversationID, runID, c, rev)
-		return RunInfo{RunID: runID, ConversationID: conversationID, Status: StatusRunning}, nil
-	} else {
-		if _, _, err := o.store.get(ctx, conversationID); err != nil {
-			return RunInfo{}, err
-		}
-		if err := o.store.putRun(ctx, runID, conversationID); err != nil {
-			return RunInfo{}, err
-		}
-		_, err := o.store.update(ctx, conversationID, func(c *Conversation) error {
-			if !c.Status.Terminal() {
-				return &ConflictError{ConversationID: c.ID, Status: c.Status}
-			}
-			c.Status = StatusRunning
-			c.Output, c.Error = "", ""
-			c.Batch = nil
-			c.Lease = lease
-			c.Runs = append(c.Runs, rec)
-			c.UpdatedAt = now
-			return nil
-		})
-		if err != nil {
-			return RunInfo{}, err
-		}
-	}
-	o.stats.RunsStarted.Add(1)
-	o.launch(conversationID, runID)
-	return RunInfo{RunID: runID, ConversationID: conversationID, Status: StatusRunning}, nil
-}
-
 // Run returns a run's status.
 func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	convID, err := o.store.conversationOf(ctx, runID)

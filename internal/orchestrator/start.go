@@ -1,0 +1,152 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StartRequest asks for a run.
+type StartRequest struct {
+	Prompt string
+	// ConversationID continues that conversation, which must be completed
+	// or failed; empty starts a new one.
+	ConversationID string
+	// IdempotencyKey, when set, makes the start safe to retry: a start
+	// whose answer was lost (a timeout while the store's leader moved, a
+	// dropped connection) may still have happened, and its retry with the
+	// same key answers with the run it started instead of starting
+	// another. The run and conversation ids are derived from it.
+	IdempotencyKey string
+}
+
+// IdempotencyError says an idempotency key was used before for another
+// request.
+type IdempotencyError struct {
+	Key, ConversationID, RunID string
+}
+
+func (e *IdempotencyError) Error() string {
+	return fmt.Sprintf("idempotency key %q was used for another request (run %s of conversation %s)", e.Key, e.RunID, e.ConversationID)
+}
+
+// StartRun starts a run with prompt: in a new conversation when
+// conversationID is empty, else continuing that conversation, which must be
+// completed or failed (*ConflictError otherwise, ErrNotFound when unknown).
+func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID string) (RunInfo, error) {
+	return o.StartRunWith(ctx, StartRequest{Prompt: prompt, ConversationID: conversationID})
+}
+
+// StartRunWith is StartRun with an optional idempotency key: a repeat of a start
+// with the same key and request answers with the run the first one started
+// (*IdempotencyError if the key came with another request).
+func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunInfo, error) {
+	if o.stopped.Load() {
+		return RunInfo{}, ErrStopped
+	}
+	now := o.clock()
+	convID, runID := req.ConversationID, o.newRunID()
+	if req.IdempotencyKey != "" {
+		runID = "r" + keyedID("run", req.ConversationID, req.IdempotencyKey)
+		if convID == "" {
+			convID = "c" + keyedID("conversation", "", req.IdempotencyKey)
+		}
+	} else if convID == "" {
+		convID = "c" + o.cfg.NewID()
+	}
+	lease := &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
+	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: req.Prompt, StartedAt: now}
+	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
+
+	if req.ConversationID == "" {
+		if err := o.store.putRun(ctx, runID, convID); err != nil {
+			return RunInfo{}, err
+		}
+		c := &Conversation{
+			ID: convID, Status: StatusRunning, Runs: []RunRecord{rec},
+			Lease: lease, CreatedAt: now, UpdatedAt: now,
+		}
+		rev, err := o.store.create(ctx, c)
+		if err != nil {
+			if req.IdempotencyKey != "" && errors.Is(err, jetstream.ErrKeyExists) {
+				return o.startedBefore(ctx, req, convID, runID)
+			}
+			return RunInfo{}, err
+		}
+		o.stats.RunsStarted.Add(1)
+		// The run starts from the state just written, without reading it
+		// back.
+		o.launchFrom(convID, runID, c, rev)
+		return info, nil
+	}
+
+	if _, _, err := o.store.get(ctx, convID); err != nil {
+		return RunInfo{}, err
+	}
+	if err := o.store.putRun(ctx, runID, convID); err != nil {
+		return RunInfo{}, err
+	}
+	repeat := false
+	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		repeat = false
+		if c.runRecord(runID) != nil {
+			repeat = true
+			return errUnchanged
+		}
+		if !c.Status.Terminal() {
+			return &ConflictError{ConversationID: c.ID, Status: c.Status}
+		}
+		c.Status = StatusRunning
+		c.Output, c.Error = "", ""
+		c.Batch = nil
+		c.Lease = lease
+		c.Runs = append(c.Runs, rec)
+		c.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return RunInfo{}, err
+	}
+	if repeat {
+		return o.startedBefore(ctx, req, convID, runID)
+	}
+	o.stats.RunsStarted.Add(1)
+	o.launch(convID, runID)
+	return info, nil
+}
+
+// startedBefore answers a repeated start: the run the first attempt
+// started, which this process launches now if the first attempt took the
+// lease but never got to launch it (its write's answer was lost).
+func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, convID, runID string) (RunInfo, error) {
+	c, _, err := o.store.get(ctx, convID)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	rec := c.runRecord(runID)
+	if rec == nil || rec.Prompt != req.Prompt {
+		return RunInfo{}, &IdempotencyError{Key: req.IdempotencyKey, ConversationID: convID, RunID: runID}
+	}
+	if c.Lease != nil && c.Lease.Owner == o.cfg.InstanceID && c.Lease.RunID == runID &&
+		c.Lease.Until.After(o.clock()) && (c.Status == StatusRunning || c.Status == StatusResuming) {
+		o.launch(convID, runID)
+	}
+	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
+}
+
+// keyedID derives an id from an idempotency key, the same for every
+// replica and retry; scope keeps a conversation's and a run's apart, and
+// convID makes the same key name different runs in different
+// conversations.
+func keyedID(scope, convID, key string) string {
+	h := sha256.New()
+	for _, s := range []string{scope, convID, key} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
