@@ -132,10 +132,13 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall, runTrace 
 // is the trace context of the run (telemetry.InjectMap).
 func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
 	now := o.clock()
-	b := &Batch{RunID: runID, Requests: *req, Trace: runTrace}
+	b := &Batch{RunID: runID, Trace: runTrace}
+	ids := make(map[string]bool, len(req.Approvals)+len(req.Calls))
 	add := func(call deferred.Call, kind deferred.Kind) error {
+		ids[call.ToolCallID] = true
 		if prev != nil && prev.RunID == runID {
 			if old := prev.call(call.ToolCallID); old != nil && old.Kind == kind && !old.Taken && sameJSON(old.Args, call.Args) {
+				old.keepRequest(call, req.Metadata[call.ToolCallID])
 				b.Calls = append(b.Calls, old)
 				return nil
 			}
@@ -159,6 +162,7 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 				pc.Metadata = tool.ApprovalMetadata
 			}
 		}
+		pc.keepRequest(call, req.Metadata[call.ToolCallID])
 		b.Calls = append(b.Calls, pc)
 		return nil
 	}
@@ -172,6 +176,14 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 	for _, c := range req.Calls {
 		if err := add(c, deferred.KindCall); err != nil {
 			return nil, err
+		}
+	}
+	for id, m := range req.Metadata {
+		if !ids[id] {
+			if b.ExtraMetadata == nil {
+				b.ExtraMetadata = map[string]json.RawMessage{}
+			}
+			b.ExtraMetadata[id] = m
 		}
 	}
 	return b, nil

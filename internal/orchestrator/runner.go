@@ -91,7 +91,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	if resume {
 		// The stored batch as the paused run produced it: an entry approved
 		// with override args and deferred again carries them (D24, D26).
-		reqs := c.Batch.Requests
+		reqs := c.Batch.requests()
 		res := c.Batch.results()
 		in.Requests, in.Results = &reqs, &res
 		parent, links = c.Batch.followUpTrace()
@@ -237,7 +237,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		log.InfoContext(ctx, "run completed")
 		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", map[string]string{"output": c.Output})
 	case StatusPaused:
-		log.InfoContext(ctx, "run paused", slog.Int("approvals", len(c.Batch.Requests.Approvals)), slog.Int("calls", len(c.Batch.Requests.Calls)))
+		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
 		c, err := o.publishBatchFrom(ctx, c, rev)
 		if err != nil {

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -89,10 +90,15 @@ type Lease struct {
 type Batch struct {
 	// RunID is the run that issued the calls; replies are addressed to it.
 	RunID string `msgpack:"run_id"`
-	// Requests is the batch exactly as the agent produced it; the follow-up
-	// resumes with it (D12).
-	Requests deferred.Requests `msgpack:"requests"`
-	Calls    []*PendingCall    `msgpack:"calls"`
+	// Calls are the batch's calls: approvals first, then external calls,
+	// each in emission order, one per entry of the Requests the agent
+	// produced, which they also keep exactly (see requests), so that the
+	// arguments are stored once rather than twice in a value rewritten at
+	// every reply.
+	Calls []*PendingCall `msgpack:"calls"`
+	// ExtraMetadata is the Requests' metadata for ids none of its calls
+	// has.
+	ExtraMetadata map[string]json.RawMessage `msgpack:"extra_metadata,omitempty"`
 	// FollowUpRunID is chosen when the complete batch is claimed, so that a
 	// relaunch after a crash reuses it and its publishes dedupe.
 	FollowUpRunID string `msgpack:"follow_up_run_id,omitempty"`
@@ -116,7 +122,16 @@ type PendingCall struct {
 	ArgsDigest string          `msgpack:"args_digest,omitempty"`
 	Metadata   json.RawMessage `msgpack:"metadata,omitempty"`
 	Deadline   time.Time       `msgpack:"deadline"`
-	Published  bool            `msgpack:"published,omitempty"`
+	// ReqArgs are the args as the agent's Requests had them, when they are
+	// not byte for byte Args (none were sent, or a call taken over from the
+	// run's inline wait with args written differently).
+	ReqArgs json.RawMessage `msgpack:"req_args,omitempty"`
+	// ReqMetadata is the Requests' metadata for the call when it is not
+	// Metadata; NoReqMetadata says the Requests had none (Metadata then
+	// comes from the tool's config).
+	ReqMetadata   json.RawMessage `msgpack:"req_metadata,omitempty"`
+	NoReqMetadata bool            `msgpack:"no_req_metadata,omitempty"`
+	Published     bool            `msgpack:"published,omitempty"`
 	// PublishedAt is when the call was (first) published, for the time to
 	// a decision or a result.
 	PublishedAt time.Time `msgpack:"published_at,omitempty"`
@@ -204,6 +219,59 @@ func (b *Batch) nextDeadline() time.Time {
 		}
 	}
 	return t
+}
+
+// requests is the batch as the paused run produced it, which the follow-up
+// resumes with (D12): an entry approved with override args and deferred
+// again carries them (D24, D26).
+func (b *Batch) requests() deferred.Requests {
+	var req deferred.Requests
+	for _, pc := range b.Calls {
+		call := deferred.Call{ToolName: pc.ToolName, ToolCallID: pc.ToolCallID, Args: pc.Args}
+		if pc.ReqArgs != nil {
+			call.Args = pc.ReqArgs
+		}
+		if pc.Kind == deferred.KindApproval {
+			req.Approvals = append(req.Approvals, call)
+		} else {
+			req.Calls = append(req.Calls, call)
+		}
+		meta := pc.Metadata
+		switch {
+		case pc.NoReqMetadata:
+			meta = nil
+		case pc.ReqMetadata != nil:
+			meta = pc.ReqMetadata
+		}
+		if meta != nil {
+			if req.Metadata == nil {
+				req.Metadata = map[string]json.RawMessage{}
+			}
+			req.Metadata[pc.ToolCallID] = meta
+		}
+	}
+	for id, m := range b.ExtraMetadata {
+		if req.Metadata == nil {
+			req.Metadata = map[string]json.RawMessage{}
+		}
+		req.Metadata[id] = m
+	}
+	return req
+}
+
+// keepRequest records in pc what the Requests had for it where pc differs,
+// so that requests gives them back exactly.
+func (pc *PendingCall) keepRequest(call deferred.Call, meta json.RawMessage) {
+	pc.ReqArgs, pc.ReqMetadata, pc.NoReqMetadata = nil, nil, false
+	if len(call.Args) > 0 && !bytes.Equal(call.Args, pc.Args) {
+		pc.ReqArgs = call.Args
+	}
+	switch {
+	case meta == nil && pc.Metadata != nil:
+		pc.NoReqMetadata = true
+	case meta != nil && !bytes.Equal(meta, pc.Metadata):
+		pc.ReqMetadata = meta
+	}
 }
 
 // results builds the Results that resume the batch's run from the applied

@@ -1,0 +1,75 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// A stored batch gives back the Requests it was made from byte for byte
+// (D12, D34), though it keeps each call's args once: tool metadata standing
+// in for a call's missing one, args written differently from the inline
+// record the batch took over, metadata of ids that are no call, and
+// override args deferred again (D24, D26).
+func TestBatchKeepsRequestsExactly(t *testing.T) {
+	o := &Orchestrator{clock: time.Now, cfg: Config{Agent: &AgentConfig{Tools: []ToolConfig{
+		{Name: "delete_file", ApprovalMetadata: json.RawMessage(`{"reason":"destructive"}`)},
+	}}}}
+	req := deferred.Requests{
+		Approvals: []deferred.Call{
+			{ToolName: "delete_file", ToolCallID: "a1", Args: json.RawMessage(`{"path":"x"}`)},
+			{ToolName: "delete_file", ToolCallID: "a2", Args: json.RawMessage(`{"path":"y"}`)},
+		},
+		Calls: []deferred.Call{
+			{ToolName: "compute", ToolCallID: "c1", Args: json.RawMessage(`{"n": 1, "m": 2}`)},
+			{ToolName: "compute", ToolCallID: "c2", Args: json.RawMessage(`{"override":true}`)},
+		},
+		Metadata: map[string]json.RawMessage{
+			"a2":    json.RawMessage(`{"asked_by":"model"}`),
+			"c2":    json.RawMessage(`{"job":7}`),
+			"other": json.RawMessage(`[1]`),
+		},
+	}
+	// c1 was published during the run's inline wait, its args written
+	// another way.
+	prev := &Batch{RunID: "r1", Calls: []*PendingCall{{
+		ToolCallID: "c1", ToolName: "compute", Kind: deferred.KindCall,
+		Args: json.RawMessage(`{"m":2,"n":1}`), Published: true, PublishedAt: time.Now(),
+	}}}
+	b, err := o.newBatch("r1", &req, prev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Calls[2] != prev.Calls[0] {
+		t.Fatal("the inline call's record was not taken over")
+	}
+	if got := string(b.Calls[0].Metadata); got != `{"reason":"destructive"}` {
+		t.Errorf("a1 goes out with metadata %s, want the tool's", got)
+	}
+	raw, err := msgpack.Marshal(&Conversation{ID: "c", Batch: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Conversation
+	if err := msgpack.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(req, back.Batch.requests()); diff != "" {
+		t.Errorf("requests after a store round trip (-want +got):\n%s", diff)
+	}
+
+	// Without any metadata, none comes back.
+	plain := deferred.Requests{Calls: []deferred.Call{{ToolName: "compute", ToolCallID: "c1", Args: json.RawMessage(`{}`)}}}
+	b, err = o.newBatch("r2", &plain, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(plain, b.requests()); diff != "" {
+		t.Errorf("plain requests (-want +got):\n%s", diff)
+	}
+}
