@@ -173,11 +173,20 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 	reg := telemetry.NewRegistry()
 	metrics := telemetry.NewOrchestratorMetrics(reg)
 
-	// The bus: an embedded server, or a connection to one.
+	// The bus: an embedded server, or a connection to one. Events go on a
+	// second connection, so that a busy run's events are not queued ahead
+	// of its state writes and calls.
 	var srv *bus.Server
-	var b *bus.Bus
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	connect := func(name string) (*bus.Bus, error) {
+		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger}
+		if srv != nil {
+			cfg.CredsFile = ""
+			return srv.Connect(cctx, cfg)
+		}
+		return bus.Connect(cctx, cfg)
+	}
 	if o.natsURL == "" {
 		srv, err = bus.StartServer(bus.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: natsAuth.users, Logger: logger})
 		if err != nil {
@@ -185,20 +194,23 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		}
 		defer srv.Shutdown()
 		logger.Info("embedded NATS server", slog.String("url", srv.ClientURL()), slog.String("store", o.store), slog.String("sync", o.sync))
-		b, err = srv.Connect(cctx, bus.ConnConfig{Name: "orchestrator", User: natsAuth.user, Password: natsAuth.password, Logger: logger})
-	} else {
-		b, err = bus.Connect(cctx, bus.ConnConfig{URL: o.natsURL, Name: "orchestrator", User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger})
 	}
+	b, err := connect("orchestrator")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	eb, err := connect("orchestrator-events")
+	if err != nil {
+		return err
+	}
+	defer eb.Close()
 	if err := b.Setup(cctx, bus.SetupConfig{Replicas: o.replicas}); err != nil {
 		return err
 	}
 
 	orch, err := orchestrator.New(orchestrator.Config{
-		Bus: b, Agent: agentCfg, LookupEnv: lookupEnv, TrustedApprovers: trusted,
+		Bus: b, EventBus: eb, Agent: agentCfg, LookupEnv: lookupEnv, TrustedApprovers: trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: logger, Metrics: metrics,
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait,
 	})

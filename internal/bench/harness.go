@@ -297,6 +297,9 @@ func describe(m *Measurement) string {
 	if m.Redelivered > 0 {
 		s += fmt.Sprintf(" (%d redelivered)", m.Redelivered)
 	}
+	if m.StateWrites > 0 {
+		s += fmt.Sprintf(" [per call: %.2f state writes, %.0f B; %.1f events, %.0f B]", m.StateWrites, m.StateBytes, m.Events, m.EventBytes)
+	}
 	return s
 }
 

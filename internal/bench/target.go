@@ -31,6 +31,15 @@ type Measurement struct {
 	// during the case (an AckWait expiry or a nak); each one is a latency
 	// outlier worth explaining.
 	Redelivered int64 `json:"redelivered"`
+	// StateWrites and StateBytes are the orchestrator's KV writes of
+	// conversation state per measured call, and their bytes: where its
+	// overhead over the baseline goes. Zero for the baseline.
+	StateWrites float64 `json:"state_writes_per_call,omitempty"`
+	StateBytes  float64 `json:"state_bytes_per_call,omitempty"`
+	// Events and EventBytes are the events stored per measured call, and
+	// their bytes (stream bytes, headers included).
+	Events     float64 `json:"events_per_call,omitempty"`
+	EventBytes float64 `json:"event_bytes_per_call,omitempty"`
 }
 
 // Throughput is completed calls per second.

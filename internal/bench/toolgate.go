@@ -6,16 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing/fstest"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
-	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -156,15 +157,25 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 	if err != nil {
 		return r, err
 	}
-	o, err := orchestrator.New(orchestrator.Config{
-		Bus: ob, Agent: agentCfg, Logger: t.env.Logger(), MaxConcurrentRuns: max(maxRuns, 16),
-	})
+	// Events on their own connection, as cmd/orchestrator runs it.
+	eb, err := t.env.Connect(ctx, "bench-orchestrator-events")
 	if err != nil {
 		ob.Close()
+		return r, err
+	}
+	closeConns := func() {
+		ob.Close()
+		eb.Close()
+	}
+	o, err := orchestrator.New(orchestrator.Config{
+		Bus: ob, EventBus: eb, Agent: agentCfg, Logger: t.env.Logger(), MaxConcurrentRuns: max(maxRuns, 16),
+	})
+	if err != nil {
+		closeConns()
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
 	if err := o.Start(ctx); err != nil {
-		ob.Close()
+		closeConns()
 		return r, fmt.Errorf("toolgate: start orchestrator: %w", err)
 	}
 	r.orch = o
@@ -172,7 +183,7 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = o.Stop(sctx)
-		ob.Close()
+		closeConns()
 	})
 	return r, r.watch(ctx)
 }
@@ -218,42 +229,52 @@ func (r *rig) startWorkers(ctx context.Context, n int) error {
 	return nil
 }
 
-// watch follows the runs bucket and hands every finished conversation to
-// whoever waits for it.
+// watch follows the conversations' events and hands every finished
+// conversation to whoever waits for it. It listens to the events on a
+// plain subscription and reads a conversation once, when it has finished,
+// so that the harness adds as little as possible to the load it measures
+// (a watch of the runs bucket would receive every rewrite of every
+// conversation).
 func (r *rig) watch(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := r.kv.Watch(wctx, "conv.*", jetstream.UpdatesOnly())
+	subj, err := bus.EventSubject("x")
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sub, err := r.bus.Conn().Subscribe(strings.TrimSuffix(subj, "x")+"*", func(m *nats.Msg) {
+		var ev bus.Event
+		if err := bus.Decode(m.Data, m.Header.Get("Content-Type"), &ev); err != nil {
+			r.bg.set(fmt.Errorf("decode event on %s: %w", m.Subject, err))
+			return
+		}
+		if ev.Type != orchestrator.EventRunCompleted && ev.Type != orchestrator.EventRunFailed {
+			return
+		}
+		r.mu.Lock()
+		ch, ok := r.waiting[ev.ConversationID]
+		delete(r.waiting, ev.ConversationID)
+		r.mu.Unlock()
+		if !ok {
+			return
+		}
+		r.watchWG.Add(1)
+		go func() {
+			defer r.watchWG.Done()
+			c, err := r.orch.Conversation(rctx, ev.ConversationID)
+			if err != nil {
+				r.bg.set(fmt.Errorf("read finished conversation %s: %w", ev.ConversationID, err))
+				return
+			}
+			ch <- c
+		}()
+	})
 	if err != nil {
 		cancel()
-		return fmt.Errorf("toolgate: watch runs: %w", err)
+		return fmt.Errorf("toolgate: subscribe to events: %w", err)
 	}
-	r.watchWG.Add(1)
-	go func() {
-		defer r.watchWG.Done()
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var c orchestrator.Conversation
-			if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-				r.bg.set(fmt.Errorf("decode conversation %s: %w", e.Key(), err))
-				continue
-			}
-			if !c.Status.Terminal() {
-				continue
-			}
-			r.mu.Lock()
-			ch, ok := r.waiting[c.ID]
-			delete(r.waiting, c.ID)
-			r.mu.Unlock()
-			if ok {
-				ch <- &c
-			}
-		}
-	}()
-	// The watcher is stopped first, before the orchestrator and the bus.
+	// The subscription ends first, before the orchestrator and the bus.
 	r.stops = append([]func(){func() {
-		_ = w.Stop()
+		_ = sub.Unsubscribe()
 		cancel()
 		r.watchWG.Wait()
 	}}, r.stops...)
@@ -342,6 +363,12 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		latencies = make([]time.Duration, 0, n*c.Batch)
 	)
 	g, gctx := errgroup.WithContext(ctx)
+	st := r.orch.Stats()
+	writes0, bytes0 := st.StateWrites.Load(), st.StateBytes.Load()
+	events0, eventBytes0, err := r.eventsStored(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
 	start := time.Now()
 	for range c.Conversations() {
 		g.Go(func() error {
@@ -372,7 +399,31 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err := g.Wait(); err != nil {
 		return Measurement{}, err
 	}
-	return Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies)}, nil
+	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies)}
+	if m.Calls > 0 {
+		m.StateWrites = float64(st.StateWrites.Load()-writes0) / float64(m.Calls)
+		m.StateBytes = float64(st.StateBytes.Load()-bytes0) / float64(m.Calls)
+		// Events are published in the background; those of the last
+		// conversations may not be in yet, a negligible share.
+		if events, eventBytes, err := r.eventsStored(ctx); err == nil {
+			m.Events = float64(events-events0) / float64(m.Calls)
+			m.EventBytes = float64(eventBytes-eventBytes0) / float64(m.Calls)
+		}
+	}
+	return m, nil
+}
+
+// eventsStored is the number of events stored and their bytes.
+func (r *rig) eventsStored(ctx context.Context) (msgs, bytes uint64, err error) {
+	st, err := r.bus.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return 0, 0, fmt.Errorf("toolgate: events stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("toolgate: events stream: %w", err)
+	}
+	return info.State.Msgs, info.State.Bytes, nil
 }
 
 func (r *rig) await(ctx context.Context, id string, ch <-chan *orchestrator.Conversation) (*orchestrator.Conversation, error) {

@@ -153,7 +153,7 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 		}
 		msgs = append(msgs, m)
 	}
-	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
+	if err := o.eventBus.PublishBatch(ctx, msgs); err != nil {
 		o.log.WarnContext(ctx, "publish events", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
 	}
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// Bus is the connection; its streams and KV buckets must exist
 	// (bus.Setup). Required.
 	Bus *bus.Bus
+	// EventBus, when set, is a second connection that carries the events
+	// (toolgate.event.*), so that a busy run's events are not queued ahead
+	// of the state writes, calls and acks on Bus. Defaults to Bus.
+	EventBus *bus.Bus
 	// Agent is the agent to run. Required.
 	Agent *AgentConfig
 	// Model, when set, replaces the model the agent config names (tests,
@@ -105,6 +109,9 @@ func (c Config) withDefaults() Config {
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = 15 * time.Second
 	}
+	if c.EventBus == nil {
+		c.EventBus = c.Bus
+	}
 	if c.ReplyConsumer == "" {
 		c.ReplyConsumer = "orchestrator"
 	}
@@ -160,13 +167,15 @@ func (e *ConflictError) Error() string {
 // Orchestrator runs agents over the bus. Create it with New, then Start;
 // Stop ends it.
 type Orchestrator struct {
-	cfg   Config
-	log   *slog.Logger
-	bus   *bus.Bus
-	js    jetstream.JetStream
-	store *store
-	agent *agent.Agent
-	clock func() time.Time
+	cfg Config
+	log *slog.Logger
+	bus *bus.Bus
+	// eventBus publishes the events (Config.EventBus).
+	eventBus *bus.Bus
+	js       jetstream.JetStream
+	store    *store
+	agent    *agent.Agent
+	clock    func() time.Time
 	// tracer makes the spans of runs and replies.
 	tracer trace.Tracer
 
@@ -206,6 +215,10 @@ type Stats struct {
 	DeadLettered    atomic.Int64
 	LeaseLost       atomic.Int64
 	TransientErrors atomic.Int64
+	// StateWrites and StateBytes count the KV writes of conversation state
+	// and run index entries (attempts, conflicts included) and their bytes.
+	StateWrites atomic.Int64
+	StateBytes  atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -221,6 +234,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("component", "orchestrator"), slog.String("instance", cfg.InstanceID)),
 		bus:       cfg.Bus,
+		eventBus:  cfg.EventBus,
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
@@ -258,7 +272,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
 	}
-	o.store = &store{kv: boundedKV{kv}}
+	o.store = &store{kv: boundedKV{kv}, writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes}
 	// Pending calls are counted from KV when scraped rather than by this
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica

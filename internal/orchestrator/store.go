@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -32,6 +33,16 @@ const maxCASAttempts = 64
 type store struct {
 	kv   jetstream.KeyValue
 	runs runCache
+	// writes and bytes count what this process wrote to KV (the store's
+	// share of the cost of a conversation), for Stats.
+	writes, bytes *atomic.Int64
+}
+
+func (s *store) wrote(n int) {
+	if s.writes != nil {
+		s.writes.Add(1)
+		s.bytes.Add(int64(n))
+	}
 }
 
 // runCacheMax bounds the run → conversation cache: enough for the runs in
@@ -101,6 +112,7 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 		return 0, err
 	}
 	rev, err := s.kv.Create(ctx, convKey(c.ID), b)
+	s.wrote(len(b))
 	if err != nil {
 		return 0, fmt.Errorf("create conversation %s: %w", c.ID, err)
 	}
@@ -140,6 +152,7 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, rev 
 			return nil, 0, err
 		}
 		nrev, err := s.kv.Update(ctx, convKey(id), b, rev)
+		s.wrote(len(b))
 		if err == nil {
 			return c, nrev, nil
 		}
@@ -161,7 +174,9 @@ func (s *store) putRun(ctx context.Context, runID, convID string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Create(ctx, runKey(runID), b); err != nil {
+	_, err = s.kv.Create(ctx, runKey(runID), b)
+	s.wrote(len(b))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			got, gerr := s.conversationOf(ctx, runID)
 			if gerr == nil && got == convID {
