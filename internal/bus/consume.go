@@ -64,8 +64,15 @@ type ConsumeConfig struct {
 	// approvals.
 	PullMaxMessages int
 	// Concurrency is the number of consume loops sharing the durable; each
-	// runs one handler at a time. Defaults to 1.
+	// runs one handler at a time. Defaults to 1. With Dispatch, it is the
+	// number of handlers running at once.
 	Concurrency int
+	// Dispatch runs one consume loop that hands every message to a handler
+	// of its own, up to Concurrency at once, instead of Concurrency loops
+	// that each wait for their handler. It suits handlers that wait on one
+	// another (the orchestrator's grouped reply writes): a waiting handler
+	// then holds no prefetched message behind it.
+	Dispatch bool
 	// AutoInProgress sends InProgress every AckWait/3 while a handler
 	// runs, so long calls are not redelivered.
 	AutoInProgress bool
@@ -313,6 +320,26 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 		defer s.leave()
 		handleOne(hctx, b, logger, cfg, m, decode, h)
 	}
+	loops := cfg.Concurrency
+	if cfg.Dispatch {
+		loops = 1
+		slots := make(chan struct{}, cfg.Concurrency)
+		onMsg = func(m jetstream.Msg) {
+			if !s.enter() {
+				_ = m.Nak()
+				return
+			}
+			// A full set of handlers holds the loop, and so the pulls.
+			slots <- struct{}{}
+			go func() {
+				defer func() {
+					<-slots
+					s.leave()
+				}()
+				handleOne(hctx, b, logger, cfg, m, decode, h)
+			}()
+		}
+	}
 	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// Missed heartbeats and leader changes are not fatal: the
 		// consume loop pulls again by itself.
@@ -323,7 +350,7 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	// time its message is redelivered, so the redelivery goes to a live
 	// consumer instead of burning MaxDeliver on the stalled one.
 	expiry := jetstream.PullExpiry(min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires))
-	for range cfg.Concurrency {
+	for range loops {
 		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
 		if err != nil {
 			s.markStopped()

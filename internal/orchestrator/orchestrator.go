@@ -68,6 +68,11 @@ type Config struct {
 	ReplyConsumer string
 	// ReplyAckWait is the reply consumer's AckWait. Defaults to 30s.
 	ReplyAckWait time.Duration
+	// ReplyLinger is how long replies that leave their batch incomplete
+	// wait for more of the same batch, to be recorded in one write (the
+	// reply completing a batch never waits). Defaults to 5ms; negative
+	// records each group at once.
+	ReplyLinger time.Duration
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
 	Clock func() time.Time
@@ -117,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplyAckWait <= 0 {
 		c.ReplyAckWait = 30 * time.Second
+	}
+	if c.ReplyLinger == 0 {
+		c.ReplyLinger = replyLinger
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

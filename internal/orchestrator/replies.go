@@ -49,15 +49,15 @@ type incoming struct {
 	trace map[string]string
 }
 
-// replyConcurrency is the number of replies handled at once. Replies of
-// one conversation handled at the same time are recorded by one CAS (see
-// replyGroups), so the concurrency is also the largest group.
-const replyConcurrency = 32
+// replyConcurrency is the number of replies handled at once, each by its
+// own handler (bus.ConsumeConfig.Dispatch): a handler waits while its
+// conversation's group is written, so many replies must be in hand at once
+// for the groups to be large. Replies of one conversation handled at the
+// same time are recorded by one CAS (see replyGroups).
+const replyConcurrency = 256
 
-// replyPrefetch is each consume loop's pull batch; a loop's handler waits
-// while its conversation's group is written, so a small prefetch keeps
-// replies from waiting behind it.
-const replyPrefetch = 4
+// replyPrefetch is the consume loop's pull batch.
+const replyPrefetch = 64
 
 func (o *Orchestrator) consumeReplies(ctx context.Context) error {
 	sub, err := o.bus.ConsumeReplies(ctx, o.cfg.ReplyConsumer, bus.ConsumeConfig{
@@ -65,6 +65,7 @@ func (o *Orchestrator) consumeReplies(ctx context.Context) error {
 		MaxDeliver:      20,
 		BackOff:         []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
 		Concurrency:     replyConcurrency,
+		Dispatch:        true,
 		PullMaxMessages: replyPrefetch,
 	}, bus.HandlerFunc[bus.Reply](o.handleReply))
 	if err != nil {
@@ -99,7 +100,13 @@ type replyJob struct {
 // still acked only once its effect is in KV.
 type replyGroups struct {
 	mu sync.Mutex
-	m  map[string][]*replyJob
+	m  map[string]*replyGroup
+}
+
+type replyGroup struct {
+	jobs []*replyJob
+	// joined is signalled (without blocking) when a job joins.
+	joined chan struct{}
 }
 
 // join adds j to its conversation's group and reports whether the caller
@@ -108,10 +115,18 @@ func (g *replyGroups) join(convID string, j *replyJob) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.m == nil {
-		g.m = map[string][]*replyJob{}
+		g.m = map[string]*replyGroup{}
 	}
-	jobs, ok := g.m[convID]
-	g.m[convID] = append(jobs, j)
+	grp, ok := g.m[convID]
+	if !ok {
+		grp = &replyGroup{joined: make(chan struct{}, 1)}
+		g.m[convID] = grp
+	}
+	grp.jobs = append(grp.jobs, j)
+	select {
+	case grp.joined <- struct{}{}:
+	default:
+	}
 	return !ok
 }
 
@@ -120,13 +135,90 @@ func (g *replyGroups) join(convID string, j *replyJob) bool {
 func (g *replyGroups) take(convID string) []*replyJob {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	jobs := g.m[convID]
-	if len(jobs) == 0 {
+	grp := g.m[convID]
+	if grp == nil || len(grp.jobs) == 0 {
 		delete(g.m, convID)
 		return nil
 	}
-	g.m[convID] = jobs[:0:0]
+	jobs := grp.jobs
+	grp.jobs = nil
 	return jobs
+}
+
+// more removes the jobs that joined convID's group since the last take,
+// keeping the group open, and returns the channel signalled at the next
+// join.
+func (g *replyGroups) more(convID string) ([]*replyJob, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp := g.m[convID]
+	if grp == nil {
+		return nil, nil
+	}
+	jobs := grp.jobs
+	grp.jobs = nil
+	return jobs, grp.joined
+}
+
+// Replies that leave their batch incomplete change nothing anyone waits
+// for but the record: their group lingers up to Config.ReplyLinger for more
+// replies, so that a large batch is recorded in a few rewrites of the
+// conversation instead of one per handful of replies. The reply that
+// completes the batch ends the wait at once: the follow-up is never held
+// back by it. A group stops gathering at replyLingerMax jobs, so that
+// lingering groups never hold every handler.
+const (
+	replyLinger    = 5 * time.Millisecond
+	replyLingerMax = replyConcurrency / 4
+)
+
+// linger gathers more jobs for convID's group while they leave its batch
+// (as c, the stored state, has it) incomplete, for up to ReplyLinger.
+func (o *Orchestrator) linger(ctx context.Context, convID string, c *Conversation, jobs []*replyJob) []*replyJob {
+	if o.cfg.ReplyLinger < 0 || c == nil || c.Batch == nil || c.Batch.Inline {
+		return jobs
+	}
+	var timer *time.Timer
+	for len(jobs) < replyLingerMax && !completes(c.Batch, jobs) {
+		more, joined := o.replyGroups.more(convID)
+		jobs = append(jobs, more...)
+		if len(more) > 0 {
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(o.cfg.ReplyLinger)
+			defer timer.Stop()
+		}
+		select {
+		case <-joined:
+		case <-timer.C:
+			return jobs
+		case <-ctx.Done():
+			return jobs
+		}
+	}
+	return jobs
+}
+
+// completes reports whether the jobs answer every call of b still pending,
+// or cannot be told to leave it incomplete (a reply to another run).
+func completes(b *Batch, jobs []*replyJob) bool {
+	pending := 0
+	for _, pc := range b.Calls {
+		if pc.Reply == nil {
+			pending++
+		}
+	}
+	answered := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j.in.runID != b.RunID {
+			return true
+		}
+		if pc := b.call(j.in.callID); pc != nil && pc.Reply == nil {
+			answered[pc.ToolCallID] = true
+		}
+	}
+	return len(answered) >= pending
 }
 
 // handleReply ends every reply explicitly: acked once its effect is in KV
@@ -190,6 +282,12 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 			rev uint64
 		)
 		for jobs := o.replyGroups.take(convID); jobs != nil; jobs = o.replyGroups.take(convID) {
+			if c == nil {
+				// Read now rather than in the CAS, to know whether to
+				// linger; a failed read is left to the CAS to report.
+				c, rev, _ = o.store.get(ctx, convID)
+			}
+			jobs = o.linger(ctx, convID, c, jobs)
 			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
 		}
 	}

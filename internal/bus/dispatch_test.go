@@ -1,0 +1,99 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+// With Dispatch, handlers that wait for one another all run at once, up to
+// Concurrency: each message gets its own handler, none waits behind
+// another's prefetched message. Twelve handlers that each wait until all
+// twelve have begun finish; every message is acked once.
+func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, bus.ServerConfig{})
+	b := bustest.Connect(t, srv, "dispatch")
+	bustest.Setup(t, b)
+	const n = 12
+	var (
+		mu      sync.Mutex
+		begun   int
+		all     = make(chan struct{})
+		handled atomic.Int32
+		done    = make(chan struct{})
+		maxRun  atomic.Int32
+		running atomic.Int32
+	)
+	// All are stored before the consumer starts, so that its first pull
+	// takes them all at once.
+	for i := range n {
+		if _, err := b.PublishCallReply(ctxT(t), sampleReply("run1", fmt.Sprintf("c%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumeReplies(t, b, "dispatch", bus.ConsumeConfig{Dispatch: true, Concurrency: n, PullMaxMessages: n},
+		func(ctx context.Context, d *bus.Delivery[bus.Reply]) error {
+			r := running.Add(1)
+			defer running.Add(-1)
+			for {
+				m := maxRun.Load()
+				if r <= m || maxRun.CompareAndSwap(m, r) {
+					break
+				}
+			}
+			mu.Lock()
+			begun++
+			if begun == n {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if handled.Add(1) == n {
+				close(done)
+			}
+			return nil
+		})
+	select {
+	case <-done:
+	case <-ctxT(t).Done():
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("only %d of %d handlers began together", begun, n)
+	}
+	if m := maxRun.Load(); m > n {
+		t.Errorf("%d handlers at once, Concurrency is %d", m, n)
+	}
+	// Every message is acked (the handlers returned nil).
+	cons, err := b.JetStream().Consumer(ctxT(t), bus.StreamReplies, "dispatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := cons.Info(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			if info.Delivered.Consumer != n {
+				t.Errorf("%d deliveries, want %d", info.Delivered.Consumer, n)
+			}
+			return
+		}
+		select {
+		case <-ctxT(t).Done():
+			t.Fatalf("still %d unacked", info.NumAckPending)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
