@@ -122,16 +122,38 @@ func (s *system) waitDeadLetters(ctx context.Context) {
 }
 
 // waitRepliesSettled waits (bounded) until the orchestrators' reply
-// consumer has nothing pending or unacked: a duplicate injected just before
-// the last conversation ended may still be on its way, and the check counts
-// what the orchestrators made of every reply.
+// consumer has acknowledged every reply in the stream: a duplicate injected
+// just before the last conversation ended may still be on its way, and the
+// check counts what the orchestrators made of every reply. The ack floor is
+// what tells: a reply handed back with a delay (a replica stopping while it
+// held it) is neither pending nor unacked while it waits, but it holds the
+// floor below it.
 func (s *system) waitRepliesSettled(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// First the calls: a call whose worker was killed after its executor
+	// ran (its result recorded as answered, so a duplicate of it may have
+	// been injected and even applied first) but before the result was
+	// published runs again once its ack wait passes, and that second
+	// result is the duplicate to count.
 	for {
-		cons, err := s.ctl.JetStream().Consumer(ctx, bus.StreamReplies, "orchestrator")
-		if err == nil {
-			if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		if n, err := s.streamMsgs(ctx, bus.StreamCalls, ""); err == nil && n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for {
+		js := s.ctl.JetStream()
+		cons, err := js.Consumer(ctx, bus.StreamReplies, "orchestrator")
+		st, serr := js.Stream(ctx, bus.StreamReplies)
+		if err == nil && serr == nil {
+			info, err := cons.Info(ctx)
+			sinfo, serr := st.Info(ctx)
+			if err == nil && serr == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= sinfo.State.LastSeq {
 				return
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -476,20 +477,23 @@ func (s *system) startConversations(ctx context.Context) error {
 }
 
 // startConversation starts one conversation on some replica, trying the
-// others if that one is being replaced.
+// others if that one is being replaced (stopping, or its connection just
+// closed). The start carries an idempotency key, so a retry after an
+// attempt that did start it answers with that conversation.
 func (s *system) startConversation(ctx context.Context, i int) (string, error) {
 	var errs []error
+	req := orchestrator.StartRequest{Prompt: fmt.Sprintf("job %d", i), IdempotencyKey: fmt.Sprintf("soak-job-%d", i)}
 	for attempt := range 2 * len(s.replicas) {
 		s.mu.Lock()
 		r := s.replicas[(i+attempt)%len(s.replicas)]
 		o := r.orch
 		s.mu.Unlock()
-		info, err := o.StartRun(ctx, fmt.Sprintf("job %d", i), "")
+		info, err := o.StartRunWith(ctx, req)
 		if err == nil {
 			return info.ConversationID, nil
 		}
 		errs = append(errs, err)
-		if !errors.Is(err, orchestrator.ErrStopped) {
+		if !errors.Is(err, orchestrator.ErrStopped) && !errors.Is(err, nats.ErrConnectionClosed) {
 			break
 		}
 	}
