@@ -111,6 +111,9 @@ func decodeMsgpack(data []byte, v any) (err error) {
 			err = fmt.Errorf("malformed msgpack: %v", r)
 		}
 	}()
+	if err := checkMsgpackLengths(data); err != nil {
+		return err
+	}
 	r := bytes.NewReader(data)
 	if err := msgpack.NewDecoder(r).Decode(v); err != nil {
 		return err
@@ -125,4 +128,102 @@ func decodeMsgpack(data []byte, v any) (err error) {
 // has decoded from data.
 func trailing(data []byte, dec *json.Decoder) bool {
 	return len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) != 0
+}
+
+// checkMsgpackLengths walks the first msgpack value of data and refuses an
+// array or map that declares more elements than bytes are left to hold
+// them (each takes at least one), and a string, binary or extension longer
+// than what is left. The decoder allocates a slice of the declared length
+// up front (its allocation limit does not take effect in v5.4.1), so a
+// five-byte body declaring four billion elements would otherwise exhaust
+// memory. Found by fuzzing.
+func checkMsgpackLengths(data []byte) error {
+	pos, pending := 0, 1
+	need := func(n int) ([]byte, error) {
+		if n < 0 || n > len(data)-pos {
+			return nil, fmt.Errorf("malformed msgpack: %d bytes needed at offset %d, %d left", n, pos, len(data)-pos)
+		}
+		b := data[pos : pos+n]
+		pos += n
+		return b, nil
+	}
+	size := func(width int) (int, error) {
+		b, err := need(width)
+		if err != nil {
+			return 0, err
+		}
+		var n uint64
+		for _, c := range b {
+			n = n<<8 | uint64(c)
+		}
+		if n > uint64(len(data)) {
+			return 0, fmt.Errorf("malformed msgpack: length %d at offset %d exceeds the %d-byte body", n, pos-width, len(data))
+		}
+		return int(n), nil
+	}
+	for pending > 0 {
+		pending--
+		b, err := need(1)
+		if err != nil {
+			return err
+		}
+		t := b[0]
+		var (
+			items int // elements a container adds
+			skip  int // bytes of payload to skip
+		)
+		switch {
+		case t <= 0x7f || t >= 0xe0, t == 0xc0, t == 0xc2, t == 0xc3:
+		case t >= 0x80 && t <= 0x8f:
+			items = 2 * int(t&0x0f)
+		case t >= 0x90 && t <= 0x9f:
+			items = int(t & 0x0f)
+		case t >= 0xa0 && t <= 0xbf:
+			skip = int(t & 0x1f)
+		case t == 0xc4 || t == 0xd9:
+			skip, err = size(1)
+		case t == 0xc5 || t == 0xda:
+			skip, err = size(2)
+		case t == 0xc6 || t == 0xdb:
+			skip, err = size(4)
+		case t == 0xc7, t == 0xc8, t == 0xc9:
+			w := map[byte]int{0xc7: 1, 0xc8: 2, 0xc9: 4}[t]
+			if skip, err = size(w); err == nil {
+				skip++ // the extension type
+			}
+		case t == 0xca || t == 0xce || t == 0xd2:
+			skip = 4
+		case t == 0xcb || t == 0xcf || t == 0xd3:
+			skip = 8
+		case t == 0xcc || t == 0xd0:
+			skip = 1
+		case t == 0xcd || t == 0xd1:
+			skip = 2
+		case t >= 0xd4 && t <= 0xd8:
+			skip = 1 + 1<<(t-0xd4)
+		case t == 0xdc:
+			items, err = size(2)
+		case t == 0xdd:
+			items, err = size(4)
+		case t == 0xde:
+			items, err = size(2)
+			items *= 2
+		case t == 0xdf:
+			items, err = size(4)
+			items *= 2
+		default:
+			return fmt.Errorf("malformed msgpack: byte 0x%02x at offset %d starts no value", t, pos-1)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := need(skip); err != nil {
+			return err
+		}
+		pending += items
+		if pending > len(data)-pos {
+			return fmt.Errorf("malformed msgpack: %d more values declared at offset %d, %d bytes left", pending, pos, len(data)-pos)
+		}
+	}
+	return nil
 }

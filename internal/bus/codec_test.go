@@ -290,3 +290,25 @@ func TestSubjects(t *testing.T) {
 		}
 	}
 }
+
+// A msgpack body that declares more elements than it has bytes is refused
+// before the decoder allocates them: four billion events in twelve bytes
+// would otherwise take all memory.
+func TestDecodeRefusesImpossibleLengths(t *testing.T) {
+	t.Parallel()
+	bodies := map[string][]byte{
+		"array32":  append([]byte{0x81, 0xa6}, append([]byte("events"), 0xdd, 0x55, 0x25, 0x85, 0xaf)...),
+		"map32":    {0xdf, 0x7f, 0xff, 0xff, 0xff, 0xc0},
+		"str32":    {0xdb, 0x7f, 0xff, 0xff, 0xff, 'x'},
+		"fixarray": {0x9f, 0xc0},
+		"unused":   {0xc1},
+	}
+	for name, body := range bodies {
+		var batch bus.EventBatch
+		err := bus.Decode(body, bus.ContentTypeMsgpack, &batch)
+		var de *bus.DecodeError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), "malformed msgpack") {
+			t.Errorf("%s: %v, want a malformed msgpack decode error", name, err)
+		}
+	}
+}
