@@ -25,6 +25,7 @@ var goTypes = map[string]reflect.Type{
 	"call_reply":       reflect.TypeFor[bus.CallReply](),
 	"decision":         reflect.TypeFor[bus.Decision](),
 	"event":            reflect.TypeFor[bus.Event](),
+	"event_batch":      reflect.TypeFor[bus.EventBatch](),
 	"requests":         reflect.TypeFor[deferred.Requests](),
 	"results":          reflect.TypeFor[deferred.Results](),
 }

@@ -57,11 +57,13 @@ func ScanEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.S
 	}
 	var out []bus.StoredEvent
 	err := scan(ctx, b, bus.StreamEvents, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
-		var e bus.Event
-		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &e); err != nil {
+		events, err := bus.DecodeEvents(m.Data(), m.Headers())
+		if err != nil {
 			return
 		}
-		out = append(out, bus.StoredEvent{Event: e, Seq: meta.Sequence.Stream, Time: meta.Timestamp})
+		for i, e := range events {
+			out = append(out, bus.StoredEvent{Event: e, Seq: meta.Sequence.Stream, Index: i, Time: meta.Timestamp})
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scan events: %w", err)

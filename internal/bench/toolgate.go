@@ -242,31 +242,16 @@ func (r *rig) watch(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sub, err := r.bus.Conn().Subscribe(strings.TrimSuffix(subj, "x")+"*", func(m *nats.Msg) {
-		var ev bus.Event
-		if err := bus.Decode(m.Data, m.Header.Get("Content-Type"), &ev); err != nil {
+		events, err := bus.DecodeEvents(m.Data, m.Header)
+		if err != nil {
 			r.bg.set(fmt.Errorf("decode event on %s: %w", m.Subject, err))
 			return
 		}
-		if ev.Type != orchestrator.EventRunCompleted && ev.Type != orchestrator.EventRunFailed {
-			return
-		}
-		r.mu.Lock()
-		ch, ok := r.waiting[ev.ConversationID]
-		delete(r.waiting, ev.ConversationID)
-		r.mu.Unlock()
-		if !ok {
-			return
-		}
-		r.watchWG.Add(1)
-		go func() {
-			defer r.watchWG.Done()
-			c, err := r.orch.Conversation(rctx, ev.ConversationID)
-			if err != nil {
-				r.bg.set(fmt.Errorf("read finished conversation %s: %w", ev.ConversationID, err))
-				return
+		for _, ev := range events {
+			if ev.Type == orchestrator.EventRunCompleted || ev.Type == orchestrator.EventRunFailed {
+				r.finished(rctx, ev.ConversationID)
 			}
-			ch <- c
-		}()
+		}
 	})
 	if err != nil {
 		cancel()
@@ -279,6 +264,27 @@ func (r *rig) watch(ctx context.Context) error {
 		r.watchWG.Wait()
 	}}, r.stops...)
 	return nil
+}
+
+// finished hands a finished conversation to whoever waits for it.
+func (r *rig) finished(ctx context.Context, convID string) {
+	r.mu.Lock()
+	ch, ok := r.waiting[convID]
+	delete(r.waiting, convID)
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.watchWG.Add(1)
+	go func() {
+		defer r.watchWG.Done()
+		c, err := r.orch.Conversation(ctx, convID)
+		if err != nil {
+			r.bg.set(fmt.Errorf("read finished conversation %s: %w", convID, err))
+			return
+		}
+		ch <- c
+	}()
 }
 
 func (r *rig) tearDown(ctx context.Context) {

@@ -15,6 +15,9 @@ import (
 type StoredEvent struct {
 	Event Event
 	Seq   uint64
+	// Index is the event's place in its message: 0, or its position in an
+	// EventBatch.
+	Index int
 	Time  time.Time
 }
 
@@ -68,13 +71,15 @@ func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64
 			if err != nil {
 				continue
 			}
-			var e Event
-			if err := Decode(m.Data(), m.Headers().Get(HeaderContentType), &e); err != nil {
+			events, err := DecodeEvents(m.Data(), m.Headers())
+			if err != nil {
 				b.logger.WarnContext(ctx, "skipping undecodable event", "stream_seq", meta.Sequence.Stream, "error", err)
 				continue
 			}
-			if !yield(StoredEvent{Event: e, Seq: meta.Sequence.Stream, Time: meta.Timestamp}, nil) {
-				return
+			for i, e := range events {
+				if !yield(StoredEvent{Event: e, Seq: meta.Sequence.Stream, Index: i, Time: meta.Timestamp}, nil) {
+					return
+				}
 			}
 		}
 	}

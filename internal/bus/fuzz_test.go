@@ -50,3 +50,9 @@ func FuzzDecodeDecision(f *testing.F)        { fuzzDecode(f, sampleDecision("run
 func FuzzDecodeEvent(f *testing.F) {
 	fuzzDecode(f, bus.Event{ConversationID: "conv1", Type: "x", Time: deadline})
 }
+func FuzzDecodeEventBatch(f *testing.F) {
+	fuzzDecode(f, bus.EventBatch{Events: []bus.Event{
+		{ConversationID: "conv1", Type: "run_started", Time: deadline},
+		{ConversationID: "conv1", RunID: "run1", Type: "tool_call", ToolCallID: "c1", Time: deadline},
+	}})
+}

@@ -22,6 +22,9 @@ const (
 	HeaderCall         = "Toolgate-Call"
 	HeaderContentType  = "Content-Type"
 	HeaderTraceParent  = "traceparent"
+	// HeaderEventBatch marks a message of TOOLGATE_EVENTS that holds an
+	// EventBatch; its value is the number of events.
+	HeaderEventBatch = "Toolgate-Event-Batch"
 
 	// Set on dead letters.
 	HeaderDLQReason   = "Toolgate-DLQ-Reason"
@@ -339,6 +342,48 @@ func EventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 		Value:   e,
 		Header:  mergeHeaders(append([]nats.Header{idHeaders(e.RunID, e.ConversationID, e.ToolCallID)}, hdr...)...),
 	}, nil
+}
+
+// EventBatchMessage is the Outgoing for several events of one
+// conversation, in order, as one message on toolgate.event.<conversation>
+// (marked with HeaderEventBatch); one event is sent as EventMessage sends
+// it.
+func EventBatchMessage(events []Event) (Outgoing, error) {
+	if len(events) == 1 {
+		return EventMessage(events[0], "")
+	}
+	batch := EventBatch{Events: events}
+	if err := batch.Validate(); err != nil {
+		return Outgoing{}, err
+	}
+	subj, err := EventSubject(events[0].ConversationID)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	hdr := idHeaders("", events[0].ConversationID, "")
+	hdr.Set(HeaderEventBatch, strconv.Itoa(len(events)))
+	return Outgoing{Subject: subj, Value: batch, Header: hdr}, nil
+}
+
+// DecodeEvents decodes a message of TOOLGATE_EVENTS: one event, or the
+// events of an EventBatch (HeaderEventBatch).
+func DecodeEvents(data []byte, hdr nats.Header) ([]Event, error) {
+	ct := hdr.Get(HeaderContentType)
+	if hdr.Get(HeaderEventBatch) == "" {
+		var e Event
+		if err := Decode(data, ct, &e); err != nil {
+			return nil, err
+		}
+		return []Event{e}, nil
+	}
+	var batch EventBatch
+	if err := Decode(data, ct, &batch); err != nil {
+		return nil, err
+	}
+	if err := batch.Validate(); err != nil {
+		return nil, err
+	}
+	return batch.Events, nil
 }
 
 func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err error) (*jetstream.PubAck, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode"
@@ -190,6 +191,26 @@ func (d Decision) Validate() error {
 }
 
 // Validate checks an event's addressing fields.
+// Validate checks an EventBatch: 1 to MaxEventBatch valid events, all of one
+// conversation.
+func (b EventBatch) Validate() error {
+	if len(b.Events) == 0 {
+		return errors.New("event batch: events: is empty")
+	}
+	if len(b.Events) > MaxEventBatch {
+		return fmt.Errorf("event batch: events: more than %d", MaxEventBatch)
+	}
+	for i, e := range b.Events {
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("event batch: events[%d]: %w", i, err)
+		}
+		if e.ConversationID != b.Events[0].ConversationID {
+			return fmt.Errorf("event batch: events[%d]: conversation_id %q is not the batch's %q", i, e.ConversationID, b.Events[0].ConversationID)
+		}
+	}
+	return nil
+}
+
 func (e Event) Validate() error {
 	c := checker{msg: "event"}
 	c.token("conversation_id", e.ConversationID)

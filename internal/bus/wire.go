@@ -87,3 +87,13 @@ type Event struct {
 	Data           json.RawMessage `json:"data,omitempty" msgpack:"data,omitempty"`
 	Time           time.Time       `json:"time" msgpack:"time"`
 }
+
+// EventBatch is several events of one conversation, in the order they
+// happened, stored as one message (HeaderEventBatch): the events a busy
+// run emits together cost one stored message instead of one each.
+type EventBatch struct {
+	Events []Event `json:"events" msgpack:"events"`
+}
+
+// MaxEventBatch bounds the events of one EventBatch.
+const MaxEventBatch = 1024

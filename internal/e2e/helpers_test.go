@@ -20,6 +20,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
+	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
@@ -497,23 +498,13 @@ func checkCompleted(t *testing.T, conv *client.Conversation, wantRuns int, calls
 // convEvents reads every stored event of a conversation.
 func convEvents(t *testing.T, b *bus.Bus, convID string) []bus.Event {
 	t.Helper()
-	subj, err := bus.EventSubject(convID)
+	stored, err := approver.ScanEvents(ctxT(t), b, convID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("events of %s: %v", convID, err)
 	}
-	n := bustest.SubjectMsgs(t, b, bus.StreamEvents, subj)
-	var out []bus.Event
-	if n == 0 {
-		return out
-	}
-	for ev, err := range b.Events(ctxT(t), convID, 0) {
-		if err != nil {
-			t.Fatalf("events of %s: %v", convID, err)
-		}
-		out = append(out, ev.Event)
-		if uint64(len(out)) >= n {
-			break
-		}
+	out := make([]bus.Event, 0, len(stored))
+	for _, se := range stored {
+		out = append(out, se.Event)
 	}
 	return out
 }

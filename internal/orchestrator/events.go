@@ -132,10 +132,16 @@ func (o *Orchestrator) eventLoop() {
 	}
 }
 
+// publishQueued publishes what the queue held: the events of one
+// conversation as one message (bus.EventBatch), in their order, so that a
+// busy run's events cost one stored message instead of one each.
 func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 	defer cancel()
-	msgs := make([]bus.Outgoing, 0, len(batch))
+	var (
+		order  []string
+		byConv = map[string][]bus.Event{}
+	)
 	for _, q := range batch {
 		ev := q.ev
 		if q.delta != nil {
@@ -146,16 +152,59 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 			}
 			ev.Data = b
 		}
-		m, err := bus.EventMessage(ev, "")
-		if err != nil {
+		if err := ev.Validate(); err != nil {
 			o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 			continue
 		}
-		msgs = append(msgs, m)
+		if _, ok := byConv[ev.ConversationID]; !ok {
+			order = append(order, ev.ConversationID)
+		}
+		byConv[ev.ConversationID] = append(byConv[ev.ConversationID], ev)
+	}
+	msgs := make([]bus.Outgoing, 0, len(order))
+	for _, id := range order {
+		for _, chunk := range chunkEvents(byConv[id]) {
+			m, err := bus.EventBatchMessage(chunk)
+			if err != nil {
+				o.log.WarnContext(ctx, "encode events", slog.String("conversation_id", id), slog.String("error", err.Error()))
+				continue
+			}
+			msgs = append(msgs, m)
+		}
 	}
 	if err := o.eventBus.PublishBatch(ctx, msgs); err != nil {
 		o.log.WarnContext(ctx, "publish events", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
 	}
+}
+
+// eventBatchBytes bounds the data of one batch message, well within the
+// server's max payload: a large event (a long tool result) goes alone.
+const eventBatchBytes = 256 << 10
+
+// eventOverhead is a generous estimate of an event's size beside its data.
+const eventOverhead = 512
+
+// chunkEvents splits events into batches of at most eventBatchBytes of
+// estimated size, keeping their order.
+func chunkEvents(events []bus.Event) [][]bus.Event {
+	var (
+		out  [][]bus.Event
+		cur  []bus.Event
+		size int
+	)
+	for _, e := range events {
+		n := len(e.Data) + eventOverhead
+		if len(cur) > 0 && (size+n > eventBatchBytes || len(cur) == bus.MaxEventBatch) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, e)
+		size += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // stopEvents publishes what is queued and ends the event loop.

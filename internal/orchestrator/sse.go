@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,7 +22,9 @@ const sseKeepAlive = 15 * time.Second
 
 // events streams a conversation's events: replayed from the start of its
 // subject (or after Last-Event-ID), then live. The event id is the stream
-// sequence, so a client that reconnects with Last-Event-ID misses nothing.
+// sequence of its message, followed by ".i" for the i-th event (i > 0) of
+// a message holding several (bus.EventBatch), so a client that reconnects
+// with Last-Event-ID misses nothing.
 func (h *api) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validID(id) {
@@ -32,14 +35,13 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	var after uint64
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
-		if err != nil {
-			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: want a stream sequence number", last))
+	var last eventID
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		var err error
+		if last, err = parseEventID(v); err != nil {
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: %v", v, err))
 			return
 		}
-		after = n
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -47,7 +49,7 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	msgs, stop, err := h.o.followEvents(ctx, id, after)
+	msgs, stop, err := h.o.followEvents(ctx, id, last)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -78,7 +80,7 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", m.seq, m.typ, m.data); err != nil {
+			if _, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", m.id, m.typ, m.data); err != nil {
 				return
 			}
 			flusher.Flush()
@@ -87,15 +89,46 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 }
 
 type sseMsg struct {
-	seq  uint64
+	id   eventID
 	typ  string
 	data []byte
 }
 
-// followEvents follows toolgate.event.<id> from the sequence after `after`
-// (0: from the start). The channel closes when ctx ends or the stream
-// fails; stop releases it and waits for its goroutine.
-func (o *Orchestrator) followEvents(ctx context.Context, id string, after uint64) (<-chan sseMsg, func(), error) {
+// eventID is where an event is in TOOLGATE_EVENTS: its message's stream
+// sequence and its place in that message.
+type eventID struct {
+	seq   uint64
+	index int
+}
+
+func (e eventID) String() string {
+	if e.index == 0 {
+		return strconv.FormatUint(e.seq, 10)
+	}
+	return strconv.FormatUint(e.seq, 10) + "." + strconv.Itoa(e.index)
+}
+
+func parseEventID(s string) (eventID, error) {
+	seq, idx, dotted := strings.Cut(strings.TrimSpace(s), ".")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return eventID{}, errors.New("want a stream sequence number, optionally followed by .index")
+	}
+	id := eventID{seq: n}
+	if dotted {
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 0 {
+			return eventID{}, errors.New("want a stream sequence number, optionally followed by .index")
+		}
+		id.index = i
+	}
+	return id, nil
+}
+
+// followEvents follows toolgate.event.<id> from the event after last (the
+// zero eventID: from the start). The channel closes when ctx ends or the
+// stream fails; stop releases it and waits for its goroutine.
+func (o *Orchestrator) followEvents(ctx context.Context, id string, last eventID) (<-chan sseMsg, func(), error) {
 	if _, err := bus.EventSubject(id); err != nil {
 		return nil, nil, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
@@ -105,12 +138,21 @@ func (o *Orchestrator) followEvents(ctx context.Context, id string, after uint64
 	go func() {
 		defer close(finished)
 		defer close(out)
-		for se, err := range o.bus.Events(ctx, id, after) {
+		// The message holding the last event is read again, for the
+		// events after it in the same message.
+		from := uint64(0)
+		if last.seq > 0 {
+			from = last.seq - 1
+		}
+		for se, err := range o.bus.Events(ctx, id, from) {
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				o.log.WarnContext(ctx, "event stream", slog.String("conversation_id", id), slog.String("error", err.Error()))
+				continue
+			}
+			if last.seq > 0 && se.Seq == last.seq && se.Index <= last.index {
 				continue
 			}
 			data, err := json.Marshal(se.Event)
@@ -122,7 +164,7 @@ func (o *Orchestrator) followEvents(ctx context.Context, id string, after uint64
 				typ = "message"
 			}
 			select {
-			case out <- sseMsg{seq: se.Seq, typ: typ, data: data}:
+			case out <- sseMsg{id: eventID{seq: se.Seq, index: se.Index}, typ: typ, data: data}:
 			case <-ctx.Done():
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -186,23 +187,13 @@ func (s *system) streamMsgs(ctx context.Context, stream, subject string) (uint64
 
 // events reads every stored event of a conversation.
 func (s *system) events(ctx context.Context, convID string) ([]bus.Event, error) {
-	subj, err := bus.EventSubject(convID)
+	stored, err := approver.ScanEvents(ctx, s.ctl, convID)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.streamMsgs(ctx, bus.StreamEvents, subj)
-	if err != nil || n == 0 {
-		return nil, err
-	}
-	var out []bus.Event
-	for ev, err := range s.ctl.Events(ctx, convID, 0) {
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ev.Event)
-		if uint64(len(out)) >= n {
-			break
-		}
+	out := make([]bus.Event, 0, len(stored))
+	for _, se := range stored {
+		out = append(out, se.Event)
 	}
 	return out, nil
 }

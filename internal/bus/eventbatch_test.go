@@ -1,0 +1,107 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+func batchOf(conv string, n int) []bus.Event {
+	events := make([]bus.Event, n)
+	for i := range events {
+		events[i] = bus.Event{ConversationID: conv, RunID: "run1", Type: fmt.Sprintf("step_%d", i),
+			Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Time: deadline}
+	}
+	return events
+}
+
+// Several events of a conversation stored as one message read back as the
+// same events, in order, each with its place in the message, in both
+// encodings; a single event is stored as a plain event.
+func TestEventBatchRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
+		t.Run(ct, func(t *testing.T) {
+			t.Parallel()
+			srv := bustest.StartServer(t, bus.ServerConfig{})
+			b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "events", ContentType: ct})
+			bustest.Setup(t, b)
+			one := batchOf("conv1", 1)
+			three := batchOf("conv1", 3)
+			var msgs []bus.Outgoing
+			for _, events := range [][]bus.Event{one, three} {
+				m, err := bus.EventBatchMessage(events)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, m)
+			}
+			if msgs[0].Header.Get(bus.HeaderEventBatch) != "" {
+				t.Error("a single event is marked as a batch")
+			}
+			if got := msgs[1].Header.Get(bus.HeaderEventBatch); got != "3" {
+				t.Errorf("%s = %q, want 3", bus.HeaderEventBatch, got)
+			}
+			if err := b.PublishBatch(ctxT(t), msgs); err != nil {
+				t.Fatal(err)
+			}
+			var got []bus.StoredEvent
+			for se, err := range b.Events(ctxT(t), "conv1", 0) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, se)
+				if len(got) == 4 {
+					break
+				}
+			}
+			want := append(append([]bus.Event{}, one...), three...)
+			for i, se := range got {
+				if diff := cmp.Diff(want[i], se.Event); diff != "" {
+					t.Errorf("event %d (-want +got):\n%s", i, diff)
+				}
+			}
+			if got[0].Seq == got[1].Seq || got[1].Seq != got[3].Seq || got[1].Index != 0 || got[3].Index != 2 {
+				t.Errorf("places: %d.%d %d.%d %d.%d %d.%d", got[0].Seq, got[0].Index, got[1].Seq, got[1].Index,
+					got[2].Seq, got[2].Index, got[3].Seq, got[3].Index)
+			}
+		})
+	}
+}
+
+// A batch must hold valid events of one conversation, and not too many.
+func TestEventBatchRefused(t *testing.T) {
+	t.Parallel()
+	mixed := append(batchOf("conv1", 2), batchOf("conv2", 1)...)
+	bad := batchOf("conv1", 2)
+	bad[1].Type = ""
+	cases := []struct {
+		name   string
+		events []bus.Event
+		want   string
+	}{
+		{"empty", nil, "is empty"},
+		{"two conversations", mixed, `events[2]: conversation_id "conv2" is not the batch's "conv1"`},
+		{"invalid event", bad, "events[1]"},
+		{"too many", batchOf("conv1", bus.MaxEventBatch+1), "more than"},
+	}
+	for _, c := range cases {
+		if _, err := bus.EventBatchMessage(c.events); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+		data, err := json.Marshal(bus.EventBatch{Events: c.events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := map[string][]string{bus.HeaderEventBatch: {"1"}, bus.HeaderContentType: {bus.ContentTypeJSON}}
+		if _, err := bus.DecodeEvents(data, hdr); err == nil {
+			t.Errorf("%s: decoded", c.name)
+		}
+	}
+}

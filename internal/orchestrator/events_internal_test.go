@@ -1,0 +1,50 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Events are batched in order, within the size bound; a large event goes
+// alone.
+func TestChunkEvents(t *testing.T) {
+	ev := func(typ string, data int) bus.Event {
+		return bus.Event{ConversationID: "c", Type: typ, Data: json.RawMessage(`"` + strings.Repeat("x", data) + `"`)}
+	}
+	events := []bus.Event{ev("a", 10), ev("b", 10), ev("big", eventBatchBytes), ev("c", 100<<10), ev("d", 100<<10), ev("e", 100<<10)}
+	var got [][]string
+	for _, chunk := range chunkEvents(events) {
+		var types []string
+		for _, e := range chunk {
+			types = append(types, e.Type)
+		}
+		got = append(got, types)
+	}
+	if g, want := fmt.Sprint(got), "[[a b] [big] [c d] [e]]"; g != want {
+		t.Errorf("chunks %s, want %s", g, want)
+	}
+
+	many := make([]bus.Event, 3*bus.MaxEventBatch)
+	for i := range many {
+		many[i] = ev(fmt.Sprint(i), 0)
+	}
+	n := 0
+	for _, chunk := range chunkEvents(many) {
+		if len(chunk) > bus.MaxEventBatch {
+			t.Errorf("a chunk of %d events", len(chunk))
+		}
+		for _, e := range chunk {
+			if e.Type != fmt.Sprint(n) {
+				t.Fatalf("event %s where %d belongs", e.Type, n)
+			}
+			n++
+		}
+	}
+	if n != len(many) {
+		t.Errorf("%d of %d events chunked", n, len(many))
+	}
+}
