@@ -136,6 +136,11 @@ func TestBadInputDeadLettered(t *testing.T) {
 	callSubj, _ := bus.CallReplySubject(run)
 	decSubj, _ := bus.DecisionSubject(run)
 	ghostSubj, _ := bus.CallReplySubject("r-ghost")
+	// Run ids name their conversation; one naming no conversation, and one
+	// naming this conversation but none of its runs.
+	noConvRun, strayRun := "r0123456789abcdef01234567_c0123456789abcdef01234567", "r0123456789abcdef01234567_"+conv.ID
+	noConvSubj, _ := bus.CallReplySubject(noConvRun)
+	straySubj, _ := bus.CallReplySubject(strayRun)
 	readFile, _ := bus.CallSubject("read_file")
 	approvalSubj, _ := bus.ApprovalSubject("delete_file")
 	decision := func(call, digest string) bus.Decision {
@@ -159,6 +164,8 @@ func TestBadInputDeadLettered(t *testing.T) {
 		{"missing run id", callSubj, bus.ContentTypeJSON, []byte(`{"tool_call_id":"update_file_readme","outcome":"return","value":1}`), "run_id"},
 		{"run id not the subject's", callSubj, "", encode(t, result("r-other", "update_file_readme"), ""), "does not match subject"},
 		{"unknown run", ghostSubj, "", encode(t, result("r-ghost", "update_file_readme"), ""), "unknown run r-ghost"},
+		{"run of no conversation", noConvSubj, "", encode(t, result(noConvRun, "update_file_readme"), ""), "unknown run " + noConvRun},
+		{"run the conversation does not have", straySubj, "", encode(t, result(strayRun, "update_file_readme"), ""), "has no run " + strayRun},
 		{"unknown call", callSubj, "", encode(t, result(run, "no_such_call"), ""), "no call no_such_call"},
 		{"result for an approval", callSubj, "", encode(t, result(run, "delete_file"), ""), "wrong kind: a result for approval call delete_file"},
 		{"decision for an external call", decSubj, "", encode(t, decision("update_file_readme", digests["update_file_readme"]), ""), "wrong kind: a decision for external call update_file_readme"},

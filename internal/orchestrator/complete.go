@@ -51,7 +51,7 @@ func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
 	if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline || !c.Batch.complete() {
 		return ""
 	}
-	followUp := o.newRunID()
+	followUp := o.newRunID(c.ID)
 	c.Status = StatusResuming
 	c.Batch.FollowUpRunID = followUp
 	c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: followUp, Until: now.Add(o.cfg.LeaseTTL)}

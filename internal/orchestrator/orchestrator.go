@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,9 @@ type Config struct {
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
 	Clock func() time.Time
-	// NewID makes conversation and run ids. Defaults to random ids.
+	// NewID makes conversation and run ids: letters and digits only (a run
+	// id joins its own part and its conversation's id with "_"). Defaults
+	// to random ids.
 	NewID func() string
 	// Logger receives the orchestrator's log. Nil discards it.
 	Logger *slog.Logger
@@ -141,6 +144,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.Bus == nil {
 		return errors.New("bus is nil")
+	}
+	if id := c.NewID(); !alnum(id) {
+		return fmt.Errorf("NewID made %q: ids must be letters and digits", id)
 	}
 	if c.Agent == nil {
 		return errors.New("agent config is nil")
@@ -423,4 +429,36 @@ func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCou
 	return out, nil
 }
 
-func (o *Orchestrator) newRunID() string { return "r" + o.cfg.NewID() }
+// newRunID makes the id of a new run of conversation convID.
+func (o *Orchestrator) newRunID(convID string) string { return runIDFor(o.cfg.NewID(), convID) }
+
+// A run id names its conversation: "r" + its own part + runIDSep + the
+// conversation id. A reply thus finds its conversation without a read, and
+// a run needs no index entry. Runs stored before ids had this form are
+// found through their run.<id> index entry.
+const runIDSep = "_"
+
+func runIDFor(part, convID string) string { return "r" + part + runIDSep + convID }
+
+// convOfRunID is the conversation a run id names, or "" for an id of
+// another form.
+func convOfRunID(runID string) string {
+	part, conv, ok := strings.Cut(strings.TrimPrefix(runID, "r"), runIDSep)
+	if !ok || !strings.HasPrefix(runID, "r") || !alnum(part) || len(conv) < 2 || conv[0] != 'c' || !alnum(conv) {
+		return ""
+	}
+	return conv
+}
+
+func alnum(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

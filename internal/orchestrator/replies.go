@@ -255,17 +255,20 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 	}
 	in.trustErr = o.checkTrust(in)
 	in.trace = telemetry.InjectMap(ctx)
+	unknownRun := func() error {
+		o.stats.Refused.Add(1)
+		o.stats.DeadLettered.Add(1)
+		verdictLabel = replyUnknownRun
+		m.Reply(kind, verdictLabel)
+		m.DeadLetter(verdictLabel)
+		o.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
+		o.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
+		return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
+	}
 	convID, err := o.store.conversationOf(ctx, in.runID)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			o.stats.Refused.Add(1)
-			o.stats.DeadLettered.Add(1)
-			verdictLabel = replyUnknownRun
-			m.Reply(kind, verdictLabel)
-			m.DeadLetter(verdictLabel)
-			o.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
-			o.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
-			return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
+			return unknownRun()
 		}
 		o.stats.TransientErrors.Add(1)
 		verdictLabel = replyError
@@ -305,6 +308,10 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 	tool = j.tool
 	if tool != "" {
 		span.SetAttributes(telemetry.AttrTool.String(tool))
+	}
+	if errors.Is(j.err, ErrNotFound) {
+		// The run id names a conversation that does not exist.
+		return unknownRun()
 	}
 	if j.err != nil {
 		o.stats.TransientErrors.Add(1)
@@ -520,6 +527,10 @@ func (o *Orchestrator) checkTrust(in incoming) error {
 func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	b := c.Batch
 	if b == nil || b.RunID != in.runID {
+		if c.runRecord(in.runID) == nil {
+			// A run id naming this conversation but none of its runs.
+			return verdictRefused, fmt.Sprintf("conversation %s has no run %s", c.ID, in.runID)
+		}
 		// The run's batch is over: its calls were all answered and its
 		// follow-up has taken them (or the run never paused).
 		c.StaleReplies++

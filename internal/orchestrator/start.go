@@ -49,15 +49,16 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 		return RunInfo{}, ErrStopped
 	}
 	now := o.clock()
-	convID, runID := req.ConversationID, o.newRunID()
+	convID, runPart := req.ConversationID, o.cfg.NewID()
 	if req.IdempotencyKey != "" {
-		runID = "r" + keyedID("run", req.ConversationID, req.IdempotencyKey)
+		runPart = keyedID("run", req.ConversationID, req.IdempotencyKey)
 		if convID == "" {
 			convID = "c" + keyedID("conversation", "", req.IdempotencyKey)
 		}
 	} else if convID == "" {
 		convID = "c" + o.cfg.NewID()
 	}
+	runID := runIDFor(runPart, convID)
 	lease := &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
 	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: req.Prompt, StartedAt: now}
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}

@@ -77,7 +77,7 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 	o, _ := e.orch(orchestrator.Config{InstanceID: "orch-1", LeaseTTL: time.Hour})
 	const key = "lost-answer"
 	convID := "c" + orchestrator.KeyedID("conversation", "", key)
-	runID := "r" + orchestrator.KeyedID("run", "", key)
+	runID := "r" + orchestrator.KeyedID("run", "", key) + "_" + convID
 	now := time.Now()
 	state := orchestrator.Conversation{
 		ID: convID, Status: orchestrator.StatusRunning, CreatedAt: now, UpdatedAt: now,
@@ -88,7 +88,7 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key, v := range map[string]any{"run." + runID: map[string]string{"conversation_id": convID}, "conv." + convID: state} {
+	for key, v := range map[string]any{"conv." + convID: state} {
 		b, err := msgpack.Marshal(v)
 		if err != nil {
 			t.Fatal(err)

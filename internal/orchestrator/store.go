@@ -170,6 +170,10 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, rev 
 // putRun records which conversation a run belongs to. Run ids are fresh, so
 // an existing key holding the same conversation is a retry and fine.
 func (s *store) putRun(ctx context.Context, runID, convID string) error {
+	if convOfRunID(runID) == convID {
+		// The id names its conversation: no entry needed.
+		return nil
+	}
 	b, err := encodeState(runIndex{ConversationID: convID})
 	if err != nil {
 		return err
@@ -192,12 +196,18 @@ func (s *store) putRun(ctx context.Context, runID, convID string) error {
 // indexed reports whether this process wrote or read the run's index
 // holding convID, so that putRun can be skipped.
 func (s *store) indexed(runID, convID string) bool {
+	if convOfRunID(runID) == convID {
+		return true
+	}
 	got, ok := s.runs.get(runID)
 	return ok && got == convID
 }
 
 // conversationOf returns the conversation a run belongs to.
 func (s *store) conversationOf(ctx context.Context, runID string) (string, error) {
+	if conv := convOfRunID(runID); conv != "" {
+		return conv, nil
+	}
 	if id, ok := s.runs.get(runID); ok {
 		return id, nil
 	}
