@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,6 +48,7 @@ func run(ctx context.Context, args []string) error {
 	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
+	logLevel := fs.String("log", "", "log the system under test at this level (debug, info, warn, error) to stderr; default: silent")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +84,19 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+
+	if *logLevel != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			return fmt.Errorf("-log: %w", err)
+		}
+		env, err := bench.NewEnv(bench.EnvConfig{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
+		if err != nil {
+			return err
+		}
+		defer env.Close()
+		cfg.Env = env
 	}
 
 	res, err := bench.Run(ctx, cfg)

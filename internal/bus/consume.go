@@ -68,10 +68,11 @@ type ConsumeConfig struct {
 	// number of handlers running at once.
 	Concurrency int
 	// Dispatch runs one consume loop that hands every message to a handler
-	// of its own, up to Concurrency at once, instead of Concurrency loops
-	// that each wait for their handler. It suits handlers that wait on one
-	// another (the orchestrator's grouped reply writes): a waiting handler
-	// then holds no prefetched message behind it.
+	// of its own, up to Concurrency at once (the others wait, unacked, at
+	// most MaxAckPending in all), instead of Concurrency loops that each
+	// wait for their handler. It suits handlers that wait on one another
+	// (the orchestrator's grouped reply writes): a waiting handler then
+	// holds no prefetched message behind it.
 	Dispatch bool
 	// AutoInProgress sends InProgress every AckWait/3 while a handler
 	// runs, so long calls are not redelivered.
@@ -322,16 +323,20 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	}
 	loops := cfg.Concurrency
 	if cfg.Dispatch {
-		loops = 1
+		loops = dispatchLoops
 		slots := make(chan struct{}, cfg.Concurrency)
 		onMsg = func(m jetstream.Msg) {
 			if !s.enter() {
 				_ = m.Nak()
 				return
 			}
-			// A full set of handlers holds the loop, and so the pulls.
-			slots <- struct{}{}
+			// The loop never waits here: a consume callback that blocks
+			// stops the client from seeing the pull's heartbeats, and the
+			// pull is then dropped as dead and pulled again only after a
+			// timeout. A message waits for a handler in its own goroutine;
+			// MaxAckPending bounds how many are delivered and unacked.
 			go func() {
+				slots <- struct{}{}
 				defer func() {
 					<-slots
 					s.leave()
@@ -372,6 +377,12 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	}()
 	return s, nil
 }
+
+// dispatchLoops is the number of consume loops of a Dispatch consumer:
+// more than one, so that a pull the client gives up on (missed heartbeats
+// under load; it pulls again only after the heartbeat timeout) stalls a
+// part of the deliveries, not all of them.
+const dispatchLoops = 4
 
 func handleOne[T any](ctx context.Context, b *Bus, logger *slog.Logger, cfg ConsumeConfig, m jetstream.Msg, decode decodeFunc[T], h Handler[T]) {
 	meta, err := m.Metadata()
