@@ -406,10 +406,13 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 	}
 
 	// c2 was published during the drain; it waits in the queue for the
-	// next worker.
+	// next worker. That worker keeps the short AckWait: its consumer
+	// config applies to the durable, so a longer one would also delay c2's
+	// redelivery if the stopping worker's pull caught it.
 	var ran sync.Map
 	run(t, newWorker(t, worker.Config{
-		Bus: e.bus,
+		Bus:     e.bus,
+		AckWait: 3 * time.Second,
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: worker.ExecutorFunc(
 			func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
 				ran.Store(req.ToolCallID, true)
