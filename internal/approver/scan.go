@@ -71,6 +71,20 @@ func ScanEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.S
 	return out, nil
 }
 
+// ConversationEvents is ScanEvents without the stream positions: the
+// events of one conversation, oldest first.
+func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.Event, error) {
+	stored, err := ScanEvents(ctx, b, conversationID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bus.Event, 0, len(stored))
+	for _, se := range stored {
+		out = append(out, se.Event)
+	}
+	return out, nil
+}
+
 // scan feeds fn every message of stream under filter, through an ordered
 // consumer, until the one that had no successor when it was delivered.
 func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {

@@ -498,15 +498,11 @@ func checkCompleted(t *testing.T, conv *client.Conversation, wantRuns int, calls
 // convEvents reads every stored event of a conversation.
 func convEvents(t *testing.T, b *bus.Bus, convID string) []bus.Event {
 	t.Helper()
-	stored, err := approver.ScanEvents(ctxT(t), b, convID)
+	events, err := approver.ConversationEvents(ctxT(t), b, convID)
 	if err != nil {
 		t.Fatalf("events of %s: %v", convID, err)
 	}
-	out := make([]bus.Event, 0, len(stored))
-	for _, se := range stored {
-		out = append(out, se.Event)
-	}
-	return out
+	return events
 }
 
 // checkAppliedOnce checks that no (run, call, kind) has more than one

@@ -187,15 +187,7 @@ func (s *system) streamMsgs(ctx context.Context, stream, subject string) (uint64
 
 // events reads every stored event of a conversation.
 func (s *system) events(ctx context.Context, convID string) ([]bus.Event, error) {
-	stored, err := approver.ScanEvents(ctx, s.ctl, convID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bus.Event, 0, len(stored))
-	for _, se := range stored {
-		out = append(out, se.Event)
-	}
-	return out, nil
+	return approver.ConversationEvents(ctx, s.ctl, convID)
 }
 
 // deferredKey names one deferred call: (run, call, kind).
