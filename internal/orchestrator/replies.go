@@ -56,7 +56,7 @@ type incoming struct {
 // same time are recorded by one CAS (see replyGroups).
 const replyConcurrency = 256
 
-// replyPrefetch is the consume loop's pull batch.
+// replyPrefetch is the pull batch of each dispatch loop.
 const replyPrefetch = 64
 
 func (o *Orchestrator) consumeReplies(ctx context.Context) error {

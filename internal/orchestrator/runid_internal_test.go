@@ -45,3 +45,28 @@ func TestNewRefusesIDsThatDoNotJoin(t *testing.T) {
 		t.Errorf("default ids: %v", err)
 	}
 }
+
+// A reply group completes its batch when it answers every call still
+// pending; replies to another run cannot be judged and end the wait.
+func TestReplyGroupCompletesBatch(t *testing.T) {
+	b := &Batch{RunID: "r1", Calls: []*PendingCall{
+		{ToolCallID: "a"}, {ToolCallID: "b", Reply: &Reply{}}, {ToolCallID: "c"},
+	}}
+	job := func(run, call string) *replyJob { return &replyJob{in: incoming{runID: run, callID: call}} }
+	cases := []struct {
+		jobs []*replyJob
+		want bool
+	}{
+		{[]*replyJob{job("r1", "a")}, false},
+		{[]*replyJob{job("r1", "a"), job("r1", "a")}, false},
+		{[]*replyJob{job("r1", "a"), job("r1", "b")}, false},
+		{[]*replyJob{job("r1", "a"), job("r1", "c")}, true},
+		{[]*replyJob{job("r1", "a"), job("r1", "zz")}, false},
+		{[]*replyJob{job("r0", "a")}, true},
+	}
+	for i, c := range cases {
+		if got := completes(b, c.jobs); got != c.want {
+			t.Errorf("case %d: completes = %v, want %v", i, got, c.want)
+		}
+	}
+}
