@@ -88,6 +88,9 @@ type failure struct {
 	mu  sync.Mutex
 	err error
 	ch  chan struct{}
+	// stalls counts pulls the client gave up on after missed heartbeats
+	// (not a failure: it pulls again, after up to two heartbeats of nothing).
+	stalls atomic.Int64
 }
 
 func (f *failure) set(err error) {

@@ -155,6 +155,14 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 		}
 		res.Cases = append(res.Cases, roundTripRows(c, rm, fm, tm)...)
+		for side, m := range map[string]*Measurement{"raw": &rm, "toolgate": tm} {
+			if m != nil && m.Stalls > 0 {
+				if res.Unreliable == nil {
+					res.Unreliable = map[string]string{}
+				}
+				res.Unreliable[c.Name()+" "+side] = fmt.Sprintf("%d stalled pulls", m.Stalls)
+			}
+		}
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 	}
 
@@ -296,6 +304,9 @@ func describe(m *Measurement) string {
 	s := fmt.Sprintf("%7.0f calls/s p50 %6.2f ms p99 %6.2f ms", m.Throughput(), ms(m.Latency.P50), ms(m.Latency.P99))
 	if m.Redelivered > 0 {
 		s += fmt.Sprintf(" (%d redelivered)", m.Redelivered)
+	}
+	if m.Stalls > 0 {
+		s += fmt.Sprintf(" (%d stalled pulls: figures not meaningful)", m.Stalls)
 	}
 	if m.StateWrites > 0 {
 		s += fmt.Sprintf(" [per call: %.2f state writes, %.0f B; %.1f events, %.0f B]", m.StateWrites, m.StateBytes, m.Events, m.EventBytes)

@@ -77,6 +77,13 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 		}
 		b.WriteString("\n")
 	}
+	if len(r.Unreliable) > 0 {
+		b.WriteString("Distorted (re-measure before reading their ratios):\n\n")
+		for _, name := range sortedKeys(r.Unreliable) {
+			fmt.Fprintf(&b, "- %s: %s\n", name, r.Unreliable[name])
+		}
+		b.WriteString("\n")
+	}
 	current := ""
 	for i, row := range r.Cases {
 		if s := section(row); s != current {

@@ -193,6 +193,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		return Measurement{}, fmt.Errorf("raw %s: %w", c.Name(), err)
 	}
 	m.Redelivered = redelivered.Load()
+	m.Stalls = bg.stalls.Load()
 	return m, nil
 }
 
@@ -271,6 +272,7 @@ func stopConsume(cc jetstream.ConsumeContext) {
 func consumeErrHandler(bg *failure) jetstream.ConsumeErrHandler {
 	return func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			bg.stalls.Add(1)
 			return
 		}
 		bg.set(fmt.Errorf("consume: %w", err))

@@ -39,6 +39,10 @@ type Results struct {
 	Note string `json:"note,omitempty"`
 	// Errors are the sides that could not be measured, by target.
 	Errors map[string]string `json:"errors,omitempty"`
+	// Unreliable names the sides of cases whose figures a client-side
+	// stall distorted (a pull given up after missed heartbeats), with why;
+	// re-measure them before reading their ratios.
+	Unreliable map[string]string `json:"unreliable,omitempty"`
 	// Regressions against the previous results.json of the same mode.
 	Regressions []Regression `json:"regressions,omitempty"`
 	// Previous describes the results compared with ("" if none).

@@ -31,6 +31,11 @@ type Measurement struct {
 	// during the case (an AckWait expiry or a nak); each one is a latency
 	// outlier worth explaining.
 	Redelivered int64 `json:"redelivered"`
+	// Stalls counts pulls the client library gave up on after missed
+	// heartbeats during the case: each may leave a consumer with nothing
+	// delivered for up to two heartbeats (10 s), which makes the case's
+	// figures meaningless.
+	Stalls int64 `json:"stalled_pulls,omitempty"`
 	// StateWrites and StateBytes are the orchestrator's KV writes of
 	// conversation state per measured call, and their bytes: where its
 	// overhead over the baseline goes. Zero for the baseline.

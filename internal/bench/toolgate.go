@@ -91,6 +91,9 @@ type rig struct {
 	t     *ToolgateTarget
 	orch  *orchestrator.Orchestrator
 	bus   *bus.Bus
+	// conns are the connections of the system under test, whose stalled
+	// pulls the measurement reports.
+	conns []*bus.Bus
 	kv    jetstream.KeyValue
 	stops []func()
 
@@ -163,6 +166,7 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 		ob.Close()
 		return r, err
 	}
+	r.conns = append(r.conns, ob, eb)
 	closeConns := func() {
 		ob.Close()
 		eb.Close()
@@ -206,6 +210,7 @@ func (r *rig) startWorkers(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
+		r.conns = append(r.conns, wb)
 		w, err := worker.New(worker.Config{
 			Bus: wb, ID: name, Concurrency: 1, DrainTimeout: 5 * time.Second, Logger: r.t.env.Logger(),
 			Tools: []worker.Tool{{Spec: spec, Executor: builtin, Kind: "builtin"}},
@@ -370,7 +375,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	st := r.orch.Stats()
-	writes0, bytes0 := st.StateWrites.Load(), st.StateBytes.Load()
+	writes0, bytes0, stalls0 := st.StateWrites.Load(), st.StateBytes.Load(), r.stalledPulls()
 	events0, eventBytes0, err := r.eventsStored(ctx)
 	if err != nil {
 		return Measurement{}, err
@@ -405,7 +410,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err := g.Wait(); err != nil {
 		return Measurement{}, err
 	}
-	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies)}
+	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0}
 	if m.Calls > 0 {
 		m.StateWrites = float64(st.StateWrites.Load()-writes0) / float64(m.Calls)
 		m.StateBytes = float64(st.StateBytes.Load()-bytes0) / float64(m.Calls)
@@ -417,6 +422,14 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		}
 	}
 	return m, nil
+}
+
+func (r *rig) stalledPulls() int64 {
+	var n int64
+	for _, b := range r.conns {
+		n += b.StalledPulls()
+	}
+	return n
 }
 
 // eventsStored is the number of events stored and their bytes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,7 +71,15 @@ type Bus struct {
 	logger *slog.Logger
 	cfg    ConnConfig
 	deny   *denyWatch
+	// stalls counts pulls of this connection's consumers that the client
+	// gave up on after missed heartbeats.
+	stalls atomic.Int64
 }
+
+// StalledPulls is how many pulls of this connection's consumers the client
+// gave up on after missed heartbeats: each may have left a consumer with
+// nothing delivered for up to two heartbeats before it pulled again.
+func (b *Bus) StalledPulls() int64 { return b.stalls.Load() }
 
 // Connect dials cfg.URL and waits until connected or ctx ends. The
 // connection reconnects forever and, if the server is not up yet, keeps

@@ -348,6 +348,9 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// Missed heartbeats and leader changes are not fatal: the
 		// consume loop pulls again by itself.
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			b.stalls.Add(1)
+		}
 		logger.Warn("consume error", slog.Any("error", err))
 	})
 	// Pull requests expire well within AckWait: the waiting requests of a
