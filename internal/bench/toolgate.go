@@ -88,9 +88,9 @@ func agentConfig(batch int) (*orchestrator.AgentConfig, error) {
 
 // rig is toolgate set up on the env's server.
 type rig struct {
-	t     *ToolgateTarget
-	orch  *orchestrator.Orchestrator
-	bus   *bus.Bus
+	t    *ToolgateTarget
+	orch *orchestrator.Orchestrator
+	bus  *bus.Bus
 	// conns are the connections of the system under test, whose stalled
 	// pulls the measurement reports.
 	conns []*bus.Bus
