@@ -2,9 +2,11 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -179,8 +181,16 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 			err = fmt.Errorf("setup: %w", derr)
 		}
 	}()
+	// What is already as configured is left alone: every process runs
+	// Setup when it starts, and an update of a stream while consumers of it
+	// are being created races inside nats-server (v2.15.2: the file store's
+	// config is written by the update and read by the consumer creation
+	// without a common lock).
 	for _, sc := range cfg.StreamConfigs() {
 		if err := b.setupStep(ctx, "stream "+sc.Name, func(actx context.Context) error {
+			if st, err := b.js.Stream(actx, sc.Name); err == nil && covers(st.CachedInfo().Config, sc) {
+				return nil
+			}
 			_, err := b.js.CreateOrUpdateStream(actx, sc)
 			return err
 		}); err != nil {
@@ -189,6 +199,11 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 	}
 	for _, kc := range cfg.KeyValueConfigs() {
 		if err := b.setupStep(ctx, "bucket "+kc.Bucket, func(actx context.Context) error {
+			if kv, err := b.js.KeyValue(actx, kc.Bucket); err == nil {
+				if st, err := kv.Status(actx); err == nil && covers(st.Config(), kc) {
+					return nil
+				}
+			}
 			_, err := b.js.CreateOrUpdateKeyValue(actx, kc)
 			return err
 		}); err != nil {
@@ -196,6 +211,33 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 		}
 	}
 	return nil
+}
+
+// covers reports whether the existing configuration has every value the
+// wanted one sets, compared field by field in their JSON forms (the server
+// fills in defaults the wanted one leaves out, and reports an unset limit,
+// 0 in a request, as -1).
+func covers(existing, wanted any) bool {
+	var have, want map[string]any
+	for _, c := range []struct {
+		v   any
+		out *map[string]any
+	}{{existing, &have}, {wanted, &want}} {
+		b, err := json.Marshal(c.v)
+		if err != nil {
+			return false
+		}
+		if err := json.Unmarshal(b, c.out); err != nil {
+			return false
+		}
+	}
+	for k, v := range want {
+		if reflect.DeepEqual(have[k], v) || (v == float64(0) && have[k] == float64(-1)) {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // setupStep runs one idempotent step with a per-attempt timeout until it
