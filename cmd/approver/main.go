@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if token, err = readToken(*tokenFile); err != nil {
 			return err
 		}
-		if err := inbox.CheckListen(*httpAddr, token != ""); err != nil {
+		if err := web.CheckListen(*httpAddr, token != ""); err != nil {
 			return err
 		}
 	}

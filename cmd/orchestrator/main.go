@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 			return fmt.Errorf("--http-token-file %s is empty", o.tokenFile)
 		}
 	}
-	if err := orchestrator.CheckListen(o.httpAddr, token != ""); err != nil {
+	if err := web.CheckListen(o.httpAddr, token != ""); err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
 	trusted, err := parseTrust(o.trust)
@@ -263,7 +263,7 @@ func natsAuthOf(o options, lookupEnv func(string) (string, bool)) (natsAuth, err
 			return a, errors.New("--user needs --nats, or --nats-users for the embedded server")
 		}
 		if o.natsURL == "" {
-			if orchestrator.CheckListen(o.natsListen, false) != nil {
+			if web.CheckListen(o.natsListen, false) != nil {
 				return a, fmt.Errorf("--nats-listen %s is not loopback: give the server users (--nats-users) to listen there", o.natsListen)
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -350,24 +349,4 @@ func validID(s string) bool {
 		}
 	}
 	return true
-}
-
-// CheckListen refuses an HTTP address that is not loopback when no token
-// guards the API.
-func CheckListen(addr string, hasToken bool) error {
-	if hasToken {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("http address %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("http address %q is not loopback: set a token (--http-token-file) to listen there", addr)
-	}
-	return nil
 }
