@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -40,19 +41,7 @@ func clCtx(t testing.TB) context.Context {
 // clWaitFor polls cond until it holds or clWait passes.
 func clWaitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(clWait)
-	tick := 5 * time.Millisecond
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
-		}
-		time.Sleep(tick)
-		tick = min(tick*2, 100*time.Millisecond)
-	}
+	bustest.Poll(t, clWait, what, cond)
 }
 
 // freePorts reserves n loopback ports. They are released before use, so
