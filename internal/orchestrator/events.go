@@ -152,10 +152,6 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 			}
 			ev.Data = b
 		}
-		if err := ev.Validate(); err != nil {
-			o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
-			continue
-		}
 		if _, ok := byConv[ev.ConversationID]; !ok {
 			order = append(order, ev.ConversationID)
 		}
@@ -165,11 +161,20 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 	for _, id := range order {
 		for _, chunk := range chunkEvents(byConv[id]) {
 			m, err := bus.EventBatchMessage(chunk)
-			if err != nil {
-				o.log.WarnContext(ctx, "encode events", slog.String("conversation_id", id), slog.String("error", err.Error()))
+			if err == nil {
+				msgs = append(msgs, m)
 				continue
 			}
-			msgs = append(msgs, m)
+			// An invalid event (the bus validates each one) costs only
+			// itself: the others of its batch go one by one.
+			for _, ev := range chunk {
+				m, err := bus.EventMessage(ev, "")
+				if err != nil {
+					o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+					continue
+				}
+				msgs = append(msgs, m)
+			}
 		}
 	}
 	if err := o.eventBus.PublishBatch(ctx, msgs); err != nil {

@@ -3,8 +3,10 @@ package orchestrator
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -46,5 +48,41 @@ func TestChunkEvents(t *testing.T) {
 	}
 	if n != len(many) {
 		t.Errorf("%d of %d events chunked", n, len(many))
+	}
+}
+
+// An invalid event is dropped alone: the valid events queued with it are
+// still published, in order.
+func TestInvalidEventDroppedAlone(t *testing.T) {
+	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	o := &Orchestrator{eventBus: b, log: slog.New(slog.DiscardHandler)}
+	ev := func(typ string) queuedEvent {
+		return queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
+	}
+	o.publishQueued([]queuedEvent{ev("first"), ev(""), ev("third")})
+	var got []string
+	for se, err := range b.Events(t.Context(), "c1", 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, se.Event.Type)
+		if len(got) == 2 {
+			break
+		}
+	}
+	if fmt.Sprint(got) != "[first third]" {
+		t.Errorf("published %v, want [first third]", got)
 	}
 }
