@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -79,21 +78,14 @@ func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
+	bustest.Poll(t, wait, "every reply acked", func() (bool, string) {
 		info, err := cons.Info(ctxT(t))
 		if err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			if info.Delivered.Consumer != n {
-				t.Errorf("%d deliveries, want %d", info.Delivered.Consumer, n)
-			}
-			return
+		if info.Delivered.Consumer != n {
+			t.Fatalf("%d deliveries, want %d", info.Delivered.Consumer, n)
 		}
-		select {
-		case <-ctxT(t).Done():
-			t.Fatalf("still %d unacked", info.NumAckPending)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return info.NumAckPending == 0 && info.NumPending == 0, fmt.Sprintf("%d unacked", info.NumAckPending)
+	})
 }
