@@ -1,11 +1,13 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,6 +81,10 @@ func (o *Orchestrator) consumeReplies(ctx context.Context) error {
 type replyJob struct {
 	in   incoming
 	done chan struct{}
+	// seq is the reply's stream sequence: a group applies its replies in
+	// the order they were stored, so that of two answers to one call the
+	// first stored wins, whichever handler joined first.
+	seq uint64
 
 	v      verdict
 	reason string
@@ -276,7 +282,7 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 		return err
 	}
 	span.SetAttributes(telemetry.AttrConversationID.String(convID))
-	j := &replyJob{in: in, done: make(chan struct{})}
+	j := &replyJob{in: in, done: make(chan struct{}), seq: d.StreamSeq}
 	if o.replyGroups.join(convID, j) {
 		// Each round starts from the state the last one wrote, saving a
 		// read while no one else wrote meanwhile.
@@ -389,6 +395,7 @@ func (o *Orchestrator) replyLog(in incoming, convID string) *slog.Logger {
 // scheduled). It returns the state it wrote while it is still the caller's
 // to reuse, else nil.
 func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	var followUp string
 	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
 		now := o.clock()
