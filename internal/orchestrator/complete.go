@@ -48,15 +48,13 @@ func (o *Orchestrator) claim(ctx context.Context, convID string) bool {
 // complete and unclaimed, and returns the follow-up run id; "" leaves c as
 // it was. The CAS that writes c is what makes the claim exactly-once.
 func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
-	if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline || !c.Batch.complete() {
+	if !c.claimable() {
 		return ""
 	}
 	followUp := o.newRunID(c.ID)
-	c.Status = StatusResuming
-	c.Batch.FollowUpRunID = followUp
-	c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: followUp, Until: now.Add(o.cfg.LeaseTTL)}
-	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
-	c.UpdatedAt = now
+	if !c.Claim(o.cfg.InstanceID, followUp, now, o.cfg.LeaseTTL) {
+		return ""
+	}
 	return followUp
 }
 

@@ -155,21 +155,9 @@ func (o *Orchestrator) expiryLoop() {
 func (o *Orchestrator) expire(ctx context.Context, convID string) {
 	var expired []*PendingCall
 	conv, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		expired = expired[:0]
-		if c.Batch == nil {
+		if expired = c.Expire(o.clock()); len(expired) == 0 {
 			return errUnchanged
 		}
-		now := o.clock()
-		for _, pc := range c.Batch.Calls {
-			if pc.Reply == nil && !now.Before(pc.Deadline) {
-				pc.Reply = expiredReply(pc, now)
-				expired = append(expired, pc)
-			}
-		}
-		if len(expired) == 0 {
-			return errUnchanged
-		}
-		c.UpdatedAt = now
 		return nil
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,17 +25,14 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
 	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+		if !c.holdsLease(o.cfg.InstanceID, runID) {
 			return errLeaseLost
 		}
 		b, err := o.newBatch(runID, req, c.Batch, runTrace)
 		if err != nil {
 			return err
 		}
-		b.Inline = true
-		c.Batch = b
-		c.UpdatedAt = o.clock()
-		return nil
+		return c.BeginInline(o.cfg.InstanceID, runID, b, o.clock())
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
@@ -56,25 +52,9 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 	// hand it to the run.
 	var res *deferred.Results
 	_, err = o.store.update(ctx, convID, func(c *Conversation) error {
-		res = nil
-		if c.Batch == nil || c.Batch.RunID != runID || !c.Batch.Inline {
+		if res = c.TakeInline(runID, req, o.clock()); res == nil {
 			return errUnchanged
 		}
-		out := deferred.Results{Approvals: map[string]deferred.Decision{}, Calls: map[string]deferred.Result{}, Metadata: map[string]json.RawMessage{}}
-		n := 0
-		for _, pc := range c.Batch.Calls {
-			if pc.Reply == nil || pc.Taken || !offered(req, pc) {
-				continue
-			}
-			pc.Taken = true
-			n++
-			pc.Reply.addTo(&out, pc)
-		}
-		if n == 0 {
-			return errUnchanged
-		}
-		res = &out
-		c.UpdatedAt = o.clock()
 		return nil
 	})
 	if err != nil {

@@ -7,6 +7,38 @@
 // Nothing about a paused conversation is kept in memory: its whole state is
 // one KV key, updated by revision (CAS), so any number of replicas can share
 // the work and a restarted one picks up where the last left off.
+//
+// # The state machine
+//
+// Every change of a conversation goes through one of Conversation's
+// transitions (machine.go): they take what they need (the time, the replica
+// that acts, what the agent produced) as arguments, change only the
+// Conversation and do no I/O, so that the store applies one to the state it
+// read, writes what it produced under optimistic concurrency, and applies it
+// again to a fresher state on a conflict.
+//
+//	           NewConversation / Start
+//	                    │
+//	                    ▼
+//	                 running ──Complete──► completed
+//	                    │  └─────Fail────► failed
+//	                  Pause
+//	                    ▼
+//	                 paused ◄──┐ Apply / Expire while the
+//	                    │  └───┘ batch is incomplete
+//	                  Claim (batch complete)
+//	                    ▼
+//	                 resuming ──Complete / Fail / Pause, as running
+//
+//	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
+//	running, paused, resuming ──Cancel──► cancelled
+//	completed, failed, cancelled ──Start (a new prompt)──► running
+//
+// A run's lease says which replica executes it: Pause, Complete, Fail, Renew
+// and BeginInline are refused with errLeaseLost unless the acting replica
+// holds it (holdsLease, the one lease check), which is how a run that
+// another replica took over, or whose conversation was cancelled, learns
+// that its result no longer counts.
 package orchestrator
 
 import (

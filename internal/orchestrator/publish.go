@@ -62,23 +62,9 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 		from = c
 	}
 	marked, _, err := o.store.updateFrom(ctx, c.ID, from, rev, func(c *Conversation) error {
-		if c.Batch == nil || c.Batch.RunID != b.RunID {
+		if !c.MarkPublished(b.RunID, ids, now) {
 			return errUnchanged
 		}
-		changed := false
-		for _, id := range ids {
-			if pc := c.Batch.call(id); pc != nil && !pc.Published {
-				pc.Published = true
-				if pc.PublishedAt.IsZero() {
-					pc.PublishedAt = now
-				}
-				changed = true
-			}
-		}
-		if !changed {
-			return errUnchanged
-		}
-		c.UpdatedAt = o.clock()
 		return nil
 	})
 	if err != nil {

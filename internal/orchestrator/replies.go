@@ -405,7 +405,7 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 				pc = nil
 			}
 			settled := pc != nil && pc.Reply != nil
-			j.v, j.reason = applyReply(c, j.in, now)
+			j.v, j.reason = c.Apply(j.in, now)
 			j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
 			if pc != nil {
 				j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
@@ -560,6 +560,12 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		return refuse(fmt.Sprintf("wrong kind: a result for approval call %s", pc.ToolCallID))
 	}
 	if pc.Reply != nil {
+		if pc.Reply.Cancelled {
+			reason := cancelledReason(c)
+			pc.Late++
+			pc.LastRefusal = reason
+			return verdictLate, reason
+		}
 		if pc.Reply.Expired {
 			reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
 			pc.Late++

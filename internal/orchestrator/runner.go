@@ -74,7 +74,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 			return
 		}
 	}
-	if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+	if !c.holdsLease(o.cfg.InstanceID, runID) {
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
@@ -186,39 +186,21 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	var newBatchErr error
 	c, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
 		newBatchErr = nil
-		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+		owner := o.cfg.InstanceID
+		if !c.holdsLease(owner, runID) {
 			return errLeaseLost
 		}
-		c.Lease = nil
-		c.UpdatedAt = now
-		rec := c.runRecord(runID)
-		if rec == nil {
-			c.Runs = append(c.Runs, RunRecord{RunID: runID, StartedAt: now})
-			rec = &c.Runs[len(c.Runs)-1]
-		}
-		rec.EndedAt = now
 		if runErr == nil && res.Deferred != nil {
 			b, err := o.newBatch(runID, res.Deferred, c.Batch, runTrace)
-			if err != nil {
-				newBatchErr = err
-			} else {
-				c.History = res.AllMessages
-				c.Status, rec.Status = StatusPaused, StatusPaused
-				c.Batch = b
-				return nil
+			if err == nil {
+				return c.Pause(owner, runID, res.AllMessages, b, now)
 			}
+			newBatchErr = err
 		}
 		if err := errors.Join(runErr, newBatchErr); err != nil {
-			c.Status, rec.Status = StatusFailed, StatusFailed
-			c.Error, rec.Error = err.Error(), err.Error()
-			c.Batch = nil
-			return nil
+			return c.Fail(owner, runID, err.Error(), now)
 		}
-		c.History = res.AllMessages
-		c.Status, rec.Status = StatusCompleted, StatusCompleted
-		c.Output, c.Error = res.Output, ""
-		c.Batch = nil
-		return nil
+		return c.Complete(owner, runID, res.AllMessages, res.Output, now)
 	})
 	if err != nil {
 		if errors.Is(err, errLeaseLost) {
@@ -261,11 +243,7 @@ func (o *Orchestrator) renewLease(ctx context.Context, cancelRun context.CancelF
 		case <-t.C:
 		}
 		_, err := o.store.update(ctx, convID, func(c *Conversation) error {
-			if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
-				return errLeaseLost
-			}
-			c.Lease.Until = o.clock().Add(o.cfg.LeaseTTL)
-			return nil
+			return c.Renew(o.cfg.InstanceID, runID, o.clock().Add(o.cfg.LeaseTTL))
 		})
 		switch {
 		case errors.Is(err, errLeaseLost):
@@ -280,10 +258,9 @@ func (o *Orchestrator) renewLease(ctx context.Context, cancelRun context.CancelF
 // releaseLease lets the lease of an interrupted run expire now.
 func (o *Orchestrator) releaseLease(ctx context.Context, convID, runID string) {
 	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		if c.Lease == nil || c.Lease.Owner != o.cfg.InstanceID || c.Lease.RunID != runID {
+		if !c.Release(o.cfg.InstanceID, runID) {
 			return errUnchanged
 		}
-		c.Lease.Until = time.Time{}
 		return nil
 	})
 	if err != nil {
@@ -297,36 +274,11 @@ func (o *Orchestrator) releaseLease(ctx context.Context, convID, runID string) {
 func (o *Orchestrator) relaunch(ctx context.Context, convID string) {
 	var runID string
 	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		runID = ""
-		now := o.clock()
-		if c.Status != StatusRunning && c.Status != StatusResuming {
+		var failed bool
+		runID, failed = c.TakeOver(o.cfg.InstanceID, o.clock(), o.cfg.LeaseTTL)
+		if runID == "" && !failed {
 			return errUnchanged
 		}
-		if c.Lease != nil && c.Lease.Until.After(now) {
-			return errUnchanged
-		}
-		switch {
-		case c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID != "":
-			runID = c.Batch.FollowUpRunID
-		case c.Lease != nil && c.Lease.RunID != "":
-			runID = c.Lease.RunID
-		default:
-			for i := len(c.Runs) - 1; i >= 0; i-- {
-				if c.Runs[i].Status == StatusRunning {
-					runID = c.Runs[i].RunID
-					break
-				}
-			}
-		}
-		if runID == "" {
-			// Nothing to relaunch: no run is recorded as running.
-			c.Status = StatusFailed
-			c.Error = "run lost: no running run recorded"
-			c.Lease = nil
-			return nil
-		}
-		c.Lease = &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
-		c.UpdatedAt = now
 		return nil
 	})
 	if err != nil {

@@ -67,10 +67,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 		if err := o.store.putRun(ctx, runID, convID); err != nil {
 			return RunInfo{}, err
 		}
-		c := &Conversation{
-			ID: convID, Status: StatusRunning, Runs: []RunRecord{rec},
-			Lease: lease, CreatedAt: now, UpdatedAt: now,
-		}
+		c := NewConversation(convID, rec, lease, now)
 		rev, err := o.store.create(ctx, c)
 		if err != nil {
 			if req.IdempotencyKey != "" && errors.Is(err, jetstream.ErrKeyExists) {
@@ -93,21 +90,11 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	}
 	repeat := false
 	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		repeat = false
-		if c.runRecord(runID) != nil {
-			repeat = true
+		var err error
+		if repeat, err = c.Start(rec, lease, now); err == nil && repeat {
 			return errUnchanged
 		}
-		if !c.Status.Terminal() {
-			return &ConflictError{ConversationID: c.ID, Status: c.Status}
-		}
-		c.Status = StatusRunning
-		c.Output, c.Error = "", ""
-		c.Batch = nil
-		c.Lease = lease
-		c.Runs = append(c.Runs, rec)
-		c.UpdatedAt = now
-		return nil
+		return err
 	})
 	if err != nil {
 		return RunInfo{}, err
@@ -132,8 +119,8 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 	if rec == nil || rec.Prompt != req.Prompt {
 		return RunInfo{}, &IdempotencyError{Key: req.IdempotencyKey, ConversationID: convID, RunID: runID}
 	}
-	if c.Lease != nil && c.Lease.Owner == o.cfg.InstanceID && c.Lease.RunID == runID &&
-		c.Lease.Until.After(o.clock()) && (c.Status == StatusRunning || c.Status == StatusResuming) {
+	if c.holdsLease(o.cfg.InstanceID, runID) && c.leaseLive(o.clock()) &&
+		(c.Status == StatusRunning || c.Status == StatusResuming) {
 		o.launch(convID, runID)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil

@@ -26,7 +26,9 @@ const (
 )
 
 // Terminal reports whether no run is under way or awaited.
-func (s Status) Terminal() bool { return s == StatusCompleted || s == StatusFailed }
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
 
 // Conversation is the whole stored state of one conversation: the value of
 // key conv.<id> in KV toolgate_runs. It is all a replica needs to continue
@@ -176,6 +178,8 @@ type Reply struct {
 	By      string    `msgpack:"by,omitempty"`
 	At      time.Time `msgpack:"at"`
 	Expired bool      `msgpack:"expired,omitempty"`
+	// Cancelled marks a call settled by the conversation's cancel.
+	Cancelled bool `msgpack:"cancelled,omitempty"`
 	// Trace is the trace context of the span that consumed the reply; the
 	// follow-up run the reply completes continues it.
 	Trace map[string]string `msgpack:"trace,omitempty"`

@@ -1,0 +1,322 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// The transitions of the state machine the package doc draws.
+
+// StatusCancelled: the conversation was cancelled; its pending calls were
+// settled as cancelled and later replies are refused as late.
+const StatusCancelled Status = "cancelled"
+
+// CancelledMessage is the message of a call settled by a cancel.
+const CancelledMessage = "cancelled"
+
+// errNotRunning refuses a transition that needs a run under way.
+var errNotRunning = errors.New("conversation is not running")
+
+// holdsLease reports whether owner holds the lease of run runID. It does not
+// look at the lease's expiry: a replica whose lease ran out still owns the
+// run until another one takes it over (TakeOver), which replaces the lease.
+func (c *Conversation) holdsLease(owner, runID string) bool {
+	return c.Lease != nil && c.Lease.Owner == owner && c.Lease.RunID == runID
+}
+
+// leaseLive reports whether a lease is held and not past its Until.
+func (c *Conversation) leaseLive(now time.Time) bool {
+	return c.Lease != nil && c.Lease.Until.After(now)
+}
+
+// NewConversation is the state of a new conversation whose first run, rec,
+// is executed under lease.
+func NewConversation(id string, rec RunRecord, lease *Lease, now time.Time) *Conversation {
+	return &Conversation{
+		ID: id, Status: StatusRunning, Runs: []RunRecord{rec},
+		Lease: lease, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// Start begins run rec of a finished conversation under lease. It reports
+// repeat when the run is already recorded (a retried start), changing
+// nothing; a conversation that is not finished refuses it (*ConflictError).
+func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat bool, err error) {
+	if c.runRecord(rec.RunID) != nil {
+		return true, nil
+	}
+	if !c.Status.Terminal() {
+		return false, &ConflictError{ConversationID: c.ID, Status: c.Status}
+	}
+	c.Status = StatusRunning
+	c.Output, c.Error = "", ""
+	c.Batch = nil
+	c.Lease = lease
+	c.Runs = append(c.Runs, rec)
+	c.UpdatedAt = now
+	return false, nil
+}
+
+// endRun drops owner's lease on run runID and returns its record (added if
+// missing), stamped as ended.
+func (c *Conversation) endRun(owner, runID string, now time.Time) (*RunRecord, error) {
+	if !c.holdsLease(owner, runID) {
+		return nil, errLeaseLost
+	}
+	c.Lease = nil
+	c.UpdatedAt = now
+	rec := c.runRecord(runID)
+	if rec == nil {
+		c.Runs = append(c.Runs, RunRecord{RunID: runID, StartedAt: now})
+		rec = &c.Runs[len(c.Runs)-1]
+	}
+	rec.EndedAt = now
+	return rec, nil
+}
+
+// Pause ends run runID with the batch it deferred; history is the whole
+// history the run ended with.
+func (c *Conversation) Pause(owner, runID string, history []agent.Message, b *Batch, now time.Time) error {
+	rec, err := c.endRun(owner, runID, now)
+	if err != nil {
+		return err
+	}
+	c.History = history
+	c.Status, rec.Status = StatusPaused, StatusPaused
+	c.Batch = b
+	return nil
+}
+
+// Complete ends run runID with its output.
+func (c *Conversation) Complete(owner, runID string, history []agent.Message, output string, now time.Time) error {
+	rec, err := c.endRun(owner, runID, now)
+	if err != nil {
+		return err
+	}
+	c.History = history
+	c.Status, rec.Status = StatusCompleted, StatusCompleted
+	c.Output, c.Error = output, ""
+	c.Batch = nil
+	return nil
+}
+
+// Fail ends run runID with reason; the history stays as the run found it.
+func (c *Conversation) Fail(owner, runID, reason string, now time.Time) error {
+	rec, err := c.endRun(owner, runID, now)
+	if err != nil {
+		return err
+	}
+	c.Status, rec.Status = StatusFailed, StatusFailed
+	c.Error, rec.Error = reason, reason
+	c.Batch = nil
+	return nil
+}
+
+// Renew extends owner's lease on run runID to until.
+func (c *Conversation) Renew(owner, runID string, until time.Time) error {
+	if !c.holdsLease(owner, runID) {
+		return errLeaseLost
+	}
+	c.Lease.Until = until
+	return nil
+}
+
+// Release lets owner's lease on run runID expire now, so that a replica
+// relaunches the run at once; it reports whether there was one to release.
+func (c *Conversation) Release(owner, runID string) bool {
+	if !c.holdsLease(owner, runID) {
+		return false
+	}
+	c.Lease.Until = time.Time{}
+	return true
+}
+
+// TakeOver gives owner the lease of the run of a running or resuming
+// conversation whose lease expired, and returns that run's id; "" when there
+// is nothing to take over. A conversation that records no running run
+// cannot go on and fails (failed reports it).
+func (c *Conversation) TakeOver(owner string, now time.Time, ttl time.Duration) (runID string, failed bool) {
+	if c.Status != StatusRunning && c.Status != StatusResuming {
+		return "", false
+	}
+	if c.leaseLive(now) {
+		return "", false
+	}
+	switch {
+	case c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID != "":
+		runID = c.Batch.FollowUpRunID
+	case c.Lease != nil && c.Lease.RunID != "":
+		runID = c.Lease.RunID
+	default:
+		for i := len(c.Runs) - 1; i >= 0; i-- {
+			if c.Runs[i].Status == StatusRunning {
+				runID = c.Runs[i].RunID
+				break
+			}
+		}
+	}
+	if runID == "" {
+		c.Status = StatusFailed
+		c.Error = "run lost: no running run recorded"
+		c.Lease = nil
+		c.UpdatedAt = now
+		return "", true
+	}
+	c.Lease = &Lease{Owner: owner, RunID: runID, Until: now.Add(ttl)}
+	c.UpdatedAt = now
+	return runID, false
+}
+
+// Claim takes a complete, unclaimed batch for its follow-up run followUp,
+// which owner executes under a lease of ttl; it reports whether it did. The
+// write of the claimed state is what makes the claim exactly-once (D35).
+func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Duration) bool {
+	if !c.claimable() {
+		return false
+	}
+	c.Status = StatusResuming
+	c.Batch.FollowUpRunID = followUp
+	c.Lease = &Lease{Owner: owner, RunID: followUp, Until: now.Add(ttl)}
+	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
+	c.UpdatedAt = now
+	return true
+}
+
+// claimable reports whether the batch is complete and not yet claimed.
+func (c *Conversation) claimable() bool {
+	return c.Status == StatusPaused && c.Batch != nil && !c.Batch.Inline && c.Batch.complete()
+}
+
+// Apply records a reply and says what became of it (applyReply).
+func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
+	return applyReply(c, in, now)
+}
+
+// Expire settles the batch's pending calls whose deadline has passed (D37)
+// and returns them.
+func (c *Conversation) Expire(now time.Time) []*PendingCall {
+	if c.Batch == nil || c.Status == StatusCancelled {
+		return nil
+	}
+	var expired []*PendingCall
+	for _, pc := range c.Batch.Calls {
+		if pc.Reply == nil && !now.Before(pc.Deadline) {
+			pc.Reply = expiredReply(pc, now)
+			expired = append(expired, pc)
+		}
+	}
+	if len(expired) > 0 {
+		c.UpdatedAt = now
+	}
+	return expired
+}
+
+// Cancel ends a conversation that is not finished: its pending approvals are
+// denied and its pending external calls failed with CancelledMessage, the
+// lease of a run under way is dropped (the run's result is then refused as
+// lease lost), and later replies are refused as late. It returns the calls it
+// settled; a finished conversation refuses it (*ConflictError).
+func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, error) {
+	if c.Status.Terminal() {
+		return nil, &ConflictError{ConversationID: c.ID, Status: c.Status}
+	}
+	if reason == "" {
+		reason = CancelledMessage
+	}
+	var settled []*PendingCall
+	if c.Batch != nil {
+		for _, pc := range c.Batch.Calls {
+			if pc.Reply != nil {
+				continue
+			}
+			r := &Reply{Outcome: OutcomeFailed, Message: reason, By: expiredBy, At: now, Cancelled: true}
+			if pc.Kind == deferred.KindApproval {
+				r.Outcome = OutcomeDenied
+				r.Metadata = cancelledMetadata
+			}
+			pc.Reply = r
+			settled = append(settled, pc)
+		}
+		c.Batch.Inline = false
+	}
+	for i := range c.Runs {
+		if c.Runs[i].EndedAt.IsZero() {
+			c.Runs[i].Status, c.Runs[i].EndedAt = StatusCancelled, now
+		}
+	}
+	c.Status = StatusCancelled
+	c.Error = reason
+	c.Lease = nil
+	c.UpdatedAt = now
+	return settled, nil
+}
+
+// cancelledMetadata is the reason a cancelled approval carries.
+var cancelledMetadata = json.RawMessage(`{"reason":"cancelled"}`)
+
+// BeginInline records the batch a run defers in its inline wait, while owner
+// still holds the run.
+func (c *Conversation) BeginInline(owner, runID string, b *Batch, now time.Time) error {
+	if !c.holdsLease(owner, runID) {
+		return errLeaseLost
+	}
+	b.Inline = true
+	c.Batch = b
+	c.UpdatedAt = now
+	return nil
+}
+
+// TakeInline marks the replies that arrived during run runID's inline wait,
+// for the calls req asked about, as taken and returns them; nil when none.
+func (c *Conversation) TakeInline(runID string, req *deferred.Requests, now time.Time) *deferred.Results {
+	if c.Batch == nil || c.Batch.RunID != runID || !c.Batch.Inline {
+		return nil
+	}
+	out := deferred.Results{Approvals: map[string]deferred.Decision{}, Calls: map[string]deferred.Result{}, Metadata: map[string]json.RawMessage{}}
+	n := 0
+	for _, pc := range c.Batch.Calls {
+		if pc.Reply == nil || pc.Taken || !offered(req, pc) {
+			continue
+		}
+		pc.Taken = true
+		n++
+		pc.Reply.addTo(&out, pc)
+	}
+	if n == 0 {
+		return nil
+	}
+	c.UpdatedAt = now
+	return &out
+}
+
+// MarkPublished records that the calls ids of run runID's batch were
+// published; it reports whether anything changed.
+func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) bool {
+	if c.Batch == nil || c.Batch.RunID != runID {
+		return false
+	}
+	changed := false
+	for _, id := range ids {
+		if pc := c.Batch.call(id); pc != nil && !pc.Published {
+			pc.Published = true
+			if pc.PublishedAt.IsZero() {
+				pc.PublishedAt = now
+			}
+			changed = true
+		}
+	}
+	if changed {
+		c.UpdatedAt = now
+	}
+	return changed
+}
+
+// cancelledReason is the late reason of a reply to a cancelled conversation.
+func cancelledReason(c *Conversation) string {
+	return fmt.Sprintf("conversation %s was cancelled", c.ID)
+}

@@ -1,0 +1,378 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// Every transition of the state machine, from each state it is offered in:
+// what it allows, what it refuses, and the state it leaves.
+func TestTransitions(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0.Add(time.Minute)
+	const me, other = "orch-a", "orch-b"
+	ttl := 30 * time.Second
+	hist := []agent.Message{{Kind: agent.KindRequest}}
+
+	running := func() *Conversation {
+		return NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, Prompt: "p", StartedAt: t0},
+			&Lease{Owner: me, RunID: "r1_c1", Until: now.Add(ttl)}, t0)
+	}
+	batch := func(runID string, replied ...bool) *Batch {
+		b := &Batch{RunID: runID}
+		for i, r := range replied {
+			pc := &PendingCall{ToolCallID: string(rune('a' + i)), ToolName: "t", Kind: deferred.KindCall, Deadline: now.Add(time.Hour)}
+			if i == 0 {
+				pc.Kind, pc.ArgsDigest = deferred.KindApproval, "d"
+			}
+			if r {
+				pc.Reply = &Reply{Outcome: OutcomeReturn, At: t0}
+			}
+			b.Calls = append(b.Calls, pc)
+		}
+		return b
+	}
+	paused := func(replied ...bool) *Conversation {
+		c := running()
+		if err := c.Pause(me, "r1_c1", hist, batch("r1_c1", replied...), t0); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	resuming := func() *Conversation {
+		c := paused(true, true)
+		if !c.Claim(me, "r2_c1", now, ttl) {
+			t.Fatal("claim")
+		}
+		return c
+	}
+	expiredLease := func(c *Conversation) *Conversation { c.Lease.Until = t0; return c }
+	finished := func(s Status) func() *Conversation {
+		return func() *Conversation {
+			c := running()
+			switch s {
+			case StatusCompleted:
+				_ = c.Complete(me, "r1_c1", hist, "out", t0)
+			case StatusFailed:
+				_ = c.Fail(me, "r1_c1", "boom", t0)
+			case StatusCancelled:
+				_, _ = c.Cancel("", t0)
+			}
+			return c
+		}
+	}
+	result := func(call string) incoming {
+		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindCall, result: &bus.CallReply{ToolCallID: call, Value: json.RawMessage(`1`)}}
+	}
+	conflict := func(err error) bool { var ce *ConflictError; return errors.As(err, &ce) }
+
+	type check func(t *testing.T, c *Conversation)
+	status := func(want Status) check {
+		return func(t *testing.T, c *Conversation) {
+			if c.Status != want {
+				t.Errorf("status %s, want %s", c.Status, want)
+			}
+		}
+	}
+	noLease := func(t *testing.T, c *Conversation) {
+		if c.Lease != nil {
+			t.Errorf("lease %+v kept", c.Lease)
+		}
+	}
+	leaseOf := func(owner, run string) check {
+		return func(t *testing.T, c *Conversation) {
+			if !c.holdsLease(owner, run) || !c.leaseLive(now) {
+				t.Errorf("lease %+v, want %s's on %s", c.Lease, owner, run)
+			}
+		}
+	}
+
+	cases := []struct {
+		name  string
+		from  func() *Conversation
+		do    func(c *Conversation) error
+		check []check
+	}{
+		{"start a completed one", finished(StatusCompleted), func(c *Conversation) error {
+			repeat, err := c.Start(RunRecord{RunID: "r2_c1", Status: StatusRunning}, &Lease{Owner: me, RunID: "r2_c1", Until: now.Add(ttl)}, now)
+			if repeat {
+				return errors.New("repeat")
+			}
+			return err
+		}, []check{status(StatusRunning), leaseOf(me, "r2_c1"), func(t *testing.T, c *Conversation) {
+			if c.Output != "" || len(c.Runs) != 2 {
+				t.Errorf("output %q, %d runs", c.Output, len(c.Runs))
+			}
+		}}},
+		{"start a cancelled one", finished(StatusCancelled), func(c *Conversation) error {
+			_, err := c.Start(RunRecord{RunID: "r2_c1"}, &Lease{Owner: me, RunID: "r2_c1", Until: now.Add(ttl)}, now)
+			return err
+		}, []check{status(StatusRunning)}},
+		{"start a repeat", finished(StatusCompleted), func(c *Conversation) error {
+			if repeat, err := c.Start(RunRecord{RunID: "r1_c1"}, nil, now); !repeat || err != nil {
+				return errors.New("not a repeat")
+			}
+			return nil
+		}, []check{status(StatusCompleted)}},
+		{"start a paused one is refused", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
+			if _, err := c.Start(RunRecord{RunID: "r2_c1"}, nil, now); !conflict(err) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, []check{status(StatusPaused)}},
+		{"pause", running, func(c *Conversation) error {
+			return c.Pause(me, "r1_c1", hist, batch("r1_c1", false), now)
+		}, []check{status(StatusPaused), noLease, func(t *testing.T, c *Conversation) {
+			if c.Runs[0].Status != StatusPaused || !c.Runs[0].EndedAt.Equal(now) || len(c.History) != 1 {
+				t.Errorf("run %+v, history %d", c.Runs[0], len(c.History))
+			}
+		}}},
+		{"pause without the lease", running, func(c *Conversation) error {
+			if err := c.Pause(other, "r1_c1", hist, batch("r1_c1"), now); !errors.Is(err, errLeaseLost) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, []check{status(StatusRunning), leaseOf(me, "r1_c1")}},
+		{"complete", running, func(c *Conversation) error {
+			return c.Complete(me, "r1_c1", hist, "done", now)
+		}, []check{status(StatusCompleted), noLease, func(t *testing.T, c *Conversation) {
+			if c.Output != "done" || c.Batch != nil {
+				t.Errorf("output %q batch %v", c.Output, c.Batch)
+			}
+		}}},
+		{"complete of another run", running, func(c *Conversation) error {
+			if err := c.Complete(me, "r9_c1", hist, "", now); !errors.Is(err, errLeaseLost) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, []check{status(StatusRunning)}},
+		{"complete the follow-up", resuming, func(c *Conversation) error {
+			return c.Complete(me, "r2_c1", hist, "done", now)
+		}, []check{status(StatusCompleted), func(t *testing.T, c *Conversation) {
+			if c.Runs[1].Status != StatusCompleted {
+				t.Errorf("follow-up run %+v", c.Runs[1])
+			}
+		}}},
+		{"fail", running, func(c *Conversation) error {
+			return c.Fail(me, "r1_c1", "model down", now)
+		}, []check{status(StatusFailed), noLease, func(t *testing.T, c *Conversation) {
+			if c.Error != "model down" || c.Runs[0].Error != "model down" {
+				t.Errorf("error %q / %q", c.Error, c.Runs[0].Error)
+			}
+		}}},
+		{"renew", running, func(c *Conversation) error {
+			return c.Renew(me, "r1_c1", now.Add(time.Hour))
+		}, []check{func(t *testing.T, c *Conversation) {
+			if !c.Lease.Until.Equal(now.Add(time.Hour)) {
+				t.Errorf("lease until %s", c.Lease.Until)
+			}
+		}}},
+		{"renew a lease taken over", running, func(c *Conversation) error {
+			if err := c.Renew(other, "r1_c1", now); !errors.Is(err, errLeaseLost) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, nil},
+		{"release", running, func(c *Conversation) error {
+			if !c.Release(me, "r1_c1") {
+				return errors.New("not released")
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if c.leaseLive(now) {
+				t.Error("lease still live")
+			}
+		}}},
+		{"take over a live lease", running, func(c *Conversation) error {
+			if id, _ := c.TakeOver(other, now, ttl); id != "" {
+				return errors.New("taken")
+			}
+			return nil
+		}, []check{leaseOf(me, "r1_c1")}},
+		{"take over an expired lease", func() *Conversation { return expiredLease(running()) }, func(c *Conversation) error {
+			if id, _ := c.TakeOver(other, now, ttl); id != "r1_c1" {
+				return errors.New("not taken: " + id)
+			}
+			return nil
+		}, []check{leaseOf(other, "r1_c1"), status(StatusRunning)}},
+		{"take over a follow-up", func() *Conversation { return expiredLease(resuming()) }, func(c *Conversation) error {
+			if id, _ := c.TakeOver(other, now, ttl); id != "r2_c1" {
+				return errors.New("not the follow-up: " + id)
+			}
+			return nil
+		}, []check{leaseOf(other, "r2_c1"), status(StatusResuming)}},
+		{"take over with no running run fails", func() *Conversation {
+			c := running()
+			c.Lease, c.Runs[0].Status = nil, StatusPaused
+			return c
+		}, func(c *Conversation) error {
+			if id, failed := c.TakeOver(other, now, ttl); id != "" || !failed {
+				return errors.New("not failed")
+			}
+			return nil
+		}, []check{status(StatusFailed)}},
+		{"claim a complete batch", func() *Conversation { return paused(true, true) }, func(c *Conversation) error {
+			if !c.Claim(me, "r2_c1", now, ttl) {
+				return errors.New("not claimed")
+			}
+			return nil
+		}, []check{status(StatusResuming), leaseOf(me, "r2_c1"), func(t *testing.T, c *Conversation) {
+			if c.Batch.FollowUpRunID != "r2_c1" || len(c.Runs) != 2 {
+				t.Errorf("follow-up %q, %d runs", c.Batch.FollowUpRunID, len(c.Runs))
+			}
+		}}},
+		{"claim an incomplete batch", func() *Conversation { return paused(true, false) }, func(c *Conversation) error {
+			if c.Claim(me, "r2_c1", now, ttl) {
+				return errors.New("claimed")
+			}
+			return nil
+		}, []check{status(StatusPaused)}},
+		{"claim twice", resuming, func(c *Conversation) error {
+			if c.Claim(other, "r3_c1", now, ttl) {
+				return errors.New("claimed again")
+			}
+			return nil
+		}, []check{leaseOf(me, "r2_c1")}},
+		{"apply a result", func() *Conversation { return paused(true, false) }, func(c *Conversation) error {
+			if v, why := c.Apply(result("b"), now); v != verdictApplied {
+				return errors.New(v.String() + ": " + why)
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if !c.claimable() {
+				t.Error("batch not complete")
+			}
+		}}},
+		{"apply a duplicate", func() *Conversation { return paused(false, true) }, func(c *Conversation) error {
+			if v, _ := c.Apply(result("b"), now); v != verdictDuplicate {
+				return errors.New(v.String())
+			}
+			return nil
+		}, nil},
+		{"apply after the deadline", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
+			if v, _ := c.Apply(result("b"), now.Add(2*time.Hour)); v != verdictLate {
+				return errors.New(v.String())
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if r := c.Batch.call("b").Reply; r == nil || !r.Expired {
+				t.Errorf("call not settled as expired: %+v", r)
+			}
+		}}},
+		{"apply after a cancel", func() *Conversation {
+			c := paused(false, false)
+			_, _ = c.Cancel("", t0)
+			return c
+		}, func(c *Conversation) error {
+			if v, _ := c.Apply(result("b"), now); v != verdictLate {
+				return errors.New(v.String())
+			}
+			return nil
+		}, []check{status(StatusCancelled), func(t *testing.T, c *Conversation) {
+			if pc := c.Batch.call("b"); pc.Late != 1 || pc.Reply.Outcome != OutcomeFailed {
+				t.Errorf("call %+v", pc)
+			}
+		}}},
+		{"expire", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
+			if n := len(c.Expire(now.Add(2 * time.Hour))); n != 2 {
+				return errors.New("expired " + string(rune('0'+n)))
+			}
+			return nil
+		}, []check{status(StatusPaused), func(t *testing.T, c *Conversation) {
+			a := c.Batch.call("a").Reply
+			if a.Outcome != OutcomeDenied || string(a.Metadata) != `{"reason":"expired"}` || !c.claimable() {
+				t.Errorf("approval settled as %+v", a)
+			}
+		}}},
+		{"expire before the deadline", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
+			if len(c.Expire(now)) != 0 {
+				return errors.New("expired early")
+			}
+			return nil
+		}, nil},
+		{"cancel a paused one", func() *Conversation { return paused(false, true) }, func(c *Conversation) error {
+			settled, err := c.Cancel("", now)
+			if err != nil || len(settled) != 1 {
+				return errors.New("settled " + string(rune('0'+len(settled))))
+			}
+			return nil
+		}, []check{status(StatusCancelled), noLease, func(t *testing.T, c *Conversation) {
+			a := c.Batch.call("a").Reply
+			if a.Outcome != OutcomeDenied || a.Message != CancelledMessage || !a.Cancelled || c.Batch.call("b").Reply.Cancelled {
+				t.Errorf("approval settled as %+v", a)
+			}
+			if c.Runs[0].Status != StatusPaused {
+				t.Errorf("ended run changed: %+v", c.Runs[0])
+			}
+			if c.claimable() {
+				t.Error("a cancelled batch can be claimed")
+			}
+		}}},
+		{"cancel a running one", running, func(c *Conversation) error {
+			_, err := c.Cancel("user asked", now)
+			return err
+		}, []check{status(StatusCancelled), noLease, func(t *testing.T, c *Conversation) {
+			if c.Runs[0].Status != StatusCancelled || c.Error != "user asked" {
+				t.Errorf("run %+v, error %q", c.Runs[0], c.Error)
+			}
+			if err := c.Complete(me, "r1_c1", hist, "late", now); !errors.Is(err, errLeaseLost) {
+				t.Errorf("the cancelled run's end was taken: %v", err)
+			}
+		}}},
+		{"cancel a resuming one", resuming, func(c *Conversation) error {
+			_, err := c.Cancel("", now)
+			return err
+		}, []check{status(StatusCancelled), noLease}},
+		{"cancel a finished one", finished(StatusCompleted), func(c *Conversation) error {
+			if _, err := c.Cancel("", now); !conflict(err) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, []check{status(StatusCompleted)}},
+		{"inline batch", running, func(c *Conversation) error {
+			return c.BeginInline(me, "r1_c1", batch("r1_c1", true, false), now)
+		}, []check{status(StatusRunning), func(t *testing.T, c *Conversation) {
+			if !c.Batch.Inline || c.claimable() {
+				t.Error("inline batch claimable")
+			}
+			req := &deferred.Requests{Calls: []deferred.Call{{ToolCallID: "b"}}, Approvals: []deferred.Call{{ToolCallID: "a"}}}
+			res := c.TakeInline("r1_c1", req, now)
+			if res == nil || len(res.Approvals) != 1 || !c.Batch.call("a").Taken || c.TakeInline("r1_c1", req, now) != nil {
+				t.Errorf("taken %+v", res)
+			}
+		}}},
+		{"inline batch without the lease", running, func(c *Conversation) error {
+			if err := c.BeginInline(other, "r1_c1", batch("r1_c1"), now); !errors.Is(err, errLeaseLost) {
+				return errors.New("not refused")
+			}
+			return nil
+		}, nil},
+		{"mark published", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
+			if !c.MarkPublished("r1_c1", []string{"a", "b"}, now) || c.MarkPublished("r1_c1", []string{"a"}, now) {
+				return errors.New("marking")
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if !c.Batch.call("a").PublishedAt.Equal(now) {
+				t.Error("published at")
+			}
+		}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.from()
+			if err := tc.do(c); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range tc.check {
+				ch(t, c)
+			}
+		})
+	}
+}
