@@ -225,7 +225,10 @@ func (s *MCPServer) closeSession(sess *mcpSession) error {
 	err := sess.cs.Close()
 	<-sess.done
 	killGroup(sess.pgid)
-	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+	// A stdio server that does not exit when its stdin closes is
+	// terminated: its exit status says only that.
+	var exitErr *exec.ExitError
+	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.As(err, &exitErr) {
 		err = nil
 	}
 	return err
