@@ -72,7 +72,9 @@ func splitPair(flagName, v string) (name, value string, err error) {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tool-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var execs, hooks pairs
+	var execs, hooks, mcps, mcpPrefixes pairs
+	fs.Var(&mcps, "mcp", "NAME=COMMAND (stdio) or NAME=URL (streamable HTTP): serve the tools of an MCP server (repeatable)")
+	fs.Var(&mcpPrefixes, "mcp-prefix", "NAME=PREFIX: put PREFIX before the tool names of MCP server NAME")
 	natsURL := fs.String("nats", envOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env TOOLGATE_NATS_URL)")
 	builtin := fs.Bool("builtin", false, "serve the built-in demo tools ("+strings.Join(builtinNames(), ", ")+")")
 	sandbox := fs.String("sandbox", "./sandbox", "folder the built-in file tools work in")
@@ -143,6 +145,38 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: &worker.Webhook{URL: url}, Kind: "http"})
 	}
+	prefixes := map[string]string{}
+	for _, v := range mcpPrefixes {
+		name, p, err := splitPair("mcp-prefix", v)
+		if err != nil {
+			return err
+		}
+		prefixes[name] = p
+	}
+	var mcpServers []*worker.MCPServer
+	defer func() {
+		for _, m := range mcpServers {
+			_ = m.Close()
+		}
+	}()
+	for _, v := range mcps {
+		name, target, err := splitPair("mcp", v)
+		if err != nil {
+			return err
+		}
+		cfg := worker.MCPConfig{Name: name, Prefix: prefixes[name], Logger: logger}
+		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+			cfg.URL = target
+		} else if cfg.Command, err = worker.SplitWords(target); err != nil {
+			return fmt.Errorf("--mcp %s: %w", name, err)
+		}
+		m, err := worker.NewMCPServer(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("--mcp %s: %w", name, err)
+		}
+		mcpServers = append(mcpServers, m)
+		tools = append(tools, m.Tools()...)
+	}
 	if *only != "" {
 		var err error
 		if tools, err = selectTools(tools, *only); err != nil {
@@ -202,6 +236,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	})
 	if err != nil {
 		return err
+	}
+	for _, m := range mcpServers {
+		m.Bind(w)
 	}
 	names := make([]string, len(tools))
 	for i, t := range tools {

@@ -10,22 +10,41 @@ import (
 )
 
 // Advertisement is the value a worker puts under its tool's name in the
-// toolgate_tools bucket. Workers serving the same tool overwrite each other;
-// the entry expires with the bucket's TTL once none renews it.
+// toolgate_tools bucket (schemas/tool_advert.schema.json). Workers serving
+// the same tool overwrite each other; the entry expires with the bucket's
+// TTL once none renews it.
 type Advertisement struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Parameters is the JSON Schema of the tool's args (an MCP tool's
+	// inputSchema).
+	Parameters json.RawMessage `json:"parameters,omitempty"`
 	// Kind is "call": the tool's calls are external (kind=call deferrals).
-	Kind     string    `json:"kind"`
-	Executor string    `json:"executor"`
-	WorkerID string    `json:"worker_id"`
-	At       time.Time `json:"at"`
+	Kind string `json:"kind"`
+	// Executor is "builtin", "exec", "http", "mcp" or "custom".
+	Executor string `json:"executor"`
+	// MCPServer names the MCP server the tool comes from (tool-worker
+	// --mcp NAME=…), MCPTool the tool's name on it (without the prefix),
+	// and Annotations are its MCP annotations (readOnlyHint,
+	// destructiveHint, …); set for executor "mcp" only.
+	MCPServer   string          `json:"mcp_server,omitempty"`
+	MCPTool     string          `json:"mcp_tool,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	WorkerID    string          `json:"worker_id"`
+	At          time.Time       `json:"at"`
 }
 
-// advertise renews the advertisements until ctx ends. A bucket that is
-// missing or a failed put is logged, never fatal: advertisements are a
-// convenience for UIs and orchestrator configs.
+// advertiser is an executor that says itself what to advertise for a tool
+// (an MCP server, whose tools change while it runs); ok false means the tool
+// is no longer offered and is not advertised.
+type advertiser interface {
+	advertFor(name string) (a Advertisement, ok bool)
+}
+
+// advertise renews the advertisements until ctx ends, every AdvertiseEvery
+// and whenever Readvertise asks. A bucket that is missing or a failed put is
+// logged, never fatal. A tool its executor withdraws has its entry deleted,
+// once.
 func (w *Worker) advertise(ctx context.Context) {
 	kv, err := w.cfg.Bus.Tools(ctx)
 	if err != nil {
@@ -34,30 +53,49 @@ func (w *Worker) advertise(ctx context.Context) {
 	}
 	t := time.NewTicker(w.cfg.AdvertiseEvery)
 	defer t.Stop()
+	withdrawn := map[string]bool{}
+	putRev := map[string]uint64{} // revision of this worker's last put, per tool
 	for {
-		for _, tool := range w.cfg.Tools {
+		for _, tool := range w.toolList() {
 			a := Advertisement{
 				Name:        tool.Spec.Name,
 				Description: tool.Spec.Description,
 				Parameters:  tool.Spec.Parameters,
-				Kind:        bus.ReplyKindCall,
-				Executor:    tool.Kind,
-				WorkerID:    w.cfg.ID,
-				At:          w.cfg.Now().UTC(),
 			}
+			if adv, ok := tool.Executor.(advertiser); ok {
+				var offered bool
+				if a, offered = adv.advertFor(tool.Spec.Name); !offered {
+					if !withdrawn[tool.Spec.Name] && putRev[tool.Spec.Name] > 0 {
+						withdrawn[tool.Spec.Name] = true
+						// Only this worker's own entry: another worker may still offer it.
+						if err := kv.Delete(ctx, tool.Spec.Name, putRev[tool.Spec.Name]); err != nil && ctx.Err() == nil {
+							w.log.WarnContext(ctx, "withdraw advertisement", slog.String("tool", tool.Spec.Name), slog.Any("error", err))
+						}
+					}
+					continue
+				}
+				delete(withdrawn, tool.Spec.Name)
+			}
+			a.Kind = bus.ReplyKindCall
+			a.Executor = tool.Kind
+			a.WorkerID = w.cfg.ID
+			a.At = w.cfg.Now().UTC()
 			data, err := json.Marshal(a)
 			if err != nil {
 				w.log.WarnContext(ctx, "encode advertisement", slog.String("tool", a.Name), slog.Any("error", err))
 				continue
 			}
-			if _, err := kv.Put(ctx, a.Name, data); err != nil && ctx.Err() == nil {
+			rev, err := kv.Put(ctx, a.Name, data)
+			if err != nil && ctx.Err() == nil {
 				w.log.WarnContext(ctx, "advertise tool", slog.String("tool", a.Name), slog.Any("error", err))
 			}
+			putRev[a.Name] = rev
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.dyn.readvertise:
 		}
 	}
 }

@@ -173,6 +173,9 @@ type Worker struct {
 	stopping chan struct{} // closed when draining begins
 	inflight int           // handlers running
 	idle     chan struct{} // closed when inflight drops to 0, if someone waits
+
+	// Tools added while running (AddTool, addtool.go).
+	dyn dynamicTools
 }
 
 func (w *Worker) enter() {
@@ -219,6 +222,7 @@ func New(cfg Config) (*Worker, error) {
 		log:    cfg.Logger.With(slog.String("component", "worker"), slog.String("worker_id", cfg.ID)),
 		tracer: telemetry.Tracer(cfg.TracerProvider),
 		slots:  make(chan struct{}, cfg.Concurrency),
+		dyn:    dynamicTools{readvertise: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -250,7 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelSubs()
 
 	var subs []*bus.Subscription
-	for _, t := range w.cfg.Tools {
+	for _, t := range w.toolList() {
 		sub, err := w.consume(ctx, subCtx, t)
 		if err != nil {
 			close(w.stopping)
@@ -265,6 +269,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
+	w.started(ctx, subCtx, subs)
 	w.log.InfoContext(ctx, "serving", slog.Int("tools", len(subs)), slog.Int("concurrency", w.cfg.Concurrency))
 
 	var adv sync.WaitGroup
@@ -276,7 +281,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stopAdv()
 	adv.Wait()
+	w.mu.Lock()
 	close(w.stopping)
+	subs = w.dyn.subs
+	w.mu.Unlock()
 	w.log.Info("draining")
 	return w.drain(subs)
 }
@@ -384,6 +392,7 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 		attribute.String("toolgate.worker_id", w.cfg.ID),
 	)
 	defer span.End()
+	ctx = withProgress(ctx, func() { _ = d.InProgress() })
 	if d.NumDelivered > 1 {
 		w.cfg.Metrics.Redelivered(t.Spec.Name)
 	}

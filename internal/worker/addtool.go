@@ -1,0 +1,115 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// dynamicTools is the part of a Worker that lets tools be added while it
+// runs (an MCP server that grew a tool). Guarded by Worker.mu.
+type dynamicTools struct {
+	ctx, subCtx context.Context     // Run's, once its consumers are up
+	subs        []*bus.Subscription // every consumer, drained by Run
+	readvertise chan struct{}       // asks the advertiser to renew now
+}
+
+// toolList is a copy of the tools served.
+func (w *Worker) toolList() []Tool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.cfg.Tools)
+}
+
+// started records Run's consumers and starts those of tools added while
+// they were being created.
+func (w *Worker) started(ctx, subCtx context.Context, subs []*bus.Subscription) {
+	w.mu.Lock()
+	w.dyn.ctx, w.dyn.subCtx = ctx, subCtx
+	w.dyn.subs = append(w.dyn.subs, subs...)
+	pending := slices.Clone(w.cfg.Tools[len(subs):])
+	w.mu.Unlock()
+	for _, t := range pending {
+		if err := w.startTool(t); err != nil {
+			w.log.WarnContext(ctx, "serve added tool", slog.String("tool", t.Spec.Name), slog.Any("error", err))
+		}
+	}
+}
+
+// AddTool serves one more tool: before Run, as if it were in Config.Tools;
+// while Run serves, on a consumer of its own, drained with the others. It
+// fails once the worker drains, and for a name already served.
+func (w *Worker) AddTool(t Tool) error {
+	if err := bus.ValidateToken("tool name", t.Spec.Name); err != nil {
+		return err
+	}
+	if t.Executor == nil {
+		return fmt.Errorf("tool %s has no executor", t.Spec.Name)
+	}
+	if len(t.Spec.Parameters) > 0 && !json.Valid(t.Spec.Parameters) {
+		return fmt.Errorf("tool %s: parameters are not valid JSON", t.Spec.Name)
+	}
+	if t.Kind == "" {
+		t.Kind = "custom"
+	}
+	w.mu.Lock()
+	if slices.ContainsFunc(w.cfg.Tools, func(o Tool) bool { return o.Spec.Name == t.Spec.Name }) {
+		w.mu.Unlock()
+		return fmt.Errorf("tool %s is already served", t.Spec.Name)
+	}
+	if w.stopping != nil {
+		select {
+		case <-w.stopping:
+			w.mu.Unlock()
+			return fmt.Errorf("tool %s: the worker is stopping", t.Spec.Name)
+		default:
+		}
+	}
+	w.cfg.Tools = append(w.cfg.Tools, t)
+	up := w.dyn.subCtx != nil
+	w.mu.Unlock()
+	if !up {
+		// Run has not started its consumers yet: it (or started) will.
+		return nil
+	}
+	return w.startTool(t)
+}
+
+// startTool starts the consumer of a tool added while Run serves.
+func (w *Worker) startTool(t Tool) error {
+	w.mu.Lock()
+	ctx, subCtx := w.dyn.ctx, w.dyn.subCtx
+	w.mu.Unlock()
+	sub, err := w.consume(ctx, subCtx, t)
+	if err != nil {
+		w.mu.Lock()
+		w.cfg.Tools = slices.DeleteFunc(w.cfg.Tools, func(o Tool) bool { return o.Spec.Name == t.Spec.Name })
+		w.mu.Unlock()
+		return fmt.Errorf("tool %s: %w", t.Spec.Name, err)
+	}
+	w.mu.Lock()
+	select {
+	case <-w.stopping:
+		// Run took its list of consumers to drain before this one was up.
+		w.mu.Unlock()
+		return w.drain([]*bus.Subscription{sub})
+	default:
+	}
+	w.dyn.subs = append(w.dyn.subs, sub)
+	w.mu.Unlock()
+	w.log.Info("serving added tool", slog.String("tool", t.Spec.Name))
+	return nil
+}
+
+// Readvertise asks the advertiser to renew every advertisement now, rather
+// than at its next tick (a tool's description or schema changed).
+func (w *Worker) Readvertise() {
+	select {
+	case w.dyn.readvertise <- struct{}{}:
+	default:
+	}
+}
