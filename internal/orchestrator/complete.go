@@ -33,6 +33,9 @@ func (o *Orchestrator) claim(ctx context.Context, convID string) bool {
 		}
 		return nil
 	})
+	if tl := tooLarge(err); tl != nil {
+		o.failTooLarge(ctx, convID, tl)
+	}
 	if err != nil {
 		o.log.WarnContext(ctx, "claim batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		return false

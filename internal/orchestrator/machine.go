@@ -320,3 +320,24 @@ func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) 
 func cancelledReason(c *Conversation) string {
 	return fmt.Sprintf("conversation %s was cancelled", c.ID)
 }
+
+// Abort fails a conversation that cannot go on, whichever replica holds its
+// run: the run under way and the batch are dropped (later replies to it are
+// acked as no longer awaited), the reason is kept. It reports whether it
+// changed anything; a finished conversation is left as it is.
+func (c *Conversation) Abort(reason string, now time.Time) bool {
+	if c.Status.Terminal() {
+		return false
+	}
+	for i := range c.Runs {
+		if c.Runs[i].EndedAt.IsZero() {
+			c.Runs[i].Status, c.Runs[i].EndedAt, c.Runs[i].Error = StatusFailed, now, reason
+		}
+	}
+	c.Status = StatusFailed
+	c.Error = reason
+	c.Lease = nil
+	c.Batch = nil
+	c.UpdatedAt = now
+	return true
+}

@@ -318,7 +318,8 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
 	}
-	o.store = &store{kv: boundedKV{kv}, writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes}
+	o.store = &store{kv: boundedKV{kv}, writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes,
+		maxValue: max(int(o.bus.Conn().MaxPayload())-valueHeadroom, 0), onTooLarge: o.failTooLarge}
 	// Pending calls are counted from KV when scraped rather than by this
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica

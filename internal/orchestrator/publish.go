@@ -67,6 +67,9 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 		}
 		return nil
 	})
+	if tl := tooLarge(err); tl != nil {
+		o.failTooLarge(ctx, c.ID, tl)
+	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("mark published: %w", err))
 	} else {

@@ -397,7 +397,7 @@ func (o *Orchestrator) replyLog(in incoming, convID string) *slog.Logger {
 func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	var followUp string
-	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
+	apply := func(c *Conversation) error {
 		now := o.clock()
 		for _, j := range jobs {
 			pc := c.Batch.call(j.in.callID)
@@ -415,7 +415,25 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 		c.UpdatedAt = now
 		followUp = o.claimIn(c, now)
 		return nil
-	})
+	}
+	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, apply)
+	if tl := tooLarge(err); tl != nil {
+		// The results do not fit: they are recorded as failed results,
+		// which the follow-up shows the model.
+		for _, j := range jobs {
+			j.in = shrunk(j.in, tl)
+		}
+		conv, rev, err = o.store.updateFrom(ctx, convID, nil, 0, apply)
+		if tl := tooLarge(err); tl != nil {
+			o.failTooLarge(ctx, convID, tl)
+			for _, j := range jobs {
+				j.v, j.reason = verdictRefused, tl.Error()
+				o.replyEvents(ctx, convID, j)
+				close(j.done)
+			}
+			return nil, 0
+		}
+	}
 	for _, j := range jobs {
 		j.err = err
 		if err == nil {

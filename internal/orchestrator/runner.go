@@ -183,12 +183,17 @@ func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in ag
 func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error) string {
 	now := o.clock()
 	runTrace := telemetry.InjectMap(ctx)
-	var newBatchErr error
-	c, rev, err := o.store.updateFrom(ctx, convID, from, rev, func(c *Conversation) error {
+	var newBatchErr, tooBig error
+	end := func(c *Conversation) error {
 		newBatchErr = nil
 		owner := o.cfg.InstanceID
 		if !c.holdsLease(owner, runID) {
 			return errLeaseLost
+		}
+		if tooBig != nil {
+			// What the run ended with does not fit: the run fails, its
+			// history as it was.
+			return c.Fail(owner, runID, tooBig.Error(), now)
 		}
 		if runErr == nil && res.Deferred != nil {
 			b, err := o.newBatch(runID, res.Deferred, c.Batch, runTrace)
@@ -201,7 +206,16 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			return c.Fail(owner, runID, err.Error(), now)
 		}
 		return c.Complete(owner, runID, res.AllMessages, res.Output, now)
-	})
+	}
+	c, rev, err := o.store.updateFrom(ctx, convID, from, rev, end)
+	if tl := tooLarge(err); tl != nil {
+		tooBig = tl
+		c, rev, err = o.store.updateFrom(ctx, convID, nil, 0, end)
+		if tl := tooLarge(err); tl != nil {
+			o.failTooLarge(ctx, convID, tl)
+			return string(StatusFailed)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errLeaseLost) {
 			o.stats.LeaseLost.Add(1)

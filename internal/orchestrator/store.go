@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -29,10 +30,40 @@ var errUnchanged = errors.New("unchanged")
 // means a pathological contention on one key.
 const maxCASAttempts = 64
 
+// TooLargeError says a conversation's state would not fit in one stored
+// value (NATS's max payload); nothing was written.
+type TooLargeError struct {
+	ConversationID string
+	Bytes, Limit   int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("conversation %s: its state would be %d bytes, over the store's limit of %d (the server's max payload)", e.ConversationID, e.Bytes, e.Limit)
+}
+
+// tooLarge returns the TooLargeError in err, if any.
+func tooLarge(err error) *TooLargeError {
+	var e *TooLargeError
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// valueHeadroom is kept below the max payload for the KV message's headers.
+const valueHeadroom = 1 << 10
+
 // store keeps conversations in KV, one key each, updated by revision (CAS).
 type store struct {
 	kv   jetstream.KeyValue
 	runs runCache
+	// maxValue is the largest state a write may carry; 0 leaves the check
+	// to the server.
+	maxValue int
+	// onTooLarge is told of a write update refused as too large, so that
+	// the conversation fails visibly instead of waiting for a write that
+	// can never succeed.
+	onTooLarge func(ctx context.Context, id string, err *TooLargeError)
 	// writes and bytes count what this process wrote to KV (the store's
 	// share of the cost of a conversation), for Stats.
 	writes, bytes *atomic.Int64
@@ -111,6 +142,9 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := s.fits(c.ID, b, nil); err != nil {
+		return 0, err
+	}
 	rev, err := s.kv.Create(ctx, convKey(c.ID), b)
 	s.wrote(len(b))
 	if err != nil {
@@ -124,9 +158,27 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 // fn must be a pure function of the state it is given. fn returning
 // errUnchanged ends without a write (update returns the state and nil); any
 // other error ends it with that error.
+//
+// A change that would make the state too large fails the conversation
+// (onTooLarge) and returns the *TooLargeError.
 func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
 	c, _, err := s.updateFrom(ctx, id, nil, 0, fn)
+	if e := tooLarge(err); e != nil && s.onTooLarge != nil {
+		s.onTooLarge(ctx, id, e)
+	}
 	return c, err
+}
+
+// fits refuses a value over maxValue, or one the server refused as over its
+// max payload (werr), as a *TooLargeError.
+func (s *store) fits(id string, b []byte, werr error) error {
+	if s.maxValue > 0 && len(b) > s.maxValue {
+		return &TooLargeError{ConversationID: id, Bytes: len(b), Limit: s.maxValue}
+	}
+	if errors.Is(werr, nats.ErrMaxPayload) {
+		return &TooLargeError{ConversationID: id, Bytes: len(b), Limit: s.maxValue}
+	}
+	return nil
 }
 
 // updateFrom is update starting from a state the caller read (or wrote) at
@@ -151,10 +203,16 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, rev 
 		if err != nil {
 			return nil, 0, err
 		}
+		if err := s.fits(id, b, nil); err != nil {
+			return nil, 0, err
+		}
 		nrev, err := s.kv.Update(ctx, convKey(id), b, rev)
 		s.wrote(len(b))
 		if err == nil {
 			return c, nrev, nil
+		}
+		if err := s.fits(id, b, err); err != nil {
+			return nil, 0, err
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return nil, 0, fmt.Errorf("update conversation %s: %w", id, err)
