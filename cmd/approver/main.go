@@ -260,7 +260,7 @@ func (c *common) connect(ctx context.Context, logger *slog.Logger) (*bus.Bus, er
 	defer cancel()
 	return bus.Connect(cctx, bus.ConnConfig{
 		URL: c.natsURL, Name: c.id,
-		User: c.user, Password: c.password, CredsFile: c.creds,
+		User: c.user, Password: c.password, CredsFile: c.creds, Role: bus.RoleApprover,
 		Logger: logger,
 	})
 }

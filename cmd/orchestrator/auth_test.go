@@ -103,7 +103,8 @@ func TestNATSUsersPerRole(t *testing.T) {
 	connect := func(user, password string) (*bus.Bus, error) {
 		cctx, ccancel := context.WithTimeout(context.Background(), authWait)
 		defer ccancel()
-		return bus.Connect(cctx, bus.ConnConfig{URL: url, Name: user, User: user, Password: password})
+		role := map[string]string{"worker-1": bus.RoleWorker, "bot": bus.RoleApprover}[user]
+		return bus.Connect(cctx, bus.ConnConfig{URL: url, Name: user, User: user, Password: password, Role: role})
 	}
 	cl := &client.Client{BaseURL: "http://" + httpAddr}
 	waitUntil(t, "the orchestrator to serve", func() bool {

@@ -207,7 +207,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, *connectTimeout)
 	b, err := bus.Connect(cctx, bus.ConnConfig{
 		URL: *natsURL, Name: "tool-worker-" + *id,
-		User: *user, Password: *password, CredsFile: *creds,
+		User: *user, Password: *password, CredsFile: *creds, Role: bus.RoleWorker,
 		Logger: logger,
 	})
 	if err == nil && *setup {

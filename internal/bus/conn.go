@@ -26,6 +26,10 @@ type ConnConfig struct {
 	// CredsFile is a NATS credentials file (JWT + seed); overrides
 	// User/Password.
 	CredsFile string
+	// Role is the role of the user (RoleWorker, RoleApprover, ...): the
+	// connection's inboxes use its InboxPrefix, the only reply subjects its
+	// user may subscribe to. Empty: NATS's default prefix.
+	Role string
 	// ContentType for published bodies: ContentTypeMsgpack (default) or
 	// ContentTypeJSON.
 	ContentType string
@@ -132,6 +136,9 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	case cfg.User != "":
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Role != "" {
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(cfg.Role)))
 	}
 	opts = append(opts, extra...)
 

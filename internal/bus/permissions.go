@@ -2,6 +2,20 @@ package bus
 
 import "fmt"
 
+// InboxPrefix is the prefix of the reply subjects (inboxes) of a role's
+// clients. A worker's or an approver's user may subscribe only under its
+// role's prefix: with NATS's shared default (_INBOX) it could subscribe to
+// _INBOX.> and receive every other client's replies, among them the KV
+// values the orchestrator reads (prompts, history, args, results). The
+// orchestrator keeps the default. Set ConnConfig.Role to use it.
+func InboxPrefix(role string) string {
+	switch role {
+	case RoleWorker, RoleApprover:
+		return "_INBOX_" + role
+	}
+	return "_INBOX"
+}
+
 // Roles of toolgate processes, for RolePermissions.
 const (
 	RoleOrchestrator = "orchestrator"
@@ -13,9 +27,11 @@ const (
 // publish results (toolgate.reply.*.call) but not decisions, approvers
 // decisions (toolgate.reply.*.approval) but not results; both may use only
 // their own stream's consumers and acks (approvers also read the events
-// stream, for the inbox), and dead-letter what they cannot decode. The orchestrator may do anything toolgate does.
+// stream, for the inbox), and dead-letter what they cannot decode. Each
+// role receives replies only under its own InboxPrefix. The orchestrator
+// may do anything toolgate does.
 func RolePermissions(role string) (Permissions, error) {
-	inbox := []string{"_INBOX.>"}
+	inbox := []string{InboxPrefix(role) + ".>"}
 	switch role {
 	case RoleOrchestrator:
 		return Permissions{
@@ -43,6 +59,9 @@ func RolePermissions(role string) (Permissions, error) {
 				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
 				subjectDLQ+".>",
+				// Account info, which clients such as nats.js probe
+				// before their first JetStream call.
+				"$JS.API.INFO",
 			),
 			Subscribe: inbox,
 		}, nil

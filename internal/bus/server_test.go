@@ -172,7 +172,7 @@ func TestRolePermissions(t *testing.T) {
 	}
 	srv := bustest.StartServer(t, bus.ServerConfig{Users: users})
 	conn := func(role string) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw"})
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
 	}
 	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
@@ -249,4 +249,89 @@ func TestRolePermissions(t *testing.T) {
 	bustest.WaitFor(t, "permission violation", func() bool {
 		return errors.Is(worker.Conn().LastError(), nats.ErrPermissionViolation)
 	})
+}
+
+// A worker's or an approver's user cannot subscribe to the inboxes of
+// another role: with one shared prefix, a worker's credentials received the
+// KV values the orchestrator read (prompts, history, args, results).
+func TestRolesCannotReadOtherInboxes(t *testing.T) {
+	t.Parallel()
+	var users []bus.User
+	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker, bus.RoleApprover} {
+		p, err := bus.RolePermissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
+	}
+	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
+	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
+	bustest.Setup(t, orch)
+	ctx := bustest.Context(t)
+	runs, err := orch.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Put(ctx, "conv1", []byte("secret prompt")); err != nil {
+		t.Fatal(err)
+	}
+	// Another worker's and approver's replies too: a role's users share a
+	// prefix, but no role reads another's.
+	others := map[string][]string{
+		bus.RoleWorker:   {"_INBOX.>", bus.InboxPrefix(bus.RoleApprover) + ".>", ">"},
+		bus.RoleApprover: {"_INBOX.>", bus.InboxPrefix(bus.RoleWorker) + ".>", ">"},
+	}
+	for role, subjects := range others {
+		for _, subj := range subjects {
+			violations := make(chan error, 4)
+			nc, err := nats.Connect("", nats.InProcessServer(srv.NATSServer()), nats.UserInfo(role, role+"-pw"),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+					if errors.Is(err, nats.ErrPermissionViolation) {
+						select {
+						case violations <- err:
+						default:
+						}
+					}
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *nats.Msg, 16)
+			if _, err := nc.ChanSubscribe(subj, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			// The orchestrator keeps reading until the spy's subscription is
+			// refused or something reaches it.
+		read:
+			for {
+				if _, err := runs.Get(ctx, "conv1"); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case m := <-got:
+					t.Errorf("%s subscribed to %s received %s: %q", role, subj, m.Subject, m.Data)
+					break read
+				case <-violations:
+					break read
+				case <-ctx.Done():
+					t.Fatalf("%s subscribing to %s: neither refused nor received anything", role, subj)
+				default:
+				}
+			}
+			nc.Close()
+		}
+	}
+	// Each role still works under its own prefix (the components' tests run
+	// under their roles too): a worker reads the tools bucket through it.
+	worker := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "w", User: bus.RoleWorker, Password: bus.RoleWorker + "-pw", Role: bus.RoleWorker})
+	tools, err := worker.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tools.Put(ctx, "echo", []byte(`{"name":"echo"}`)); err != nil {
+		t.Fatal(err)
+	}
 }

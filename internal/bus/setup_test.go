@@ -93,7 +93,7 @@ func TestSetupPermissionDeniedFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := bustest.StartServer(t, bus.ServerConfig{Users: []bus.User{{Name: "w", Password: "w-pw", Permissions: perms}}})
-	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "w", User: "w", Password: "w-pw", Logger: testLogger(t)})
+	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "w", User: "w", Password: "w-pw", Role: bus.RoleWorker, Logger: testLogger(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	err = b.Setup(ctx, bus.SetupConfig{})

@@ -98,7 +98,7 @@ func TestWorkerPermissionDeniedFailsAtOnce(t *testing.T) {
 	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
 	admin := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "admin", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw"})
 	bustest.Setup(t, admin)
-	approver := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "approver", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw"})
+	approver := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "approver", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw", Role: bus.RoleApprover})
 
 	w := newWorker(t, worker.Config{Bus: approver, Tools: []worker.Tool{echoTool("echo")}})
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
