@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,7 +129,27 @@ func TestConformanceLocal(t *testing.T) {
 	runScenarioDir(t, filepath.Join("testdata", "conformance"))
 }
 
+// conformanceRepeat is how many times each scenario runs. Bodies of one
+// phase run concurrently, so a scenario that depends on their interleaving
+// passes by luck now and then; one pass catches a race in about half the
+// runs, so 25 miss it about once in 30 million.
+// TOOLGATE_CONFORMANCE_REPEAT overrides it.
+func conformanceRepeat(t *testing.T) int {
+	if v := os.Getenv("TOOLGATE_CONFORMANCE_REPEAT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOOLGATE_CONFORMANCE_REPEAT=%q: want a positive integer", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 3
+	}
+	return 25
+}
+
 func runScenarioDir(t *testing.T, dir string) {
+	repeat := conformanceRepeat(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,13 +165,19 @@ func runScenarioDir(t *testing.T, dir string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var sc scenario
-			dec := json.NewDecoder(bytes.NewReader(b))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&sc); err != nil {
-				t.Fatalf("scenario %s: %v", name, err)
+			for i := range repeat {
+				var sc scenario
+				dec := json.NewDecoder(bytes.NewReader(b))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&sc); err != nil {
+					t.Fatalf("scenario %s: %v", name, err)
+				}
+				runScenario(t, &sc)
+				if t.Failed() {
+					t.Logf("failed on pass %d of %d", i+1, repeat)
+					return
+				}
 			}
-			runScenario(t, &sc)
 		})
 	}
 }
@@ -168,15 +195,25 @@ type execution struct {
 	entered  bool
 }
 
+// callKey names one call of a model response. Not the id alone: two calls
+// of one response may share a tool_call_id (D9), and their bodies run
+// concurrently, so only the position pairs a body with its validator.
+type callKey struct {
+	id    string
+	index int
+}
+
+func keyOf(ctx *agent.RunContext) callKey { return callKey{ctx.ToolCallID, ctx.ToolCallIndex} }
+
 // world is a scenario's state while it runs.
 type world struct {
 	sc *scenario
 
 	mu       sync.Mutex
-	execN    map[string]int          // body entries per tool, whole scenario
-	tickets  map[string][]*execution // reserved executions by tool_call_id
-	execs    []*execution            // this step's reserved executions, in order
-	problems []string                // misbehaviour of the loop the runner noticed
+	execN    map[string]int         // body entries per tool, whole scenario
+	tickets  map[callKey]*execution // reserved executions by call
+	execs    []*execution           // this step's reserved executions, in order
+	problems []string               // misbehaviour of the loop the runner noticed
 
 	script     []scResponse
 	modelCalls int
@@ -192,7 +229,7 @@ func (w *world) problem(format string, args ...any) {
 }
 
 func runScenario(t *testing.T, sc *scenario) {
-	w := &world{sc: sc, execN: map[string]int{}, tickets: map[string][]*execution{}}
+	w := &world{sc: sc, execN: map[string]int{}, tickets: map[callKey]*execution{}}
 	cfg := agent.Config{AllowDeferred: sc.Output == "text+deferred"}
 	var externals []agent.ToolDef
 	for _, st := range sc.Tools {
@@ -421,7 +458,7 @@ func (w *world) startStep(script []scResponse) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.script, w.modelCalls, w.lastSaw = script, 0, nil
-	w.execs, w.tickets = nil, map[string][]*execution{}
+	w.execs, w.tickets = nil, map[callKey]*execution{}
 }
 
 // endStep returns the step's executions and renumbers the tools' counts
@@ -435,7 +472,7 @@ func (w *world) endStep() []*execution {
 			w.execN[e.tool]--
 		}
 	}
-	w.execs, w.tickets = nil, map[string][]*execution{}
+	w.execs, w.tickets = nil, map[callKey]*execution{}
 	return entered
 }
 
@@ -484,7 +521,10 @@ func (w *world) validator(st scTool) func(*agent.RunContext, json.RawMessage) er
 		w.execN[st.Name]++
 		e := &execution{tool: st.Name, args: args, approved: ctx.ToolCallApproved, metadata: ctx.ToolCallMetadata, n: w.execN[st.Name]}
 		w.execs = append(w.execs, e)
-		w.tickets[ctx.ToolCallID] = append(w.tickets[ctx.ToolCallID], e)
+		if _, held := w.tickets[keyOf(ctx)]; held {
+			w.problems = append(w.problems, fmt.Sprintf("the validator of %s ran again for call %s (#%d) before its body", st.Name, ctx.ToolCallID, ctx.ToolCallIndex))
+		}
+		w.tickets[keyOf(ctx)] = e
 		return nil
 	}
 }
@@ -492,10 +532,9 @@ func (w *world) validator(st scTool) func(*agent.RunContext, json.RawMessage) er
 func (w *world) body(st scTool) agent.RawToolFunc {
 	return func(ctx *agent.RunContext, args json.RawMessage) (any, error) {
 		w.mu.Lock()
-		q := w.tickets[ctx.ToolCallID]
-		var e *execution
-		if len(q) > 0 {
-			e, w.tickets[ctx.ToolCallID] = q[0], q[1:]
+		e := w.tickets[keyOf(ctx)]
+		if e != nil {
+			delete(w.tickets, keyOf(ctx))
 			e.entered = true
 		}
 		w.mu.Unlock()

@@ -31,9 +31,11 @@ func (r *run) resumeItems() ([]*callItem, error) {
 	}
 	settled := settledIDs(hist[last+1:])
 	var unsettled []Part
-	for _, c := range calls {
+	var pos []int // each unsettled call's place among the response's calls
+	for i, c := range calls {
 		if !settled[c.ToolCallID] {
 			unsettled = append(unsettled, c)
+			pos = append(pos, i)
 		}
 	}
 	if len(unsettled) == 0 {
@@ -69,7 +71,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 	var problems []string
 	for i, c := range unsettled {
 		id := c.ToolCallID
-		kind, entry, err := r.category(c)
+		kind, entry, err := r.category(c, pos[i])
 		if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
@@ -104,7 +106,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 
 	items := make([]*callItem, len(unsettled))
 	for i, c := range unsettled {
-		it := &callItem{part: c, tool: r.byName[c.ToolName], args: args[i], kind: kinds[i], state: stPending}
+		it := &callItem{part: c, pos: pos[i], tool: r.byName[c.ToolName], args: args[i], kind: kinds[i], state: stPending}
 		applyResults(it, res)
 		items[i] = it
 	}
@@ -117,7 +119,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 // defers dynamically, or an external tool whose approval predicate holds the
 // call, since such a call may wait for its approval or, approved, for its
 // result.
-func (r *run) category(c Part) (deferred.Kind, *deferred.Call, error) {
+func (r *run) category(c Part, pos int) (deferred.Kind, *deferred.Call, error) {
 	if reqs := r.in.Requests; reqs != nil {
 		for _, k := range [...]struct {
 			kind deferred.Kind
@@ -138,7 +140,7 @@ func (r *run) category(c Part) (deferred.Kind, *deferred.Call, error) {
 	}
 	needs := t.requiresApproval
 	if !needs && t.approvalFunc != nil {
-		it := &callItem{part: c, tool: t, args: c.Args}
+		it := &callItem{part: c, pos: pos, tool: t, args: c.Args}
 		var err error
 		needs, err = protect(func() (bool, error) { return t.approvalFunc(r.runContext(r.ctx, it), t.def, c.Args) })
 		if err != nil {

@@ -226,6 +226,7 @@ func (r *run) runContext(ctx context.Context, it *callItem) *RunContext {
 	}
 	if it != nil {
 		rc.ToolCallID = it.part.ToolCallID
+		rc.ToolCallIndex = it.pos
 		rc.ToolName = it.part.ToolName
 		rc.ToolCallApproved = it.approved
 		rc.ToolCallMetadata = it.toolMeta
@@ -358,7 +359,7 @@ func (r *run) loop() (*RunResult, error) {
 		}
 		items := make([]*callItem, len(calls))
 		for i, c := range calls {
-			items[i] = &callItem{part: c, tool: r.byName[c.ToolName], args: c.Args, state: stCheck}
+			items[i] = &callItem{part: c, pos: i, tool: r.byName[c.ToolName], args: c.Args, state: stCheck}
 		}
 		if err := r.phase(items, true); err != nil {
 			return nil, err

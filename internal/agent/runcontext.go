@@ -17,6 +17,12 @@ type RunContext struct {
 	// ToolCallID and ToolName identify the call; empty for handlers.
 	ToolCallID string
 	ToolName   string
+	// ToolCallIndex is the call's place among the tool calls of its model
+	// response, from 0. A model may give two calls one ToolCallID (D9 allows
+	// it when at most one of them is deferred); the index still tells them
+	// apart, so code that pairs a validator with its body, or keeps state
+	// per call, keys by (ToolCallID, ToolCallIndex), never by the id alone.
+	ToolCallIndex int
 	// ToolCallApproved is true when the call runs because it was approved
 	// (D23).
 	ToolCallApproved bool

@@ -25,6 +25,7 @@ const (
 // callItem is one tool call as a step handles it.
 type callItem struct {
 	part     Part            // the model's call, as in history
+	pos      int             // its place among the response's tool calls
 	tool     *Tool           // nil: the model named no known tool
 	args     json.RawMessage // args to validate and run with (override args, D24)
 	approved bool
