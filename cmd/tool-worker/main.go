@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -72,9 +73,10 @@ func splitPair(flagName, v string) (name, value string, err error) {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tool-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var execs, hooks, mcps, mcpPrefixes pairs
+	var execs, hooks, mcps, mcpPrefixes, mcpHeaders pairs
 	fs.Var(&mcps, "mcp", "NAME=COMMAND (stdio) or NAME=URL (streamable HTTP): serve the tools of an MCP server (repeatable)")
 	fs.Var(&mcpPrefixes, "mcp-prefix", "NAME=PREFIX: put PREFIX before the tool names of MCP server NAME")
+	fs.Var(&mcpHeaders, "mcp-header", "NAME=Key:Value or NAME=Key:@FILE: send this header to MCP server NAME over HTTP, e.g. a bearer token read from FILE (repeatable)")
 	natsURL := fs.String("nats", envOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env TOOLGATE_NATS_URL)")
 	builtin := fs.Bool("builtin", false, "serve the built-in demo tools ("+strings.Join(builtinNames(), ", ")+")")
 	sandbox := fs.String("sandbox", "./sandbox", "folder the built-in file tools work in")
@@ -153,6 +155,24 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		prefixes[name] = p
 	}
+	headers := map[string]http.Header{}
+	for _, v := range mcpHeaders {
+		name, spec, err := splitPair("mcp-header", v)
+		if err != nil {
+			return err
+		}
+		if headers[name] == nil {
+			headers[name] = http.Header{}
+		}
+		if err := worker.AddMCPHeader(headers[name], spec); err != nil {
+			return fmt.Errorf("--mcp-header %s: %w", name, err)
+		}
+	}
+	for name := range headers {
+		if !slices.ContainsFunc(mcps, func(v string) bool { n, _, _ := strings.Cut(v, "="); return strings.TrimSpace(n) == name }) {
+			return fmt.Errorf("--mcp-header %s: no --mcp %s=URL to send it to", name, name)
+		}
+	}
 	var mcpServers []*worker.MCPServer
 	defer func() {
 		for _, m := range mcpServers {
@@ -166,7 +186,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		cfg := worker.MCPConfig{Name: name, Prefix: prefixes[name], Logger: logger}
 		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
-			cfg.URL = target
+			cfg.URL, cfg.Header = target, headers[name]
+		} else if headers[name] != nil {
+			return fmt.Errorf("--mcp-header %s: server %s is a command, not a URL", name, name)
 		} else if cfg.Command, err = worker.SplitWords(target); err != nil {
 			return fmt.Errorf("--mcp %s: %w", name, err)
 		}

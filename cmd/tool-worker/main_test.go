@@ -149,6 +149,10 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--builtin", "--log-level", "loud"}, // bad level
 		{"--builtin", "--concurrency", "0"},
 		{"--builtin", "--metrics", "127.0.0.1:not-a-port"},
+		{"--builtin", "--mcp-header", "srv=Authorization:x"},                                       // no such --mcp
+		{"--mcp", "srv=node server.js", "--mcp-header", "srv=Authorization:x"},                     // a command has no headers
+		{"--mcp", "srv=http://127.0.0.1:1/mcp", "--mcp-header", "srv=Authorization"},               // not Key:Value
+		{"--mcp", "srv=http://127.0.0.1:1/mcp", "--mcp-header", "srv=Authorization:@/nonexistent"}, // unreadable file
 	} {
 		var out syncBuffer
 		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), &out); err == nil {
