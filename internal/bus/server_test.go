@@ -159,14 +159,7 @@ func TestConnectWaitsForServerAndFailsOnContext(t *testing.T) {
 
 func TestRolePermissions(t *testing.T) {
 	t.Parallel()
-	var users []bus.User
-	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker, bus.RoleApprover} {
-		p, err := bus.RolePermissions(role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
-	}
+	users := roleUsers(t)
 	if _, err := bus.RolePermissions("intruder"); err == nil {
 		t.Error("unknown role accepted")
 	}
@@ -256,14 +249,7 @@ func TestRolePermissions(t *testing.T) {
 // KV values the orchestrator read (prompts, history, args, results).
 func TestRolesCannotReadOtherInboxes(t *testing.T) {
 	t.Parallel()
-	var users []bus.User
-	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker, bus.RoleApprover} {
-		p, err := bus.RolePermissions(role)
-		if err != nil {
-			t.Fatal(err)
-		}
-		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
-	}
+	users := roleUsers(t)
 	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
 	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
 	bustest.Setup(t, orch)
@@ -334,4 +320,18 @@ func TestRolesCannotReadOtherInboxes(t *testing.T) {
 	if _, err := tools.Put(ctx, "echo", []byte(`{"name":"echo"}`)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// roleUsers is one user per role, named after it, with password <role>-pw.
+func roleUsers(t *testing.T) []bus.User {
+	t.Helper()
+	var users []bus.User
+	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker, bus.RoleApprover} {
+		p, err := bus.RolePermissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
+	}
+	return users
 }
