@@ -15,12 +15,19 @@ const (
 	StreamDLQ        = "TOOLGATE_DLQ"
 	StreamAudit      = "TOOLGATE_AUDIT"
 	StreamAdvisories = "TOOLGATE_ADVISORIES"
+	// StreamConversations holds each conversation's log: one subject per
+	// conversation (ConversationSubject), each message a record of what
+	// one change of the conversation changed.
+	StreamConversations = "TOOLGATE_CONVERSATIONS"
 )
 
 // KV bucket names.
 const (
 	BucketRuns  = "toolgate_runs"
 	BucketTools = "toolgate_tools"
+	// BucketIndex indexes the conversations: due.<id> while one is not
+	// finished (what the orchestrator's reconcile goes over).
+	BucketIndex = "toolgate_index"
 )
 
 // Subject prefixes; each stream captures <prefix>.>.
@@ -31,10 +38,17 @@ const (
 	subjectEvent    = "toolgate.event"
 	subjectDLQ      = "toolgate.dlq"
 	subjectAudit    = "toolgate.audit"
+	subjectConv     = "toolgate.conv"
 
 	// advisoryMaxDeliveries is followed by <stream>.<consumer>.
 	advisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 )
+
+// ConversationSubject is the subject of conversation id's log.
+func ConversationSubject(id string) string { return subjectConv + "." + id }
+
+// ConversationSubjects matches every conversation's log.
+const ConversationSubjects = subjectConv + ".>"
 
 // Reply kinds: the last token of a reply subject.
 const (

@@ -610,6 +610,8 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	}
 	pc.Reply = replyOf(in, now)
 	pc.Reply.Trace = in.trace
+	// Answered, so it was published: nothing publishes it again.
+	pc.Published = true
 	if d := in.decision; d != nil {
 		c.Decisions = append(c.Decisions, DecisionRecord{
 			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
