@@ -337,12 +337,20 @@ func TestHTTPBadInput(t *testing.T) {
 		{"wrong method", "PUT", "/v1/runs", `{}`, 405, "not allowed"},
 		{"wrong method on pending", "POST", "/v1/pending", `{}`, 405, "not allowed"},
 		{"no such path", "GET", "/v2/anything", "", 404, "no such endpoint"},
+		// A web page can make a browser send these cross-site unasked.
+		{"text/plain body", "POST", "/v1/runs", `{"prompt":"hi"}`, 415, "Content-Type text/plain: want application/json"},
+		{"form body", "POST", "/v1/runs", `{"prompt":"hi"}`, 415, "Content-Type application/x-www-form-urlencoded: want application/json"},
 	}
+	contentType := map[string]string{"text/plain body": "text/plain", "form body": "application/x-www-form-urlencoded"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequestWithContext(clCtx(t), tc.method, hs.URL+tc.path, strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if ct, ok := contentType[tc.name]; ok {
+				req.Header.Set("Content-Type", ct)
 			}
 			resp, err := hs.Client().Do(req)
 			if err != nil {

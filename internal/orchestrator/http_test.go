@@ -30,6 +30,9 @@ func doJSONHeader(t *testing.T, method, url string, hdr http.Header, body string
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
