@@ -108,7 +108,9 @@ type Config struct {
 	ReplyLinger time.Duration
 	// StateCacheBytes bounds the conversation states kept in memory (the
 	// size of the records folded into them); a state that is not cached is
-	// read from its log when needed. Defaults to 256 MiB.
+	// read from its log when needed. Defaults to 64 MiB, which holds some
+	// tens of thousands of paused conversations of a few messages; the
+	// heap a state takes is about twice the records folded into it.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
@@ -169,7 +171,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = time.Now
 	}
 	if c.StateCacheBytes <= 0 {
-		c.StateCacheBytes = 256 << 20
+		c.StateCacheBytes = 64 << 20
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
