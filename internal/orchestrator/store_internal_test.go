@@ -99,7 +99,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 
 // The cache keeps to its budget, least recently used first out.
 func TestStateCacheBudget(t *testing.T) {
-	sc := newStateCache(100)
+	sc := newStateCache(100 * heapPerRecordByte)
 	for i := range 10 {
 		sc.put(fmt.Sprint(i), &Conversation{}, uint64(i+1), 30)
 	}
