@@ -106,9 +106,11 @@ type Config struct {
 	// reply completing a batch never waits). Defaults to 5ms; negative
 	// records each group at once.
 	ReplyLinger time.Duration
-	// StateCacheBytes bounds the conversation states kept in memory (the
-	// size of the records folded into them); a state that is not cached is
-	// read from its log when needed. Defaults to 256 MiB.
+	// StateCacheBytes bounds the heap of the conversation states kept in
+	// memory (estimated as three times the bytes of the records folded into
+	// them); a state that is not cached is read from its log when needed.
+	// Defaults to 64 MiB, which holds about 40,000 paused conversations of
+	// a few messages.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
@@ -169,7 +171,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = time.Now
 	}
 	if c.StateCacheBytes <= 0 {
-		c.StateCacheBytes = 256 << 20
+		c.StateCacheBytes = 64 << 20
 	}
 	if c.NewID == nil {
 		c.NewID = randomID

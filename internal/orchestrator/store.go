@@ -59,6 +59,7 @@ func tooLarge(err error) *TooLargeError {
 const (
 	hdrStatus  = "Toolgate-Status"
 	hdrCreated = "Toolgate-Created"
+	hdrAgent   = "Toolgate-Agent"
 	hdrPart    = "Toolgate-Part" // "i/n"
 )
 
@@ -373,6 +374,9 @@ func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *r
 		h := nats.Header{}
 		h.Set(hdrStatus, string(c.Status))
 		h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
+		if c.Agent != "" {
+			h.Set(hdrAgent, c.Agent)
+		}
 		return h
 	}
 	expectHdr := strconv.FormatUint(expect, 10)

@@ -2,7 +2,9 @@ package orchestrator_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
@@ -93,5 +95,84 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	pending, err := o.Pending(ctxT(t))
 	if err != nil || len(pending) != 0 {
 		t.Errorf("pending %v, %v; want none", pending, err)
+	}
+}
+
+// The store lists conversations from the last record of each log, in id
+// order, a page at a time, filtered by status; finds finished ones by age;
+// and deletes a conversation's log whole.
+func TestStoreListsAndDeletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, "")})
+	var ids []string
+	for range 3 {
+		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+		ids = append(ids, info.ConversationID)
+	}
+	e.worker("calculate_answer")
+	for _, id := range ids {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+	}
+	started := time.Now()
+	third, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, third.ConversationID, orchestrator.StatusCompleted)
+	ids = append(ids, third.ConversationID)
+	slices.Sort(ids)
+
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		page, next, err := o.ListConversations(ctxT(t), "", 3, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range page {
+			seen = append(seen, s.ID)
+			if s.Status != orchestrator.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
+				t.Errorf("summary %+v", s)
+			}
+		}
+		if next == "" {
+			break
+		}
+		if pages > 3 {
+			t.Fatal("pages do not end")
+		}
+		cursor = next
+	}
+	if !slices.Equal(seen, ids) {
+		t.Errorf("listed %v, want %v", seen, ids)
+	}
+	if page, _, err := o.ListConversations(ctxT(t), orchestrator.StatusPaused, 10, ""); err != nil || len(page) != 0 {
+		t.Errorf("paused: %v, %v; want none", page, err)
+	}
+
+	old, err := o.FinishedBefore(ctxT(t), started, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old) != 3 || slices.Contains(old, third.ConversationID) {
+		t.Errorf("finished before the last start: %v; want the three others", old)
+	}
+
+	if err := o.DeleteConversation(ctxT(t), third.ConversationID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Conversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("read after delete: %v; want not found", err)
+	}
+	if err := o.DeleteConversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("second delete: %v; want not found", err)
+	}
+	if page, _, _ := o.ListConversations(ctxT(t), "", 10, ""); len(page) != 3 {
+		t.Errorf("listed %d after delete, want 3", len(page))
 	}
 }
