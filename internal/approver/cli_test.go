@@ -216,3 +216,20 @@ func TestValidateArgs(t *testing.T) {
 		})
 	}
 }
+
+// A scan of the events (a transcript in the inbox, the CLI's view of what
+// was settled) leaves no consumer behind on the server.
+func TestScanEventsLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	b := cliFixture(t)
+	before := bustest.Consumers(t, b, bus.StreamEvents)
+	for range 3 {
+		evs, err := approver.ConversationEvents(bustest.Context(t), b, "conv-run-3")
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("events %v (%v)", evs, err)
+		}
+	}
+	if n := bustest.Consumers(t, b, bus.StreamEvents); n != before {
+		t.Errorf("%d consumers of %s after 3 scans, %d before", n, bus.StreamEvents, before)
+	}
+}

@@ -24,6 +24,7 @@ const (
 	OutcomeRetry  = wire.OutcomeRetry
 	OutcomeFailed = wire.OutcomeFailed
 	MaxEventBatch = wire.MaxEventBatch
+	MaxReplyBytes = wire.MaxReplyBytes
 
 	ContentTypeMsgpack = wire.ContentTypeMsgpack
 	ContentTypeJSON    = wire.ContentTypeJSON

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/approver"
@@ -533,21 +532,13 @@ func checkAppliedOnce(t *testing.T, b *bus.Bus, convID string) int {
 	return n
 }
 
-// storedConversation reads a conversation straight from KV, with what the
-// HTTP view leaves out (refusal counters).
+// storedConversation reads a conversation straight from its log, with
+// what the HTTP view leaves out (refusal counters).
 func storedConversation(t *testing.T, b *bus.Bus, convID string) *orchestrator.Conversation {
 	t.Helper()
-	kv, err := b.JetStream().KeyValue(ctxT(t), bus.BucketRuns)
+	c, err := orchestrator.ReadConversation(ctxT(t), b, convID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctxT(t), "conv."+convID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c orchestrator.Conversation
-	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-		t.Fatal(err)
-	}
-	return &c
+	return c
 }

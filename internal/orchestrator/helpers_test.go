@@ -309,6 +309,27 @@ func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
 	return cfg
 }
 
+// waitPublished waits until o has published n calls and returns the
+// conversation as it is then (paused, unless something answered meanwhile).
+// A paused run's calls are published without a mark in the state, so the
+// count of what was sent tells it.
+func waitPublished(t *testing.T, o *orchestrator.Orchestrator, convID string, n int64) *orchestrator.Conversation {
+	t.Helper()
+	var c *orchestrator.Conversation
+	waitFor(t, fmt.Sprintf("%d calls to be published", n), func() (bool, string) {
+		var err error
+		c, err = o.Conversation(ctxT(t), convID)
+		if err != nil {
+			return false, err.Error()
+		}
+		if got := o.Stats().Published.Load(); got < n {
+			return false, fmt.Sprintf("published %d; %s", got, describe(c))
+		}
+		return c.Batch != nil, describe(c)
+	})
+	return c
+}
+
 // startPaused starts the seed prompt and waits until its batch is
 // published.
 func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conversation {
@@ -326,10 +347,8 @@ func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conve
 		if c.Status != orchestrator.StatusPaused || c.Batch == nil {
 			return false, describe(c)
 		}
-		for _, pc := range c.Batch.Calls {
-			if !pc.Published {
-				return false, describe(c)
-			}
+		if n := o.Stats().Published.Load(); n < int64(len(c.Batch.Calls)) {
+			return false, fmt.Sprintf("published %d; %s", n, describe(c))
 		}
 		return true, ""
 	})

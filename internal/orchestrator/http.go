@@ -296,9 +296,13 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // decodeBody reads one JSON object with no unknown fields; on failure it has
-// answered the request. The Content-Type is not insisted on (curl -d sends a
-// form type); the body must be JSON all the same.
+// answered the request. The body must say it is JSON (415 otherwise): a
+// web page can make a browser send a text/plain or form POST to a
+// tokenless API on loopback without asking, but not a JSON one.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if !web.RequireJSON(w, r) {
+		return false
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

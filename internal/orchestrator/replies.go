@@ -50,6 +50,9 @@ type incoming struct {
 	// trace is the context of the span that consumes the reply, kept with
 	// the applied reply for the follow-up it may complete.
 	trace map[string]string
+	// oversize is the size of a result over bus.MaxReplyBytes, which
+	// result replaces with a failed one saying so.
+	oversize int
 }
 
 // replyConcurrency is the number of replies handled at once, each by its
@@ -259,6 +262,10 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 		m.Reply(kind, verdictLabel)
 		m.DeadLetter(verdictLabel)
 		return bus.Terminal(err)
+	}
+	if in.oversize > 0 {
+		o.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
+			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", bus.MaxReplyBytes))
 	}
 	in.trustErr = o.checkTrust(in)
 	in.trace = telemetry.InjectMap(ctx)
@@ -501,7 +508,11 @@ func incomingOf(r bus.Reply) (incoming, error) {
 		if err := r.Call.Validate(); err != nil {
 			return incoming{}, err
 		}
-		in.kind, in.callID, in.result = deferred.KindCall, r.Call.ToolCallID, r.Call
+		res, ok := r.Call.WithinLimit()
+		if !ok {
+			in.oversize = r.Call.PayloadBytes()
+		}
+		in.kind, in.callID, in.result = deferred.KindCall, r.Call.ToolCallID, &res
 	default:
 		return incoming{}, errors.New("reply holds neither a result nor a decision")
 	}
@@ -594,6 +605,8 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	}
 	pc.Reply = replyOf(in, now)
 	pc.Reply.Trace = in.trace
+	// Answered, so it was published: nothing publishes it again.
+	pc.Published = true
 	if d := in.decision; d != nil {
 		c.Decisions = append(c.Decisions, DecisionRecord{
 			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,

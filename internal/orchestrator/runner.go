@@ -79,12 +79,6 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
-	if !o.store.indexed(runID, convID) {
-		if err := o.store.putRun(ctx, runID, convID); err != nil {
-			log.WarnContext(ctx, "run: index", slog.String("error", err.Error()))
-			return
-		}
-	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
 	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
 	var parent map[string]string
@@ -232,8 +226,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
-		c, err := o.publishBatchFrom(ctx, c, rev)
-		if err != nil {
+		if _, err := o.publishCalls(ctx, c); err != nil {
 			// The reconcile loop publishes what is left unmarked.
 			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
 		}
