@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const cliSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
@@ -57,7 +58,7 @@ func cliFixture(t *testing.T) *bus.Bus {
 		}
 	}
 	if _, err := b.PublishEvent(ctx, bus.Event{ConversationID: "conv-run-3", RunID: "run-3", ToolCallID: "call-3",
-		Type: approver.EventReplyApplied, Data: json.RawMessage(`{"kind":"approval"}`), Time: time.Now()}); err != nil {
+		Type: wire.EventReplyApplied, Data: json.RawMessage(`{"kind":"approval"}`), Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	return b

@@ -93,11 +93,11 @@ func Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
 	return connect(ctx, cfg)
 }
 
-// Connect opens an in-process connection to the embedded server (no TCP).
-// cfg.URL is ignored.
-func (s *Server) Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
+// ConnectInProcess opens an in-process connection (no TCP) to a server
+// running in this process, such as package embedded's. cfg.URL is ignored.
+func ConnectInProcess(ctx context.Context, srv nats.InProcessConnProvider, cfg ConnConfig) (*Bus, error) {
 	cfg = cfg.withDefaults()
-	return connect(ctx, cfg, nats.InProcessServer(s.ns))
+	return connect(ctx, cfg, nats.InProcessServer(srv))
 }
 
 func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {

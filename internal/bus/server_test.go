@@ -13,22 +13,23 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 func TestStoreDirLockRefusesSecondServer(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
-	if !errors.Is(err, bus.ErrStoreDirLocked) || !strings.Contains(err.Error(), dir) {
+	_, err = embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if !errors.Is(err, embedded.ErrStoreDirLocked) || !strings.Contains(err.Error(), dir) {
 		t.Errorf("second server: err = %v, want ErrStoreDirLocked naming %s", err, dir)
 	}
 	srv.Shutdown()
 	// Released on shutdown.
-	srv2, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	srv2, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatalf("after shutdown: %v", err)
 	}
@@ -38,8 +39,8 @@ func TestStoreDirLockRefusesSecondServer(t *testing.T) {
 func TestServerStateSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := bus.ServerConfig{StoreDir: dir, NoListen: true, SyncAlways: true}
-	srv, err := bus.StartServer(cfg)
+	cfg := embedded.ServerConfig{StoreDir: dir, NoListen: true, SyncAlways: true}
+	srv, err := embedded.StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.Setup(t, b)
-	if _, err := b.PublishCall(bustest.Context(t), sampleCall("run1", "c1")); err != nil {
+	if _, err := b.PublishCall(bustest.Context(t), bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
@@ -61,7 +62,7 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-func startServerCfg(t *testing.T, cfg bus.ServerConfig) *bus.Server {
+func startServerCfg(t *testing.T, cfg embedded.ServerConfig) *embedded.Server {
 	t.Helper()
 	return bustest.StartServer(t, cfg)
 }
@@ -70,18 +71,18 @@ func TestStartServerConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cfg  bus.ServerConfig
+		cfg  embedded.ServerConfig
 		want string
 	}{
-		{"no store dir", bus.ServerConfig{}, "store dir is required"},
-		{"bad listen", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "nope"}, "listen address"},
-		{"bad port", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:x"}, "bad port"},
-		{"nameless user", bus.ServerConfig{StoreDir: t.TempDir(), Users: []bus.User{{Password: "p"}}}, "no name"},
+		{"no store dir", embedded.ServerConfig{}, "store dir is required"},
+		{"bad listen", embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "nope"}, "listen address"},
+		{"bad port", embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:x"}, "bad port"},
+		{"nameless user", embedded.ServerConfig{StoreDir: t.TempDir(), Users: []bus.User{{Password: "p"}}}, "no name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := bus.StartServer(tt.cfg)
+			_, err := embedded.StartServer(tt.cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
@@ -100,7 +101,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
 		t.Fatalf("second setup: %v", err)
 	}
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c1")); err != nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	// A changed bound is applied in place; data stays.
@@ -122,10 +123,10 @@ func TestSetupIdempotent(t *testing.T) {
 		t.Errorf("calls stream lost its message: %d", info.State.Msgs)
 	}
 	// The bound refuses overload instead of dropping old calls.
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c2")); err != nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c2")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c3")); err == nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c3")); err == nil {
 		t.Error("publish beyond CallsMaxMsgs succeeded")
 	}
 	for _, name := range []string{bus.StreamApprovals, bus.StreamReplies, bus.StreamEvents, bus.StreamDLQ, bus.StreamAudit, bus.StreamAdvisories} {
@@ -164,7 +165,7 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := bus.RolePermissions("intruder"); err == nil {
 		t.Error("unknown role accepted")
 	}
-	srv := bustest.StartServer(t, bus.ServerConfig{Users: users})
+	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
 	conn := func(role string) *bus.Bus {
 		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
 	}
@@ -175,13 +176,13 @@ func TestRolePermissions(t *testing.T) {
 	ctx := bustest.Context(t)
 
 	// What each role is for works.
-	if _, err := worker.PublishCallReply(ctx, sampleReply("run1", "c1")); err != nil {
+	if _, err := worker.PublishCallReply(ctx, bustest.SampleReply("run1", "c1")); err != nil {
 		t.Errorf("worker publishing a result: %v", err)
 	}
-	if _, err := approver.PublishDecision(ctx, sampleDecision("run1", "c2")); err != nil {
+	if _, err := approver.PublishDecision(ctx, bustest.SampleDecision("run1", "c2")); err != nil {
 		t.Errorf("approver publishing a decision: %v", err)
 	}
-	if _, err := orch.PublishCall(ctx, sampleCall("run1", "c3")); err != nil {
+	if _, err := orch.PublishCall(ctx, bustest.SampleCall("run1", "c3")); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 1)
@@ -214,13 +215,13 @@ func TestRolePermissions(t *testing.T) {
 
 	// What they must not do fails, and nothing reaches the stream.
 	before := bustest.StreamMsgs(t, orch, bus.StreamReplies)
-	if _, err := worker.PublishDecision(ctx, sampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := worker.PublishDecision(ctx, bustest.SampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := approver.PublishCallReply(ctx, sampleReply("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := approver.PublishCallReply(ctx, bustest.SampleReply("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("approver publishing a result: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := worker.PublishCall(ctx, sampleCall("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := worker.PublishCall(ctx, bustest.SampleCall("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a call: err = %v, want ErrPermissionDenied", err)
 	}
 	if _, err := worker.ConsumeReplies(ctx, "sneaky", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
@@ -251,7 +252,7 @@ func TestRolePermissions(t *testing.T) {
 func TestRolesCannotReadOtherInboxes(t *testing.T) {
 	t.Parallel()
 	users := roleUsers(t)
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: users})
 	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
 	bustest.Setup(t, orch)
 	ctx := bustest.Context(t)

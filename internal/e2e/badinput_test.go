@@ -15,14 +15,15 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // singleServer is one embedded server with toolgate's streams set up.
-func singleServer(t testing.TB) *bus.Server {
+func singleServer(t testing.TB) *embedded.Server {
 	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", NoListen: true, Logger: clLogger(t)})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", NoListen: true, Logger: clLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func singleServer(t testing.TB) *bus.Server {
 	return srv
 }
 
-func inProcess(t testing.TB, srv *bus.Server, name string) *bus.Bus {
+func inProcess(t testing.TB, srv *embedded.Server, name string) *bus.Bus {
 	t.Helper()
 	b, err := srv.Connect(clCtx(t), bus.ConnConfig{Name: name, Logger: clLogger(t)})
 	if err != nil {

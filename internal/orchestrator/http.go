@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 
 	"github.com/nats-io/nats.go"
 )
@@ -191,17 +191,8 @@ type RunSummary struct {
 	Status Status `json:"status"`
 }
 
-// PendingView is a deferred call still waiting for its reply.
-type PendingView struct {
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
-	ToolCallID     string          `json:"tool_call_id"`
-	ToolName       string          `json:"tool_name"`
-	Kind           string          `json:"kind"`
-	Args           json.RawMessage `json:"args"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"` // the reason of an approval
-	Deadline       time.Time       `json:"deadline"`
-}
+// PendingView is a deferred call still waiting for its reply (package wire).
+type PendingView = wire.PendingCall
 
 func viewOf(c *Conversation) ConversationView {
 	v := ConversationView{

@@ -371,7 +371,7 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
 	s := &store{
-		js: o.js, stream: stream, index: index,
+		bus: o.bus, js: o.js, stream: stream, index: index,
 		cache:   newStateCache(o.cfg.StateCacheBytes),
 		maxPart: max(int(o.bus.Conn().MaxPayload())-partHeadroom, 1024),
 		clock:   o.clock, onTooLarge: o.failTooLarge,

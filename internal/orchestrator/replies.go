@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // replyTimeout bounds the handling of one reply (KV reads and CAS writes).
@@ -301,7 +302,7 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 			if c == nil {
 				// Read now rather than in the CAS, to know whether to
 				// linger; a failed read is left to the CAS to report.
-				c, rev, _ = o.store.get(ctx, convID)
+				c, rev, _ = o.store.current(ctx, convID)
 			}
 			jobs = o.linger(ctx, convID, c, jobs)
 			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
@@ -459,29 +460,12 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	return conv, rev
 }
 
-// replyAppliedData is the data of a reply_applied event: who decided and
-// how, for a decision; the outcome, for a result.
-type replyAppliedData struct {
-	Kind       string `json:"kind"`
-	Approved   *bool  `json:"approved,omitempty"`
-	ApproverID string `json:"approver_id,omitempty"`
-	Message    string `json:"message,omitempty"`
-	Outcome    string `json:"outcome,omitempty"`
-	WorkerID   string `json:"worker_id,omitempty"`
-}
-
-// replyRefusedData is the data of a reply_refused event.
-type replyRefusedData struct {
-	Kind    string `json:"kind"`
-	Verdict string `json:"verdict"` // refused or late
-	Reason  string `json:"reason"`
-}
-
-// callsExpiredData is the data of a calls_expired event.
-type callsExpiredData struct {
-	Calls       int      `json:"calls"`
-	ToolCallIDs []string `json:"tool_call_ids"`
-}
+// The data of the reply events (package wire).
+type (
+	replyAppliedData = wire.ReplyApplied
+	replyRefusedData = wire.ReplyRefused
+	callsExpiredData = wire.CallsExpired
+)
 
 // replyEvents publishes what a recorded reply changed: the call answered,
 // or the reply refused and why; and the call expired if the reply found it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // errLeaseLost ends a run whose lease another replica took over.
@@ -148,11 +149,7 @@ func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, conv
 	return o.finish(fctx, log, convID, runID, c, rev, res, runErr)
 }
 
-// runStartedData is the data of a run_started event.
-type runStartedData struct {
-	Resume bool   `json:"resume"`
-	Prompt string `json:"prompt,omitempty"`
-}
+type runStartedData = wire.RunStarted
 
 // runAgent runs the agent and publishes its events.
 func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in agent.RunInput) (*agent.RunResult, error) {
@@ -222,10 +219,10 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	switch c.Status {
 	case StatusFailed:
 		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
-		o.publishEvent(ctx, convID, runID, EventRunFailed, "", map[string]string{"error": c.Error})
+		o.publishEvent(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: c.Error})
 	case StatusCompleted:
 		log.InfoContext(ctx, "run completed")
-		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", map[string]string{"output": c.Output})
+		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))

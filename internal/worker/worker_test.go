@@ -16,18 +16,19 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // env is an embedded server with toolgate's streams, for one test.
 type env struct {
-	srv *bus.Server
+	srv *embedded.Server
 	bus *bus.Bus
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
 	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
 	bustest.Setup(t, e.bus)
 	return e
