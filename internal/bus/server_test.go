@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -344,7 +345,7 @@ func roleUsers(t *testing.T) []bus.User {
 // an operator) makes it again and goes on receiving requests.
 func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 	t.Parallel()
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: roleUsers(t)})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: roleUsers(t)})
 	conn := func(role string) *bus.Bus {
 		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role, Logger: testLogger(t)})
 	}
@@ -371,7 +372,16 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 	if _, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
 		t.Fatalf("bot-a's consumer after the refused delete: %v", err)
 	}
-	if _, err := orch.PublishApproval(ctxT(t), sampleApproval("run1", "before")); err != nil {
+	request := func(call string) bus.ApprovalRequest {
+		args := json.RawMessage(`{"path":"x"}`)
+		d, err := bus.DigestArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
+			Parameters: json.RawMessage(`{"type":"object"}`), Args: args, ArgsDigest: d, Deadline: time.Now().Add(time.Hour)}
+	}
+	if _, err := orch.PublishApproval(ctxT(t), request("before")); err != nil {
 		t.Fatal(err)
 	}
 	if id := bustest.Recv(t, got, "the first request"); id != "before" {
@@ -385,7 +395,7 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 		_, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a")
 		return err == nil, fmt.Sprint(err)
 	})
-	if _, err := orch.PublishApproval(ctxT(t), sampleApproval("run1", "after")); err != nil {
+	if _, err := orch.PublishApproval(ctxT(t), request("after")); err != nil {
 		t.Fatal(err)
 	}
 	// The new durable starts from the stream's first request again.
