@@ -2,7 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +337,71 @@ func roleUsers(t *testing.T) []bus.User {
 		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
 	}
 	return users
+}
+
+// An approver's credentials cannot delete a consumer of the approvals
+// stream (another bot's durable: before, any approver could, and the
+// victim decided nothing more); a bot whose durable is deleted anyway (by
+// an operator) makes it again and goes on receiving requests.
+func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: roleUsers(t)})
+	conn := func(role string) *bus.Bus {
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role, Logger: testLogger(t)})
+	}
+	orch := conn(bus.RoleOrchestrator)
+	bustest.Setup(t, orch)
+	bot, mallory := conn(bus.RoleApprover), conn(bus.RoleApprover)
+	got := make(chan string, 16)
+	sub, err := bot.ConsumeApprovals(ctxT(t), "bot-a", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
+		func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+			got <- d.Msg.ToolCallID
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, sub) })
+
+	ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
+	err = mallory.JetStream().DeleteConsumer(ctx, bus.StreamApprovals, "bot-a")
+	cancel()
+	if err == nil {
+		t.Fatal("an approver deleted another approver's consumer")
+	}
+	if _, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+		t.Fatalf("bot-a's consumer after the refused delete: %v", err)
+	}
+	request := func(call string) bus.ApprovalRequest {
+		args := json.RawMessage(`{"path":"x"}`)
+		d, err := bus.DigestArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
+			Parameters: json.RawMessage(`{"type":"object"}`), Args: args, ArgsDigest: d, Deadline: time.Now().Add(time.Hour)}
+	}
+	if _, err := orch.PublishApproval(ctxT(t), request("before")); err != nil {
+		t.Fatal(err)
+	}
+	if id := bustest.Recv(t, got, "the first request"); id != "before" {
+		t.Fatalf("got %s", id)
+	}
+
+	if err := orch.JetStream().DeleteConsumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Poll(t, bustest.Timeout, "bot-a's consumer made again", func() (bool, string) {
+		_, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a")
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := orch.PublishApproval(ctxT(t), request("after")); err != nil {
+		t.Fatal(err)
+	}
+	// The new durable starts from the stream's first request again.
+	for {
+		if id := bustest.Recv(t, got, "a request after the delete"); id == "after" {
+			return
+		}
+	}
 }

@@ -50,7 +50,11 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 
 func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 	id := e.id
-	c, _, err := o.store.get(ctx, id)
+	// The cached state, when there is one: acting on a stale one costs a
+	// refused append and a catch-up, never a wrong change, since every
+	// change goes through the store's expected-sequence append; and a pass
+	// over many paused conversations then reads none of them.
+	c, _, err := o.store.current(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return o.store.undue(ctx, e)
 	}

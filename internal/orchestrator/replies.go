@@ -302,7 +302,7 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 			if c == nil {
 				// Read now rather than in the CAS, to know whether to
 				// linger; a failed read is left to the CAS to report.
-				c, rev, _ = o.store.get(ctx, convID)
+				c, rev, _ = o.store.current(ctx, convID)
 			}
 			jobs = o.linger(ctx, convID, c, jobs)
 			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)

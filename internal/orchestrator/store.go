@@ -83,6 +83,7 @@ func dueKey(id string) string { return dueKeyPrefix + id }
 // revision. Folded states are kept in a bounded cache, so that a change
 // made by this process needs no read before the next one.
 type store struct {
+	bus    *bus.Bus
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	// index holds due.<id> while a conversation is not finished.
@@ -181,61 +182,43 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint64) (int64, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	subject := bus.ConversationSubject(id)
+	if s.reads != nil {
+		s.reads.Add(1)
+	}
 	var (
 		size  int64
-		last  = after
 		parts []byte
 	)
-	const batch = 256
-	for {
-		if s.reads != nil {
-			s.reads.Add(1)
+	last, err := s.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after, func(m bus.LogMsg) error {
+		size += int64(len(m.Data))
+		data := m.Data
+		if p := m.Header.Get(hdrPart); p != "" {
+			i, n, ok := partOf(p)
+			if !ok {
+				return fmt.Errorf("record %d: bad %s header %q", m.Sequence, hdrPart, p)
+			}
+			if i == 1 {
+				parts = parts[:0]
+			}
+			parts = append(parts, data...)
+			if i < n {
+				return nil
+			}
+			data = parts
 		}
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, bus.StreamConversations, batch,
-			jetstreamext.GetBatchSeq(last+1), jetstreamext.GetBatchSubject(subject))
-		if err != nil {
-			return 0, 0, fmt.Errorf("read conversation %s: %w", id, err)
+		var r record
+		if err := msgpack.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("record %d: %w", m.Sequence, err)
 		}
-		got, more := 0, false
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return 0, 0, fmt.Errorf("read conversation %s: %w", id, err)
-			}
-			got++
-			last = m.Sequence
-			size += int64(len(m.Data))
-			more = m.Header.Get("Nats-Num-Pending") != "0"
-			data := m.Data
-			if p := m.Header.Get(hdrPart); p != "" {
-				i, n, ok := partOf(p)
-				if !ok {
-					return 0, 0, fmt.Errorf("conversation %s: record %d: bad %s header %q", id, m.Sequence, hdrPart, p)
-				}
-				if i == 1 {
-					parts = parts[:0]
-				}
-				parts = append(parts, data...)
-				if i < n {
-					continue
-				}
-				data = parts
-			}
-			var r record
-			if err := msgpack.Unmarshal(data, &r); err != nil {
-				return 0, 0, fmt.Errorf("conversation %s: record %d: %w", id, m.Sequence, err)
-			}
-			if err := c.apply(&r); err != nil {
-				return 0, 0, fmt.Errorf("conversation %s: record %d: %w", id, m.Sequence, err)
-			}
+		if err := c.apply(&r); err != nil {
+			return fmt.Errorf("record %d: %w", m.Sequence, err)
 		}
-		if got < batch || !more {
-			return size, last, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("conversation %s: %w", id, err)
 	}
+	return size, last, nil
 }
 
 func partOf(h string) (i, n int, ok bool) {
@@ -556,7 +539,7 @@ func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*Conversation
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
-	s := &store{js: js, stream: stream, cache: newStateCache(0)}
+	s := &store{bus: b, js: js, stream: stream, cache: newStateCache(0)}
 	c, _, err := s.get(ctx, id)
 	return c, err
 }
