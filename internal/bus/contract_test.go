@@ -33,7 +33,7 @@ func TestForeignWorkerBindsToTheCallConsumer(t *testing.T) {
 	consumeReplies(t, orch, "orchestrator", bus.ConsumeConfig{AckWait: 2 * time.Second},
 		func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil })
 
-	call := sampleCall("run1", "c1")
+	call := bustest.SampleCall("run1", "c1")
 	call.ToolName = "flaky"
 	o, err := bus.CallMessage(call)
 	if err != nil {
@@ -98,7 +98,7 @@ func TestCallConsumerKeepsAWorkersSettings(t *testing.T) {
 	worker := bustest.Connect(t, srv, "worker")
 	consumeCalls(t, worker, "weather", bus.ConsumeConfig{AckWait: 3 * time.Second},
 		func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil })
-	publishCall(t, orch, sampleCall("run1", "c1"))
+	publishCall(t, orch, bustest.SampleCall("run1", "c1"))
 	cons, err := orch.JetStream().Consumer(bustest.Context(t), bus.StreamCalls, "call_weather")
 	if err != nil {
 		t.Fatal(err)
