@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +79,12 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// callConsumers holds the tools whose call_<tool> consumer this
+	// connection has made sure of (EnsureCallConsumer).
+	callConsumers sync.Map
+	// borrowed: the connection is the caller's (FromConn); Close leaves
+	// it open.
+	borrowed bool
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -196,5 +203,7 @@ func (b *Bus) Close() {
 	case <-time.After(2 * time.Second):
 	}
 	b.js.CleanupPublisher()
-	b.nc.Close()
+	if !b.borrowed {
+		b.nc.Close()
+	}
 }
