@@ -255,6 +255,7 @@ type Orchestrator struct {
 	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
 	events      *eventQueue
 	replyGroups replyGroups
+	observer    observer
 
 	stats Stats
 }
@@ -307,6 +308,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
 		return nil, err
