@@ -35,8 +35,10 @@ func RolePermissions(role string) (Permissions, error) {
 	switch role {
 	case RoleOrchestrator:
 		return Permissions{
-			Publish:   []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
-			Subscribe: inbox,
+			Publish: []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
+			// Cancel notices stop its runs of cancelled conversations;
+			// nudges hand it conversations of its agents.
+			Subscribe: append(inbox, AllCancels, subjectNudge+".*"),
 		}, nil
 	case RoleWorker:
 		return Permissions{
@@ -47,7 +49,8 @@ func RolePermissions(role string) (Permissions, error) {
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
 				"$JS.API.INFO",
 			),
-			Subscribe: inbox,
+			// Cancel notices stop calls of cancelled conversations.
+			Subscribe: append(inbox, AllCancels),
 		}, nil
 	case RoleApprover:
 		return Permissions{
