@@ -51,7 +51,7 @@ echo "▶ sandbox after the demo:"
 (cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf "  %s: %s\n" "$f" "$(cat "$f")"; done) || true
 echo
 echo "▶ still serving: try"
-echo "    curl -s -XPOST http://$HTTP/v1/runs -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"
+echo "    curl -s -XPOST http://$HTTP/v1/runs -H 'Content-Type: application/json' -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"
 echo "    curl -s http://$HTTP/v1/pending"
 echo "  Ctrl-C stops everything."
 wait -n "${pids[@]}" || true

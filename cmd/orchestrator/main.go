@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/web"
 
 	"github.com/toolgate/toolgate/internal/approver"
@@ -176,7 +177,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 	// The bus: an embedded server, or a connection to one. Events go on a
 	// second connection, so that a busy run's events are not queued ahead
 	// of its state writes and calls.
-	var srv *bus.Server
+	var srv *embedded.Server
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	connect := func(name string) (*bus.Bus, error) {
@@ -188,7 +189,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 		return bus.Connect(cctx, cfg)
 	}
 	if o.natsURL == "" {
-		srv, err = bus.StartServer(bus.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: natsAuth.users, Logger: logger})
+		srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: natsAuth.users, Logger: logger})
 		if err != nil {
 			return err
 		}

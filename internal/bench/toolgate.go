@@ -94,7 +94,7 @@ type rig struct {
 	// conns are the connections of the system under test, whose stalled
 	// pulls the measurement reports.
 	conns []*bus.Bus
-	kv    jetstream.KeyValue
+	convs jetstream.Stream
 	stops []func()
 
 	mu      sync.Mutex
@@ -149,7 +149,7 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
-	if r.kv, err = b.JetStream().KeyValue(ctx, bus.BucketRuns); err != nil {
+	if r.convs, err = b.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
 		return r, fmt.Errorf("toolgate: runs bucket: %w", err)
 	}
 	agentCfg, err := agentConfig(batch)
@@ -501,11 +501,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
-	status, err := r.kv.Status(ctx)
+	info, err := r.convs.Info(ctx)
 	if err != nil {
-		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: bucket status: %w", err)
+		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: stream info: %w", err)
 	}
-	storePer := float64(status.Bytes()) / float64(n)
+	storePer := float64(info.State.Bytes) / float64(n)
 
 	chans := make([]<-chan *orchestrator.Conversation, n)
 	r.mu.Lock()

@@ -78,6 +78,9 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// borrowed: the connection is the caller's (FromConn); Close leaves
+	// it open.
+	borrowed bool
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -93,11 +96,11 @@ func Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
 	return connect(ctx, cfg)
 }
 
-// Connect opens an in-process connection to the embedded server (no TCP).
-// cfg.URL is ignored.
-func (s *Server) Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
+// ConnectInProcess opens an in-process connection (no TCP) to a server
+// running in this process, such as package embedded's. cfg.URL is ignored.
+func ConnectInProcess(ctx context.Context, srv nats.InProcessConnProvider, cfg ConnConfig) (*Bus, error) {
 	cfg = cfg.withDefaults()
-	return connect(ctx, cfg, nats.InProcessServer(s.ns))
+	return connect(ctx, cfg, nats.InProcessServer(srv))
 }
 
 func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {
@@ -196,5 +199,7 @@ func (b *Bus) Close() {
 	case <-time.After(2 * time.Second):
 	}
 	b.js.CleanupPublisher()
-	b.nc.Close()
+	if !b.borrowed {
+		b.nc.Close()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,26 +241,34 @@ func (s *Subscription) closeIdle() {
 // the handlers' context is cancelled and ctx's error returned.
 func (s *Subscription) Stop(ctx context.Context) error {
 	s.markStopped()
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		cc.Stop()
 	}
 	return s.wait(ctx)
 }
 
+// consumeContexts are the running consume loops; recreate replaces them.
+func (s *Subscription) consumeContexts() []jetstream.ConsumeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ccs)
+}
+
 // Drain stops fetching, lets messages already fetched be handled, and
 // waits for the handlers (bounded by ctx, as Stop).
 func (s *Subscription) Drain(ctx context.Context) error {
-	for _, cc := range s.ccs {
+	ccs := s.consumeContexts()
+	for _, cc := range ccs {
 		cc.Drain()
 	}
-	for _, cc := range s.ccs {
+	for _, cc := range ccs {
 		select {
 		case <-cc.Closed():
 		case <-ctx.Done():
 		}
 	}
 	s.markStopped()
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		cc.Stop()
 	}
 	return s.wait(ctx)
@@ -273,7 +282,7 @@ func (s *Subscription) wait(ctx context.Context) error {
 		s.cancel()
 		return fmt.Errorf("stop consumer: %w", ctx.Err())
 	}
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		select {
 		case <-cc.Closed():
 		case <-ctx.Done():
@@ -345,40 +354,127 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 			}()
 		}
 	}
-	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// lost hears of a consume loop whose consumer may be gone: deleted on
+	// the server (by an operator, or a client with the right to), or
+	// missing behind pulls that get no heartbeats.
+	lost := make(chan lostConsumer, 2*loops)
+	errHandler := jetstream.ConsumeErrHandler(func(c jetstream.ConsumeContext, err error) {
 		// Missed heartbeats and leader changes are not fatal: the
 		// consume loop pulls again by itself.
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
 			b.stalls.Add(1)
 		}
 		logger.Warn("consume error", slog.Any("error", err))
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+			select {
+			case lost <- lostConsumer{cc: c, err: err}:
+			default:
+			}
+		}
 	})
 	// Pull requests expire well within AckWait: the waiting requests of a
 	// client that stalls (a frozen process, a long GC pause) are gone by the
 	// time its message is redelivered, so the redelivery goes to a live
 	// consumer instead of burning MaxDeliver on the stalled one.
 	expiry := jetstream.PullExpiry(min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires))
-	for range loops {
-		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
-		if err != nil {
-			s.markStopped()
-			for _, c := range s.ccs {
-				c.Stop()
+	start := func(cons jetstream.Consumer) ([]jetstream.ConsumeContext, error) {
+		var ccs []jetstream.ConsumeContext
+		for range loops {
+			c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
+			if err != nil {
+				for _, c := range ccs {
+					c.Stop()
+				}
+				return nil, fmt.Errorf("consume %s: %w", cc.Durable, err)
 			}
-			cancel()
-			return nil, fmt.Errorf("consume %s: %w", cc.Durable, err)
+			ccs = append(ccs, c)
 		}
-		s.ccs = append(s.ccs, c)
+		return ccs, nil
+	}
+	if s.ccs, err = start(cons); err != nil {
+		s.markStopped()
+		cancel()
+		return nil, err
 	}
 	go func() {
-		select {
-		case <-ctx.Done():
-			cancel()
-			_ = s.Stop(context.Background())
-		case <-s.watchEnd:
+		for {
+			select {
+			case <-ctx.Done():
+				cancel()
+				_ = s.Stop(context.Background())
+				return
+			case <-s.watchEnd:
+				return
+			case l := <-lost:
+				s.recreate(ctx, b, stream, cc, logger, l, start)
+			}
 		}
 	}()
 	return s, nil
+}
+
+type lostConsumer struct {
+	cc  jetstream.ConsumeContext
+	err error
+}
+
+// recreate makes a durable consumer again when it was deleted under its
+// subscription (nats.go then stops consuming), so that a consumer removed
+// by mistake or by another client does not silently end the work. What it
+// had acked is lost with it, so its DeliverPolicy applies again and
+// handlers may see such messages a second time (toolgate's handlers take a
+// repeat as a duplicate). Only a loop of this subscription as it is now
+// counts (the others have been replaced), and after missed heartbeats
+// only if the consumer is indeed gone.
+func (s *Subscription) recreate(ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, logger *slog.Logger, l lostConsumer, start func(jetstream.Consumer) ([]jetstream.ConsumeContext, error)) {
+	old := s.consumeContexts()
+	if !slices.Contains(old, l.cc) {
+		return
+	}
+	if !errors.Is(l.err, jetstream.ErrConsumerDeleted) {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := b.js.Consumer(ictx, stream, cc.Durable)
+		cancel()
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return
+		}
+	}
+	for _, c := range old {
+		c.Stop()
+	}
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := b.js.CreateOrUpdateConsumer(cctx, stream, cc)
+		cancel()
+		var ccs []jetstream.ConsumeContext
+		if err == nil {
+			ccs, err = start(cons)
+		}
+		if err == nil {
+			s.mu.Lock()
+			stopped := s.stopped
+			if !stopped {
+				s.ccs = ccs
+			}
+			s.mu.Unlock()
+			if stopped {
+				for _, c := range ccs {
+					c.Stop()
+				}
+				return
+			}
+			logger.Warn("the consumer was deleted; made it again", slog.Any("cause", l.err))
+			return
+		}
+		logger.Error("the consumer was deleted; making it again failed", slog.Any("error", err), slog.Int("attempt", attempt))
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.watchEnd:
+			return
+		case <-time.After(min(time.Second<<min(attempt, 5), 30*time.Second)):
+		}
+	}
 }
 
 // dispatchLoops is the number of consume loops of a Dispatch consumer:

@@ -5,31 +5,20 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
-// Notices are core NATS messages (not stored) that tell processes to look
-// at something now rather than at their next scan; losing one delays work
-// but loses nothing, since what they announce is in the store.
+// Notices (wire.PrefixCancel, wire.PrefixNudge) are core NATS messages.
 const (
-	subjectCancel = "toolgate.cancel"
-	subjectNudge  = "toolgate.nudge"
+	subjectCancel = wire.PrefixCancel
+	subjectNudge  = wire.PrefixNudge
+	AllCancels    = wire.AllCancels
 )
-
-// AllCancels is the filter for every run's cancel notice.
-const AllCancels = subjectCancel + ".*"
-
-// CancelSubject is toolgate.cancel.<run>: the run's conversation was
-// cancelled, so its calls in flight may stop.
-func CancelSubject(runID string) (string, error) { return subject("run id", subjectCancel, runID) }
-
-// NudgeSubject is toolgate.nudge.<agent>: a conversation of that agent has
-// work a replica running the agent should take up now (the body is the
-// conversation id).
-func NudgeSubject(agent string) (string, error) { return subject("agent name", subjectNudge, agent) }
 
 // PublishCancel announces that run runID's conversation was cancelled.
 func (b *Bus) PublishCancel(runID string) error {
-	subj, err := CancelSubject(runID)
+	subj, err := wire.CancelSubject(runID)
 	if err != nil {
 		return err
 	}
@@ -55,7 +44,7 @@ func (b *Bus) SubscribeCancels(fn func(runID string)) (*nats.Subscription, error
 // PublishNudge asks the replicas that run agent to look at conversation
 // convID now.
 func (b *Bus) PublishNudge(agent, convID string) error {
-	subj, err := NudgeSubject(agent)
+	subj, err := wire.NudgeSubject(agent)
 	if err != nil {
 		return err
 	}
@@ -68,7 +57,7 @@ func (b *Bus) PublishNudge(agent, convID string) error {
 // SubscribeNudges calls fn with the conversation id of every nudge for
 // agent; fn runs on the subscription's goroutine and must not block.
 func (b *Bus) SubscribeNudges(agent string, fn func(convID string)) (*nats.Subscription, error) {
-	subj, err := NudgeSubject(agent)
+	subj, err := wire.NudgeSubject(agent)
 	if err != nil {
 		return nil, err
 	}

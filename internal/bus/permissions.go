@@ -55,10 +55,13 @@ func RolePermissions(role string) (Permissions, error) {
 	case RoleApprover:
 		return Permissions{
 			// The approval inbox also reads the conversations' events (to
-			// learn what was settled elsewhere and to show transcripts), and
-			// its scans of both streams use ordered consumers it deletes.
+			// learn what was settled elsewhere and to show transcripts)
+			// through ordered consumers it deletes when done. Approvers may
+			// not delete consumers of the approvals stream: NATS cannot tell
+			// an approver's own consumer from another's there, and a deleted
+			// durable stops a bot until it makes it again. Their scans of
+			// that stream expire by themselves instead.
 			Publish: append(append(consumerAPI(StreamApprovals), consumerAPI(StreamEvents)...),
-				"$JS.API.CONSUMER.DELETE."+StreamApprovals+".>",
 				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
 				subjectDLQ+".>",

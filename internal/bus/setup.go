@@ -129,7 +129,14 @@ func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
 	)
 	adv.MaxAge = c.DLQMaxAge
 
-	return []jetstream.StreamConfig{calls, approvals, replies, events, dlq, audit, adv}
+	// A conversation's log is kept until the conversation is deleted; its
+	// records are read by subject (direct gets), and a record larger than
+	// the max payload is written as an atomic batch of parts.
+	convs := base(StreamConversations, "conversation logs: one subject per conversation, a record per change", ConversationSubjects)
+	convs.AllowDirect = true
+	convs.AllowAtomicPublish = true
+
+	return []jetstream.StreamConfig{calls, approvals, replies, events, dlq, audit, adv, convs}
 }
 
 // KeyValueConfigs are the bucket configurations Setup applies.
@@ -138,11 +145,18 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{
 			Bucket:         BucketRuns,
-			Description:    "paused runs: history, batch, replies, status, deadlines",
+			Description:    "conversations stored before their logs (read once and moved), and the run index of that time",
 			History:        1,
 			Storage:        jetstream.FileStorage,
 			Replicas:       c.Replicas,
 			LimitMarkerTTL: c.RunsMarkerTTL,
+		},
+		{
+			Bucket:      BucketIndex,
+			Description: "conversations not finished (due.<id>), for the orchestrator's reconcile",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
 		},
 		{
 			Bucket:      BucketTools,

@@ -25,7 +25,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	cl := startCluster(t, 3)
 	setupRetry(t, cl.connect("setup", bus.ConnConfig{}), bus.SetupConfig{Replicas: 3})
 	t.Logf("cluster up and set up in %s", time.Since(began).Round(time.Millisecond))
-	for _, stream := range []string{bus.StreamCalls, bus.StreamReplies, "KV_" + bus.BucketRuns} {
+	for _, stream := range []string{bus.StreamCalls, bus.StreamReplies, bus.StreamConversations} {
 		st, err := cl.connect("check", bus.ConnConfig{}).JetStream().Stream(clCtx(t), stream)
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +112,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		t.Fatal("no leader for the replies stream")
 	}
 	meta := cl.metaLeader()
-	runsLeader := cl.streamLeader("KV_" + bus.BucketRuns)
+	runsLeader := cl.streamLeader(bus.StreamConversations)
 	var onVictim []string
 	for name, b := range conns {
 		if b.Conn().ConnectedServerName() == cl.names[victim] {
@@ -139,7 +139,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	applied := o.Stats().RepliesApplied.Load()
 	killedAt := time.Now()
 	cl.kill(victim)
-	t.Logf("killed %s (replies leader; meta leader %v, runs bucket leader %v; clients on it: %v): %d of %d conversations started, %d calls queued for workers, %d replies unacked or undelivered, %d of their %d replies still to come",
+	t.Logf("killed %s (replies leader; meta leader %v, conversations stream leader %v; clients on it: %v): %d of %d conversations started, %d calls queued for workers, %d replies unacked or undelivered, %d of their %d replies still to come",
 		cl.names[victim], meta == victim, runsLeader == victim, onVictim, startedBefore, n, queued,
 		ci.NumPending+uint64(ci.NumAckPending), 4*int64(startedBefore)-applied, 4*startedBefore)
 	if startedBefore == n && applied == 4*n {
@@ -182,21 +182,15 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		}
 	}
 	// No start made a conversation twice.
-	runsKV, err := cl.connect("keys", bus.ConnConfig{}).Runs(clCtx(t))
+	convStream, err := cl.connect("keys", bus.ConnConfig{}).JetStream().Stream(clCtx(t), bus.StreamConversations)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := runsKV.Keys(clCtx(t))
+	info, err := convStream.Info(clCtx(t), jetstream.WithSubjectFilter(bus.ConversationSubjects))
 	if err != nil {
 		t.Fatal(err)
 	}
-	convs := 0
-	for _, k := range keys {
-		if strings.HasPrefix(k, "conv.") {
-			convs++
-		}
-	}
-	if convs != n {
+	if convs := len(info.State.Subjects); convs != n {
 		t.Errorf("%d conversations stored, want %d", convs, n)
 	}
 	// The counters are this process's view. A write whose answer died

@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -267,7 +267,7 @@ func newSystem(t *testing.T, agentYAML string, script []map[string]any, hosted b
 		}
 	})
 	if hosted {
-		s.natsURL = bustest.StartServer(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
+		s.natsURL = bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
 	} else {
 		s.embedded = true
 		s.store = filepath.Join(dir, "data")
@@ -532,21 +532,13 @@ func checkAppliedOnce(t *testing.T, b *bus.Bus, convID string) int {
 	return n
 }
 
-// storedConversation reads a conversation straight from KV, with what the
-// HTTP view leaves out (refusal counters).
+// storedConversation reads a conversation straight from its log, with
+// what the HTTP view leaves out (refusal counters).
 func storedConversation(t *testing.T, b *bus.Bus, convID string) *orchestrator.Conversation {
 	t.Helper()
-	kv, err := b.JetStream().KeyValue(ctxT(t), bus.BucketRuns)
+	c, err := orchestrator.ReadConversation(ctxT(t), b, convID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctxT(t), "conv."+convID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c orchestrator.Conversation
-	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-		t.Fatal(err)
-	}
-	return &c
+	return c
 }

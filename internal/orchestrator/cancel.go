@@ -8,18 +8,11 @@ import (
 	"net/http"
 
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 )
 
-// EventConversationCancelled says a conversation was cancelled; its data
-// names the calls the cancel settled (cancelledData). Its run is the one
-// whose calls were pending, or the run that was under way.
-const EventConversationCancelled = "conversation_cancelled"
-
 // cancelledData is the data of a conversation_cancelled event.
-type cancelledData struct {
-	Reason      string   `json:"reason"`
-	ToolCallIDs []string `json:"tool_call_ids"`
-}
+type cancelledData = wire.ConversationCancelled
 
 // Cancel cancels a conversation that is not finished (*ConflictError for a
 // finished one, ErrNotFound for an unknown one): its pending approvals are

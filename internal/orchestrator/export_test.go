@@ -1,4 +1,26 @@
 package orchestrator
 
+import (
+	"context"
+	"time"
+)
+
 // KeyedID lets tests name the ids an idempotency key gives.
 var KeyedID = keyedID
+
+// Reconcile runs one reconcile pass.
+func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile(ctx) }
+
+// ListConversations, DeleteConversation and FinishedBefore reach the
+// store's listing and deletion.
+func (o *Orchestrator) ListConversations(ctx context.Context, status Status, limit int, cursor string) ([]ConversationSummary, string, error) {
+	return o.store.list(ctx, listFilter{Status: status, Limit: limit, Cursor: cursor})
+}
+
+func (o *Orchestrator) DeleteConversation(ctx context.Context, id string) error {
+	return o.store.delete(ctx, id)
+}
+
+func (o *Orchestrator) FinishedBefore(ctx context.Context, t time.Time, limit int) ([]string, error) {
+	return o.store.finishedBefore(ctx, t, limit)
+}

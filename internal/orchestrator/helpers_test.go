@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -37,7 +38,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // env is an embedded JetStream server with toolgate's streams set up.
 type env struct {
 	t   *testing.T
-	srv *bus.Server
+	srv *embedded.Server
 	dir string
 	// tp, when set, traces the workers and approvers the env starts.
 	tp trace.TracerProvider
@@ -46,7 +47,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	srv := bustest.StartServer(t, bus.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
+	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
 	return e
@@ -308,6 +309,27 @@ func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
 	return cfg
 }
 
+// waitPublished waits until o has published n calls and returns the
+// conversation as it is then (paused, unless something answered meanwhile).
+// A paused run's calls are published without a mark in the state, so the
+// count of what was sent tells it.
+func waitPublished(t *testing.T, o *orchestrator.Orchestrator, convID string, n int64) *orchestrator.Conversation {
+	t.Helper()
+	var c *orchestrator.Conversation
+	waitFor(t, fmt.Sprintf("%d calls to be published", n), func() (bool, string) {
+		var err error
+		c, err = o.Conversation(ctxT(t), convID)
+		if err != nil {
+			return false, err.Error()
+		}
+		if got := o.Stats().Published.Load(); got < n {
+			return false, fmt.Sprintf("published %d; %s", got, describe(c))
+		}
+		return c.Batch != nil, describe(c)
+	})
+	return c
+}
+
 // startPaused starts the seed prompt and waits until its batch is
 // published.
 func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conversation {
@@ -325,10 +347,8 @@ func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conve
 		if c.Status != orchestrator.StatusPaused || c.Batch == nil {
 			return false, describe(c)
 		}
-		for _, pc := range c.Batch.Calls {
-			if !pc.Published {
-				return false, describe(c)
-			}
+		if n := o.Stats().Published.Load(); n < int64(len(c.Batch.Calls)) {
+			return false, fmt.Sprintf("published %d; %s", n, describe(c))
 		}
 		return true, ""
 	})

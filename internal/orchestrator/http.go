@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 
 	"github.com/nats-io/nats.go"
 )
@@ -194,17 +194,8 @@ type RunSummary struct {
 	Status Status `json:"status"`
 }
 
-// PendingView is a deferred call still waiting for its reply.
-type PendingView struct {
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
-	ToolCallID     string          `json:"tool_call_id"`
-	ToolName       string          `json:"tool_name"`
-	Kind           string          `json:"kind"`
-	Args           json.RawMessage `json:"args"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"` // the reason of an approval
-	Deadline       time.Time       `json:"deadline"`
-}
+// PendingView is a deferred call still waiting for its reply (package wire).
+type PendingView = wire.PendingCall
 
 func viewOf(c *Conversation) ConversationView {
 	v := ConversationView{
@@ -308,9 +299,13 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // decodeBody reads one JSON object with no unknown fields; on failure it has
-// answered the request. The Content-Type is not insisted on (curl -d sends a
-// form type); the body must be JSON all the same.
+// answered the request. The body must say it is JSON (415 otherwise): a
+// web page can make a browser send a text/plain or form POST to a
+// tokenless API on loopback without asking, but not a JSON one.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if !web.RequireJSON(w, r) {
+		return false
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

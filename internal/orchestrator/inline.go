@@ -1,13 +1,10 @@
 package orchestrator
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -24,7 +21,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
-	c, err := o.store.update(ctx, convID, func(c *Conversation) error {
+	c, seq, err := o.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
 		if !c.holdsLease(o.cfg.InstanceID, runID) {
 			return errLeaseLost
 		}
@@ -44,7 +41,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 		o.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
 
-	if err := o.waitSettled(rc, convID, runID, o.cfg.Agent.InlineWait.D()); err != nil && ctx.Err() != nil {
+	if err := o.waitSettled(rc, convID, runID, seq, o.cfg.Agent.InlineWait.D()); err != nil && ctx.Err() != nil {
 		return nil, err
 	}
 
@@ -82,15 +79,15 @@ func offered(req *deferred.Requests, pc *PendingCall) bool {
 	return false
 }
 
-// waitSettled watches the conversation's key until every call of the run's
-// inline batch has a reply, or wait has passed.
-func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, wait time.Duration) error {
-	ctx := rc.Context()
-	w, err := o.store.kv.Watch(ctx, convKey(convID))
+// waitSettled follows the conversation's log, from the state at seq, until
+// every call of the run's inline batch has a reply, or wait has passed.
+func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, seq uint64, wait time.Duration) error {
+	ctx, cancel := context.WithCancel(rc.Context())
+	defer cancel()
+	appended, err := o.store.watch(ctx, convID, seq)
 	if err != nil {
-		return fmt.Errorf("inline: watch: %w", err)
+		return fmt.Errorf("inline: %w", err)
 	}
-	defer w.Stop()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -99,21 +96,12 @@ func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, w
 			return ctx.Err()
 		case <-timer.C:
 			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("inline: watch ended")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+		case <-appended:
+			c, _, err := o.store.get(ctx, convID)
+			if err != nil {
 				continue
 			}
-			var c Conversation
-			if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-				continue
-			}
-			if c.Batch == nil || c.Batch.RunID != runID {
-				return nil
-			}
-			if c.Batch.complete() {
+			if c.Batch == nil || c.Batch.RunID != runID || c.Batch.complete() {
 				return nil
 			}
 		}

@@ -1,10 +1,13 @@
 package orchestrator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -379,12 +382,38 @@ func TestTransitions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.from()
+			before, fp := c.clone(), fingerprintOf(c)
 			if err := tc.do(c); err != nil {
 				t.Fatal(err)
 			}
 			for _, ch := range tc.check {
 				ch(t, c)
 			}
+			// What the store appends for the transition, folded into the
+			// state it started from, gives the state it left; so does the
+			// whole state written as a first record.
+			checkRecord(t, "the change", before, diff(fp, c), c)
+			checkRecord(t, "the whole state", &Conversation{}, fullRecord(c), c)
 		})
+	}
+}
+
+// checkRecord checks that r, through its stored form, turns from into want.
+func checkRecord(t *testing.T, what string, from *Conversation, r *record, want *Conversation) {
+	t.Helper()
+	b, err := msgpack.Marshal(r)
+	if err != nil {
+		t.Fatalf("%s: encode record: %v", what, err)
+	}
+	var stored record
+	if err := msgpack.Unmarshal(b, &stored); err != nil {
+		t.Fatalf("%s: decode record: %v", what, err)
+	}
+	got := from.clone()
+	if err := got.apply(&stored); err != nil {
+		t.Fatalf("%s: apply: %v", what, err)
+	}
+	if g, w := encodeSorted(got), encodeSorted(want); !bytes.Equal(g, w) {
+		t.Errorf("%s: folded state differs from the transition's\n got %+v\nwant %+v", what, got, want)
 	}
 }

@@ -87,7 +87,9 @@ type Config struct {
 	// InstanceID names this replica in leases and logs. Defaults to a
 	// random id.
 	InstanceID string
-	// MaxConcurrentRuns bounds the runs executing at once. Defaults to 16.
+	// MaxConcurrentRuns bounds the runs whose agent executes at once (a
+	// run that ended holds no slot while its end is stored; four times as
+	// many ends may be stored at once). Defaults to 16.
 	MaxConcurrentRuns int
 	// RunTimeout bounds one run. Defaults to 10m.
 	RunTimeout time.Duration
@@ -107,6 +109,12 @@ type Config struct {
 	// reply completing a batch never waits). Defaults to 5ms; negative
 	// records each group at once.
 	ReplyLinger time.Duration
+	// StateCacheBytes bounds the heap of the conversation states kept in
+	// memory (estimated as three times the bytes of the records folded into
+	// them); a state that is not cached is read from its log when needed.
+	// Defaults to 64 MiB, which holds about 40,000 paused conversations of
+	// a few messages.
+	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
 	Clock func() time.Time
@@ -164,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.StateCacheBytes <= 0 {
+		c.StateCacheBytes = 64 << 20
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
@@ -244,6 +255,7 @@ type Orchestrator struct {
 	tracer trace.Tracer
 
 	sem      chan struct{}
+	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
 	inflight map[string]bool // runs queued or executing in this process
 	// executing cancels the runs executing in this process, by run id (a
@@ -283,10 +295,13 @@ type Stats struct {
 	DeadLettered    atomic.Int64
 	LeaseLost       atomic.Int64
 	TransientErrors atomic.Int64
-	// StateWrites and StateBytes count the KV writes of conversation state
-	// and run index entries (attempts, conflicts included) and their bytes.
+	// StateWrites and StateBytes count the records appended to
+	// conversation logs (attempts, conflicts included) and their bytes.
 	StateWrites atomic.Int64
 	StateBytes  atomic.Int64
+	// StateReads counts the reads of conversation logs: a state not cached,
+	// a cached one brought up to date, a catch-up after a conflict.
+	StateReads atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -306,6 +321,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
+		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		executing: map[string]context.CancelFunc{},
 		stopping:  make(chan struct{}),
@@ -337,12 +353,14 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 			o.stopEvents(ctx)
 		}
 	}()
-	kv, err := o.js.KeyValue(ctx, bus.BucketRuns)
+	st, err := o.openStore(ctx)
 	if err != nil {
-		return fmt.Errorf("start: bucket %s: %w", bus.BucketRuns, err)
+		return fmt.Errorf("start: %w", err)
 	}
-	o.store = &store{kv: boundedKV{kv}, writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes,
-		maxValue: max(int(o.bus.Conn().MaxPayload())-valueHeadroom, 0), onTooLarge: o.failTooLarge}
+	o.store = st
+	if _, err := o.store.migrate(ctx, o.log); err != nil {
+		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
+	}
 	// Pending calls are counted from KV when scraped rather than by this
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica
@@ -371,6 +389,32 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.loops.Go(o.reconcileLoop)
 	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
 	return nil
+}
+
+// openStore binds the conversations' stream and index (and the bucket of
+// an earlier build, when there is one).
+func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
+	stream, err := o.js.Stream(ctx, bus.StreamConversations)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
+	}
+	index, err := o.js.KeyValue(ctx, bus.BucketIndex)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
+	}
+	s := &store{
+		bus: o.bus, js: o.js, stream: stream, index: index,
+		cache:   newStateCache(o.cfg.StateCacheBytes),
+		maxPart: max(int(o.bus.Conn().MaxPayload())-partHeadroom, 1024),
+		clock:   o.clock, onTooLarge: o.failTooLarge,
+		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
+	}
+	if legacy, err := o.js.KeyValue(ctx, bus.BucketRuns); err == nil {
+		s.legacy = legacy
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", bus.BucketRuns, err)
+	}
+	return s, nil
 }
 
 // Stop ends the orchestrator: it stops consuming replies and its loops, then
@@ -449,15 +493,15 @@ func (o *Orchestrator) Conversation(ctx context.Context, id string) (*Conversati
 }
 
 // Pending lists every deferred call still waiting for a reply, across
-// conversations.
+// the conversations that are not finished.
 func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
-	ids, err := o.store.conversationIDs(ctx)
+	due, err := o.store.due(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []PendingView{}
-	for _, id := range ids {
-		c, _, err := o.store.get(ctx, id)
+	for _, e := range due {
+		c, _, err := o.store.get(ctx, e.id)
 		if err != nil {
 			if errors.Is(err, ErrNotFound) {
 				continue

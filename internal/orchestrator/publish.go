@@ -17,25 +17,42 @@ import (
 // marked, so a crash in between publishes them again: the message id, from
 // (run, call, kind), lets the stream drop the repeat (D35).
 func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error {
-	_, err := o.publishBatchFrom(ctx, c, 0)
+	ids, err := o.publishCalls(ctx, c)
+	if len(ids) == 0 {
+		return err
+	}
+	b := c.Batch
+	now := o.clock()
+	_, merr := o.store.update(ctx, c.ID, func(c *Conversation) error {
+		if !c.MarkPublished(b.RunID, ids, now) {
+			return errUnchanged
+		}
+		return nil
+	})
+	if merr != nil {
+		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
+	}
 	return err
 }
 
-// publishBatchFrom is publishBatch for a state this process wrote at
-// revision rev (0: unknown), which it then marks without reading it again;
-// c is handed over. It returns the conversation as last seen: after the
-// marking when that was written, else c.
-func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, rev uint64) (*Conversation, error) {
+// publishCalls publishes the calls of the conversation's batch that are
+// neither marked published nor answered, and returns their ids; it does
+// not mark them. A paused run's batch is published this way: marking it
+// would be one more write on every call's way, and its calls need none. A
+// reply marks its call (an answered call was published), and reconcile
+// publishes and marks what is still unmarked later, under the same message
+// ids, which the stream drops as repeats while they are in its duplicate
+// window.
+func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]string, error) {
 	b := c.Batch
 	if b == nil {
-		return c, nil
+		return nil, nil
 	}
 	var (
 		msgs []bus.Outgoing
 		ids  []string
 		errs []error
 	)
-	now := o.clock()
 	for _, pc := range b.Calls {
 		if pc.Published || pc.Reply != nil {
 			continue
@@ -49,35 +66,17 @@ func (o *Orchestrator) publishBatchFrom(ctx context.Context, c *Conversation, re
 		ids = append(ids, pc.ToolCallID)
 	}
 	if len(msgs) == 0 {
-		return c, errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
-		// Which ones failed is not told apart: none is marked, and the
-		// next attempt republishes all of them under the same ids.
-		return c, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
+		// Which ones failed is not told apart: none counts as published,
+		// and the next attempt republishes all of them under the same ids.
+		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
 	o.stats.Published.Add(int64(len(msgs)))
-	var from *Conversation
-	if rev != 0 {
-		from = c
-	}
-	marked, _, err := o.store.updateFrom(ctx, c.ID, from, rev, func(c *Conversation) error {
-		if !c.MarkPublished(b.RunID, ids, now) {
-			return errUnchanged
-		}
-		return nil
-	})
-	if tl := tooLarge(err); tl != nil {
-		o.failTooLarge(ctx, c.ID, tl)
-	}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("mark published: %w", err))
-	} else {
-		c = marked
-	}
 	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
-	return c, errors.Join(errs...)
+	return ids, errors.Join(errs...)
 }
 
 // outgoing is the message for one deferred call: an approval request (with
@@ -140,6 +139,9 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 		tool := o.cfg.Agent.tool(call.ToolName)
 		approval := kind == deferred.KindApproval
 		pc.Deadline = now.Add(tool.deadline(approval))
+		// Published right after the batch is stored; the time to a
+		// decision or a result counts from here.
+		pc.PublishedAt = now
 		pc.Metadata = req.Metadata[call.ToolCallID]
 		if approval {
 			d, err := deferred.ArgsDigest(args)

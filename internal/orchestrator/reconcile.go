@@ -24,32 +24,45 @@ func (o *Orchestrator) reconcileLoop() {
 	}
 }
 
-// reconcile goes over every stored conversation and does what a crash or a
-// replica that went away may have left undone: publish a batch's unmarked
-// calls, claim a batch that became complete, settle calls past their
-// deadline, relaunch a run whose lease expired; and it rebuilds the
-// deadline index from KV.
+// reconcile goes over the conversations that are not finished (the due
+// entries of the index, so that its cost does not grow with the finished
+// ones) and does what a crash or a replica that went away may have left
+// undone: publish a batch's unmarked calls, claim a batch that became
+// complete, settle calls past their deadline, relaunch a run whose lease
+// expired; and it rebuilds the deadline index. The entry of a conversation
+// found finished or deleted is removed.
 func (o *Orchestrator) reconcile(ctx context.Context) error {
-	ids, err := o.store.conversationIDs(ctx)
+	due, err := o.store.due(ctx)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, id := range ids {
+	for _, e := range due {
 		if o.stopped.Load() {
 			break
 		}
-		if err := o.reconcileOne(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, fmt.Errorf("conversation %s: %w", id, err))
+		if err := o.reconcileOne(ctx, e); err != nil {
+			errs = append(errs, fmt.Errorf("conversation %s: %w", e.id, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (o *Orchestrator) reconcileOne(ctx context.Context, id string) error {
-	c, _, err := o.store.get(ctx, id)
+func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
+	id := e.id
+	// The cached state, when there is one: acting on a stale one costs a
+	// refused append and a catch-up, never a wrong change, since every
+	// change goes through the store's expected-sequence append; and a pass
+	// over many paused conversations then reads none of them.
+	c, _, err := o.store.current(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return o.store.undue(ctx, e)
+	}
 	if err != nil {
 		return err
+	}
+	if c.Status.Terminal() {
+		return o.store.undue(ctx, e)
 	}
 	now := o.clock()
 	switch c.Status {

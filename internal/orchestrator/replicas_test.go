@@ -62,9 +62,7 @@ func TestRestartMidBatchResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitCall(t, o1, info.ConversationID, "pyd_ai_tool_call_id", "the call to be published", func(pc *orchestrator.PendingCall) bool {
-		return pc.Published
-	})
+	waitPublished(t, o1, info.ConversationID, 1)
 	stop1()
 	e.worker("calculate_answer")
 	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
@@ -140,9 +138,7 @@ func TestExpiredWhileDownSettledAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitCall(t, o1, info.ConversationID, "pyd_ai_tool_call_id", "the call to be published", func(pc *orchestrator.PendingCall) bool {
-		return pc.Published
-	})
+	c := waitPublished(t, o1, info.ConversationID, 1)
 	stop1()
 	deadline := pendingCall(t, c, "pyd_ai_tool_call_id").Deadline
 	waitFor(t, "the deadline to pass", func() (bool, string) { return time.Now().After(deadline), "" })

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // replyTimeout bounds the handling of one reply (KV reads and CAS writes).
@@ -49,6 +50,9 @@ type incoming struct {
 	// trace is the context of the span that consumes the reply, kept with
 	// the applied reply for the follow-up it may complete.
 	trace map[string]string
+	// oversize is the size of a result over bus.MaxReplyBytes, which
+	// result replaces with a failed one saying so.
+	oversize int
 }
 
 // replyConcurrency is the number of replies handled at once, each by its
@@ -259,6 +263,10 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 		m.DeadLetter(verdictLabel)
 		return bus.Terminal(err)
 	}
+	if in.oversize > 0 {
+		o.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
+			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", bus.MaxReplyBytes))
+	}
 	in.trustErr = o.checkTrust(in)
 	in.trace = telemetry.InjectMap(ctx)
 	unknownRun := func() error {
@@ -294,7 +302,7 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 			if c == nil {
 				// Read now rather than in the CAS, to know whether to
 				// linger; a failed read is left to the CAS to report.
-				c, rev, _ = o.store.get(ctx, convID)
+				c, rev, _ = o.store.current(ctx, convID)
 			}
 			jobs = o.linger(ctx, convID, c, jobs)
 			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
@@ -452,29 +460,12 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	return conv, rev
 }
 
-// replyAppliedData is the data of a reply_applied event: who decided and
-// how, for a decision; the outcome, for a result.
-type replyAppliedData struct {
-	Kind       string `json:"kind"`
-	Approved   *bool  `json:"approved,omitempty"`
-	ApproverID string `json:"approver_id,omitempty"`
-	Message    string `json:"message,omitempty"`
-	Outcome    string `json:"outcome,omitempty"`
-	WorkerID   string `json:"worker_id,omitempty"`
-}
-
-// replyRefusedData is the data of a reply_refused event.
-type replyRefusedData struct {
-	Kind    string `json:"kind"`
-	Verdict string `json:"verdict"` // refused or late
-	Reason  string `json:"reason"`
-}
-
-// callsExpiredData is the data of a calls_expired event.
-type callsExpiredData struct {
-	Calls       int      `json:"calls"`
-	ToolCallIDs []string `json:"tool_call_ids"`
-}
+// The data of the reply events (package wire).
+type (
+	replyAppliedData = wire.ReplyApplied
+	replyRefusedData = wire.ReplyRefused
+	callsExpiredData = wire.CallsExpired
+)
 
 // replyEvents publishes what a recorded reply changed: the call answered,
 // or the reply refused and why; and the call expired if the reply found it
@@ -517,7 +508,11 @@ func incomingOf(r bus.Reply) (incoming, error) {
 		if err := r.Call.Validate(); err != nil {
 			return incoming{}, err
 		}
-		in.kind, in.callID, in.result = deferred.KindCall, r.Call.ToolCallID, r.Call
+		res, ok := r.Call.WithinLimit()
+		if !ok {
+			in.oversize = r.Call.PayloadBytes()
+		}
+		in.kind, in.callID, in.result = deferred.KindCall, r.Call.ToolCallID, &res
 	default:
 		return incoming{}, errors.New("reply holds neither a result nor a decision")
 	}
@@ -610,6 +605,8 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	}
 	pc.Reply = replyOf(in, now)
 	pc.Reply.Trace = in.trace
+	// Answered, so it was published: nothing publishes it again.
+	pc.Published = true
 	if d := in.decision; d != nil {
 		c.Decisions = append(c.Decisions, DecisionRecord{
 			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,

@@ -55,6 +55,10 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer stop()
+	if err := web.Stream(w); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // StartRequest asks for a run.
@@ -64,13 +62,10 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
 
 	if req.ConversationID == "" {
-		if err := o.store.putRun(ctx, runID, convID); err != nil {
-			return RunInfo{}, err
-		}
 		c := NewConversation(convID, rec, lease, now)
 		rev, err := o.store.create(ctx, c)
 		if err != nil {
-			if req.IdempotencyKey != "" && errors.Is(err, jetstream.ErrKeyExists) {
+			if req.IdempotencyKey != "" && errors.Is(err, errExists) {
 				return o.startedBefore(ctx, req, convID, runID)
 			}
 			return RunInfo{}, err
@@ -83,9 +78,6 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	}
 
 	if _, _, err := o.store.get(ctx, convID); err != nil {
-		return RunInfo{}, err
-	}
-	if err := o.store.putRun(ctx, runID, convID); err != nil {
 		return RunInfo{}, err
 	}
 	repeat := false

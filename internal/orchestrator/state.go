@@ -53,8 +53,10 @@ type Conversation struct {
 	// batch that held them is dropped once its follow-up has run, this
 	// stays with the conversation.
 	Decisions []DecisionRecord `msgpack:"decisions,omitempty"`
-	CreatedAt time.Time        `msgpack:"created_at"`
-	UpdatedAt time.Time        `msgpack:"updated_at"`
+	// Agent names the agent the conversation runs with.
+	Agent     string    `msgpack:"agent,omitempty"`
+	CreatedAt time.Time `msgpack:"created_at"`
+	UpdatedAt time.Time `msgpack:"updated_at"`
 }
 
 // DecisionRecord is an applied decision: which call, what, and who.

@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
-)
 
-// Keys of KV toolgate_runs.
-const (
-	convKeyPrefix = "conv."
-	runKeyPrefix  = "run."
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // ErrNotFound is returned for a conversation or run that does not exist.
@@ -26,19 +25,22 @@ var ErrNotFound = errors.New("not found")
 // write.
 var errUnchanged = errors.New("unchanged")
 
-// maxCASAttempts bounds the re-read-and-retry loop of one update; reaching it
-// means a pathological contention on one key.
+// errExists refuses to create a conversation whose log has records.
+var errExists = errors.New("conversation exists")
+
+// maxCASAttempts bounds the catch-up-and-retry loop of one update; reaching
+// it means a pathological contention on one conversation.
 const maxCASAttempts = 64
 
-// TooLargeError says a conversation's state would not fit in one stored
-// value (NATS's max payload); nothing was written.
+// TooLargeError says a record would not fit in one atomic batch of parts
+// (maxParts messages of the server's max payload); nothing was written.
 type TooLargeError struct {
 	ConversationID string
 	Bytes, Limit   int
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("conversation %s: its state would be %d bytes, over the store's limit of %d (the server's max payload)", e.ConversationID, e.Bytes, e.Limit)
+	return fmt.Sprintf("conversation %s: one change of %d bytes is over the store's limit of %d", e.ConversationID, e.Bytes, e.Limit)
 }
 
 // tooLarge returns the TooLargeError in err, if any.
@@ -50,23 +52,61 @@ func tooLarge(err error) *TooLargeError {
 	return nil
 }
 
-// valueHeadroom is kept below the max payload for the KV message's headers.
-const valueHeadroom = 1 << 10
+// Headers of a record message. Every record carries the conversation's
+// status and times as they are after it, so that the last record of each
+// conversation lists it (store.list) without folding its log; a record
+// written in parts carries Toolgate-Part on each.
+const (
+	hdrStatus  = "Toolgate-Status"
+	hdrCreated = "Toolgate-Created"
+	hdrAgent   = "Toolgate-Agent"
+	hdrPart    = "Toolgate-Part" // "i/n"
+)
 
-// store keeps conversations in KV, one key each, updated by revision (CAS).
+// partHeadroom is kept below the max payload for a part's headers.
+const partHeadroom = 1 << 10
+
+// maxParts is the server's default limit of messages in one atomic batch.
+const maxParts = 1000
+
+// Keys of the index bucket (bus.BucketIndex).
+const dueKeyPrefix = "due."
+
+func dueKey(id string) string { return dueKeyPrefix + id }
+
+// store keeps each conversation as its log of records (record.go) in
+// stream TOOLGATE_CONVERSATIONS, one subject per conversation, appended
+// under optimistic concurrency: a record is written only if the subject's
+// last sequence is the one its change was made from
+// (Nats-Expected-Last-Subject-Sequence), which gives each change the
+// exactly-once of a compare-and-set. The sequence plays the part of a
+// revision. Folded states are kept in a bounded cache, so that a change
+// made by this process needs no read before the next one.
 type store struct {
-	kv   jetstream.KeyValue
-	runs runCache
-	// maxValue is the largest state a write may carry; 0 leaves the check
-	// to the server.
-	maxValue int
-	// onTooLarge is told of a write update refused as too large, so that
-	// the conversation fails visibly instead of waiting for a write that
-	// can never succeed.
+	bus    *bus.Bus
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	// index holds due.<id> while a conversation is not finished.
+	index jetstream.KeyValue
+	// legacy is the bucket of an earlier build (one value per
+	// conversation), read to move its conversations into logs, and its run
+	// index; nil when absent.
+	legacy jetstream.KeyValue
+	runs   runCache
+	cache  *stateCache
+	// maxPart is the largest record message; larger records are written
+	// in parts.
+	maxPart int
+	clock   func() time.Time
+	// onTooLarge is told of a change refused as too large, so that the
+	// conversation fails visibly instead of waiting for a write that can
+	// never succeed.
 	onTooLarge func(ctx context.Context, id string, err *TooLargeError)
-	// writes and bytes count what this process wrote to KV (the store's
+	// writes and bytes count the records this process wrote (the store's
 	// share of the cost of a conversation), for Stats.
 	writes, bytes *atomic.Int64
+	// reads counts the reads of logs (requests of records), for Stats.
+	reads *atomic.Int64
 }
 
 func (s *store) wrote(n int) {
@@ -76,13 +116,292 @@ func (s *store) wrote(n int) {
 	}
 }
 
-// runCacheMax bounds the run → conversation cache: enough for the runs in
-// flight, a fixed cost however many conversations are paused.
+// storeOpTimeout bounds one read or write of the store. The contexts handed
+// down can be long (a run's lasts RunTimeout), and a JetStream request
+// whose answer is lost, because the server the connection was on died or
+// the stream's leader moved, is otherwise waited for until that context
+// ends: the run would hang, its lease renewed, for the whole RunTimeout.
+// Bounded, the operation fails and the usual retry paths take over (a nak,
+// a relaunch after the lease, the reconcile loop).
+const storeOpTimeout = 10 * time.Second
+
+// get returns the conversation as stored now, and the sequence of its last
+// record: what the cache holds, brought up to date with the records other
+// replicas appended since (one direct get when there are none). The state
+// is the caller's to change.
+func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, error) {
+	c, seq, err := s.refresh(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.clone(), seq, nil
+}
+
+// current is get without the look for newer records when the cache has the
+// conversation: for a change, whose append finds out if it is stale.
+func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, error) {
+	if c, seq, ok := s.cache.get(id); ok {
+		return c.clone(), seq, nil
+	}
+	return s.get(ctx, id)
+}
+
+// refresh brings the cached state of id up to date, loading it whole on a
+// miss, and returns it (the cache's: not to be changed).
+func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, error) {
+	if err := bus.ValidateToken("conversation id", id); err != nil {
+		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+	}
+	c, seq, ok := s.cache.get(id)
+	size := int64(0)
+	if ok {
+		c = c.clone()
+		size = s.cache.size(id)
+	} else {
+		c = &Conversation{}
+	}
+	n, last, err := s.fold(ctx, id, c, seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	if last == 0 {
+		if legacy, lerr := s.migrateOne(ctx, id); lerr == nil && legacy {
+			return s.refresh(ctx, id)
+		}
+		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+	}
+	if last != seq {
+		s.cache.put(id, c, last, size+n)
+	}
+	return c, last, nil
+}
+
+// fold applies to c the records of id after sequence after, and returns
+// their size and the last sequence (after when there are none; 0 when the
+// log is empty).
+func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint64) (int64, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	if s.reads != nil {
+		s.reads.Add(1)
+	}
+	var (
+		size  int64
+		parts []byte
+	)
+	last, err := s.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after, func(m bus.LogMsg) error {
+		size += int64(len(m.Data))
+		data := m.Data
+		if p := m.Header.Get(hdrPart); p != "" {
+			i, n, ok := partOf(p)
+			if !ok {
+				return fmt.Errorf("record %d: bad %s header %q", m.Sequence, hdrPart, p)
+			}
+			if i == 1 {
+				parts = parts[:0]
+			}
+			parts = append(parts, data...)
+			if i < n {
+				return nil
+			}
+			data = parts
+		}
+		var r record
+		if err := msgpack.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("record %d: %w", m.Sequence, err)
+		}
+		if err := c.apply(&r); err != nil {
+			return fmt.Errorf("record %d: %w", m.Sequence, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("conversation %s: %w", id, err)
+	}
+	return size, last, nil
+}
+
+func partOf(h string) (i, n int, ok bool) {
+	a, b, found := strings.Cut(h, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	return i, n, found && err1 == nil && err2 == nil && i >= 1 && i <= n
+}
+
+// create stores a new conversation: its first record, written only if its
+// log is empty (errExists otherwise), and its due entry, at the same time.
+func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
+	var (
+		wg    sync.WaitGroup
+		duerr error
+		rec   = fullRecord(c)
+	)
+	wg.Go(func() { duerr = s.markDue(ctx, c.ID) })
+	seq, n, apperr := s.append(ctx, c, 0, rec)
+	wg.Wait()
+	if apperr != nil {
+		if conflict(apperr) {
+			return 0, fmt.Errorf("create conversation %s: %w", c.ID, errExists)
+		}
+		return 0, apperr
+	}
+	if duerr != nil {
+		// The conversation is stored but reconcile would not see it:
+		// try once more, then report it (the start's retry puts it).
+		if duerr = s.markDue(ctx, c.ID); duerr != nil {
+			return 0, fmt.Errorf("create conversation %s: index: %w", c.ID, duerr)
+		}
+	}
+	s.cache.put(c.ID, c.clone(), seq, int64(n))
+	return seq, nil
+}
+
+// markDue puts the due entry of a conversation that is not finished.
+func (s *store) markDue(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	_, err := s.index.Put(ctx, dueKey(id), nil)
+	return err
+}
+
+// update applies fn to the stored conversation and appends what it
+// changed, if the log has not moved meanwhile; on a conflict it catches up
+// and applies fn again, so fn must be a pure function of the state it is
+// given. fn returning errUnchanged ends without a write (update returns the
+// state and nil); any other error ends it with that error.
+//
+// A change that would make a record too large fails the conversation
+// (onTooLarge) and returns the *TooLargeError.
+func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
+	c, _, err := s.updateFrom(ctx, id, nil, 0, fn)
+	if e := tooLarge(err); e != nil && s.onTooLarge != nil {
+		s.onTooLarge(ctx, id, e)
+	}
+	return c, err
+}
+
+// updateFrom is update starting from a state the caller read (or wrote) at
+// sequence seq, which saves the read when nothing changed since; c is the
+// caller's to give away. A nil c starts from the cached state. It also
+// returns the sequence of the state it returns.
+func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq uint64, fn func(*Conversation) error) (*Conversation, uint64, error) {
+	for range maxCASAttempts {
+		if c == nil {
+			var err error
+			if c, seq, err = s.current(ctx, id); err != nil {
+				return nil, 0, err
+			}
+		}
+		fp := fingerprintOf(c)
+		wasFinished := c.Status.Terminal()
+		if err := fn(c); err != nil {
+			if errors.Is(err, errUnchanged) {
+				return c, seq, nil
+			}
+			return c, seq, err
+		}
+		r := diff(fp, c)
+		if r.empty() {
+			return c, seq, nil
+		}
+		if wasFinished && !c.Status.Terminal() {
+			// Indexed before it can need reconciling; a finished
+			// conversation keeps its entry until reconcile removes it.
+			if err := s.markDue(ctx, id); err != nil {
+				return nil, 0, fmt.Errorf("update conversation %s: index: %w", id, err)
+			}
+		}
+		nseq, n, err := s.append(ctx, c, seq, r)
+		if err == nil {
+			s.cache.put(id, c.clone(), nseq, s.cache.size(id)+int64(n))
+			return c, nseq, nil
+		}
+		if !conflict(err) {
+			return nil, 0, err
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		// Another change came first: catch up and try again.
+		if _, _, err := s.refresh(ctx, id); err != nil {
+			return nil, 0, err
+		}
+		c = nil
+	}
+	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
+}
+
+// conflict reports whether err is a refused expected last subject sequence.
+func conflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// append writes record r of conversation c (as it is after r) if the last
+// record of its log is at expect (0: the log is empty), and returns the new
+// last sequence and the record's size. A record over the max payload is
+// written as an atomic batch of parts.
+func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
+	b, err := msgpack.Marshal(r)
+	if err != nil {
+		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	subject := bus.ConversationSubject(c.ID)
+	header := func() nats.Header {
+		h := nats.Header{}
+		h.Set(hdrStatus, string(c.Status))
+		h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
+		if c.Agent != "" {
+			h.Set(hdrAgent, c.Agent)
+		}
+		return h
+	}
+	expectHdr := strconv.FormatUint(expect, 10)
+	if len(b) <= s.maxPart {
+		m := &nats.Msg{Subject: subject, Data: b, Header: header()}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
+		ack, err := s.js.PublishMsg(ctx, m)
+		s.wrote(len(b))
+		if err != nil {
+			return 0, 0, fmt.Errorf("append to conversation %s: %w", c.ID, err)
+		}
+		return ack.Sequence, len(b), nil
+	}
+	n := (len(b) + s.maxPart - 1) / s.maxPart
+	if n > maxParts {
+		return 0, 0, &TooLargeError{ConversationID: c.ID, Bytes: len(b), Limit: maxParts * s.maxPart}
+	}
+	msgs := make([]*nats.Msg, n)
+	for i := range n {
+		part := b[i*s.maxPart : min((i+1)*s.maxPart, len(b))]
+		m := &nats.Msg{Subject: subject, Data: part, Header: header()}
+		m.Header.Set(hdrPart, fmt.Sprintf("%d/%d", i+1, n))
+		if i == 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
+		}
+		msgs[i] = m
+	}
+	ack, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs)
+	s.wrote(len(b))
+	if err != nil {
+		return 0, 0, fmt.Errorf("append %d parts to conversation %s: %w", n, c.ID, err)
+	}
+	return ack.Sequence, len(b), nil
+}
+
+// runCacheMax bounds the run → conversation cache of run ids of the
+// earlier form, which name no conversation.
 const runCacheMax = 8192
 
-// runCache remembers which conversation recent runs belong to, saving a KV
-// read per reply; the mapping never changes once written, so an entry is
-// never stale. When full, an arbitrary entry makes room.
+// runCache remembers which conversation runs of the earlier form belong to,
+// saving a read per reply; the mapping never changes once written, so an
+// entry is never stale. When full, an arbitrary entry makes room.
 type runCache struct {
 	mu sync.Mutex
 	m  map[string]string
@@ -110,158 +429,9 @@ func (rc *runCache) add(runID, convID string) {
 	rc.m[runID] = convID
 }
 
-func convKey(id string) string { return convKeyPrefix + id }
-func runKey(id string) string  { return runKeyPrefix + id }
-
-func encodeState(v any) ([]byte, error) {
-	b, err := msgpack.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encode state: %w", err)
-	}
-	return b, nil
-}
-
-func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, error) {
-	e, err := s.kv.Get(ctx, convKey(id))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-			return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
-		}
-		return nil, 0, fmt.Errorf("get conversation %s: %w", id, err)
-	}
-	var c Conversation
-	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
-		return nil, 0, fmt.Errorf("decode conversation %s: %w", id, err)
-	}
-	return &c, e.Revision(), nil
-}
-
-// create stores a new conversation; it fails if the id is taken.
-func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
-	b, err := encodeState(c)
-	if err != nil {
-		return 0, err
-	}
-	if err := s.fits(c.ID, b, nil); err != nil {
-		return 0, err
-	}
-	rev, err := s.kv.Create(ctx, convKey(c.ID), b)
-	s.wrote(len(b))
-	if err != nil {
-		return 0, fmt.Errorf("create conversation %s: %w", c.ID, err)
-	}
-	return rev, nil
-}
-
-// update applies fn to the stored conversation and writes it back if the
-// revision has not moved; on a conflict it re-reads and applies fn again, so
-// fn must be a pure function of the state it is given. fn returning
-// errUnchanged ends without a write (update returns the state and nil); any
-// other error ends it with that error.
-//
-// A change that would make the state too large fails the conversation
-// (onTooLarge) and returns the *TooLargeError.
-func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
-	c, _, err := s.updateFrom(ctx, id, nil, 0, fn)
-	if e := tooLarge(err); e != nil && s.onTooLarge != nil {
-		s.onTooLarge(ctx, id, e)
-	}
-	return c, err
-}
-
-// fits refuses a value over maxValue, or one the server refused as over its
-// max payload (werr), as a *TooLargeError.
-func (s *store) fits(id string, b []byte, werr error) error {
-	if s.maxValue > 0 && len(b) > s.maxValue {
-		return &TooLargeError{ConversationID: id, Bytes: len(b), Limit: s.maxValue}
-	}
-	if errors.Is(werr, nats.ErrMaxPayload) {
-		return &TooLargeError{ConversationID: id, Bytes: len(b), Limit: s.maxValue}
-	}
-	return nil
-}
-
-// updateFrom is update starting from a state the caller read (or wrote) at
-// revision rev, which saves the read when nothing changed since; c is the
-// caller's to give away. A nil c reads first. It also returns the revision
-// of the state it returns.
-func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, rev uint64, fn func(*Conversation) error) (*Conversation, uint64, error) {
-	for range maxCASAttempts {
-		if c == nil {
-			var err error
-			if c, rev, err = s.get(ctx, id); err != nil {
-				return nil, 0, err
-			}
-		}
-		if err := fn(c); err != nil {
-			if errors.Is(err, errUnchanged) {
-				return c, rev, nil
-			}
-			return c, rev, err
-		}
-		b, err := encodeState(c)
-		if err != nil {
-			return nil, 0, err
-		}
-		if err := s.fits(id, b, nil); err != nil {
-			return nil, 0, err
-		}
-		nrev, err := s.kv.Update(ctx, convKey(id), b, rev)
-		s.wrote(len(b))
-		if err == nil {
-			return c, nrev, nil
-		}
-		if err := s.fits(id, b, err); err != nil {
-			return nil, 0, err
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return nil, 0, fmt.Errorf("update conversation %s: %w", id, err)
-		}
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-		c = nil
-	}
-	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
-}
-
-// putRun records which conversation a run belongs to. Run ids are fresh, so
-// an existing key holding the same conversation is a retry and fine.
-func (s *store) putRun(ctx context.Context, runID, convID string) error {
-	if convOfRunID(runID) == convID {
-		// The id names its conversation: no entry needed.
-		return nil
-	}
-	b, err := encodeState(runIndex{ConversationID: convID})
-	if err != nil {
-		return err
-	}
-	_, err = s.kv.Create(ctx, runKey(runID), b)
-	s.wrote(len(b))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			got, gerr := s.conversationOf(ctx, runID)
-			if gerr == nil && got == convID {
-				return nil
-			}
-		}
-		return fmt.Errorf("index run %s: %w", runID, err)
-	}
-	s.runs.add(runID, convID)
-	return nil
-}
-
-// indexed reports whether this process wrote or read the run's index
-// holding convID, so that putRun can be skipped.
-func (s *store) indexed(runID, convID string) bool {
-	if convOfRunID(runID) == convID {
-		return true
-	}
-	got, ok := s.runs.get(runID)
-	return ok && got == convID
-}
-
-// conversationOf returns the conversation a run belongs to.
+// conversationOf returns the conversation a run belongs to: the one its id
+// names, or for a run id of the earlier form, the one the earlier build's
+// run index holds.
 func (s *store) conversationOf(ctx context.Context, runID string) (string, error) {
 	if conv := convOfRunID(runID); conv != "" {
 		return conv, nil
@@ -269,14 +439,19 @@ func (s *store) conversationOf(ctx context.Context, runID string) (string, error
 	if id, ok := s.runs.get(runID); ok {
 		return id, nil
 	}
-	e, err := s.kv.Get(ctx, runKey(runID))
+	if s.legacy == nil {
+		return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	e, err := s.legacy.Get(ctx, legacyRunKey(runID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
 		}
 		return "", fmt.Errorf("get run %s: %w", runID, err)
 	}
-	var ri runIndex
+	var ri legacyRunIndex
 	if err := msgpack.Unmarshal(e.Value(), &ri); err != nil {
 		return "", fmt.Errorf("decode run %s: %w", runID, err)
 	}
@@ -284,19 +459,87 @@ func (s *store) conversationOf(ctx context.Context, runID string) (string, error
 	return ri.ConversationID, nil
 }
 
-// conversationIDs lists every stored conversation.
-func (s *store) conversationIDs(ctx context.Context) ([]string, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, convKeyPrefix+">")
+// dueEntry is a conversation of the index, with the revision of its entry.
+type dueEntry struct {
+	id  string
+	rev uint64
+}
+
+// due lists the conversations indexed as not finished: what reconcile and
+// the pending list go over, however many finished ones are stored.
+func (s *store) due(ctx context.Context) ([]dueEntry, error) {
+	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
+		return nil, fmt.Errorf("list due conversations: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []dueEntry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list due conversations: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, nil
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, dueEntry{id: strings.TrimPrefix(e.Key(), dueKeyPrefix), rev: e.Revision()})
 		}
-		return nil, fmt.Errorf("list conversations: %w", err)
 	}
-	defer lister.Stop()
-	var ids []string
-	for k := range lister.Keys() {
-		ids = append(ids, strings.TrimPrefix(k, convKeyPrefix))
+}
+
+// undue removes the due entry of a finished (or deleted) conversation,
+// unless it was put again since it was listed at rev.
+func (s *store) undue(ctx context.Context, e dueEntry) error {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	err := s.index.Delete(ctx, dueKey(e.id), jetstream.LastRevision(e.rev))
+	if err != nil && conflict(err) {
+		return nil
 	}
-	return ids, nil
+	return err
+}
+
+// watch signals on the returned channel each time a record is appended to
+// id's log after sequence after, until ctx ends.
+func (s *store) watch(ctx context.Context, id string, after uint64) (<-chan struct{}, error) {
+	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.ConversationSubject(id)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    after + 1,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch conversation %s: %w", id, err)
+	}
+	ch := make(chan struct{}, 1)
+	cc, err := cons.Consume(func(jetstream.Msg) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch conversation %s: %w", id, err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return ch, nil
+}
+
+// ReadConversation reads conversation id from its log, without an
+// orchestrator: what tools and tests that look at the store directly use.
+func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*Conversation, error) {
+	js := b.JetStream()
+	stream, err := js.Stream(ctx, bus.StreamConversations)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
+	}
+	s := &store{bus: b, js: js, stream: stream, cache: newStateCache(0)}
+	c, _, err := s.get(ctx, id)
+	return c, err
 }

@@ -1,5 +1,6 @@
 // Package web holds what toolgate's HTTP servers share: serving until a
-// context ends with a bounded graceful shutdown, and JSON answers with
+// context ends with a bounded graceful shutdown, timeouts and a bound on
+// connections, the checks of a loopback listener, and JSON answers with
 // `{"error": "..."}` for errors. Standard library only.
 package web
 
@@ -11,7 +12,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
+)
+
+// Defaults of ServeConfig.
+const (
+	DefaultReadTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 60 * time.Second
+	DefaultIdleTimeout  = 60 * time.Second
 )
 
 // ServeConfig tunes Serve.
@@ -22,20 +31,30 @@ type ServeConfig struct {
 	// Logger receives the server's own errors (bad TLS, handler panics).
 	// Nil: net/http's default logger.
 	Logger *slog.Logger
+	// ReadTimeout bounds reading a request, headers and body; WriteTimeout
+	// bounds answering it (event streams lift both: see Stream);
+	// IdleTimeout closes a keep-alive connection that sends nothing.
+	// Zero: the Default… values.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConns bounds the open connections: a request on a connection
+	// beyond it is answered 503 and the connection closed, so idle or
+	// slow clients cannot take every file descriptor the process (and an
+	// embedded NATS server in it) needs. Zero: DefaultMaxConns().
+	MaxConns int
 }
 
 // Serve serves h on ln until ctx ends, then shuts down. Requests see ctx as
 // their base context, so long streams (SSE) end when it does instead of
 // holding the shutdown. It returns nil after a clean shutdown, the serve
-// error if serving stopped by itself, or the shutdown error.
+// error if serving stopped by itself, or the shutdown error. On a loopback
+// listener, requests must pass LocalOnly.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServeConfig) error {
+	if loopbackAddr(ln.Addr()) {
+		h = LocalOnly(h)
+	}
+	srv := NewServer(ctx, h, cfg)
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
-	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	if cfg.Logger != nil {
 		srv.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)
@@ -58,6 +77,65 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServeConfig
 		err = fmt.Errorf("http: %w", serr)
 	}
 	return err
+}
+
+// NewServer is the http.Server Serve runs: h behind the connection bound,
+// with cfg's timeouts, requests under ctx.
+func NewServer(ctx context.Context, h http.Handler, cfg ServeConfig) *http.Server {
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns()
+	}
+	var open atomic.Int64
+	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := open.Load(); n > int64(cfg.MaxConns) {
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many connections: %d open, limit %d", n, cfg.MaxConns))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	return &http.Server{
+		Handler:           limited,
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				open.Add(1)
+			case http.StateHijacked, http.StateClosed:
+				open.Add(-1)
+			}
+		},
+	}
+}
+
+// Stream lifts the read and write deadlines of the connection of a request
+// that streams (Server-Sent Events) for as long as the client stays: the
+// server's timeouts are for requests that end. A stream that stops
+// reading is noticed by its keep-alive writes failing once the kernel's
+// buffers are full, and ends with its context.
+func Stream(w http.ResponseWriter) error {
+	rc := http.NewResponseController(w)
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if err := rc.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	return nil
 }
 
 // WriteJSON answers v as JSON with status; the answer is never cached.

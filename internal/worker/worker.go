@@ -490,6 +490,11 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 		reply = Failed("invalid tool result: %v", err)
 		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, w.cfg.ID
 	}
+	if r, ok := reply.WithinLimit(); !ok {
+		// Sending it whole would cost a large message for nothing.
+		log.WarnContext(ctx, "result too large; sending a failed result instead", slog.Int("bytes", reply.PayloadBytes()), slog.Int("limit", bus.MaxReplyBytes))
+		reply = r
+	}
 	if outcome != telemetry.CallOutcomeExpired {
 		outcome = string(reply.Outcome)
 	}

@@ -196,6 +196,10 @@ func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	if err := web.Stream(w); err != nil {
+		web.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -276,8 +280,7 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	// A JSON content type cannot be sent cross-site without a preflight
 	// this server never grants: with the SameSite cookie, that keeps other
 	// sites from deciding in a logged-in browser.
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		web.WriteError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
+	if !web.RequireJSON(w, r) {
 		return
 	}
 	var req decideRequest

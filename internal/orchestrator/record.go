@@ -1,0 +1,272 @@
+package orchestrator
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/agent"
+)
+
+// A conversation is stored as a log, the messages of its own subject of
+// stream TOOLGATE_CONVERSATIONS: each change appends a record of what it
+// changed, never the whole state, so that what a change writes does not
+// grow with the conversation. Folding the records in order gives the state
+// back (Conversation.apply).
+//
+// The parts that grow with a conversation are kept as appends: the history
+// (messages after the last known length), the runs (a run changes only
+// while it has not ended), the decisions. The rest is small and written
+// whole when it changed: the conversation's head (status, output, lease,
+// counters, times), the batch's head, and each changed call of the batch.
+// What changed is found by comparing encodings taken before and after the
+// transition (fingerprintOf, diff), so a field added to any of these
+// structs is stored without more code.
+
+// record is one entry of a conversation's log.
+type record struct {
+	// Head is the conversation without its history, runs, decisions and
+	// batch, when any of it changed.
+	Head *Conversation `msgpack:"head,omitempty"`
+	// History, when set, cuts the history at At and appends Messages.
+	History *historyChange `msgpack:"history,omitempty"`
+	// Runs are run records added or changed, matched by run id.
+	Runs []RunRecord `msgpack:"runs,omitempty"`
+	// Decisions are appended to the conversation's.
+	Decisions []DecisionRecord `msgpack:"decisions,omitempty"`
+	// BatchNil drops the batch.
+	BatchNil bool `msgpack:"batch_nil,omitempty"`
+	// Batch is the batch's head (without calls) when it changed; BatchNew
+	// says it is a new batch, whose calls all follow in Calls.
+	Batch    *Batch `msgpack:"batch,omitempty"`
+	BatchNew bool   `msgpack:"batch_new,omitempty"`
+	// Calls are the batch's calls that are new or changed, by index.
+	Calls []callChange `msgpack:"calls,omitempty"`
+}
+
+type historyChange struct {
+	At       int             `msgpack:"at"`
+	Messages []agent.Message `msgpack:"messages"`
+}
+
+type callChange struct {
+	Index int          `msgpack:"i"`
+	Call  *PendingCall `msgpack:"call"`
+}
+
+// empty reports whether the record changes nothing.
+func (r *record) empty() bool {
+	return r.Head == nil && r.History == nil && len(r.Runs) == 0 && len(r.Decisions) == 0 &&
+		!r.BatchNil && r.Batch == nil && len(r.Calls) == 0
+}
+
+// fullRecord is the record that creates c from nothing: a conversation's
+// first record, or one moved from the store of an earlier build.
+func fullRecord(c *Conversation) *record {
+	return diff(&fingerprint{histLen: 0}, c)
+}
+
+// fingerprint is what diff compares a changed conversation with: the
+// encodings of the parts that may change in place, and the lengths of the
+// parts that only grow.
+type fingerprint struct {
+	head     []byte
+	histLen  int
+	histLast []byte
+	runsLen  int
+	// openRuns are the encodings of the runs that had not ended, by index:
+	// a run that ended never changes again.
+	openRuns map[int][]byte
+	decLen   int
+	batch    *Batch
+	bhead    []byte
+	calls    [][]byte
+}
+
+// fingerprintOf takes c's fingerprint before a transition.
+func fingerprintOf(c *Conversation) *fingerprint {
+	fp := &fingerprint{
+		head:    encodeSorted(headOf(c)),
+		histLen: len(c.History),
+		runsLen: len(c.Runs),
+		decLen:  len(c.Decisions),
+		batch:   c.Batch,
+	}
+	if n := len(c.History); n > 0 {
+		fp.histLast = encodeSorted(&c.History[n-1])
+	}
+	for i := range c.Runs {
+		if c.Runs[i].EndedAt.IsZero() {
+			if fp.openRuns == nil {
+				fp.openRuns = map[int][]byte{}
+			}
+			fp.openRuns[i] = encodeSorted(&c.Runs[i])
+		}
+	}
+	if c.Batch != nil {
+		fp.bhead = encodeSorted(batchHeadOf(c.Batch))
+		fp.calls = make([][]byte, len(c.Batch.Calls))
+		for i, pc := range c.Batch.Calls {
+			fp.calls[i] = encodeSorted(pc)
+		}
+	}
+	return fp
+}
+
+// diff is the record that turns the state fp was taken of into c.
+func diff(fp *fingerprint, c *Conversation) *record {
+	r := &record{}
+	if h := headOf(c); fp.head == nil || !bytes.Equal(encodeSorted(h), fp.head) {
+		r.Head = h
+	}
+	// The history grows by appends; a history that is shorter, or whose
+	// last known message changed, is written again whole.
+	n := len(c.History)
+	switch {
+	case n >= fp.histLen && (fp.histLen == 0 || bytes.Equal(encodeSorted(&c.History[fp.histLen-1]), fp.histLast)):
+		if n > fp.histLen {
+			r.History = &historyChange{At: fp.histLen, Messages: c.History[fp.histLen:]}
+		}
+	default:
+		r.History = &historyChange{At: 0, Messages: c.History}
+	}
+	for i, old := range fp.openRuns {
+		if i < len(c.Runs) && !bytes.Equal(encodeSorted(&c.Runs[i]), old) {
+			r.Runs = append(r.Runs, c.Runs[i])
+		}
+	}
+	if len(c.Runs) > fp.runsLen {
+		r.Runs = append(r.Runs, c.Runs[fp.runsLen:]...)
+	}
+	if len(c.Decisions) > fp.decLen {
+		r.Decisions = c.Decisions[fp.decLen:]
+	}
+	switch b := c.Batch; {
+	case b == nil:
+		r.BatchNil = fp.batch != nil
+	case b != fp.batch || len(b.Calls) < len(fp.calls):
+		r.Batch, r.BatchNew = batchHeadOf(b), true
+		for i, pc := range b.Calls {
+			r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
+		}
+	default:
+		if h := batchHeadOf(b); !bytes.Equal(encodeSorted(h), fp.bhead) {
+			r.Batch = h
+		}
+		for i, pc := range b.Calls {
+			if i >= len(fp.calls) || !bytes.Equal(encodeSorted(pc), fp.calls[i]) {
+				r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
+			}
+		}
+	}
+	return r
+}
+
+// apply folds record r into c.
+func (c *Conversation) apply(r *record) error {
+	if r.Head != nil {
+		h := *r.Head
+		h.History, h.Runs, h.Decisions, h.Batch = c.History, c.Runs, c.Decisions, c.Batch
+		*c = h
+	}
+	if h := r.History; h != nil {
+		if h.At > len(c.History) {
+			return fmt.Errorf("record appends history at %d, but the conversation has %d messages", h.At, len(c.History))
+		}
+		// Clipped, so that a copy of the state sharing the array keeps
+		// its own messages.
+		c.History = append(slices.Clip(c.History[:h.At]), h.Messages...)
+	}
+	for _, rr := range r.Runs {
+		if rec := c.runRecord(rr.RunID); rec != nil {
+			*rec = rr
+		} else {
+			c.Runs = append(c.Runs, rr)
+		}
+	}
+	if len(r.Decisions) > 0 {
+		c.Decisions = append(slices.Clip(c.Decisions), r.Decisions...)
+	}
+	if r.BatchNil {
+		c.Batch = nil
+	}
+	if r.Batch != nil {
+		b := *r.Batch
+		b.Calls = nil
+		if !r.BatchNew && c.Batch != nil {
+			b.Calls = c.Batch.Calls
+		}
+		c.Batch = &b
+	}
+	for _, ch := range r.Calls {
+		if c.Batch == nil {
+			return fmt.Errorf("record changes call %d of a conversation without a batch", ch.Index)
+		}
+		if ch.Index < 0 || ch.Index > len(c.Batch.Calls) {
+			return fmt.Errorf("record changes call %d of a batch of %d", ch.Index, len(c.Batch.Calls))
+		}
+		if ch.Index == len(c.Batch.Calls) {
+			c.Batch.Calls = append(c.Batch.Calls, ch.Call)
+		} else {
+			c.Batch.Calls[ch.Index] = ch.Call
+		}
+	}
+	return nil
+}
+
+// headOf is c without its history, runs, decisions and batch.
+func headOf(c *Conversation) *Conversation {
+	h := *c
+	h.History, h.Runs, h.Decisions, h.Batch = nil, nil, nil, nil
+	return &h
+}
+
+// batchHeadOf is b without its calls.
+func batchHeadOf(b *Batch) *Batch {
+	h := *b
+	h.Calls = nil
+	return &h
+}
+
+// clone is a copy of c that can be changed without changing c: what
+// transitions change in place (the head, the lease, open runs, the batch
+// and its calls) is copied; the history and decisions, which only grow by
+// appends to a clipped slice, and the replies, which are replaced rather
+// than changed, are shared.
+func (c *Conversation) clone() *Conversation {
+	n := *c
+	n.History = slices.Clip(c.History)
+	n.Decisions = slices.Clip(c.Decisions)
+	n.Runs = slices.Clone(c.Runs)
+	if c.Lease != nil {
+		l := *c.Lease
+		n.Lease = &l
+	}
+	if c.Batch != nil {
+		b := *c.Batch
+		b.Calls = make([]*PendingCall, len(c.Batch.Calls))
+		for i, pc := range c.Batch.Calls {
+			p := *pc
+			b.Calls[i] = &p
+		}
+		n.Batch = &b
+	}
+	return &n
+}
+
+// encodeSorted encodes v with map keys sorted, so that equal values have
+// equal encodings.
+func encodeSorted(v any) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
+		// Every stored type encodes; a failure here is a programming
+		// error, and an encoding that compares unequal only costs a
+		// larger record.
+		return []byte(err.Error())
+	}
+	return buf.Bytes()
+}

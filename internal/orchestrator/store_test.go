@@ -1,0 +1,178 @@
+package orchestrator_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// A conversation stored by the earlier build (one value in KV
+// toolgate_runs, no log) is moved into its log when an orchestrator
+// starts, and goes on from there: its call is answered and its follow-up
+// completes it; the old value is gone.
+func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := externalAgent(t, "")
+	o1, stop1 := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "first"})
+	info, err := o1.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitPublished(t, o1, info.ConversationID, 1)
+	if c.Status != orchestrator.StatusPaused {
+		t.Fatalf("status %s, want paused", c.Status)
+	}
+	stop1()
+
+	// Put it back as the earlier build stored it.
+	js := e.connect("earlier").JetStream()
+	stream, err := js.Stream(ctxT(t), bus.StreamConversations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctxT(t), jetstream.WithPurgeSubject(bus.ConversationSubject(info.ConversationID))); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctxT(t), bus.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := msgpack.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctxT(t), "conv."+info.ConversationID, value); err != nil {
+		t.Fatal(err)
+	}
+
+	e.worker("calculate_answer")
+	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
+	c = waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+		t.Fatalf("status %s (%s), runs %+v; want completed after a follow-up", c.Status, c.Error, c.Runs)
+	}
+	if _, err := kv.Get(ctxT(t), "conv."+info.ConversationID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the earlier store's value: %v; want it deleted", err)
+	}
+}
+
+// Reconcile goes over the conversations that are not finished only: once
+// a pass has dropped the finished ones from the index, a pass reads no
+// log, however many finished conversations are stored.
+func TestReconcileSkipsFinishedConversations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40})
+	const n = 5
+	for range n {
+		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+			t.Fatalf("status %s: %s", c.Status, c.Error)
+		}
+	}
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	before := o.Stats().StateReads.Load()
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if reads := o.Stats().StateReads.Load() - before; reads != 0 {
+		t.Errorf("a reconcile pass over %d finished conversations read %d logs; want 0", n, reads)
+	}
+	pending, err := o.Pending(ctxT(t))
+	if err != nil || len(pending) != 0 {
+		t.Errorf("pending %v, %v; want none", pending, err)
+	}
+}
+
+// The store lists conversations from the last record of each log, in id
+// order, a page at a time, filtered by status; finds finished ones by age;
+// and deletes a conversation's log whole.
+func TestStoreListsAndDeletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, "")})
+	var ids []string
+	for range 3 {
+		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+		ids = append(ids, info.ConversationID)
+	}
+	e.worker("calculate_answer")
+	for _, id := range ids {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+	}
+	started := time.Now()
+	third, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, third.ConversationID, orchestrator.StatusCompleted)
+	ids = append(ids, third.ConversationID)
+	slices.Sort(ids)
+
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		page, next, err := o.ListConversations(ctxT(t), "", 3, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range page {
+			seen = append(seen, s.ID)
+			if s.Status != orchestrator.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
+				t.Errorf("summary %+v", s)
+			}
+		}
+		if next == "" {
+			break
+		}
+		if pages > 3 {
+			t.Fatal("pages do not end")
+		}
+		cursor = next
+	}
+	if !slices.Equal(seen, ids) {
+		t.Errorf("listed %v, want %v", seen, ids)
+	}
+	if page, _, err := o.ListConversations(ctxT(t), orchestrator.StatusPaused, 10, ""); err != nil || len(page) != 0 {
+		t.Errorf("paused: %v, %v; want none", page, err)
+	}
+
+	old, err := o.FinishedBefore(ctxT(t), started, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old) != 3 || slices.Contains(old, third.ConversationID) {
+		t.Errorf("finished before the last start: %v; want the three others", old)
+	}
+
+	if err := o.DeleteConversation(ctxT(t), third.ConversationID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Conversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("read after delete: %v; want not found", err)
+	}
+	if err := o.DeleteConversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("second delete: %v; want not found", err)
+	}
+	if page, _, _ := o.ListConversations(ctxT(t), "", 10, ""); len(page) != 3 {
+		t.Errorf("listed %d after delete, want 3", len(page))
+	}
+}
