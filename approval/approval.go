@@ -52,7 +52,9 @@ func Deny(message string) Verdict {
 
 // Escalate gives no decision: the request stays pending for other
 // approvers (a human in the inbox, another bot).
-func Escalate() Verdict { return Verdict{v: approver.Verdict{Action: approver.ActionEscalate, Rule: -1}} }
+func Escalate() Verdict {
+	return Verdict{v: approver.Verdict{Action: approver.ActionEscalate, Rule: -1}}
+}
 
 // Decider decides approval requests. An error hands the request back: it
 // is delivered again later.
