@@ -86,6 +86,9 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// borrowed: the connection is the caller's (FromConn); Close leaves
+	// it open.
+	borrowed bool
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -215,7 +218,9 @@ func (b *Bus) Close() {
 	case <-time.After(2 * time.Second):
 	}
 	b.js.CleanupPublisher()
-	b.nc.Close()
+	if !b.borrowed {
+		b.nc.Close()
+	}
 }
 
 // EnvPassword is the environment variable toolgate's commands take a NATS

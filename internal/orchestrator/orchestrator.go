@@ -86,7 +86,9 @@ type Config struct {
 	// InstanceID names this replica in leases and logs. Defaults to a
 	// random id.
 	InstanceID string
-	// MaxConcurrentRuns bounds the runs executing at once. Defaults to 16.
+	// MaxConcurrentRuns bounds the runs whose agent executes at once (a
+	// run that ended holds no slot while its end is stored; four times as
+	// many ends may be stored at once). Defaults to 16.
 	MaxConcurrentRuns int
 	// RunTimeout bounds one run. Defaults to 10m.
 	RunTimeout time.Duration
@@ -235,6 +237,7 @@ type Orchestrator struct {
 	tracer trace.Tracer
 
 	sem      chan struct{}
+	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
 	inflight map[string]bool // runs queued or executing in this process
 	runs     sync.WaitGroup
@@ -296,6 +299,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
+		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
