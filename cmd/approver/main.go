@@ -207,8 +207,8 @@ const usage = `usage: approver [flags]                      the bot (--policy, -
 // common are the flags every mode shares.
 type common struct {
 	natsURL, id, keyFile, tool, user, password, passwordFile, creds string
-	orchURL, orchTokenFile                            string
-	connectTimeout                                    time.Duration
+	orchURL, orchTokenFile                                          string
+	connectTimeout                                                  time.Duration
 }
 
 func commonFlags(fs *flag.FlagSet) *common {
