@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,9 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// callConsumers holds the tools whose call_<tool> consumer this
+	// connection has made sure of (EnsureCallConsumer).
+	callConsumers sync.Map
 	// borrowed: the connection is the caller's (FromConn); Close leaves
 	// it open.
 	borrowed bool
