@@ -366,8 +366,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
 func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
-	stream, err := o.js.Stream(ctx, bus.StreamConversations)
-	if err != nil {
+	if _, err := o.js.Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	index, err := o.js.KeyValue(ctx, bus.BucketIndex)
@@ -375,10 +374,9 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
 	s := &store{
-		bus: o.bus, js: o.js, stream: stream, index: index,
-		cache:   newStateCache(o.cfg.StateCacheBytes),
-		maxPart: max(int(o.bus.Conn().MaxPayload())-partHeadroom, 1024),
-		clock:   o.clock, onTooLarge: o.failTooLarge,
+		bus: o.bus, index: index,
+		cache: newStateCache(o.cfg.StateCacheBytes),
+		clock: o.clock, onTooLarge: o.failTooLarge,
 		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
 	}
 	if legacy, err := o.js.KeyValue(ctx, bus.BucketRuns); err == nil {
