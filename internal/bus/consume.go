@@ -298,15 +298,22 @@ func (s *Subscription) wait(ctx context.Context) error {
 // (or any error) makes it a dead letter.
 type decodeFunc[T any] func(m jetstream.Msg, contentType string) (T, error)
 
-func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, cfg ConsumeConfig, decode decodeFunc[T], h Handler[T]) (*Subscription, error) {
-	if h == nil {
-		return nil, errors.New("handler is nil")
-	}
+// consumerConfig is cc with the settings of cfg (already defaulted) that
+// the server keeps on the durable.
+func consumerConfig(cc jetstream.ConsumerConfig, cfg ConsumeConfig) jetstream.ConsumerConfig {
 	cc.AckPolicy = jetstream.AckExplicitPolicy
 	cc.AckWait = cfg.AckWait
 	cc.MaxDeliver = cfg.MaxDeliver
 	cc.MaxAckPending = cfg.MaxAckPending
 	cc.DeliverPolicy = cfg.DeliverPolicy
+	return cc
+}
+
+func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, cfg ConsumeConfig, decode decodeFunc[T], h Handler[T]) (*Subscription, error) {
+	if h == nil {
+		return nil, errors.New("handler is nil")
+	}
+	cc = consumerConfig(cc, cfg)
 	gctx, release := b.deny.guard(ctx, jsAPIFor(stream))
 	cons, err := b.js.CreateOrUpdateConsumer(gctx, stream, cc)
 	derr := denied(gctx)
@@ -604,14 +611,9 @@ func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, 
 	if err != nil {
 		return nil, fmt.Errorf("consume calls: %w", err)
 	}
-	subj, _ := CallSubject(tool)
 	cfg = cfg.withDefaults(1)
 	cfg.PullMaxMessages = 1
-	cc := jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "calls of tool " + tool,
-		FilterSubject: subj,
-	}
+	cc := callConsumerBase(name, tool)
 	s, err := consume(ctx, b, StreamCalls, cc, cfg, func(m jetstream.Msg, ct string) (CallRequest, error) {
 		var r CallRequest
 		if err := Decode(m.Data(), ct, &r); err != nil {
@@ -626,6 +628,58 @@ func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, 
 		return nil, fmt.Errorf("consume calls of %s: %w", tool, err)
 	}
 	return s, nil
+}
+
+func callConsumerBase(name, tool string) jetstream.ConsumerConfig {
+	subj, _ := CallSubject(tool)
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "calls of tool " + tool,
+		FilterSubject: subj,
+	}
+}
+
+// CallConsumerConfig is the configuration of the durable call_<tool> with
+// the default ConsumeConfig: explicit acks, AckWait 30s, MaxDeliver 5,
+// MaxAckPending 1000, every call still in the stream, filtered on
+// toolgate.call.<tool>. MaxDeliver carries a guarantee: the fifth delivery
+// without an ack raises the MAX_DELIVERIES advisory that fails the call
+// "exhausted 5 deliveries" (HandleMaxDeliveries).
+func CallConsumerConfig(tool string) (jetstream.ConsumerConfig, error) {
+	name, err := CallConsumerName(tool)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	return consumerConfig(callConsumerBase(name, tool), ConsumeConfig{}.withDefaults(1)), nil
+}
+
+// EnsureCallConsumer creates the durable call_<tool> with
+// CallConsumerConfig unless it exists (a tool-worker's own settings, such
+// as its --ack-wait, are left as they are). The orchestrator's call
+// publications do this before a tool's first call, so that a worker
+// written in another language only binds to the consumer and the call's
+// guarantees do not depend on who created it. It is done once per tool
+// and connection.
+func (b *Bus) EnsureCallConsumer(ctx context.Context, tool string) error {
+	if _, ok := b.callConsumers.Load(tool); ok {
+		return nil
+	}
+	cc, err := CallConsumerConfig(tool)
+	if err != nil {
+		return fmt.Errorf("call consumer: %w", err)
+	}
+	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
+	_, err = b.js.CreateConsumer(gctx, StreamCalls, cc)
+	derr := denied(gctx)
+	release()
+	if derr != nil {
+		return fmt.Errorf("call consumer %s: %w", cc.Durable, derr)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("call consumer %s: %w", cc.Durable, errNotSetUp(err))
+	}
+	b.callConsumers.Store(tool, struct{}{})
+	return nil
 }
 
 // ConsumeApprovals runs handler for approval requests on the approver's own

@@ -45,6 +45,9 @@ func RolePermissions(role string) (Permissions, error) {
 				subjectDLQ+".>",
 				"$KV."+BucketTools+".>",
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
+				// Reading an advert (KeyValue.Get): without it a worker's
+				// Get gets no answer and waits for its deadline.
+				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
 				"$JS.API.INFO",
 			),
 			Subscribe: inbox,

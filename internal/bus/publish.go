@@ -24,6 +24,9 @@ type Outgoing struct {
 	MsgID   string // "" disables de-duplication and retries after a timeout
 	Value   any
 	Header  nats.Header // extra headers; Content-Type here overrides the bus default
+	// callTool is the tool of a call request (CallMessage): its consumer
+	// is made sure of before the call is published.
+	callTool string
 }
 
 func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
@@ -130,6 +133,12 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 	var errs []error
 	var futs []pending
 	for i, o := range msgs {
+		if o.callTool != "" {
+			if err := b.EnsureCallConsumer(ctx, o.callTool); err != nil {
+				errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
+				continue
+			}
+		}
 		m, err := b.message(o)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
@@ -211,10 +220,11 @@ func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
 		return Outgoing{}, err
 	}
 	return Outgoing{
-		Subject: subj,
-		MsgID:   r.MsgID(),
-		Value:   r,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		Subject:  subj,
+		MsgID:    r.MsgID(),
+		Value:    r,
+		Header:   mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		callTool: r.ToolName,
 	}, nil
 }
 
@@ -325,6 +335,11 @@ func DecodeEvents(data []byte, hdr nats.Header) ([]Event, error) {
 func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err error) (*jetstream.PubAck, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", what, err)
+	}
+	if o.callTool != "" {
+		if err := b.EnsureCallConsumer(ctx, o.callTool); err != nil {
+			return nil, fmt.Errorf("publish %s: %w", what, err)
+		}
 	}
 	m, err := b.message(o)
 	if err != nil {

@@ -210,6 +210,15 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := tools.Put(ctx, "weather", []byte(`{"name":"weather"}`)); err != nil {
 		t.Errorf("worker advertising a tool: %v", err)
 	}
+	// Reading an advert back: a request the server refuses gets no answer,
+	// so a refused Get would only end with its context.
+	gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+	if e, err := tools.Get(gctx, "weather"); err != nil {
+		t.Errorf("worker reading a tool advert: %v", err)
+	} else if string(e.Value) != `{"name":"weather"}` {
+		t.Errorf("worker read advert %s", e.Value)
+	}
+	gcancel()
 	if _, err := worker.Runs(ctx); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker opening the runs bucket: err = %v, want ErrPermissionDenied", err)
 	}

@@ -86,7 +86,9 @@ type Config struct {
 	// InstanceID names this replica in leases and logs. Defaults to a
 	// random id.
 	InstanceID string
-	// MaxConcurrentRuns bounds the runs executing at once. Defaults to 16.
+	// MaxConcurrentRuns bounds the runs whose agent executes at once (a
+	// run that ended holds no slot while its end is stored; four times as
+	// many ends may be stored at once). Defaults to 16.
 	MaxConcurrentRuns int
 	// RunTimeout bounds one run. Defaults to 10m.
 	RunTimeout time.Duration
@@ -241,6 +243,7 @@ type Orchestrator struct {
 	tracer trace.Tracer
 
 	sem      chan struct{}
+	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
 	inflight map[string]bool // runs queued or executing in this process
 	runs     sync.WaitGroup
@@ -305,6 +308,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
+		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
@@ -371,8 +375,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
 func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
-	stream, err := o.js.Stream(ctx, bus.StreamConversations)
-	if err != nil {
+	if _, err := o.js.Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	index, err := o.js.KeyValue(ctx, bus.BucketIndex)
@@ -380,10 +383,9 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
 	s := &store{
-		bus: o.bus, js: o.js, stream: stream, index: index,
-		cache:   newStateCache(o.cfg.StateCacheBytes),
-		maxPart: max(int(o.bus.Conn().MaxPayload())-partHeadroom, 1024),
-		clock:   o.clock, onTooLarge: o.failTooLarge,
+		bus: o.bus, index: index,
+		cache: newStateCache(o.cfg.StateCacheBytes),
+		clock: o.clock, onTooLarge: o.failTooLarge,
 		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
 	}
 	if legacy, err := o.js.KeyValue(ctx, bus.BucketRuns); err == nil {

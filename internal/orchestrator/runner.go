@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -52,9 +53,24 @@ func (o *Orchestrator) launchFrom(convID, runID string, c *Conversation, rev uin
 		case <-o.runCtx.Done():
 			return
 		}
-		defer func() { <-o.sem }()
-		o.execute(convID, runID, c, rev)
+		var once sync.Once
+		release := func() { once.Do(func() { <-o.sem }) }
+		defer release()
+		o.execute(convID, runID, c, rev, release)
 	})
+}
+
+// endSlot is held while a run's end is stored. A run gives its run slot
+// back once its agent is done, so that the next run's model work does not
+// wait for this one's writes: the writes of ended runs are bounded
+// separately, by a window of their own (Config.MaxConcurrentRuns × 4).
+func (o *Orchestrator) endSlot(ctx context.Context) (func(), error) {
+	select {
+	case o.ending <- struct{}{}:
+		return func() { <-o.ending }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // execute runs one run of a conversation from its stored state: a prompt run
@@ -63,7 +79,7 @@ func (o *Orchestrator) launchFrom(convID, runID string, c *Conversation, rev uin
 //
 // A state handed over by the launcher is as this process wrote it when it
 // took the lease; if it changed since, finish's CAS notices and re-reads.
-func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64) {
+func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64, release func()) {
 	log := o.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.RunTimeout)
 	defer cancel()
@@ -96,7 +112,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	ctx, span := telemetry.StartRun(ctx, o.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
 	defer span.End()
-	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel)
+	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel, release)
 	span.SetAttributes(attribute.String("toolgate.status", status))
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
@@ -113,7 +129,7 @@ const (
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc) string {
+func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func()) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
@@ -146,6 +162,13 @@ func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, conv
 		log.WarnContext(fctx, "run abandoned: lease lost")
 		return runLeaseLost
 	}
+	done, err := o.endSlot(fctx)
+	if err != nil {
+		log.ErrorContext(fctx, "store run result", slog.String("error", err.Error()))
+		return runNotStored
+	}
+	defer done()
+	release()
 	return o.finish(fctx, log, convID, runID, c, rev, res, runErr)
 }
 

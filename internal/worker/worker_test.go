@@ -531,7 +531,7 @@ func TestWorkerAdvertisesTools(t *testing.T) {
 		entry, err = kv.Get(t.Context(), "update_file")
 		return err == nil
 	})
-	var a worker.Advertisement
+	var a bus.ToolAdvert
 	if err := json.Unmarshal(entry.Value, &a); err != nil {
 		t.Fatal(err)
 	}
