@@ -140,6 +140,12 @@ type Config struct {
 	// (no-op unless telemetry.Setup installed one; the trace context then
 	// passes through unchanged).
 	TracerProvider trace.TracerProvider
+	// OnRunEnd, when set, is called once a run's end is stored (paused,
+	// after its calls are published; completed; failed) with the
+	// conversation as stored. It runs on the run's goroutine and must
+	// neither keep nor change c. It lets an embedding program, such as the
+	// benchmark harness, learn how runs end without reading the store.
+	OnRunEnd func(c *Conversation)
 }
 
 func (c Config) withDefaults() Config {
@@ -302,6 +308,9 @@ type Stats struct {
 	// StateReads counts the reads of conversation logs: a state not cached,
 	// a cached one brought up to date, a catch-up after a conflict.
 	StateReads atomic.Int64
+	// CallBatches counts the publishes of a batch's calls, each one
+	// round trip whatever the number of calls.
+	CallBatches atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.

@@ -269,6 +269,9 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		}
 		o.afterApply(ctx, c)
 	}
+	if o.cfg.OnRunEnd != nil {
+		o.cfg.OnRunEnd(c)
+	}
 	return string(c.Status)
 }
 
