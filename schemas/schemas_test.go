@@ -28,6 +28,7 @@ var goTypes = map[string]reflect.Type{
 	"event_batch":      reflect.TypeFor[bus.EventBatch](),
 	"requests":         reflect.TypeFor[deferred.Requests](),
 	"results":          reflect.TypeFor[deferred.Results](),
+	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {
@@ -174,6 +175,8 @@ func TestGoValuesValidate(t *testing.T) {
 		{"decision unsigned", "decision", bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), ApproverID: "bot", DecidedAt: now}},
 		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
 		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"value":1}`), Time: local}},
+		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},
+		{"tool advert mcp", "tool_advert", bus.ToolAdvert{Name: "ev_echo", Description: "Echoes", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "mcp", MCPServer: "ev", MCPTool: "echo", Annotations: raw(`{"readOnlyHint":true}`), WorkerID: "w1", At: local}},
 		{"requests empty", "requests", deferred.Requests{}},
 		{"requests", "requests", deferred.Requests{
 			Calls:     []deferred.Call{{ToolName: "run_job", Args: raw(`{"job":"x"}`), ToolCallID: "job1"}, {ToolName: "now", ToolCallID: "now1"}},
@@ -247,6 +250,11 @@ func TestInvalidDocuments(t *testing.T) {
 		{"decision", "signature too short", `{"run_id":"r","tool_call_id":"i","args_digest":"` + digest + `","approved":true,"approver_id":"a","decided_at":"2026-03-01T12:00:00Z","signature":"AAAA"}`},
 		{"event", "missing conversation_id", `{"type":"run_started","time":"2026-03-01T12:00:00Z"}`},
 		{"event", "type a number", `{"conversation_id":"c","type":1,"time":"2026-03-01T12:00:00Z"}`},
+		{"tool_advert", "missing worker_id", `{"name":"t","kind":"call","executor":"exec","at":"2026-03-01T12:00:00Z"}`},
+		{"tool_advert", "kind approval", `{"name":"t","kind":"approval","executor":"exec","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
+		{"tool_advert", "unknown executor", `{"name":"t","kind":"call","executor":"shell","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
+		{"tool_advert", "name with a dot", `{"name":"a.b","kind":"call","executor":"exec","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
+		{"tool_advert", "parameters a string", `{"name":"t","parameters":"{}","kind":"call","executor":"exec","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
 		{"requests", "call without id", `{"calls":[{"tool_name":"t","args":{}}],"approvals":[],"metadata":{}}`},
 		{"requests", "args a string", `{"calls":[],"approvals":[{"tool_name":"t","args":"{}","tool_call_id":"i"}],"metadata":{}}`},
 		{"requests", "unknown field", `{"calls":[],"approvals":[],"metadata":{},"pending":[]}`},

@@ -29,6 +29,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -215,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 // embedded server. Events go on a second connection, so that a busy run's
 // events are not queued ahead of its state writes and calls.
 type buses struct {
-	srv       *bus.Server
+	srv       *embedded.Server
 	b, events *bus.Bus
 }
 
@@ -233,7 +234,7 @@ func (s *setup) startBus(ctx context.Context) (*buses, error) {
 	}
 	var err error
 	if o.natsURL == "" {
-		bs.srv, err = bus.StartServer(bus.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: s.auth.users, Logger: s.logger})
+		bs.srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: s.auth.users, Logger: s.logger})
 		if err != nil {
 			return bs, fmt.Errorf("--nats-listen %s: %w", o.natsListen, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // EventKind names an event of a run's stream.
@@ -11,23 +12,23 @@ type EventKind string
 
 const (
 	// EventTextDelta: Delta holds text a streaming model produced.
-	EventTextDelta EventKind = "text_delta"
+	EventTextDelta EventKind = wire.EventTextDelta
 	// EventModelResponse: Message holds a model response as added to history.
-	EventModelResponse EventKind = "model_response"
+	EventModelResponse EventKind = wire.EventModelResponse
 	// EventToolCall: Part holds a tool-call part whose args were validated
 	// (D28).
-	EventToolCall EventKind = "tool_call"
+	EventToolCall EventKind = wire.EventToolCall
 	// EventToolResult: Part holds the tool-return or retry-prompt part that
 	// settled a call (D28, D30, D31).
-	EventToolResult EventKind = "tool_result"
+	EventToolResult EventKind = wire.EventToolResult
 	// EventDeferredRequests: Requests holds a step's whole batch, before any
 	// handler runs (D29).
-	EventDeferredRequests EventKind = "deferred_requests"
+	EventDeferredRequests EventKind = wire.EventDeferredRequests
 	// EventDeferredResults: Results holds what handlers resolved (D30).
-	EventDeferredResults EventKind = "deferred_results"
+	EventDeferredResults EventKind = wire.EventDeferredResults
 	// EventRunDone: Result holds the run's result; always the last event of
 	// a run that did not fail.
-	EventRunDone EventKind = "run_done"
+	EventRunDone EventKind = wire.EventRunDone
 )
 
 // Event is one entry of a run's event stream. Kind says which of the other

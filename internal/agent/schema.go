@@ -1,117 +1,25 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"reflect"
-	"strings"
 
-	invopop "github.com/invopop/jsonschema"
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
+	"github.com/toolgate/toolgate/internal/argschema"
 )
 
 // argsSchema is a compiled JSON Schema for a tool's args object.
-type argsSchema struct {
-	compiled *jsonschema.Schema
-}
-
-// noLoader refuses to load any external resource: tool schemas may come from
-// configuration or from workers, and a $ref must not make the agent read
-// files or fetch URLs.
-type noLoader struct{}
-
-func (noLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("loading %s: external schema references are not allowed", url)
-}
+type argsSchema struct{ s *argschema.Schema }
 
 func compileSchema(name string, schema json.RawMessage) (*argsSchema, error) {
-	if len(bytes.TrimSpace(schema)) == 0 {
-		return nil, fmt.Errorf("tool %s: parameters schema is empty", name)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	s, err := argschema.Compile(name, schema)
 	if err != nil {
-		return nil, fmt.Errorf("tool %s: parameters schema is not JSON: %w", name, err)
+		return nil, err
 	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("tool %s: parameters schema is not an object", name)
-	}
-	if t, ok := obj["type"]; ok && t != "object" {
-		return nil, fmt.Errorf("tool %s: parameters schema must describe an object, not %v", name, t)
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(noLoader{})
-	loc := "toolgate:///tools/" + name + ".json"
-	if err := c.AddResource(loc, doc); err != nil {
-		return nil, fmt.Errorf("tool %s: %w", name, err)
-	}
-	compiled, err := c.Compile(loc)
-	if err != nil {
-		return nil, fmt.Errorf("tool %s: compile parameters schema: %w", name, err)
-	}
-	return &argsSchema{compiled: compiled}, nil
+	return &argsSchema{s: s}, nil
 }
 
-var schemaPrinter = message.NewPrinter(language.English)
+// validate checks args against the schema (argschema.Schema.Validate).
+func (s *argsSchema) validate(args json.RawMessage) error { return s.s.Validate(args) }
 
-// validate checks args against the schema. The error text names every
-// offending location so that the model can fix its call.
-func (s *argsSchema) validate(args json.RawMessage) error {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return fmt.Errorf("args are not valid JSON: %v", err)
-	}
-	err = s.compiled.Validate(inst)
-	if err == nil {
-		return nil
-	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err
-	}
-	var msgs []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			msgs = append(msgs, fmt.Sprintf("at '/%s': %s", strings.Join(e.InstanceLocation, "/"), e.ErrorKind.LocalizedString(schemaPrinter)))
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-// reflectSchema derives the JSON Schema of an args type. Struct fields without
-// omitempty are required and unknown properties are refused, so that the
-// model learns about typos instead of having them ignored.
-func reflectSchema(t reflect.Type) (json.RawMessage, error) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("args type %s is not a struct: give its schema with WithSchema", t)
-	}
-	r := invopop.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
-	s := r.ReflectFromType(t)
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("marshal schema of %s: %w", t, err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("schema of %s: %w", t, err)
-	}
-	delete(m, "$schema")
-	delete(m, "$id")
-	if _, ok := m["properties"]; !ok {
-		m["properties"] = map[string]any{}
-	}
-	return json.Marshal(m)
-}
+// reflectSchema derives the JSON Schema of an args type (argschema.Reflect).
+func reflectSchema(t reflect.Type) (json.RawMessage, error) { return argschema.Reflect(t) }

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const cliSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
@@ -57,7 +58,7 @@ func cliFixture(t *testing.T) *bus.Bus {
 		}
 	}
 	if _, err := b.PublishEvent(ctx, bus.Event{ConversationID: "conv-run-3", RunID: "run-3", ToolCallID: "call-3",
-		Type: approver.EventReplyApplied, Data: json.RawMessage(`{"kind":"approval"}`), Time: time.Now()}); err != nil {
+		Type: wire.EventReplyApplied, Data: json.RawMessage(`{"kind":"approval"}`), Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -213,5 +214,22 @@ func TestValidateArgs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A scan of the events (a transcript in the inbox, the CLI's view of what
+// was settled) leaves no consumer behind on the server.
+func TestScanEventsLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	b := cliFixture(t)
+	before := bustest.Consumers(t, b, bus.StreamEvents)
+	for range 3 {
+		evs, err := approver.ConversationEvents(bustest.Context(t), b, "conv-run-3")
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("events %v (%v)", evs, err)
+		}
+	}
+	if n := bustest.Consumers(t, b, bus.StreamEvents); n != before {
+		t.Errorf("%d consumers of %s after 3 scans, %d before", n, bus.StreamEvents, before)
 	}
 }

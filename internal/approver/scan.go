@@ -85,6 +85,12 @@ func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) 
 	return out, nil
 }
 
+// scanInactive is how soon the server removes a scan's consumer that is no
+// longer pulled from. An approver may delete its consumers of the events
+// stream (which scan does when it ends) but not those of the approvals
+// stream, where the bots' durables are; those go by this threshold.
+const scanInactive = 30 * time.Second
+
 // scan feeds fn every message of stream under filter, through an ordered
 // consumer, until the one that had no successor when it was delivered.
 func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
@@ -106,8 +112,9 @@ func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstr
 		return nil
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: scanInactive,
 	})
 	if err != nil {
 		return err
@@ -120,6 +127,9 @@ func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstr
 	defer func() {
 		stop()
 		it.Stop()
+		if stream == bus.StreamEvents {
+			b.DropOrdered(ctx, stream, cons)
+		}
 	}()
 	for {
 		m, err := it.Next()

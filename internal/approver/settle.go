@@ -5,39 +5,20 @@ import (
 	"sync"
 
 	"github.com/toolgate/toolgate/internal/bus"
-)
-
-// Event types of TOOLGATE_EVENTS that settle deferred calls. They are the
-// orchestrator's; approvers only read them.
-const (
-	EventRunStarted   = "run_started"
-	EventRunPaused    = "run_paused"
-	EventRunCompleted = "run_completed"
-	EventRunFailed    = "run_failed"
-	EventReplyApplied = "reply_applied"
-	EventCallsExpired = "calls_expired"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Settlement says how a call was settled elsewhere, as far as the events
 // tell.
 type Settlement struct {
-	// Reason is "decided", "expired" or "over" (the run's batch was taken
-	// by its follow-up, or the run ended).
+	// Reason is "decided", "expired", "cancelled" or "over" (the run's
+	// batch was taken by its follow-up, or the run ended).
 	Reason string
 	// Approved, ApproverID and Message are set when the reply_applied
 	// event carries them.
 	Approved   *bool
 	ApproverID string
 	Message    string
-}
-
-// replyApplied is the data of a reply_applied event. Only kind is always
-// there; the decision's fields when the orchestrator includes them.
-type replyApplied struct {
-	Kind       string `json:"kind"`
-	Approved   *bool  `json:"approved,omitempty"`
-	ApproverID string `json:"approver_id,omitempty"`
-	Message    string `json:"message,omitempty"`
 }
 
 // Settlements follows conversation events and answers whether an approval
@@ -70,24 +51,30 @@ func (s *Settlements) Observe(ev bus.Event) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch ev.Type {
-	case EventReplyApplied:
+	case wire.EventReplyApplied:
 		if ev.RunID == "" || ev.ToolCallID == "" {
 			return false
 		}
 		st := Settlement{Reason: "decided"}
-		var data replyApplied
+		var data wire.ReplyApplied
 		if json.Unmarshal(ev.Data, &data) == nil {
 			st.Approved, st.ApproverID, st.Message = data.Approved, data.ApproverID, data.Message
 		}
 		s.calls[callKey{ev.RunID, ev.ToolCallID}] = st
 		return true
-	case EventCallsExpired:
+	case wire.EventCallsExpired:
 		if ev.RunID == "" {
 			return false
 		}
 		s.runs[ev.RunID] = Settlement{Reason: "expired"}
 		return true
-	case EventRunCompleted, EventRunFailed:
+	case wire.EventConversationCancelled:
+		if ev.RunID == "" {
+			return false
+		}
+		s.runs[ev.RunID] = Settlement{Reason: "cancelled"}
+		return true
+	case wire.EventRunCompleted, wire.EventRunFailed:
 		if ev.RunID == "" {
 			return false
 		}
@@ -95,7 +82,7 @@ func (s *Settlements) Observe(ev bus.Event) bool {
 			s.runs[ev.RunID] = Settlement{Reason: "over"}
 		}
 		return true
-	case EventRunStarted:
+	case wire.EventRunStarted:
 		if ev.RunID == "" || ev.ConversationID == "" {
 			return false
 		}

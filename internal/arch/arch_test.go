@@ -13,6 +13,8 @@ import (
 
 const module = "github.com/toolgate/toolgate"
 
+const natsServer = "github.com/nats-io/nats-server/"
+
 // pkg is the part of `go list -json` output the rules need.
 type pkg struct {
 	ImportPath string
@@ -28,7 +30,9 @@ type rule struct {
 	From      string
 	Forbidden []string
 	AllowOnly []string
-	Why       string
+	// Except lists packages under From the rule does not apply to.
+	Except []string
+	Why    string
 }
 
 var rules = []rule{
@@ -64,6 +68,37 @@ var rules = []rule{
 		Why:       "approvers decide on calls; they do not run agents",
 	},
 	{
+		From:      module + "/wire",
+		AllowOnly: []string{"github.com/vmihailenco/", module + "/internal/deferred"},
+		Why:       "the wire contract holds no connection and no server: standard library, msgpack and deferred only",
+	},
+	{
+		From:      module + "/internal/bus",
+		Forbidden: []string{natsServer},
+		Except:    []string{module + "/internal/bus/embedded", module + "/internal/bus/bustest"},
+		Why:       "the transport connects to a server; only internal/bus/embedded runs one",
+	},
+	{
+		From:      module + "/worker",
+		Forbidden: []string{natsServer, module + "/internal/agent", module + "/internal/orchestrator"},
+		Why:       "the public worker connects to a server and runs no agent",
+	},
+	{
+		From:      module + "/approval",
+		Forbidden: []string{natsServer, module + "/internal/agent", module + "/internal/orchestrator"},
+		Why:       "approval bots connect to a server and run no agent",
+	},
+	{
+		From:      module + "/cmd/tool-worker",
+		Forbidden: []string{natsServer},
+		Why:       "workers connect to a server; they do not link one",
+	},
+	{
+		From:      module + "/cmd/approver",
+		Forbidden: []string{natsServer},
+		Why:       "approvers connect to a server; they do not link one",
+	},
+	{
 		From:      module + "/",
 		Forbidden: []string{module + "/cmd/"},
 		Why:       "binaries are leaves; nothing imports cmd/*",
@@ -89,7 +124,7 @@ func violations(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
 		for _, r := range rules {
-			if !matches(p.ImportPath, r.From) {
+			if !matches(p.ImportPath, r.From) || slices.ContainsFunc(r.Except, func(e string) bool { return matches(p.ImportPath, e) }) {
 				continue
 			}
 			for _, d := range p.Deps {
@@ -158,14 +193,19 @@ func TestViolationsFindsBadEdges(t *testing.T) {
 		{ImportPath: module + "/internal/approver", Deps: []string{module + "/internal/bus"}},
 		{ImportPath: module + "/internal/orchestrator", Deps: []string{module + "/internal/agent", module + "/internal/bus", module + "/cmd/orchestrator"}},
 		{ImportPath: module + "/cmd/orchestrator", Deps: []string{module + "/internal/orchestrator"}},
+		{ImportPath: module + "/wire", Deps: []string{module + "/internal/deferred", "github.com/vmihailenco/msgpack/v5", "github.com/nats-io/nats.go"}},
+		{ImportPath: module + "/cmd/tool-worker", Deps: []string{module + "/internal/bus", "github.com/nats-io/nats-server/v2/server"}},
+		{ImportPath: module + "/internal/bus/embedded", Deps: []string{module + "/internal/bus", "github.com/nats-io/nats-server/v2/server"}},
 	}
 	got := violations(pkgs)
 	want := []string{
+		module + "/cmd/tool-worker -> github.com/nats-io/nats-server/v2/server: workers connect to a server; they do not link one",
 		module + "/internal/agent -> " + module + "/internal/bus: the agent loop knows nothing of NATS or the distributed parts",
 		module + "/internal/agent/openai -> github.com/nats-io/nats.go: the agent loop knows nothing of NATS or the distributed parts",
 		module + "/internal/deferred -> github.com/google/uuid: deferred is the vocabulary: standard library and msgpack only",
 		module + "/internal/orchestrator -> " + module + "/cmd/orchestrator: binaries are leaves; nothing imports cmd/*",
 		module + "/internal/worker -> " + module + "/internal/orchestrator: workers execute calls; they do not run agents",
+		module + "/wire -> github.com/nats-io/nats.go: the wire contract holds no connection and no server: standard library, msgpack and deferred only",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations:\n got %q\nwant %q", got, want)

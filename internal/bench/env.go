@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // EnvConfig configures the embedded server every target of a run shares.
@@ -27,7 +28,7 @@ type EnvConfig struct {
 // only to in-process connections (as the orchestrator, workers and
 // approvers of a single-machine deployment use it).
 type Env struct {
-	srv     *bus.Server
+	srv     *embedded.Server
 	tempDir string
 	logger  *slog.Logger
 
@@ -49,7 +50,7 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 		}
 		dir, e.tempDir = d, d
 	}
-	srv, err := bus.StartServer(bus.ServerConfig{
+	srv, err := embedded.StartServer(embedded.ServerConfig{
 		StoreDir:   dir,
 		NoListen:   true,
 		ServerName: "toolgate-bench",
@@ -68,7 +69,7 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 
 // Server is the embedded server, for targets that start toolgate
 // components on it.
-func (e *Env) Server() *bus.Server { return e.srv }
+func (e *Env) Server() *embedded.Server { return e.srv }
 
 // Logger is the logger the env was configured with.
 func (e *Env) Logger() *slog.Logger { return e.logger }

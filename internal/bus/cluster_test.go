@@ -9,25 +9,27 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 func TestClusterConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cl   bus.ClusterConfig
+		cl   embedded.ClusterConfig
 		want string
 	}{
-		{"no name", bus.ClusterConfig{Listen: "127.0.0.1:-1"}, "cluster name is empty"},
-		{"dotted name", bus.ClusterConfig{Name: "a.b", Listen: "127.0.0.1:-1"}, "contains a dot"},
-		{"bad listen", bus.ClusterConfig{Name: "c", Listen: "nope"}, "cluster: listen address"},
-		{"bad route", bus.ClusterConfig{Name: "c", Listen: "127.0.0.1:-1", Routes: []string{"::"}}, "want nats-route://host:port"},
+		{"no name", embedded.ClusterConfig{Listen: "127.0.0.1:-1"}, "cluster name is empty"},
+		{"dotted name", embedded.ClusterConfig{Name: "a.b", Listen: "127.0.0.1:-1"}, "contains a dot"},
+		{"bad listen", embedded.ClusterConfig{Name: "c", Listen: "nope"}, "cluster: listen address"},
+		{"bad route", embedded.ClusterConfig{Name: "c", Listen: "127.0.0.1:-1", Routes: []string{"::"}}, "want nats-route://host:port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cl := tt.cl
-			_, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Cluster: &cl})
+			_, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Cluster: &cl})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
@@ -57,13 +59,13 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	var nodes []*bus.Server
+	var nodes []*embedded.Server
 	for i, p := range ports {
-		nodes = append(nodes, startServerCfg(t, bus.ServerConfig{
+		nodes = append(nodes, startServerCfg(t, embedded.ServerConfig{
 			StoreDir:   t.TempDir(),
 			Listen:     "127.0.0.1:-1",
 			ServerName: fmt.Sprintf("n%d", i), Logger: testLogger(t),
-			Cluster: &bus.ClusterConfig{
+			Cluster: &embedded.ClusterConfig{
 				Name: "tg", Listen: fmt.Sprintf("127.0.0.1:%d", p), Routes: routes,
 				User: "route", Password: "route-pw",
 			},
@@ -100,7 +102,7 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("calls stream: replicas %d, cluster %+v", info.Config.Replicas, info.Cluster)
 	}
-	if _, err := b.PublishCall(ctxT(t), sampleCall("run1", "c1")); err != nil {
+	if _, err := b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	for i, n := range nodes {
@@ -111,7 +113,7 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	}
 	deadline = time.Now().Add(wait)
 	for {
-		_, err = b.PublishCall(ctxT(t), sampleCall("run1", "c2"))
+		_, err = b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c2"))
 		if err == nil {
 			break
 		}

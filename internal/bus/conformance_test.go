@@ -24,7 +24,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("call round trip", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		want := sampleCall("run1", "c1")
+		want := bustest.SampleCall("run1", "c1")
 		got := make(chan *bus.Delivery[bus.CallRequest], 1)
 		consumeCalls(t, b, "weather", fast,
 			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d; return nil })
@@ -44,7 +44,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("approval round trip", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		want := sampleApproval("run1", "c2")
+		want := bustest.SampleApproval("run1", "c2")
 		// Two approvers each see every request.
 		got1 := make(chan bus.ApprovalRequest, 1)
 		got2 := make(chan bus.ApprovalRequest, 1)
@@ -69,8 +69,8 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("replies round trip", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		reply := sampleReply("run1", "c1")
-		dec := sampleDecision("run1", "c2")
+		reply := bustest.SampleReply("run1", "c1")
+		dec := bustest.SampleDecision("run1", "c2")
 		got := make(chan bus.Reply, 2)
 		consumeReplies(t, b, "orchestrator", fast,
 			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { got <- d.Msg; return nil })
@@ -134,7 +134,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("duplicate publish is stored once", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		r := sampleReply("run1", "c1")
+		r := bustest.SampleReply("run1", "c1")
 		if _, err := b.PublishCallReply(bustest.Context(t), r); err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Errorf("replies stream holds %d messages, want 1", n)
 		}
 		// Decisions of different approvers are not duplicates of each other.
-		d := sampleDecision("run1", "c1")
+		d := bustest.SampleDecision("run1", "c1")
 		for _, who := range []string{"alice", "bob", "alice"} {
 			d.ApproverID = who
 			if _, err := b.PublishDecision(bustest.Context(t), d); err != nil {
@@ -181,7 +181,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if dl.Reason == "" || dl.Header.Get("X-Trace") != "t1" || string(dl.Data) != "\xc1\x00" {
 			t.Errorf("dead letter lost reason, headers or data: %+v", dl)
 		}
-		bad := sampleCall("run1", "c1")
+		bad := bustest.SampleCall("run1", "c1")
 		bad.Args = json.RawMessage(`[1,2]`)
 		data, err := json.Marshal(bad)
 		if err != nil {
@@ -200,7 +200,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		done := make(chan struct{})
 		consumeCalls(t, b, "other", fast,
 			func(context.Context, *bus.Delivery[bus.CallRequest]) error { close(done); return nil })
-		c := sampleCall("run1", "c9")
+		c := bustest.SampleCall("run1", "c9")
 		c.ToolName = "other"
 		publishCall(t, b, c)
 		bustest.Recv(t, done, "good call")
@@ -217,7 +217,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		consumeReplies(t, b, "orchestrator", fast,
 			func(context.Context, *bus.Delivery[bus.Reply]) error { handled.Add(1); return nil })
 		// A decision body published on a result subject.
-		data, err := bus.Encode(sampleDecision("run1", "c1"), "")
+		data, err := bus.Encode(bustest.SampleDecision("run1", "c1"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Errorf("kind %q reason %q", dl.Kind, dl.Reason)
 		}
 		// A result for another run than its subject says.
-		if _, err := b.Publish(bustest.Context(t), "toolgate.reply.run2.call", "x", sampleReply("run1", "c1")); err != nil {
+		if _, err := b.Publish(bustest.Context(t), "toolgate.reply.run2.call", "x", bustest.SampleReply("run1", "c1")); err != nil {
 			t.Fatal(err)
 		}
 		dl = nextDeadLetter(t, b, dl.Seq)
@@ -256,7 +256,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				}
 				return nil
 			})
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		for want := uint64(1); want <= 3; want++ {
 			if n := bustest.Recv(t, got, "delivery"); n != want {
 				t.Fatalf("delivery %d, want %d", n, want)
@@ -277,7 +277,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				}
 				return nil
 			})
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		t1 := bustest.Recv(t, got, "first delivery")
 		t2 := bustest.Recv(t, got, "redelivery")
 		if d := t2.Sub(t1); d < 250*time.Millisecond {
@@ -292,7 +292,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
 				return bus.Terminal(errors.New("tool is gone"))
 			})
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		dl := nextDeadLetter(t, b, 0)
 		if dl.Kind != bus.DLQHandler || dl.Reason != "tool is gone" || dl.Header.Get(bus.HeaderRun) != "run1" {
 			t.Errorf("dead letter %+v", dl)
@@ -315,7 +315,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		replies := make(chan bus.Reply, 1)
 		consumeReplies(t, b, "orchestrator", fast,
 			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil })
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		r := bustest.Recv(t, replies, "failed reply")
 		want := bus.Reply{Kind: bus.ReplyKindCall, RunID: "run1", Call: &bus.CallReply{
 			RunID: "run1", ToolCallID: "c1", Outcome: bus.OutcomeFailed, Message: "exhausted 2 deliveries", WorkerID: "toolgate",
@@ -335,13 +335,13 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		var out []bus.Outgoing
 		for _, id := range []string{"c1", "c2", "c3"} {
-			o, err := bus.CallMessage(sampleCall("run1", id))
+			o, err := bus.CallMessage(bustest.SampleCall("run1", id))
 			if err != nil {
 				t.Fatal(err)
 			}
 			out = append(out, o)
 		}
-		a, err := bus.ApprovalMessage(sampleApproval("run1", "c4"))
+		a, err := bus.ApprovalMessage(bustest.SampleApproval("run1", "c4"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +360,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Errorf("approvals: %d messages, want 1", n)
 		}
 		// A message nobody captures fails alone, naming its index.
-		out = append(out, bus.Outgoing{Subject: "nowhere.at.all", MsgID: "x", Value: sampleReply("run1", "c1")})
+		out = append(out, bus.Outgoing{Subject: "nowhere.at.all", MsgID: "x", Value: bustest.SampleReply("run1", "c1")})
 		err = b.PublishBatch(bustest.Context(t), out)
 		if !errors.Is(err, bus.ErrNotCaptured) || !strings.Contains(err.Error(), "[4]") {
 			t.Errorf("batch error = %v, want ErrNotCaptured for [4]", err)
@@ -370,7 +370,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("publish to an uncaptured subject is an error", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		_, err := b.Publish(bustest.Context(t), "toolgate.nothing.here", "id1", sampleReply("run1", "c1"))
+		_, err := b.Publish(bustest.Context(t), "toolgate.nothing.here", "id1", bustest.SampleReply("run1", "c1"))
 		if !errors.Is(err, bus.ErrNotCaptured) {
 			t.Errorf("err = %v, want ErrNotCaptured", err)
 		}
@@ -390,7 +390,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				return nil
 			})
 		for _, id := range []string{"c1", "c2"} {
-			publishCall(t, b, sampleCall("run1", id))
+			publishCall(t, b, bustest.SampleCall("run1", id))
 		}
 		// Both arrive while neither handler has returned.
 		got := map[string]bool{bustest.Recv(t, arrived, "first call"): true, bustest.Recv(t, arrived, "second call"): true}
@@ -419,7 +419,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				}
 				return nil
 			})
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		bustest.Recv(t, deliveries, "delivery")
 		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
 		select {
@@ -445,7 +445,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		publishCall(t, b, sampleCall("run1", "c1"))
+		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		bustest.Recv(t, started, "handler start")
 		stopped := make(chan error, 1)
 		go func() { stopped <- s.Stop(bustest.Context(t)) }()

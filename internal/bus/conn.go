@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,12 @@ type ConnConfig struct {
 	// User and Password authenticate against a server with users.
 	User     string
 	Password string
+	// PasswordFile, when set, holds the password (read at connect, a
+	// trailing newline dropped); it overrides Password. Unlike a flag or
+	// an environment variable, a file keeps the password out of
+	// /proc/<pid>/cmdline and /proc/<pid>/environ, which the programs a
+	// worker runs can read.
+	PasswordFile string
 	// CredsFile is a NATS credentials file (JWT + seed); overrides
 	// User/Password.
 	CredsFile string
@@ -81,6 +89,12 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// callConsumers holds the tools whose call_<tool> consumer this
+	// connection has made sure of (EnsureCallConsumer).
+	callConsumers sync.Map
+	// borrowed: the connection is the caller's (FromConn); Close leaves
+	// it open.
+	borrowed bool
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -141,11 +155,11 @@ func CheckURL(list string) (string, error) {
 	return strings.Join(shown, ","), nil
 }
 
-// Connect opens an in-process connection to the embedded server (no TCP).
-// cfg.URL is ignored.
-func (s *Server) Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
+// ConnectInProcess opens an in-process connection (no TCP) to a server
+// running in this process, such as package embedded's. cfg.URL is ignored.
+func ConnectInProcess(ctx context.Context, srv nats.InProcessConnProvider, cfg ConnConfig) (*Bus, error) {
 	cfg = cfg.withDefaults()
-	return connect(ctx, cfg, nats.InProcessServer(s.ns))
+	return connect(ctx, cfg, nats.InProcessServer(srv))
 }
 
 func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {
@@ -190,7 +204,18 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 	case cfg.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	case cfg.User != "":
-		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+		password := cfg.Password
+		if cfg.PasswordFile != "" {
+			b, err := os.ReadFile(cfg.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("connect: password file: %w", err)
+			}
+			password = strings.TrimRight(string(b), "\r\n")
+			if password == "" {
+				return nil, fmt.Errorf("connect: password file %s is empty", cfg.PasswordFile)
+			}
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, password))
 	}
 	if cfg.Role != "" {
 		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(cfg.Role)))
@@ -262,5 +287,21 @@ func (b *Bus) Close() {
 	case <-time.After(2 * time.Second):
 	}
 	b.js.CleanupPublisher()
-	b.nc.Close()
+	if !b.borrowed {
+		b.nc.Close()
+	}
+}
+
+// EnvPassword is the environment variable toolgate's commands take a NATS
+// password from.
+const EnvPassword = "TOOLGATE_NATS_PASSWORD"
+
+// TakeEnvPassword returns the password in EnvPassword and removes the
+// variable from the process's environment, so that no program the process
+// starts inherits it. (/proc/<pid>/environ still shows the environment the
+// process was started with: ConnConfig.PasswordFile keeps it out of there.)
+func TakeEnvPassword() string {
+	p := os.Getenv(EnvPassword)
+	_ = os.Unsetenv(EnvPassword)
+	return p
 }

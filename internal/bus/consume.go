@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,26 +241,34 @@ func (s *Subscription) closeIdle() {
 // the handlers' context is cancelled and ctx's error returned.
 func (s *Subscription) Stop(ctx context.Context) error {
 	s.markStopped()
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		cc.Stop()
 	}
 	return s.wait(ctx)
 }
 
+// consumeContexts are the running consume loops; recreate replaces them.
+func (s *Subscription) consumeContexts() []jetstream.ConsumeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ccs)
+}
+
 // Drain stops fetching, lets messages already fetched be handled, and
 // waits for the handlers (bounded by ctx, as Stop).
 func (s *Subscription) Drain(ctx context.Context) error {
-	for _, cc := range s.ccs {
+	ccs := s.consumeContexts()
+	for _, cc := range ccs {
 		cc.Drain()
 	}
-	for _, cc := range s.ccs {
+	for _, cc := range ccs {
 		select {
 		case <-cc.Closed():
 		case <-ctx.Done():
 		}
 	}
 	s.markStopped()
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		cc.Stop()
 	}
 	return s.wait(ctx)
@@ -273,7 +282,7 @@ func (s *Subscription) wait(ctx context.Context) error {
 		s.cancel()
 		return fmt.Errorf("stop consumer: %w", ctx.Err())
 	}
-	for _, cc := range s.ccs {
+	for _, cc := range s.consumeContexts() {
 		select {
 		case <-cc.Closed():
 		case <-ctx.Done():
@@ -289,15 +298,22 @@ func (s *Subscription) wait(ctx context.Context) error {
 // (or any error) makes it a dead letter.
 type decodeFunc[T any] func(m jetstream.Msg, contentType string) (T, error)
 
-func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, cfg ConsumeConfig, decode decodeFunc[T], h Handler[T]) (*Subscription, error) {
-	if h == nil {
-		return nil, errors.New("handler is nil")
-	}
+// consumerConfig is cc with the settings of cfg (already defaulted) that
+// the server keeps on the durable.
+func consumerConfig(cc jetstream.ConsumerConfig, cfg ConsumeConfig) jetstream.ConsumerConfig {
 	cc.AckPolicy = jetstream.AckExplicitPolicy
 	cc.AckWait = cfg.AckWait
 	cc.MaxDeliver = cfg.MaxDeliver
 	cc.MaxAckPending = cfg.MaxAckPending
 	cc.DeliverPolicy = cfg.DeliverPolicy
+	return cc
+}
+
+func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, cfg ConsumeConfig, decode decodeFunc[T], h Handler[T]) (*Subscription, error) {
+	if h == nil {
+		return nil, errors.New("handler is nil")
+	}
+	cc = consumerConfig(cc, cfg)
 	gctx, release := b.deny.guard(ctx, jsAPIFor(stream))
 	cons, err := b.js.CreateOrUpdateConsumer(gctx, stream, cc)
 	derr := denied(gctx)
@@ -345,40 +361,127 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 			}()
 		}
 	}
-	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// lost hears of a consume loop whose consumer may be gone: deleted on
+	// the server (by an operator, or a client with the right to), or
+	// missing behind pulls that get no heartbeats.
+	lost := make(chan lostConsumer, 2*loops)
+	errHandler := jetstream.ConsumeErrHandler(func(c jetstream.ConsumeContext, err error) {
 		// Missed heartbeats and leader changes are not fatal: the
 		// consume loop pulls again by itself.
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
 			b.stalls.Add(1)
 		}
 		logger.Warn("consume error", slog.Any("error", err))
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+			select {
+			case lost <- lostConsumer{cc: c, err: err}:
+			default:
+			}
+		}
 	})
 	// Pull requests expire well within AckWait: the waiting requests of a
 	// client that stalls (a frozen process, a long GC pause) are gone by the
 	// time its message is redelivered, so the redelivery goes to a live
 	// consumer instead of burning MaxDeliver on the stalled one.
 	expiry := jetstream.PullExpiry(min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires))
-	for range loops {
-		c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
-		if err != nil {
-			s.markStopped()
-			for _, c := range s.ccs {
-				c.Stop()
+	start := func(cons jetstream.Consumer) ([]jetstream.ConsumeContext, error) {
+		var ccs []jetstream.ConsumeContext
+		for range loops {
+			c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
+			if err != nil {
+				for _, c := range ccs {
+					c.Stop()
+				}
+				return nil, fmt.Errorf("consume %s: %w", cc.Durable, err)
 			}
-			cancel()
-			return nil, fmt.Errorf("consume %s: %w", cc.Durable, err)
+			ccs = append(ccs, c)
 		}
-		s.ccs = append(s.ccs, c)
+		return ccs, nil
+	}
+	if s.ccs, err = start(cons); err != nil {
+		s.markStopped()
+		cancel()
+		return nil, err
 	}
 	go func() {
-		select {
-		case <-ctx.Done():
-			cancel()
-			_ = s.Stop(context.Background())
-		case <-s.watchEnd:
+		for {
+			select {
+			case <-ctx.Done():
+				cancel()
+				_ = s.Stop(context.Background())
+				return
+			case <-s.watchEnd:
+				return
+			case l := <-lost:
+				s.recreate(ctx, b, stream, cc, logger, l, start)
+			}
 		}
 	}()
 	return s, nil
+}
+
+type lostConsumer struct {
+	cc  jetstream.ConsumeContext
+	err error
+}
+
+// recreate makes a durable consumer again when it was deleted under its
+// subscription (nats.go then stops consuming), so that a consumer removed
+// by mistake or by another client does not silently end the work. What it
+// had acked is lost with it, so its DeliverPolicy applies again and
+// handlers may see such messages a second time (toolgate's handlers take a
+// repeat as a duplicate). Only a loop of this subscription as it is now
+// counts (the others have been replaced), and after missed heartbeats
+// only if the consumer is indeed gone.
+func (s *Subscription) recreate(ctx context.Context, b *Bus, stream string, cc jetstream.ConsumerConfig, logger *slog.Logger, l lostConsumer, start func(jetstream.Consumer) ([]jetstream.ConsumeContext, error)) {
+	old := s.consumeContexts()
+	if !slices.Contains(old, l.cc) {
+		return
+	}
+	if !errors.Is(l.err, jetstream.ErrConsumerDeleted) {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := b.js.Consumer(ictx, stream, cc.Durable)
+		cancel()
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return
+		}
+	}
+	for _, c := range old {
+		c.Stop()
+	}
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := b.js.CreateOrUpdateConsumer(cctx, stream, cc)
+		cancel()
+		var ccs []jetstream.ConsumeContext
+		if err == nil {
+			ccs, err = start(cons)
+		}
+		if err == nil {
+			s.mu.Lock()
+			stopped := s.stopped
+			if !stopped {
+				s.ccs = ccs
+			}
+			s.mu.Unlock()
+			if stopped {
+				for _, c := range ccs {
+					c.Stop()
+				}
+				return
+			}
+			logger.Warn("the consumer was deleted; made it again", slog.Any("cause", l.err))
+			return
+		}
+		logger.Error("the consumer was deleted; making it again failed", slog.Any("error", err), slog.Int("attempt", attempt))
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.watchEnd:
+			return
+		case <-time.After(min(time.Second<<min(attempt, 5), 30*time.Second)):
+		}
+	}
 }
 
 // dispatchLoops is the number of consume loops of a Dispatch consumer:
@@ -508,14 +611,9 @@ func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, 
 	if err != nil {
 		return nil, fmt.Errorf("consume calls: %w", err)
 	}
-	subj, _ := CallSubject(tool)
 	cfg = cfg.withDefaults(1)
 	cfg.PullMaxMessages = 1
-	cc := jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "calls of tool " + tool,
-		FilterSubject: subj,
-	}
+	cc := callConsumerBase(name, tool)
 	s, err := consume(ctx, b, StreamCalls, cc, cfg, func(m jetstream.Msg, ct string) (CallRequest, error) {
 		var r CallRequest
 		if err := Decode(m.Data(), ct, &r); err != nil {
@@ -530,6 +628,58 @@ func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, 
 		return nil, fmt.Errorf("consume calls of %s: %w", tool, err)
 	}
 	return s, nil
+}
+
+func callConsumerBase(name, tool string) jetstream.ConsumerConfig {
+	subj, _ := CallSubject(tool)
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "calls of tool " + tool,
+		FilterSubject: subj,
+	}
+}
+
+// CallConsumerConfig is the configuration of the durable call_<tool> with
+// the default ConsumeConfig: explicit acks, AckWait 30s, MaxDeliver 5,
+// MaxAckPending 1000, every call still in the stream, filtered on
+// toolgate.call.<tool>. MaxDeliver carries a guarantee: the fifth delivery
+// without an ack raises the MAX_DELIVERIES advisory that fails the call
+// "exhausted 5 deliveries" (HandleMaxDeliveries).
+func CallConsumerConfig(tool string) (jetstream.ConsumerConfig, error) {
+	name, err := CallConsumerName(tool)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	return consumerConfig(callConsumerBase(name, tool), ConsumeConfig{}.withDefaults(1)), nil
+}
+
+// EnsureCallConsumer creates the durable call_<tool> with
+// CallConsumerConfig unless it exists (a tool-worker's own settings, such
+// as its --ack-wait, are left as they are). The orchestrator's call
+// publications do this before a tool's first call, so that a worker
+// written in another language only binds to the consumer and the call's
+// guarantees do not depend on who created it. It is done once per tool
+// and connection.
+func (b *Bus) EnsureCallConsumer(ctx context.Context, tool string) error {
+	if _, ok := b.callConsumers.Load(tool); ok {
+		return nil
+	}
+	cc, err := CallConsumerConfig(tool)
+	if err != nil {
+		return fmt.Errorf("call consumer: %w", err)
+	}
+	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
+	_, err = b.js.CreateConsumer(gctx, StreamCalls, cc)
+	derr := denied(gctx)
+	release()
+	if derr != nil {
+		return fmt.Errorf("call consumer %s: %w", cc.Durable, derr)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("call consumer %s: %w", cc.Durable, errNotSetUp(err))
+	}
+	b.callConsumers.Store(tool, struct{}{})
+	return nil
 }
 
 // ConsumeApprovals runs handler for approval requests on the approver's own

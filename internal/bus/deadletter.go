@@ -12,14 +12,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
-// Dead-letter kinds: the last token of toolgate.dlq.<kind>.
+// Dead-letter kinds (package wire).
 const (
-	DLQDecode        = "decode"         // the body could not be decoded
-	DLQInvalid       = "invalid"        // decoded, but a field is wrong
-	DLQHandler       = "handler"        // the handler gave up on it (TermError, Delivery.Term)
-	DLQMaxDeliveries = "max_deliveries" // delivered MaxDeliver times without an ack
+	DLQDecode        = wire.DLQDecode
+	DLQInvalid       = wire.DLQInvalid
+	DLQHandler       = wire.DLQHandler
+	DLQMaxDeliveries = wire.DLQMaxDeliveries
 )
 
 // maxReasonLen keeps reasons within a header line and a term reason.

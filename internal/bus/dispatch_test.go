@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // With Dispatch, handlers that wait for one another all run at once, up to
@@ -17,7 +18,7 @@ import (
 // twelve have begun finish; every message is acked once.
 func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
 	t.Parallel()
-	srv := bustest.StartServer(t, bus.ServerConfig{})
+	srv := bustest.StartServer(t, embedded.ServerConfig{})
 	b := bustest.Connect(t, srv, "dispatch")
 	bustest.Setup(t, b)
 	const n = 12
@@ -33,7 +34,7 @@ func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
 	// All are stored before the consumer starts, so that its first pull
 	// takes them all at once.
 	for i := range n {
-		if _, err := b.PublishCallReply(ctxT(t), sampleReply("run1", fmt.Sprintf("c%d", i))); err != nil {
+		if _, err := b.PublishCallReply(ctxT(t), bustest.SampleReply("run1", fmt.Sprintf("c%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}

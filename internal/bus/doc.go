@@ -1,18 +1,13 @@
-// Package bus is toolgate's NATS JetStream layer: an embedded server or a
-// connection to a cluster, the streams, consumers and KV buckets toolgate
-// needs, the wire codecs (msgpack by default, JSON on request), publishing
-// with de-duplication ids, typed pull consumers with explicit
-// ack/nak/term, and dead letters. It knows the wire messages but no agent
-// logic.
+// Package bus is toolgate's NATS JetStream transport: a connection to a
+// server or cluster, the streams, consumers and KV buckets toolgate needs,
+// publishing with de-duplication ids, typed pull consumers with explicit
+// ack/nak/term, and dead letters. The messages it carries, their subjects,
+// codecs and validation are package wire's (bus names them through
+// aliases); the embedded server is package embedded's, so that programs
+// that only connect do not link nats-server. It holds no agent logic.
 //
-// Streams and subjects:
+// Streams and subjects: see package wire. Besides them, bus sets up
 //
-//	TOOLGATE_CALLS      toolgate.call.<tool>                 work queue, one durable call_<tool> per tool
-//	TOOLGATE_APPROVALS  toolgate.approval.<tool>             limits + age, one durable per approver (fan-out)
-//	TOOLGATE_REPLIES    toolgate.reply.<run>.call|approval   limits + age, one durable shared by orchestrators
-//	TOOLGATE_EVENTS     toolgate.event.<conversation>        limits + age
-//	TOOLGATE_DLQ        toolgate.dlq.<reason>                messages that could not be handled
-//	TOOLGATE_AUDIT      toolgate.audit.<run>                 decisions, kept for audit
 //	TOOLGATE_ADVISORIES $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.*
 //
 // Results and decisions use different reply subjects so that NATS

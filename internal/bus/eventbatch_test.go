@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 func batchOf(conv string, n int) []bus.Event {
@@ -29,7 +30,7 @@ func TestEventBatchRoundTrip(t *testing.T) {
 	for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
 		t.Run(ct, func(t *testing.T) {
 			t.Parallel()
-			srv := bustest.StartServer(t, bus.ServerConfig{})
+			srv := bustest.StartServer(t, embedded.ServerConfig{})
 			b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "events", ContentType: ct})
 			bustest.Setup(t, b)
 			one := batchOf("conv1", 1)

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,7 +26,8 @@ type StoredEvent struct {
 // sequence afterSeq (0: from the oldest kept), then new ones as they come,
 // until ctx ends or the caller stops. Events that cannot be decoded are
 // skipped: readers of events are observers, not owners. It reads through an
-// ordered consumer, so it needs no durable state and may run anywhere.
+// ordered consumer, so it needs no durable state and may run anywhere; the
+// consumer is deleted when the reading ends (see DropOrdered).
 func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64) iter.Seq2[StoredEvent, error] {
 	return func(yield func(StoredEvent, error) bool) {
 		filter := AllEvents
@@ -55,6 +57,7 @@ func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64
 		defer func() {
 			stop()
 			it.Stop()
+			b.DropOrdered(ctx, StreamEvents, cons)
 		}()
 		for {
 			m, err := it.Next()
@@ -82,5 +85,22 @@ func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64
 				}
 			}
 		}
+	}
+}
+
+// DropOrdered deletes the server-side consumer of an ordered consumer whose
+// reading has ended. nats.go leaves it to its inactivity threshold (5
+// minutes), so every closed event stream or scan would otherwise keep one
+// there that long: hundreds of short reads pile up as many consumers. A
+// failure is only logged; the threshold still removes it.
+func (b *Bus) DropOrdered(ctx context.Context, stream string, c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := b.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
+		b.logger.WarnContext(ctx, "deleting a finished reader's consumer", "stream", stream, "consumer", info.Name, "error", err)
 	}
 }

@@ -2,10 +2,8 @@ package bus_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -93,42 +91,4 @@ func streamMsgs(t *testing.T, b *bus.Bus, stream string) uint64 {
 	return bustest.StreamMsgs(t, b, stream)
 }
 
-var deadline = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
-
-func sampleCall(run, call string) bus.CallRequest {
-	return bus.CallRequest{
-		RunID: run, ConversationID: "conv1", ToolCallID: call, ToolName: "weather",
-		Args: json.RawMessage(`{"city":"Paris","days":3,"ratio":0.5}`), Metadata: json.RawMessage(`{"k":[1,2]}`),
-		Deadline: deadline, Attempt: 1,
-	}
-}
-
-func sampleApproval(run, call string) bus.ApprovalRequest {
-	args := json.RawMessage(`{"path":"/tmp/x","force":true}`)
-	d, err := bus.DigestArgs(args)
-	if err != nil {
-		panic(err)
-	}
-	return bus.ApprovalRequest{
-		RunID: run, ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
-		ToolDescription: "deletes a file", Parameters: json.RawMessage(`{"type":"object"}`),
-		Args: args, ArgsDigest: d, Metadata: json.RawMessage(`{"reason":"destructive"}`),
-		Deadline: deadline, Attempt: 1,
-	}
-}
-
-func sampleReply(run, call string) bus.CallReply {
-	return bus.CallReply{
-		RunID: run, ToolCallID: call, Outcome: bus.OutcomeReturn,
-		Value: json.RawMessage(`{"temp":21.5,"n":7}`), Content: "extra", Metadata: json.RawMessage(`{"m":1}`), WorkerID: "w1",
-	}
-}
-
-func sampleDecision(run, call string) bus.Decision {
-	a := sampleApproval(run, call)
-	return bus.Decision{
-		RunID: run, ToolCallID: call, ArgsDigest: a.ArgsDigest, Approved: true,
-		OverrideArgs: json.RawMessage(`{"path":"/tmp/y"}`), Message: "ok", ApproverID: "alice",
-		DecidedAt: time.Date(2026, 5, 1, 12, 0, 0, 123, time.UTC),
-	}
-}
+var deadline = bustest.SampleDeadline

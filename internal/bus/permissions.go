@@ -35,8 +35,10 @@ func RolePermissions(role string) (Permissions, error) {
 	switch role {
 	case RoleOrchestrator:
 		return Permissions{
-			Publish:   []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
-			Subscribe: inbox,
+			Publish: []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
+			// Cancel notices stop its runs of cancelled conversations;
+			// nudges hand it conversations of its agents.
+			Subscribe: append(inbox, AllCancels, subjectNudge+".*"),
 		}, nil
 	case RoleWorker:
 		return Permissions{
@@ -45,17 +47,24 @@ func RolePermissions(role string) (Permissions, error) {
 				subjectDLQ+".>",
 				"$KV."+BucketTools+".>",
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
+				// Reading an advert (KeyValue.Get): without it a worker's
+				// Get gets no answer and waits for its deadline.
+				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
 				"$JS.API.INFO",
 			),
-			Subscribe: inbox,
+			// Cancel notices stop calls of cancelled conversations.
+			Subscribe: append(inbox, AllCancels),
 		}, nil
 	case RoleApprover:
 		return Permissions{
 			// The approval inbox also reads the conversations' events (to
-			// learn what was settled elsewhere and to show transcripts), and
-			// its scans of both streams use ordered consumers it deletes.
+			// learn what was settled elsewhere and to show transcripts)
+			// through ordered consumers it deletes when done. Approvers may
+			// not delete consumers of the approvals stream: NATS cannot tell
+			// an approver's own consumer from another's there, and a deleted
+			// durable stops a bot until it makes it again. Their scans of
+			// that stream expire by themselves instead.
 			Publish: append(append(consumerAPI(StreamApprovals), consumerAPI(StreamEvents)...),
-				"$JS.API.CONSUMER.DELETE."+StreamApprovals+".>",
 				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
 				subjectDLQ+".>",

@@ -2,8 +2,6 @@ package bus
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,49 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Header names.
-const (
-	HeaderMsgID        = jetstream.MsgIDHeader // Nats-Msg-Id
-	HeaderRun          = "Toolgate-Run"
-	HeaderConversation = "Toolgate-Conversation"
-	HeaderCall         = "Toolgate-Call"
-	HeaderContentType  = "Content-Type"
-	HeaderTraceParent  = "traceparent"
-	// HeaderEventBatch marks a message of TOOLGATE_EVENTS that holds an
-	// EventBatch; its value is the number of events.
-	HeaderEventBatch = "Toolgate-Event-Batch"
-
-	// Set on dead letters.
-	HeaderDLQReason   = "Toolgate-DLQ-Reason"
-	HeaderDLQSubject  = "Toolgate-DLQ-Subject" // the original subject
-	HeaderDLQStream   = "Toolgate-DLQ-Stream"
-	HeaderDLQSeq      = "Toolgate-DLQ-Seq" // the original stream sequence
-	HeaderDLQConsumer = "Toolgate-DLQ-Consumer"
-	// HeaderDLQTruncated holds the original body's size when the copy
-	// keeps only its beginning (it would not fit the max payload).
-	HeaderDLQTruncated = "Toolgate-DLQ-Truncated"
-)
-
-// Message kinds for MsgID.
-const (
-	KindCall     = "call"
-	KindApproval = "approval"
-	KindResult   = "result"
-	KindDecision = "decision"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrNotCaptured is returned when no stream captures a published subject:
 // the message would otherwise be silently dropped.
 var ErrNotCaptured = errors.New("no stream captures the subject")
-
-// MsgID is the Nats-Msg-Id of a message about one deferred call: the same
-// (run, call, kind) published twice inside the duplicate window is stored
-// once.
-func MsgID(runID, toolCallID, kind string) string {
-	return runID + "/" + toolCallID + "/" + kind
-}
 
 // Outgoing is one message to publish.
 type Outgoing struct {
@@ -62,6 +24,9 @@ type Outgoing struct {
 	MsgID   string // "" disables de-duplication and retries after a timeout
 	Value   any
 	Header  nats.Header // extra headers; Content-Type here overrides the bus default
+	// callTool is the tool of a call request (CallMessage): its consumer
+	// is made sure of before the call is published.
+	callTool string
 }
 
 func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
@@ -168,6 +133,12 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 	var errs []error
 	var futs []pending
 	for i, o := range msgs {
+		if o.callTool != "" {
+			if err := b.EnsureCallConsumer(ctx, o.callTool); err != nil {
+				errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
+				continue
+			}
+		}
 		m, err := b.message(o)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
@@ -249,10 +220,11 @@ func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
 		return Outgoing{}, err
 	}
 	return Outgoing{
-		Subject: subj,
-		MsgID:   MsgID(r.RunID, r.ToolCallID, KindCall+"."+strconv.Itoa(r.Attempt)),
-		Value:   r,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		Subject:  subj,
+		MsgID:    r.MsgID(),
+		Value:    r,
+		Header:   mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		callTool: r.ToolName,
 	}, nil
 }
 
@@ -268,16 +240,14 @@ func ApprovalMessage(r ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
 	}
 	return Outgoing{
 		Subject: subj,
-		MsgID:   MsgID(r.RunID, r.ToolCallID, KindApproval+"."+strconv.Itoa(r.Attempt)),
+		MsgID:   r.MsgID(),
 		Value:   r,
 		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
 	}, nil
 }
 
 // CallReplyMessage is the Outgoing for a worker's result: subject
-// toolgate.reply.<run>.call, id MsgID(run, call, "result"), so that the
-// replies of two workers that both ran a redelivered call, or a worker's
-// and the max-deliveries Failed reply, are stored once (first wins).
+// toolgate.reply.<run>.call, id CallReply.MsgID.
 func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
 	if err := r.Validate(); err != nil {
 		return Outgoing{}, err
@@ -288,20 +258,14 @@ func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
 	}
 	return Outgoing{
 		Subject: subj,
-		MsgID:   MsgID(r.RunID, r.ToolCallID, KindResult),
+		MsgID:   r.MsgID(),
 		Value:   r,
 		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, "", r.ToolCallID)}, hdr...)...),
 	}, nil
 }
 
 // DecisionMessage is the Outgoing for an approver's decision: subject
-// toolgate.reply.<run>.approval, id MsgID(run, call,
-// "decision.<approver>.<hash>"), hash being a digest of the decision and
-// its signature. The approver is part of the id so that one approver's
-// decision never hides another's; the hash, so that a decision that merely
-// names an approver (a forgery the orchestrator will refuse) does not hide
-// the approver's own, which the stream would otherwise drop as a duplicate.
-// A publish sent again is the same message and is still stored once.
+// toolgate.reply.<run>.approval, id Decision.MsgID.
 func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 	if err := d.Validate(); err != nil {
 		return Outgoing{}, err
@@ -310,16 +274,13 @@ func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 	if err != nil {
 		return Outgoing{}, err
 	}
-	body, err := d.SigningBytes()
+	id, err := d.MsgID()
 	if err != nil {
 		return Outgoing{}, err
 	}
-	h := sha256.New()
-	h.Write(body)
-	h.Write(d.Signature)
 	return Outgoing{
 		Subject: subj,
-		MsgID:   MsgID(d.RunID, d.ToolCallID, KindDecision+"."+d.ApproverID+"."+hex.EncodeToString(h.Sum(nil)[:8])),
+		MsgID:   id,
 		Value:   d,
 		Header:  mergeHeaders(append([]nats.Header{idHeaders(d.RunID, "", d.ToolCallID)}, hdr...)...),
 	}, nil
@@ -368,27 +329,17 @@ func EventBatchMessage(events []Event) (Outgoing, error) {
 // DecodeEvents decodes a message of TOOLGATE_EVENTS: one event, or the
 // events of an EventBatch (HeaderEventBatch).
 func DecodeEvents(data []byte, hdr nats.Header) ([]Event, error) {
-	ct := hdr.Get(HeaderContentType)
-	if hdr.Get(HeaderEventBatch) == "" {
-		var e Event
-		if err := Decode(data, ct, &e); err != nil {
-			return nil, err
-		}
-		return []Event{e}, nil
-	}
-	var batch EventBatch
-	if err := Decode(data, ct, &batch); err != nil {
-		return nil, err
-	}
-	if err := batch.Validate(); err != nil {
-		return nil, err
-	}
-	return batch.Events, nil
+	return wire.DecodeEvents(data, hdr.Get(HeaderContentType), hdr.Get(HeaderEventBatch) != "")
 }
 
 func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err error) (*jetstream.PubAck, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", what, err)
+	}
+	if o.callTool != "" {
+		if err := b.EnsureCallConsumer(ctx, o.callTool); err != nil {
+			return nil, fmt.Errorf("publish %s: %w", what, err)
+		}
 	}
 	m, err := b.message(o)
 	if err != nil {

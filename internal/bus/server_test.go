@@ -2,7 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -14,22 +16,23 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 func TestStoreDirLockRefusesSecondServer(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
-	if !errors.Is(err, bus.ErrStoreDirLocked) || !strings.Contains(err.Error(), dir) {
+	_, err = embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	if !errors.Is(err, embedded.ErrStoreDirLocked) || !strings.Contains(err.Error(), dir) {
 		t.Errorf("second server: err = %v, want ErrStoreDirLocked naming %s", err, dir)
 	}
 	srv.Shutdown()
 	// Released on shutdown.
-	srv2, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
+	srv2, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatalf("after shutdown: %v", err)
 	}
@@ -39,8 +42,8 @@ func TestStoreDirLockRefusesSecondServer(t *testing.T) {
 func TestServerStateSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := bus.ServerConfig{StoreDir: dir, NoListen: true, SyncAlways: true}
-	srv, err := bus.StartServer(cfg)
+	cfg := embedded.ServerConfig{StoreDir: dir, NoListen: true, SyncAlways: true}
+	srv, err := embedded.StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +52,7 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.Setup(t, b)
-	if _, err := b.PublishCall(bustest.Context(t), sampleCall("run1", "c1")); err != nil {
+	if _, err := b.PublishCall(bustest.Context(t), bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
@@ -62,7 +65,7 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-func startServerCfg(t *testing.T, cfg bus.ServerConfig) *bus.Server {
+func startServerCfg(t *testing.T, cfg embedded.ServerConfig) *embedded.Server {
 	t.Helper()
 	return bustest.StartServer(t, cfg)
 }
@@ -71,18 +74,18 @@ func TestStartServerConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cfg  bus.ServerConfig
+		cfg  embedded.ServerConfig
 		want string
 	}{
-		{"no store dir", bus.ServerConfig{}, "store dir is required"},
-		{"bad listen", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "nope"}, "listen address"},
-		{"bad port", bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:x"}, "bad port"},
-		{"nameless user", bus.ServerConfig{StoreDir: t.TempDir(), Users: []bus.User{{Password: "p"}}}, "no name"},
+		{"no store dir", embedded.ServerConfig{}, "store dir is required"},
+		{"bad listen", embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "nope"}, "listen address"},
+		{"bad port", embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:x"}, "bad port"},
+		{"nameless user", embedded.ServerConfig{StoreDir: t.TempDir(), Users: []bus.User{{Password: "p"}}}, "no name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := bus.StartServer(tt.cfg)
+			_, err := embedded.StartServer(tt.cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
@@ -101,7 +104,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
 		t.Fatalf("second setup: %v", err)
 	}
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c1")); err != nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
 	// A changed bound is applied in place; data stays.
@@ -123,10 +126,10 @@ func TestSetupIdempotent(t *testing.T) {
 		t.Errorf("calls stream lost its message: %d", info.State.Msgs)
 	}
 	// The bound refuses overload instead of dropping old calls.
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c2")); err != nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c2")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PublishCall(ctx, sampleCall("run1", "c3")); err == nil {
+	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c3")); err == nil {
 		t.Error("publish beyond CallsMaxMsgs succeeded")
 	}
 	for _, name := range []string{bus.StreamApprovals, bus.StreamReplies, bus.StreamEvents, bus.StreamDLQ, bus.StreamAudit, bus.StreamAdvisories} {
@@ -165,7 +168,7 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := bus.RolePermissions("intruder"); err == nil {
 		t.Error("unknown role accepted")
 	}
-	srv := bustest.StartServer(t, bus.ServerConfig{Users: users})
+	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
 	conn := func(role string) *bus.Bus {
 		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
 	}
@@ -176,13 +179,13 @@ func TestRolePermissions(t *testing.T) {
 	ctx := bustest.Context(t)
 
 	// What each role is for works.
-	if _, err := worker.PublishCallReply(ctx, sampleReply("run1", "c1")); err != nil {
+	if _, err := worker.PublishCallReply(ctx, bustest.SampleReply("run1", "c1")); err != nil {
 		t.Errorf("worker publishing a result: %v", err)
 	}
-	if _, err := approver.PublishDecision(ctx, sampleDecision("run1", "c2")); err != nil {
+	if _, err := approver.PublishDecision(ctx, bustest.SampleDecision("run1", "c2")); err != nil {
 		t.Errorf("approver publishing a decision: %v", err)
 	}
-	if _, err := orch.PublishCall(ctx, sampleCall("run1", "c3")); err != nil {
+	if _, err := orch.PublishCall(ctx, bustest.SampleCall("run1", "c3")); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 1)
@@ -209,19 +212,28 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := tools.Put(ctx, "weather", []byte(`{"name":"weather"}`)); err != nil {
 		t.Errorf("worker advertising a tool: %v", err)
 	}
+	// Reading an advert back: a request the server refuses gets no answer,
+	// so a refused Get would only end with its context.
+	gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+	if e, err := tools.Get(gctx, "weather"); err != nil {
+		t.Errorf("worker reading a tool advert: %v", err)
+	} else if string(e.Value) != `{"name":"weather"}` {
+		t.Errorf("worker read advert %s", e.Value)
+	}
+	gcancel()
 	if _, err := worker.Runs(ctx); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker opening the runs bucket: err = %v, want ErrPermissionDenied", err)
 	}
 
 	// What they must not do fails, and nothing reaches the stream.
 	before := bustest.StreamMsgs(t, orch, bus.StreamReplies)
-	if _, err := worker.PublishDecision(ctx, sampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := worker.PublishDecision(ctx, bustest.SampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := approver.PublishCallReply(ctx, sampleReply("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := approver.PublishCallReply(ctx, bustest.SampleReply("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("approver publishing a result: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := worker.PublishCall(ctx, sampleCall("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := worker.PublishCall(ctx, bustest.SampleCall("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a call: err = %v, want ErrPermissionDenied", err)
 	}
 	if _, err := worker.ConsumeReplies(ctx, "sneaky", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
@@ -252,7 +264,7 @@ func TestRolePermissions(t *testing.T) {
 func TestRolesCannotReadOtherInboxes(t *testing.T) {
 	t.Parallel()
 	users := roleUsers(t)
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: users})
 	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
 	bustest.Setup(t, orch)
 	ctx := bustest.Context(t)
@@ -345,7 +357,7 @@ func TestStartServerRefusesBusyPortAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: ln.Addr().String(), ReadyTimeout: time.Hour})
+	_, err = embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: ln.Addr().String(), ReadyTimeout: time.Hour})
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("err = %v, want address already in use", err)
 	}
@@ -368,5 +380,72 @@ func TestConnectNamesTheURL(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "connecting to NATS") || strings.Contains(logs.String(), "secret") {
 		t.Errorf("log = %q, want a connecting line without the password", logs.String())
+	}
+}
+
+// An approver's credentials cannot delete a consumer of the approvals
+// stream (another bot's durable: before, any approver could, and the
+// victim decided nothing more); a bot whose durable is deleted anyway (by
+// an operator) makes it again and goes on receiving requests.
+func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: roleUsers(t)})
+	conn := func(role string) *bus.Bus {
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role, Logger: testLogger(t)})
+	}
+	orch := conn(bus.RoleOrchestrator)
+	bustest.Setup(t, orch)
+	bot, mallory := conn(bus.RoleApprover), conn(bus.RoleApprover)
+	got := make(chan string, 16)
+	sub, err := bot.ConsumeApprovals(ctxT(t), "bot-a", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
+		func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+			got <- d.Msg.ToolCallID
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, sub) })
+
+	ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
+	err = mallory.JetStream().DeleteConsumer(ctx, bus.StreamApprovals, "bot-a")
+	cancel()
+	if err == nil {
+		t.Fatal("an approver deleted another approver's consumer")
+	}
+	if _, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+		t.Fatalf("bot-a's consumer after the refused delete: %v", err)
+	}
+	request := func(call string) bus.ApprovalRequest {
+		args := json.RawMessage(`{"path":"x"}`)
+		d, err := bus.DigestArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
+			Parameters: json.RawMessage(`{"type":"object"}`), Args: args, ArgsDigest: d, Deadline: time.Now().Add(time.Hour)}
+	}
+	if _, err := orch.PublishApproval(ctxT(t), request("before")); err != nil {
+		t.Fatal(err)
+	}
+	if id := bustest.Recv(t, got, "the first request"); id != "before" {
+		t.Fatalf("got %s", id)
+	}
+
+	if err := orch.JetStream().DeleteConsumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Poll(t, bustest.Timeout, "bot-a's consumer made again", func() (bool, string) {
+		_, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a")
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := orch.PublishApproval(ctxT(t), request("after")); err != nil {
+		t.Fatal(err)
+	}
+	// The new durable starts from the stream's first request again.
+	for {
+		if id := bustest.Recv(t, got, "a request after the delete"); id == "after" {
+			return
+		}
 	}
 }

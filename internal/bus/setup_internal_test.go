@@ -3,19 +3,27 @@ package bus
 import (
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // After Setup, what the server holds covers what Setup asks for, so the
 // next Setup (every process start) sends no update; a changed setting does
 // not cover.
 func TestSetupLeavesConfiguredStreamsAlone(t *testing.T) {
-	srv, err := StartServer(ServerConfig{StoreDir: t.TempDir(), NoListen: true})
+	// A bare nats-server: package embedded imports bus, so this internal
+	// test cannot use it.
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), DontListen: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx := t.Context()
-	b, err := srv.Connect(ctx, ConnConfig{})
+	b, err := ConnectInProcess(ctx, srv, ConnConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

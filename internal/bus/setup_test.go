@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // signalWriter closes seen the first time a log line contains want.
@@ -47,11 +48,11 @@ func TestSetupRetriesUntilTheClusterHasALeader(t *testing.T) {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	start := func(i int) *bus.Server {
-		return startServerCfg(t, bus.ServerConfig{
+	start := func(i int) *embedded.Server {
+		return startServerCfg(t, embedded.ServerConfig{
 			StoreDir: t.TempDir(), Listen: "127.0.0.1:-1",
 			ServerName: fmt.Sprintf("n%d", i), Logger: testLogger(t),
-			Cluster: &bus.ClusterConfig{
+			Cluster: &embedded.ClusterConfig{
 				Name: "tg", Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), Routes: routes,
 				User: "route", Password: "route-pw",
 			},
@@ -92,7 +93,7 @@ func TestSetupPermissionDeniedFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := bustest.StartServer(t, bus.ServerConfig{Users: []bus.User{{Name: "w", Password: "w-pw", Permissions: perms}}})
+	srv := bustest.StartServer(t, embedded.ServerConfig{Users: []bus.User{{Name: "w", Password: "w-pw", Permissions: perms}}})
 	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "w", User: "w", Password: "w-pw", Role: bus.RoleWorker, Logger: testLogger(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

@@ -11,6 +11,22 @@ import (
 	"github.com/goccy/go-yaml"
 )
 
+// User is a NATS user of toolgate's server.
+type User struct {
+	Name     string
+	Password string
+	// Role is the role Permissions came from (RolePermissions), if any.
+	Role        string
+	Permissions Permissions
+}
+
+// Permissions are subject allow lists; a nil list allows everything, an
+// empty non-nil list allows nothing.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
 // usersFile is the users file: every NATS user of the embedded server with
 // the role whose permissions it gets.
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -12,8 +11,8 @@ import (
 
 // NATS holds the NATS connection flags of a worker or an approver.
 type NATS struct {
-	URL, User, Password, Creds string
-	ConnectTimeout             time.Duration
+	URL, User, Password, PasswordFile, Creds string
+	ConnectTimeout                           time.Duration
 }
 
 // NATSEnv documents the variables RegisterNATS reads.
@@ -28,7 +27,10 @@ func RegisterNATS(fs *flag.FlagSet) *NATS {
 	n := &NATS{}
 	fs.StringVar(&n.URL, "nats", EnvOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated")
 	fs.StringVar(&n.User, "user", "", "NATS user")
-	fs.StringVar(&n.Password, "password", os.Getenv("TOOLGATE_NATS_PASSWORD"), "NATS password")
+	// Taken out of the environment, so that no program the process starts
+	// inherits it.
+	fs.StringVar(&n.Password, "password", bus.TakeEnvPassword(), "NATS password; --password-file keeps it out of the command line")
+	fs.StringVar(&n.PasswordFile, "password-file", "", "file holding the NATS password; overrides --password")
 	fs.StringVar(&n.Creds, "creds", "", "NATS credentials file; overrides --user/--password")
 	fs.DurationVar(&n.ConnectTimeout, "connect-timeout", 30*time.Second, "how long to wait for the NATS server")
 	return n
@@ -39,7 +41,7 @@ func (n *NATS) Connect(ctx context.Context, name, role string, logger *slog.Logg
 	cctx, cancel := context.WithTimeout(ctx, n.ConnectTimeout)
 	defer cancel()
 	return bus.Connect(cctx, bus.ConnConfig{
-		URL: n.URL, Name: name, User: n.User, Password: n.Password, CredsFile: n.Creds, Role: role,
+		URL: n.URL, Name: name, User: n.User, Password: n.Password, PasswordFile: n.PasswordFile, CredsFile: n.Creds, Role: role,
 		Logger: logger,
 	})
 }

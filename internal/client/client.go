@@ -4,6 +4,8 @@
 package client
 
 import (
+	"github.com/toolgate/toolgate/wire"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -56,16 +58,7 @@ type Conversation struct {
 func (c *Conversation) Terminal() bool { return c.Status == "completed" || c.Status == "failed" }
 
 // Pending is one deferred call waiting for a reply.
-type Pending struct {
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
-	ToolCallID     string          `json:"tool_call_id"`
-	ToolName       string          `json:"tool_name"`
-	Kind           string          `json:"kind"`
-	Args           json.RawMessage `json:"args"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"`
-	Deadline       time.Time       `json:"deadline"`
-}
+type Pending = wire.PendingCall
 
 // APIError is a non-2xx answer.
 type APIError struct {

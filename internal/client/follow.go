@@ -1,6 +1,8 @@
 package client
 
 import (
+	"github.com/toolgate/toolgate/wire"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,26 +96,26 @@ func (r *Renderer) Render(ev SSE) string {
 		id = "  [" + e.ToolCallID + "]"
 	}
 	switch e.Type {
-	case "text_delta":
+	case wire.EventTextDelta:
 		prefix := ""
 		if !r.inText {
 			prefix = "  model  │ "
 			r.inText = true
 		}
 		return prefix + strings.ReplaceAll(d.Delta, "\n", "\n         │ ")
-	case "model_response", "run_done":
+	case wire.EventModelResponse, wire.EventRunDone:
 		return r.flush()
-	case "run_started":
+	case wire.EventRunStarted:
 		what := "run started"
 		if d.Resume {
 			what = "follow-up run started"
 		}
 		return r.line(fmt.Sprintf("▷ %s %s", what, e.RunID))
-	case "tool_call":
+	case wire.EventToolCall:
 		if d.Part != nil {
 			return r.line(fmt.Sprintf("  call   │ %s(%s)%s", d.Part.ToolName, truncate(compact(d.Part.Args), 100), id))
 		}
-	case "tool_result":
+	case wire.EventToolResult:
 		if d.Part != nil {
 			if d.Part.Kind == "retry-prompt" {
 				return r.line(fmt.Sprintf("  retry  │ %s: %s%s", d.Part.ToolName, truncate(d.Part.Content, 100), id))
@@ -124,19 +126,19 @@ func (r *Renderer) Render(ev SSE) string {
 			}
 			return r.line(fmt.Sprintf("  result │ %s %s: %s%s", d.Part.ToolName, outcome, truncate(contentText(d.Part.Value), 100), id))
 		}
-	case "deferred_requests":
+	case wire.EventDeferredRequests:
 		if d.Requests != nil {
 			return r.line(fmt.Sprintf("⏸ deferred: approvals %v, calls %v", ids(d.Requests.Approvals), ids(d.Requests.Calls)))
 		}
-	case "run_paused":
+	case wire.EventRunPaused:
 		return r.line("⏸ run paused " + e.RunID + ": waiting for approvers and workers")
-	case "reply_applied":
+	case wire.EventReplyApplied:
 		return r.line(fmt.Sprintf("✓ reply (%s)%s", d.Kind, id))
-	case "calls_expired":
+	case wire.EventCallsExpired:
 		return r.line("⌛ expired" + id)
-	case "run_completed":
+	case wire.EventRunCompleted:
 		return r.line("■ completed")
-	case "run_failed":
+	case wire.EventRunFailed:
 		return r.line("✗ failed: " + d.Error)
 	}
 	return r.line(fmt.Sprintf("· %s%s", e.Type, id))

@@ -15,14 +15,15 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // singleServer is one embedded server with toolgate's streams set up.
-func singleServer(t testing.TB) *bus.Server {
+func singleServer(t testing.TB) *embedded.Server {
 	t.Helper()
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", NoListen: true, Logger: clLogger(t)})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", NoListen: true, Logger: clLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func singleServer(t testing.TB) *bus.Server {
 	return srv
 }
 
-func inProcess(t testing.TB, srv *bus.Server, name string) *bus.Bus {
+func inProcess(t testing.TB, srv *embedded.Server, name string) *bus.Bus {
 	t.Helper()
 	b, err := srv.Connect(clCtx(t), bus.ConnConfig{Name: name, Logger: clLogger(t)})
 	if err != nil {
@@ -172,7 +173,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 		{"decision with another digest", decSubj, bus.ContentTypeJSON, encode(t, decision("delete_file", strings.Repeat("ab", 32)), bus.ContentTypeJSON), "args digest of call delete_file does not match"},
 		{"undecodable call request", readFile, "", []byte{0x93, 0x01}, "decode application/msgpack"},
 		{"call request for another tool", readFile, "", encode(t, bus.CallRequest{RunID: run, ConversationID: conv.ID, ToolCallID: "x", ToolName: "delete_file", Args: json.RawMessage(`{}`), Deadline: conv.UpdatedAt.Add(1e12)}, ""), "does not match subject"},
-		{"huge result just under the max payload", callSubj, "", encode(t, bus.CallReply{RunID: run, ToolCallID: "huge_call", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"` + strings.Repeat("x", maxPayload-300) + `"`)}, ""), "result too large"},
+		{"huge result of no call, just under the max payload", callSubj, "", encode(t, bus.CallReply{RunID: run, ToolCallID: "huge_call", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"` + strings.Repeat("x", maxPayload-300) + `"`)}, ""), "no call huge_call"},
 	}
 	for _, tc := range cases {
 		if err := rawPublish(t, test, tc.subject, tc.contentType, tc.data); err != nil {
@@ -217,7 +218,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 	huge := 0
 	for seq := uint64(1); seq <= st.CachedInfo().State.LastSeq; seq++ {
 		dl, err := test.GetDeadLetter(clCtx(t), seq)
-		if err != nil || !strings.Contains(dl.Reason, "result too large") {
+		if err != nil || !strings.Contains(dl.Reason, "no call huge_call") {
 			continue
 		}
 		huge++
@@ -390,11 +391,11 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 }
 
-// A result too large to keep in its conversation (whose one KV value must
-// fit the max payload) is refused with that reason and dead-lettered, not
-// retried as if the store had failed; the call still waits for a proper
-// result.
-func TestHugeResultRefused(t *testing.T) {
+// A result over bus.MaxReplyBytes from a worker that did not check it (a
+// native one) is taken as a failed result saying so: the call fails at
+// once, where the model sees why, instead of waiting for its deadline to
+// fail as timed out although the tool ran. Nothing is dead-lettered.
+func TestHugeResultFailsTheCall(t *testing.T) {
 	t.Parallel()
 	srv := singleServer(t)
 	o := startOrch(t, orchestrator.Config{Bus: inProcess(t, srv, "orchestrator")})
@@ -416,21 +417,28 @@ func TestHugeResultRefused(t *testing.T) {
 	if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: value, WorkerID: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	var reasons []string
-	clWaitFor(t, "the huge result dead-lettered", func() (bool, string) {
-		reasons = dlqReasons(t, test)
-		return len(reasons) > 0, fmt.Sprint(o.Stats().TransientErrors.Load(), " transient errors")
-	})
-	if !strings.Contains(reasons[0], "too large") {
-		t.Errorf("dead letter %q does not say the result is too large", reasons[0])
-	}
-	conv, err = o.Conversation(clCtx(t), info.ConversationID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pc := range conv.Batch.Calls {
-		if pc.ToolCallID == "update_file_readme" && pc.Reply != nil {
-			t.Errorf("the call took the refused result: %+v", pc.Reply)
+	want := fmt.Sprintf("result too large: %d bytes, limit %d", len(value), bus.MaxReplyBytes)
+	clWaitFor(t, "the call failed as too large", func() (bool, string) {
+		conv, err = o.Conversation(clCtx(t), info.ConversationID)
+		if err != nil || conv.Batch == nil {
+			return false, fmt.Sprint(err)
 		}
+		for _, pc := range conv.Batch.Calls {
+			if pc.ToolCallID == "update_file_readme" && pc.Reply != nil {
+				return true, ""
+			}
+		}
+		return false, string(conv.Status)
+	})
+	for _, pc := range conv.Batch.Calls {
+		if pc.ToolCallID != "update_file_readme" {
+			continue
+		}
+		if r := pc.Reply; r.Outcome != string(bus.OutcomeFailed) || r.Message != want || r.By != "w" {
+			t.Errorf("the call's reply: %s %q by %q, want failed %q by w", r.Outcome, r.Message, r.By, want)
+		}
+	}
+	if reasons := dlqReasons(t, test); len(reasons) != 0 {
+		t.Errorf("dead letters: %q", reasons)
 	}
 }

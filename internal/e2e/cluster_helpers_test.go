@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -69,7 +70,7 @@ func freePorts(t *testing.T, n int) []int {
 // store; nodes can be shut down one by one.
 type testCluster struct {
 	t     *testing.T
-	nodes []*bus.Server
+	nodes []*embedded.Server
 	names []string
 	mu    sync.Mutex
 	down  map[int]bool
@@ -85,12 +86,12 @@ func startCluster(t *testing.T, n int, users ...bus.User) *testCluster {
 	c := &testCluster{t: t, down: map[int]bool{}}
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
-		srv, err := bus.StartServer(bus.ServerConfig{
+		srv, err := embedded.StartServer(embedded.ServerConfig{
 			StoreDir:   t.TempDir(),
 			Listen:     "127.0.0.1:-1",
 			ServerName: name,
 			Users:      users,
-			Cluster: &bus.ClusterConfig{
+			Cluster: &embedded.ClusterConfig{
 				Name:   "toolgate-test",
 				Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 				Routes: routes,

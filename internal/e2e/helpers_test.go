@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -266,7 +267,7 @@ func newSystem(t *testing.T, agentYAML string, script []map[string]any, hosted b
 		}
 	})
 	if hosted {
-		s.natsURL = bustest.StartServer(t, bus.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
+		s.natsURL = bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
 	} else {
 		s.embedded = true
 		s.store = filepath.Join(dir, "data")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/browsertest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 
 	"github.com/chromedp/chromedp"
 
@@ -88,7 +89,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	log, natsLog := ibLoggers(t)
 
 	// One embedded JetStream server; each party has its own connection.
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Logger: natsLog})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Logger: natsLog})
 	conn := func(name string) *bus.Bus {
 		t.Helper()
 		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: name, Logger: log})

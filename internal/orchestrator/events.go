@@ -8,24 +8,21 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
-// Event types the orchestrator adds to the agent's own (agent.EventKind).
-// Every change of a deferred call's state is one of them: published with
-// its run's pause (run_paused, data: the pending calls), answered
-// (reply_applied: kind; approved, approver_id and message for a decision;
-// outcome and worker_id for a result), a reply refused (reply_refused:
-// kind, verdict refused or late, reason) and settled by its deadline
-// (calls_expired: calls, tool_call_ids). run_started carries resume and the
-// run's prompt.
+// Event types the orchestrator adds to the agent's own (agent.EventKind);
+// package wire defines them with their payloads.
 const (
-	EventRunStarted   = "run_started"
-	EventRunPaused    = "run_paused"
-	EventRunCompleted = "run_completed"
-	EventRunFailed    = "run_failed"
-	EventReplyApplied = "reply_applied"
-	EventReplyRefused = "reply_refused"
-	EventCallsExpired = "calls_expired"
+	EventRunStarted   = wire.EventRunStarted
+	EventRunPaused    = wire.EventRunPaused
+	EventRunCompleted = wire.EventRunCompleted
+	EventRunFailed    = wire.EventRunFailed
+	EventReplyApplied = wire.EventReplyApplied
+	EventReplyRefused = wire.EventReplyRefused
+	EventCallsExpired = wire.EventCallsExpired
+
+	EventConversationCancelled = wire.EventConversationCancelled
 )
 
 // Events are for UIs, so they leave the hot path: they are queued in order

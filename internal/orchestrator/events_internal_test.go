@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // Events are batched in order, within the size bound; a large event goes
@@ -54,7 +55,7 @@ func TestChunkEvents(t *testing.T) {
 // An invalid event is dropped alone: the valid events queued with it are
 // still published, in order.
 func TestInvalidEventDroppedAlone(t *testing.T) {
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

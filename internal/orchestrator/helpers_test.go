@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -37,7 +38,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // env is an embedded JetStream server with toolgate's streams set up.
 type env struct {
 	t   *testing.T
-	srv *bus.Server
+	srv *embedded.Server
 	dir string
 	// tp, when set, traces the workers and approvers the env starts.
 	tp trace.TracerProvider
@@ -46,7 +47,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	srv := bustest.StartServer(t, bus.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
+	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
 	return e

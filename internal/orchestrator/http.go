@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 
 	"github.com/nats-io/nats.go"
 )
@@ -45,6 +45,7 @@ type HandlerConfig struct {
 //	GET  /v1/runs/{run_id}                 a run's status
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
+//	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
@@ -58,11 +59,13 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
 	mux.HandleFunc("GET /v1/conversations/{id}", h.getConversation)
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
+	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
-		"/v1/conversations/{id}/events": "GET", "/v1/pending": "GET", "/healthz": "GET",
+		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
+		"/v1/pending": "GET", "/healthz": "GET",
 	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
@@ -194,17 +197,8 @@ type RunSummary struct {
 	Status Status `json:"status"`
 }
 
-// PendingView is a deferred call still waiting for its reply.
-type PendingView struct {
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
-	ToolCallID     string          `json:"tool_call_id"`
-	ToolName       string          `json:"tool_name"`
-	Kind           string          `json:"kind"`
-	Args           json.RawMessage `json:"args"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"` // the reason of an approval
-	Deadline       time.Time       `json:"deadline"`
-}
+// PendingView is a deferred call still waiting for its reply (package wire).
+type PendingView = wire.PendingCall
 
 func viewOf(c *Conversation) ConversationView {
 	v := ConversationView{

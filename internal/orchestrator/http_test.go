@@ -1,7 +1,9 @@
 package orchestrator_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -226,4 +229,33 @@ func TestSSEResumesInsideEventBatch(t *testing.T) {
 			t.Errorf("Last-Event-ID %q: %d %v", bad, status, body)
 		}
 	}
+}
+
+// An event stream's server-side consumer goes with its client: before,
+// each closed stream left one for nats.go's 5-minute inactivity threshold.
+func TestSSEConsumerDeletedWhenClientGoes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{})
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	t.Cleanup(srv.Close)
+	paused := startPaused(t, o)
+	probe := e.connect("probe")
+	before := bustest.Consumers(t, probe, bus.StreamEvents)
+	cl := &client.Client{BaseURL: srv.URL}
+	const streams = 3
+	for range streams {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		for _, err := range cl.Events(ctx, paused.ID, "") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break // one event read: the stream's consumer exists
+		}
+		cancel()
+	}
+	bustest.Poll(t, bustest.Timeout, "the closed streams' consumers deleted", func() (bool, string) {
+		n := bustest.Consumers(t, probe, bus.StreamEvents)
+		return n == before, fmt.Sprintf("%d consumers of %s, %d before %d streams", n, bus.StreamEvents, before, streams)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // errLeaseLost ends a run whose lease another replica took over.
@@ -51,9 +53,24 @@ func (o *Orchestrator) launchFrom(convID, runID string, c *Conversation, rev uin
 		case <-o.runCtx.Done():
 			return
 		}
-		defer func() { <-o.sem }()
-		o.execute(convID, runID, c, rev)
+		var once sync.Once
+		release := func() { once.Do(func() { <-o.sem }) }
+		defer release()
+		o.execute(convID, runID, c, rev, release)
 	})
+}
+
+// endSlot is held while a run's end is stored. A run gives its run slot
+// back once its agent is done, so that the next run's model work does not
+// wait for this one's writes: the writes of ended runs are bounded
+// separately, by a window of their own (Config.MaxConcurrentRuns × 4).
+func (o *Orchestrator) endSlot(ctx context.Context) (func(), error) {
+	select {
+	case o.ending <- struct{}{}:
+		return func() { <-o.ending }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // execute runs one run of a conversation from its stored state: a prompt run
@@ -62,10 +79,18 @@ func (o *Orchestrator) launchFrom(convID, runID string, c *Conversation, rev uin
 //
 // A state handed over by the launcher is as this process wrote it when it
 // took the lease; if it changed since, finish's CAS notices and re-reads.
-func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64) {
+func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64, release func()) {
 	log := o.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.RunTimeout)
 	defer cancel()
+	o.launchMu.Lock()
+	o.executing[runID] = cancel
+	o.launchMu.Unlock()
+	defer func() {
+		o.launchMu.Lock()
+		delete(o.executing, runID)
+		o.launchMu.Unlock()
+	}()
 
 	if c == nil {
 		var err error
@@ -79,9 +104,14 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		return
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
-	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
+	// A follow-up (resuming), or a new prompt after a cancel that settled
+	// a paused batch (running), resumes from the batch.
+	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
 	var parent map[string]string
 	var links []map[string]string
+	if rec := c.runRecord(runID); rec != nil {
+		in.Prompt = rec.Prompt
+	}
 	if resume {
 		// The stored batch as the paused run produced it: an entry approved
 		// with override args and deferred again carries them (D24, D26).
@@ -89,13 +119,14 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		res := c.Batch.results()
 		in.Requests, in.Results = &reqs, &res
 		parent, links = c.Batch.followUpTrace()
-	} else if rec := c.runRecord(runID); rec != nil {
-		in.Prompt = rec.Prompt
+		if in.Prompt == "" {
+			in.Prompt = c.Batch.Prompt
+		}
 	}
 	ctx, span := telemetry.StartRun(ctx, o.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
 	defer span.End()
-	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel)
+	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel, release)
 	span.SetAttributes(attribute.String("toolgate.status", status))
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
@@ -112,7 +143,7 @@ const (
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc) string {
+func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func()) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
@@ -145,14 +176,17 @@ func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, conv
 		log.WarnContext(fctx, "run abandoned: lease lost")
 		return runLeaseLost
 	}
+	done, err := o.endSlot(fctx)
+	if err != nil {
+		log.ErrorContext(fctx, "store run result", slog.String("error", err.Error()))
+		return runNotStored
+	}
+	defer done()
+	release()
 	return o.finish(fctx, log, convID, runID, c, rev, res, runErr)
 }
 
-// runStartedData is the data of a run_started event.
-type runStartedData struct {
-	Resume bool   `json:"resume"`
-	Prompt string `json:"prompt,omitempty"`
-}
+type runStartedData = wire.RunStarted
 
 // runAgent runs the agent and publishes its events.
 func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in agent.RunInput) (*agent.RunResult, error) {
@@ -222,10 +256,10 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	switch c.Status {
 	case StatusFailed:
 		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
-		o.publishEvent(ctx, convID, runID, EventRunFailed, "", map[string]string{"error": c.Error})
+		o.publishEvent(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: c.Error})
 	case StatusCompleted:
 		log.InfoContext(ctx, "run completed")
-		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", map[string]string{"output": c.Output})
+		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
@@ -234,6 +268,9 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
 		}
 		o.afterApply(ctx, c)
+	}
+	if o.cfg.OnRunEnd != nil {
+		o.cfg.OnRunEnd(c)
 	}
 	return string(c.Status)
 }

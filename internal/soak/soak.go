@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -154,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		faults:    map[string]int{},
 		startedAt: time.Now(),
 	}
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1", NoListen: true, Logger: cfg.Logger})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1", NoListen: true, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type system struct {
 	cfg    Config
 	log    *slog.Logger
-	srv    *bus.Server
+	srv    *embedded.Server
 	ctl    *bus.Bus // the soak's own connection: faults, reading streams
 	agent  *orchestrator.AgentConfig
 	script []agent.ScriptResponse

@@ -9,36 +9,11 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
-// Advertisement is the value a worker puts under its tool's name in the
-// toolgate_tools bucket (schemas/tool_advert.schema.json). Workers serving
-// the same tool overwrite each other; the entry expires with the bucket's
-// TTL once none renews it.
-type Advertisement struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	// Parameters is the JSON Schema of the tool's args (an MCP tool's
-	// inputSchema).
-	Parameters json.RawMessage `json:"parameters,omitempty"`
-	// Kind is "call": the tool's calls are external (kind=call deferrals).
-	Kind string `json:"kind"`
-	// Executor is "builtin", "exec", "http", "mcp" or "custom".
-	Executor string `json:"executor"`
-	// MCPServer names the MCP server the tool comes from (tool-worker
-	// --mcp NAME=…), MCPTool the tool's name on it (without the prefix),
-	// and Annotations are its MCP annotations (readOnlyHint,
-	// destructiveHint, …); set for executor "mcp" only.
-	MCPServer   string          `json:"mcp_server,omitempty"`
-	MCPTool     string          `json:"mcp_tool,omitempty"`
-	Annotations json.RawMessage `json:"annotations,omitempty"`
-	WorkerID    string          `json:"worker_id"`
-	At          time.Time       `json:"at"`
-}
-
 // advertiser is an executor that says itself what to advertise for a tool
 // (an MCP server, whose tools change while it runs); ok false means the tool
 // is no longer offered and is not advertised.
 type advertiser interface {
-	advertFor(name string) (a Advertisement, ok bool)
+	advertFor(name string) (a bus.ToolAdvert, ok bool)
 }
 
 // advertise renews the advertisements until ctx ends, every AdvertiseEvery
@@ -57,7 +32,7 @@ func (w *Worker) advertise(ctx context.Context) {
 	putRev := map[string]uint64{} // revision of this worker's last put, per tool
 	for {
 		for _, tool := range w.toolList() {
-			a := Advertisement{
+			a := bus.ToolAdvert{
 				Name:        tool.Spec.Name,
 				Description: tool.Spec.Description,
 				Parameters:  tool.Spec.Parameters,

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // BenchmarkRoundTrip measures one call at a time through JetStream: publish
 // a noop call, wait for its reply.
 func BenchmarkRoundTrip(b *testing.B) {
-	srv, err := bus.StartServer(bus.ServerConfig{StoreDir: b.TempDir(), NoListen: true})
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: b.TempDir(), NoListen: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -236,7 +236,7 @@ func (s *MCPServer) closeSession(sess *mcpSession) error {
 
 // advertFor is what the worker advertises for tool name; ok is false once
 // the server no longer offers it.
-func (s *MCPServer) advertFor(name string) (a Advertisement, ok bool) {
+func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.tools[name]
@@ -244,7 +244,7 @@ func (s *MCPServer) advertFor(name string) (a Advertisement, ok bool) {
 		return a, false
 	}
 	params, _ := json.Marshal(t.InputSchema)
-	a = Advertisement{
+	a = bus.ToolAdvert{
 		Name:        name,
 		Description: mcpDescription(t),
 		Parameters:  params,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -48,7 +49,7 @@ func echoTool(name string) worker.Tool {
 // ready yet) keeps trying to create its consumer and serves once they do.
 func TestWorkerStartsOnceTheStreamsExist(t *testing.T) {
 	t.Parallel()
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
 	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
 	retrying := newLogSignal("cannot start consuming calls yet; retrying")
 	stop := run(t, newWorker(t, worker.Config{
@@ -71,7 +72,7 @@ func TestWorkerStartsOnceTheStreamsExist(t *testing.T) {
 // Stopping a worker that is still waiting for its streams is a clean stop.
 func TestWorkerStopsWhileStarting(t *testing.T) {
 	t.Parallel()
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
 	b := bustest.Connect(t, srv, "test")
 	retrying := newLogSignal("cannot start consuming calls yet; retrying")
 	stop := run(t, newWorker(t, worker.Config{
@@ -95,7 +96,7 @@ func TestWorkerPermissionDeniedFailsAtOnce(t *testing.T) {
 		}
 		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
 	}
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true, Users: users})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: users})
 	admin := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "admin", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw"})
 	bustest.Setup(t, admin)
 	approver := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "approver", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw", Role: bus.RoleApprover})

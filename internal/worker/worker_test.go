@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,18 +16,19 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // env is an embedded server with toolgate's streams, for one test.
 type env struct {
-	srv *bus.Server
+	srv *embedded.Server
 	bus *bus.Bus
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := bustest.StartServer(t, bus.ServerConfig{NoListen: true})
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
 	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
 	bustest.Setup(t, e.bus)
 	return e
@@ -172,6 +174,43 @@ func TestWorkerReplies(t *testing.T) {
 	}
 	if n := ranLate.Load(); n != 0 {
 		t.Errorf("a call past its deadline ran %d times, want 0", n)
+	}
+}
+
+// A result over bus.MaxReplyBytes, which the orchestrator would refuse, is
+// sent as a failed result saying so (the model sees it at once, instead of
+// a "timed out" at the call's deadline); one at the limit goes as it is.
+func TestWorkerFailsResultTooLarge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	got := e.replies(t)
+	sized := worker.ExecutorFunc(func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
+		var args struct{ Bytes int }
+		if err := json.Unmarshal(req.Args, &args); err != nil {
+			return bus.CallReply{}, err
+		}
+		return worker.ReturnValue(json.RawMessage(`"` + strings.Repeat("x", args.Bytes-2) + `"`)), nil
+	})
+	warned := newLogSignal("result too large")
+	run(t, newWorker(t, worker.Config{Bus: e.bus, ID: "w1", Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "sized"}, Executor: sized}},
+		Logger: warned.logger()}))
+	e.publish(t, call("sized", "over", fmt.Sprintf(`{"bytes":%d}`, bus.MaxReplyBytes+1)))
+	e.publish(t, call("sized", "at", fmt.Sprintf(`{"bytes":%d}`, bus.MaxReplyBytes)))
+	byID := map[string]bus.CallReply{}
+	for _, r := range got.wait(t, 2) {
+		byID[r.ToolCallID] = r
+	}
+	over := byID["over"]
+	if want := fmt.Sprintf("result too large: %d bytes, limit %d", bus.MaxReplyBytes+1, bus.MaxReplyBytes); over.Outcome != bus.OutcomeFailed || over.Message != want || over.Value != nil {
+		t.Errorf("over the limit: %s %q (%d bytes of value), want failed %q", over.Outcome, over.Message, len(over.Value), want)
+	}
+	if at := byID["at"]; at.Outcome != bus.OutcomeReturn || len(at.Value) != bus.MaxReplyBytes {
+		t.Errorf("at the limit: %s %q (%d bytes of value)", at.Outcome, at.Message, len(at.Value))
+	}
+	select {
+	case <-warned.seen:
+	default:
+		t.Error("no warning logged before the failed result was sent")
 	}
 }
 
@@ -492,7 +531,7 @@ func TestWorkerAdvertisesTools(t *testing.T) {
 		entry, err = kv.Get(t.Context(), "update_file")
 		return err == nil
 	})
-	var a worker.Advertisement
+	var a bus.ToolAdvert
 	if err := json.Unmarshal(entry.Value, &a); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // States of a deferred call in the conversation view.
@@ -141,17 +142,14 @@ type agentEvent struct {
 
 func (b *builder) observe(ev bus.Event, at time.Time) {
 	switch ev.Type {
-	case approver.EventRunStarted:
-		var d struct {
-			Resume bool   `json:"resume"`
-			Prompt string `json:"prompt"`
-		}
+	case wire.EventRunStarted:
+		var d wire.RunStarted
 		_ = json.Unmarshal(ev.Data, &d)
 		if d.Prompt != "" {
 			b.t.Entries = append(b.t.Entries, chatEntry{Role: "user", Text: d.Prompt, Time: at})
 		}
 		b.t.Status = "running"
-	case "model_response":
+	case wire.EventModelResponse:
 		var d agentEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Message == nil {
 			return
@@ -166,7 +164,7 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Call: ref, Time: at})
 			}
 		}
-	case "tool_result":
+	case wire.EventToolResult:
 		var d agentEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Part == nil {
 			return
@@ -189,7 +187,7 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 		if c := b.calls[p.ToolCallID]; c != nil {
 			b.settleByReturn(c, ret)
 		}
-	case "deferred_requests":
+	case wire.EventDeferredRequests:
 		var d agentEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Requests == nil {
 			return
@@ -200,7 +198,7 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 		for _, p := range d.Requests.Calls {
 			b.call(ev.RunID, p.ToolCallID, p.ToolName, "call")
 		}
-	case "deferred_results":
+	case wire.EventDeferredResults:
 		var d agentEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Results == nil {
 			return
@@ -234,8 +232,8 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			}
 			c.DecidedBy = "inline handler"
 		}
-	case approver.EventRunPaused:
-		var pending []client.Pending
+	case wire.EventRunPaused:
+		var pending []wire.PendingCall
 		if json.Unmarshal(ev.Data, &pending) == nil {
 			for _, p := range pending {
 				c := b.call(p.RunID, p.ToolCallID, p.ToolName, p.Kind)
@@ -243,14 +241,8 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			}
 		}
 		b.t.Status = "paused"
-	case approver.EventReplyApplied:
-		var d struct {
-			Kind       string `json:"kind"`
-			Approved   *bool  `json:"approved"`
-			ApproverID string `json:"approver_id"`
-			Message    string `json:"message"`
-			Outcome    string `json:"outcome"` // of a worker's result
-		}
+	case wire.EventReplyApplied:
+		var d wire.ReplyApplied
 		_ = json.Unmarshal(ev.Data, &d)
 		c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
 		switch {
@@ -283,22 +275,18 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 				c.Message = "approved with edited args " + string(own.OverrideArgs)
 			}
 		}
-	case approver.EventCallsExpired:
+	case wire.EventCallsExpired:
 		for _, c := range b.t.Calls {
 			if c.RunID == ev.RunID && c.State == statePending {
 				c.State = stateExpired
 			}
 		}
-	case approver.EventRunCompleted:
-		var d struct {
-			Output string `json:"output"`
-		}
+	case wire.EventRunCompleted:
+		var d wire.RunCompleted
 		_ = json.Unmarshal(ev.Data, &d)
 		b.t.Status, b.t.Output = "completed", d.Output
-	case approver.EventRunFailed:
-		var d struct {
-			Error string `json:"error"`
-		}
+	case wire.EventRunFailed:
+		var d wire.RunFailed
 		_ = json.Unmarshal(ev.Data, &d)
 		b.t.Status, b.t.Error = "failed", d.Error
 	}

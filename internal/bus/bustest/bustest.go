@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // Timeout bounds every wait of this package: generous, for a loaded 2-core
@@ -26,14 +27,14 @@ func Context(t testing.TB) context.Context {
 
 // NewServer starts an embedded JetStream server on a random loopback port,
 // storing in a directory of the test; it is shut down at cleanup.
-func NewServer(t testing.TB) *bus.Server {
+func NewServer(t testing.TB) *embedded.Server {
 	t.Helper()
-	return StartServer(t, bus.ServerConfig{})
+	return StartServer(t, embedded.ServerConfig{})
 }
 
 // StartServer is NewServer with cfg; an empty StoreDir is a directory of
 // the test, an empty Listen a random loopback port.
-func StartServer(t testing.TB, cfg bus.ServerConfig) *bus.Server {
+func StartServer(t testing.TB, cfg embedded.ServerConfig) *embedded.Server {
 	t.Helper()
 	if cfg.StoreDir == "" {
 		cfg.StoreDir = t.TempDir()
@@ -41,7 +42,7 @@ func StartServer(t testing.TB, cfg bus.ServerConfig) *bus.Server {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:-1"
 	}
-	srv, err := bus.StartServer(cfg)
+	srv, err := embedded.StartServer(cfg)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
@@ -51,13 +52,13 @@ func StartServer(t testing.TB, cfg bus.ServerConfig) *bus.Server {
 
 // Connect opens an in-process connection named name to srv, closed at
 // cleanup; it logs to the test's log.
-func Connect(t testing.TB, srv *bus.Server, name string) *bus.Bus {
+func Connect(t testing.TB, srv *embedded.Server, name string) *bus.Bus {
 	t.Helper()
 	return ConnectConfig(t, srv, bus.ConnConfig{Name: name})
 }
 
 // ConnectConfig is Connect with cfg; a nil Logger logs to the test's log.
-func ConnectConfig(t testing.TB, srv *bus.Server, cfg bus.ConnConfig) *bus.Bus {
+func ConnectConfig(t testing.TB, srv *embedded.Server, cfg bus.ConnConfig) *bus.Bus {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = Logger(t)

@@ -22,6 +22,12 @@ func SubjectMsgs(t testing.TB, b *bus.Bus, stream, subject string) uint64 {
 	return streamInfo(t, b, stream, jetstream.WithSubjectFilter(subject)).State.Subjects[subject]
 }
 
+// Consumers is the number of consumers stream has.
+func Consumers(t testing.TB, b *bus.Bus, stream string) int {
+	t.Helper()
+	return streamInfo(t, b, stream).State.Consumers
+}
+
 func streamInfo(t testing.TB, b *bus.Bus, stream string, opts ...jetstream.StreamInfoOpt) *jetstream.StreamInfo {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)

@@ -1,4 +1,9 @@
-package bus
+// Package embedded runs toolgate's NATS server inside the process: a
+// nats-server with JetStream on a file store, optionally a node of a
+// cluster, with the users of toolgate's roles. It is apart from package bus
+// so that only the programs that embed a server (the orchestrator, tests)
+// link nats-server; workers and approvers connect to one.
+package embedded
 
 import (
 	"context"
@@ -14,6 +19,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // ServerConfig configures an embedded NATS server with JetStream.
@@ -34,11 +41,11 @@ type ServerConfig struct {
 	// crash can lose the last writes.
 	SyncAlways bool
 	// Users, when set, require clients to authenticate and restrict each
-	// user to its permissions (see RolePermissions). Empty: no auth.
-	Users []User
+	// user to its permissions (see bus.RolePermissions). Empty: no auth.
+	Users []bus.User
 	// Cluster, when set, makes the server a node of a NATS cluster with
 	// clustered JetStream (streams and buckets then take
-	// SetupConfig.Replicas). Every node needs its own ServerName and
+	// bus.SetupConfig.Replicas). Every node needs its own ServerName and
 	// StoreDir. nil: a single server.
 	Cluster *ClusterConfig
 	// Logger receives the server's log. nil discards it.
@@ -46,15 +53,6 @@ type ServerConfig struct {
 	// ReadyTimeout bounds the wait for the server to accept clients.
 	// Defaults to 10s.
 	ReadyTimeout time.Duration
-}
-
-// User is a NATS user of the embedded server.
-type User struct {
-	Name     string
-	Password string
-	// Role is the role Permissions came from (RolePermissions), if any.
-	Role        string
-	Permissions Permissions
 }
 
 // ClusterConfig joins the embedded server to a cluster.
@@ -72,13 +70,6 @@ type ClusterConfig struct {
 	// nodes' routes.
 	User     string
 	Password string
-}
-
-// Permissions are subject allow lists; a nil list allows everything, an
-// empty non-nil list allows nothing.
-type Permissions struct {
-	Publish   []string
-	Subscribe []string
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -107,7 +98,7 @@ func (c ServerConfig) validate() error {
 		}
 	}
 	if cl := c.Cluster; cl != nil {
-		if err := ValidateToken("cluster name", cl.Name); err != nil {
+		if err := bus.ValidateToken("cluster name", cl.Name); err != nil {
 			return err
 		}
 		if _, _, err := splitListen(cl.Listen); err != nil {
@@ -184,7 +175,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		opts.Users = append(opts.Users, &server.User{
 			Username:    u.Name,
 			Password:    u.Password,
-			Permissions: u.Permissions.server(),
+			Permissions: serverPermissions(u.Permissions),
 		})
 	}
 	ns, err := server.NewServer(opts)
@@ -262,6 +253,12 @@ func (s *Server) ClusterURL() string {
 // NATSServer exposes the underlying server, for monitoring and tests.
 func (s *Server) NATSServer() *server.Server { return s.ns }
 
+// Connect opens an in-process connection to the server (no TCP).
+// cfg.URL is ignored.
+func (s *Server) Connect(ctx context.Context, cfg bus.ConnConfig) (*bus.Bus, error) {
+	return bus.ConnectInProcess(ctx, s.ns, cfg)
+}
+
 // Shutdown stops the server, waits for it to finish and releases the
 // store dir. It is safe to call twice.
 func (s *Server) Shutdown() {
@@ -273,7 +270,7 @@ func (s *Server) Shutdown() {
 	}
 }
 
-func (p Permissions) server() *server.Permissions {
+func serverPermissions(p bus.Permissions) *server.Permissions {
 	if p.Publish == nil && p.Subscribe == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package bus
+package wire
 
 import (
 	"fmt"
@@ -15,40 +15,44 @@ const (
 	StreamDLQ        = "TOOLGATE_DLQ"
 	StreamAudit      = "TOOLGATE_AUDIT"
 	StreamAdvisories = "TOOLGATE_ADVISORIES"
-	// StreamConversations holds each conversation's log: one subject per
-	// conversation (ConversationSubject), each message a record of what
-	// one change of the conversation changed.
-	StreamConversations = "TOOLGATE_CONVERSATIONS"
 )
 
 // KV bucket names.
 const (
 	BucketRuns  = "toolgate_runs"
 	BucketTools = "toolgate_tools"
-	// BucketIndex indexes the conversations: due.<id> while one is not
-	// finished (what the orchestrator's reconcile goes over).
-	BucketIndex = "toolgate_index"
 )
 
 // Subject prefixes; each stream captures <prefix>.>.
 const (
-	subjectCall     = "toolgate.call"
-	subjectApproval = "toolgate.approval"
-	subjectReply    = "toolgate.reply"
-	subjectEvent    = "toolgate.event"
-	subjectDLQ      = "toolgate.dlq"
-	subjectAudit    = "toolgate.audit"
-	subjectConv     = "toolgate.conv"
-
-	// advisoryMaxDeliveries is followed by <stream>.<consumer>.
-	advisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+	PrefixCall     = "toolgate.call"
+	PrefixApproval = "toolgate.approval"
+	PrefixReply    = "toolgate.reply"
+	PrefixEvent    = "toolgate.event"
+	PrefixDLQ      = "toolgate.dlq"
+	PrefixAudit    = "toolgate.audit"
 )
 
-// ConversationSubject is the subject of conversation id's log.
-func ConversationSubject(id string) string { return subjectConv + "." + id }
+// Notices are core NATS messages (not stored) that tell processes to look
+// at something now rather than at their next scan; losing one delays work
+// but loses nothing, since what they announce is stored.
+const (
+	// PrefixCancel.<run>: the run's conversation was cancelled, so its
+	// calls in flight may stop. Workers subscribe to AllCancels.
+	PrefixCancel = "toolgate.cancel"
+	// PrefixNudge.<agent>: a conversation of that agent (the body is its
+	// id) has work a replica running the agent should take up now.
+	PrefixNudge = "toolgate.nudge"
+)
 
-// ConversationSubjects matches every conversation's log.
-const ConversationSubjects = subjectConv + ".>"
+// AllCancels is the filter for every run's cancel notice.
+const AllCancels = PrefixCancel + ".*"
+
+// CancelSubject is toolgate.cancel.<run>.
+func CancelSubject(runID string) (string, error) { return subject("run id", PrefixCancel, runID) }
+
+// NudgeSubject is toolgate.nudge.<agent>.
+func NudgeSubject(agent string) (string, error) { return subject("agent name", PrefixNudge, agent) }
 
 // Reply kinds: the last token of a reply subject.
 const (
@@ -98,16 +102,16 @@ func subject(what, prefix string, tokens ...string) (string, error) {
 }
 
 // CallSubject is toolgate.call.<tool>.
-func CallSubject(tool string) (string, error) { return subject("tool name", subjectCall, tool) }
+func CallSubject(tool string) (string, error) { return subject("tool name", PrefixCall, tool) }
 
 // ApprovalSubject is toolgate.approval.<tool>.
 func ApprovalSubject(tool string) (string, error) {
-	return subject("tool name", subjectApproval, tool)
+	return subject("tool name", PrefixApproval, tool)
 }
 
 // CallReplySubject is toolgate.reply.<run>.call, where workers publish results.
 func CallReplySubject(runID string) (string, error) {
-	s, err := subject("run id", subjectReply, runID)
+	s, err := subject("run id", PrefixReply, runID)
 	if err != nil {
 		return "", err
 	}
@@ -117,7 +121,7 @@ func CallReplySubject(runID string) (string, error) {
 // DecisionSubject is toolgate.reply.<run>.approval, where approvers publish
 // decisions.
 func DecisionSubject(runID string) (string, error) {
-	s, err := subject("run id", subjectReply, runID)
+	s, err := subject("run id", PrefixReply, runID)
 	if err != nil {
 		return "", err
 	}
@@ -126,24 +130,32 @@ func DecisionSubject(runID string) (string, error) {
 
 // EventSubject is toolgate.event.<conversation>.
 func EventSubject(conversationID string) (string, error) {
-	return subject("conversation id", subjectEvent, conversationID)
+	return subject("conversation id", PrefixEvent, conversationID)
 }
+
+// Dead-letter kinds: the last token of toolgate.dlq.<kind>.
+const (
+	DLQDecode        = "decode"         // the body could not be decoded
+	DLQInvalid       = "invalid"        // decoded, but a field is wrong
+	DLQHandler       = "handler"        // the handler gave up on it (it refused the message for good)
+	DLQMaxDeliveries = "max_deliveries" // delivered MaxDeliver times without an ack
+)
 
 // DLQSubject is toolgate.dlq.<kind>, kind being a short reason class such
 // as "decode", "invalid", "max_deliveries" or "handler".
-func DLQSubject(kind string) (string, error) { return subject("dead-letter kind", subjectDLQ, kind) }
+func DLQSubject(kind string) (string, error) { return subject("dead-letter kind", PrefixDLQ, kind) }
 
 // AuditSubject is toolgate.audit.<run>.
-func AuditSubject(runID string) (string, error) { return subject("run id", subjectAudit, runID) }
+func AuditSubject(runID string) (string, error) { return subject("run id", PrefixAudit, runID) }
 
 // AllEvents is the filter for every conversation's events.
-const AllEvents = subjectEvent + ".>"
+const AllEvents = PrefixEvent + ".>"
 
 // AllApprovals is the filter for every tool's approval requests.
-const AllApprovals = subjectApproval + ".>"
+const AllApprovals = PrefixApproval + ".>"
 
 // AllReplies is the filter for every run's results and decisions.
-const AllReplies = subjectReply + ".>"
+const AllReplies = PrefixReply + ".>"
 
 // CallConsumerName is the durable pull consumer shared by every worker of a
 // tool: call_<tool>.
@@ -157,7 +169,7 @@ func CallConsumerName(tool string) (string, error) {
 // ParseReplySubject splits toolgate.reply.<run>.<kind>.
 func ParseReplySubject(s string) (runID, kind string, err error) {
 	parts := strings.Split(s, ".")
-	if len(parts) != 4 || parts[0]+"."+parts[1] != subjectReply {
+	if len(parts) != 4 || parts[0]+"."+parts[1] != PrefixReply {
 		return "", "", fmt.Errorf("not a reply subject: %q", s)
 	}
 	if parts[3] != ReplyKindCall && parts[3] != ReplyKindApproval {

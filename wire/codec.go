@@ -1,4 +1,4 @@
-package bus
+package wire
 
 import (
 	"bytes"
@@ -20,9 +20,10 @@ const (
 // msgpack nor JSON.
 var ErrUnsupportedContentType = errors.New("unsupported content type")
 
-// normalizeContentType maps a Content-Type header value to one of ours; an
-// empty value means msgpack, the default.
-func normalizeContentType(ct string) (string, error) {
+// NormalizeContentType maps a Content-Type header value to one of ours
+// (ContentTypeMsgpack or ContentTypeJSON); an empty value means msgpack,
+// the default.
+func NormalizeContentType(ct string) (string, error) {
 	if ct == "" {
 		return ContentTypeMsgpack, nil
 	}
@@ -42,7 +43,7 @@ func normalizeContentType(ct string) (string, error) {
 // Encode marshals v as contentType ("" means msgpack). A Validator is
 // validated first, so a malformed message is refused at the sender.
 func Encode(v any, contentType string) ([]byte, error) {
-	ct, err := normalizeContentType(contentType)
+	ct, err := NormalizeContentType(contentType)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // is a Validator, validates it. Unknown fields are ignored so that senders
 // may add fields; trailing data is an error.
 func Decode(data []byte, contentType string, v any) error {
-	ct, err := normalizeContentType(contentType)
+	ct, err := NormalizeContentType(contentType)
 	if err != nil {
 		return &DecodeError{ContentType: contentType, Err: err}
 	}

@@ -1,26 +1,26 @@
-package bus_test
+package wire_test
 
 import (
 	"fmt"
 	"reflect"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func BenchmarkCodec(b *testing.B) {
 	for _, v := range wireSamples() {
 		name := reflect.TypeOf(v).Name()
-		for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
-			short := map[string]string{bus.ContentTypeMsgpack: "msgpack", bus.ContentTypeJSON: "json"}[ct]
-			data, err := bus.Encode(v, ct)
+		for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
+			short := map[string]string{wire.ContentTypeMsgpack: "msgpack", wire.ContentTypeJSON: "json"}[ct]
+			data, err := wire.Encode(v, ct)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Run(fmt.Sprintf("%s/%s/encode", name, short), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := bus.Encode(v, ct); err != nil {
+					if _, err := wire.Encode(v, ct); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -31,7 +31,7 @@ func BenchmarkCodec(b *testing.B) {
 				typ := reflect.TypeOf(v)
 				for b.Loop() {
 					p := reflect.New(typ).Interface()
-					if err := bus.Decode(data, ct, p); err != nil {
+					if err := wire.Decode(data, ct, p); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -1,0 +1,22 @@
+package bus
+
+// The conversation log is the orchestrator's own storage, not part of the
+// wire contract: no worker or approver reads it, so it is named here and
+// not in package wire.
+const (
+	// StreamConversations holds each conversation's log: one subject per
+	// conversation (ConversationSubject), each message a record of what
+	// one change of the conversation changed.
+	StreamConversations = "TOOLGATE_CONVERSATIONS"
+	// BucketIndex indexes the conversations: due.<id> while one is not
+	// finished (what the orchestrator's reconcile goes over).
+	BucketIndex = "toolgate_index"
+
+	subjectConv = "toolgate.conv"
+)
+
+// ConversationSubject is the subject of conversation id's log.
+func ConversationSubject(id string) string { return subjectConv + "." + id }
+
+// ConversationSubjects matches every conversation's log.
+const ConversationSubjects = subjectConv + ".>"

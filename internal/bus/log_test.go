@@ -1,0 +1,104 @@
+package bus_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+// ReadLog reads a subject's messages in order, across several batches,
+// from any sequence, leaving other subjects' messages out; an empty or
+// unknown subject reads nothing.
+func TestReadLog(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
+	mine, other := bus.ConversationSubject("cmine"), bus.ConversationSubject("cother")
+	var seqs []uint64
+	for i := range 150 {
+		ack, err := b.JetStream().Publish(ctx, mine, fmt.Appendf(nil, "%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+		if _, err := b.JetStream().Publish(ctx, other, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, from := range []int{0, 1, 63, 64, 149, 150} {
+		after := uint64(0)
+		if from > 0 {
+			after = seqs[from-1]
+		}
+		var got []string
+		last, err := b.ReadLog(ctx, bus.StreamConversations, mine, after, func(m bus.LogMsg) error {
+			got = append(got, string(m.Data))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 150-from {
+			t.Fatalf("after message %d: read %d messages, want %d", from, len(got), 150-from)
+		}
+		for i, d := range got {
+			if d != fmt.Sprint(from+i) {
+				t.Fatalf("after message %d: message %d is %q", from, i, d)
+			}
+		}
+		if want := seqs[len(seqs)-1]; from < 150 && last != want || from == 150 && last != after {
+			t.Errorf("after message %d: last sequence %d", from, last)
+		}
+	}
+	last, err := b.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject("cnone"), 0, func(bus.LogMsg) error {
+		t.Error("read a message of an empty subject")
+		return nil
+	})
+	if err != nil || last != 0 {
+		t.Errorf("empty subject: last %d, %v", last, err)
+	}
+}
+
+// AppendLog is a compare-and-set on the subject's last sequence; a message
+// over the max payload goes in parts, all or nothing, and reads back whole.
+func TestAppendLog(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
+	subj := bus.ConversationSubject("cappend")
+	first, err := b.AppendLog(ctx, subj, 0, []byte("one"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendLog(ctx, subj, 0, []byte("again"), nil); !errors.Is(err, bus.ErrLogConflict) {
+		t.Fatalf("a second first message: %v; want ErrLogConflict", err)
+	}
+	big := bytes.Repeat([]byte("0123456789"), b.LogPartSize()/4) // 2.5 parts
+	second, err := b.AppendLog(ctx, subj, first, big, nats.Header{"X-Kept": []string{"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendLog(ctx, subj, first, []byte("stale"), nil); !errors.Is(err, bus.ErrLogConflict) {
+		t.Fatalf("an append from a stale sequence: %v; want ErrLogConflict", err)
+	}
+	var got [][]byte
+	last, err := b.ReadLog(ctx, bus.StreamConversations, subj, 0, func(m bus.LogMsg) error {
+		got = append(got, m.Data)
+		if len(got) == 2 && m.Header.Get("X-Kept") != "yes" {
+			t.Error("the header of the message in parts is lost")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || string(got[0]) != "one" || !bytes.Equal(got[1], big) || last != second {
+		t.Fatalf("read %d messages (last %d, want %d)", len(got), last, second)
+	}
+}

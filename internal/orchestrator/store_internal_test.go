@@ -1,0 +1,108 @@
+package orchestrator
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+// newTestStore is a store on its own embedded server.
+func newTestStore(t *testing.T, cacheBytes int64) *store {
+	t.Helper()
+	b := bustest.NewBus(t)
+	index, err := b.JetStream().KeyValue(bustest.Context(t), bus.BucketIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &store{bus: b, index: index, cache: newStateCache(cacheBytes), clock: time.Now,
+		writes: new(atomic.Int64), bytes: new(atomic.Int64), reads: new(atomic.Int64)}
+}
+
+// A log of many records (more than one batch of reads) folds back into the
+// state that wrote it, in a store that never saw it, and a writer whose
+// state is stale catches up instead of overwriting.
+func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	writer := newTestStore(t, 64<<20)
+	now := time.Now().UTC()
+	c := NewConversation("clong", RunRecord{RunID: "r1_clong", Status: StatusRunning, StartedAt: now},
+		&Lease{Owner: "me", RunID: "r1_clong", Until: now.Add(time.Hour)}, now)
+	if _, err := writer.create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	const records = 700 // over ten batches of a direct get (bus.ReadLog)
+	for i := range records {
+		_, err := writer.update(ctx, "clong", func(c *Conversation) error {
+			c.History = append(c.History, agent.Message{Kind: agent.KindRequest, Parts: []agent.Part{{Kind: agent.PartUserPrompt, Content: fmt.Sprint(i)}}})
+			c.StaleReplies = i
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _, err := writer.get(ctx, "clong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.History) != records || want.History[records-1].Parts[0].Content != fmt.Sprint(records-1) {
+		t.Fatalf("writer's state has %d messages", len(want.History))
+	}
+
+	// Another replica, with nothing cached, reads the same state.
+	reader := &store{bus: writer.bus, index: writer.index, cache: newStateCache(64 << 20), clock: time.Now, reads: new(atomic.Int64)}
+	got, seq, err := reader.get(ctx, "clong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := encodeSorted(got), encodeSorted(want); string(a) != string(b) {
+		t.Fatalf("folded state differs: %d messages, stale %d; want %d, %d", len(got.History), got.StaleReplies, len(want.History), want.StaleReplies)
+	}
+
+	// The writer appends once more; the reader, whose state is now stale,
+	// makes its change on top of it rather than over it.
+	if _, err := writer.update(ctx, "clong", func(c *Conversation) error { c.Output = "from the writer"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c2, _, err := reader.updateFrom(ctx, "clong", got, seq, func(c *Conversation) error { c.Error = "from the reader"; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Output != "from the writer" || c2.Error != "from the reader" {
+		t.Errorf("after the conflict: output %q, error %q; want both changes", c2.Output, c2.Error)
+	}
+	final, _, err := writer.get(ctx, "clong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.Output != "from the writer" || final.Error != "from the reader" || len(final.History) != records {
+		t.Errorf("stored: output %q, error %q, %d messages", final.Output, final.Error, len(final.History))
+	}
+}
+
+// The cache keeps to its budget, least recently used first out.
+func TestStateCacheBudget(t *testing.T) {
+	sc := newStateCache(100 * heapPerRecordByte)
+	for i := range 10 {
+		sc.put(fmt.Sprint(i), &Conversation{}, uint64(i+1), 30)
+	}
+	if sc.len() != 3 || sc.used > 100 {
+		t.Fatalf("%d states, %d bytes cached; want 3, at most 100", sc.len(), sc.used)
+	}
+	if _, _, ok := sc.get("9"); !ok {
+		t.Error("the last state put is not cached")
+	}
+	if _, _, ok := sc.get("0"); ok {
+		t.Error("the first state put is still cached")
+	}
+	sc.put("9", &Conversation{Output: "old"}, 1, 30)
+	if c, seq, _ := sc.get("9"); seq != 10 || c.Output == "old" {
+		t.Errorf("an older state replaced a newer one (seq %d)", seq)
+	}
+}

@@ -1,0 +1,43 @@
+// Package worker serves toolgate tool calls from Go: register a handler per
+// tool, then Run. A worker pulls its tools' calls from JetStream (each tool
+// on the durable consumer every worker of that tool shares), runs them at
+// most Concurrency at a time, publishes each reply with the id that makes a
+// second publish a duplicate, acknowledges the call only after its reply is
+// stored, keeps long calls alive with in-progress acks, and on shutdown
+// drains: it stops fetching, lets calls in flight finish and hands the rest
+// back for another worker. It advertises its tools, with their JSON Schemas,
+// in the toolgate_tools bucket.
+//
+//	w, _ := worker.New(nc, worker.Config{ID: "weather-1"})
+//	worker.Register(w, "get_weather", "Current weather of a city",
+//		func(ctx context.Context, call worker.Call, a struct{ City string `json:"city"` }) (string, error) {
+//			return "sunny in " + a.City, nil
+//		})
+//	err := w.Run(ctx)
+//
+// # Answers
+//
+// A handler answers with a value (outcome return), with Retry (the model is
+// told what was wrong and may call again), or with Fail (the call failed;
+// the model sees the message). Any other error is taken as a failure of the
+// worker's surroundings, not of the tool (a database down): the call is
+// handed back and delivered again with back-off, up to Config.MaxDeliver
+// deliveries, after which the orchestrator fails it. A call whose deadline
+// passes while its handler runs fails with "timed out".
+//
+// # Middleware
+//
+// Use wraps every handler, outermost first, like net/http middleware:
+// Tracing makes a span per call (child of the orchestrator's trace, which
+// the call's headers carry), Metrics counts calls and their run time.
+//
+// # What this package is
+//
+// It wraps the engine of the tool-worker binary (internal/worker), the one
+// that also runs exec commands, webhooks and MCP servers: the delivery
+// rules (ack after publish, redelivery with back-off, drain, consumer
+// creation through a cluster's elections) are written once and hold for
+// both. This package adds the Go-facing part: handlers, the typed adapter
+// whose schema comes from the args type, the answer forms and middleware.
+// It does not link nats-server.
+package worker
