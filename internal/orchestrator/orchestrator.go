@@ -256,6 +256,18 @@ type Orchestrator struct {
 	events      *eventQueue
 	replyGroups replyGroups
 
+	// catalogue holds the tools workers advertise (nil until Start);
+	// runTools the tools of each run executing here, by run id;
+	// builtTools the agent's tools made for discovered ones, by name and
+	// schema digest.
+	catalogue  *Catalogue
+	runTools   sync.Map
+	builtTools sync.Map
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+	warnings   advertWarnings
+	warnedOnce sync.Map
+
 	stats Stats
 }
 
@@ -307,6 +319,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.warnings.log = o.log
 	a, err := o.buildAgent()
 	if err != nil {
 		return nil, err
@@ -354,6 +367,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.maxDeliver = md
+	o.watchAdverts(ctx)
 	if err := o.reconcile(ctx); err != nil {
 		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
 	}
@@ -408,6 +422,10 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
+		if o.stopWatch != nil {
+			o.stopWatch()
+			<-o.watchDone
+		}
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {
