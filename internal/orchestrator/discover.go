@@ -246,3 +246,7 @@ func (o *Orchestrator) warnOnce(key, msg string, attrs ...any) {
 		o.log.Warn(msg, attrs...)
 	}
 }
+
+// Catalogue is what workers advertise, as this orchestrator sees it; nil
+// before Start (or when the bucket could not be watched).
+func (o *Orchestrator) Catalogue() *Catalogue { return o.catalogue }
