@@ -206,9 +206,9 @@ const usage = `usage: approver [flags]                      the bot (--policy, -
 
 // common are the flags every mode shares.
 type common struct {
-	natsURL, id, keyFile, tool, user, password, creds string
-	orchURL, orchTokenFile                            string
-	connectTimeout                                    time.Duration
+	natsURL, id, keyFile, tool, user, password, passwordFile, creds string
+	orchURL, orchTokenFile                                          string
+	connectTimeout                                                  time.Duration
 }
 
 func commonFlags(fs *flag.FlagSet) *common {
@@ -218,7 +218,8 @@ func commonFlags(fs *flag.FlagSet) *common {
 	fs.StringVar(&c.keyFile, "key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
 	fs.StringVar(&c.tool, "tool", "", "only see requests for this tool (default: all tools)")
 	fs.StringVar(&c.user, "user", "", "NATS user")
-	fs.StringVar(&c.password, "password", os.Getenv("TOOLGATE_NATS_PASSWORD"), "NATS password (env TOOLGATE_NATS_PASSWORD)")
+	fs.StringVar(&c.password, "password", bus.TakeEnvPassword(), "NATS password (env TOOLGATE_NATS_PASSWORD); --password-file keeps it out of the command line")
+	fs.StringVar(&c.passwordFile, "password-file", "", "file holding the NATS password; overrides --password")
 	fs.StringVar(&c.creds, "creds", "", "NATS credentials file; overrides --user/--password")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 30*time.Second, "how long to wait for the NATS server")
 	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, the authority on what is pending (env TOOLGATE_ORCHESTRATOR_URL)")
@@ -260,7 +261,7 @@ func (c *common) connect(ctx context.Context, logger *slog.Logger) (*bus.Bus, er
 	defer cancel()
 	return bus.Connect(cctx, bus.ConnConfig{
 		URL: c.natsURL, Name: c.id,
-		User: c.user, Password: c.password, CredsFile: c.creds, Role: bus.RoleApprover,
+		User: c.user, Password: c.password, PasswordFile: c.passwordFile, CredsFile: c.creds, Role: bus.RoleApprover,
 		Logger: logger,
 	})
 }

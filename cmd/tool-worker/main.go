@@ -86,7 +86,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	concurrency := fs.Int("concurrency", 4, "calls running at once, across all tools")
 	id := fs.String("id", defaultID(), "worker id, set on every reply")
 	user := fs.String("user", "", "NATS user")
-	password := fs.String("password", os.Getenv("TOOLGATE_NATS_PASSWORD"), "NATS password (env TOOLGATE_NATS_PASSWORD)")
+	password := fs.String("password", bus.TakeEnvPassword(), "NATS password (env TOOLGATE_NATS_PASSWORD); --password-file keeps it from the programs the worker runs")
+	passwordFile := fs.String("password-file", "", "file holding the NATS password; overrides --password")
 	creds := fs.String("creds", "", "NATS credentials file; overrides --user/--password")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "ack wait of the call consumers; in-progress acks go out every third of it")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish before they are handed back")
@@ -229,7 +230,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, *connectTimeout)
 	b, err := bus.Connect(cctx, bus.ConnConfig{
 		URL: *natsURL, Name: "tool-worker-" + *id,
-		User: *user, Password: *password, CredsFile: *creds, Role: bus.RoleWorker,
+		User: *user, Password: *password, PasswordFile: *passwordFile, CredsFile: *creds, Role: bus.RoleWorker,
 		Logger: logger,
 	})
 	if err == nil && *setup {

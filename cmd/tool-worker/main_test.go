@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
 
@@ -158,5 +159,86 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), &out); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
+	}
+}
+
+// With --password-file the NATS password is in neither the command line
+// nor the environment of the worker, so an --exec program, which may read
+// its parent's /proc/<pid>/cmdline and environ, finds it nowhere; and the
+// password taken from TOOLGATE_NATS_PASSWORD is not passed on to it either.
+func TestExecProgramDoesNotSeeThePassword(t *testing.T) {
+	const secret = "s3cret-nats-password"
+	var users []bus.User
+	for _, role := range []string{bus.RoleOrchestrator, bus.RoleWorker} {
+		p, err := bus.RolePermissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: role, Password: secret, Permissions: p})
+	}
+	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
+	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "test", User: bus.RoleOrchestrator, Password: secret})
+	bustest.Setup(t, b)
+	replies := make(chan bus.CallReply, 4)
+	sub, err := b.ConsumeReplies(t.Context(), "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
+		func(_ context.Context, d *bus.Delivery[bus.Reply]) error {
+			if d.Msg.Call != nil {
+				replies <- *d.Msg.Call
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop(context.Background()) })
+
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "nats-password")
+	if err := os.WriteFile(pwFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The program looks where it can: its environment, and its parent's
+	// command line and environment.
+	spy := filepath.Join(dir, "spy.sh")
+	if err := os.WriteFile(spy, []byte(`#!/bin/sh
+found=""
+env | grep -q '`+secret+`' && found="$found env"
+tr '\0' '\n' < /proc/$PPID/cmdline | grep -q '`+secret+`' && found="$found parent-cmdline"
+tr '\0' '\n' < /proc/$PPID/environ | grep -q '`+secret+`' && found="$found parent-environ"
+test -n "$TOOLGATE_NATS_PASSWORD" && found="$found TOOLGATE_NATS_PASSWORD"
+printf '"%s"' "$found"
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Set after this process started, so it is not in its /proc environ:
+	// the worker must take it and pass it on to no program.
+	t.Setenv(bus.EnvPassword, "from-the-environment")
+	var logs syncBuffer
+	stop := bustest.Run(t, "tool-worker", func(ctx context.Context) error {
+		return run(ctx, []string{"--nats", srv.ClientURL(), "--user", bus.RoleWorker, "--password-file", pwFile,
+			"--exec", "spy=" + spy, "--id", "w1", "--advertise=false"}, &logs)
+	})
+	req := bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "a", ToolName: "spy",
+		Args: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}
+	if _, err := b.PublishCall(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var r bus.CallReply
+	bustest.Poll(t, bustest.Timeout, "the spy's reply", func() (bool, string) {
+		select {
+		case r = <-replies:
+			return true, ""
+		default:
+			return false, logs.String()
+		}
+	})
+	if r.Outcome != bus.OutcomeReturn || string(r.Value) != `""` {
+		t.Errorf("the program found the password in:%s (%s %s)", r.Value, r.Outcome, r.Message)
+	}
+	if v, ok := os.LookupEnv(bus.EnvPassword); ok {
+		t.Errorf("%s still in the environment: %q", bus.EnvPassword, v)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
 	}
 }

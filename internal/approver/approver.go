@@ -45,8 +45,10 @@ type Config struct {
 	// and the approver_id of its decisions. Required; one subject token.
 	ID string
 	// Policy decides requests. nil escalates every request, which makes
-	// sense only with an Asker.
+	// sense only with an Asker. A shorthand for Decider.
 	Policy *Policy
+	// Decider decides requests (Policy is one); it wins over Policy.
+	Decider Decider
 	// Asker, when set, is asked about requests the policy escalates, one
 	// at a time. nil leaves them unanswered for other approvers.
 	Asker Asker
@@ -82,7 +84,18 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// Decider decides one approval request. A verdict with ActionEscalate
+// leaves it to other approvers (or the Asker). An error hands the request
+// back to be delivered again with back-off, unless it is bus.Terminal: then
+// the request is dead-lettered.
+type Decider interface {
+	Decide(ctx context.Context, req bus.ApprovalRequest) (Verdict, error)
+}
+
 func (c Config) withDefaults() Config {
+	if c.Decider == nil && c.Policy != nil {
+		c.Decider = c.Policy
+	}
 	if c.Filter == "" {
 		c.Filter = bus.AllApprovals
 	}
@@ -111,8 +124,8 @@ func (c Config) validate() error {
 	if err := bus.ValidateToken("approver id", c.ID); err != nil {
 		return err
 	}
-	if c.Policy == nil && c.Asker == nil {
-		return errors.New("a policy or an asker is required")
+	if c.Decider == nil && c.Asker == nil {
+		return errors.New("a policy, a decider or an asker is required")
 	}
 	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
 		return fmt.Errorf("key is %d bytes, want %d", len(c.Key), ed25519.PrivateKeySize)
@@ -204,13 +217,19 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	}
 
 	v := Verdict{Action: ActionEscalate, Rule: -1}
-	if a.cfg.Policy != nil {
+	if a.cfg.Decider != nil {
 		var err error
-		v, err = a.cfg.Policy.Evaluate(req)
-		if err != nil {
-			// The request cannot be evaluated now or ever.
+		v, err = a.cfg.Decider.Decide(ctx, req)
+		var term *bus.TermError
+		switch {
+		case errors.As(err, &term):
+			// The request cannot be decided now or ever.
 			a.deadLetter(span, "policy", err)
-			return bus.Terminal(err)
+			return err
+		case err != nil:
+			span.RecordError(err)
+			log.WarnContext(ctx, "decider failed; the request comes back later", slog.Any("error", err))
+			return err
 		}
 		for _, s := range v.Skipped {
 			log.WarnContext(ctx, "policy rule failed to evaluate; treated as not matching",

@@ -2,6 +2,7 @@ package approver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,6 +189,16 @@ func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
 	}
 	cr.prog = prog
 	return cr, nil
+}
+
+// Decide is Evaluate as a Decider: a request the policy cannot evaluate
+// (its args are not an object) can never be, so the error is terminal.
+func (p *Policy) Decide(_ context.Context, req bus.ApprovalRequest) (Verdict, error) {
+	v, err := p.Evaluate(req)
+	if err != nil {
+		return v, bus.Terminal(err)
+	}
+	return v, nil
 }
 
 // Len reports the number of rules.

@@ -84,6 +84,11 @@ var rules = []rule{
 		Why:       "the public worker connects to a server and runs no agent",
 	},
 	{
+		From:      module + "/approval",
+		Forbidden: []string{natsServer, module + "/internal/agent", module + "/internal/orchestrator"},
+		Why:       "approval bots connect to a server and run no agent",
+	},
+	{
 		From:      module + "/cmd/tool-worker",
 		Forbidden: []string{natsServer},
 		Why:       "workers connect to a server; they do not link one",

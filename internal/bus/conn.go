@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,12 @@ type ConnConfig struct {
 	// User and Password authenticate against a server with users.
 	User     string
 	Password string
+	// PasswordFile, when set, holds the password (read at connect, a
+	// trailing newline dropped); it overrides Password. Unlike a flag or
+	// an environment variable, a file keeps the password out of
+	// /proc/<pid>/cmdline and /proc/<pid>/environ, which the programs a
+	// worker runs can read.
+	PasswordFile string
 	// CredsFile is a NATS credentials file (JWT + seed); overrides
 	// User/Password.
 	CredsFile string
@@ -142,7 +150,18 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 	case cfg.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	case cfg.User != "":
-		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+		password := cfg.Password
+		if cfg.PasswordFile != "" {
+			b, err := os.ReadFile(cfg.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("connect: password file: %w", err)
+			}
+			password = strings.TrimRight(string(b), "\r\n")
+			if password == "" {
+				return nil, fmt.Errorf("connect: password file %s is empty", cfg.PasswordFile)
+			}
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, password))
 	}
 	if cfg.Role != "" {
 		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(cfg.Role)))
@@ -206,4 +225,18 @@ func (b *Bus) Close() {
 	if !b.borrowed {
 		b.nc.Close()
 	}
+}
+
+// EnvPassword is the environment variable toolgate's commands take a NATS
+// password from.
+const EnvPassword = "TOOLGATE_NATS_PASSWORD"
+
+// TakeEnvPassword returns the password in EnvPassword and removes the
+// variable from the process's environment, so that no program the process
+// starts inherits it. (/proc/<pid>/environ still shows the environment the
+// process was started with: ConnConfig.PasswordFile keeps it out of there.)
+func TakeEnvPassword() string {
+	p := os.Getenv(EnvPassword)
+	_ = os.Unsetenv(EnvPassword)
+	return p
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // A log is the messages of one subject of a stream read in order (the
@@ -38,12 +40,28 @@ var errLogEnd = errors.New("end of log")
 
 // ReadLog calls fn with each message of subject in stream after sequence
 // after, in order, and returns the sequence of the last one (after when there
-// are none). The stream must allow direct gets.
+// are none). A message appended in parts comes whole, with the sequence and
+// headers of its last part. The stream must allow direct gets.
 func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64, fn func(LogMsg) error) (uint64, error) {
 	last := after
+	var parts []byte
 	for {
 		n, more, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
 			last = m.Sequence
+			if p := m.Header.Get(HeaderLogPart); p != "" {
+				i, n, ok := partOf(p)
+				if !ok {
+					return fmt.Errorf("message %d: bad %s header %q", m.Sequence, HeaderLogPart, p)
+				}
+				if i == 1 {
+					parts = parts[:0]
+				}
+				parts = append(parts, m.Data...)
+				if i < n {
+					return nil
+				}
+				m.Data = parts
+			}
 			return fn(m)
 		})
 		if err != nil {
@@ -107,6 +125,13 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 	}
 }
 
+func partOf(h string) (i, n int, ok bool) {
+	a, b, found := strings.Cut(h, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	return i, n, found && err1 == nil && err2 == nil && i >= 1 && i <= n
+}
+
 // readLogStall bounds the wait for each message of a batch.
 var readLogStall = 10 * time.Second
 
@@ -132,4 +157,175 @@ func logMsgOf(m *nats.Msg) (LogMsg, error) {
 	}
 	t, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 	return LogMsg{Sequence: seq, Header: m.Header, Data: m.Data, Time: t, Pending: pending}, nil
+}
+
+// Appending. A message is appended only if the subject's last message is
+// at the sequence the writer expects (Nats-Expected-Last-Subject-Sequence;
+// 0: the subject has none), which makes the append a compare-and-set. A
+// message larger than the connection's max payload goes as an atomic batch
+// of parts, all or nothing, each with HeaderLogPart; ReadLog joins them.
+
+// HeaderLogPart numbers the parts of a message appended in parts: "i/n".
+const HeaderLogPart = "Toolgate-Part"
+
+// logPartHeadroom is kept below the max payload for a part's headers.
+const logPartHeadroom = 1 << 10
+
+// logMaxParts is the server's default limit of messages in an atomic batch.
+const logMaxParts = 1000
+
+// ErrLogConflict is returned by AppendLog when the subject's last message
+// is not at the expected sequence.
+var ErrLogConflict = errors.New("the log moved: its last message is not the one expected")
+
+// LogTooLargeError says a message would not fit in an atomic batch of
+// parts; nothing was written.
+type LogTooLargeError struct {
+	Bytes, Limit int
+}
+
+func (e *LogTooLargeError) Error() string {
+	return fmt.Sprintf("%d bytes is over the log's limit of %d for one message (%d parts of the max payload)", e.Bytes, e.Limit, logMaxParts)
+}
+
+// LogPartSize is the largest message AppendLog writes whole.
+func (b *Bus) LogPartSize() int {
+	return max(int(b.nc.MaxPayload())-logPartHeadroom, 1024)
+}
+
+// AppendLog appends data with header to subject if the subject's last
+// message is at sequence expect, and returns the new last sequence. The
+// subject's stream must allow atomic publish for data over LogPartSize.
+func (b *Bus) AppendLog(ctx context.Context, subject string, expect uint64, data []byte, header nats.Header) (uint64, error) {
+	part := b.LogPartSize()
+	expectHdr := strconv.FormatUint(expect, 10)
+	if len(data) <= part {
+		m := &nats.Msg{Subject: subject, Data: data, Header: cloneHeader(header)}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
+		ack, err := b.js.PublishMsg(ctx, m)
+		if err != nil {
+			return 0, logAppendError(err)
+		}
+		return ack.Sequence, nil
+	}
+	n := (len(data) + part - 1) / part
+	if n > logMaxParts {
+		return 0, &LogTooLargeError{Bytes: len(data), Limit: logMaxParts * part}
+	}
+	msgs := make([]*nats.Msg, n)
+	for i := range n {
+		m := &nats.Msg{Subject: subject, Data: data[i*part : min((i+1)*part, len(data))], Header: cloneHeader(header)}
+		m.Header.Set(HeaderLogPart, fmt.Sprintf("%d/%d", i+1, n))
+		if i == 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
+		}
+		msgs[i] = m
+	}
+	ack, err := jetstreamext.PublishMsgBatch(ctx, b.js, msgs)
+	if err != nil {
+		return 0, logAppendError(err)
+	}
+	return ack.Sequence, nil
+}
+
+func cloneHeader(h nats.Header) nats.Header {
+	out := make(nats.Header, len(h)+2)
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// logAppendError maps a refused expected sequence to ErrLogConflict.
+func logAppendError(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w (%s)", ErrLogConflict, apiErr.Description)
+	}
+	return err
+}
+
+// WatchLog signals on the returned channel each time a message is appended
+// to subject after sequence after, until ctx ends.
+func (b *Bus) WatchLog(ctx context.Context, stream, subject string, after uint64) (<-chan struct{}, error) {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    after + 1,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	cc, err := cons.Consume(func(jetstream.Msg) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return ch, nil
+}
+
+// LogSubjects lists the subjects of stream that match filter and hold
+// messages.
+func (b *Bus) LogSubjects(ctx context.Context, stream, filter string) ([]string, error) {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		out = append(out, subj)
+	}
+	return out, nil
+}
+
+// LastLogMsgs returns the last message of each of subjects that has one, by
+// subject, in one batched direct get. A message written in parts is
+// represented by its last part (its headers; not its data).
+func (b *Bus) LastLogMsgs(ctx context.Context, stream string, subjects []string) (map[string]LogMsg, error) {
+	out := make(map[string]LogMsg, len(subjects))
+	if len(subjects) == 0 {
+		return out, nil
+	}
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, b.js, stream, subjects, jetstreamext.GetLastMsgsBatchSize(len(subjects)))
+	if err != nil {
+		return nil, err
+	}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[m.Subject] = LogMsg{Sequence: m.Sequence, Header: m.Header, Data: m.Data, Time: m.Time}
+	}
+	return out, nil
+}
+
+// PurgeLog deletes every message of subject.
+func (b *Bus) PurgeLog(ctx context.Context, stream, subject string) error {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subject))
 }

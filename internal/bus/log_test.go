@@ -1,8 +1,12 @@
 package bus_test
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -58,5 +62,43 @@ func TestReadLog(t *testing.T) {
 	})
 	if err != nil || last != 0 {
 		t.Errorf("empty subject: last %d, %v", last, err)
+	}
+}
+
+// AppendLog is a compare-and-set on the subject's last sequence; a message
+// over the max payload goes in parts, all or nothing, and reads back whole.
+func TestAppendLog(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
+	subj := bus.ConversationSubject("cappend")
+	first, err := b.AppendLog(ctx, subj, 0, []byte("one"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendLog(ctx, subj, 0, []byte("again"), nil); !errors.Is(err, bus.ErrLogConflict) {
+		t.Fatalf("a second first message: %v; want ErrLogConflict", err)
+	}
+	big := bytes.Repeat([]byte("0123456789"), b.LogPartSize()/4) // 2.5 parts
+	second, err := b.AppendLog(ctx, subj, first, big, nats.Header{"X-Kept": []string{"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendLog(ctx, subj, first, []byte("stale"), nil); !errors.Is(err, bus.ErrLogConflict) {
+		t.Fatalf("an append from a stale sequence: %v; want ErrLogConflict", err)
+	}
+	var got [][]byte
+	last, err := b.ReadLog(ctx, bus.StreamConversations, subj, 0, func(m bus.LogMsg) error {
+		got = append(got, m.Data)
+		if len(got) == 2 && m.Header.Get("X-Kept") != "yes" {
+			t.Error("the header of the message in parts is lost")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || string(got[0]) != "one" || !bytes.Equal(got[1], big) || last != second {
+		t.Fatalf("read %d messages (last %d, want %d)", len(got), last, second)
 	}
 }

@@ -54,6 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -139,6 +140,12 @@ type Config struct {
 	// (no-op unless telemetry.Setup installed one; the trace context then
 	// passes through unchanged).
 	TracerProvider trace.TracerProvider
+	// OnRunEnd, when set, is called once a run's end is stored (paused,
+	// after its calls are published; completed; failed) with the
+	// conversation as stored. It runs on the run's goroutine and must
+	// neither keep nor change c. It lets an embedding program, such as the
+	// benchmark harness, learn how runs end without reading the store.
+	OnRunEnd func(c *Conversation)
 }
 
 func (c Config) withDefaults() Config {
@@ -211,14 +218,31 @@ func randomID() string {
 // ErrStopped is returned for work offered after Stop began.
 var ErrStopped = errors.New("orchestrator is stopping")
 
-// ConflictError says a conversation cannot take a new prompt now.
+// ConflictError says a conversation cannot take a new prompt, a cancel or
+// a delete now (Op says which; "" is a prompt).
 type ConflictError struct {
 	ConversationID string
 	Status         Status
+	Op             string
 }
 
+// Operations a ConflictError may refuse besides a prompt.
+const (
+	opCancel = "cancel"
+	opDelete = "delete"
+)
+
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is completed or failed", e.ConversationID, e.Status)
+	switch e.Op {
+	case opCancel:
+		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
+	case opDelete:
+		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
+	}
+	if e.Status == StatusResuming {
+		return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished", e.ConversationID, e.Status)
+	}
+	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished, or while it is paused (then it goes into the follow-up run)", e.ConversationID, e.Status)
 }
 
 // Orchestrator runs agents over the bus. Create it with New, then Start;
@@ -240,14 +264,18 @@ type Orchestrator struct {
 	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
 	inflight map[string]bool // runs queued or executing in this process
-	runs     sync.WaitGroup
-	loops    sync.WaitGroup
-	runCtx   context.Context // parent of every run; cancelled when Stop gives up waiting
-	cancel   context.CancelFunc
-	stopping chan struct{}
-	stopOnce sync.Once
-	started  atomic.Bool
-	stopped  atomic.Bool
+	// executing cancels the runs executing in this process, by run id (a
+	// cancel notice ends them at once).
+	executing map[string]context.CancelFunc
+	cancelSub *nats.Subscription
+	runs      sync.WaitGroup
+	loops     sync.WaitGroup
+	runCtx    context.Context // parent of every run; cancelled when Stop gives up waiting
+	cancel    context.CancelFunc
+	stopping  chan struct{}
+	stopOnce  sync.Once
+	started   atomic.Bool
+	stopped   atomic.Bool
 
 	replies     *bus.Subscription
 	maxDeliver  *bus.Subscription
@@ -255,6 +283,7 @@ type Orchestrator struct {
 	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
 	events      *eventQueue
 	replyGroups replyGroups
+	observer    observer
 
 	// catalogue holds the tools workers advertise (nil until Start);
 	// runTools the tools of each run executing here, by run id;
@@ -292,6 +321,9 @@ type Stats struct {
 	// StateReads counts the reads of conversation logs: a state not cached,
 	// a cached one brought up to date, a catch-up after a conflict.
 	StateReads atomic.Int64
+	// CallBatches counts the publishes of a batch's calls, each one
+	// round trip whatever the number of calls.
+	CallBatches atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -313,6 +345,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
+		executing: map[string]context.CancelFunc{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
 		wake:      make(chan struct{}, 1),
@@ -320,6 +353,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	o.warnings.log = o.log
+	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
 		return nil, err
@@ -367,6 +401,11 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.maxDeliver = md
+	if err := o.subscribeCancels(); err != nil {
+		_ = o.replies.Stop(ctx)
+		_ = o.maxDeliver.Stop(ctx)
+		return fmt.Errorf("start: %w", err)
+	}
 	o.watchAdverts(ctx)
 	if err := o.reconcile(ctx); err != nil {
 		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
@@ -380,8 +419,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
 func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
-	stream, err := o.js.Stream(ctx, bus.StreamConversations)
-	if err != nil {
+	if _, err := o.js.Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	index, err := o.js.KeyValue(ctx, bus.BucketIndex)
@@ -389,10 +427,9 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
 	s := &store{
-		bus: o.bus, js: o.js, stream: stream, index: index,
-		cache:   newStateCache(o.cfg.StateCacheBytes),
-		maxPart: max(int(o.bus.Conn().MaxPayload())-partHeadroom, 1024),
-		clock:   o.clock, onTooLarge: o.failTooLarge,
+		bus: o.bus, index: index,
+		cache: newStateCache(o.cfg.StateCacheBytes),
+		clock: o.clock, onTooLarge: o.failTooLarge,
 		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
 	}
 	if legacy, err := o.js.KeyValue(ctx, bus.BucketRuns); err == nil {
@@ -414,6 +451,9 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		o.stopped.Store(true)
 		o.launchMu.Unlock()
 		close(o.stopping)
+		if o.cancelSub != nil {
+			_ = o.cancelSub.Unsubscribe()
+		}
 		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {

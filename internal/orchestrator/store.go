@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -33,7 +31,7 @@ var errExists = errors.New("conversation exists")
 const maxCASAttempts = 64
 
 // TooLargeError says a record would not fit in one atomic batch of parts
-// (maxParts messages of the server's max payload); nothing was written.
+// (bus.LogTooLargeError); nothing was written.
 type TooLargeError struct {
 	ConversationID string
 	Bytes, Limit   int
@@ -63,12 +61,6 @@ const (
 	hdrPart    = "Toolgate-Part" // "i/n"
 )
 
-// partHeadroom is kept below the max payload for a part's headers.
-const partHeadroom = 1 << 10
-
-// maxParts is the server's default limit of messages in one atomic batch.
-const maxParts = 1000
-
 // Keys of the index bucket (bus.BucketIndex).
 const dueKeyPrefix = "due."
 
@@ -83,9 +75,7 @@ func dueKey(id string) string { return dueKeyPrefix + id }
 // revision. Folded states are kept in a bounded cache, so that a change
 // made by this process needs no read before the next one.
 type store struct {
-	bus    *bus.Bus
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	bus *bus.Bus
 	// index holds due.<id> while a conversation is not finished.
 	index jetstream.KeyValue
 	// legacy is the bucket of an earlier build (one value per
@@ -94,10 +84,7 @@ type store struct {
 	legacy jetstream.KeyValue
 	runs   runCache
 	cache  *stateCache
-	// maxPart is the largest record message; larger records are written
-	// in parts.
-	maxPart int
-	clock   func() time.Time
+	clock  func() time.Time
 	// onTooLarge is told of a change refused as too large, so that the
 	// conversation fails visibly instead of waiting for a write that can
 	// never succeed.
@@ -185,29 +172,11 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 	if s.reads != nil {
 		s.reads.Add(1)
 	}
-	var (
-		size  int64
-		parts []byte
-	)
+	var size int64
 	last, err := s.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after, func(m bus.LogMsg) error {
 		size += int64(len(m.Data))
-		data := m.Data
-		if p := m.Header.Get(hdrPart); p != "" {
-			i, n, ok := partOf(p)
-			if !ok {
-				return fmt.Errorf("record %d: bad %s header %q", m.Sequence, hdrPart, p)
-			}
-			if i == 1 {
-				parts = parts[:0]
-			}
-			parts = append(parts, data...)
-			if i < n {
-				return nil
-			}
-			data = parts
-		}
 		var r record
-		if err := msgpack.Unmarshal(data, &r); err != nil {
+		if err := msgpack.Unmarshal(m.Data, &r); err != nil {
 			return fmt.Errorf("record %d: %w", m.Sequence, err)
 		}
 		if err := c.apply(&r); err != nil {
@@ -219,13 +188,6 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 		return 0, 0, fmt.Errorf("conversation %s: %w", id, err)
 	}
 	return size, last, nil
-}
-
-func partOf(h string) (i, n int, ok bool) {
-	a, b, found := strings.Cut(h, "/")
-	i, err1 := strconv.Atoi(a)
-	n, err2 := strconv.Atoi(b)
-	return i, n, found && err1 == nil && err2 == nil && i >= 1 && i <= n
 }
 
 // create stores a new conversation: its first record, written only if its
@@ -331,8 +293,12 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
 }
 
-// conflict reports whether err is a refused expected last subject sequence.
+// conflict reports whether err is a refused expected last sequence (of a
+// log, or of a KV entry's revision).
 func conflict(err error) bool {
+	if errors.Is(err, bus.ErrLogConflict) {
+		return true
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
@@ -343,8 +309,8 @@ func conflict(err error) bool {
 
 // append writes record r of conversation c (as it is after r) if the last
 // record of its log is at expect (0: the log is empty), and returns the new
-// last sequence and the record's size. A record over the max payload is
-// written as an atomic batch of parts.
+// last sequence and the record's size. A refused expected sequence is
+// bus.ErrLogConflict.
 func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
 	b, err := msgpack.Marshal(r)
 	if err != nil {
@@ -352,47 +318,22 @@ func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *r
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	subject := bus.ConversationSubject(c.ID)
-	header := func() nats.Header {
-		h := nats.Header{}
-		h.Set(hdrStatus, string(c.Status))
-		h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
-		if c.Agent != "" {
-			h.Set(hdrAgent, c.Agent)
-		}
-		return h
+	h := nats.Header{}
+	h.Set(hdrStatus, string(c.Status))
+	h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if c.Agent != "" {
+		h.Set(hdrAgent, c.Agent)
 	}
-	expectHdr := strconv.FormatUint(expect, 10)
-	if len(b) <= s.maxPart {
-		m := &nats.Msg{Subject: subject, Data: b, Header: header()}
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
-		ack, err := s.js.PublishMsg(ctx, m)
-		s.wrote(len(b))
-		if err != nil {
-			return 0, 0, fmt.Errorf("append to conversation %s: %w", c.ID, err)
-		}
-		return ack.Sequence, len(b), nil
-	}
-	n := (len(b) + s.maxPart - 1) / s.maxPart
-	if n > maxParts {
-		return 0, 0, &TooLargeError{ConversationID: c.ID, Bytes: len(b), Limit: maxParts * s.maxPart}
-	}
-	msgs := make([]*nats.Msg, n)
-	for i := range n {
-		part := b[i*s.maxPart : min((i+1)*s.maxPart, len(b))]
-		m := &nats.Msg{Subject: subject, Data: part, Header: header()}
-		m.Header.Set(hdrPart, fmt.Sprintf("%d/%d", i+1, n))
-		if i == 0 {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
-		}
-		msgs[i] = m
-	}
-	ack, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs)
+	seq, err := s.bus.AppendLog(ctx, bus.ConversationSubject(c.ID), expect, b, h)
 	s.wrote(len(b))
-	if err != nil {
-		return 0, 0, fmt.Errorf("append %d parts to conversation %s: %w", n, c.ID, err)
+	var tl *bus.LogTooLargeError
+	if errors.As(err, &tl) {
+		return 0, 0, &TooLargeError{ConversationID: c.ID, Bytes: tl.Bytes, Limit: tl.Limit}
 	}
-	return ack.Sequence, len(b), nil
+	if err != nil {
+		return 0, 0, fmt.Errorf("append to conversation %s: %w", c.ID, err)
+	}
+	return seq, len(b), nil
 }
 
 // runCacheMax bounds the run → conversation cache of run ids of the
@@ -505,41 +446,17 @@ func (s *store) undue(ctx context.Context, e dueEntry) error {
 // watch signals on the returned channel each time a record is appended to
 // id's log after sequence after, until ctx ends.
 func (s *store) watch(ctx context.Context, id string, after uint64) (<-chan struct{}, error) {
-	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.ConversationSubject(id)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    after + 1,
-		HeadersOnly:    true,
-	})
+	ch, err := s.bus.WatchLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after)
 	if err != nil {
 		return nil, fmt.Errorf("watch conversation %s: %w", id, err)
 	}
-	ch := make(chan struct{}, 1)
-	cc, err := cons.Consume(func(jetstream.Msg) {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch conversation %s: %w", id, err)
-	}
-	go func() {
-		<-ctx.Done()
-		cc.Stop()
-	}()
 	return ch, nil
 }
 
 // ReadConversation reads conversation id from its log, without an
 // orchestrator: what tools and tests that look at the store directly use.
 func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*Conversation, error) {
-	js := b.JetStream()
-	stream, err := js.Stream(ctx, bus.StreamConversations)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
-	}
-	s := &store{bus: b, js: js, stream: stream, cache: newStateCache(0)}
+	s := &store{bus: b, cache: newStateCache(0)}
 	c, _, err := s.get(ctx, id)
 	return c, err
 }

@@ -15,18 +15,11 @@ import (
 func newTestStore(t *testing.T, cacheBytes int64) *store {
 	t.Helper()
 	b := bustest.NewBus(t)
-	ctx := bustest.Context(t)
-	js := b.JetStream()
-	stream, err := js.Stream(ctx, bus.StreamConversations)
+	index, err := b.JetStream().KeyValue(bustest.Context(t), bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	index, err := js.KeyValue(ctx, bus.BucketIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &store{bus: b, js: js, stream: stream, index: index, cache: newStateCache(cacheBytes),
-		maxPart: int(b.Conn().MaxPayload()) - partHeadroom, clock: time.Now,
+	return &store{bus: b, index: index, cache: newStateCache(cacheBytes), clock: time.Now,
 		writes: new(atomic.Int64), bytes: new(atomic.Int64), reads: new(atomic.Int64)}
 }
 
@@ -63,8 +56,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 	}
 
 	// Another replica, with nothing cached, reads the same state.
-	reader := &store{bus: writer.bus, js: writer.js, stream: writer.stream, index: writer.index, cache: newStateCache(64 << 20),
-		maxPart: writer.maxPart, clock: time.Now, reads: new(atomic.Int64)}
+	reader := &store{bus: writer.bus, index: writer.index, cache: newStateCache(64 << 20), clock: time.Now, reads: new(atomic.Int64)}
 	got, seq, err := reader.get(ctx, "clong")
 	if err != nil {
 		t.Fatal(err)

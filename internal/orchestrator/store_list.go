@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -46,60 +45,48 @@ const summaryChunk = 256
 func (s *store) conversationIDs(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(bus.ConversationSubjects))
+	subjects, err := s.bus.LogSubjects(ctx, bus.StreamConversations, bus.ConversationSubjects)
 	if err != nil {
 		return nil, fmt.Errorf("list conversations: %w", err)
 	}
-	prefix := strings.TrimSuffix(bus.ConversationSubjects, ">")
-	ids := make([]string, 0, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
-		ids = append(ids, strings.TrimPrefix(subj, prefix))
+	ids := make([]string, len(subjects))
+	for i, subj := range subjects {
+		ids[i] = strings.TrimPrefix(subj, convSubjectPrefix)
 	}
 	slices.Sort(ids)
 	return ids, nil
 }
 
+var convSubjectPrefix = strings.TrimSuffix(bus.ConversationSubjects, ">")
+
 // summaries reads the summaries of the conversations ids from their last
 // records, in the order of ids (a conversation deleted meanwhile is left
 // out).
 func (s *store) summaries(ctx context.Context, ids []string) ([]ConversationSummary, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
 	subjects := make([]string, len(ids))
 	for i, id := range ids {
 		subjects[i] = bus.ConversationSubject(id)
 	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, bus.StreamConversations, subjects, jetstreamext.GetLastMsgsBatchSize(len(ids)))
-	if err != nil {
-		return nil, fmt.Errorf("read conversations: %w", err)
-	}
 	if s.reads != nil {
 		s.reads.Add(1)
 	}
-	byID := make(map[string]ConversationSummary, len(ids))
-	prefix := strings.TrimSuffix(bus.ConversationSubjects, ">")
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
+	last, err := s.bus.LastLogMsgs(ctx, bus.StreamConversations, subjects)
+	if err != nil {
+		return nil, fmt.Errorf("read conversations: %w", err)
+	}
+	out := make([]ConversationSummary, 0, len(last))
+	for i, id := range ids {
+		m, ok := last[subjects[i]]
+		if !ok {
+			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("read conversations: %w", err)
-		}
-		id := strings.TrimPrefix(m.Subject, prefix)
 		created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(hdrCreated))
-		byID[id] = ConversationSummary{
+		out = append(out, ConversationSummary{
 			ID: id, Status: Status(m.Header.Get(hdrStatus)), Agent: m.Header.Get(hdrAgent),
 			CreatedAt: created, UpdatedAt: m.Time.UTC(),
-		}
-	}
-	out := make([]ConversationSummary, 0, len(byID))
-	for _, id := range ids {
-		if sum, ok := byID[id]; ok {
-			out = append(out, sum)
-		}
+		})
 	}
 	return out, nil
 }
@@ -180,7 +167,7 @@ func (s *store) delete(ctx context.Context, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(bus.ConversationSubject(id))); err != nil {
+	if err := s.bus.PurgeLog(ctx, bus.StreamConversations, bus.ConversationSubject(id)); err != nil {
 		return fmt.Errorf("delete conversation %s: %w", id, err)
 	}
 	s.cache.drop(id)

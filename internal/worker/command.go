@@ -101,9 +101,9 @@ func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.WaitDelay = waitDelay
-	killProcessGroup(cmd)
-
+	end := ownSession(cmd)
 	runErr := cmd.Run()
+	end()
 	if ctx.Err() != nil {
 		if timedOut(ctx) {
 			return Failed(TimedOutMessage), nil
