@@ -230,6 +230,7 @@ type Orchestrator struct {
 	// eventBus publishes the events (Config.EventBus).
 	eventBus *bus.Bus
 	js       jetstream.JetStream
+	storage  storageState
 	store    *store
 	agent    *agent.Agent
 	clock    func() time.Time
