@@ -11,11 +11,15 @@ import (
 )
 
 // CanonicalJSON re-encodes one JSON text canonically: object keys sorted
-// bytewise (recursively), no insignificant whitespace, no HTML escaping,
-// numbers exactly as written (1.0 stays 1.0), strings re-encoded by
-// encoding/json (invalid UTF-8 becomes U+FFFD). An object with a duplicate
-// key is an error: parsers disagree on which copy wins, and a digest must
-// not hide that.
+// by their UTF-8 bytes (recursively), no insignificant whitespace, numbers
+// exactly as written (1.0 stays 1.0, big integers keep every digit),
+// strings re-encoded by encoding/json without HTML escaping: '"' and '\'
+// escaped, \b \f \n \r \t short, other control characters as \u00xx
+// (lowercase hex), U+2028 and U+2029 as \u2028 and \u2029, invalid UTF-8
+// and lone surrogates as U+FFFD, everything else as UTF-8. An object with
+// a duplicate key is an error: parsers disagree on which copy wins, and a
+// digest must not hide that. schemas/canonical_json_vectors.json holds
+// test vectors; docs/protocol.md says why this is not RFC 8785.
 func CanonicalJSON(raw []byte) ([]byte, error) {
 	if err := checkDuplicateKeys(raw); err != nil {
 		return nil, fmt.Errorf("canonical json: %w", err)

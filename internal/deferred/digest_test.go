@@ -3,6 +3,9 @@ package deferred_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -79,5 +82,59 @@ func TestArgsDigest(t *testing.T) {
 	}
 	if _, err := deferred.ArgsDigest(raw(`{"a":1,"a":1}`)); err == nil {
 		t.Error("duplicate keys: no error")
+	}
+}
+
+// The vectors of schemas/canonical_json_vectors.json, which docs/protocol.md
+// gives implementers in other languages, are what CanonicalJSON and
+// ArgsDigest compute.
+func TestCanonicalJSONVectors(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../schemas/canonical_json_vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Vectors []struct {
+			Name        string `json:"name"`
+			Input       string `json:"input"`
+			InputBase64 []byte `json:"input_base64"`
+			Canonical   string `json:"canonical"`
+			SHA256      string `json:"sha256"`
+			Error       string `json:"error"`
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Vectors) < 10 {
+		t.Fatalf("%d vectors", len(doc.Vectors))
+	}
+	for _, v := range doc.Vectors {
+		t.Run(v.Name, func(t *testing.T) {
+			in := []byte(v.Input)
+			if v.InputBase64 != nil {
+				in = v.InputBase64
+			}
+			got, err := deferred.CanonicalJSON(in)
+			if v.Error != "" {
+				if err == nil || !strings.Contains(err.Error(), v.Error) {
+					t.Errorf("CanonicalJSON(%q) = %q, %v; want an error with %q", in, got, err, v.Error)
+				}
+				return
+			}
+			if err != nil || string(got) != v.Canonical {
+				t.Fatalf("CanonicalJSON(%q) = %q, %v; want %q", in, got, err, v.Canonical)
+			}
+			sum := sha256.Sum256(got)
+			if hex.EncodeToString(sum[:]) != v.SHA256 {
+				t.Errorf("sha256 of %q is %x, the vector says %s", got, sum, v.SHA256)
+			}
+			if got[0] == '{' {
+				if d, err := deferred.ArgsDigest(in); err != nil || d != v.SHA256 {
+					t.Errorf("ArgsDigest = %s, %v; want %s", d, err, v.SHA256)
+				}
+			}
+		})
 	}
 }
