@@ -44,6 +44,7 @@ type HandlerConfig struct {
 //	GET  /v1/runs/{run_id}                 a run's status
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
+//	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
@@ -57,11 +58,13 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
 	mux.HandleFunc("GET /v1/conversations/{id}", h.getConversation)
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
+	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
-		"/v1/conversations/{id}/events": "GET", "/v1/pending": "GET", "/healthz": "GET",
+		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
+		"/v1/pending": "GET", "/healthz": "GET",
 	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
