@@ -25,6 +25,9 @@ const (
 	EventReplyApplied = "reply_applied" // Data: ReplyApplied; ToolCallID is set
 	EventReplyRefused = "reply_refused" // Data: ReplyRefused; ToolCallID is set
 	EventCallsExpired = "calls_expired" // Data: CallsExpired
+	// EventConversationCancelled: the conversation was cancelled; RunID is
+	// the run whose calls were pending, or the run under way.
+	EventConversationCancelled = "conversation_cancelled" // Data: ConversationCancelled
 )
 
 // RunStarted is the data of a run_started event.
@@ -81,6 +84,14 @@ type ReplyRefused struct {
 // their deadline.
 type CallsExpired struct {
 	Calls       int      `json:"calls"`
+	ToolCallIDs []string `json:"tool_call_ids"`
+}
+
+// ConversationCancelled is the data of a conversation_cancelled event: the
+// pending calls the cancel settled (approvals denied, external calls
+// failed, with the message Reason).
+type ConversationCancelled struct {
+	Reason      string   `json:"reason"`
 	ToolCallIDs []string `json:"tool_call_ids"`
 }
 

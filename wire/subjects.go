@@ -33,6 +33,27 @@ const (
 	PrefixAudit    = "toolgate.audit"
 )
 
+// Notices are core NATS messages (not stored) that tell processes to look
+// at something now rather than at their next scan; losing one delays work
+// but loses nothing, since what they announce is stored.
+const (
+	// PrefixCancel.<run>: the run's conversation was cancelled, so its
+	// calls in flight may stop. Workers subscribe to AllCancels.
+	PrefixCancel = "toolgate.cancel"
+	// PrefixNudge.<agent>: a conversation of that agent (the body is its
+	// id) has work a replica running the agent should take up now.
+	PrefixNudge = "toolgate.nudge"
+)
+
+// AllCancels is the filter for every run's cancel notice.
+const AllCancels = PrefixCancel + ".*"
+
+// CancelSubject is toolgate.cancel.<run>.
+func CancelSubject(runID string) (string, error) { return subject("run id", PrefixCancel, runID) }
+
+// NudgeSubject is toolgate.nudge.<agent>.
+func NudgeSubject(agent string) (string, error) { return subject("agent name", PrefixNudge, agent) }
+
 // Reply kinds: the last token of a reply subject.
 const (
 	ReplyKindCall     = "call"

@@ -5,6 +5,8 @@
 // previous results.json and prints the headline ratios last.
 //
 //	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
+//	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
+//	      [-paused 1000,10000,100000] [-long-calls N] [-large-mib N]
 package main
 
 import (
@@ -44,7 +46,9 @@ func run(ctx context.Context, args []string) error {
 	batches := fs.String("batches", "", "comma-separated batch sizes (default 1,10,100)")
 	window := fs.Int("window", 0, "calls in flight (default 100)")
 	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
-	paused := fs.Int("paused", 0, "conversations the memory case holds (default 100000; quick 2000; -1 skips)")
+	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
+	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
+	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
@@ -56,10 +60,16 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg := bench.Config{
-		Quick: *quick, Window: *window, Calls: *calls, Paused: *paused, CodecTime: *codecTime,
+		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
+		LongCalls: *longCalls, LargeHistory: *largeMiB << 20,
 		Note: *note, Progress: os.Stdout,
 	}
 	var err error
+	if *paused == "-1" {
+		cfg.Paused = []int{-1}
+	} else if cfg.Paused, err = ints(*paused); err != nil {
+		return fmt.Errorf("-paused: %w", err)
+	}
 	if cfg.Workers, err = ints(*workers); err != nil {
 		return fmt.Errorf("-workers: %w", err)
 	}

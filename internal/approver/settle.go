@@ -11,8 +11,8 @@ import (
 // Settlement says how a call was settled elsewhere, as far as the events
 // tell.
 type Settlement struct {
-	// Reason is "decided", "expired" or "over" (the run's batch was taken
-	// by its follow-up, or the run ended).
+	// Reason is "decided", "expired", "cancelled" or "over" (the run's
+	// batch was taken by its follow-up, or the run ended).
 	Reason string
 	// Approved, ApproverID and Message are set when the reply_applied
 	// event carries them.
@@ -67,6 +67,12 @@ func (s *Settlements) Observe(ev bus.Event) bool {
 			return false
 		}
 		s.runs[ev.RunID] = Settlement{Reason: "expired"}
+		return true
+	case wire.EventConversationCancelled:
+		if ev.RunID == "" {
+			return false
+		}
+		s.runs[ev.RunID] = Settlement{Reason: "cancelled"}
 		return true
 	case wire.EventRunCompleted, wire.EventRunFailed:
 		if ev.RunID == "" {

@@ -130,6 +130,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 		mu        sync.Mutex
 		latencies = make([]time.Duration, 0, n*c.Batch)
 		replies   = make([]time.Duration, 0, n*c.Batch)
+		done      = make([]time.Time, 0, n)
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	failed := bg.failed()
@@ -137,7 +138,10 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 	for conv := range c.Conversations() {
 		conversation := fmt.Sprintf("conv_%s%06d", prefix, conv)
 		g.Go(func() error {
-			var lat, rep []time.Duration
+			var (
+				lat, rep []time.Duration
+				at       []time.Time
+			)
 			for {
 				i := next.Add(1)
 				if i > int64(n) {
@@ -168,6 +172,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 					}
 					return err
 				}
+				at = append(at, b.completed)
 				for j := range b.sent {
 					lat = append(lat, b.completed.Sub(b.sent[j]))
 					rep = append(rep, b.replied[j].Sub(b.sent[j]))
@@ -176,6 +181,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 			mu.Lock()
 			latencies = append(latencies, lat...)
 			replies = append(replies, rep...)
+			done = append(done, at...)
 			mu.Unlock()
 			return nil
 		})
@@ -192,6 +198,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 		Elapsed: elapsed,
 		Latency: Summarize(latencies),
 		Reply:   Summarize(replies),
+		Gap:     longestGap(start, done),
 	}, nil
 }
 

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,9 +30,17 @@ type Config struct {
 	// quick: 1000 and 100.
 	Calls  int
 	Warmup int
-	// Paused is the number of conversations the memory case holds.
-	// Defaults to 100000; quick: 2000. Negative skips the memory case.
-	Paused int
+	// Paused are the numbers of conversations the memory case holds, one
+	// measurement each. Default to 1000, 10000 and 100000; quick: 500 and
+	// 2000. A single value below 1 skips the memory case.
+	Paused []int
+	// LongCalls is the number of calls of the long-conversation case.
+	// Defaults to 300; quick: 100. Negative skips it.
+	LongCalls int
+	// LargeHistory is the history, in bytes, the large conversation
+	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
+	// Negative skips it.
+	LargeHistory int
 	// CodecTime is the duration of each codec benchmark. Defaults to 1s;
 	// quick: 50ms. Negative skips the codec case.
 	CodecTime time.Duration
@@ -40,6 +51,7 @@ type Config struct {
 	// ToolgateTarget on Env.
 	Toolgate       Target
 	ToolgateMemory MemoryTarget
+	ToolgateLong   LongTarget
 	// Progress receives a line per measurement. nil discards.
 	Progress io.Writer
 	// Note is recorded in the results (see Results.Note).
@@ -68,11 +80,23 @@ func (c Config) withDefaults() Config {
 	if c.Warmup <= 0 {
 		c.Warmup = c.Calls / 10
 	}
-	if c.Paused == 0 {
-		c.Paused = 100_000
+	if len(c.Paused) == 0 {
+		c.Paused = []int{1000, 10_000, 100_000}
 		if c.Quick {
-			c.Paused = 2000
+			c.Paused = []int{500, 2000}
 		}
+	}
+	if len(c.Paused) == 1 && c.Paused[0] < 1 {
+		c.Paused = nil
+	}
+	if c.LongCalls == 0 {
+		c.LongCalls = 300
+		if c.Quick {
+			c.LongCalls = 100
+		}
+	}
+	if c.LargeHistory == 0 {
+		c.LargeHistory = 5 << 20
 	}
 	if c.CodecTime == 0 {
 		c.CodecTime = time.Second
@@ -107,6 +131,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.ToolgateMemory == nil {
 		cfg.ToolgateMemory = NewToolgateTarget(env)
 	}
+	if cfg.ToolgateLong == nil {
+		cfg.ToolgateLong = NewToolgateTarget(env)
+	}
 	mode := "full"
 	if cfg.Quick {
 		mode = "quick"
@@ -133,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	raw, floor := NewRawTarget(env), NewFloorTarget(env)
 	toolgateDown := false
 	for _, c := range Matrix(cfg.Workers, cfg.Batches, cfg.Window, cfg.Calls, cfg.Warmup) {
-		rm, err := raw.Run(ctx, c)
+		rm, err := measure(ctx, res, cfg.Progress, c, raw)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		var tm *Measurement
 		if !toolgateDown {
-			m, err := cfg.Toolgate.Run(ctx, c)
+			m, err := measure(ctx, res, cfg.Progress, c, cfg.Toolgate)
 			switch {
 			case err == nil:
 				tm = &m
@@ -155,19 +182,22 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 		}
 		res.Cases = append(res.Cases, roundTripRows(c, rm, fm, tm)...)
-		for side, m := range map[string]*Measurement{"raw": &rm, "toolgate": tm} {
-			if m != nil && m.Stalls > 0 {
-				if res.Unreliable == nil {
-					res.Unreliable = map[string]string{}
-				}
-				res.Unreliable[c.Name()+" "+side] = fmt.Sprintf("%d stalled pulls", m.Stalls)
-			}
-		}
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 	}
 
-	if cfg.Paused > 0 {
-		mc := MemoryCase{Conversations: cfg.Paused}
+	if cfg.LongCalls > 0 {
+		runLong(ctx, res, cfg, LongCase{Calls: cfg.LongCalls}, toolgateDown, toolgateErr)
+	}
+	if cfg.LargeHistory > 0 {
+		runLong(ctx, res, cfg, LargeCase(cfg.LargeHistory, LargeResultBytes), toolgateDown, toolgateErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	var reconciles []Row
+	for _, size := range cfg.Paused {
+		mc := MemoryCase{Conversations: size}
 		rmm, err := NewRawMemoryTarget(env).RunMemory(ctx, mc)
 		if err != nil {
 			return nil, err
@@ -181,8 +211,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			toolgateErr(mc.Name(), err)
 		}
 		res.Cases = append(res.Cases, memoryRows(mc, rmm, tmm)...)
-		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm), describeFigures(tmm))
+		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, memoryMetrics), describeFigures(tmm, memoryMetrics))
+		rows := reconcileRows(mc, tmm)
+		reconciles = append(reconciles, rows...)
+		fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", rows[0].Name, describeFigures(tmm, reconcileMetrics))
 	}
+	res.Cases = append(res.Cases, reconciles...)
 
 	if cfg.CodecTime > 0 {
 		rows, err := codecRows(cfg.CodecTime)
@@ -200,6 +234,66 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	return res, nil
 }
 
+// LargeResultBytes is the size of each result of the large conversation:
+// large, and well within a reply's limit.
+const LargeResultBytes = 180 << 10
+
+// maxRemeasure is how many times a side whose figures a stall distorted is
+// measured again.
+const maxRemeasure = 2
+
+// measure runs case c on t, again while a stall distorts its figures (up to
+// maxRemeasure times), and records what it re-measured and what stayed
+// distorted.
+func measure(ctx context.Context, res *Results, progress io.Writer, c Case, t Target) (Measurement, error) {
+	key := c.Name() + " " + t.Name()
+	var earlier []string
+	for attempt := 0; ; attempt++ {
+		m, err := t.Run(ctx, c)
+		if err != nil {
+			return m, err
+		}
+		why := m.Stalled()
+		if why == "" {
+			if len(earlier) > 0 {
+				if res.Remeasured == nil {
+					res.Remeasured = map[string]string{}
+				}
+				res.Remeasured[key] = strings.Join(earlier, "; ")
+			}
+			return m, nil
+		}
+		earlier = append(earlier, fmt.Sprintf("attempt %d: %s", attempt+1, why))
+		if attempt == maxRemeasure {
+			if res.Unreliable == nil {
+				res.Unreliable = map[string]string{}
+			}
+			res.Unreliable[key] = strings.Join(earlier, "; ")
+			return m, nil
+		}
+		fmt.Fprintf(progress, "%-30s %s: %s; measuring again\n", c.Name(), t.Name(), why)
+	}
+}
+
+// runLong runs one long-conversation case, unless toolgate is down, and
+// appends its rows.
+func runLong(ctx context.Context, res *Results, cfg Config, c LongCase, down bool, toolgateErr func(string, error)) {
+	var lm *LongMeasurement
+	if !down {
+		if m, err := cfg.ToolgateLong.RunLong(ctx, c); err == nil {
+			lm = &m
+		} else if ctx.Err() == nil {
+			toolgateErr(c.Name(), err)
+		}
+	}
+	res.Cases = append(res.Cases, longRows(c, lm)...)
+	var figs *MemoryMeasurement
+	if lm != nil {
+		figs = &MemoryMeasurement{Figures: lm.Figures}
+	}
+	fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", c.Name(), describeFigures(figs, longMetrics(c)))
+}
+
 func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 	figs := []struct {
 		metric string
@@ -209,7 +303,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 		{MetricP50, func(m Measurement) float64 { return ms(m.Latency.P50) }},
 		{MetricP99, func(m Measurement) float64 { return ms(m.Latency.P99) }},
 	}
-	rows := make([]Row, 0, len(figs))
+	rows := make([]Row, 0, len(figs)+2)
 	for _, f := range figs {
 		row := Row{Name: c.Name(), Metric: f.metric, Workers: c.Workers, Batch: c.Batch,
 			Raw: num(f.f(raw)), Floor: num(f.f(floor))}
@@ -218,21 +312,54 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 		}
 		rows = append(rows, row)
 	}
+	stored := Row{Name: c.Name(), Metric: MetricStoredMessages, Workers: c.Workers, Batch: c.Batch}
+	if raw.Stored != nil {
+		stored.Raw = num(raw.StoredPerCall())
+	}
+	if tg != nil && tg.Stored != nil {
+		stored.Toolgate = num(tg.StoredPerCall())
+	}
+	rows = append(rows, stored)
+	if c.Batch == 1 {
+		// Per conversation, which is per call at batch 1: the issue's
+		// bound is a batch-1 call's.
+		trips := Row{Name: c.Name(), Metric: MetricRoundTrips, Workers: c.Workers, Batch: c.Batch}
+		if tg != nil {
+			trips.Toolgate = num(tg.RoundTrips)
+		}
+		rows = append(rows, trips)
+	}
 	return rows
 }
 
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
 	MetricHeapPerConversation, MetricStorePerConversation, MetricResumeSeconds,
-	MetricKVCreateSeconds, MetricKVResumeSeconds,
+	MetricReplyPublishSeconds, MetricKVCreateSeconds,
+}
+
+// reconcileMetrics are the reconcile rows of a memory case, in order.
+var reconcileMetrics = []string{
+	MetricReconcileNone, MetricReconcileFinished, MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileReads,
 }
 
 func memoryRows(c MemoryCase, raw MemoryMeasurement, tg *MemoryMeasurement) []Row {
+	return figureRows(c.Name(), memoryMetrics, &raw, tg)
+}
+
+func reconcileRows(c MemoryCase, tg *MemoryMeasurement) []Row {
+	return figureRows("reconcile/finished="+strconv.Itoa(c.Conversations), reconcileMetrics, nil, tg)
+}
+
+// figureRows are the rows of metrics of one case measured as figures.
+func figureRows(name string, metrics []string, raw, tg *MemoryMeasurement) []Row {
 	var rows []Row
-	for _, m := range memoryMetrics {
-		row := Row{Name: c.Name(), Metric: m, Batch: 1}
-		if v, ok := raw.Figures[m]; ok {
-			row.Raw = num(v)
+	for _, m := range metrics {
+		row := Row{Name: name, Metric: m, Batch: 1}
+		if raw != nil {
+			if v, ok := raw.Figures[m]; ok {
+				row.Raw = num(v)
+			}
 		}
 		if tg != nil {
 			if v, ok := tg.Figures[m]; ok {
@@ -305,21 +432,28 @@ func describe(m *Measurement) string {
 	if m.Redelivered > 0 {
 		s += fmt.Sprintf(" (%d redelivered)", m.Redelivered)
 	}
-	if m.Stalls > 0 {
-		s += fmt.Sprintf(" (%d stalled pulls: figures not meaningful)", m.Stalls)
+	if why := m.Stalled(); why != "" {
+		s += fmt.Sprintf(" (%s: figures not meaningful)", why)
+	}
+	if m.Stored != nil {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(m.Stored)) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, m.Stored[name]))
+		}
+		s += fmt.Sprintf(" [stored per call %.2f: %s]", m.StoredPerCall(), strings.Join(parts, ", "))
 	}
 	if m.StateWrites > 0 {
-		s += fmt.Sprintf(" [per call: %.2f state writes, %.0f B; %.1f events, %.0f B]", m.StateWrites, m.StateBytes, m.Events, m.EventBytes)
+		s += fmt.Sprintf(" [per call: %.2f appends, %.0f B; %.2f round trips per conversation]", m.StateWrites, m.StateBytes, m.RoundTrips)
 	}
 	return s
 }
 
-func describeFigures(m *MemoryMeasurement) string {
+func describeFigures(m *MemoryMeasurement, metrics []string) string {
 	if m == nil {
 		return "—"
 	}
 	var parts []string
-	for _, k := range memoryMetrics {
+	for _, k := range metrics {
 		if v, ok := m.Figures[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", k, fmtNum(v)))
 		}
@@ -372,7 +506,9 @@ func Save(dir string, r *Results) (*Results, error) {
 func Headline(w io.Writer, r *Results) {
 	var b strings.Builder
 	b.WriteString("\n== headline: toolgate / raw JetStream (targets: throughput >= 0.5, p50 and p99 <= 3, " +
-		"orchestrator heap (toolgate - raw) <= 4096 B per paused conversation, resume <= 2) ==\n")
+		"orchestrator heap (toolgate - raw) <= 4096 B per paused conversation, resume <= 4 x raw's consume+CAS, " +
+		"<= 6 stored messages and <= 3 round trips per batch-1 call, last/first calls of a long conversation <= 1.2, " +
+		"history >= 5 MiB completes, reconcile with finished conversations <= 1.5 x with none) ==\n")
 	for _, name := range sortedKeys(r.Errors) {
 		fmt.Fprintf(&b, "not measured: %s: %s\n", name, r.Errors[name])
 	}

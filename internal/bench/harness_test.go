@@ -22,6 +22,15 @@ func (downTarget) Run(context.Context, bench.Case) (bench.Measurement, error) {
 func (downTarget) RunMemory(context.Context, bench.MemoryCase) (bench.MemoryMeasurement, error) {
 	return bench.MemoryMeasurement{}, bench.ErrOrchestratorUnavailable
 }
+func (downTarget) RunLong(context.Context, bench.LongCase) (bench.LongMeasurement, error) {
+	return bench.LongMeasurement{}, bench.ErrOrchestratorUnavailable
+}
+
+// toolgateOnly says whether a row has no raw side.
+func toolgateOnly(row bench.Row) bool {
+	return row.Metric == bench.MetricRoundTrips || strings.HasPrefix(row.Name, "long/") ||
+		strings.HasPrefix(row.Name, "large/") || strings.HasPrefix(row.Name, "reconcile/")
+}
 
 // TestRunSmall runs the whole harness on a tiny matrix, once with the
 // toolgate side unavailable and once with the real one, and saves both
@@ -35,19 +44,21 @@ func TestRunSmall(t *testing.T) {
 		Quick:   true,
 		Workers: []int{1, 2}, Batches: []int{1, 5},
 		Window: 5, Calls: 20, Warmup: 5,
-		Paused:    100,
+		Paused:    []int{100},
+		LongCalls: 6, LargeHistory: 400 << 10,
 		CodecTime: time.Millisecond,
 		Env:       env,
-		Toolgate:  downTarget{}, ToolgateMemory: downTarget{},
+		Toolgate:  downTarget{}, ToolgateMemory: downTarget{}, ToolgateLong: downTarget{},
 	}
 
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 4 cases × 3 round-trip metrics, 5 memory metrics, 5 messages × 2 ops
-	// × 3 codec metrics + 5 sizes.
-	if want := 4*3 + 5 + 5*2*3 + 5; len(res.Cases) != want {
+	// 4 cases × 4 round-trip metrics and a round-trip count for the 2 of
+	// batch 1, 8 + 3 long-conversation metrics, 5 memory and 5 reconcile
+	// metrics, 5 messages × 2 ops × 3 codec metrics + 5 sizes.
+	if want := 4*4 + 2 + 8 + 3 + 5 + 5 + 5*2*3 + 5; len(res.Cases) != want {
 		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
 	}
 	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {
@@ -60,10 +71,16 @@ func TestRunSmall(t *testing.T) {
 			}
 			continue // a heap difference may be negative after a GC
 		}
+		if toolgateOnly(row) {
+			if row.Raw != nil || row.Toolgate != nil {
+				t.Errorf("%s %s: raw %v toolgate %v, want neither", row.Name, row.Metric, row.Raw, row.Toolgate)
+			}
+			continue
+		}
 		if row.Raw == nil || *row.Raw <= 0 {
 			t.Errorf("%s %s: raw = %v, want positive", row.Name, row.Metric, row.Raw)
 		}
-		if strings.HasPrefix(row.Name, "roundtrip/") && (row.Floor == nil || *row.Floor <= 0) {
+		if strings.HasPrefix(row.Name, "roundtrip/") && row.Metric != bench.MetricStoredMessages && (row.Floor == nil || *row.Floor <= 0) {
 			t.Errorf("%s %s: floor = %v, want positive", row.Name, row.Metric, row.Floor)
 		}
 		isCodec := strings.HasPrefix(row.Name, "codec/")
@@ -78,8 +95,8 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("first save compared with %q", res.Previous)
 	}
 
-	cfg.Toolgate, cfg.ToolgateMemory = nil, nil // the real toolgate side
-	cfg.Batches, cfg.Paused, cfg.CodecTime = []int{5}, 30, -1
+	cfg.Toolgate, cfg.ToolgateMemory, cfg.ToolgateLong = nil, nil, nil // the real toolgate side
+	cfg.Batches, cfg.Paused, cfg.CodecTime = []int{5}, []int{30}, -1
 	res2, err := bench.Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +106,11 @@ func TestRunSmall(t *testing.T) {
 	}
 	for _, row := range res2.Cases {
 		if !strings.HasPrefix(row.Name, "roundtrip/") {
-			if row.Metric == bench.MetricHeapPerConversation && row.Toolgate == nil {
-				t.Errorf("toolgate heap per conversation not measured")
+			if (row.Metric == bench.MetricHeapPerConversation || toolgateOnly(row)) && row.Toolgate == nil {
+				t.Errorf("%s %s: toolgate not measured", row.Name, row.Metric)
+			}
+			if row.Metric == bench.MetricHistoryBytes && strings.HasPrefix(row.Name, "large/") && (row.Pass == nil || row.Toolgate == nil || *row.Toolgate < 400<<10) {
+				t.Errorf("%s: history of %v bytes, want at least %d", row.Name, row.Toolgate, 400<<10)
 			}
 			continue
 		}

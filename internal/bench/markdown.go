@@ -52,6 +52,10 @@ func section(r Row) string {
 		return "Round trip"
 	case strings.HasPrefix(r.Name, "paused/"):
 		return "Paused conversations"
+	case strings.HasPrefix(r.Name, "reconcile/"):
+		return "Reconcile (toolgate only)"
+	case strings.HasPrefix(r.Name, "long/"), strings.HasPrefix(r.Name, "large/"):
+		return "Long conversations (toolgate only)"
 	case strings.HasPrefix(r.Name, "codec/"):
 		return "Codec (raw = JSON, toolgate = msgpack)"
 	}
@@ -81,6 +85,13 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 		b.WriteString("Distorted (re-measure before reading their ratios):\n\n")
 		for _, name := range sortedKeys(r.Unreliable) {
 			fmt.Fprintf(&b, "- %s: %s\n", name, r.Unreliable[name])
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Remeasured) > 0 {
+		b.WriteString("Measured again after a stall (the figures are of the attempt without one):\n\n")
+		for _, name := range sortedKeys(r.Remeasured) {
+			fmt.Fprintf(&b, "- %s: %s\n", name, r.Remeasured[name])
 		}
 		b.WriteString("\n")
 	}

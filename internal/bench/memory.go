@@ -19,14 +19,31 @@ import (
 const (
 	MetricHeapPerConversation  = "heap_bytes_per_conversation"
 	MetricStorePerConversation = "store_bytes_per_conversation"
-	MetricResumeSeconds        = "resume_seconds"
+	// MetricResumeSeconds is, for toolgate, the time from publishing one
+	// reply per paused conversation until every follow-up has finished;
+	// for raw, the time to consume every reply and update its
+	// conversation's entry by revision (CAS): the bare JetStream work of a
+	// resume, the yardstick.
+	MetricResumeSeconds = "resume_seconds"
 	// MetricKVCreateSeconds is the raw side's time to create one KV entry
 	// per paused conversation.
 	MetricKVCreateSeconds = "kv_create_seconds"
-	// MetricKVResumeSeconds is the raw side's time to consume every reply
-	// and update its conversation's entry by revision: the bare JetStream
-	// work of resuming them all.
-	MetricKVResumeSeconds = "kv_resume_seconds"
+	// MetricReplyPublishSeconds is the raw side's time to publish one
+	// reply per paused conversation: JetStream's floor under a resume,
+	// the yardstick of earlier results.
+	MetricReplyPublishSeconds = "reply_publish_seconds"
+)
+
+// Metrics of the reconcile passes timed around the memory case (toolgate
+// only): one pass with nothing stored, the one that finds every
+// conversation finished (and removes their due entries), and one with
+// them all stored; passes are medians of reconcilePasses.
+const (
+	MetricReconcileNone     = "reconcile_ms_none_stored"
+	MetricReconcileFinished = "reconcile_ms_finished_stored"
+	MetricReconcileGrowth   = "reconcile_finished_over_none"
+	MetricReconcileCleanup  = "reconcile_ms_first_after_finish"
+	MetricReconcileReads    = "reconcile_state_reads_per_pass"
 )
 
 const (
@@ -115,10 +132,9 @@ func NewRawMemoryTarget(env *Env) *RawMemoryTarget { return &RawMemoryTarget{env
 func (t *RawMemoryTarget) Name() string { return "raw" }
 
 // RunMemory creates c.Conversations entries, publishes a reply for each
-// (MetricResumeSeconds: the time to publish the replies, the yardstick of
-// toolgate's resume), then consumes the replies and updates every entry by
-// revision (MetricKVResumeSeconds). The bucket and stream are deleted
-// afterwards.
+// (MetricReplyPublishSeconds), then consumes the replies and updates every
+// entry by revision (MetricResumeSeconds, the yardstick of toolgate's
+// resume). The bucket and stream are deleted afterwards.
 func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm MemoryMeasurement, err error) {
 	n := c.Conversations
 	if n < 1 {
@@ -265,9 +281,9 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 		Figures: map[string]float64{
 			MetricHeapPerConversation:  heapPer,
 			MetricStorePerConversation: storePer,
-			MetricResumeSeconds:        publishSeconds,
+			MetricResumeSeconds:        resumeSeconds,
 			MetricKVCreateSeconds:      createSeconds,
-			MetricKVResumeSeconds:      resumeSeconds,
+			MetricReplyPublishSeconds:  publishSeconds,
 		},
 	}, nil
 }

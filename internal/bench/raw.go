@@ -188,9 +188,22 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		}
 		return nil
 	}
+	streams := []string{callsCfg.Name, repliesCfg.Name}
+	seqs0, err := lastSequences(ctx, js, streams)
+	if err != nil {
+		return Measurement{}, fmt.Errorf("raw: %w", err)
+	}
 	m, err = warmAndMeasure(ctx, c, prefix, send, reg, &bg)
 	if err != nil {
 		return Measurement{}, fmt.Errorf("raw %s: %w", c.Name(), err)
+	}
+	// Over the warm-up and the measured calls, as both are the same.
+	if seqs, err := lastSequences(ctx, js, streams); err == nil {
+		calls := float64(m.Calls + c.WarmupBatches()*c.Batch)
+		m.Stored = map[string]float64{}
+		for _, name := range streams {
+			m.Stored[name] = float64(seqs[name]-seqs0[name]) / calls
+		}
 	}
 	m.Redelivered = redelivered.Load()
 	m.Stalls = bg.stalls.Load()

@@ -17,6 +17,14 @@ const (
 	MetricThroughput = "throughput_calls_per_s"
 	MetricP50        = "p50_ms"
 	MetricP99        = "p99_ms"
+	// MetricStoredMessages is the messages stored per call in every stream
+	// and bucket of the side (toolgate: records, events, calls, replies,
+	// index entries; raw: calls and replies).
+	MetricStoredMessages = "stored_messages_per_call"
+	// MetricRoundTrips is the synchronous round trips to JetStream the
+	// orchestrator waits for per batch-1 conversation: appends and reads of
+	// conversation logs and publishes of calls (Stats).
+	MetricRoundTrips = "sync_round_trips_per_call"
 )
 
 // Results is the content of results.json. The issue fixes Cases' shape;
@@ -43,6 +51,10 @@ type Results struct {
 	// stall distorted (a pull given up after missed heartbeats), with why;
 	// re-measure them before reading their ratios.
 	Unreliable map[string]string `json:"unreliable,omitempty"`
+	// Remeasured names the sides of cases measured again because a stall
+	// distorted an attempt, with why; their figures are the last
+	// attempt's, which no stall distorted.
+	Remeasured map[string]string `json:"remeasured,omitempty"`
 	// Regressions against the previous results.json of the same mode.
 	Regressions []Regression `json:"regressions,omitempty"`
 	// Previous describes the results compared with ("" if none).
@@ -117,6 +129,10 @@ type goal struct {
 	// absMax bounds Toolgate minus Raw (Toolgate alone without Raw): the
 	// heap the orchestrator adds to what the in-process server holds.
 	absMax float64
+	// tgMax and tgMin bound Toolgate alone (0: unbounded): counts per
+	// call, and ratios of a case to itself (the last calls of a long
+	// conversation against its first ones).
+	tgMax, tgMin float64
 }
 
 var goals = map[string]goal{
@@ -124,7 +140,13 @@ var goals = map[string]goal{
 	MetricP50:                 {maxRatio: 3},
 	MetricP99:                 {maxRatio: 3},
 	MetricHeapPerConversation: {absMax: 4096},
-	MetricResumeSeconds:       {maxRatio: 2},
+	MetricResumeSeconds:       {maxRatio: 4},
+	MetricStoredMessages:      {tgMax: 6},
+	MetricRoundTrips:          {tgMax: 3},
+	MetricBytesGrowth:         {tgMax: 1.2},
+	MetricTimeGrowth:          {tgMax: 1.2},
+	MetricHistoryBytes:        {tgMin: 5 << 20},
+	MetricReconcileGrowth:     {tgMax: 1.5},
 }
 
 func (g goal) String() string {
@@ -133,6 +155,10 @@ func (g goal) String() string {
 		return fmt.Sprintf("ratio >= %g", g.minRatio)
 	case g.maxRatio > 0:
 		return fmt.Sprintf("ratio <= %g", g.maxRatio)
+	case g.tgMax > 0:
+		return fmt.Sprintf("toolgate <= %g", g.tgMax)
+	case g.tgMin > 0:
+		return fmt.Sprintf("toolgate >= %g", g.tgMin)
 	default:
 		return fmt.Sprintf("toolgate - raw <= %g", g.absMax)
 	}
@@ -141,6 +167,11 @@ func (g goal) String() string {
 func (g goal) check(r Row) *bool {
 	var ok bool
 	switch {
+	case g.tgMax > 0 || g.tgMin > 0:
+		if r.Toolgate == nil {
+			return nil
+		}
+		ok = (g.tgMax == 0 || *r.Toolgate <= g.tgMax) && *r.Toolgate >= g.tgMin
 	case g.absMax > 0:
 		if r.Toolgate == nil {
 			return nil

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -36,15 +37,50 @@ type Measurement struct {
 	// delivered for up to two heartbeats (10 s), which makes the case's
 	// figures meaningless.
 	Stalls int64 `json:"stalled_pulls,omitempty"`
-	// StateWrites and StateBytes are the orchestrator's KV writes of
-	// conversation state per measured call, and their bytes: where its
+	// Gap is the longest time during the case in which no batch
+	// completed: a stall the client did not report shows here (see
+	// StallGap).
+	Gap time.Duration `json:"longest_gap_ns,omitempty"`
+	// StateWrites and StateBytes are the orchestrator's appends to
+	// conversation logs per measured call, and their bytes: where its
 	// overhead over the baseline goes. Zero for the baseline.
 	StateWrites float64 `json:"state_writes_per_call,omitempty"`
 	StateBytes  float64 `json:"state_bytes_per_call,omitempty"`
-	// Events and EventBytes are the events stored per measured call, and
-	// their bytes (stream bytes, headers included).
-	Events     float64 `json:"events_per_call,omitempty"`
-	EventBytes float64 `json:"event_bytes_per_call,omitempty"`
+	// RoundTrips is the synchronous round trips to JetStream the
+	// orchestrator waited for per conversation: appends and reads of
+	// conversation logs, publishes of a batch's calls (orchestrator
+	// Stats). Zero for the baseline.
+	RoundTrips float64 `json:"sync_round_trips_per_conversation,omitempty"`
+	// Stored is the messages stored per measured call, by stream (a
+	// bucket's stream is KV_<bucket>).
+	Stored map[string]float64 `json:"stored_per_call,omitempty"`
+	// Events is Stored's share of the events stream.
+	Events float64 `json:"events_per_call,omitempty"`
+}
+
+// StallGap is the longest time without a completed batch that a case
+// may have before it counts as stalled: a batch takes milliseconds, the
+// client's pull stalls take seconds.
+const StallGap = time.Second
+
+// Stalled says why the measurement is distorted, or "" if it is not.
+func (m Measurement) Stalled() string {
+	switch {
+	case m.Stalls > 0:
+		return fmt.Sprintf("%d stalled pulls", m.Stalls)
+	case m.Gap >= StallGap:
+		return fmt.Sprintf("no batch completed for %.1f s", m.Gap.Seconds())
+	}
+	return ""
+}
+
+// StoredPerCall is the messages stored per call in every stream.
+func (m Measurement) StoredPerCall() float64 {
+	var n float64
+	for _, v := range m.Stored {
+		n += v
+	}
+	return n
 }
 
 // Throughput is completed calls per second.

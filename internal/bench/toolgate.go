@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing/fstest"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -43,7 +43,9 @@ const benchPrompt = "Add the release notes task to my todo list."
 // A call's latency runs from its run pausing (RunRecord.EndedAt, stored
 // just before the batch is published) to its follow-up run starting
 // (the follow-up's RunRecord.StartedAt); both come from the orchestrator's
-// clock. Completion is seen by watching the runs bucket.
+// clock. The harness learns of run ends from the orchestrator's OnRunEnd
+// hook, in process: it reads nothing from the store and decodes no event
+// while it measures.
 //
 // Run and RunMemory set up toolgate's streams and buckets and delete them
 // afterwards, so one Env serves one toolgate run at a time.
@@ -59,31 +61,59 @@ func (t *ToolgateTarget) Name() string { return "toolgate" }
 
 // agentConfig is an agent whose model calls noop batch times, then answers.
 func agentConfig(batch int) (*orchestrator.AgentConfig, error) {
-	calls := make([]map[string]any, batch)
+	calls := make([]agent.ScriptCall, batch)
 	for i := range calls {
-		calls[i] = map[string]any{"tool": sampleTool, "id": fmt.Sprintf("call_%03d", i), "args": json.RawMessage(sampleArgs)}
+		calls[i] = agent.ScriptCall{Tool: sampleTool, ID: fmt.Sprintf("call_%03d", i), Args: json.RawMessage(sampleArgs)}
 	}
-	script, err := json.Marshal([]map[string]any{{"calls": calls}, {"text": "Done."}})
+	return scriptAgent([]agent.ScriptResponse{{Calls: calls}, {Text: "Done."}}, sampleTool)
+}
+
+// scriptAgent is an agent that plays script with the built-in tools named.
+func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.AgentConfig, error) {
+	data, err := json.Marshal(script)
 	if err != nil {
 		return nil, err
+	}
+	var specs []worker.ToolSpec
+	for _, s := range worker.BuiltinTools() {
+		if slices.Contains(tools, s.Name) {
+			specs = append(specs, s)
+		}
 	}
 	cfg := map[string]any{
 		"model":        map[string]any{"provider": "script", "name": "bench", "script": "script.json"},
 		"instructions": "Use the tools as asked.",
-		"tools": []map[string]any{{
-			"name": sampleTool, "description": "Return the arguments unchanged.",
-			"parameters": json.RawMessage(`{"type":"object"}`),
-		}},
+		"tools":        specs,
 	}
-	data, err := json.Marshal(cfg)
+	cfgData, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	a, err := orchestrator.ParseAgentConfig(data, true, fstest.MapFS{"script.json": {Data: script}})
+	a, err := orchestrator.ParseAgentConfig(cfgData, true, fstest.MapFS{"script.json": {Data: data}})
 	if err != nil {
 		return nil, fmt.Errorf("bench agent config: %w", err)
 	}
 	return a, nil
+}
+
+// runEnd is what the harness keeps of a run's end (the orchestrator's
+// OnRunEnd): a few figures, never the conversation itself.
+type runEnd struct {
+	id     string
+	status orchestrator.Status
+	err    string
+	runs   int
+	// pausedAt and resumedAt are the first run's end and the second's
+	// start: a call's latency.
+	pausedAt, resumedAt time.Time
+	// endedAt is the end of the run that ended.
+	endedAt time.Time
+	// stateBytes is the orchestrator's Stats().StateBytes when the end
+	// was seen.
+	stateBytes int64
+	// historyBytes is the JSON size of the history, measured only for a
+	// finished conversation of a rig that asks for it.
+	historyBytes int
 }
 
 // rig is toolgate set up on the env's server.
@@ -96,19 +126,41 @@ type rig struct {
 	conns []*bus.Bus
 	convs jetstream.Stream
 	stops []func()
+	stats *orchestrator.Stats
 
-	mu      sync.Mutex
-	waiting map[string]chan *orchestrator.Conversation
-	watchWG sync.WaitGroup
-	bg      failure
+	// paused, when set, receives the end of every run that paused; it
+	// is set before the first conversation starts.
+	paused func(runEnd)
+	// measureHistory makes finished conversations' runEnd carry
+	// historyBytes.
+	measureHistory bool
+
+	mu   sync.Mutex
+	ends map[string]chan runEnd
+	bg   failure
+}
+
+// rigConfig shapes a rig.
+type rigConfig struct {
+	agent *orchestrator.AgentConfig
+	// maxRuns is the orchestrator's MaxConcurrentRuns (at least 16).
+	maxRuns int
 }
 
 // setUp starts toolgate with an orchestrator that runs up to maxRuns runs at
 // once: as many as the conversations the case keeps in flight, as the
 // baseline gives each of its conversations a goroutine (the default, 16,
 // would queue the runs of a window of 100 single-call conversations).
-func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig, err error) {
-	r = &rig{t: t, waiting: map[string]chan *orchestrator.Conversation{}}
+func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (*rig, error) {
+	a, err := agentConfig(batch)
+	if err != nil {
+		return nil, err
+	}
+	return t.setUpWith(ctx, rigConfig{agent: a, maxRuns: maxRuns})
+}
+
+func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, err error) {
+	r = &rig{t: t, ends: map[string]chan runEnd{}}
 	defer func() {
 		if err != nil {
 			r.tearDown(ctx)
@@ -127,14 +179,7 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 		// in the background, and the next case's Setup creating one of the
 		// same name at once can fail ("error creating store for stream").
 		js := b.JetStream()
-		names := []string{}
-		for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-			names = append(names, sc.Name)
-		}
-		for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
-			names = append(names, "KV_"+kc.Bucket)
-		}
-		for _, name := range names {
+		for _, name := range toolgateStreams() {
 			s, err := js.Stream(dctx, name)
 			if err != nil {
 				continue
@@ -150,11 +195,7 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
 	if r.convs, err = b.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
-		return r, fmt.Errorf("toolgate: runs bucket: %w", err)
-	}
-	agentCfg, err := agentConfig(batch)
-	if err != nil {
-		return r, err
+		return r, fmt.Errorf("toolgate: conversations stream: %w", err)
 	}
 	ob, err := t.env.Connect(ctx, "bench-orchestrator")
 	if err != nil {
@@ -172,36 +213,53 @@ func (t *ToolgateTarget) setUp(ctx context.Context, batch, maxRuns int) (r *rig,
 		eb.Close()
 	}
 	o, err := orchestrator.New(orchestrator.Config{
-		Bus: ob, EventBus: eb, Agent: agentCfg, Logger: t.env.Logger(), MaxConcurrentRuns: max(maxRuns, 16),
+		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
+		OnRunEnd: r.onRunEnd,
 	})
 	if err != nil {
 		closeConns()
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
+	r.orch, r.stats = o, o.Stats()
 	if err := o.Start(ctx); err != nil {
 		closeConns()
 		return r, fmt.Errorf("toolgate: start orchestrator: %w", err)
 	}
-	r.orch = o
 	r.stops = append(r.stops, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = o.Stop(sctx)
 		closeConns()
 	})
-	return r, r.watch(ctx)
+	return r, nil
+}
+
+// toolgateStreams names every stream of toolgate's set-up, the buckets'
+// included.
+func toolgateStreams() []string {
+	var names []string
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		names = append(names, sc.Name)
+	}
+	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
+		names = append(names, "KV_"+kc.Bucket)
+	}
+	return names
 }
 
 // startWorkers runs n tool-workers serving noop, one call at a time each.
-func (r *rig) startWorkers(ctx context.Context, n int) error {
+func (r *rig) startWorkers(ctx context.Context, n int, tools ...string) error {
 	builtin, err := worker.NewBuiltin(r.t.env.sandbox())
 	if err != nil {
 		return fmt.Errorf("toolgate: %w", err)
 	}
-	var spec worker.ToolSpec
+	if len(tools) == 0 {
+		tools = []string{sampleTool}
+	}
+	var served []worker.Tool
 	for _, s := range worker.BuiltinTools() {
-		if s.Name == sampleTool {
-			spec = s
+		if slices.Contains(tools, s.Name) {
+			served = append(served, worker.Tool{Spec: s, Executor: builtin, Kind: "builtin"})
 		}
 	}
 	for i := range n {
@@ -213,7 +271,7 @@ func (r *rig) startWorkers(ctx context.Context, n int) error {
 		r.conns = append(r.conns, wb)
 		w, err := worker.New(worker.Config{
 			Bus: wb, ID: name, Concurrency: 1, DrainTimeout: 5 * time.Second, Logger: r.t.env.Logger(),
-			Tools: []worker.Tool{{Spec: spec, Executor: builtin, Kind: "builtin"}},
+			Tools: served,
 		})
 		if err != nil {
 			wb.Close()
@@ -234,111 +292,74 @@ func (r *rig) startWorkers(ctx context.Context, n int) error {
 	return nil
 }
 
-// watch follows the conversations' events and hands every finished
-// conversation to whoever waits for it. It listens to the events on a
-// plain subscription and reads a conversation once, when it has finished,
-// so that the harness adds as little as possible to the load it measures
-// (a watch of the runs bucket would receive every rewrite of every
-// conversation).
-func (r *rig) watch(ctx context.Context) error {
-	subj, err := bus.EventSubject("x")
-	if err != nil {
-		return err
+// onRunEnd is the orchestrator's OnRunEnd: it keeps a few figures of the
+// run's end and hands a finished conversation's to whoever waits for it.
+func (r *rig) onRunEnd(c *orchestrator.Conversation) {
+	e := runEnd{id: c.ID, status: c.Status, err: c.Error, runs: len(c.Runs), stateBytes: r.stats.StateBytes.Load()}
+	if n := len(c.Runs); n > 0 {
+		e.endedAt = c.Runs[n-1].EndedAt
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sub, err := r.bus.Conn().Subscribe(strings.TrimSuffix(subj, "x")+"*", func(m *nats.Msg) {
-		events, err := bus.DecodeEvents(m.Data, m.Header)
-		if err != nil {
-			r.bg.set(fmt.Errorf("decode event on %s: %w", m.Subject, err))
-			return
-		}
-		for _, ev := range events {
-			if ev.Type == orchestrator.EventRunCompleted || ev.Type == orchestrator.EventRunFailed {
-				r.finished(rctx, ev.ConversationID)
-			}
-		}
-	})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("toolgate: subscribe to events: %w", err)
+	if len(c.Runs) >= 2 {
+		e.pausedAt, e.resumedAt = c.Runs[0].EndedAt, c.Runs[1].StartedAt
 	}
-	// The subscription ends first, before the orchestrator and the bus.
-	r.stops = append([]func(){func() {
-		_ = sub.Unsubscribe()
-		cancel()
-		r.watchWG.Wait()
-	}}, r.stops...)
-	return nil
-}
-
-// finished hands a finished conversation to whoever waits for it.
-func (r *rig) finished(ctx context.Context, convID string) {
-	r.mu.Lock()
-	ch, ok := r.waiting[convID]
-	delete(r.waiting, convID)
-	r.mu.Unlock()
-	if !ok {
+	if !c.Status.Terminal() {
+		if f := r.paused; f != nil && c.Status == orchestrator.StatusPaused {
+			f(e)
+		}
 		return
 	}
-	r.watchWG.Add(1)
-	go func() {
-		defer r.watchWG.Done()
-		c, err := r.orch.Conversation(ctx, convID)
-		if err != nil {
-			r.bg.set(fmt.Errorf("read finished conversation %s: %w", convID, err))
-			return
+	if r.measureHistory {
+		if b, err := json.Marshal(c.History); err == nil {
+			e.historyBytes = len(b)
 		}
-		ch <- c
-	}()
+	}
+	select {
+	case r.endOf(c.ID) <- e:
+	default:
+		r.bg.set(fmt.Errorf("conversation %s finished twice", c.ID))
+	}
+}
+
+// endOf is the channel that receives conversation id's end, made by
+// whichever of the waiter and the end comes first.
+func (r *rig) endOf(id string) chan runEnd {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch, ok := r.ends[id]
+	if !ok {
+		ch = make(chan runEnd, 1)
+		r.ends[id] = ch
+	}
+	return ch
 }
 
 func (r *rig) tearDown(ctx context.Context) {
 	// Workers and the orchestrator stop before the connection that deletes
-	// the streams; the watcher stops first of all.
-	for i := len(r.stops) - 1; i >= 1; i-- {
+	// the streams.
+	for i := len(r.stops) - 1; i >= 0; i-- {
 		r.stops[i]()
-	}
-	if len(r.stops) > 0 {
-		r.stops[0]()
 	}
 }
 
-// start begins one conversation and returns a channel that receives it
-// once finished.
-func (r *rig) start(ctx context.Context) (string, <-chan *orchestrator.Conversation, error) {
-	// The id is known only once StartRun returns, by which time the
-	// conversation may have finished and its update gone by unclaimed; so
-	// after registering, a conversation already finished is read directly.
+// start begins one conversation.
+func (r *rig) start(ctx context.Context) (orchestrator.RunInfo, error) {
 	info, err := r.orch.StartRun(ctx, benchPrompt, "")
 	if err != nil {
-		return "", nil, fmt.Errorf("start run: %w", err)
+		return info, fmt.Errorf("start run: %w", err)
 	}
-	ch := make(chan *orchestrator.Conversation, 1)
-	r.mu.Lock()
-	r.waiting[info.ConversationID] = ch
-	r.mu.Unlock()
-	if c, err := r.orch.Conversation(ctx, info.ConversationID); err == nil && c.Status.Terminal() {
-		r.mu.Lock()
-		_, still := r.waiting[info.ConversationID]
-		delete(r.waiting, info.ConversationID)
-		r.mu.Unlock()
-		if still {
-			ch <- c
-		}
-	}
-	return info.ConversationID, ch, nil
+	return info, nil
 }
 
 // followUpLatency is the time from the first run pausing to the follow-up
 // starting.
-func followUpLatency(c *orchestrator.Conversation) (time.Duration, error) {
-	if c.Status != orchestrator.StatusCompleted {
-		return 0, fmt.Errorf("conversation %s %s: %s", c.ID, c.Status, c.Error)
+func followUpLatency(e runEnd) (time.Duration, error) {
+	if e.status != orchestrator.StatusCompleted {
+		return 0, fmt.Errorf("conversation %s %s: %s", e.id, e.status, e.err)
 	}
-	if len(c.Runs) < 2 || c.Runs[0].EndedAt.IsZero() {
-		return 0, fmt.Errorf("conversation %s completed without a pause (%d runs)", c.ID, len(c.Runs))
+	if e.runs < 2 || e.pausedAt.IsZero() {
+		return 0, fmt.Errorf("conversation %s completed without a pause (%d runs)", e.id, e.runs)
 	}
-	return c.Runs[1].StartedAt.Sub(c.Runs[0].EndedAt), nil
+	return e.resumedAt.Sub(e.pausedAt), nil
 }
 
 // Run measures one case on a fresh set-up.
@@ -372,28 +393,34 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		next      atomic.Int64
 		mu        sync.Mutex
 		latencies = make([]time.Duration, 0, n*c.Batch)
+		done      = make([]time.Time, 0, n)
 	)
 	g, gctx := errgroup.WithContext(ctx)
-	st := r.orch.Stats()
-	writes0, bytes0, stalls0 := st.StateWrites.Load(), st.StateBytes.Load(), r.stalledPulls()
-	events0, eventBytes0, err := r.eventsStored(ctx)
+	st := r.stats
+	writes0, bytes0, reads0, batches0 := st.StateWrites.Load(), st.StateBytes.Load(), st.StateReads.Load(), st.CallBatches.Load()
+	stalls0 := r.stalledPulls()
+	seqs0, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams())
 	if err != nil {
 		return Measurement{}, err
 	}
 	start := time.Now()
 	for range c.Conversations() {
 		g.Go(func() error {
-			var lat []time.Duration
+			var (
+				lat []time.Duration
+				at  []time.Time
+			)
 			for next.Add(1) <= int64(n) {
-				id, ch, err := r.start(gctx)
+				info, err := r.start(gctx)
 				if err != nil {
 					return err
 				}
-				conv, err := r.await(gctx, id, ch)
+				e, err := r.await(gctx, info.ConversationID)
 				if err != nil {
 					return err
 				}
-				d, err := followUpLatency(conv)
+				at = append(at, time.Now())
+				d, err := followUpLatency(e)
 				if err != nil {
 					return err
 				}
@@ -403,6 +430,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 			}
 			mu.Lock()
 			latencies = append(latencies, lat...)
+			done = append(done, at...)
 			mu.Unlock()
 			return nil
 		})
@@ -411,17 +439,44 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		return Measurement{}, err
 	}
 	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0}
+	m.Gap = longestGap(start, done)
 	if m.Calls > 0 {
-		m.StateWrites = float64(st.StateWrites.Load()-writes0) / float64(m.Calls)
-		m.StateBytes = float64(st.StateBytes.Load()-bytes0) / float64(m.Calls)
+		calls := float64(m.Calls)
+		m.StateWrites = float64(st.StateWrites.Load()-writes0) / calls
+		m.StateBytes = float64(st.StateBytes.Load()-bytes0) / calls
+		m.RoundTrips = float64(st.StateWrites.Load()-writes0+st.StateReads.Load()-reads0+st.CallBatches.Load()-batches0) / float64(n)
 		// Events are published in the background; those of the last
 		// conversations may not be in yet, a negligible share.
-		if events, eventBytes, err := r.eventsStored(ctx); err == nil {
-			m.Events = float64(events-events0) / float64(m.Calls)
-			m.EventBytes = float64(eventBytes-eventBytes0) / float64(m.Calls)
+		if seqs, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams()); err == nil {
+			m.Stored = map[string]float64{}
+			for name, s := range seqs {
+				if d := s - seqs0[name]; d > 0 {
+					m.Stored[name] = float64(d) / calls
+				}
+			}
+			m.Events = m.Stored[bus.StreamEvents]
 		}
 	}
 	return m, nil
+}
+
+// lastSequences is the last sequence of each named stream: its growth over
+// a case is the messages stored meanwhile, whether or not they were removed
+// since (a work queue's acknowledged calls, a deleted key).
+func lastSequences(ctx context.Context, js jetstream.JetStream, names []string) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(names))
+	for _, name := range names {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[name] = info.State.LastSeq
+	}
+	return out, nil
 }
 
 func (r *rig) stalledPulls() int64 {
@@ -432,44 +487,49 @@ func (r *rig) stalledPulls() int64 {
 	return n
 }
 
-// eventsStored is the number of events stored and their bytes.
-func (r *rig) eventsStored(ctx context.Context) (msgs, bytes uint64, err error) {
-	st, err := r.bus.JetStream().Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return 0, 0, fmt.Errorf("toolgate: events stream: %w", err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("toolgate: events stream: %w", err)
-	}
-	return info.State.Msgs, info.State.Bytes, nil
+// await waits for conversation id to finish.
+func (r *rig) await(ctx context.Context, id string) (runEnd, error) {
+	return r.awaitFor(ctx, id, conversationTimeout)
 }
 
-func (r *rig) await(ctx context.Context, id string, ch <-chan *orchestrator.Conversation) (*orchestrator.Conversation, error) {
-	timer := time.NewTimer(conversationTimeout)
+// awaitFor waits up to timeout for conversation id to finish.
+func (r *rig) awaitFor(ctx context.Context, id string, timeout time.Duration) (runEnd, error) {
+	ch := r.endOf(id)
+	defer func() {
+		r.mu.Lock()
+		delete(r.ends, id)
+		r.mu.Unlock()
+	}()
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case c := <-ch:
-		return c, nil
+	case e := <-ch:
+		return e, nil
 	case <-r.bg.failed():
-		return nil, r.bg.get()
+		return runEnd{}, r.bg.get()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return runEnd{}, ctx.Err()
 	case <-timer.C:
+		// Read only to say why: the case has failed.
 		c, err := r.orch.Conversation(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("conversation %s not finished after %s: %w", id, conversationTimeout, err)
+			return runEnd{}, fmt.Errorf("conversation %s not finished after %s: %w", id, timeout, err)
 		}
-		return nil, fmt.Errorf("conversation %s not finished after %s: status %s, %d runs", id, conversationTimeout, c.Status, len(c.Runs))
+		return runEnd{}, fmt.Errorf("conversation %s not finished after %s: status %s, %d runs", id, timeout, c.Status, len(c.Runs))
 	}
 }
 
 // RunMemory pauses c.Conversations conversations with no worker running,
 // measures the heap they cost (live heap after a GC, against the same
-// before the first; the harness's own share is one id string each) and the
-// runs bucket's bytes per conversation, then publishes one reply per
-// conversation, as workers would, and measures the time until every
-// conversation has finished its follow-up (MetricResumeSeconds).
+// before the first; the harness's own share is two id strings each) and the
+// conversations stream's bytes per conversation, then publishes one reply
+// per conversation, as workers would, and measures the time until every
+// conversation has finished its follow-up (MetricResumeSeconds). Around
+// that it times reconcile passes: one before any conversation is stored,
+// the one after every conversation finished (which removes their due
+// entries) and the next ones, with c.Conversations finished conversations
+// stored. Nothing is read from the store: the pauses and ends come from
+// OnRunEnd, the replies from the ids StartRun returned and the script.
 func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMeasurement, error) {
 	n := c.Conversations
 	if n < 1 {
@@ -481,24 +541,43 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	defer r.tearDown(ctx)
 
+	none, _, err := r.timeReconcile(ctx, reconcilePasses)
+	if err != nil {
+		return MemoryMeasurement{}, err
+	}
+
+	var pausedN atomic.Int64
+	allPaused := make(chan struct{})
+	r.paused = func(runEnd) {
+		if pausedN.Add(1) == int64(n) {
+			close(allPaused)
+		}
+	}
 	heapBefore := heapAfterGC()
 	ids := make([]string, n)
+	runs := make([]string, n)
 	sem := make(chan struct{}, memoryStarters)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range n {
 		sem <- struct{}{}
 		g.Go(func() error {
 			defer func() { <-sem }()
-			info, err := r.orch.StartRun(gctx, benchPrompt, "")
-			ids[i] = info.ConversationID
+			info, err := r.start(gctx)
+			ids[i], runs[i] = info.ConversationID, info.RunID
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: start runs: %w", err)
+		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
 	}
-	if _, err := r.waitPaused(ctx, ids, false); err != nil {
-		return MemoryMeasurement{}, err
+	select {
+	case <-allPaused:
+	case <-r.bg.failed():
+		return MemoryMeasurement{}, r.bg.get()
+	case <-ctx.Done():
+		return MemoryMeasurement{}, ctx.Err()
+	case <-time.After(conversationTimeout + time.Duration(n)*time.Millisecond):
+		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %d of %d conversations paused", pausedN.Load(), n)
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
 	info, err := r.convs.Info(ctx)
@@ -507,17 +586,15 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	storePer := float64(info.State.Bytes) / float64(n)
 
-	chans := make([]<-chan *orchestrator.Conversation, n)
-	r.mu.Lock()
-	for i, id := range ids {
-		ch := make(chan *orchestrator.Conversation, 1)
-		r.waiting[id] = ch
-		chans[i] = ch
-	}
-	r.mu.Unlock()
-	replies, err := r.waitPaused(ctx, ids, true)
-	if err != nil {
-		return MemoryMeasurement{}, err
+	replies := make([]bus.Outgoing, n)
+	for i, run := range runs {
+		// The agent's one call (agentConfig), answered as noop would.
+		if replies[i], err = bus.CallReplyMessage(bus.CallReply{
+			RunID: run, ToolCallID: "call_000", Outcome: bus.OutcomeReturn,
+			Value: json.RawMessage(sampleArgs), WorkerID: "bench-worker-0",
+		}); err != nil {
+			return MemoryMeasurement{}, err
+		}
 	}
 	start := time.Now()
 	for i := 0; i < len(replies); i += pipelineDepth {
@@ -525,73 +602,56 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: publish replies: %w", err)
 		}
 	}
-	for i, ch := range chans {
-		conv, err := r.await(ctx, ids[i], ch)
+	for _, id := range ids {
+		e, err := r.await(ctx, id)
 		if err != nil {
 			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
 		}
-		if _, err := followUpLatency(conv); err != nil {
+		if _, err := followUpLatency(e); err != nil {
 			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
 		}
+	}
+	resume := time.Since(start).Seconds()
+
+	cleanup, _, err := r.timeReconcile(ctx, 1)
+	if err != nil {
+		return MemoryMeasurement{}, err
+	}
+	finished, reads, err := r.timeReconcile(ctx, reconcilePasses)
+	if err != nil {
+		return MemoryMeasurement{}, err
 	}
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
 			MetricHeapPerConversation:  heapPer,
 			MetricStorePerConversation: storePer,
-			MetricResumeSeconds:        time.Since(start).Seconds(),
+			MetricResumeSeconds:        resume,
+			MetricReconcileNone:        ms(none),
+			MetricReconcileFinished:    ms(finished),
+			MetricReconcileGrowth:      float64(finished) / float64(max(none, time.Microsecond)),
+			MetricReconcileCleanup:     ms(cleanup),
+			MetricReconcileReads:       reads,
 		},
 	}, nil
 }
 
-// waitPaused waits until every conversation is paused with its calls
-// published and, if replies, returns the reply a worker would send to each
-// call.
-func (r *rig) waitPaused(ctx context.Context, ids []string, replies bool) ([]bus.Outgoing, error) {
-	var out []bus.Outgoing
-	deadline := time.Now().Add(conversationTimeout + time.Duration(len(ids))*time.Millisecond)
-	for _, id := range ids {
-		for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-			c, err := r.orch.Conversation(ctx, id)
-			if err != nil {
-				return nil, fmt.Errorf("toolgate memory: %w", err)
-			}
-			if c.Status == orchestrator.StatusPaused && c.Batch != nil && allPublished(c.Batch) {
-				for _, pc := range c.Batch.Calls {
-					if !replies {
-						break
-					}
-					msg, err := bus.CallReplyMessage(bus.CallReply{
-						RunID: c.Batch.RunID, ToolCallID: pc.ToolCallID, Outcome: bus.OutcomeReturn,
-						Value: pc.Args, WorkerID: "bench-worker-0",
-					})
-					if err != nil {
-						return nil, err
-					}
-					out = append(out, msg)
-				}
-				break
-			}
-			if c.Status.Terminal() || time.Now().After(deadline) {
-				return nil, fmt.Errorf("toolgate memory: conversation %s is %s, not paused", id, c.Status)
-			}
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-	}
-	return out, nil
-}
+// reconcilePasses is how many passes a reconcile figure is the median of.
+const reconcilePasses = 5
 
-func allPublished(b *orchestrator.Batch) bool {
-	for _, pc := range b.Calls {
-		if !pc.Published {
-			return false
+// timeReconcile runs n reconcile passes and returns the median time of one
+// and the state reads per pass.
+func (r *rig) timeReconcile(ctx context.Context, n int) (time.Duration, float64, error) {
+	times := make([]time.Duration, n)
+	reads0 := r.stats.StateReads.Load()
+	for i := range n {
+		start := time.Now()
+		if err := r.orch.Reconcile(ctx); err != nil {
+			return 0, 0, fmt.Errorf("toolgate: reconcile: %w", err)
 		}
+		times[i] = time.Since(start)
 	}
-	return len(b.Calls) > 0
+	return Summarize(times).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
 }
 
 func heapAfterGC() uint64 {
@@ -600,4 +660,18 @@ func heapAfterGC() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// longestGap is the longest time from start through the sorted times in
+// done during which nothing completed: a stall of the client or the
+// server shows as a gap far longer than a batch takes.
+func longestGap(start time.Time, done []time.Time) time.Duration {
+	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	prev := start
+	for _, t := range done {
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	return gap
 }

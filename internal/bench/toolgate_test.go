@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bench"
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 func TestToolgateTarget(t *testing.T) {
@@ -29,13 +30,25 @@ func TestToolgateTarget(t *testing.T) {
 		if m.Latency.P50 <= 0 || m.Latency.P99 < m.Latency.P50 || m.Latency.Max > m.Elapsed {
 			t.Errorf("%s: latency %+v, elapsed %s", c.Name(), m.Latency, m.Elapsed)
 		}
+		// Each call stores at least its request, its reply and a record.
+		if m.StoredPerCall() < 3 || m.Stored[bus.StreamConversations] <= 0 || m.Stored[bus.StreamCalls] < 1 {
+			t.Errorf("%s: stored per call %v", c.Name(), m.Stored)
+		}
+		// At least the pause's append and the call's publish per conversation.
+		if m.RoundTrips < 2 {
+			t.Errorf("%s: %f round trips per conversation", c.Name(), m.RoundTrips)
+		}
+		if m.Gap <= 0 || m.Gap > m.Elapsed {
+			t.Errorf("%s: longest gap %s, elapsed %s", c.Name(), m.Gap, m.Elapsed)
+		}
 	}
 
 	mm, err := target.RunMemory(ctx, bench.MemoryCase{Conversations: 40})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, metric := range []string{bench.MetricHeapPerConversation, bench.MetricStorePerConversation, bench.MetricResumeSeconds} {
+	for _, metric := range []string{bench.MetricHeapPerConversation, bench.MetricStorePerConversation, bench.MetricResumeSeconds,
+		bench.MetricReconcileNone, bench.MetricReconcileFinished, bench.MetricReconcileCleanup} {
 		if _, ok := mm.Figures[metric]; !ok {
 			t.Errorf("memory figures lack %s: %v", metric, mm.Figures)
 		}
@@ -45,5 +58,27 @@ func TestToolgateTarget(t *testing.T) {
 	}
 	if got := mm.Figures[bench.MetricResumeSeconds]; got <= 0 {
 		t.Errorf("resume seconds = %f, want positive", got)
+	}
+
+	lm, err := target.RunLong(ctx, bench.LongCase{Calls: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, metric := range []string{bench.MetricBytesFirst, bench.MetricBytesLast, bench.MetricTimeFirst, bench.MetricTimeLast, bench.MetricStateBytes} {
+		if got := lm.Figures[metric]; got <= 0 {
+			t.Errorf("long %s = %f, want positive", metric, got)
+		}
+	}
+	large := bench.LargeCase(300<<10, 100<<10)
+	lm, err = target.RunLong(ctx, large)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lm.Figures[bench.MetricHistoryBytes]; got < 300<<10 {
+		t.Errorf("large history = %f bytes, want at least %d", got, 300<<10)
+	}
+	// Every result is written at least once.
+	if got := lm.Figures[bench.MetricStateBytes]; got < float64(large.Calls*large.ResultBytes) {
+		t.Errorf("large conversation wrote %f bytes, want at least its results' %d", got, large.Calls*large.ResultBytes)
 	}
 }

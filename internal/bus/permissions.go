@@ -35,8 +35,10 @@ func RolePermissions(role string) (Permissions, error) {
 	switch role {
 	case RoleOrchestrator:
 		return Permissions{
-			Publish:   []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
-			Subscribe: inbox,
+			Publish: []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
+			// Cancel notices stop its runs of cancelled conversations;
+			// nudges hand it conversations of its agents.
+			Subscribe: append(inbox, AllCancels, subjectNudge+".*"),
 		}, nil
 	case RoleWorker:
 		return Permissions{
@@ -50,7 +52,8 @@ func RolePermissions(role string) (Permissions, error) {
 				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
 				"$JS.API.INFO",
 			),
-			Subscribe: inbox,
+			// Cancel notices stop calls of cancelled conversations.
+			Subscribe: append(inbox, AllCancels),
 		}, nil
 	case RoleApprover:
 		return Permissions{

@@ -21,6 +21,8 @@ const (
 	EventReplyApplied = wire.EventReplyApplied
 	EventReplyRefused = wire.EventReplyRefused
 	EventCallsExpired = wire.EventCallsExpired
+
+	EventConversationCancelled = wire.EventConversationCancelled
 )
 
 // Events are for UIs, so they leave the hot path: they are queued in order

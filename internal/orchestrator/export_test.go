@@ -8,9 +8,6 @@ import (
 // KeyedID lets tests name the ids an idempotency key gives.
 var KeyedID = keyedID
 
-// Reconcile runs one reconcile pass.
-func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile(ctx) }
-
 // ListConversations, DeleteConversation and FinishedBefore reach the
 // store's listing and deletion.
 func (o *Orchestrator) ListConversations(ctx context.Context, status Status, limit int, cursor string) ([]ConversationSummary, string, error) {

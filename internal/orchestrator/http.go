@@ -44,6 +44,7 @@ type HandlerConfig struct {
 //	GET  /v1/runs/{run_id}                 a run's status
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
+//	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
@@ -57,11 +58,13 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
 	mux.HandleFunc("GET /v1/conversations/{id}", h.getConversation)
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
+	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
-		"/v1/conversations/{id}/events": "GET", "/v1/pending": "GET", "/healthz": "GET",
+		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
+		"/v1/pending": "GET", "/healthz": "GET",
 	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
@@ -139,6 +142,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.o.storageWrote()
 	web.WriteJSON(w, http.StatusAccepted, info)
 }
 
@@ -268,6 +272,10 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	if err := h.o.StorageHealth(r.Context()); err != nil {
+		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
@@ -286,6 +294,9 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		web.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, ErrStopped):
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
+	case h.o.storageFailed(err):
+		w.Header().Set("Retry-After", "30")
+		web.WriteError(w, http.StatusServiceUnavailable, "storage full: the NATS server has no room for it ("+err.Error()+"); free disk space or raise the server's JetStream max_file_store, then retry")
 	case errors.Is(err, nats.ErrMaxPayload):
 		web.WriteError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
 	default:

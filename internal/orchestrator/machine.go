@@ -53,9 +53,19 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 	if !c.Status.Terminal() {
 		return false, &ConflictError{ConversationID: c.ID, Status: c.Status}
 	}
+	b := c.Batch
 	c.Status = StatusRunning
 	c.Output, c.Error = "", ""
 	c.Batch = nil
+	if b != nil && b.complete() {
+		if paused := c.runRecord(b.RunID); paused != nil && paused.Status == StatusPaused {
+			// Cancelled while paused: the history ends with the batch's
+			// calls, so the new run resumes with their cancelled results
+			// and the prompt, which answers every call the model made.
+			b.FollowUpRunID = rec.RunID
+			c.Batch = b
+		}
+	}
 	c.Lease = lease
 	c.Runs = append(c.Runs, rec)
 	c.UpdatedAt = now

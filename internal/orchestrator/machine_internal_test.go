@@ -123,6 +123,18 @@ func TestTransitions(t *testing.T) {
 			}
 			return nil
 		}, []check{status(StatusCompleted)}},
+		{"start one cancelled while paused resumes its batch", func() *Conversation {
+			c := paused(false, true)
+			_, _ = c.Cancel("", t0)
+			return c
+		}, func(c *Conversation) error {
+			_, err := c.Start(RunRecord{RunID: "r2_c1", Prompt: "p2"}, &Lease{Owner: me, RunID: "r2_c1", Until: now.Add(ttl)}, now)
+			return err
+		}, []check{status(StatusRunning), leaseOf(me, "r2_c1"), func(t *testing.T, c *Conversation) {
+			if c.Batch == nil || c.Batch.FollowUpRunID != "r2_c1" || !c.Batch.complete() {
+				t.Errorf("batch %+v, want the cancelled one, followed up by r2_c1", c.Batch)
+			}
+		}}},
 		{"start a paused one is refused", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
 			if _, err := c.Start(RunRecord{RunID: "r2_c1"}, nil, now); !conflict(err) {
 				return errors.New("not refused")

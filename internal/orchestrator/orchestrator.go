@@ -54,6 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -139,6 +140,12 @@ type Config struct {
 	// (no-op unless telemetry.Setup installed one; the trace context then
 	// passes through unchanged).
 	TracerProvider trace.TracerProvider
+	// OnRunEnd, when set, is called once a run's end is stored (paused,
+	// after its calls are published; completed; failed) with the
+	// conversation as stored. It runs on the run's goroutine and must
+	// neither keep nor change c. It lets an embedding program, such as the
+	// benchmark harness, learn how runs end without reading the store.
+	OnRunEnd func(c *Conversation)
 }
 
 func (c Config) withDefaults() Config {
@@ -211,14 +218,31 @@ func randomID() string {
 // ErrStopped is returned for work offered after Stop began.
 var ErrStopped = errors.New("orchestrator is stopping")
 
-// ConflictError says a conversation cannot take a new prompt now.
+// ConflictError says a conversation cannot take a new prompt, a cancel or
+// a delete now (Op says which; "" is a prompt).
 type ConflictError struct {
 	ConversationID string
 	Status         Status
+	Op             string
 }
 
+// Operations a ConflictError may refuse besides a prompt.
+const (
+	opCancel = "cancel"
+	opDelete = "delete"
+)
+
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is completed or failed", e.ConversationID, e.Status)
+	switch e.Op {
+	case opCancel:
+		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
+	case opDelete:
+		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
+	}
+	if e.Status == StatusResuming {
+		return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished", e.ConversationID, e.Status)
+	}
+	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished, or while it is paused (then it goes into the follow-up run)", e.ConversationID, e.Status)
 }
 
 // Orchestrator runs agents over the bus. Create it with New, then Start;
@@ -230,6 +254,7 @@ type Orchestrator struct {
 	// eventBus publishes the events (Config.EventBus).
 	eventBus *bus.Bus
 	js       jetstream.JetStream
+	storage  storageState
 	store    *store
 	agent    *agent.Agent
 	clock    func() time.Time
@@ -240,14 +265,18 @@ type Orchestrator struct {
 	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
 	inflight map[string]bool // runs queued or executing in this process
-	runs     sync.WaitGroup
-	loops    sync.WaitGroup
-	runCtx   context.Context // parent of every run; cancelled when Stop gives up waiting
-	cancel   context.CancelFunc
-	stopping chan struct{}
-	stopOnce sync.Once
-	started  atomic.Bool
-	stopped  atomic.Bool
+	// executing cancels the runs executing in this process, by run id (a
+	// cancel notice ends them at once).
+	executing map[string]context.CancelFunc
+	cancelSub *nats.Subscription
+	runs      sync.WaitGroup
+	loops     sync.WaitGroup
+	runCtx    context.Context // parent of every run; cancelled when Stop gives up waiting
+	cancel    context.CancelFunc
+	stopping  chan struct{}
+	stopOnce  sync.Once
+	started   atomic.Bool
+	stopped   atomic.Bool
 
 	replies     *bus.Subscription
 	maxDeliver  *bus.Subscription
@@ -255,6 +284,7 @@ type Orchestrator struct {
 	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
 	events      *eventQueue
 	replyGroups replyGroups
+	observer    observer
 
 	stats Stats
 }
@@ -280,6 +310,9 @@ type Stats struct {
 	// StateReads counts the reads of conversation logs: a state not cached,
 	// a cached one brought up to date, a catch-up after a conflict.
 	StateReads atomic.Int64
+	// CallBatches counts the publishes of a batch's calls, each one
+	// round trip whatever the number of calls.
+	CallBatches atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -301,12 +334,14 @@ func New(cfg Config) (*Orchestrator, error) {
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
+		executing: map[string]context.CancelFunc{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
 		wake:      make(chan struct{}, 1),
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
 		return nil, err
@@ -354,6 +389,11 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.maxDeliver = md
+	if err := o.subscribeCancels(); err != nil {
+		_ = o.replies.Stop(ctx)
+		_ = o.maxDeliver.Stop(ctx)
+		return fmt.Errorf("start: %w", err)
+	}
 	if err := o.reconcile(ctx); err != nil {
 		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
 	}
@@ -398,6 +438,9 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		o.stopped.Store(true)
 		o.launchMu.Unlock()
 		close(o.stopping)
+		if o.cancelSub != nil {
+			_ = o.cancelSub.Unsubscribe()
+		}
 		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {

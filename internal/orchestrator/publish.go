@@ -74,6 +74,7 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
 	o.stats.Published.Add(int64(len(msgs)))
+	o.stats.CallBatches.Add(1)
 	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
 	return ids, errors.Join(errs...)

@@ -24,6 +24,10 @@ func (o *Orchestrator) reconcileLoop() {
 	}
 }
 
+// Reconcile runs one reconcile pass now, as the loop does every
+// ReconcileInterval: for tests and the benchmark harness, which times it.
+func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile(ctx) }
+
 // reconcile goes over the conversations that are not finished (the due
 // entries of the index, so that its cost does not grow with the finished
 // ones) and does what a crash or a replica that went away may have left

@@ -83,6 +83,14 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	log := o.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.RunTimeout)
 	defer cancel()
+	o.launchMu.Lock()
+	o.executing[runID] = cancel
+	o.launchMu.Unlock()
+	defer func() {
+		o.launchMu.Lock()
+		delete(o.executing, runID)
+		o.launchMu.Unlock()
+	}()
 
 	if c == nil {
 		var err error
@@ -96,9 +104,14 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		return
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
-	resume := c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID == runID
+	// A follow-up (resuming), or a new prompt after a cancel that settled
+	// a paused batch (running), resumes from the batch.
+	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
 	var parent map[string]string
 	var links []map[string]string
+	if rec := c.runRecord(runID); rec != nil {
+		in.Prompt = rec.Prompt
+	}
 	if resume {
 		// The stored batch as the paused run produced it: an entry approved
 		// with override args and deferred again carries them (D24, D26).
@@ -106,8 +119,9 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		res := c.Batch.results()
 		in.Requests, in.Results = &reqs, &res
 		parent, links = c.Batch.followUpTrace()
-	} else if rec := c.runRecord(runID); rec != nil {
-		in.Prompt = rec.Prompt
+		if in.Prompt == "" {
+			in.Prompt = c.Batch.Prompt
+		}
 	}
 	ctx, span := telemetry.StartRun(ctx, o.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
@@ -254,6 +268,9 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
 		}
 		o.afterApply(ctx, c)
+	}
+	if o.cfg.OnRunEnd != nil {
+		o.cfg.OnRunEnd(c)
 	}
 	return string(c.Status)
 }

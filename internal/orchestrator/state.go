@@ -106,6 +106,9 @@ type Batch struct {
 	// FollowUpRunID is chosen when the complete batch is claimed, so that a
 	// relaunch after a crash reuses it and its publishes dedupe.
 	FollowUpRunID string `msgpack:"follow_up_run_id,omitempty"`
+	// Prompt is a user prompt given while the batch was pending: the
+	// follow-up run sends it after the batch's results.
+	Prompt string `msgpack:"prompt,omitempty"`
 	// Inline is true while the issuing run still waits for replies in
 	// process (inline_wait).
 	Inline bool `msgpack:"inline,omitempty"`

@@ -16,6 +16,7 @@ const (
 	CallOutcomeExpired      = "expired"       // the deadline passed before it ran; a failed reply was sent
 	CallOutcomeError        = "error"         // the executor hit an infrastructure error; redelivered later
 	CallOutcomeInterrupted  = "interrupted"   // shutdown cut it short; handed back
+	CallOutcomeCancelled    = "cancelled"     // its conversation was cancelled; stopped without a reply
 	CallOutcomePublishError = "publish_error" // ran, but its reply could not be published; redelivered later
 )
 

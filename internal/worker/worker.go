@@ -176,6 +176,8 @@ type Worker struct {
 
 	// Tools added while running (AddTool, addtool.go).
 	dyn dynamicTools
+	// cancels stops calls of cancelled conversations (cancel.go).
+	cancels cancels
 }
 
 func (w *Worker) enter() {
@@ -252,6 +254,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// end through Drain below.
 	subCtx, cancelSubs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSubs()
+
+	// Subscribed before the first call is fetched, so that no notice is
+	// missed for a call in hand. Without it calls run to their end.
+	if csub, err := w.cfg.Bus.SubscribeCancels(w.cancels.cancel); err != nil {
+		w.log.WarnContext(ctx, "cancel notices unavailable; calls of cancelled conversations run to their end", slog.Any("error", err))
+	} else {
+		defer func() { _ = csub.Unsubscribe() }()
+	}
 
 	var subs []*bus.Subscription
 	for _, t := range w.toolList() {
@@ -426,6 +436,20 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 		span.SetAttributes(telemetry.AttrOutcome.String(outcome))
 	}()
 
+	ctx, release, live := w.cancels.register(ctx, req.RunID)
+	defer release()
+	stopCancelled := func() error {
+		outcome = telemetry.CallOutcomeCancelled
+		log.InfoContext(ctx, "conversation cancelled; call stopped without a reply")
+		if err := d.Ack(); err != nil {
+			log.WarnContext(ctx, "ack", slog.Any("error", err))
+		}
+		return nil
+	}
+	if !live {
+		return stopCancelled()
+	}
+
 	var reply bus.CallReply
 	if !req.Deadline.IsZero() && !w.cfg.Now().Before(req.Deadline) {
 		reply = Failed(TimedOutMessage)
@@ -436,6 +460,9 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 		r, err := t.Executor.Execute(ctx, req)
 		took = time.Since(start)
 		if err != nil {
+			if cancelled(ctx) {
+				return stopCancelled()
+			}
 			if ctx.Err() != nil {
 				// The worker is shutting down: another worker can run it now.
 				outcome = telemetry.CallOutcomeInterrupted

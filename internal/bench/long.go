@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/worker"
+)
+
+// Metrics of the long-conversation cases (toolgate only). A call's time runs
+// from the previous run's pause to its own run's pause (RunRecord.EndedAt):
+// the whole cycle of one call; its bytes are the orchestrator's
+// Stats().StateBytes written in that time. "first" and "last" are the first
+// and last LongWindow calls (the first call, which creates the
+// conversation, left out); times are medians, bytes means.
+const (
+	MetricBytesFirst  = "state_bytes_per_call_first"
+	MetricBytesLast   = "state_bytes_per_call_last"
+	MetricBytesGrowth = "state_bytes_per_call_last_over_first"
+	MetricTimeFirst   = "ms_per_call_first"
+	MetricTimeLast    = "ms_per_call_last"
+	MetricTimeGrowth  = "ms_per_call_last_over_first"
+	// MetricSeconds is a whole conversation's time, from its start to its
+	// end, MetricStateBytes the bytes of records it wrote, and
+	// MetricHistoryBytes its history's size in JSON at the end (the large
+	// case's).
+	MetricSeconds      = "seconds"
+	MetricStateBytes   = "state_bytes"
+	MetricHistoryBytes = "history_bytes"
+)
+
+// LongWindow is the number of calls at either end of a long conversation
+// whose figures are compared.
+const LongWindow = 50
+
+// LongCase is one conversation of Calls sequential deferred calls: its
+// script calls one tool, pauses until the reply, calls again in the
+// follow-up, and so on, then answers. With ResultBytes 0 the tool is noop
+// with the sample arguments; otherwise it is read_file of a file of
+// ResultBytes bytes, so that each result adds that much to the history.
+type LongCase struct {
+	Calls       int `json:"calls"`
+	ResultBytes int `json:"result_bytes,omitempty"`
+}
+
+// Name identifies the case in results.
+func (c LongCase) Name() string {
+	if c.ResultBytes > 0 {
+		return fmt.Sprintf("large/calls=%d/result_kib=%d", c.Calls, c.ResultBytes>>10)
+	}
+	return "long/calls=" + strconv.Itoa(c.Calls)
+}
+
+// LargeCase is the conversation of results of resultBytes each whose
+// history reaches at least history bytes.
+func LargeCase(history, resultBytes int) LongCase {
+	return LongCase{Calls: (history+resultBytes-1)/resultBytes + 1, ResultBytes: resultBytes}
+}
+
+// LongTarget runs long-conversation cases.
+type LongTarget interface {
+	Name() string
+	RunLong(ctx context.Context, c LongCase) (LongMeasurement, error)
+}
+
+// LongMeasurement holds a long case's figures by metric name.
+type LongMeasurement struct {
+	Figures map[string]float64 `json:"figures"`
+}
+
+// longFile is the file read_file returns in the large case.
+const longFile = "bench-large-result.txt"
+
+// RunLong drives one conversation of c.Calls calls with one worker and
+// measures each call from the OnRunEnd of its pause.
+func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasurement, error) {
+	if c.Calls < 2 {
+		return LongMeasurement{}, errors.New("toolgate long: calls must be at least 2")
+	}
+	tool, args := sampleTool, json.RawMessage(sampleArgs)
+	if c.ResultBytes > 0 {
+		tool, args = worker.ToolReadFile, json.RawMessage(`{"path":"`+longFile+`"}`)
+		// Text without anything JSON escapes, so the result is as large
+		// as the file.
+		const line = "All work and no play makes a long history. "
+		content := strings.Repeat(line, c.ResultBytes/len(line)+1)[:c.ResultBytes]
+		if err := os.WriteFile(filepath.Join(t.env.sandbox(), longFile), []byte(content), 0o644); err != nil {
+			return LongMeasurement{}, fmt.Errorf("toolgate long: %w", err)
+		}
+	}
+	script := make([]agent.ScriptResponse, 0, c.Calls+1)
+	for i := range c.Calls {
+		script = append(script, agent.ScriptResponse{Calls: []agent.ScriptCall{{Tool: tool, ID: fmt.Sprintf("call_%04d", i), Args: args}}})
+	}
+	script = append(script, agent.ScriptResponse{Text: "Done."})
+	a, err := scriptAgent(script, tool)
+	if err != nil {
+		return LongMeasurement{}, err
+	}
+	r, err := t.setUpWith(ctx, rigConfig{agent: a})
+	if err != nil {
+		return LongMeasurement{}, err
+	}
+	defer r.tearDown(ctx)
+	r.measureHistory = true
+	var (
+		mu     sync.Mutex
+		pauses = make([]runEnd, 0, c.Calls)
+	)
+	r.paused = func(e runEnd) {
+		mu.Lock()
+		pauses = append(pauses, e)
+		mu.Unlock()
+	}
+	if err := r.startWorkers(ctx, 1, tool); err != nil {
+		return LongMeasurement{}, err
+	}
+
+	bytes0 := r.stats.StateBytes.Load()
+	start := time.Now()
+	info, err := r.start(ctx)
+	if err != nil {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: %w", c.Name(), err)
+	}
+	end, err := r.awaitFor(ctx, info.ConversationID, conversationTimeout+time.Duration(c.Calls)*time.Second)
+	if err != nil {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: %w", c.Name(), err)
+	}
+	total := time.Since(start)
+	if end.status != orchestrator.StatusCompleted {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: conversation %s %s: %s", c.Name(), end.id, end.status, end.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pauses) != c.Calls {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: %d pauses, want one per call", c.Name(), len(pauses))
+	}
+	// Ends of different runs may be seen out of order.
+	slices.SortFunc(pauses, func(a, b runEnd) int { return a.runs - b.runs })
+	times := make([]time.Duration, c.Calls)
+	sizes := make([]float64, c.Calls)
+	prevAt, prevBytes := start, bytes0
+	for i, p := range pauses {
+		times[i], sizes[i] = p.endedAt.Sub(prevAt), float64(p.stateBytes-prevBytes)
+		prevAt, prevBytes = p.endedAt, p.stateBytes
+	}
+	figs := map[string]float64{
+		MetricSeconds:      total.Seconds(),
+		MetricStateBytes:   float64(r.stats.StateBytes.Load() - bytes0),
+		MetricHistoryBytes: float64(end.historyBytes),
+	}
+	if c.ResultBytes == 0 {
+		k := min(LongWindow, (c.Calls-1)/2)
+		first, last := 1, c.Calls-k
+		figs[MetricBytesFirst] = mean(sizes[first : first+k])
+		figs[MetricBytesLast] = mean(sizes[last:])
+		figs[MetricBytesGrowth] = figs[MetricBytesLast] / figs[MetricBytesFirst]
+		figs[MetricTimeFirst] = ms(Summarize(slices.Clone(times[first : first+k])).P50)
+		figs[MetricTimeLast] = ms(Summarize(slices.Clone(times[last:])).P50)
+		figs[MetricTimeGrowth] = figs[MetricTimeLast] / figs[MetricTimeFirst]
+	}
+	return LongMeasurement{Figures: figs}, nil
+}
+
+func mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// longMetrics are the rows of a long case, in order.
+func longMetrics(c LongCase) []string {
+	if c.ResultBytes > 0 {
+		return []string{MetricHistoryBytes, MetricSeconds, MetricStateBytes}
+	}
+	return []string{MetricBytesFirst, MetricBytesLast, MetricBytesGrowth, MetricTimeFirst, MetricTimeLast, MetricTimeGrowth,
+		MetricSeconds, MetricStateBytes}
+}
+
+func longRows(c LongCase, m *LongMeasurement) []Row {
+	var rows []Row
+	for _, metric := range longMetrics(c) {
+		row := Row{Name: c.Name(), Metric: metric, Workers: 1, Batch: 1}
+		if m != nil {
+			if v, ok := m.Figures[metric]; ok {
+				row.Toolgate = num(v)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}

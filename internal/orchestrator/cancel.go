@@ -1,0 +1,114 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// cancelledData is the data of a conversation_cancelled event.
+type cancelledData = wire.ConversationCancelled
+
+// Cancel cancels a conversation that is not finished (*ConflictError for a
+// finished one, ErrNotFound for an unknown one): its pending approvals are
+// denied and its pending external calls failed as cancelled, and it becomes
+// cancelled in one write, so that a reply either was applied before it or
+// is refused as late after it. Then a cancel notice goes out for each run
+// that may still be working (bus.PublishCancel): the replica executing a
+// run cancels it at once, and workers stop that run's calls in flight; a
+// notice that is lost only delays that (the run learns at its next lease
+// renewal, a call's late reply is refused).
+func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, error) {
+	if o.stopped.Load() {
+		return nil, ErrStopped
+	}
+	var (
+		settled []*PendingCall
+		runs    []string
+	)
+	c, err := o.store.update(ctx, id, func(c *Conversation) error {
+		runs = c.workingRuns()
+		var err error
+		settled, err = c.Cancel(CancelledMessage, o.clock())
+		return err
+	})
+	if err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			ce.Op = opCancel
+		}
+		return nil, err
+	}
+	for _, r := range runs {
+		if err := o.bus.PublishCancel(r); err != nil {
+			o.log.WarnContext(ctx, "cancel notice", slog.String("conversation_id", id), slog.String("run_id", r), slog.String("error", err.Error()))
+		}
+	}
+	ids := make([]string, len(settled))
+	for i, pc := range settled {
+		ids[i] = pc.ToolCallID
+	}
+	runID := ""
+	if len(runs) > 0 {
+		runID = runs[0]
+	}
+	o.log.InfoContext(ctx, "conversation cancelled", slog.String("conversation_id", id), slog.Int("calls", len(ids)))
+	o.publishEvent(ctx, id, runID, EventConversationCancelled, "", cancelledData{Reason: CancelledMessage, ToolCallIDs: ids})
+	return c, nil
+}
+
+// workingRuns lists the runs of an unfinished conversation that may still
+// be working: the paused run whose calls are out, and the run under lease.
+func (c *Conversation) workingRuns() []string {
+	var runs []string
+	if c.Batch != nil && c.Status == StatusPaused {
+		runs = append(runs, c.Batch.RunID)
+	}
+	if c.Lease != nil && c.Lease.RunID != "" && (len(runs) == 0 || runs[0] != c.Lease.RunID) {
+		runs = append(runs, c.Lease.RunID)
+	}
+	return runs
+}
+
+// subscribeCancels makes this replica stop its runs of conversations
+// cancelled anywhere.
+func (o *Orchestrator) subscribeCancels() error {
+	sub, err := o.bus.SubscribeCancels(func(runID string) {
+		o.launchMu.Lock()
+		cancel := o.executing[runID]
+		o.launchMu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	o.cancelSub = sub
+	return nil
+}
+
+// ConversationState is the short answer about a conversation.
+type ConversationState struct {
+	ConversationID string `json:"conversation_id"`
+	Status         Status `json:"status"`
+}
+
+func (h *api) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		return
+	}
+	c, err := h.o.Cancel(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusAccepted, ConversationState{ConversationID: c.ID, Status: c.Status})
+}
