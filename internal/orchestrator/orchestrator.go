@@ -257,6 +257,7 @@ type Orchestrator struct {
 	// eventBus publishes the events (Config.EventBus).
 	eventBus *bus.Bus
 	js       jetstream.JetStream
+	storage  storageState
 	store    *store
 	agent    *agent.Agent
 	clock    func() time.Time
@@ -286,6 +287,7 @@ type Orchestrator struct {
 	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
 	events      *eventQueue
 	replyGroups replyGroups
+	observer    observer
 
 	stats Stats
 }
@@ -342,6 +344,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
 		return nil, err
