@@ -228,14 +228,17 @@ type ConflictError struct {
 
 // Operations a ConflictError may refuse besides a prompt.
 const (
-	opCancel = "cancel"
-	opDelete = "delete"
+	opCancel       = "cancel"
+	opDelete       = "delete"
+	opSecondPrompt = "second prompt"
 )
 
 func (e *ConflictError) Error() string {
 	switch e.Op {
 	case opCancel:
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
+	case opSecondPrompt:
+		return fmt.Sprintf("conversation %s is paused and already has a prompt for its follow-up run; another is accepted once it is finished", e.ConversationID)
 	case opDelete:
 		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
 	}
@@ -254,6 +257,7 @@ type Orchestrator struct {
 	// eventBus publishes the events (Config.EventBus).
 	eventBus *bus.Bus
 	js       jetstream.JetStream
+	storage  storageState
 	store    *store
 	agent    *agent.Agent
 	clock    func() time.Time
@@ -508,6 +512,10 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	}
 	rec := c.runRecord(runID)
 	if rec == nil {
+		if c.Batch != nil && c.Batch.PromptRunID == runID {
+			// A follow-up prompt's run, waiting for its batch.
+			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
+		}
 		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil

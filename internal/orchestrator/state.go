@@ -109,6 +109,9 @@ type Batch struct {
 	// Prompt is a user prompt given while the batch was pending: the
 	// follow-up run sends it after the batch's results.
 	Prompt string `msgpack:"prompt,omitempty"`
+	// PromptRunID is the id of the follow-up run Prompt was given for; the
+	// claim uses it, so that a retried request finds its run.
+	PromptRunID string `msgpack:"prompt_run_id,omitempty"`
 	// Inline is true while the issuing run still waits for replies in
 	// process (inline_wait).
 	Inline bool `msgpack:"inline,omitempty"`
