@@ -63,6 +63,9 @@ type options struct {
 	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
 	maxRuns                                                                    int
 	replicas                                                                   int
+	// contentType of the calls, approval requests and events published
+	// (--wire).
+	contentType string
 
 	// NATS authentication: users of the embedded server, or this process's
 	// own credentials.
@@ -91,10 +94,19 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
+	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
 		return o, err
+	}
+	switch *wireForm {
+	case "msgpack":
+		o.contentType = bus.ContentTypeMsgpack
+	case "json":
+		o.contentType = bus.ContentTypeJSON
+	default:
+		return o, fmt.Errorf("--wire %q: want msgpack or json", *wireForm)
 	}
 	switch {
 	case len(pos) != 0:
@@ -225,7 +237,7 @@ func (s *setup) startBus(ctx context.Context) (*buses, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	connect := func(name string) (*bus.Bus, error) {
-		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: s.auth.user, Password: s.auth.password, CredsFile: o.creds, Logger: s.logger}
+		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: s.auth.user, Password: s.auth.password, CredsFile: o.creds, Logger: s.logger, ContentType: o.contentType}
 		if bs.srv != nil {
 			cfg.CredsFile = ""
 			return bs.srv.Connect(cctx, cfg)
