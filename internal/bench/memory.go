@@ -32,6 +32,9 @@ const (
 	// reply per paused conversation: JetStream's floor under a resume,
 	// the yardstick of earlier results.
 	MetricReplyPublishSeconds = "reply_publish_seconds"
+	// MetricResumeReads is toolgate's reads of conversation logs per
+	// conversation during the resume: the states its cache did not hold.
+	MetricResumeReads = "resume_state_reads_per_conversation"
 )
 
 // Metrics of the reconcile passes timed around the memory case (toolgate

@@ -596,6 +596,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			return MemoryMeasurement{}, err
 		}
 	}
+	reads0 := r.stats.StateReads.Load()
 	start := time.Now()
 	for i := 0; i < len(replies); i += pipelineDepth {
 		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
@@ -612,6 +613,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		}
 	}
 	resume := time.Since(start).Seconds()
+	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 
 	cleanup, _, err := r.timeReconcile(ctx, 1)
 	if err != nil {
@@ -627,6 +629,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricHeapPerConversation:  heapPer,
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resume,
+			MetricResumeReads:          resumeReads,
 			MetricReconcileNone:        ms(none),
 			MetricReconcileFinished:    ms(finished),
 			MetricReconcileGrowth:      float64(finished) / float64(max(none, time.Microsecond)),
