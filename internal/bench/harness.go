@@ -334,7 +334,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
-	MetricHeapPerConversation, MetricStorePerConversation, MetricResumeSeconds,
+	MetricHeapPerConversation, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
 	MetricResumeReads, MetricReplyPublishSeconds, MetricKVCreateSeconds,
 }
 

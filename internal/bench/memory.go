@@ -19,6 +19,10 @@ import (
 const (
 	MetricHeapPerConversation  = "heap_bytes_per_conversation"
 	MetricStorePerConversation = "store_bytes_per_conversation"
+	// MetricOrchestratorHeap is toolgate's share of the heap per paused
+	// conversation, by allocation site (toolgateHeap): without the
+	// embedded server's caches of its streams.
+	MetricOrchestratorHeap = "orchestrator_heap_bytes_per_conversation"
 	// MetricResumeSeconds is, for toolgate, the time from publishing one
 	// reply per paused conversation until every follow-up has finished;
 	// for raw, the time to consume every reply and update its
