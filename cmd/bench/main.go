@@ -28,11 +28,6 @@ import (
 )
 
 func main() {
-	// Finer heap samples than the default 512 KiB, so that the memory
-	// case's estimate of toolgate's own heap per paused conversation holds
-	// at 1,000 conversations, at a cost in allocation-heavy paths small
-	// beside the figures' noise. Set first, as the runtime asks.
-	runtime.MemProfileRate = 32 << 10
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
