@@ -89,6 +89,11 @@ var rules = []rule{
 		Why:       "approval bots connect to a server and run no agent",
 	},
 	{
+		From:      module + "/client",
+		Forbidden: []string{"github.com/nats-io/", module + "/internal/orchestrator", module + "/internal/agent"},
+		Why:       "the client speaks HTTP only",
+	},
+	{
 		From:      module + "/cmd/tool-worker",
 		Forbidden: []string{natsServer},
 		Why:       "workers connect to a server; they do not link one",

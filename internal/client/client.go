@@ -4,8 +4,6 @@
 package client
 
 import (
-	"github.com/toolgate/toolgate/wire"
-
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -18,6 +16,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Client is an orchestrator API client. The zero value is not usable: set
@@ -140,11 +140,19 @@ func (c *Client) doWith(ctx context.Context, method, path string, hdr http.Heade
 // orchestrator answers 500, 502, 503 or 504, so a start that happened but
 // whose answer was lost is answered, not repeated.
 func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (RunStatus, error) {
+	return c.StartRunKey(ctx, prompt, conversationID, newKey())
+}
+
+// StartRunKey is StartRun under the caller's idempotency key: a start
+// repeated with the same key, by this process or another, answers with the
+// run the first one started; the same key with another prompt is refused
+// (422).
+func (c *Client) StartRunKey(ctx context.Context, prompt, conversationID, key string) (RunStatus, error) {
 	body := map[string]string{"prompt": prompt}
 	if conversationID != "" {
 		body["conversation_id"] = conversationID
 	}
-	hdr := http.Header{"Idempotency-Key": []string{newKey()}}
+	hdr := http.Header{"Idempotency-Key": []string{key}}
 	var (
 		rs      RunStatus
 		errs    []error

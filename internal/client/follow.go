@@ -1,14 +1,14 @@
 package client
 
 import (
-	"github.com/toolgate/toolgate/wire"
-
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Follow prints a conversation's events to w as they arrive and returns the

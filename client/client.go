@@ -1,0 +1,170 @@
+// Package client drives toolgate conversations from Go through the
+// orchestrator's HTTP API: start a run (idempotently), read a
+// conversation, follow its events as they happen, list the calls waiting
+// for approvers and workers, cancel, and wait for a status.
+//
+//	c, _ := client.New(client.Config{BaseURL: "http://127.0.0.1:8080"})
+//	run, _ := c.Start(ctx, client.StartRequest{Prompt: "What is the weather in Paris?"})
+//	for ev, err := range c.Events(ctx, run.ConversationID, "") { … }
+//	conv, _ := c.Wait(ctx, run.ConversationID)
+//
+// It wraps internal/client, which the toolgate command and the project's
+// own tests use, and speaks only HTTP: it links neither NATS nor the
+// orchestrator.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	iclient "github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Statuses of a conversation.
+const (
+	StatusRunning   = "running"
+	StatusPaused    = "paused"   // waiting for approvers or workers
+	StatusResuming  = "resuming" // its calls are answered; the follow-up run is starting
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+type (
+	// Run is the answer to a start: the run and its conversation.
+	Run = iclient.RunStatus
+	// Conversation is a conversation as the orchestrator shows it: its
+	// status, output or error, runs, pending calls and messages.
+	Conversation = iclient.Conversation
+	// PendingCall is a deferred call waiting for its reply.
+	PendingCall = wire.PendingCall
+	// APIError is an answer other than 2xx.
+	APIError = iclient.APIError
+)
+
+// Event is one event of a conversation, with the ID to resume after it.
+type Event struct {
+	// ID resumes the stream after this event (Events' after).
+	ID string
+	wire.Event
+}
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL of the orchestrator, e.g. "http://127.0.0.1:8080". Required.
+	BaseURL string
+	// Token, when set, is sent as a bearer token.
+	Token string
+	// HTTP defaults to a client without a timeout (event streams are long).
+	HTTP *http.Client
+}
+
+// Client talks to an orchestrator. It is safe for concurrent use.
+type Client struct{ c iclient.Client }
+
+// New returns a client for cfg.BaseURL.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", cfg.BaseURL)
+	}
+	return &Client{c: iclient.Client{BaseURL: cfg.BaseURL, Token: cfg.Token, HTTP: cfg.HTTP}}, nil
+}
+
+// StartRequest starts a run.
+type StartRequest struct {
+	// Prompt is the user's message. Required.
+	Prompt string
+	// ConversationID continues a conversation; empty starts a new one.
+	ConversationID string
+	// IdempotencyKey makes the start safe to repeat: the same key answers
+	// with the run it first started, from any replica. Empty: a fresh key
+	// per call, which still makes the client's own retries safe.
+	IdempotencyKey string
+}
+
+// Start starts a run. Lost connections and 5xx answers are retried under
+// the same idempotency key.
+func (c *Client) Start(ctx context.Context, r StartRequest) (Run, error) {
+	if r.Prompt == "" {
+		return Run{}, errors.New("client: start: prompt is empty")
+	}
+	if r.IdempotencyKey == "" {
+		return c.c.StartRun(ctx, r.Prompt, r.ConversationID)
+	}
+	return c.c.StartRunKey(ctx, r.Prompt, r.ConversationID, r.IdempotencyKey)
+}
+
+// Conversation reads a conversation.
+func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
+	return c.c.Conversation(ctx, id)
+}
+
+// Pending lists the calls waiting for a reply, of every conversation.
+func (c *Client) Pending(ctx context.Context) ([]PendingCall, error) { return c.c.Pending(ctx) }
+
+// Cancel cancels a conversation: its pending calls are settled and no
+// further run starts.
+func (c *Client) Cancel(ctx context.Context, id string) error { return c.c.Cancel(ctx, id) }
+
+// Events follows a conversation's events from the first kept (after "")
+// or after the event with ID after, as they happen, until ctx ends or the
+// caller stops. An event the client cannot read is yielded as an error,
+// and the sequence goes on.
+func (c *Client) Events(ctx context.Context, id, after string) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for sse, err := range c.c.Events(ctx, id, after) {
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			var ev wire.Event
+			if err := json.Unmarshal([]byte(sse.Data), &ev); err != nil {
+				if !yield(Event{ID: sse.ID}, fmt.Errorf("client: event %s: %w", sse.ID, err)) {
+					return
+				}
+				continue
+			}
+			if !yield(Event{ID: sse.ID, Event: ev}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Wait polls the conversation until its status is one of statuses
+// (default: completed, failed or cancelled) and returns it; it returns the
+// last state read and an error when ctx ends first.
+func (c *Client) Wait(ctx context.Context, id string, statuses ...string) (*Conversation, error) {
+	if len(statuses) == 0 {
+		statuses = []string{StatusCompleted, StatusFailed, StatusCancelled}
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		conv, err := c.c.Conversation(ctx, id)
+		if err == nil && slices.Contains(statuses, conv.Status) {
+			return conv, nil
+		}
+		var apiErr *APIError
+		if errors.As(err, &apiErr) && apiErr.Status != http.StatusNotFound && apiErr.Status < 500 {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("conversation %s is %s, not %v", id, conv.Status, statuses)
+			}
+			return conv, errors.Join(ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/client"
+)
+
+func TestNewRefusesBadURL(t *testing.T) {
+	for _, u := range []string{"", "localhost:8080", "ftp://x", "http://"} {
+		if _, err := client.New(client.Config{BaseURL: u}); err == nil || !strings.Contains(err.Error(), "base URL") {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+}
+
+func TestCancelPostsToTheConversation(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Method + " " + r.URL.Path + " " + r.Header.Get("Authorization")
+		if r.URL.Path == "/v1/conversations/gone/cancel" {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":"no conversation gone"}`)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{BaseURL: srv.URL, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(t.Context(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got != "POST /v1/conversations/c1/cancel Bearer s3cret" {
+		t.Errorf("request = %q", got)
+	}
+	var apiErr *client.APIError
+	if err := c.Cancel(t.Context(), "gone"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || !strings.Contains(apiErr.Message, "no conversation") {
+		t.Errorf("cancel of an unknown conversation: %v", err)
+	}
+	if _, err := c.Start(t.Context(), client.StartRequest{}); err == nil {
+		t.Error("an empty prompt was sent")
+	}
+}
+
+// Start, then wait for the conversation to end. (The orchestrator here is
+// a stand-in that completes every conversation at once; toolgatetest
+// starts a real one.)
+func Example() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/runs":
+			fmt.Fprint(w, `{"run_id":"r1_c1","conversation_id":"c1","status":"running"}`)
+		case r.URL.Path == "/v1/conversations/c1":
+			fmt.Fprint(w, `{"conversation_id":"c1","status":"completed","output":"42","runs":[],"pending":[],"messages":[]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer api.Close()
+
+	c, _ := client.New(client.Config{BaseURL: api.URL})
+	ctx := context.Background()
+	run, err := c.Start(ctx, client.StartRequest{Prompt: "What is the answer?", IdempotencyKey: "question-1"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	conv, err := c.Wait(ctx, run.ConversationID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(conv.Status, string(conv.Output))
+	// Output: completed "42"
+}

@@ -1,0 +1,131 @@
+package orchestrator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// What a reply does to a conversation, without I/O: the transition Apply
+// (machine.go) calls applyReply on the state the store read.
+
+// verdict is what became of a reply.
+type verdict int
+
+const (
+	verdictApplied   verdict = iota // recorded as the call's answer
+	verdictDuplicate                // the call was already answered; acked
+	verdictRefused                  // not acceptable; recorded, dead-lettered
+	verdictLate                     // past the call's deadline; recorded, dead-lettered
+)
+
+func (v verdict) String() string {
+	return [...]string{"applied", "duplicate", "refused", "late"}[v]
+}
+
+// applyReply records a reply in the conversation c (read for a CAS) and
+// says what became of it. Refusals are recorded too, on the call they were
+// meant for.
+func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
+	b := c.Batch
+	if b == nil || b.RunID != in.runID {
+		if c.runRecord(in.runID) == nil {
+			// A run id naming this conversation but none of its runs.
+			return verdictRefused, fmt.Sprintf("conversation %s has no run %s", c.ID, in.runID)
+		}
+		// The run's batch is over: its calls were all answered and its
+		// follow-up has taken them (or the run never paused).
+		c.StaleReplies++
+		return verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
+	}
+	pc := b.call(in.callID)
+	if pc == nil {
+		b.UnknownReplies++
+		return verdictRefused, fmt.Sprintf("run %s issued no call %s", in.runID, in.callID)
+	}
+	refuse := func(why string) (verdict, string) {
+		pc.Refused++
+		pc.LastRefusal = why
+		return verdictRefused, why
+	}
+	if pc.Kind != in.kind {
+		if in.kind == deferred.KindApproval {
+			return refuse(fmt.Sprintf("wrong kind: a decision for external call %s", pc.ToolCallID))
+		}
+		return refuse(fmt.Sprintf("wrong kind: a result for approval call %s", pc.ToolCallID))
+	}
+	if pc.Reply != nil {
+		if pc.Reply.Cancelled {
+			reason := cancelledReason(c)
+			pc.Late++
+			pc.LastRefusal = reason
+			return verdictLate, reason
+		}
+		if pc.Reply.Expired {
+			reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
+			pc.Late++
+			pc.LastRefusal = reason
+			return verdictLate, reason
+		}
+		pc.Duplicates++
+		return verdictDuplicate, fmt.Sprintf("call %s already answered", pc.ToolCallID)
+	}
+	if in.decision != nil {
+		if in.decision.ArgsDigest != pc.ArgsDigest {
+			return refuse(fmt.Sprintf("args digest of call %s does not match", pc.ToolCallID))
+		}
+		if in.trustErr != nil {
+			return refuse(in.trustErr.Error())
+		}
+	}
+	if !now.Before(pc.Deadline) {
+		pc.Reply = expiredReply(pc, now)
+		pc.Late++
+		reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
+		pc.LastRefusal = reason
+		return verdictLate, reason
+	}
+	pc.Reply = replyOf(in, now)
+	pc.Reply.Trace = in.trace
+	// Answered, so it was published: nothing publishes it again.
+	pc.Published = true
+	if d := in.decision; d != nil {
+		c.Decisions = append(c.Decisions, DecisionRecord{
+			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
+			Approved: d.Approved, Message: pc.Reply.Message, ApproverID: d.ApproverID, At: now,
+		})
+	}
+	return verdictApplied, ""
+}
+
+func replyOf(in incoming, now time.Time) *Reply {
+	if d := in.decision; d != nil {
+		r := &Reply{By: d.ApproverID, At: now}
+		if d.Approved {
+			r.Outcome = OutcomeApproved
+			if len(d.OverrideArgs) > 0 && string(d.OverrideArgs) != "null" {
+				r.OverrideArgs = d.OverrideArgs
+			}
+		} else {
+			r.Outcome = OutcomeDenied
+			r.Message = d.Message
+			if r.Message == "" {
+				r.Message = deferred.DefaultDenyMessage
+			}
+		}
+		return r
+	}
+	res := in.result
+	r := &Reply{By: res.WorkerID, At: now}
+	switch res.Outcome {
+	case bus.OutcomeRetry:
+		r.Outcome, r.Message = OutcomeRetry, res.Message
+	case bus.OutcomeFailed:
+		r.Outcome, r.Message = OutcomeFailed, res.Message
+	default:
+		r.Outcome, r.Value, r.Content, r.Metadata = OutcomeReturn, res.Value, res.Content, res.Metadata
+	}
+	return r
+}

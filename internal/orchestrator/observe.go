@@ -1,0 +1,84 @@
+package orchestrator
+
+import (
+	"time"
+
+	"github.com/toolgate/toolgate/internal/telemetry"
+)
+
+// observer is told what happened to each reply, once; what counts it (the
+// Stats, the Prometheus metrics) is behind it, so the reply path says what
+// happened once instead of counting it twice.
+type observer interface {
+	reply(replyObservation)
+}
+
+// replyObservation is what became of one reply.
+type replyObservation struct {
+	kind        string // call or approval, as the subject says
+	verdict     string // verdict.String(), or replyInvalid, replyUnknownRun, replyError
+	tool        string // when known
+	redelivered bool
+	// Of a recorded reply: whether it found its call past the deadline
+	// and settled it as expired, whether it is a denial, and the time from
+	// the call's publication to its answer (zero when unknown).
+	expired  bool
+	decision bool
+	denied   bool
+	latency  time.Duration
+}
+
+// recorded fills in what the group commit found.
+func (r *replyObservation) recorded(j *replyJob) {
+	r.verdict = j.v.String()
+	r.expired = j.expired
+	r.decision = j.in.decision != nil
+	r.denied = r.decision && !j.in.decision.Approved
+	if !j.publishedAt.IsZero() {
+		r.latency = j.at.Sub(j.publishedAt)
+	}
+}
+
+// counters is the observer: the Stats and the metrics.
+type counters struct {
+	stats *Stats
+	m     *telemetry.OrchestratorMetrics
+}
+
+func (c counters) reply(r replyObservation) {
+	s, m := c.stats, c.m
+	m.Reply(r.kind, r.verdict)
+	if r.redelivered {
+		m.Redelivered(r.tool)
+	}
+	switch r.verdict {
+	case verdictApplied.String():
+		s.RepliesApplied.Add(1)
+		if r.latency > 0 {
+			if r.decision {
+				m.DecisionLatency(r.tool, r.latency)
+			} else {
+				m.ResultLatency(r.tool, r.latency)
+			}
+		}
+		if r.denied {
+			m.Denied(r.tool)
+		}
+	case verdictDuplicate.String():
+		s.Duplicates.Add(1)
+	case verdictLate.String():
+		s.Late.Add(1)
+		s.DeadLettered.Add(1)
+		m.DeadLetter(r.verdict)
+		if r.expired {
+			s.Expired.Add(1)
+			m.Expired(r.kind)
+		}
+	case replyError:
+		s.TransientErrors.Add(1)
+	default: // refused, invalid, unknown run
+		s.Refused.Add(1)
+		s.DeadLettered.Add(1)
+		m.DeadLetter(r.verdict)
+	}
+}

@@ -1,0 +1,254 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// replyJob is one reply waiting to be recorded, and then what became of it.
+type replyJob struct {
+	in   incoming
+	done chan struct{}
+	// seq is the reply's stream sequence: a group applies its replies in
+	// the order they were stored, so that of two answers to one call the
+	// first stored wins, whichever handler joined first.
+	seq uint64
+
+	v      verdict
+	reason string
+	err    error
+	// Of the call the reply answers, when the run's batch has it: its tool,
+	// when it was published, and whether this reply found it past its
+	// deadline and settled it as expired.
+	tool        string
+	publishedAt time.Time
+	at          time.Time
+	expired     bool
+}
+
+// replyGroups gathers the replies being handled per conversation. The
+// handler that finds no group for its conversation leads: it records every
+// reply that has joined in one CAS, then those that joined meanwhile, until
+// none is left. Others wait for their verdict. A batch of n replies thus
+// costs far fewer than n rewrites of the conversation, and each reply is
+// still acked only once its effect is in KV.
+type replyGroups struct {
+	mu sync.Mutex
+	m  map[string]*replyGroup
+}
+
+type replyGroup struct {
+	jobs []*replyJob
+	// joined is signalled (without blocking) when a job joins.
+	joined chan struct{}
+}
+
+// join adds j to its conversation's group and reports whether the caller
+// leads it.
+func (g *replyGroups) join(convID string, j *replyJob) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]*replyGroup{}
+	}
+	grp, ok := g.m[convID]
+	if !ok {
+		grp = &replyGroup{joined: make(chan struct{}, 1)}
+		g.m[convID] = grp
+	}
+	grp.jobs = append(grp.jobs, j)
+	select {
+	case grp.joined <- struct{}{}:
+	default:
+	}
+	return !ok
+}
+
+// take removes the jobs waiting for convID; when there are none it ends the
+// group, and the next reply leads a new one.
+func (g *replyGroups) take(convID string) []*replyJob {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp := g.m[convID]
+	if grp == nil || len(grp.jobs) == 0 {
+		delete(g.m, convID)
+		return nil
+	}
+	jobs := grp.jobs
+	grp.jobs = nil
+	return jobs
+}
+
+// more removes the jobs that joined convID's group since the last take,
+// keeping the group open, and returns the channel signalled at the next
+// join.
+func (g *replyGroups) more(convID string) ([]*replyJob, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp := g.m[convID]
+	if grp == nil {
+		return nil, nil
+	}
+	jobs := grp.jobs
+	grp.jobs = nil
+	return jobs, grp.joined
+}
+
+// Replies that leave their batch incomplete change nothing anyone waits
+// for but the record: their group lingers up to Config.ReplyLinger for more
+// replies, so that a large batch is recorded in a few rewrites of the
+// conversation instead of one per handful of replies. The reply that
+// completes the batch ends the wait at once: the follow-up is never held
+// back by it. A group stops gathering at replyLingerMax jobs, so that
+// lingering groups never hold every handler.
+const (
+	replyLinger    = 5 * time.Millisecond
+	replyLingerMax = replyConcurrency / 4
+)
+
+// linger gathers more jobs for convID's group while they leave its batch
+// (as c, the stored state, has it) incomplete, for up to ReplyLinger.
+func (o *Orchestrator) linger(ctx context.Context, convID string, c *Conversation, jobs []*replyJob) []*replyJob {
+	if o.cfg.ReplyLinger < 0 || c == nil || c.Batch == nil || c.Batch.Inline {
+		return jobs
+	}
+	var timer *time.Timer
+	for len(jobs) < replyLingerMax && !completes(c.Batch, jobs) {
+		more, joined := o.replyGroups.more(convID)
+		jobs = append(jobs, more...)
+		if len(more) > 0 {
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(o.cfg.ReplyLinger)
+			defer timer.Stop()
+		}
+		select {
+		case <-joined:
+		case <-timer.C:
+			return jobs
+		case <-ctx.Done():
+			return jobs
+		}
+	}
+	return jobs
+}
+
+// completes reports whether the jobs answer every call of b still pending,
+// or cannot be told to leave it incomplete (a reply to another run).
+func completes(b *Batch, jobs []*replyJob) bool {
+	pending := 0
+	for _, pc := range b.Calls {
+		if pc.Reply == nil {
+			pending++
+		}
+	}
+	answered := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j.in.runID != b.RunID {
+			return true
+		}
+		if pc := b.call(j.in.callID); pc != nil && pc.Reply == nil {
+			answered[pc.ToolCallID] = true
+		}
+	}
+	return len(answered) >= pending
+}
+
+// record has j recorded in its conversation: by the handler that leads the
+// conversation's group, which records every reply that joins it, a group
+// at a time, until none is left. It returns once j has its verdict, or
+// ctx ended (the leader may still record it; a redelivery is then a
+// duplicate).
+func (o *Orchestrator) record(ctx context.Context, convID string, j *replyJob) error {
+	if o.replyGroups.join(convID, j) {
+		// Each round starts from the state the last one wrote, saving a
+		// read while no one else wrote meanwhile.
+		var (
+			c   *Conversation
+			rev uint64
+		)
+		for jobs := o.replyGroups.take(convID); jobs != nil; jobs = o.replyGroups.take(convID) {
+			if c == nil {
+				// Read now rather than in the append, to know whether to
+				// linger; a failed read is left to the append to report.
+				c, rev, _ = o.store.current(ctx, convID)
+			}
+			jobs = o.linger(ctx, convID, c, jobs)
+			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
+		}
+	}
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// applyGroup records jobs in the conversation by one CAS, starting from
+// from (at rev; nil reads it) and, in the same write, claims the batch if
+// they completed it; then it hands every job its verdict and moves the
+// conversation on (the follow-up is launched, or the next deadline
+// scheduled). It returns the state it wrote while it is still the caller's
+// to reuse, else nil.
+func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
+	var followUp string
+	apply := func(c *Conversation) error {
+		now := o.clock()
+		for _, j := range jobs {
+			pc := c.Batch.call(j.in.callID)
+			if c.Batch == nil || c.Batch.RunID != j.in.runID {
+				pc = nil
+			}
+			settled := pc != nil && pc.Reply != nil
+			j.v, j.reason = c.Apply(j.in, now)
+			j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
+			if pc != nil {
+				j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
+				j.expired = j.v == verdictLate && !settled
+			}
+		}
+		c.UpdatedAt = now
+		followUp = o.claimIn(c, now)
+		return nil
+	}
+	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, apply)
+	if tl := tooLarge(err); tl != nil {
+		// The results do not fit: they are recorded as failed results,
+		// which the follow-up shows the model.
+		for _, j := range jobs {
+			j.in = shrunk(j.in, tl)
+		}
+		conv, rev, err = o.store.updateFrom(ctx, convID, nil, 0, apply)
+		if tl := tooLarge(err); tl != nil {
+			o.failTooLarge(ctx, convID, tl)
+			for _, j := range jobs {
+				j.v, j.reason = verdictRefused, tl.Error()
+				o.replyEvents(ctx, convID, j)
+				close(j.done)
+			}
+			return nil, 0
+		}
+	}
+	for _, j := range jobs {
+		j.err = err
+		if err == nil {
+			o.replyEvents(ctx, convID, j)
+		}
+		close(j.done)
+	}
+	if err != nil {
+		return nil, 0
+	}
+	if followUp != "" {
+		o.claimed(ctx, conv, rev, followUp)
+		return nil, 0
+	}
+	o.schedule(conv)
+	return conv, rev
+}

@@ -1,0 +1,185 @@
+// Package toolgatetest starts a whole toolgate system inside a test: an
+// embedded NATS server with JetStream in the test's temporary directory,
+// the streams and buckets set up, an orchestrator running the agent you
+// give it with its HTTP API on a loopback port, and whatever workers and
+// approval bots the test adds. Everything stops at the test's cleanup.
+//
+//	sys := toolgatetest.Start(t, toolgatetest.Options{Agent: agentYAML, AgentDir: os.DirFS("testdata")})
+//	w, _ := worker.New(sys.Conn(), worker.Config{})
+//	worker.Register(w, "get_weather", "", getWeather)
+//	sys.Go("worker", w.Run)
+//	run, _ := sys.Client.Start(ctx, client.StartRequest{Prompt: "weather in Paris?"})
+//	conv, _ := sys.Client.Wait(ctx, run.ConversationID)
+//
+// Like net/http/httptest, it is for tests; it links nats-server.
+package toolgatetest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/approval"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// Timeout bounds the waits of this package (starting, stopping), generous
+// for a loaded machine.
+const Timeout = 30 * time.Second
+
+// Options configure a System.
+type Options struct {
+	// Agent is the agent config (YAML, as the orchestrator's --agent file):
+	// model, instructions and tools. Empty: the built-in demo agent (the
+	// file tools played by a script model).
+	Agent []byte
+	// AgentDir resolves the files the agent config names (a script
+	// model's responses). Defaults to nothing: such a config fails.
+	AgentDir fs.FS
+	// TrustedApprovers, when set, makes the orchestrator accept only
+	// decisions signed by the key of the approver they name.
+	TrustedApprovers map[string]ed25519.PublicKey
+	// Logger receives every part's log. nil discards it.
+	Logger *slog.Logger
+}
+
+// System is a running toolgate.
+type System struct {
+	// URL is the orchestrator's HTTP API, Client a client of it.
+	URL    string
+	Client *client.Client
+
+	t      testing.TB
+	srv    *embedded.Server
+	logger *slog.Logger
+}
+
+// Start starts a system for t; it stops at t's cleanup. A part that
+// cannot start fails the test.
+func Start(t testing.TB, opts Options) *System {
+	t.Helper()
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: logger})
+	if err != nil {
+		t.Fatalf("toolgatetest: start NATS: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	s := &System{t: t, srv: srv, logger: logger}
+
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	b := s.bus(ctx, "toolgatetest-orchestrator")
+	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
+		t.Fatalf("toolgatetest: set up streams: %v", err)
+	}
+	agent, err := agentConfig(opts)
+	if err != nil {
+		t.Fatalf("toolgatetest: agent config: %v", err)
+	}
+	o, err := orchestrator.New(orchestrator.Config{
+		Bus: b, Agent: agent, Logger: logger, TrustedApprovers: opts.TrustedApprovers,
+		// Short enough that a test sees expiries and relaunches promptly.
+		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("toolgatetest: orchestrator: %v", err)
+	}
+	if err := o.Start(ctx); err != nil {
+		t.Fatalf("toolgatetest: start orchestrator: %v", err)
+	}
+	api := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{Logger: logger}))
+	// Cleanups run last-in first-out: the API closes, then the
+	// orchestrator stops, then the connection closes and the server ends.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		if err := o.Stop(ctx); err != nil {
+			t.Errorf("toolgatetest: stop orchestrator: %v", err)
+		}
+	})
+	t.Cleanup(api.Close)
+	s.URL = api.URL
+	if s.Client, err = client.New(client.Config{BaseURL: api.URL}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func agentConfig(opts Options) (*orchestrator.AgentConfig, error) {
+	if len(opts.Agent) == 0 {
+		return orchestrator.DemoAgentConfig()
+	}
+	return orchestrator.ParseAgentConfig(opts.Agent, false, opts.AgentDir)
+}
+
+func (s *System) bus(ctx context.Context, name string) *bus.Bus {
+	s.t.Helper()
+	b, err := s.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: s.logger})
+	if err != nil {
+		s.t.Fatalf("toolgatetest: connect: %v", err)
+	}
+	s.t.Cleanup(b.Close)
+	return b
+}
+
+// NATSURL is the embedded server's client URL.
+func (s *System) NATSURL() string { return s.srv.ClientURL() }
+
+// Conn opens a connection to the system's NATS server, for a worker or an
+// approval bot; it is closed at cleanup.
+func (s *System) Conn() *nats.Conn {
+	s.t.Helper()
+	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("toolgatetest"))
+	if err != nil {
+		s.t.Fatalf("toolgatetest: connect: %v", err)
+	}
+	s.t.Cleanup(nc.Close)
+	return nc
+}
+
+// Go runs fn (a worker's or a bot's Run) until the test's cleanup, which
+// cancels its context and waits for it; an error other than the
+// cancellation fails the test.
+func (s *System) Go(name string, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	s.t.Cleanup(func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					s.t.Errorf("toolgatetest: %s: %v", name, err)
+				}
+			case <-time.After(Timeout):
+				s.t.Errorf("toolgatetest: %s did not stop within %s", name, Timeout)
+			}
+		})
+	})
+}
+
+// Approve runs an approval bot named id that decides with d.
+func (s *System) Approve(id string, key ed25519.PrivateKey, d approval.Decider) {
+	s.t.Helper()
+	bot, err := approval.New(s.Conn(), approval.Config{ID: id, Key: key, Logger: s.logger}, d)
+	if err != nil {
+		s.t.Fatalf("toolgatetest: %v", err)
+	}
+	s.Go("approval bot "+id, bot.Run)
+}
