@@ -21,6 +21,9 @@ type entry struct {
 	msg      jetstream.Msg
 	seq      uint64
 	received time.Time
+	// mcpServer is the MCP server the tool comes from, as its advert
+	// says; empty for other tools or when no worker advertises it.
+	mcpServer string
 	gen      uint64 // store generation when it was put
 }
 
@@ -34,6 +37,9 @@ type Item struct {
 	ToolCallID      string          `json:"tool_call_id"`
 	ToolName        string          `json:"tool_name"`
 	ToolDescription string          `json:"tool_description,omitempty"`
+	// MCPServer names the MCP server the tool comes from (its advert's
+	// mcp_server), so that the approver knows what will act.
+	MCPServer string `json:"mcp_server,omitempty"`
 	Args            json.RawMessage `json:"args"`
 	ArgsText        string          `json:"args_text"` // args, indented
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
@@ -55,6 +61,7 @@ func itemOf(e *entry) Item {
 		ToolCallID:      r.ToolCallID,
 		ToolName:        r.ToolName,
 		ToolDescription: r.ToolDescription,
+		MCPServer:       e.mcpServer,
 		Args:            r.Args,
 		ArgsText:        indent(r.Args),
 		Metadata:        r.Metadata,
