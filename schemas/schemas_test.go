@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
 )
 
@@ -29,6 +30,7 @@ var goTypes = map[string]reflect.Type{
 	"requests":         reflect.TypeFor[deferred.Requests](),
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
+	"conversation":     reflect.TypeFor[orchestrator.ConversationView](),
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {

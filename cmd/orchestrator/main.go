@@ -64,6 +64,9 @@ type options struct {
 	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
 	maxRuns                                                                    int
 	replicas                                                                   int
+	// contentType of the calls, approval requests and events published
+	// (--wire).
+	contentType string
 
 	// NATS authentication: users of the embedded server, or this process's
 	// own credentials.
@@ -93,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
+	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: orchestrator [flags]")
@@ -103,6 +107,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() != 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch *wireForm {
+	case "msgpack":
+		o.contentType = bus.ContentTypeMsgpack
+	case "json":
+		o.contentType = bus.ContentTypeJSON
+	default:
+		return o, fmt.Errorf("--wire %q: want msgpack or json", *wireForm)
 	}
 	if o.sync != "always" && o.sync != "default" {
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
@@ -181,7 +193,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	connect := func(name string) (*bus.Bus, error) {
-		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger}
+		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger, ContentType: o.contentType}
 		if srv != nil {
 			cfg.CredsFile = ""
 			return srv.Connect(cctx, cfg)

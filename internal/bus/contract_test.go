@@ -2,9 +2,19 @@ package bus_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -105,5 +115,261 @@ func TestCallConsumerKeepsAWorkersSettings(t *testing.T) {
 	}
 	if got := cons.CachedInfo().Config.AckWait; got != 3*time.Second {
 		t.Errorf("ack wait %s after the orchestrator published, want the worker's 3s", got)
+	}
+}
+
+// protocolDoc is docs/protocol.md, the wire contract for other languages.
+func protocolDoc(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// tableRows returns the cells of the rows of doc's tables whose first cell
+// matches first.
+func tableRows(doc string, first *regexp.Regexp) [][]string {
+	var rows [][]string
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if first.MatchString(cells[0]) {
+			rows = append(rows, cells)
+		}
+	}
+	return rows
+}
+
+var backticked = regexp.MustCompile("`([^`]+)`")
+
+// fill replaces the placeholders of a template from the doc.
+func fill(template string, values map[string]string) string {
+	return regexp.MustCompile(`<[a-z_]+>`).ReplaceAllStringFunc(template, func(p string) string {
+		if v, ok := values[p[1:len(p)-1]]; ok {
+			return v
+		}
+		return p
+	})
+}
+
+// subjectMatches is NATS subject matching of a filter with * and >.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(f) == len(s)
+}
+
+// The streams and subjects docs/protocol.md states are the ones Setup
+// creates, each subject captured by its stream and built by the code as
+// the doc writes it.
+func TestProtocolDocStreamsAndSubjects(t *testing.T) {
+	t.Parallel()
+	doc := protocolDoc(t)
+	values := map[string]string{"tool": "T", "run_id": "R", "conversation_id": "C", "kind": "decode",
+		"stream": bus.StreamCalls, "consumer": "call_T"}
+	built := map[string]func() (string, error){
+		"toolgate.call.<tool>":             func() (string, error) { return bus.CallSubject("T") },
+		"toolgate.approval.<tool>":         func() (string, error) { return bus.ApprovalSubject("T") },
+		"toolgate.reply.<run_id>.call":     func() (string, error) { return bus.CallReplySubject("R") },
+		"toolgate.reply.<run_id>.approval": func() (string, error) { return bus.DecisionSubject("R") },
+		"toolgate.event.<conversation_id>": func() (string, error) { return bus.EventSubject("C") },
+		"toolgate.dlq.<kind>":              func() (string, error) { return bus.DLQSubject("decode") },
+		"toolgate.audit.<run_id>":          func() (string, error) { return bus.AuditSubject("R") },
+		"toolgate.conv.<conversation_id>":  func() (string, error) { return bus.ConversationSubject("C"), nil },
+	}
+	configs := map[string][]string{}
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		configs[sc.Name] = sc.Subjects
+	}
+	rows := tableRows(doc, regexp.MustCompile("^`TOOLGATE_"))
+	seen := map[string]bool{}
+	for _, row := range rows {
+		stream := strings.Trim(row[0], "`")
+		seen[stream] = true
+		if _, ok := configs[stream]; !ok {
+			t.Errorf("the doc names stream %s, which Setup does not create", stream)
+			continue
+		}
+		for _, m := range backticked.FindAllStringSubmatch(row[1], -1) {
+			subj := fill(m[1], values)
+			var by []string
+			for name, fs := range configs {
+				for _, f := range fs {
+					if subjectMatches(f, subj) {
+						by = append(by, name)
+					}
+				}
+			}
+			if len(by) != 1 || by[0] != stream {
+				t.Errorf("%s (%s) is captured by %v, the doc says %s", m[1], subj, by, stream)
+			}
+			if f, ok := built[m[1]]; ok {
+				if got, err := f(); err != nil || got != subj {
+					t.Errorf("the code builds %s as %q (%v), the doc %q", m[1], got, err, subj)
+				}
+				delete(built, m[1])
+			}
+		}
+	}
+	for name := range configs {
+		if !seen[name] {
+			t.Errorf("stream %s is not in the doc's table", name)
+		}
+	}
+	for tmpl := range built {
+		t.Errorf("subject %s is not in the doc's table", tmpl)
+	}
+}
+
+// The message ids docs/protocol.md states are the ones the publishers of
+// calls, approval requests, results and decisions (the Outgoing builders
+// that bus, the tool-worker and the approver publish with) set.
+func TestProtocolDocMessageIDs(t *testing.T) {
+	t.Parallel()
+	doc := protocolDoc(t)
+	call := bustest.SampleCall("run1", "c1")
+	call.Attempt = 3
+	appr := bustest.SampleApproval("run1", "c2")
+	reply := bustest.SampleReply("run1", "c3")
+	dec := bustest.SampleDecision("run1", "c4")
+	if err := dec.Sign(ed25519.NewKeyFromSeed(make([]byte, 32))); err != nil {
+		t.Fatal(err)
+	}
+	// The doc's rule for <hash>, computed here on its own.
+	body, err := dec.SigningBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(append(body, dec.Signature...))
+	build := map[string]func() (bus.Outgoing, error){
+		"CallRequest":     func() (bus.Outgoing, error) { return bus.CallMessage(call) },
+		"ApprovalRequest": func() (bus.Outgoing, error) { return bus.ApprovalMessage(appr) },
+		"CallReply":       func() (bus.Outgoing, error) { return bus.CallReplyMessage(reply) },
+		"Decision":        func() (bus.Outgoing, error) { return bus.DecisionMessage(dec) },
+	}
+	values := map[string]map[string]string{
+		"CallRequest":     {"run_id": call.RunID, "tool_call_id": call.ToolCallID, "tool": call.ToolName, "attempt": "3"},
+		"ApprovalRequest": {"run_id": appr.RunID, "tool_call_id": appr.ToolCallID, "tool": appr.ToolName, "attempt": strconv.Itoa(appr.Attempt)},
+		"CallReply":       {"run_id": reply.RunID, "tool_call_id": reply.ToolCallID},
+		"Decision":        {"run_id": dec.RunID, "tool_call_id": dec.ToolCallID, "approver_id": dec.ApproverID, "hash": hex.EncodeToString(sum[:8])},
+	}
+	rows := tableRows(doc, regexp.MustCompile(`^(CallRequest|ApprovalRequest|CallReply|Decision)$`))
+	if len(rows) != len(build) {
+		t.Fatalf("the doc's id table has %d rows, want %d", len(rows), len(build))
+	}
+	for _, row := range rows {
+		o, err := build[row[0]]()
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj := fill(strings.Trim(row[1], "`"), values[row[0]])
+		id := fill(strings.Trim(row[2], "`"), values[row[0]])
+		if o.Subject != subj || o.MsgID != id {
+			t.Errorf("%s: the code publishes on %q with id %q, the doc says %q and %q", row[0], o.Subject, o.MsgID, subj, id)
+		}
+	}
+	// A corrected decision gets another id.
+	fixed := dec
+	fixed.Message = "corrected"
+	if a, b := mustID(t, dec), mustID(t, fixed); a == b {
+		t.Errorf("a corrected decision keeps the id %s", a)
+	}
+}
+
+func mustID(t *testing.T, d bus.Decision) string {
+	t.Helper()
+	id, err := d.MsgID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// The call consumer's configuration in docs/protocol.md is, field for
+// field, the one the orchestrator creates (CallConsumerConfig).
+func TestProtocolDocCallConsumer(t *testing.T) {
+	t.Parallel()
+	doc := protocolDoc(t)
+	m := regexp.MustCompile("(?s)```json call_consumer\n(.*?)```").FindStringSubmatch(doc)
+	if m == nil {
+		t.Fatal("no call_consumer block in docs/protocol.md")
+	}
+	var stated map[string]any
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(m[1], "<tool>", "T")), &stated); err != nil {
+		t.Fatalf("the doc's block: %v", err)
+	}
+	cc, err := bus.CallConsumerConfig("T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code map[string]any
+	if err := json.Unmarshal(raw, &code); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(code, stated); diff != "" {
+		t.Errorf("call_<tool> (-code +doc):\n%s", diff)
+	}
+}
+
+// Every dead-letter kind and header is in docs/protocol.md's tables.
+func TestProtocolDocDeadLetters(t *testing.T) {
+	t.Parallel()
+	doc := protocolDoc(t)
+	for _, kind := range []string{bus.DLQDecode, bus.DLQInvalid, bus.DLQHandler, bus.DLQMaxDeliveries} {
+		if !strings.Contains(doc, "| `"+kind+"` |") {
+			t.Errorf("dead-letter kind %s is not in the doc", kind)
+		}
+	}
+	for _, h := range []string{bus.HeaderDLQReason, bus.HeaderDLQSubject, bus.HeaderDLQStream, bus.HeaderDLQSeq,
+		bus.HeaderDLQConsumer, bus.HeaderDLQTruncated, "Toolgate-DLQ-Msg-Id"} {
+		if !strings.Contains(doc, "| `"+h+"` |") {
+			t.Errorf("dead-letter header %s is not in the doc", h)
+		}
+	}
+}
+
+// README keeps the short version: what it says of ids and the call
+// consumer agrees with docs/protocol.md.
+func TestReadmeAgreesWithProtocolDoc(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, doc := string(b), protocolDoc(t)
+	if !strings.Contains(readme, "docs/protocol.md") {
+		t.Error("README does not link docs/protocol.md")
+	}
+	ids := regexp.MustCompile("Nats-Msg-Id: (<run_id>[^`]*)`").FindAllStringSubmatch(readme, -1)
+	if len(ids) == 0 {
+		t.Error("README gives no Nats-Msg-Id")
+	}
+	for _, m := range ids {
+		if !strings.Contains(doc, "`"+m[1]+"`") {
+			t.Errorf("README gives the id %s, which docs/protocol.md does not", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile(`max_deliver(?:\s|\x60)*(\d+)`).FindAllStringSubmatch(readme, -1) {
+		if m[1] != "5" {
+			t.Errorf("README says max_deliver %s", m[1])
+		}
 	}
 }

@@ -54,7 +54,10 @@ func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
 	if !c.claimable() {
 		return ""
 	}
-	followUp := o.newRunID(c.ID)
+	followUp := c.Batch.PromptRunID
+	if followUp == "" {
+		followUp = o.newRunID(c.ID)
+	}
 	if !c.Claim(o.cfg.InstanceID, followUp, now, o.cfg.LeaseTTL) {
 		return ""
 	}

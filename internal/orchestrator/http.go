@@ -142,6 +142,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.o.storageWrote()
 	web.WriteJSON(w, http.StatusAccepted, info)
 }
 
@@ -271,6 +272,10 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	if err := h.o.StorageHealth(r.Context()); err != nil {
+		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
@@ -289,6 +294,9 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		web.WriteError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, ErrStopped):
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
+	case h.o.storageFailed(err):
+		w.Header().Set("Retry-After", "30")
+		web.WriteError(w, http.StatusServiceUnavailable, "storage full: the NATS server has no room for it ("+err.Error()+"); free disk space or raise the server's JetStream max_file_store, then retry")
 	case errors.Is(err, nats.ErrMaxPayload):
 		web.WriteError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
 	default:

@@ -59,6 +59,9 @@ func TestHTTPErrors(t *testing.T) {
 	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
+	if _, err := o.StartRun(ctxT(t), "first", paused.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name, method, path, body string
@@ -73,7 +76,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"too large", "POST", "/v1/runs", `{"prompt":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "larger"},
 		{"bad conversation id", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"a.b"}`, 400, "conversation_id"},
 		{"unknown conversation", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"nope"}`, 404, "not found"},
-		{"paused conversation", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"` + paused.ID + `"}`, 409, "paused"},
+		{"second prompt while paused", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"` + paused.ID + `"}`, 409, "already has a prompt"},
 		{"get unknown conversation", "GET", "/v1/conversations/nope", "", 404, "not found"},
 		{"get unknown run", "GET", "/v1/runs/nope", "", 404, "not found"},
 		{"no such endpoint", "DELETE", "/v1/runs", "", 405, ""},

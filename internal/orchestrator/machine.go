@@ -192,9 +192,36 @@ func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Dur
 	c.Status = StatusResuming
 	c.Batch.FollowUpRunID = followUp
 	c.Lease = &Lease{Owner: owner, RunID: followUp, Until: now.Add(ttl)}
-	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, StartedAt: now})
+	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, Prompt: c.Batch.Prompt, StartedAt: now})
 	c.UpdatedAt = now
 	return true
+}
+
+// AddPrompt gives a paused conversation a prompt that its follow-up run
+// (runID) sends after the batch's results; the claim uses runID. It
+// reports repeat when runID is already the conversation's (a retried
+// request), changing nothing. A second prompt while the first waits, or a
+// conversation that is not paused, refuses it (*ConflictError); runID
+// already queued with another prompt is an *IdempotencyError.
+func (c *Conversation) AddPrompt(runID, prompt string, now time.Time) (repeat bool, err error) {
+	if c.runRecord(runID) != nil {
+		return true, nil
+	}
+	if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline {
+		return false, &ConflictError{ConversationID: c.ID, Status: c.Status}
+	}
+	if c.Batch.PromptRunID == runID {
+		if c.Batch.Prompt != prompt {
+			return false, &IdempotencyError{ConversationID: c.ID, RunID: runID}
+		}
+		return true, nil
+	}
+	if c.Batch.Prompt != "" {
+		return false, &ConflictError{ConversationID: c.ID, Status: c.Status, Op: opSecondPrompt}
+	}
+	c.Batch.Prompt, c.Batch.PromptRunID = prompt, runID
+	c.UpdatedAt = now
+	return false, nil
 }
 
 // claimable reports whether the batch is complete and not yet claimed.

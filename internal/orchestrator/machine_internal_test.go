@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -135,6 +136,36 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("batch %+v, want the cancelled one, followed up by r2_c1", c.Batch)
 			}
 		}}},
+		{"prompt a paused one", func() *Conversation { return paused(false, true) }, func(c *Conversation) error {
+			if repeat, err := c.AddPrompt("r2_c1", "more", now); repeat || err != nil {
+				return fmt.Errorf("repeat %v, %v", repeat, err)
+			}
+			if repeat, err := c.AddPrompt("r2_c1", "more", now); !repeat || err != nil {
+				return fmt.Errorf("a retry: repeat %v, %v", repeat, err)
+			}
+			var ie *IdempotencyError
+			if _, err := c.AddPrompt("r2_c1", "other", now); !errors.As(err, &ie) {
+				return fmt.Errorf("the same run with another prompt: %v", err)
+			}
+			if _, err := c.AddPrompt("r3_c1", "again", now); !conflict(err) {
+				return fmt.Errorf("a second prompt: %v", err)
+			}
+			c.Batch.Calls[0].Reply = &Reply{Outcome: OutcomeApproved, At: now}
+			if !c.Claim(me, "r2_c1", now, ttl) {
+				return errors.New("not claimed")
+			}
+			return nil
+		}, []check{status(StatusResuming), leaseOf(me, "r2_c1"), func(t *testing.T, c *Conversation) {
+			if rec := c.runRecord("r2_c1"); rec == nil || rec.Prompt != "more" {
+				t.Errorf("follow-up run %+v, want the prompt", rec)
+			}
+		}}},
+		{"prompt a running one is refused", running, func(c *Conversation) error {
+			if _, err := c.AddPrompt("r2_c1", "more", now); !conflict(err) {
+				return fmt.Errorf("not refused: %v", err)
+			}
+			return nil
+		}, []check{status(StatusRunning)}},
 		{"start a paused one is refused", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
 			if _, err := c.Start(RunRecord{RunID: "r2_c1"}, nil, now); !conflict(err) {
 				return errors.New("not refused")

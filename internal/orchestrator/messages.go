@@ -11,8 +11,11 @@ import (
 // scenario's expected messages. A retry part carries its message in full.
 
 type messageJSON struct {
-	Request  []partJSON `json:"request,omitempty"`
-	Response []partJSON `json:"response,omitempty"`
+	// Pointers, so that an empty message still says which kind it is
+	// ({"response": []}): omitempty drops an empty slice but not a pointer
+	// to one.
+	Request  *[]partJSON `json:"request,omitempty"`
+	Response *[]partJSON `json:"response,omitempty"`
 }
 
 type partJSON struct {
@@ -55,16 +58,13 @@ func messagesJSON(history []agent.Message) []json.RawMessage {
 			}
 		}
 		var mj messageJSON
+		if parts == nil {
+			parts = []partJSON{}
+		}
 		if m.Kind == agent.KindResponse {
-			mj.Response = parts
-			if mj.Response == nil {
-				mj.Response = []partJSON{}
-			}
+			mj.Response = &parts
 		} else {
-			mj.Request = parts
-			if mj.Request == nil {
-				mj.Request = []partJSON{}
-			}
+			mj.Request = &parts
 		}
 		b, err := json.Marshal(mj)
 		if err != nil {

@@ -228,14 +228,17 @@ type ConflictError struct {
 
 // Operations a ConflictError may refuse besides a prompt.
 const (
-	opCancel = "cancel"
-	opDelete = "delete"
+	opCancel       = "cancel"
+	opDelete       = "delete"
+	opSecondPrompt = "second prompt"
 )
 
 func (e *ConflictError) Error() string {
 	switch e.Op {
 	case opCancel:
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
+	case opSecondPrompt:
+		return fmt.Sprintf("conversation %s is paused and already has a prompt for its follow-up run; another is accepted once it is finished", e.ConversationID)
 	case opDelete:
 		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
 	}
@@ -254,6 +257,7 @@ type Orchestrator struct {
 	// eventBus publishes the events (Config.EventBus).
 	eventBus *bus.Bus
 	js       jetstream.JetStream
+	storage  storageState
 	store    *store
 	agent    *agent.Agent
 	clock    func() time.Time
@@ -284,6 +288,18 @@ type Orchestrator struct {
 	events      *eventQueue
 	replyGroups replyGroups
 	observer    observer
+
+	// catalogue holds the tools workers advertise (nil until Start);
+	// runTools the tools of each run executing here, by run id;
+	// builtTools the agent's tools made for discovered ones, by name and
+	// schema digest.
+	catalogue  *Catalogue
+	runTools   sync.Map
+	builtTools sync.Map
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+	warnings   advertWarnings
+	warnedOnce sync.Map
 
 	stats Stats
 }
@@ -340,6 +356,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.warnings.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
@@ -393,6 +410,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		_ = o.maxDeliver.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
+	o.watchAdverts(ctx)
 	if err := o.reconcile(ctx); err != nil {
 		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
 	}
@@ -448,6 +466,10 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
+		if o.stopWatch != nil {
+			o.stopWatch()
+			<-o.watchDone
+		}
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {
@@ -490,6 +512,10 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	}
 	rec := c.runRecord(runID)
 	if rec == nil {
+		if c.Batch != nil && c.Batch.PromptRunID == runID {
+			// A follow-up prompt's run, waiting for its batch.
+			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
+		}
 		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil

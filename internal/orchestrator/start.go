@@ -6,13 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // StartRequest asks for a run.
 type StartRequest struct {
 	Prompt string
-	// ConversationID continues that conversation, which must be completed
-	// or failed; empty starts a new one.
+	// ConversationID continues that conversation, which must be finished
+	// or paused (the prompt then goes into the follow-up run, after the
+	// batch's results); empty starts a new one.
 	ConversationID string
 	// IdempotencyKey, when set, makes the start safe to retry: a start
 	// whose answer was lost (a timeout while the store's leader moved, a
@@ -80,16 +82,30 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	if _, _, err := o.store.get(ctx, convID); err != nil {
 		return RunInfo{}, err
 	}
-	repeat := false
+	repeat, queued := false, false
 	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
 		var err error
-		if repeat, err = c.Start(rec, lease, now); err == nil && repeat {
+		queued = c.Status == StatusPaused && c.runRecord(runID) == nil
+		if queued {
+			// The prompt waits for the batch and goes into its follow-up.
+			repeat, err = c.AddPrompt(runID, req.Prompt, now)
+		} else {
+			repeat, err = c.Start(rec, lease, now)
+		}
+		if err == nil && repeat {
 			return errUnchanged
 		}
 		return err
 	})
+	if ie := (*IdempotencyError)(nil); errors.As(err, &ie) {
+		ie.Key = req.IdempotencyKey
+	}
 	if err != nil {
 		return RunInfo{}, err
+	}
+	if queued {
+		o.log.InfoContext(ctx, "prompt queued for the follow-up run", slog.String("conversation_id", convID), slog.String("run_id", runID))
+		return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
 	}
 	if repeat {
 		return o.startedBefore(ctx, req, convID, runID)

@@ -59,12 +59,25 @@ func TestStartIdempotencyKey(t *testing.T) {
 	if other.ConversationID == first.ConversationID || other.RunID == first.RunID {
 		t.Fatalf("another key gave the same ids: %+v", other)
 	}
-	// A paused conversation takes no new prompt, key or not, and a key does
-	// not make it look like a repeat.
-	_, err = o.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "go on", ConversationID: first.ConversationID, IdempotencyKey: "order-17"})
+	// A paused conversation takes one prompt for its follow-up: its repeat
+	// under the same key answers the same run, the key with another prompt
+	// is refused, and a second prompt is a conflict.
+	queue := orchestrator.StartRequest{Prompt: "go on", ConversationID: first.ConversationID, IdempotencyKey: "order-17"}
+	queued, err := o.StartRunWith(ctxT(t), queue)
+	if err != nil || queued.Status != orchestrator.StatusPaused {
+		t.Fatalf("prompt while paused: %+v, %v", queued, err)
+	}
+	if again, err := o.StartRunWith(ctxT(t), queue); err != nil || again != queued {
+		t.Errorf("repeat of the queued prompt: %+v, %v; want %+v", again, err, queued)
+	}
+	queue.Prompt = "go on, differently"
+	if _, err := o.StartRunWith(ctxT(t), queue); !errors.As(err, &reused) || !strings.Contains(err.Error(), "order-17") {
+		t.Errorf("queued key reused for another prompt: %v", err)
+	}
+	queue.IdempotencyKey = "order-19"
 	var conflict *orchestrator.ConflictError
-	if !errors.As(err, &conflict) {
-		t.Fatalf("continuing a paused conversation: %v", err)
+	if _, err := o.StartRunWith(ctxT(t), queue); !errors.As(err, &conflict) {
+		t.Fatalf("a second prompt while paused: %v", err)
 	}
 }
 

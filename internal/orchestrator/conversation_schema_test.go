@@ -1,0 +1,54 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/schemas"
+)
+
+// The conversation view, with a history holding every kind of part, is what
+// schemas/conversation.schema.json says.
+func TestConversationViewMatchesItsSchema(t *testing.T) {
+	t.Parallel()
+	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
+	history := []agent.Message{
+		{Kind: agent.KindRequest, Parts: []agent.Part{
+			{Kind: agent.PartSystemPrompt, Content: "You edit files."},
+			{Kind: agent.PartUserPrompt, Content: "Tidy up"},
+		}},
+		{Kind: agent.KindResponse, Parts: []agent.Part{
+			{Kind: agent.PartText, Content: "On it."},
+			{Kind: agent.PartToolCall, ToolName: "update_file", ToolCallID: "a", Args: raw(`{"path":"x"}`)},
+			{Kind: agent.PartToolCall, ToolName: "delete_file", ToolCallID: "b", Args: raw(`not json`)},
+		}},
+		{Kind: agent.KindRequest, Parts: []agent.Part{
+			{Kind: agent.PartToolReturn, ToolName: "update_file", ToolCallID: "a", Value: raw(`{"n":1.0}`), Metadata: raw(`{"k":1}`)},
+			{Kind: agent.PartToolReturn, ToolName: "delete_file", ToolCallID: "b", Content: "denied", Outcome: agent.OutcomeDenied},
+			{Kind: agent.PartToolReturn, ToolName: "delete_file", ToolCallID: "c", Content: "boom", Outcome: agent.OutcomeFailed},
+			{Kind: agent.PartRetryPrompt, ToolName: "update_file", ToolCallID: "d", Content: "path: required"},
+			{Kind: agent.PartRetryPrompt, Content: "answer with a tool"},
+		}},
+		{Kind: agent.KindResponse},
+	}
+	out := "done"
+	v := ConversationView{
+		ConversationID: "c1", Status: StatusCompleted, Output: &out,
+		Runs:      []RunSummary{{RunID: "r1_c1", Status: StatusCompleted}},
+		Pending:   []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
+		Messages:  messagesJSON(history),
+		Decisions: []DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
+	}
+	doc, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schemas.Validate("conversation", doc); err != nil {
+		t.Errorf("%s: %v", doc, err)
+	}
+	if len(v.Messages) != len(history) {
+		t.Errorf("%d messages, want %d", len(v.Messages), len(history))
+	}
+}
