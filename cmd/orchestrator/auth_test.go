@@ -318,7 +318,9 @@ func TestHelpAndVersion(t *testing.T) {
 func TestAgentNamedAtStart(t *testing.T) {
 	var log lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
-	env := func(k string) (string, bool) { return map[string]string{"OPENAI_API_KEY": "k"}[k], k == "OPENAI_API_KEY" }
+	env := func(k string) (string, bool) {
+		return map[string]string{"OPENAI_API_KEY": "k"}[k], k == "OPENAI_API_KEY"
+	}
 	if _, err := loadAgent("../../examples/agent-seed-approval.yaml", env, logger); err != nil {
 		t.Fatal(err)
 	}
