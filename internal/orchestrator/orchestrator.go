@@ -339,6 +339,9 @@ type Stats struct {
 	// CallBatches counts the publishes of a batch's calls, each one
 	// round trip whatever the number of calls.
 	CallBatches atomic.Int64
+	// ReconcileErrors counts the conversations a reconcile pass had to
+	// leave as they were (one it could not read, a change that failed).
+	ReconcileErrors atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -422,11 +425,17 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.watchAdverts(ctx)
-	if err := o.reconcile(ctx); err != nil {
-		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
+	// The first pass lists what is due now, before a run can start, so that
+	// it never takes a run of this process for one left undone; its reads go
+	// on in the background.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	first, err := o.store.due(lctx)
+	cancel()
+	if err != nil {
+		o.log.WarnContext(ctx, "reconcile at start: the next pass will try again", slog.String("error", err.Error()))
 	}
 	o.loops.Go(o.expiryLoop)
-	o.loops.Go(o.reconcileLoop)
+	o.loops.Go(func() { o.reconcileLoop(first) })
 	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
 	return nil
 }
