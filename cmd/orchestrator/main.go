@@ -61,7 +61,7 @@ type options struct {
 	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
 	trust                                                                      pairs
 	shutdownTimeout                                                            time.Duration
-	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
+	leaseTTL, reconcileInterval, replyAckWait, retention                       time.Duration
 	maxRuns                                                                    int
 	replicas                                                                   int
 	// contentType of the calls, approval requests and events published
@@ -97,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
+	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: orchestrator [flags]")
@@ -118,6 +119,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.sync != "always" && o.sync != "default" {
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
+	}
+	if o.retention < 0 {
+		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
 	}
 	if o.replicas < 1 || o.replicas > 5 {
 		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
@@ -225,7 +229,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(st
 	orch, err := orchestrator.New(orchestrator.Config{
 		Bus: b, EventBus: eb, Agent: agentCfg, LookupEnv: lookupEnv, TrustedApprovers: trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: logger, Metrics: metrics,
-		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait,
+		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})
 	if err != nil {
 		return err
