@@ -35,9 +35,9 @@ fmt: ## gofmt the tree
 lint: vet ## vet + gofmt check
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"
 
-bench: ## toolgate vs raw JetStream into bench/ (QUICK=1: subset under 2 min, into bench/quick; NOTE="..." explains regressions)
+bench: ## toolgate vs raw JetStream into bench/ (QUICK=1: subset under 2 min, into bench/quick; NOTE="..." explains regressions; ARGS="..." more flags)
 	$(if $(QUICK),,$(GO) test -run '^$$' -bench . -benchmem ./...)
-	$(GO) run ./cmd/bench $(if $(QUICK),-quick) $(if $(NOTE),-note "$$NOTE")
+	$(GO) run ./cmd/bench $(if $(QUICK),-quick) $(if $(NOTE),-note "$$NOTE") $(ARGS)
 
 soak: ## faults against the whole system, then the invariants (CONVERSATIONS=200 CALLS=10 SEED=1 DURATION=2m)
 	$(GO) run ./cmd/soak -conversations $(or $(CONVERSATIONS),200) -calls $(or $(CALLS),10) -seed $(or $(SEED),1) -duration $(or $(DURATION),2m)

@@ -3,7 +3,7 @@
 // external result, lets inline handlers resolve them, and pauses the run with
 // a deferred.Requests batch when something is left. A paused run is resumed by
 // a new run given its history and a deferred.Results. The rules it follows are
-// D1–D34 of SEMANTICS.md.
+// D1–D34 of docs/semantics.md.
 package agent
 
 import (

@@ -334,8 +334,8 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
-	MetricHeapPerConversation, MetricStorePerConversation, MetricResumeSeconds,
-	MetricReplyPublishSeconds, MetricKVCreateSeconds,
+	MetricHeapPerConversation, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
+	MetricResumeReads, MetricReplyPublishSeconds, MetricKVCreateSeconds,
 }
 
 // reconcileMetrics are the reconcile rows of a memory case, in order.

@@ -115,13 +115,16 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 	defer r.tearDown(ctx)
 	r.measureHistory = true
 	var (
-		mu     sync.Mutex
-		pauses = make([]runEnd, 0, c.Calls)
+		mu        sync.Mutex
+		pauses    = make([]runEnd, 0, c.Calls)
+		allPaused = make(chan struct{})
 	)
 	r.paused = func(e runEnd) {
 		mu.Lock()
-		pauses = append(pauses, e)
-		mu.Unlock()
+		defer mu.Unlock()
+		if pauses = append(pauses, e); len(pauses) == c.Calls {
+			close(allPaused)
+		}
 	}
 	if err := r.startWorkers(ctx, 1, tool); err != nil {
 		return LongMeasurement{}, err
@@ -141,11 +144,16 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 	if end.status != orchestrator.StatusCompleted {
 		return LongMeasurement{}, fmt.Errorf("toolgate %s: conversation %s %s: %s", c.Name(), end.id, end.status, end.err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(pauses) != c.Calls {
+	// The last pause's end may be told after the follow-up's.
+	select {
+	case <-allPaused:
+	case <-time.After(conversationTimeout):
+		mu.Lock()
+		defer mu.Unlock()
 		return LongMeasurement{}, fmt.Errorf("toolgate %s: %d pauses, want one per call", c.Name(), len(pauses))
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	// Ends of different runs may be seen out of order.
 	slices.SortFunc(pauses, func(a, b runEnd) int { return a.runs - b.runs })
 	times := make([]time.Duration, c.Calls)

@@ -19,6 +19,10 @@ import (
 const (
 	MetricHeapPerConversation  = "heap_bytes_per_conversation"
 	MetricStorePerConversation = "store_bytes_per_conversation"
+	// MetricOrchestratorHeap is toolgate's share of the heap per paused
+	// conversation, by allocation site (toolgateHeap): without the
+	// embedded server's caches of its streams.
+	MetricOrchestratorHeap = "orchestrator_heap_bytes_per_conversation"
 	// MetricResumeSeconds is, for toolgate, the time from publishing one
 	// reply per paused conversation until every follow-up has finished;
 	// for raw, the time to consume every reply and update its
@@ -32,6 +36,9 @@ const (
 	// reply per paused conversation: JetStream's floor under a resume,
 	// the yardstick of earlier results.
 	MetricReplyPublishSeconds = "reply_publish_seconds"
+	// MetricResumeReads is toolgate's reads of conversation logs per
+	// conversation during the resume: the states its cache did not hold.
+	MetricResumeReads = "resume_state_reads_per_conversation"
 )
 
 // Metrics of the reconcile passes timed around the memory case (toolgate

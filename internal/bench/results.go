@@ -140,6 +140,7 @@ var goals = map[string]goal{
 	MetricP50:                 {maxRatio: 3},
 	MetricP99:                 {maxRatio: 3},
 	MetricHeapPerConversation: {absMax: 4096},
+	MetricOrchestratorHeap:    {tgMax: 4096},
 	MetricResumeSeconds:       {maxRatio: 4},
 	MetricStoredMessages:      {tgMax: 6},
 	MetricRoundTrips:          {tgMax: 3},

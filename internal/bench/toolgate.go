@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing/fstest"
@@ -535,6 +537,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if n < 1 {
 		return MemoryMeasurement{}, errors.New("toolgate memory: conversations must be at least 1")
 	}
+	// Finer heap samples than the default 512 KiB, so that the estimate of
+	// toolgate's own heap holds at a thousand conversations; only here, as
+	// sampling costs the allocation-heavy round trips a few per cent.
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = memProfileRate
 	r, err := t.setUp(ctx, 1, memoryStarters)
 	if err != nil {
 		return MemoryMeasurement{}, err
@@ -554,6 +561,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		}
 	}
 	heapBefore := heapAfterGC()
+	ownBefore := toolgateHeap()
 	ids := make([]string, n)
 	runs := make([]string, n)
 	sem := make(chan struct{}, memoryStarters)
@@ -580,6 +588,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %d of %d conversations paused", pausedN.Load(), n)
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
+	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
 	info, err := r.convs.Info(ctx)
 	if err != nil {
 		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: stream info: %w", err)
@@ -596,6 +605,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			return MemoryMeasurement{}, err
 		}
 	}
+	reads0 := r.stats.StateReads.Load()
 	start := time.Now()
 	for i := 0; i < len(replies); i += pipelineDepth {
 		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
@@ -612,6 +622,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		}
 	}
 	resume := time.Since(start).Seconds()
+	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 
 	cleanup, _, err := r.timeReconcile(ctx, 1)
 	if err != nil {
@@ -625,8 +636,10 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		Conversations: n,
 		Figures: map[string]float64{
 			MetricHeapPerConversation:  heapPer,
+			MetricOrchestratorHeap:     ownPer,
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resume,
+			MetricResumeReads:          resumeReads,
 			MetricReconcileNone:        ms(none),
 			MetricReconcileFinished:    ms(finished),
 			MetricReconcileGrowth:      float64(finished) / float64(max(none, time.Microsecond)),
@@ -635,6 +648,9 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		},
 	}, nil
 }
+
+// memProfileRate is the heap sampling rate of the memory case.
+const memProfileRate = 32 << 10
 
 // reconcilePasses is how many passes a reconcile figure is the median of.
 const reconcilePasses = 5
@@ -674,4 +690,56 @@ func longestGap(start time.Time, done []time.Time) time.Duration {
 		prev = t
 	}
 	return gap
+}
+
+// toolgateHeap estimates the live heap allocated by toolgate's own code:
+// the in-use bytes of the heap profile's samples with a frame of the module
+// outside this harness on their allocation stack (the orchestrator, the
+// agent, the bus client and the NATS client under them). The embedded
+// server's buffers and caches, which also grow with the conversations
+// stored, are allocated on its own goroutines and do not count. The profile
+// is as of the last GC: call it after heapAfterGC. It is an estimate from
+// samples (runtime.MemProfileRate), scaled as runtime/pprof scales them.
+func toolgateHeap() int64 {
+	n, _ := runtime.MemProfile(nil, false)
+	var recs []runtime.MemProfileRecord
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, false); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	var total float64
+	for i := range recs {
+		rec := &recs[i]
+		objects, bytes := rec.InUseObjects(), rec.InUseBytes()
+		if objects <= 0 || bytes <= 0 || !fromToolgate(rec.Stack()) {
+			continue
+		}
+		scale := 1.0
+		if rate > 1 {
+			scale = 1 / (1 - math.Exp(-float64(bytes)/float64(objects)/rate))
+		}
+		total += float64(bytes) * scale
+	}
+	return int64(total)
+}
+
+// fromToolgate says whether a stack has a frame of toolgate's code outside
+// this harness.
+func fromToolgate(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/toolgate/toolgate/") &&
+			!strings.HasPrefix(f.Function, "github.com/toolgate/toolgate/internal/bench.") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }

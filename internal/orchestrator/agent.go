@@ -8,17 +8,12 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
-	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry/modeltel"
 )
 
-// buildAgent turns the agent config into an agent. Every configured tool is
-// executed by a tool-worker: its body defers the call as external
-// (CallDeferred). Before that, the tool's approval rule may defer it for a
-// decision (ApprovalRequired, with the tool's approval_metadata as the
-// batch metadata, D2/D8); once approved, the body runs again and defers it
-// as an external call (D23, D26). Args are validated against the schema
-// before either (D3, D5).
+// buildAgent turns the agent config into an agent: its configured tools,
+// and, with discover: entries, the tools workers advertise that match them,
+// taken from the catalogue at the start of each run (discoveredToolset).
 func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 	cfg := o.cfg.Agent
 	model := o.cfg.Model
@@ -32,18 +27,15 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 	model = modeltel.Wrap(model, modeltel.Config{Metrics: o.cfg.Metrics, TracerProvider: o.cfg.TracerProvider})
 	tools := make([]agent.Tool, 0, len(cfg.Tools))
 	for i := range cfg.Tools {
-		tc := &cfg.Tools[i]
-		def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
-		t, err := agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
-			if !rc.ToolCallApproved && o.approvalRequired(rc, tc, args) {
-				return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
-			}
-			return nil, deferred.CallDeferred(nil)
-		})
+		t, err := o.newTool(&cfg.Tools[i])
 		if err != nil {
-			return nil, fmt.Errorf("tools[%d] (%s): %w", i, tc.Name, err)
+			return nil, fmt.Errorf("tools[%d] (%s): %w", i, cfg.Tools[i].Name, err)
 		}
 		tools = append(tools, t)
+	}
+	var toolsets []agent.Toolset
+	if len(cfg.Discover) > 0 {
+		toolsets = append(toolsets, o.discoveredToolset())
 	}
 	var handlers []agent.Handler
 	if cfg.InlineWait > 0 {
@@ -53,6 +45,7 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 		Model:            model,
 		Instructions:     cfg.Instructions,
 		Tools:            tools,
+		Toolsets:         toolsets,
 		Handlers:         handlers,
 		AllowDeferred:    true,
 		MaxModelRequests: cfg.MaxModelRequests,

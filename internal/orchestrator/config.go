@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -48,7 +49,11 @@ type AgentConfig struct {
 	// MaxModelRequests bounds the model calls of one run. Zero means the
 	// agent's default.
 	MaxModelRequests int          `json:"max_model_requests,omitempty"`
-	Tools            []ToolConfig `json:"tools"`
+	Tools            []ToolConfig `json:"tools,omitempty"`
+	// Discover offers the model the tools workers advertise whose names
+	// match an entry (the first that matches decides); a tool listed under
+	// Tools is the configured one.
+	Discover []DiscoverConfig `json:"discover,omitempty"`
 
 	// Script holds the responses of a script model, read from Model.Script.
 	Script []agent.ScriptResponse `json:"-"`
@@ -87,6 +92,22 @@ type ToolConfig struct {
 	Deadline Duration `json:"deadline,omitempty"`
 	// CallDeadline, when set, overrides Deadline for external calls.
 	CallDeadline Duration `json:"call_deadline,omitempty"`
+
+	approval *approvalRule
+	// Set for a discovered tool: its schema digest and MCP server.
+	digest    string
+	mcpServer string
+}
+
+// DiscoverConfig offers advertised tools whose names match Tools, with an
+// approval rule and deadlines as a configured tool has them.
+type DiscoverConfig struct {
+	// Tools is a glob over tool names (path.Match: *, ?, [a-z]).
+	Tools            string          `json:"tools"`
+	Approval         string          `json:"approval,omitempty"`
+	ApprovalMetadata json.RawMessage `json:"approval_metadata,omitempty"`
+	Deadline         Duration        `json:"deadline,omitempty"`
+	CallDeadline     Duration        `json:"call_deadline,omitempty"`
 
 	approval *approvalRule
 }
@@ -230,8 +251,29 @@ func (c *AgentConfig) validate() error {
 	if c.MaxModelRequests < 0 {
 		return errors.New("max_model_requests: must not be negative")
 	}
-	if len(c.Tools) == 0 {
-		return errors.New("tools: at least one tool is required")
+	if len(c.Tools) == 0 && len(c.Discover) == 0 {
+		return errors.New("tools: at least one tool (or a discover: entry) is required")
+	}
+	for i := range c.Discover {
+		d := &c.Discover[i]
+		field := fmt.Sprintf("discover[%d]", i)
+		if d.Tools == "" {
+			return fmt.Errorf("%s.tools: required (a glob over tool names, such as \"get-*\" or \"*\")", field)
+		}
+		if _, err := path.Match(d.Tools, ""); err != nil {
+			return fmt.Errorf("%s.tools: %q is not a glob: %w", field, d.Tools, err)
+		}
+		meta, err := objectOrNil(d.ApprovalMetadata)
+		if err != nil {
+			return fmt.Errorf("%s.approval_metadata: want an object: %w", field, err)
+		}
+		d.ApprovalMetadata = meta
+		if d.Deadline < 0 || d.CallDeadline < 0 {
+			return fmt.Errorf("%s.deadline: must not be negative", field)
+		}
+		if d.approval, err = compileApproval(d.Approval); err != nil {
+			return fmt.Errorf("%s.approval: %w", field, err)
+		}
 	}
 	seen := make(map[string]bool, len(c.Tools))
 	for i := range c.Tools {
@@ -256,15 +298,11 @@ func (c *AgentConfig) validate() error {
 		if typ, ok := schema["type"]; ok && typ != "object" {
 			return fmt.Errorf("%s.parameters: the args schema must have type \"object\", not %v", field, typ)
 		}
-		if len(t.ApprovalMetadata) > 0 && string(t.ApprovalMetadata) != "null" {
-			t.ApprovalMetadata = compactJSON(t.ApprovalMetadata)
-			var m map[string]any
-			if err := json.Unmarshal(t.ApprovalMetadata, &m); err != nil {
-				return fmt.Errorf("%s.approval_metadata: want an object: %w", field, err)
-			}
-		} else {
-			t.ApprovalMetadata = nil
+		meta, err := objectOrNil(t.ApprovalMetadata)
+		if err != nil {
+			return fmt.Errorf("%s.approval_metadata: want an object: %w", field, err)
 		}
+		t.ApprovalMetadata = meta
 		if t.Deadline < 0 || t.CallDeadline < 0 {
 			return fmt.Errorf("%s.deadline: must not be negative", field)
 		}
@@ -285,6 +323,19 @@ func (c *AgentConfig) tool(name string) *ToolConfig {
 		}
 	}
 	return nil
+}
+
+// objectOrNil compacts a JSON object; absent or null is nil.
+func objectOrNil(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	raw = compactJSON(raw)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }
 
 // compactJSON drops insignificant whitespace (YAML converts to spaced JSON);

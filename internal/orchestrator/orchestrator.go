@@ -293,6 +293,18 @@ type Orchestrator struct {
 	replyGroups replyGroups
 	observer    observer
 
+	// catalogue holds the tools workers advertise (nil until Start);
+	// runTools the tools of each run executing here, by run id;
+	// builtTools the agent's tools made for discovered ones, by name and
+	// schema digest.
+	catalogue  *Catalogue
+	runTools   sync.Map
+	builtTools sync.Map
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+	warnings   advertWarnings
+	warnedOnce sync.Map
+
 	stats Stats
 }
 
@@ -348,6 +360,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	o.warnings.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	a, err := o.buildAgent()
 	if err != nil {
@@ -401,6 +414,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		_ = o.maxDeliver.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
+	o.watchAdverts(ctx)
 	if err := o.reconcile(ctx); err != nil {
 		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
 	}
@@ -459,6 +473,10 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
+		if o.stopWatch != nil {
+			o.stopWatch()
+			<-o.watchDone
+		}
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {

@@ -92,7 +92,7 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall, runTrace 
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 		}
-		if tool := o.cfg.Agent.tool(pc.ToolName); tool != nil {
+		if tool := o.toolOf(runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -137,7 +137,10 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 			args = json.RawMessage("{}")
 		}
 		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := o.cfg.Agent.tool(call.ToolName)
+		tool := o.toolOf(runID, call.ToolName)
+		if tool != nil {
+			pc.SchemaDigest = tool.digest
+		}
 		approval := kind == deferred.KindApproval
 		pc.Deadline = now.Add(tool.deadline(approval))
 		// Published right after the batch is stored; the time to a

@@ -103,6 +103,12 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
+	// The tools are those of this moment for the whole run: a tool that a
+	// worker starts or stops advertising meanwhile is seen by the next run.
+	rt := o.toolsForRun(o.cfg.Agent)
+	o.runTools.Store(runID, rt)
+	defer o.runTools.Delete(runID)
+	ctx = context.WithValue(ctx, runToolsKey{}, rt)
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
@@ -117,6 +123,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		// with override args and deferred again carries them (D24, D26).
 		reqs := c.Batch.requests()
 		res := c.Batch.results()
+		staleApprovals(c.Batch, rt, &res)
 		in.Requests, in.Results = &reqs, &res
 		parent, links = c.Batch.followUpTrace()
 		if in.Prompt == "" {

@@ -132,6 +132,11 @@ type PendingCall struct {
 	ArgsDigest string          `msgpack:"args_digest,omitempty"`
 	Metadata   json.RawMessage `msgpack:"metadata,omitempty"`
 	Deadline   time.Time       `msgpack:"deadline"`
+	// SchemaDigest is, for a call of a discovered tool, the SchemaDigest of
+	// the args schema the call was made against; an approved call whose
+	// tool has another one when its follow-up runs is not run (it reads
+	// ToolChangedMessage).
+	SchemaDigest string `msgpack:"schema_digest,omitempty"`
 	// ReqArgs are the args as the agent's Requests had them, when they are
 	// not byte for byte Args (none were sent, or a call taken over from the
 	// run's inline wait with args written differently).

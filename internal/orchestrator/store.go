@@ -208,9 +208,18 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 		return 0, apperr
 	}
 	if duerr != nil {
-		// The conversation is stored but reconcile would not see it:
-		// try once more, then report it (the start's retry puts it).
+		// The conversation is stored but reconcile would not see it: try
+		// once more; failing that, it fails at once, so that no
+		// conversation that is not finished is ever missing from the
+		// index.
 		if duerr = s.markDue(ctx, c.ID); duerr != nil {
+			reason := fmt.Sprintf("not started: the index of conversations could not be written: %v", duerr)
+			failed := c.clone()
+			fp := fingerprintOf(failed)
+			failed.Abort(reason, s.clock())
+			if _, _, err := s.append(ctx, failed, seq, diff(fp, failed)); err != nil {
+				return 0, fmt.Errorf("create conversation %s: index: %w (and failing it: %v)", c.ID, duerr, err)
+			}
 			return 0, fmt.Errorf("create conversation %s: index: %w", c.ID, duerr)
 		}
 	}

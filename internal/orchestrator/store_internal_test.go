@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,5 +105,30 @@ func TestStateCacheBudget(t *testing.T) {
 	sc.put("9", &Conversation{Output: "old"}, 1, 30)
 	if c, seq, _ := sc.get("9"); seq != 10 || c.Output == "old" {
 		t.Errorf("an older state replaced a newer one (seq %d)", seq)
+	}
+}
+
+// A conversation whose due entry cannot be written fails at once rather
+// than run unseen by reconcile: no conversation that is not finished is
+// missing from the index.
+func TestCreateWithoutIndexFails(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	s := newTestStore(t, 1<<20)
+	if err := s.bus.JetStream().DeleteKeyValue(ctx, bus.BucketIndex); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	c := NewConversation("cnoindex", RunRecord{RunID: "r1_cnoindex", Status: StatusRunning, StartedAt: now},
+		&Lease{Owner: "me", RunID: "r1_cnoindex", Until: now.Add(time.Hour)}, now)
+	if _, err := s.create(ctx, c); err == nil {
+		t.Fatal("created a conversation that cannot be indexed")
+	}
+	got, _, err := s.get(ctx, "cnoindex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusFailed || got.Lease != nil || !strings.Contains(got.Error, "index") {
+		t.Errorf("status %s, lease %v, error %q; want failed, no lease, the reason", got.Status, got.Lease, got.Error)
 	}
 }

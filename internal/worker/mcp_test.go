@@ -10,65 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/mcptest"
 )
-
-// The MCP tests run real npm servers, installed into .cache/npm by
-// scripts/ensure-mcp.sh (make test-deps). A machine without node or npm
-// fails them: they never skip.
-
-var (
-	npmOnce sync.Once
-	npmDir  string
-	npmErr  error
-)
-
-// MCPNodeModules is the node_modules holding the test MCP servers,
-// installing them first when missing.
-func MCPNodeModules(t testing.TB) string {
-	t.Helper()
-	npmOnce.Do(func() {
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			npmErr = err
-			return
-		}
-		if _, err := exec.LookPath("node"); err != nil {
-			npmErr = fmt.Errorf("node is not on PATH: the MCP tests need Node.js and npm (make test-deps)")
-			return
-		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "ensure-mcp.sh")).CombinedOutput()
-		if err != nil {
-			npmErr = fmt.Errorf("scripts/ensure-mcp.sh: %v\n%s", err, out)
-			return
-		}
-		npmDir = filepath.Join(root, ".cache", "npm", "node_modules")
-	})
-	if npmErr != nil {
-		t.Fatal(npmErr)
-	}
-	return npmDir
-}
-
-// MCPEverything is the command of the server-everything stdio server.
-func MCPEverything(t testing.TB) []string {
-	return []string{"node", filepath.Join(MCPNodeModules(t), "@modelcontextprotocol", "server-everything", "dist", "index.js"), "stdio"}
-}
-
-// MCPCrashServer is the command and environment of testdata's server.
-func MCPCrashServer(t testing.TB) (argv, env []string) {
-	dir := MCPNodeModules(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "mcp-crash-server.cjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"node", script}, []string{"NODE_PATH=" + dir}
-}
 
 func newTestMCP(t *testing.T, cfg MCPConfig) *MCPServer {
 	t.Helper()
@@ -105,7 +53,7 @@ func execMCP(t *testing.T, s *MCPServer, req bus.CallRequest) bus.CallReply {
 
 func TestMCPEverythingStdio(t *testing.T) {
 	t.Parallel()
-	s := newTestMCP(t, MCPConfig{Name: "everything", Command: MCPEverything(t), Prefix: "ev_"})
+	s := newTestMCP(t, MCPConfig{Name: "everything", Command: mcptest.Everything(t), Prefix: "ev_"})
 
 	tools := map[string]Tool{}
 	for _, tl := range s.Tools() {
@@ -183,7 +131,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 
 func TestMCPCrashAndListChanged(t *testing.T) {
 	t.Parallel()
-	argv, env := MCPCrashServer(t)
+	argv, env := mcptest.CrashServer(t)
 	s := newTestMCP(t, MCPConfig{Name: "crashy", Command: argv, Env: env})
 	changed := make(chan struct{}, 16)
 	s.OnToolsChanged(func() { changed <- struct{}{} })
@@ -230,7 +178,7 @@ func TestMCPFilesystemSandbox(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("top secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv := []string{"node", filepath.Join(MCPNodeModules(t), "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), sandbox}
+	argv := []string{"node", filepath.Join(mcptest.NodeModules(t), "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), sandbox}
 	s := newTestMCP(t, MCPConfig{Name: "fs", Command: argv, Prefix: "fs_"})
 
 	inside := filepath.Join(sandbox, "note.txt")
@@ -256,7 +204,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command("node", filepath.Join(MCPNodeModules(t), "@modelcontextprotocol", "server-everything", "dist", "index.js"), "streamableHttp")
+	cmd := exec.Command("node", filepath.Join(mcptest.NodeModules(t), "@modelcontextprotocol", "server-everything", "dist", "index.js"), "streamableHttp")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
 	stderr := &syncTail{t: tail{max: 4096}}
 	cmd.Stderr = stderr

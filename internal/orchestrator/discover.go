@@ -1,0 +1,252 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// discovered is the tool the agent offers for an advertised one: the first
+// discover: entry that matches its name gives the approval rule and the
+// deadlines, the advert the description and the args schema. nil when no
+// entry matches, when tools: lists the name (the configured tool wins), or
+// when the advert cannot be offered (why says so).
+func (c *AgentConfig) discovered(t AdvertisedTool) (tc *ToolConfig, why string) {
+	name := t.Advert.Name
+	if c.tool(name) != nil {
+		return nil, ""
+	}
+	i := slices.IndexFunc(c.Discover, func(d DiscoverConfig) bool {
+		ok, _ := path.Match(d.Tools, name)
+		return ok
+	})
+	if i < 0 {
+		return nil, ""
+	}
+	d := &c.Discover[i]
+	if !toolNameRE.MatchString(name) {
+		return nil, "the name is not one a model can call (letters, digits, _ and -, at most 64)"
+	}
+	params := t.Advert.Parameters
+	if len(params) == 0 || string(params) == "null" {
+		params = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(params, &schema); err != nil {
+		return nil, "its parameters are not a JSON Schema object"
+	}
+	if typ, ok := schema["type"]; ok && typ != "object" {
+		return nil, fmt.Sprintf("its args schema has type %v, not \"object\"", typ)
+	}
+	return &ToolConfig{
+		Name: name, Description: t.Advert.Description, Parameters: params,
+		Approval: d.Approval, ApprovalMetadata: d.ApprovalMetadata,
+		Deadline: d.Deadline, CallDeadline: d.CallDeadline,
+		approval: d.approval, digest: t.Digest, mcpServer: t.Advert.MCPServer,
+	}, ""
+}
+
+// runTools are the tools of one run: the configured ones and those
+// discovered when it started. The run offers exactly these to the model,
+// and its deferred calls take their deadlines, approval metadata and schema
+// digest from them.
+type runTools struct {
+	configured *AgentConfig
+	discovered map[string]*ToolConfig
+	names      []string // of discovered, sorted: the order the model sees
+}
+
+func (rt *runTools) tool(name string) *ToolConfig {
+	if t := rt.configured.tool(name); t != nil {
+		return t
+	}
+	return rt.discovered[name]
+}
+
+// toolsForRun takes the run's snapshot of the catalogue.
+func (o *Orchestrator) toolsForRun(cfg *AgentConfig) *runTools {
+	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{}}
+	if len(cfg.Discover) == 0 || o.catalogue == nil {
+		return rt
+	}
+	for name, t := range o.catalogue.Snapshot() {
+		tc, why := cfg.discovered(t)
+		if why != "" {
+			o.warnOnce("discover:"+name+":"+t.Digest, "advertised tool not offered", slog.String("tool", name), slog.String("reason", why))
+		}
+		if tc != nil {
+			rt.discovered[name] = tc
+			rt.names = append(rt.names, name)
+		}
+	}
+	slices.Sort(rt.names)
+	return rt
+}
+
+// toolOf is the tool a deferred call of runID was made with: from the
+// run's snapshot while the run goes on, else as the tool is now.
+func (o *Orchestrator) toolOf(runID, name string) *ToolConfig {
+	if v, ok := o.runTools.Load(runID); ok {
+		return v.(*runTools).tool(name)
+	}
+	return o.toolsNow(name)
+}
+
+// toolsNow resolves a tool as the agent would offer it to a run starting
+// now.
+func (o *Orchestrator) toolsNow(name string) *ToolConfig {
+	if t := o.cfg.Agent.tool(name); t != nil {
+		return t
+	}
+	if o.catalogue == nil {
+		return nil
+	}
+	a, ok := o.catalogue.Lookup(name)
+	if !ok {
+		return nil
+	}
+	tc, _ := o.cfg.Agent.discovered(a)
+	return tc
+}
+
+type runToolsKey struct{}
+
+// discoveredToolset offers a run the discovered tools of its snapshot
+// (runToolsKey in its context). Built tools are kept per name and schema
+// digest, so a schema is compiled once, not at every run.
+func (o *Orchestrator) discoveredToolset() agent.Toolset {
+	return agent.ToolsetFunc(func(ctx context.Context) ([]agent.Tool, error) {
+		rt, _ := ctx.Value(runToolsKey{}).(*runTools)
+		if rt == nil {
+			return nil, nil
+		}
+		tools := make([]agent.Tool, 0, len(rt.names))
+		for _, name := range rt.names {
+			tc := rt.discovered[name]
+			key := name + "\x00" + tc.digest
+			if t, ok := o.builtTools.Load(key); ok {
+				tools = append(tools, t.(agent.Tool))
+				continue
+			}
+			t, err := o.newTool(tc)
+			if err != nil {
+				// The advert's schema does not compile: the tool is left
+				// out, not the run failed.
+				o.warnOnce("schema:"+key, "advertised tool not offered", slog.String("tool", name), slog.String("reason", err.Error()))
+				continue
+			}
+			o.builtTools.Store(key, t)
+			tools = append(tools, t)
+		}
+		return tools, nil
+	})
+}
+
+// newTool makes the agent's tool for a configured or discovered tool. Its
+// body defers every call as external (CallDeferred); before that, the
+// tool's approval rule may defer it for a decision (ApprovalRequired, with
+// the tool's approval_metadata as the batch metadata, D2/D8); once
+// approved, the body runs again and defers it as an external call (D23,
+// D26). Args are validated against the schema before either (D3, D5).
+func (o *Orchestrator) newTool(tc *ToolConfig) (agent.Tool, error) {
+	def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
+	return agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
+		if !rc.ToolCallApproved && o.approvalRequired(rc, tc, args) {
+			return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
+		}
+		return nil, deferred.CallDeferred(nil)
+	})
+}
+
+// staleApprovals turns the approvals of a resumed batch whose tool changed
+// (another args schema) or went away since the call was made into
+// denials the model reads: the call was approved as it was made against
+// the old tool, and the new one must not take it silently. Results of
+// external calls stand: the worker has answered them.
+func staleApprovals(b *Batch, rt *runTools, res *deferred.Results) {
+	for _, pc := range b.Calls {
+		if pc.SchemaDigest == "" || pc.Kind != deferred.KindApproval {
+			continue
+		}
+		if _, ok := res.Approvals[pc.ToolCallID].(deferred.Approved); !ok {
+			continue
+		}
+		if t := rt.tool(pc.ToolName); t != nil && t.digest == pc.SchemaDigest {
+			continue
+		}
+		res.Approvals[pc.ToolCallID] = deferred.Denied{Message: ToolChangedMessage(pc.ToolName)}
+	}
+}
+
+// ToolChangedMessage is what the model reads for an approved call whose
+// tool changed or went away before the call could go to a worker.
+func ToolChangedMessage(tool string) string {
+	return fmt.Sprintf("tool %s changed since the call was made (its args schema is not the one the call was made against, or no worker offers it now); the call was not run: call the tool again if it is still needed", tool)
+}
+
+// watchAdverts fills the catalogue from KV toolgate_tools for as long as
+// the orchestrator runs, and waits (within ctx) until it holds what is
+// advertised now, so that the first runs see it. Without the bucket the
+// orchestrator runs on: its configured tools need no adverts.
+func (o *Orchestrator) watchAdverts(ctx context.Context) {
+	kv, err := o.bus.Tools(ctx)
+	if err != nil {
+		o.log.WarnContext(ctx, "tool adverts not watched: discover: finds nothing and missing workers are not reported", slog.String("error", err.Error()))
+		return
+	}
+	o.catalogue = newCatalogue(o.log, o.advertChanged)
+	wctx, cancel := context.WithCancel(context.Background())
+	o.stopWatch, o.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(o.watchDone)
+		o.catalogue.run(wctx, kv)
+	}()
+	select {
+	case <-o.catalogue.CaughtUp():
+	case <-ctx.Done():
+	}
+}
+
+// advertChanged warns about tools the agent uses that no worker
+// advertises: every configured tool once the catalogue has caught up, then
+// each tool whose advert goes away (a configured one, or one that a
+// discover: entry matches).
+func (o *Orchestrator) advertChanged(name string, t *AdvertisedTool, caughtUp bool) {
+	cfg := o.cfg.Agent
+	if caughtUp {
+		for _, tc := range cfg.Tools {
+			_, ok := o.catalogue.Lookup(tc.Name)
+			o.warnings.check(tc.Name, ok, "configured")
+		}
+		return
+	}
+	select {
+	case <-o.catalogue.CaughtUp():
+	default:
+		return // the first catch-up checks every tool at once
+	}
+	if cfg.tool(name) != nil {
+		o.warnings.check(name, t != nil, "configured")
+		return
+	}
+	if slices.ContainsFunc(cfg.Discover, func(d DiscoverConfig) bool { ok, _ := path.Match(d.Tools, name); return ok }) {
+		o.warnings.check(name, t != nil, "discovered")
+	}
+}
+
+// warnOnce logs msg once per key for the life of the orchestrator.
+func (o *Orchestrator) warnOnce(key, msg string, attrs ...any) {
+	if _, loaded := o.warnedOnce.LoadOrStore(key, true); !loaded {
+		o.log.Warn(msg, attrs...)
+	}
+}
+
+// Catalogue is what workers advertise, as this orchestrator sees it; nil
+// before Start (or when the bucket could not be watched).
+func (o *Orchestrator) Catalogue() *Catalogue { return o.catalogue }

@@ -1,0 +1,158 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+func advertised(t *testing.T, name, params string) AdvertisedTool {
+	t.Helper()
+	a := bus.ToolAdvert{Name: name, Description: "d " + name, Parameters: json.RawMessage(params), Kind: "call", Executor: "mcp", MCPServer: "srv", WorkerID: "w", At: time.Now()}
+	d, err := SchemaDigest(a.Parameters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return AdvertisedTool{Advert: a, Digest: d}
+}
+
+const discoverYAML = `
+model: {provider: test}
+tools:
+  - name: get-listed
+    description: the configured one
+discover:
+  - tools: "get-*"
+    approval: always
+    approval_metadata: {reason: "touches money"}
+    deadline: 2m
+  - tools: "*"
+    approval: args.n > 3
+    call_deadline: 10s
+`
+
+// The first matching entry decides; a tool under tools: is the configured
+// one; the advert gives description, schema and digest.
+func TestDiscoveredFirstMatchWins(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseAgentConfig([]byte(discoverYAML), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := advertised(t, "get-sum", `{"type":"object","properties":{"a":{"type":"number"}}}`)
+	tc, why := cfg.discovered(get)
+	if tc == nil || why != "" {
+		t.Fatalf("get-sum not offered: %s", why)
+	}
+	if tc.Approval != "always" || string(tc.ApprovalMetadata) != `{"reason":"touches money"}` || tc.deadline(true) != 2*time.Minute ||
+		tc.Description != "d get-sum" || string(tc.Parameters) != string(get.Advert.Parameters) || tc.digest != get.Digest || tc.mcpServer != "srv" {
+		t.Errorf("get-sum = %+v", tc)
+	}
+	other, _ := cfg.discovered(advertised(t, "echo", ""))
+	if other == nil || other.Approval != "args.n > 3" || other.deadline(false) != 10*time.Second || other.deadline(true) != DefaultApprovalDeadline {
+		t.Fatalf("echo = %+v", other)
+	}
+	if string(other.Parameters) != `{"type":"object","properties":{}}` {
+		t.Errorf("echo without a schema gets %s", other.Parameters)
+	}
+	if need, err := other.approval.required("echo", json.RawMessage(`{"n":5}`)); err != nil || !need {
+		t.Errorf("echo n=5: need %v, %v", need, err)
+	}
+	if tc, _ := cfg.discovered(advertised(t, "get-listed", "")); tc != nil {
+		t.Errorf("a tool under tools: is discovered too: %+v", tc)
+	}
+	if tc, why := cfg.discovered(advertised(t, "has space", "")); tc != nil || !strings.Contains(why, "not one a model can call") {
+		t.Errorf("bad name: %+v, %q", tc, why)
+	}
+	if tc, why := cfg.discovered(advertised(t, "listy", `{"type":"array"}`)); tc != nil || !strings.Contains(why, `not "object"`) {
+		t.Errorf("array schema: %+v, %q", tc, why)
+	}
+	only, err := ParseAgentConfig([]byte("model: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n"), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, why := only.discovered(advertised(t, "put", "")); tc != nil || why != "" {
+		t.Errorf("a name no entry matches: %+v, %q", tc, why)
+	}
+}
+
+func TestDiscoverConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ yaml, want string }{
+		{"model: {provider: test}\n", "at least one tool (or a discover: entry)"},
+		{"model: {provider: test}\ndiscover:\n  - approval: always\n", "discover[0].tools: required"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"[a-\"\n", "discover[0].tools: \"[a-\" is not a glob"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval: \"args.x >\"\n", "discover[0].approval"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval_metadata: [1]\n", "discover[0].approval_metadata: want an object"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    deadline: -1s\n", "discover[0].deadline: must not be negative"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approve: always\n", `unknown field "approve"`},
+	} {
+		_, err := ParseAgentConfig([]byte(tt.yaml), false, nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %q", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+// An approved call whose tool changed or went away reads a denial; one whose
+// tool is unchanged, a denied one and an external call's result stand.
+func TestStaleApprovals(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseAgentConfig([]byte(discoverYAML), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := cfg.discovered(advertised(t, "same", ""))
+	changed, _ := cfg.discovered(advertised(t, "changed", `{"type":"object","properties":{"x":{}}}`))
+	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{"same": same, "changed": changed}}
+	old := advertised(t, "x", `{"type":"object","properties":{"y":{}}}`).Digest
+	b := &Batch{Calls: []*PendingCall{
+		{ToolCallID: "a1", ToolName: "same", Kind: deferred.KindApproval, SchemaDigest: same.digest},
+		{ToolCallID: "a2", ToolName: "changed", Kind: deferred.KindApproval, SchemaDigest: old},
+		{ToolCallID: "a3", ToolName: "gone", Kind: deferred.KindApproval, SchemaDigest: old},
+		{ToolCallID: "a4", ToolName: "changed", Kind: deferred.KindApproval, SchemaDigest: old},
+		{ToolCallID: "a5", ToolName: "get-listed", Kind: deferred.KindApproval},
+		{ToolCallID: "c1", ToolName: "changed", Kind: deferred.KindCall, SchemaDigest: old},
+	}}
+	res := deferred.Results{
+		Approvals: map[string]deferred.Decision{"a1": deferred.Approved{}, "a2": deferred.Approved{}, "a3": deferred.Approved{}, "a4": deferred.Denied{Message: "no"}, "a5": deferred.Approved{}},
+		Calls:     map[string]deferred.Result{"c1": deferred.Value{Value: json.RawMessage(`1`)}},
+	}
+	staleApprovals(b, rt, &res)
+	for id, want := range map[string]deferred.Decision{
+		"a1": deferred.Approved{}, "a2": deferred.Denied{Message: ToolChangedMessage("changed")},
+		"a3": deferred.Denied{Message: ToolChangedMessage("gone")}, "a4": deferred.Denied{Message: "no"}, "a5": deferred.Approved{},
+	} {
+		if got := res.Approvals[id]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %#v, want %#v", id, got, want)
+		}
+	}
+	if got := res.Calls["c1"]; string(got.(deferred.Value).Value) != "1" {
+		t.Errorf("c1 = %#v", got)
+	}
+}
+
+// The warning about an unadvertised tool comes once per change.
+func TestAdvertWarningsOncePerChange(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	w := advertWarnings{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	w.check("a", false, "configured")
+	w.check("a", false, "configured")
+	w.check("b", true, "configured")
+	if n := strings.Count(buf.String(), "no worker advertises tool"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, buf.String())
+	}
+	w.check("a", true, "configured")
+	w.check("a", false, "discovered")
+	if n := strings.Count(buf.String(), "tool=a"); n != 2 {
+		t.Errorf("%d warnings about a, want 2 (it came back and went again):\n%s", n, buf.String())
+	}
+}
