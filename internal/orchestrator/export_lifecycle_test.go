@@ -6,4 +6,6 @@ import (
 )
 
 // Sweep runs one round of the retention sweep as if it were now.
-func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) { return o.sweep(ctx, now) }
+func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) {
+	return o.sweep(ctx, now)
+}
