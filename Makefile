@@ -21,6 +21,7 @@ run: build ## the whole system on an embedded NATS server, with the seed demo (C
 test: vet test-deps ## vet, gofmt check and every test with the race detector
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd examples/go-sdk && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-deps: ## install what the tests need (chromium for the inbox browser test, npm MCP servers)
 	@scripts/ensure-chromium.sh

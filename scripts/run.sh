@@ -12,6 +12,7 @@ RUN_DIR="${RUN_DIR:-.run}"
 mkdir -p "$RUN_DIR"
 pids=()
 cleanup() {
+	stopping=1
 	trap - EXIT INT TERM
 	echo
 	echo "▶ stopping…"
@@ -30,13 +31,17 @@ fi
 
 bin/orchestrator --store "$RUN_DIR/data" --nats-listen "$NATS_LISTEN" --http "$HTTP" "${agent_args[@]}" \
 	>"$RUN_DIR/orchestrator.log" 2>&1 &
-pids+=($!)
-# Workers and approvers attach to the streams the orchestrator sets up.
-bin/toolgate --addr "http://$HTTP" --wait 60s health || {
-	echo "orchestrator did not start; its log:" >&2
+orch=$!
+pids+=("$orch")
+fail() {
+	echo "$1; its log:" >&2
 	tail -n 30 "$RUN_DIR/orchestrator.log" >&2
 	exit 1
 }
+# Workers and approvers attach to the streams the orchestrator sets up. The
+# server answering must be this orchestrator (by its pid), not another one
+# left running on the port; health fails at once when this one exits.
+bin/toolgate --addr "http://$HTTP" --wait 60s health --pid "$orch" || fail "orchestrator did not start"
 bin/tool-worker --nats "nats://$NATS_LISTEN" --builtin --sandbox "$RUN_DIR/sandbox" \
 	>"$RUN_DIR/tool-worker.log" 2>&1 &
 pids+=($!)
@@ -45,7 +50,16 @@ bin/approver --nats "nats://$NATS_LISTEN" --policy examples/policy.yaml --id dem
 pids+=($!)
 
 echo "▶ orchestrator http://$HTTP  nats://$NATS_LISTEN  (logs in $RUN_DIR/)"
-bin/toolgate --addr "http://$HTTP" demo
+bin/toolgate --addr "http://$HTTP" demo &
+demo=$!
+# Whichever ends first: the demo, or a process it needs.
+status=0
+wait -n -p ended "$demo" "${pids[@]}" || status=$?
+if [[ "${ended:-}" != "$demo" ]]; then
+	kill "$demo" 2>/dev/null || true
+	fail "a process of the demo exited (pid ${ended:-?}) before the demo ended"
+fi
+((status == 0)) || fail "the demo failed"
 echo
 echo "▶ sandbox after the demo:"
 (cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf "  %s: %s\n" "$f" "$(cat "$f")"; done) || true
@@ -53,5 +67,9 @@ echo
 echo "▶ still serving: try"
 echo "    curl -s -XPOST http://$HTTP/v1/runs -H 'Content-Type: application/json' -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"
 echo "    curl -s http://$HTTP/v1/pending"
+if [[ -z "${OPENAI_API_KEY:-}" && -z "${AGENT:-}" ]]; then
+	echo "  (the offline script model plays its script whatever the prompt says; set OPENAI_API_KEY for a model that reads it)"
+fi
 echo "  Ctrl-C stops everything."
-wait -n "${pids[@]}" || true
+wait -n -p ended "${pids[@]}" || true
+[[ -n "${stopping:-}" ]] || fail "pid ${ended:-?} exited (logs in $RUN_DIR/)"

@@ -17,6 +17,8 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/internal/cli/clitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -116,9 +118,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 }
 
 func TestDefaultID(t *testing.T) {
-	id := defaultID()
+	id := cli.DefaultID("approver", "")
 	if err := bus.ValidateToken("id", id); err != nil {
-		t.Errorf("defaultID() = %q: %v", id, err)
+		t.Errorf("DefaultID = %q: %v", id, err)
 	}
 }
 
@@ -138,4 +140,13 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	clitest.CheckHelp(t, "approver", func(args []string, stdout *bytes.Buffer) error {
+		return run(t.Context(), args, strings.NewReader(""), stdout, io.Discard)
+	}, "TOOLGATE_NATS_URL", "TOOLGATE_ORCHESTRATOR_URL")
+	clitest.CheckHelp(t, "approver approve", func(args []string, stdout *bytes.Buffer) error {
+		return run(t.Context(), append([]string{"approve"}, args...), strings.NewReader(""), stdout, io.Discard)
+	}, "TOOLGATE_NATS_URL")
 }

@@ -12,32 +12,30 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/toolgate/toolgate/internal/bench"
+	"github.com/toolgate/toolgate/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	cli.Main("bench", func(ctx context.Context, args []string, stdout, _ io.Writer) error { return run(ctx, args, stdout) })
 }
 
-func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := cli.NewFlagSet(cli.Command{
+		Name:  "bench",
+		Usage: []string{"bench [-quick] [-out DIR] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]"},
+		About: "toolgate against raw JetStream and core NATS; writes results.json, results.md and plot.png.",
+	})
 	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
 	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
 	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
@@ -53,18 +51,18 @@ func run(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
 	logLevel := fs.String("log", "", "log the system under test at this level (debug, info, warn, error) to stderr; default: silent")
-	if err := fs.Parse(args); err != nil {
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if len(pos) > 0 {
+		return cli.Usagef("bench", "unexpected arguments %q", pos)
 	}
 	cfg := bench.Config{
 		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
 		LongCalls: *longCalls, LargeHistory: *largeMiB << 20,
 		Note: *note, Progress: os.Stdout,
 	}
-	var err error
 	if *paused == "-1" {
 		cfg.Paused = []int{-1}
 	} else if cfg.Paused, err = ints(*paused); err != nil {

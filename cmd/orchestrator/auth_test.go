@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/cli/clitest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -86,7 +88,7 @@ func TestNATSUsersPerRole(t *testing.T) {
 			"--store", filepath.Join(dir, "data"), "--nats-listen", natsAddr, "--http", httpAddr,
 			"--nats-users", usersFile, "--trust-approver", "bot=" + approver.EncodePublicKey(pub),
 			"--shutdown-timeout", "5s",
-		}, &log, noEnv)
+		}, io.Discard, &log, noEnv)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -227,7 +229,7 @@ func TestWriteNATSConfig(t *testing.T) {
 	}
 	out := filepath.Join(dir, "auth.conf")
 	var log lockedBuffer
-	if err := run(context.Background(), []string{"--nats-users", usersFile, "--write-nats-config", out}, &log, noEnv); err != nil {
+	if err := run(context.Background(), []string{"--nats-users", usersFile, "--write-nats-config", out}, io.Discard, &log, noEnv); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	conf := filepath.Join(dir, "server.conf")
@@ -296,10 +298,16 @@ func TestNATSAuthFlagsRefused(t *testing.T) {
 			t.Parallel()
 			var log lockedBuffer
 			args := append([]string{"--store", t.TempDir(), "--http", "127.0.0.1:0"}, tt.args...)
-			err := run(context.Background(), args, &log, noEnv)
+			err := run(context.Background(), args, io.Discard, &log, noEnv)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
 		})
 	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	clitest.CheckHelp(t, "orchestrator", func(args []string, stdout *bytes.Buffer) error {
+		return run(t.Context(), args, stdout, io.Discard, noEnv)
+	}, "OPENAI_API_KEY", "TOOLGATE_NATS_PASSWORD", "OTEL_EXPORTER_OTLP_ENDPOINT")
 }

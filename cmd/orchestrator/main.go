@@ -19,47 +19,46 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/toolgate/toolgate/internal/bus/embedded"
-	"github.com/toolgate/toolgate/internal/web"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/web"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, os.LookupEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "orchestrator:", err)
-		os.Exit(1)
-	}
+	cli.Main("orchestrator", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return run(ctx, args, stdout, stderr, os.LookupEnv)
+	})
 }
 
-// pairs collects repeated NAME=VALUE flags.
-type pairs []string
-
-func (p *pairs) String() string     { return strings.Join(*p, ",") }
-func (p *pairs) Set(v string) error { *p = append(*p, v); return nil }
+var command = cli.Command{
+	Name:  "orchestrator",
+	Usage: []string{"orchestrator [flags]"},
+	About: `Runs the agent loop, keeps paused conversations in KV, publishes deferred calls
+and approval requests on NATS, and serves the HTTP API (and /metrics). Without
+--nats it runs an embedded NATS server; without --agent, the built-in demo.`,
+	Env: append([]cli.Env{
+		{Name: "OPENAI_API_KEY", Doc: "without --agent: run the demo on this OpenAI-compatible API instead of the script model"},
+		{Name: "OPENAI_MODEL", Doc: "the demo's model (default gpt-4o-mini)"},
+		{Name: "OPENAI_BASE_URL", Doc: "the demo's API base URL (default api.openai.com)"},
+		{Name: "TOOLGATE_NATS_PASSWORD", Doc: "default of --password"},
+	}, cli.TraceEnv...),
+}
 
 type options struct {
 	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
-	trust                                                                      pairs
+	trust                                                                      cli.Pairs
 	shutdownTimeout                                                            time.Duration
 	leaseTTL, reconcileInterval, replyAckWait, retention                       time.Duration
 	maxRuns                                                                    int
@@ -73,10 +72,9 @@ type options struct {
 	natsUsers, writeNATSConfig, user, password, creds string
 }
 
-func parseFlags(args []string, stderr io.Writer) (options, error) {
+func parseFlags(args []string, stdout io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(command)
 	fs.StringVar(&o.natsURL, "nats", "", "NATS server URL(s); empty runs an embedded server")
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded server (embedded only)")
 	fs.StringVar(&o.store, "store", "./data", "JetStream store folder of the embedded server")
@@ -88,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.natsUsers, "nats-users", "", "users file (YAML: users: [{name, password, role}], role orchestrator, worker or approver): the embedded server admits only these users, each limited to its role's subjects; required to listen beyond loopback")
 	fs.StringVar(&o.writeNATSConfig, "write-nats-config", "", "write the --nats-users users as a nats-server authorization block to this file (for the servers of a cluster) and exit")
 	fs.StringVar(&o.user, "user", "", "NATS user: with --nats, or which orchestrator user of --nats-users to connect as (default: the first)")
-	fs.StringVar(&o.password, "password", "", "NATS password, with --nats --user (env TOOLGATE_NATS_PASSWORD)")
+	fs.StringVar(&o.password, "password", "", "NATS password, with --nats --user")
 	fs.StringVar(&o.creds, "creds", "", "NATS credentials file, with --nats; overrides --user/--password")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long runs in progress may take to finish")
@@ -99,15 +97,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
 	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: orchestrator [flags]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
 		return o, err
-	}
-	if fs.NArg() != 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	switch *wireForm {
 	case "msgpack":
@@ -117,141 +109,173 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	default:
 		return o, fmt.Errorf("--wire %q: want msgpack or json", *wireForm)
 	}
-	if o.sync != "always" && o.sync != "default" {
+	switch {
+	case len(pos) != 0:
+		return o, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
+	case o.sync != "always" && o.sync != "default":
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
-	}
-	if o.retention < 0 {
+	case o.retention < 0:
 		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
-	}
-	if o.replicas < 1 || o.replicas > 5 {
+	case o.replicas < 1 || o.replicas > 5:
 		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
-	}
-	if o.natsURL != "" && o.natsUsers != "" {
+	case o.natsURL != "" && o.natsUsers != "":
 		return o, errors.New("--nats-users configures the embedded server: with --nats, give the server those users (see --write-nats-config) and connect with --user/--password or --creds")
-	}
-	if o.writeNATSConfig != "" && o.natsUsers == "" {
+	case o.writeNATSConfig != "" && o.natsUsers == "":
 		return o, errors.New("--write-nats-config needs --nats-users")
+	}
+	if o.natsURL != "" {
+		if _, err := bus.CheckURL(o.natsURL); err != nil {
+			return o, fmt.Errorf("--nats: %w", err)
+		}
 	}
 	return o, nil
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
-	o, err := parseFlags(args, stderr)
+// setup is what run prepares before it touches the store or the network.
+type setup struct {
+	o        options
+	logger   *slog.Logger
+	auth     natsAuth
+	token    string
+	trusted  map[string]ed25519.PublicKey
+	agentCfg *orchestrator.AgentConfig
+}
+
+func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool)) (*setup, error) {
+	logger, err := cli.Logger(stderr, o.logLevel, "log-level")
+	if err != nil {
+		return nil, err
+	}
+	s := &setup{o: o, logger: logger}
+	if s.auth, err = natsAuthOf(o, lookupEnv); err != nil {
+		return nil, err
+	}
+	if o.writeNATSConfig != "" {
+		return s, nil
+	}
+	if s.token, err = cli.ReadToken("http-token-file", o.tokenFile); err != nil {
+		return nil, err
+	}
+	if err := web.CheckListen(o.httpAddr, s.token != ""); err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	if s.trusted, err = parseTrust(o.trust); err != nil {
+		return nil, err
+	}
+	if s.agentCfg, err = loadAgent(o.agentFile, lookupEnv, logger); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
+	o, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-
-	natsAuth, err := natsAuthOf(o, lookupEnv)
+	s, err := prepare(o, stderr, lookupEnv)
 	if err != nil {
 		return err
 	}
 	if o.writeNATSConfig != "" {
-		if err := os.WriteFile(o.writeNATSConfig, []byte(bus.ServerConfigBlock(natsAuth.users)), 0o600); err != nil {
+		if err := os.WriteFile(o.writeNATSConfig, []byte(bus.ServerConfigBlock(s.auth.users)), 0o600); err != nil {
 			return fmt.Errorf("--write-nats-config: %w", err)
 		}
-		logger.Info("nats-server authorization written", slog.String("file", o.writeNATSConfig), slog.Int("users", len(natsAuth.users)))
+		s.logger.Info("nats-server authorization written", slog.String("file", o.writeNATSConfig), slog.Int("users", len(s.auth.users)))
 		return nil
 	}
-
-	token := ""
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return fmt.Errorf("--http-token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			return fmt.Errorf("--http-token-file %s is empty", o.tokenFile)
-		}
-	}
-	if err := web.CheckListen(o.httpAddr, token != ""); err != nil {
-		return fmt.Errorf("--http: %w", err)
-	}
-	trusted, err := parseTrust(o.trust)
-	if err != nil {
-		return err
-	}
-	agentCfg, err := loadAgent(o.agentFile, lookupEnv, logger)
-	if err != nil {
-		return err
-	}
-
-	flushTraces, err := telemetry.StartTracing(ctx, "orchestrator", os.Getenv, logger)
+	flushTraces, err := telemetry.StartTracing(ctx, "orchestrator", os.Getenv, s.logger)
 	if err != nil {
 		return err
 	}
 	defer flushTraces()
+	// The HTTP port is taken before the store is opened: a busy port fails
+	// at once, with nothing created.
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	defer ln.Close()
+	bs, err := s.startBus(ctx)
+	defer bs.close()
+	if err != nil {
+		return err
+	}
 	// Served at /metrics on the --http address, behind its token.
 	reg := telemetry.NewRegistry()
-	metrics := telemetry.NewOrchestratorMetrics(reg)
-
-	// The bus: an embedded server, or a connection to one. Events go on a
-	// second connection, so that a busy run's events are not queued ahead
-	// of its state writes and calls.
-	var srv *embedded.Server
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	connect := func(name string) (*bus.Bus, error) {
-		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: natsAuth.user, Password: natsAuth.password, CredsFile: o.creds, Logger: logger, ContentType: o.contentType}
-		if srv != nil {
-			cfg.CredsFile = ""
-			return srv.Connect(cctx, cfg)
-		}
-		return bus.Connect(cctx, cfg)
-	}
-	if o.natsURL == "" {
-		srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: natsAuth.users, Logger: logger})
-		if err != nil {
-			return err
-		}
-		defer srv.Shutdown()
-		logger.Info("embedded NATS server", slog.String("url", srv.ClientURL()), slog.String("store", o.store), slog.String("sync", o.sync))
-	}
-	b, err := connect("orchestrator")
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	eb, err := connect("orchestrator-events")
-	if err != nil {
-		return err
-	}
-	defer eb.Close()
-	if err := b.Setup(cctx, bus.SetupConfig{Replicas: o.replicas}); err != nil {
-		return err
-	}
-
 	orch, err := orchestrator.New(orchestrator.Config{
-		Bus: b, EventBus: eb, Agent: agentCfg, LookupEnv: lookupEnv, TrustedApprovers: trusted,
-		MaxConcurrentRuns: o.maxRuns, Logger: logger, Metrics: metrics,
+		Bus: bs.b, EventBus: bs.events, Agent: s.agentCfg, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
+		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})
 	if err != nil {
 		return err
 	}
-	if err := orch.Start(cctx); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := orch.Start(sctx); err != nil {
 		return err
 	}
-
-	ln, err := net.Listen("tcp", o.httpAddr)
-	if err != nil {
-		stopOrch(orch, o.shutdownTimeout, logger)
-		return fmt.Errorf("--http: %w", err)
-	}
-	logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", token != ""))
+	s.logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", s.token != ""))
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, orch.Handler(orchestrator.HandlerConfig{Token: token, Logger: logger, Metrics: telemetry.Handler(reg)}),
-		web.ServeConfig{Logger: logger})
-	logger.Info("shutting down")
-	stopOrch(orch, o.shutdownTimeout, logger)
+	err = web.Serve(ctx, ln, orch.Handler(orchestrator.HandlerConfig{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
+		web.ServeConfig{Logger: s.logger})
+	s.logger.Info("shutting down")
+	stopOrch(orch, o.shutdownTimeout, s.logger)
 	return err
+}
+
+// buses are the orchestrator's connections and, without --nats, its
+// embedded server. Events go on a second connection, so that a busy run's
+// events are not queued ahead of its state writes and calls.
+type buses struct {
+	srv       *embedded.Server
+	b, events *bus.Bus
+}
+
+func (s *setup) startBus(ctx context.Context) (*buses, error) {
+	o, bs := s.o, &buses{}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	connect := func(name string) (*bus.Bus, error) {
+		cfg := bus.ConnConfig{URL: o.natsURL, Name: name, User: s.auth.user, Password: s.auth.password, CredsFile: o.creds, Logger: s.logger, ContentType: o.contentType}
+		if bs.srv != nil {
+			cfg.CredsFile = ""
+			return bs.srv.Connect(cctx, cfg)
+		}
+		return bus.Connect(cctx, cfg)
+	}
+	var err error
+	if o.natsURL == "" {
+		bs.srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: s.auth.users, Logger: s.logger})
+		if err != nil {
+			return bs, fmt.Errorf("--nats-listen %s: %w", o.natsListen, err)
+		}
+		s.logger.Info("embedded NATS server", slog.String("url", bs.srv.ClientURL()), slog.String("store", o.store), slog.String("sync", o.sync))
+	}
+	if bs.b, err = connect("orchestrator"); err != nil {
+		return bs, err
+	}
+	if bs.events, err = connect("orchestrator-events"); err != nil {
+		return bs, err
+	}
+	return bs, bs.b.Setup(cctx, bus.SetupConfig{Replicas: o.replicas})
+}
+
+func (bs *buses) close() {
+	if bs == nil {
+		return
+	}
+	for _, b := range []*bus.Bus{bs.events, bs.b} {
+		if b != nil {
+			b.Close()
+		}
+	}
+	if bs.srv != nil {
+		bs.srv.Shutdown()
+	}
 }
 
 func stopOrch(orch *orchestrator.Orchestrator, timeout time.Duration, logger *slog.Logger) {
@@ -307,7 +331,7 @@ func natsAuthOf(o options, lookupEnv func(string) (string, bool)) (natsAuth, err
 	return a, fmt.Errorf("--nats-users %s: no user with role %s, which the orchestrator needs", o.natsUsers, bus.RoleOrchestrator)
 }
 
-func parseTrust(list pairs) (map[string]ed25519.PublicKey, error) {
+func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 	out := map[string]ed25519.PublicKey{}
 	for _, v := range list {
 		name, key, ok := strings.Cut(v, "=")

@@ -11,36 +11,26 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/soak"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("soak", run) }
 
 // errInvariants says the soak ran and an invariant failed.
 var errInvariants = errors.New("invariants failed")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(cli.Command{
+		Name:  "soak",
+		Usage: []string{"soak [-conversations N] [-calls M] [-seed S] [-duration D] [flags]"},
+		About: "Runs toolgate under faults and checks that nothing was lost or applied twice;\nexits 1 if an invariant failed.",
+	})
 	var cfg soak.Config
 	fs.IntVar(&cfg.Conversations, "conversations", 100, "conversations to run")
 	fs.IntVar(&cfg.Calls, "calls", 8, "tool calls the model makes per conversation (every fourth also needs an approval)")
@@ -52,11 +42,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.FaultEvery, "fault-every", 100*time.Millisecond, "mean gap between two faults")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on the whole run (default: duration + 2m)")
 	verbose := fs.Bool("v", false, "log the components (warnings and errors)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if len(pos) != 0 {
+		return cli.Usagef("soak", "unexpected argument %q", pos[0])
 	}
 	cfg.Seed = *seed
 	if *verbose {

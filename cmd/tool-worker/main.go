@@ -19,44 +19,210 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "tool-worker:", err)
-		os.Exit(1)
-	}
+func main() { cli.Main("tool-worker", run) }
+
+var command = cli.Command{
+	Name:  "tool-worker",
+	Usage: []string{"tool-worker [--builtin] [--exec NAME=COMMAND]... [--http NAME=URL]... [--mcp NAME=COMMAND|URL]... [flags]"},
+	About: `Executes toolgate's external tool calls. --exec runs COMMAND once per call,
+split into words like a shell would but without expansions (use sh -c '...'
+for pipes or variables), with the call as JSON on stdin; its stdout is the
+result (stdout that is not JSON becomes a JSON string), exit 75 asks the model
+to retry, any other non-zero exit fails the call with the end of stderr.
+--http POSTs the call as JSON; a 2xx body is the result.`,
+	Env: append(slices.Clone(cli.NATSEnv), cli.TraceEnv...),
 }
 
-// pairs collects repeated NAME=VALUE flags.
-type pairs []string
+type options struct {
+	nats                                 *cli.NATS
+	execs, hooks, mcps, mcpPrefixes      cli.Pairs
+	mcpHeaders                           cli.Pairs
+	builtin, advertise, setup            bool
+	sandbox, only, id, logLevel, metrics string
+	concurrency                          int
+	ackWait, drainTimeout                time.Duration
+}
 
-func (p *pairs) String() string     { return strings.Join(*p, ",") }
-func (p *pairs) Set(v string) error { *p = append(*p, v); return nil }
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	o := &options{}
+	fs := cli.NewFlagSet(command)
+	o.nats = cli.RegisterNATS(fs.FlagSet)
+	fs.Var(&o.mcps, "mcp", "NAME=COMMAND (stdio) or NAME=URL (streamable HTTP): serve the tools of an MCP server (repeatable)")
+	fs.Var(&o.mcpPrefixes, "mcp-prefix", "NAME=PREFIX: put PREFIX before the tool names of MCP server NAME")
+	fs.Var(&o.mcpHeaders, "mcp-header", "NAME=Key:Value or NAME=Key:@FILE: send this header to MCP server NAME over HTTP, e.g. a bearer token read from FILE (repeatable)")
+	fs.BoolVar(&o.builtin, "builtin", false, "serve the built-in demo tools ("+strings.Join(builtinNames(), ", ")+")")
+	fs.StringVar(&o.sandbox, "sandbox", "./sandbox", "folder the built-in file tools work in")
+	fs.Var(&o.execs, "exec", "NAME=COMMAND: serve tool NAME by running COMMAND per call (repeatable)")
+	fs.Var(&o.hooks, "http", "NAME=URL: serve tool NAME by POSTing each call to URL (repeatable)")
+	fs.StringVar(&o.only, "tools", "", "serve only these tools, comma-separated (default: every configured tool)")
+	fs.IntVar(&o.concurrency, "concurrency", 4, "calls running at once, across all tools")
+	fs.StringVar(&o.id, "id", cli.DefaultID("", strconv.Itoa(os.Getpid())), "worker id, set on every reply")
+	fs.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "ack wait of the call consumers; in-progress acks go out every third of it")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish before they are handed back")
+	fs.BoolVar(&o.advertise, "advertise", true, "advertise the served tools in the toolgate_tools bucket")
+	fs.BoolVar(&o.setup, "setup", false, "create toolgate's streams and buckets if missing (normally the orchestrator does)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (off by default)")
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) != 0 {
+		return nil, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
+	}
+	if o.concurrency < 1 {
+		return nil, errors.New("--concurrency must be at least 1")
+	}
+	return o, o.nats.Check()
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	logger, err := cli.Logger(stderr, o.logLevel, "log-level")
+	if err != nil {
+		return err
+	}
+	tools, mcpServers, err := configureTools(ctx, o, logger)
+	defer func() {
+		for _, m := range mcpServers {
+			_ = m.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	flushTraces, err := telemetry.StartTracing(ctx, "tool-worker", os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
+	// Listen before connecting, so that a bad address fails at once.
+	reg := telemetry.NewRegistry()
+	var metrics *telemetry.WorkerMetrics
+	var metricsLn net.Listener
+	if o.metrics != "" {
+		if metricsLn, err = net.Listen("tcp", o.metrics); err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		defer metricsLn.Close()
+		metrics = telemetry.NewWorkerMetrics(reg)
+	}
+	b, err := connect(ctx, o, logger)
+	if err != nil {
+		return err
+	}
+	// Closed after Run has drained: the last replies and acks go out first.
+	defer b.Close()
+	w, err := worker.New(worker.Config{
+		Bus: b, Tools: tools, ID: o.id, Concurrency: o.concurrency, AckWait: o.ackWait,
+		DrainTimeout: o.drainTimeout, Advertise: o.advertise, Logger: logger, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range mcpServers {
+		m.Bind(w)
+	}
+	logger.Info("tool-worker starting", slog.String("id", w.ID()), slog.String("tools", strings.Join(toolNames(tools), ",")))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(gctx) })
+	if metricsLn != nil {
+		g.Go(func() error { return telemetry.ServeListener(gctx, metricsLn, reg) })
+		logger.Info("serving metrics", slog.String("addr", metricsLn.Addr().String()))
+	}
+	return g.Wait()
+}
+
+func connect(ctx context.Context, o *options, logger *slog.Logger) (*bus.Bus, error) {
+	b, err := o.nats.Connect(ctx, "tool-worker-"+o.id, bus.RoleWorker, logger)
+	if err != nil {
+		return nil, err
+	}
+	if o.setup {
+		sctx, cancel := context.WithTimeout(ctx, o.nats.ConnectTimeout)
+		defer cancel()
+		if err := b.Setup(sctx, bus.SetupConfig{}); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// configureTools builds the tools of --builtin, --exec, --http and --mcp,
+// keeping those --tools names. The MCP servers it returns are to be closed
+// even on an error.
+func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]worker.Tool, []*worker.MCPServer, error) {
+	var tools []worker.Tool
+	if o.builtin {
+		b, err := worker.NewBuiltin(o.sandbox)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range worker.BuiltinTools() {
+			tools = append(tools, worker.Tool{Spec: s, Executor: b, Kind: "builtin"})
+		}
+		logger.Info("built-in tools", slog.String("sandbox", b.Sandbox()))
+	}
+	for _, v := range o.execs {
+		name, command, err := splitPair("exec", v)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := worker.NewCommand(command)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--exec %s: %w", name, err)
+		}
+		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: c, Kind: "exec"})
+	}
+	for _, v := range o.hooks {
+		name, url, err := splitPair("http", v)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+			return nil, nil, fmt.Errorf("--http %s: %q is not an http(s) URL", name, url)
+		}
+		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: &worker.Webhook{URL: url}, Kind: "http"})
+	}
+	servers, err := startMCP(ctx, o, logger)
+	for _, m := range servers {
+		tools = append(tools, m.Tools()...)
+	}
+	if err != nil {
+		return nil, servers, err
+	}
+	if o.only != "" {
+		if tools, err = selectTools(tools, o.only); err != nil {
+			return nil, servers, err
+		}
+	}
+	if len(tools) == 0 {
+		return nil, servers, errors.New("no tools to serve: give --builtin, --exec, --http or --mcp")
+	}
+	return tools, servers, nil
+}
 
 func splitPair(flagName, v string) (name, value string, err error) {
 	name, value, ok := strings.Cut(v, "=")
@@ -70,224 +236,13 @@ func splitPair(flagName, v string) (name, value string, err error) {
 	return name, value, nil
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tool-worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var execs, hooks, mcps, mcpPrefixes, mcpHeaders pairs
-	fs.Var(&mcps, "mcp", "NAME=COMMAND (stdio) or NAME=URL (streamable HTTP): serve the tools of an MCP server (repeatable)")
-	fs.Var(&mcpPrefixes, "mcp-prefix", "NAME=PREFIX: put PREFIX before the tool names of MCP server NAME")
-	fs.Var(&mcpHeaders, "mcp-header", "NAME=Key:Value or NAME=Key:@FILE: send this header to MCP server NAME over HTTP, e.g. a bearer token read from FILE (repeatable)")
-	natsURL := fs.String("nats", envOr("TOOLGATE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env TOOLGATE_NATS_URL)")
-	builtin := fs.Bool("builtin", false, "serve the built-in demo tools ("+strings.Join(builtinNames(), ", ")+")")
-	sandbox := fs.String("sandbox", "./sandbox", "folder the built-in file tools work in")
-	fs.Var(&execs, "exec", "NAME=COMMAND: serve tool NAME by running COMMAND per call (repeatable)")
-	fs.Var(&hooks, "http", "NAME=URL: serve tool NAME by POSTing each call to URL (repeatable)")
-	only := fs.String("tools", "", "serve only these tools, comma-separated (default: every configured tool)")
-	concurrency := fs.Int("concurrency", 4, "calls running at once, across all tools")
-	id := fs.String("id", defaultID(), "worker id, set on every reply")
-	user := fs.String("user", "", "NATS user")
-	password := fs.String("password", bus.TakeEnvPassword(), "NATS password (env TOOLGATE_NATS_PASSWORD); --password-file keeps it from the programs the worker runs")
-	passwordFile := fs.String("password-file", "", "file holding the NATS password; overrides --password")
-	creds := fs.String("creds", "", "NATS credentials file; overrides --user/--password")
-	ackWait := fs.Duration("ack-wait", 30*time.Second, "ack wait of the call consumers; in-progress acks go out every third of it")
-	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish before they are handed back")
-	advertise := fs.Bool("advertise", true, "advertise the served tools in the toolgate_tools bucket")
-	setup := fs.Bool("setup", false, "create toolgate's streams and buckets if missing (normally the orchestrator does)")
-	connectTimeout := fs.Duration("connect-timeout", 30*time.Second, "how long to wait for the NATS server")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9464 (off by default)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tool-worker [--builtin] [--exec NAME=COMMAND]... [--http NAME=URL]... [flags]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	if *concurrency < 1 {
-		return errors.New("--concurrency must be at least 1")
-	}
-
-	var tools []worker.Tool
-	if *builtin {
-		b, err := worker.NewBuiltin(*sandbox)
-		if err != nil {
-			return err
-		}
-		for _, s := range worker.BuiltinTools() {
-			tools = append(tools, worker.Tool{Spec: s, Executor: b, Kind: "builtin"})
-		}
-		logger.Info("built-in tools", slog.String("sandbox", b.Sandbox()))
-	}
-	for _, v := range execs {
-		name, command, err := splitPair("exec", v)
-		if err != nil {
-			return err
-		}
-		c, err := worker.NewCommand(command)
-		if err != nil {
-			return fmt.Errorf("--exec %s: %w", name, err)
-		}
-		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: c, Kind: "exec"})
-	}
-	for _, v := range hooks {
-		name, url, err := splitPair("http", v)
-		if err != nil {
-			return err
-		}
-		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
-			return fmt.Errorf("--http %s: %q is not an http(s) URL", name, url)
-		}
-		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: &worker.Webhook{URL: url}, Kind: "http"})
-	}
-	prefixes := map[string]string{}
-	for _, v := range mcpPrefixes {
-		name, p, err := splitPair("mcp-prefix", v)
-		if err != nil {
-			return err
-		}
-		prefixes[name] = p
-	}
-	headers := map[string]http.Header{}
-	for _, v := range mcpHeaders {
-		name, spec, err := splitPair("mcp-header", v)
-		if err != nil {
-			return err
-		}
-		if headers[name] == nil {
-			headers[name] = http.Header{}
-		}
-		if err := worker.AddMCPHeader(headers[name], spec); err != nil {
-			return fmt.Errorf("--mcp-header %s: %w", name, err)
-		}
-	}
-	for name := range headers {
-		if !slices.ContainsFunc(mcps, func(v string) bool { n, _, _ := strings.Cut(v, "="); return strings.TrimSpace(n) == name }) {
-			return fmt.Errorf("--mcp-header %s: no --mcp %s=URL to send it to", name, name)
-		}
-	}
-	var mcpServers []*worker.MCPServer
-	defer func() {
-		for _, m := range mcpServers {
-			_ = m.Close()
-		}
-	}()
-	for _, v := range mcps {
-		name, target, err := splitPair("mcp", v)
-		if err != nil {
-			return err
-		}
-		cfg := worker.MCPConfig{Name: name, Prefix: prefixes[name], Logger: logger}
-		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
-			cfg.URL, cfg.Header = target, headers[name]
-		} else if headers[name] != nil {
-			return fmt.Errorf("--mcp-header %s: server %s is a command, not a URL", name, name)
-		} else if cfg.Command, err = worker.SplitWords(target); err != nil {
-			return fmt.Errorf("--mcp %s: %w", name, err)
-		}
-		m, err := worker.NewMCPServer(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("--mcp %s: %w", name, err)
-		}
-		mcpServers = append(mcpServers, m)
-		tools = append(tools, m.Tools()...)
-	}
-	if *only != "" {
-		var err error
-		if tools, err = selectTools(tools, *only); err != nil {
-			return err
-		}
-	}
-	if len(tools) == 0 {
-		return errors.New("no tools to serve: give --builtin, --exec or --http")
-	}
-
-	flushTraces, err := telemetry.StartTracing(ctx, "tool-worker", os.Getenv, logger)
-	if err != nil {
-		return err
-	}
-	defer flushTraces()
-	// Listen before connecting, so that a bad address fails at once.
-	reg := telemetry.NewRegistry()
-	var metrics *telemetry.WorkerMetrics
-	var metricsLn net.Listener
-	if *metricsAddr != "" {
-		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		defer metricsLn.Close()
-		metrics = telemetry.NewWorkerMetrics(reg)
-	}
-
-	cctx, cancel := context.WithTimeout(ctx, *connectTimeout)
-	b, err := bus.Connect(cctx, bus.ConnConfig{
-		URL: *natsURL, Name: "tool-worker-" + *id,
-		User: *user, Password: *password, PasswordFile: *passwordFile, CredsFile: *creds, Role: bus.RoleWorker,
-		Logger: logger,
-	})
-	if err == nil && *setup {
-		err = b.Setup(cctx, bus.SetupConfig{})
-	}
-	cancel()
-	if err != nil {
-		if b != nil {
-			b.Close()
-		}
-		return err
-	}
-	// Closed after Run has drained: the last replies and acks go out first.
-	defer b.Close()
-
-	w, err := worker.New(worker.Config{
-		Bus:          b,
-		Tools:        tools,
-		ID:           *id,
-		Concurrency:  *concurrency,
-		AckWait:      *ackWait,
-		DrainTimeout: *drainTimeout,
-		Advertise:    *advertise,
-		Logger:       logger,
-		Metrics:      metrics,
-	})
-	if err != nil {
-		return err
-	}
-	for _, m := range mcpServers {
-		m.Bind(w)
-	}
-	names := make([]string, len(tools))
-	for i, t := range tools {
-		names[i] = t.Spec.Name
-	}
-	logger.Info("tool-worker starting", slog.String("id", w.ID()), slog.String("tools", strings.Join(names, ",")))
-	if metricsLn == nil {
-		return w.Run(ctx)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.Run(gctx) })
-	g.Go(func() error { return telemetry.ServeListener(gctx, metricsLn, reg) })
-	logger.Info("serving metrics", slog.String("addr", metricsLn.Addr().String()))
-	return g.Wait()
-}
-
 // selectTools keeps the tools named in list, refusing names not configured.
 func selectTools(tools []worker.Tool, list string) ([]worker.Tool, error) {
-	var want []string
-	for n := range strings.SplitSeq(list, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			want = append(want, n)
-		}
-	}
 	var out []worker.Tool
-	for _, n := range want {
+	for n := range strings.SplitSeq(list, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
 		i := slices.IndexFunc(tools, func(t worker.Tool) bool { return t.Spec.Name == n })
 		if i < 0 {
 			return nil, fmt.Errorf("--tools: %s is not configured", n)
@@ -297,25 +252,18 @@ func selectTools(tools []worker.Tool, list string) ([]worker.Tool, error) {
 	return out, nil
 }
 
+func toolNames(tools []worker.Tool) []string {
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Spec.Name
+	}
+	return names
+}
+
 func builtinNames() []string {
 	var names []string
 	for _, s := range worker.BuiltinTools() {
 		names = append(names, s.Name)
 	}
 	return names
-}
-
-func defaultID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "worker"
-	}
-	return host + "-" + strconv.Itoa(os.Getpid())
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

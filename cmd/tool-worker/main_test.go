@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/cli/clitest"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
 
@@ -75,7 +77,7 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 			"--nats", srv.ClientURL(), "--builtin", "--sandbox", sandbox,
 			"--exec", "shout=" + script, "--tools", "update_file,shout", "--id", "w1",
 			"--metrics", "127.0.0.1:0",
-		}, &logs)
+		}, io.Discard, &logs)
 	})
 
 	for i, c := range []struct{ tool, args string }{
@@ -156,10 +158,16 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--mcp", "srv=http://127.0.0.1:1/mcp", "--mcp-header", "srv=Authorization:@/nonexistent"}, // unreadable file
 	} {
 		var out syncBuffer
-		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), &out); err == nil {
+		if err := run(t.Context(), append(args, "--sandbox", t.TempDir()), io.Discard, &out); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
 	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	clitest.CheckHelp(t, "tool-worker", func(args []string, stdout *bytes.Buffer) error {
+		return run(t.Context(), args, stdout, io.Discard)
+	}, "TOOLGATE_NATS_URL", "TOOLGATE_NATS_PASSWORD", "OTEL_EXPORTER_OTLP_ENDPOINT")
 }
 
 // With --password-file the NATS password is in neither the command line
@@ -216,7 +224,7 @@ printf '"%s"' "$found"
 	var logs syncBuffer
 	stop := bustest.Run(t, "tool-worker", func(ctx context.Context) error {
 		return run(ctx, []string{"--nats", srv.ClientURL(), "--user", bus.RoleWorker, "--password-file", pwFile,
-			"--exec", "spy=" + spy, "--id", "w1", "--advertise=false"}, &logs)
+			"--exec", "spy=" + spy, "--id", "w1", "--advertise=false"}, io.Discard, &logs)
 	})
 	req := bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "a", ToolName: "spy",
 		Args: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}

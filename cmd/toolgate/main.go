@@ -1,141 +1,214 @@
 // Command toolgate is a small client of the orchestrator's HTTP API:
 //
-//	toolgate run [-conversation ID] [-follow] PROMPT
+//	toolgate run [--conversation ID] [--follow] PROMPT
 //	toolgate watch CONVERSATION_ID
 //	toolgate pending
-//	toolgate health    # wait until the orchestrator answers
-//	toolgate demo      # the seed's approval conversation, printed as it unfolds
+//	toolgate health [--pid PID]  # wait until the orchestrator answers
+//	toolgate demo                # the seed's approval conversation, printed as it unfolds
+//
+// Flags may come before or after the command and its arguments.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/client"
 )
 
 const demoPrompt = "Delete `__init__.py`, write `Hello, world!` to `README.md`, and clear `.env`"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "toolgate:", err)
-		os.Exit(1)
-	}
+func main() { cli.Main("toolgate", run) }
+
+var env = []cli.Env{
+	{Name: "TOOLGATE_ADDR", Doc: "default of --addr"},
+	{Name: "TOOLGATE_TOKEN_FILE", Doc: "default of --token-file"},
 }
 
-func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("toolgate", flag.ContinueOnError)
-	addr := fs.String("addr", envOr("TOOLGATE_ADDR", "http://127.0.0.1:8080"), "orchestrator base URL")
-	tokenFile := fs.String("token-file", "", "file holding the API bearer token")
-	conversation := fs.String("conversation", "", "continue this conversation (run)")
-	follow := fs.Bool("follow", false, "print events until the conversation ends (run)")
-	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the orchestrator and the conversation")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: toolgate [flags] run PROMPT | watch ID | pending | health | demo")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c := &client.Client{BaseURL: *addr}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("read token: %w", err)
-		}
-		c.Token = strings.TrimSpace(string(b))
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fs.Usage()
-		return errors.New("missing command")
-	}
-	switch rest[0] {
-	case "run":
-		if len(rest) < 2 {
-			return errors.New("run: missing PROMPT")
-		}
-		rs, err := c.StartRun(ctx, strings.Join(rest[1:], " "), *conversation)
-		if err != nil {
-			return err
-		}
-		if !*follow {
-			return json.NewEncoder(os.Stdout).Encode(rs)
-		}
-		return watch(ctx, c, rs.ConversationID, *wait)
-	case "watch":
-		if len(rest) != 2 {
-			return errors.New("watch: want one CONVERSATION_ID")
-		}
-		return watch(ctx, c, rest[1], *wait)
-	case "pending":
-		p, err := c.Pending(ctx)
-		if err != nil {
-			return err
-		}
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(p)
-	case "health":
-		hctx, cancel := context.WithTimeout(ctx, *wait)
-		defer cancel()
-		return c.WaitHealthy(hctx)
-	case "demo":
-		return demo(ctx, c, *wait)
-	}
-	fs.Usage()
-	return fmt.Errorf("unknown command %q", rest[0])
+var command = cli.Command{
+	Name: "toolgate",
+	Usage: []string{
+		"toolgate [flags] run [--conversation ID] [--follow] PROMPT   start a run (and print its events)",
+		"toolgate [flags] watch CONVERSATION_ID                       print a conversation's events until it ends",
+		"toolgate [flags] pending                                     the deferred calls waiting for a reply",
+		"toolgate [flags] health [--pid PID]                          wait until the orchestrator answers",
+		"toolgate [flags] demo                                        play the seed's approval conversation",
+	},
+	About: "Flags may also follow the command; `toolgate COMMAND --help` lists a command's flags.",
+	Env:   env,
 }
 
-func watch(ctx context.Context, c *client.Client, id string, wait time.Duration) error {
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	conv, err := c.Follow(wctx, id, os.Stdout)
+// global are the flags every command takes.
+type global struct {
+	addr, tokenFile string
+	wait            time.Duration
+}
+
+func (g *global) register(fs *cli.FlagSet) {
+	fs.StringVar(&g.addr, "addr", g.addr, "orchestrator base URL")
+	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "file holding the API bearer token")
+	fs.DurationVar(&g.wait, "wait", g.wait, "how long to wait for the orchestrator and the conversation")
+}
+
+func (g *global) client() (*client.Client, error) {
+	tok, err := cli.ReadToken("token-file", g.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &client.Client{BaseURL: g.addr, Token: tok}, nil
+}
+
+func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	g := &global{addr: cli.EnvOr("TOOLGATE_ADDR", "http://127.0.0.1:8080"), tokenFile: os.Getenv("TOOLGATE_TOKEN_FILE"), wait: 2 * time.Minute}
+	top := cli.NewFlagSet(command)
+	g.register(top)
+	name, rest, err := top.ParseHead(args, stdout)
 	if err != nil {
 		return err
 	}
-	return printConversation(conv)
+	if name == "" {
+		return cli.Usagef("toolgate", "missing command")
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		return cli.Usagef("toolgate", "unknown command %q", name)
+	}
+	fs := cli.NewFlagSet(cli.Command{Name: "toolgate " + name, Usage: []string{"toolgate " + name + " " + cmd.synopsis}, About: cmd.about, Env: env})
+	g.register(fs)
+	opts := cmd.flags(fs)
+	pos, err := fs.Parse(rest, stdout)
+	if err != nil {
+		return err
+	}
+	if cmd.args >= 0 && len(pos) != cmd.args || cmd.args < 0 && len(pos) == 0 {
+		return cli.Usagef("toolgate "+name, "want %s", cmd.synopsis)
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	return cmd.run(ctx, c, g.wait, opts, pos, stdout)
 }
 
-func demo(ctx context.Context, c *client.Client, wait time.Duration) error {
+// subcommand is one command of toolgate.
+type subcommand struct {
+	synopsis, about string
+	// args is the number of positional arguments; -1: one or more.
+	args  int
+	flags func(*cli.FlagSet) any
+	run   func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout io.Writer) error
+}
+
+func noFlags(*cli.FlagSet) any { return nil }
+
+type runOpts struct {
+	conversation string
+	follow       bool
+}
+
+var commands = map[string]subcommand{
+	"run": {
+		synopsis: "[--conversation ID] [--follow] PROMPT", args: -1,
+		about: "Starts a run; PROMPT is the remaining arguments joined by spaces (put -- before a prompt that starts with -).",
+		flags: func(fs *cli.FlagSet) any {
+			o := &runOpts{}
+			fs.StringVar(&o.conversation, "conversation", "", "continue this conversation")
+			fs.BoolVar(&o.follow, "follow", false, "print events until the conversation ends")
+			return o
+		},
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout io.Writer) error {
+			o := opts.(*runOpts)
+			rs, err := c.StartRun(ctx, strings.Join(args, " "), o.conversation)
+			if err != nil {
+				return err
+			}
+			if !o.follow {
+				return json.NewEncoder(stdout).Encode(rs)
+			}
+			return watch(ctx, c, rs.ConversationID, wait, stdout)
+		},
+	},
+	"watch": {
+		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, args []string, stdout io.Writer) error {
+			return watch(ctx, c, args[0], wait, stdout)
+		},
+	},
+	"pending": {
+		flags: noFlags,
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, _ []string, stdout io.Writer) error {
+			p, err := c.Pending(ctx)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(p)
+		},
+	},
+	"health": {
+		synopsis: "[--pid PID]",
+		about:    "Waits until the orchestrator answers /healthz. With --pid, the one answering must be that process, and health fails at once when that process has exited.",
+		flags:    func(fs *cli.FlagSet) any { return fs.Int("pid", 0, "the orchestrator's process id") },
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, _ []string, _ io.Writer) error {
+			hctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			pid := *opts.(*int)
+			if pid == 0 {
+				return c.WaitHealthy(hctx)
+			}
+			return c.WaitHealthyPID(hctx, pid, func() bool { return syscall.Kill(pid, 0) == nil })
+		},
+	},
+	"demo": {
+		about: "Starts the seed's approval conversation (" + demoPrompt + ") and prints it as it unfolds.",
+		flags: noFlags,
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, _ []string, stdout io.Writer) error {
+			return demo(ctx, c, wait, stdout)
+		},
+	},
+}
+
+func watch(ctx context.Context, c *client.Client, id string, wait time.Duration, stdout io.Writer) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conv, err := c.Follow(wctx, id, stdout)
+	if err != nil {
+		return err
+	}
+	return printConversation(conv, stdout)
+}
+
+func demo(ctx context.Context, c *client.Client, wait time.Duration, stdout io.Writer) error {
 	hctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := c.WaitHealthy(hctx); err != nil {
 		return err
 	}
-	fmt.Printf("▶ prompt: %s\n", demoPrompt)
+	fmt.Fprintf(stdout, "▶ prompt: %s\n", demoPrompt)
 	rs, err := c.StartRun(ctx, demoPrompt, "")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("▶ conversation %s, run %s\n", rs.ConversationID, rs.RunID)
-	return watch(ctx, c, rs.ConversationID, wait)
+	fmt.Fprintf(stdout, "▶ conversation %s, run %s\n", rs.ConversationID, rs.RunID)
+	return watch(ctx, c, rs.ConversationID, wait, stdout)
 }
 
-func printConversation(conv *client.Conversation) error {
-	fmt.Printf("\n── conversation %s: %s (%d runs) ──\n", conv.ConversationID, conv.Status, len(conv.Runs))
-	if err := client.WriteTranscript(os.Stdout, conv.Messages); err != nil {
+func printConversation(conv *client.Conversation, stdout io.Writer) error {
+	fmt.Fprintf(stdout, "\n── conversation %s: %s (%d runs) ──\n", conv.ConversationID, conv.Status, len(conv.Runs))
+	if err := client.WriteTranscript(stdout, conv.Messages); err != nil {
 		return err
 	}
 	if conv.Error != "" {
-		return fmt.Errorf("conversation failed: %s", conv.Error)
+		return errors.New("conversation failed: " + conv.Error)
 	}
 	return nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

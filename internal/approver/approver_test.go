@@ -3,6 +3,8 @@ package approver_test
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,6 +159,20 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 		want.ApproverID, want.DecidedAt = "bot-1", decidedAt
 		if err := approver.Verify(pub, got[0]); err != nil {
 			t.Errorf("%s: %v", tt.name, err)
+		}
+		// The id docs/protocol.md gives: <run_id>/<tool_call_id>/decision.<approver_id>.<hash>.
+		subj, err := bus.DecisionSubject(tt.req.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := got[0].SigningBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(append(body, got[0].Signature...))
+		wantID := tt.req.RunID + "/" + tt.req.ToolCallID + "/decision.bot-1." + hex.EncodeToString(sum[:8])
+		if id := bustest.Messages(t, b, bus.StreamReplies, subj)[0].Headers().Get(bus.HeaderMsgID); id != wantID {
+			t.Errorf("%s: Nats-Msg-Id %q, want %q", tt.name, id, wantID)
 		}
 		if diff := cmp.Diff(want, got[0], cmpopts.IgnoreFields(bus.Decision{}, "Signature"),
 			cmpopts.EquateEmpty(), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,7 +107,52 @@ func (b *Bus) StalledPulls() int64 { return b.stalls.Load() }
 // trying until ctx ends.
 func Connect(ctx context.Context, cfg ConnConfig) (*Bus, error) {
 	cfg = cfg.withDefaults()
-	return connect(ctx, cfg)
+	shown, err := CheckURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	// Until the first connection nothing else is logged: say what is
+	// being waited for.
+	cfg.Logger.Info("connecting to NATS (retrying until it answers)", slog.String("url", shown), slog.String("client", cfg.Name))
+	b, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("NATS at %s: %w", shown, err)
+	}
+	return b, nil
+}
+
+// CheckURL checks a comma-separated list of NATS server URLs (a missing
+// scheme means nats://) and returns it with any password redacted, for
+// logs and errors. A URL the client would only fail to dial, again and
+// again, is refused here at once.
+func CheckURL(list string) (string, error) {
+	var shown []string
+	for raw := range strings.SplitSeq(list, ",") {
+		raw = strings.TrimSpace(raw)
+		s := raw
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		u, err := url.Parse(s)
+		if err != nil {
+			return "", fmt.Errorf("NATS URL %q: %w", raw, err)
+		}
+		switch {
+		case u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss":
+			return "", fmt.Errorf("NATS URL %q: scheme %q: want nats, tls, ws or wss", raw, u.Scheme)
+		case u.Hostname() == "":
+			return "", fmt.Errorf("NATS URL %q: no host", raw)
+		case u.Path != "" && u.Path != "/":
+			return "", fmt.Errorf("NATS URL %q: want scheme://host:port, not a path %q", raw, u.Path)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return "", fmt.Errorf("NATS URL %q: port %q", raw, p)
+			}
+		}
+		shown = append(shown, u.Redacted())
+	}
+	return strings.Join(shown, ","), nil
 }
 
 // ConnectInProcess opens an in-process connection (no TCP) to a server
@@ -121,10 +168,10 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 	}
 	logger := cfg.Logger.With(slog.String("component", "bus"), slog.String("client", cfg.Name))
 	deny := &denyWatch{}
+	var dialErr atomic.Pointer[error]
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			attrs := []any{slog.Any("error", err)}
 			if sub != nil {
@@ -140,6 +187,13 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected", slog.Any("error", err))
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			// ErrNoServers only says that a round of the pool failed; the
+			// dial error before it says why.
+			if err != nil && !errors.Is(err, nats.ErrNoServers) {
+				dialErr.Store(&err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -168,12 +222,23 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 	}
 	opts = append(opts, extra...)
 
+	// A first attempt without retries learns why a server does not answer;
+	// the retrying connection after it reports only reconnect errors.
 	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		first := err
+		dialErr.Store(&first)
+		logger.Warn("NATS not answering; retrying until it does", slog.Any("error", err))
+		nc, err = nats.Connect(cfg.URL, append(opts, nats.RetryOnFailedConnect(true))...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", cfg.Name, err)
 	}
 	if err := waitConnected(ctx, nc); err != nil {
 		nc.Close()
+		if last := dialErr.Load(); last != nil && errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("no server answered: %w (last error: %v)", err, *last)
+		}
 		return nil, fmt.Errorf("connect %s: %w", cfg.Name, err)
 	}
 	js, err := jetstream.New(nc)

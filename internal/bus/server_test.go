@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -346,6 +348,39 @@ func roleUsers(t *testing.T) []bus.User {
 		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
 	}
 	return users
+}
+
+func TestStartServerRefusesBusyPortAtOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: ln.Addr().String(), ReadyTimeout: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("err = %v, want address already in use", err)
+	}
+}
+
+func TestConnectNamesTheURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://127.0.0.1:4222", "nats://:x", "nats://", "nats//host", "nats://h:99999"} {
+		_, err := bus.Connect(t.Context(), bus.ConnConfig{URL: u})
+		if err == nil || !strings.Contains(err.Error(), "NATS URL") {
+			t.Errorf("Connect(%q) = %v, want a refusal at once", u, err)
+		}
+	}
+	var logs strings.Builder
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := bus.Connect(ctx, bus.ConnConfig{URL: "nats://bob:secret@127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil || !strings.Contains(err.Error(), "nats://bob:xxxxx@127.0.0.1:1") || !strings.Contains(err.Error(), "no server answered") {
+		t.Errorf("err = %v, want one naming the URL (password hidden) and why", err)
+	}
+	if !strings.Contains(logs.String(), "connecting to NATS") || strings.Contains(logs.String(), "secret") {
+		t.Errorf("log = %q, want a connecting line without the password", logs.String())
+	}
 }
 
 // An approver's credentials cannot delete a consumer of the approvals

@@ -236,7 +236,40 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 	}
 }
 
-// WaitTerminal polls the conversation until it is completed or failed.
+// WaitHealthyPID waits until /healthz answers from process pid. It fails at
+// once when another process answers, or when alive reports that pid has
+// exited.
+func (c *Client) WaitHealthyPID(ctx context.Context, pid int, alive func() bool) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if !alive() {
+			return fmt.Errorf("orchestrator (pid %d) exited before it answered at %s", pid, c.BaseURL)
+		}
+		var h struct {
+			PID int `json:"pid"`
+		}
+		// Bounded: whatever holds the port may accept and never answer.
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.do(actx, http.MethodGet, "/healthz", nil, &h)
+		cancel()
+		switch {
+		case err == nil && h.PID == pid:
+			return nil
+		case err == nil:
+			return fmt.Errorf("another server (pid %d) answers at %s, not orchestrator %d", h.PID, c.BaseURL, pid)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("orchestrator at %s not healthy: %w", c.BaseURL, errors.Join(ctx.Err(), err))
+		case <-t.C:
+		}
+	}
+}
+
+// WaitTerminal polls the conversation until it is completed or failed. An
+// answer that will not change by waiting (404 for an unknown id, 401, any
+// 4xx) ends the wait at once.
 func (c *Client) WaitTerminal(ctx context.Context, id string, every time.Duration) (*Conversation, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -244,6 +277,10 @@ func (c *Client) WaitTerminal(ctx context.Context, id string, every time.Duratio
 		conv, err := c.Conversation(ctx, id)
 		if err == nil && conv.Terminal() {
 			return conv, nil
+		}
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests {
+			return nil, fmt.Errorf("conversation %s: %w", id, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/web"
@@ -182,13 +183,15 @@ func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
 
 // ConversationView is the API's view of a conversation.
 type ConversationView struct {
-	ConversationID string            `json:"conversation_id"`
-	Status         Status            `json:"status"`
-	Output         *string           `json:"output,omitempty"`
-	Error          string            `json:"error,omitempty"`
-	Runs           []RunSummary      `json:"runs"`
-	Pending        []PendingView     `json:"pending"`
-	Messages       []json.RawMessage `json:"messages"`
+	ConversationID string `json:"conversation_id"`
+	Status         Status `json:"status"`
+	// Output is the final output of a completed conversation, null in any
+	// other status (the key is always there).
+	Output   *string           `json:"output"`
+	Error    string            `json:"error,omitempty"`
+	Runs     []RunSummary      `json:"runs"`
+	Pending  []PendingView     `json:"pending"`
+	Messages []json.RawMessage `json:"messages"`
 	// Decisions lists every applied decision and who made it (D36).
 	Decisions []DecisionRecord `json:"decisions"`
 }
@@ -280,7 +283,9 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	// The process id and instance tell a script which orchestrator answers
+	// on a port (scripts/run.sh: its own, not another one left running).
+	web.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": os.Getpid(), "instance": h.o.cfg.InstanceID})
 }
 
 // fail maps an orchestrator error to a status.

@@ -161,7 +161,12 @@ func TestWorkerPassesTraceContextThrough(t *testing.T) {
 	if _, err := e.bus.PublishCall(t.Context(), call(worker.ToolNoop, "c1", `{}`), hdr); err != nil {
 		t.Fatal(err)
 	}
-	if got := headers("c1").Get(bus.HeaderTraceParent); got != tp {
+	h := headers("c1")
+	if got := h.Get(bus.HeaderTraceParent); got != tp {
 		t.Errorf("reply traceparent %q, want %q", got, tp)
+	}
+	// The id docs/protocol.md gives a result: <run_id>/<tool_call_id>/result.
+	if got := h.Get(bus.HeaderMsgID); got != "run1/c1/result" {
+		t.Errorf("reply Nats-Msg-Id %q, want run1/c1/result", got)
 	}
 }

@@ -134,6 +134,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
+	if !cfg.NoListen {
+		if err := checkFree(host, port); err != nil {
+			return nil, fmt.Errorf("start server: %w", err)
+		}
+	}
 	if err := os.MkdirAll(cfg.StoreDir, 0o750); err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
@@ -189,6 +194,19 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("start server: not ready for connections after %s", cfg.ReadyTimeout)
 	}
 	return &Server{ns: ns, lock: lock, logger: cfg.Logger}, nil
+}
+
+// checkFree fails at once when the client port is taken: nats-server
+// would only log it and never become ready.
+func checkFree(host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }
 
 func splitListen(listen string) (string, int, error) {

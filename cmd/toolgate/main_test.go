@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/internal/cli/clitest"
+)
+
+// fakeAPI answers like an orchestrator: POST /v1/runs records the prompt,
+// a conversation is completed at once, any other id is 404.
+type fakeAPI struct {
+	mu      sync.Mutex
+	prompts []string
+	pid     int
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/runs":
+		var req struct{ Prompt string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.prompts = append(f.prompts, req.Prompt)
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"run_id":"r1","conversation_id":"c1","status":"running"}`))
+	case r.URL.Path == "/v1/conversations/c1":
+		_, _ = w.Write([]byte(`{"conversation_id":"c1","status":"completed","output":"done","runs":[],"pending":[],"messages":[]}`))
+	case r.URL.Path == "/healthz":
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "pid": f.pid})
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":"not found"}`))
+	}
+}
+
+func (f *fakeAPI) got() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.prompts...)
+}
+
+func start(t *testing.T) (*fakeAPI, string) {
+	f := &fakeAPI{pid: os.Getpid() + 1}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+func TestRunFlagsFollowTheCommand(t *testing.T) {
+	f, url := start(t)
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"run", "-follow", "hello", "world", "--addr", url}, &out, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if got := f.got(); len(got) != 1 || got[0] != "hello world" {
+		t.Errorf("prompts = %q, want [hello world]", got)
+	}
+	if !strings.Contains(out.String(), "conversation c1: completed") {
+		t.Errorf("--follow printed %q", out.String())
+	}
+}
+
+func TestHelpPostsNothing(t *testing.T) {
+	f, url := start(t)
+	for _, args := range [][]string{{"run", "--help"}, {"--help"}, {"--version"}, {"watch", "-h"}} {
+		var out bytes.Buffer
+		err := run(t.Context(), append(args, "--addr", url), &out, &out)
+		if !errors.Is(err, cli.ErrHelp) {
+			t.Errorf("%q: err = %v, want ErrHelp (exit 0)", args, err)
+		}
+		if args[0] != "--version" && !strings.Contains(out.String(), "environment:\n  TOOLGATE_ADDR") {
+			t.Errorf("%q: usage without its environment:\n%s", args, out.String())
+		}
+	}
+	if got := f.got(); len(got) != 0 {
+		t.Errorf("help posted prompts %q", got)
+	}
+}
+
+func TestWatchUnknownIDFailsAtOnce(t *testing.T) {
+	_, url := start(t)
+	// With an hour to wait, only a refusal on the first 404 lets this end.
+	err := run(t.Context(), []string{"watch", "nope", "--addr", url, "--wait", "1h"}, new(bytes.Buffer), new(bytes.Buffer))
+	if err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("err = %v, want the 404", err)
+	}
+}
+
+func TestHealthPIDRefusesAnotherOrchestrator(t *testing.T) {
+	_, url := start(t)
+	err := run(t.Context(), []string{"health", "--pid", "1", "--addr", url, "--wait", "1h"}, new(bytes.Buffer), new(bytes.Buffer))
+	if err == nil || !strings.Contains(err.Error(), "another server") {
+		t.Errorf("err = %v, want another server", err)
+	}
+	// A process that has exited: nothing answers on a closed port.
+	err = run(t.Context(), []string{"health", "--pid", "999999999", "--addr", "http://127.0.0.1:1", "--wait", "1h"}, new(bytes.Buffer), new(bytes.Buffer))
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Errorf("err = %v, want exited", err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"nope"}, {"run"}, {"watch"}, {"watch", "a", "b"}, {"pending", "x"}, {"run", "--nope", "p"}} {
+		err := run(t.Context(), args, new(bytes.Buffer), new(bytes.Buffer))
+		var ue *cli.UsageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	clitest.CheckHelp(t, "toolgate", func(args []string, stdout *bytes.Buffer) error {
+		return run(t.Context(), args, stdout, stdout)
+	}, "TOOLGATE_ADDR", "TOOLGATE_TOKEN_FILE")
+}
