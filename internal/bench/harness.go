@@ -335,7 +335,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
 	MetricHeapPerConversation, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
-	MetricResumeReads, MetricReplyPublishSeconds, MetricKVCreateSeconds,
+	MetricResumeReads, MetricResumeWrites, MetricReplyPublishSeconds, MetricKVCreateSeconds,
 }
 
 // reconcileMetrics are the reconcile rows of a memory case, in order.

@@ -28,7 +28,7 @@ func (downTarget) RunLong(context.Context, bench.LongCase) (bench.LongMeasuremen
 
 // toolgateOnly says whether a row has no raw side.
 func toolgateOnly(row bench.Row) bool {
-	return row.Metric == bench.MetricRoundTrips || row.Metric == bench.MetricResumeReads || row.Metric == bench.MetricOrchestratorHeap || strings.HasPrefix(row.Name, "long/") ||
+	return row.Metric == bench.MetricRoundTrips || row.Metric == bench.MetricResumeReads || row.Metric == bench.MetricResumeWrites || row.Metric == bench.MetricOrchestratorHeap || strings.HasPrefix(row.Name, "long/") ||
 		strings.HasPrefix(row.Name, "large/") || strings.HasPrefix(row.Name, "reconcile/")
 }
 
@@ -58,7 +58,7 @@ func TestRunSmall(t *testing.T) {
 	// 4 cases × 4 round-trip metrics and a round-trip count for the 2 of
 	// batch 1, 8 + 3 long-conversation metrics, 5 memory and 5 reconcile
 	// metrics, 5 messages × 2 ops × 3 codec metrics + 5 sizes.
-	if want := 4*4 + 2 + 8 + 3 + 7 + 5 + 5*2*3 + 5; len(res.Cases) != want {
+	if want := 4*4 + 2 + 8 + 3 + 8 + 5 + 5*2*3 + 5; len(res.Cases) != want {
 		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
 	}
 	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {

@@ -39,6 +39,10 @@ const (
 	// MetricResumeReads is toolgate's reads of conversation logs per
 	// conversation during the resume: the states its cache did not hold.
 	MetricResumeReads = "resume_state_reads_per_conversation"
+	// MetricResumeWrites is toolgate's appends to conversation logs per
+	// conversation during the resume, refused ones (a conflict with
+	// another change) included.
+	MetricResumeWrites = "resume_state_writes_per_conversation"
 )
 
 // Metrics of the reconcile passes timed around the memory case (toolgate

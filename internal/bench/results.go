@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -157,9 +158,9 @@ func (g goal) String() string {
 	case g.maxRatio > 0:
 		return fmt.Sprintf("ratio <= %g", g.maxRatio)
 	case g.tgMax > 0:
-		return fmt.Sprintf("toolgate <= %g", g.tgMax)
+		return "toolgate <= " + strconv.FormatFloat(g.tgMax, 'f', -1, 64)
 	case g.tgMin > 0:
-		return fmt.Sprintf("toolgate >= %g", g.tgMin)
+		return "toolgate >= " + strconv.FormatFloat(g.tgMin, 'f', -1, 64)
 	default:
 		return fmt.Sprintf("toolgate - raw <= %g", g.absMax)
 	}

@@ -181,3 +181,29 @@ func TestMarkdown(t *testing.T) {
 		t.Errorf("markdown has no table header:\n%s", md)
 	}
 }
+
+func TestToolgateOnlyGoals(t *testing.T) {
+	t.Parallel()
+	pass, fail := true, false
+	for _, tt := range []struct {
+		metric   string
+		tg       *float64
+		target   string
+		wantPass *bool
+	}{
+		{bench.MetricStoredMessages, f(6), "toolgate <= 6", &pass},
+		{bench.MetricStoredMessages, f(11), "toolgate <= 6", &fail},
+		{bench.MetricRoundTrips, f(5), "toolgate <= 3", &fail},
+		{bench.MetricTimeGrowth, f(1.15), "toolgate <= 1.2", &pass},
+		{bench.MetricHistoryBytes, f(5 << 20), "toolgate >= 5242880", &pass},
+		{bench.MetricHistoryBytes, f(1 << 20), "toolgate >= 5242880", &fail},
+		{bench.MetricReconcileGrowth, nil, "toolgate <= 1.5", nil},
+	} {
+		r := &bench.Results{Cases: []bench.Row{{Name: "x", Metric: tt.metric, Toolgate: tt.tg}}}
+		bench.FinishRows(r)
+		row := r.Cases[0]
+		if row.Target != tt.target || !cmp.Equal(row.Pass, tt.wantPass) {
+			t.Errorf("%s = %v: target %q pass %v, want %q %v", tt.metric, tt.tg, row.Target, row.Pass, tt.target, tt.wantPass)
+		}
+	}
+}

@@ -605,7 +605,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			return MemoryMeasurement{}, err
 		}
 	}
-	reads0 := r.stats.StateReads.Load()
+	reads0, writes0 := r.stats.StateReads.Load(), r.stats.StateWrites.Load()
 	start := time.Now()
 	for i := 0; i < len(replies); i += pipelineDepth {
 		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
@@ -623,6 +623,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	resume := time.Since(start).Seconds()
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
+	resumeWrites := float64(r.stats.StateWrites.Load()-writes0) / float64(n)
 
 	cleanup, _, err := r.timeReconcile(ctx, 1)
 	if err != nil {
@@ -640,6 +641,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resume,
 			MetricResumeReads:          resumeReads,
+			MetricResumeWrites:         resumeWrites,
 			MetricReconcileNone:        ms(none),
 			MetricReconcileFinished:    ms(finished),
 			MetricReconcileGrowth:      float64(finished) / float64(max(none, time.Microsecond)),

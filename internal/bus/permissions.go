@@ -68,6 +68,10 @@ func RolePermissions(role string) (Permissions, error) {
 				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
 				subjectDLQ+".>",
+				// Reading a tool's advert, which says what MCP server it
+				// comes from.
+				"$JS.API.STREAM.INFO.KV_"+BucketTools,
+				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
 				// Account info, which clients such as nats.js probe
 				// before their first JetStream call.
 				"$JS.API.INFO",

@@ -221,6 +221,16 @@ func TestRolePermissions(t *testing.T) {
 		t.Errorf("worker read advert %s", e.Value)
 	}
 	gcancel()
+	// The approval inbox reads it too, for the MCP server a tool comes from.
+	atools, err := approver.Tools(ctx)
+	if err != nil {
+		t.Fatalf("approver opening the tools bucket: %v", err)
+	}
+	gctx, gcancel = context.WithTimeout(ctx, 5*time.Second)
+	if _, err := atools.Get(gctx, "weather"); err != nil {
+		t.Errorf("approver reading a tool advert: %v", err)
+	}
+	gcancel()
 	if _, err := worker.Runs(ctx); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker opening the runs bucket: err = %v, want ErrPermissionDenied", err)
 	}

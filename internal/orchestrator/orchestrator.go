@@ -77,6 +77,17 @@ type Config struct {
 	// Model, when set, replaces the model the agent config names (tests,
 	// embedding programs).
 	Model agent.Model
+	// Tools are in-process Go tools the agent has besides the config's
+	// (a program that embeds the orchestrator): they run inside the run,
+	// and may defer themselves (deferred.ApprovalRequired from a
+	// validator, which sees the run's context) like any agent tool. A
+	// deferred call of a tool the config does not name gets the default
+	// deadlines.
+	Tools []agent.Tool
+	// Handlers are inline handlers of deferred calls, asked after the
+	// orchestrator's own (agent.Handler): what they resolve never leaves
+	// the run.
+	Handlers []agent.Handler
 	// LookupEnv resolves the agent config's api_key_env. Nil means no
 	// environment: a config that names a variable fails.
 	LookupEnv func(string) (string, bool)
@@ -332,6 +343,9 @@ type Stats struct {
 	// CallBatches counts the publishes of a batch's calls, each one
 	// round trip whatever the number of calls.
 	CallBatches atomic.Int64
+	// ReconcileErrors counts the conversations a reconcile pass had to
+	// leave as they were (one it could not read, a change that failed).
+	ReconcileErrors atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -415,11 +429,17 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.watchAdverts(ctx)
-	if err := o.reconcile(ctx); err != nil {
-		o.log.WarnContext(ctx, "reconcile at start", slog.String("error", err.Error()))
+	// The first pass lists what is due now, before a run can start, so that
+	// it never takes a run of this process for one left undone; its reads go
+	// on in the background.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	first, err := o.store.due(lctx)
+	cancel()
+	if err != nil {
+		o.log.WarnContext(ctx, "reconcile at start: the next pass will try again", slog.String("error", err.Error()))
 	}
 	o.loops.Go(o.expiryLoop)
-	o.loops.Go(o.reconcileLoop)
+	o.loops.Go(func() { o.reconcileLoop(first) })
 	if o.cfg.Retention > 0 {
 		o.loops.Go(o.retentionLoop)
 	}

@@ -3,11 +3,17 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 )
 
-func (o *Orchestrator) reconcileLoop() {
+// reconcileLoop finishes the first pass over first (the due entries Start
+// listed: Start does not wait for their reads, so that records that cannot
+// be read or are slow to must not keep the API from coming up), then runs a
+// pass every interval.
+func (o *Orchestrator) reconcileLoop(first []dueEntry) {
+	ctx, cancel := context.WithCancel(o.runCtx)
+	o.reconcileEntries(ctx, first)
+	cancel()
 	t := newTicker(o.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
@@ -26,6 +32,8 @@ func (o *Orchestrator) reconcileLoop() {
 
 // Reconcile runs one reconcile pass now, as the loop does every
 // ReconcileInterval: for tests and the benchmark harness, which times it.
+// Conversations it had to leave are logged and counted (Stats), not
+// returned.
 func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile(ctx) }
 
 // reconcile goes over the conversations that are not finished (the due
@@ -40,16 +48,25 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	o.reconcileEntries(ctx, due)
+	return ctx.Err()
+}
+
+// reconcileEntries reconciles each of due in turn.
+func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
 	for _, e := range due {
 		if o.stopped.Load() {
 			break
 		}
-		if err := o.reconcileOne(ctx, e); err != nil {
-			errs = append(errs, fmt.Errorf("conversation %s: %w", e.id, err))
+		// One conversation that cannot be read or brought forward (a
+		// corrupt record, a failing write) costs only itself: it is logged
+		// and counted, and the pass goes on to the others.
+		if err := o.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
+			o.stats.ReconcileErrors.Add(1)
+			o.cfg.Metrics.ReconcileError()
+			o.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 		}
 	}
-	return errors.Join(errs...)
 }
 
 func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {

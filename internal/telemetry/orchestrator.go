@@ -28,6 +28,7 @@ const (
 //	toolgate_model_errors_total{model}           model requests that failed
 //	toolgate_redeliveries_total{component="orchestrator",tool}
 //	toolgate_dead_letters_total{component="orchestrator",reason}
+//	toolgate_reconcile_errors_total
 //
 // kind is "call" or "approval". toolgate_deferred_pending comes either from
 // PendingAdd/PendingDone, counted by this process (sum over replicas; a
@@ -47,6 +48,7 @@ type OrchestratorMetrics struct {
 	modelErrors  *prometheus.CounterVec
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	reconcile    prometheus.Counter
 }
 
 // NewOrchestratorMetrics registers the orchestrator's collectors on reg.
@@ -93,7 +95,19 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 		}, []string{"model"})),
 		redeliveries: redeliveries(reg),
 		deadLetters:  deadLetters(reg),
+		reconcile: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_reconcile_errors_total",
+			Help: "Conversations a reconcile pass had to leave as they were: a record it could not read, a change that failed (see the log).",
+		})),
 	}
+}
+
+// ReconcileError counts a conversation a reconcile pass had to leave.
+func (m *OrchestratorMetrics) ReconcileError() {
+	if m == nil {
+		return
+	}
+	m.reconcile.Inc()
 }
 
 // RunFinished counts a run that ended with status.

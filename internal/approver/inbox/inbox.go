@@ -120,6 +120,9 @@ type Inbox struct {
 	pages   *template.Template
 	running atomic.Bool
 	ready   atomic.Bool
+	// tools is the toolgate_tools bucket (nil if it could not be opened),
+	// read for the MCP server of each request's tool.
+	tools *bus.KV
 }
 
 // New checks cfg and returns an Inbox; Run starts taking requests, Handler
@@ -176,6 +179,9 @@ func (in *Inbox) Run(ctx context.Context) error {
 		return nil
 	}
 
+	if in.tools, err = in.cfg.Bus.Tools(ctx); err != nil {
+		in.log.WarnContext(ctx, "tool adverts not read: the MCP server of a tool is not shown", slog.Any("error", err))
+	}
 	cc, err := in.consume(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
@@ -319,7 +325,7 @@ func (in *Inbox) take(m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	old := in.store.put(&entry{req: r, msg: m, seq: meta.Sequence.Stream, received: meta.Timestamp})
+	old := in.store.put(&entry{req: r, msg: m, seq: meta.Sequence.Stream, received: meta.Timestamp, mcpServer: in.mcpServerOf(r.ToolName)})
 	if old != nil && old.seq != meta.Sequence.Stream {
 		// A newer attempt of the same call replaces the old one.
 		_ = old.msg.Ack()
@@ -397,4 +403,29 @@ func (in *Inbox) syncOrchestrator(ctx context.Context) {
 	}) {
 		_ = e.msg.Ack()
 	}
+}
+
+// mcpServerOf is the MCP server that tool comes from, as the advert in
+// toolgate_tools says; empty when the tool is not from one or no worker
+// advertises it now. A read that does not answer soon shows nothing rather
+// than holding the request back.
+func (in *Inbox) mcpServerOf(tool string) string {
+	if in.tools == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	e, err := in.tools.Get(ctx, tool)
+	if err != nil {
+		if !errors.Is(err, bus.ErrKeyNotFound) {
+			in.log.Warn("read tool advert", slog.String("tool", tool), slog.Any("error", err))
+		}
+		return ""
+	}
+	a, err := bus.DecodeToolAdvert(e.Value)
+	if err != nil {
+		in.log.Warn("tool advert ignored", slog.String("tool", tool), slog.Any("error", err))
+		return ""
+	}
+	return a.MCPServer
 }

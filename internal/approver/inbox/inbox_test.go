@@ -483,3 +483,39 @@ func conversationPage(t *testing.T, b *bus.Bus, in *inbox.Inbox, conv string, ev
 	}
 	return rec.Body.String()
 }
+
+// A request for a tool that an MCP server serves shows the server, from
+// the tool's advert; others show none.
+func TestShowsTheMCPServerOfATool(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	kv, err := b.Tools(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	advert := bus.ToolAdvert{Name: "delete_file", Description: "Deletes", Kind: "call", Executor: "mcp", MCPServer: "filesystem", MCPTool: "delete", WorkerID: "w1", At: time.Now().UTC()}
+	data, err := json.Marshal(advert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), "delete_file", data); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := startInbox(t, inbox.Config{Bus: b})
+	deadline := time.Now().Add(time.Hour)
+	other := request(t, "run-2", "call-1", `{"path":"b.txt"}`, deadline)
+	other.ToolName = "update_file"
+	publish(t, b, request(t, "run-1", "call-1", `{"path":"a.txt"}`, deadline), other)
+	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
+	got := map[string]string{}
+	for _, it := range in.Pending() {
+		got[it.ToolName] = it.MCPServer
+	}
+	if got["delete_file"] != "filesystem" || got["update_file"] != "" {
+		t.Errorf("MCP servers shown = %v, want delete_file from filesystem, update_file from none", got)
+	}
+	page := do(t, in.Handler(), http.MethodGet, "/", "", nil)
+	if !strings.Contains(page.Body.String(), `data-field="mcp_server" title="the MCP server the tool comes from">filesystem</p>`) {
+		t.Errorf("the page does not show the MCP server:\n%s", page.Body)
+	}
+}

@@ -21,29 +21,35 @@ type entry struct {
 	msg      jetstream.Msg
 	seq      uint64
 	received time.Time
-	gen      uint64 // store generation when it was put
+	// mcpServer is the MCP server the tool comes from, as its advert
+	// says; empty for other tools or when no worker advertises it.
+	mcpServer string
+	gen       uint64 // store generation when it was put
 }
 
 func (e *entry) key() string { return keyOf(e.req.RunID, e.req.ToolCallID) }
 
 // Item is a pending request as the page and the JSON API show it.
 type Item struct {
-	Key             string          `json:"key"`
-	RunID           string          `json:"run_id"`
-	ConversationID  string          `json:"conversation_id"`
-	ToolCallID      string          `json:"tool_call_id"`
-	ToolName        string          `json:"tool_name"`
-	ToolDescription string          `json:"tool_description,omitempty"`
-	Args            json.RawMessage `json:"args"`
-	ArgsText        string          `json:"args_text"` // args, indented
-	Metadata        json.RawMessage `json:"metadata,omitempty"`
-	MetadataText    string          `json:"metadata_text,omitempty"`
-	Reason          string          `json:"reason,omitempty"` // metadata's "reason", when it is a string
-	Parameters      json.RawMessage `json:"parameters,omitempty"`
-	ParametersText  string          `json:"parameters_text,omitempty"`
-	Received        time.Time       `json:"received"`
-	Deadline        time.Time       `json:"deadline,omitzero"`
-	Attempt         int             `json:"attempt"`
+	Key             string `json:"key"`
+	RunID           string `json:"run_id"`
+	ConversationID  string `json:"conversation_id"`
+	ToolCallID      string `json:"tool_call_id"`
+	ToolName        string `json:"tool_name"`
+	ToolDescription string `json:"tool_description,omitempty"`
+	// MCPServer names the MCP server the tool comes from (its advert's
+	// mcp_server), so that the approver knows what will act.
+	MCPServer      string          `json:"mcp_server,omitempty"`
+	Args           json.RawMessage `json:"args"`
+	ArgsText       string          `json:"args_text"` // args, indented
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	MetadataText   string          `json:"metadata_text,omitempty"`
+	Reason         string          `json:"reason,omitempty"` // metadata's "reason", when it is a string
+	Parameters     json.RawMessage `json:"parameters,omitempty"`
+	ParametersText string          `json:"parameters_text,omitempty"`
+	Received       time.Time       `json:"received"`
+	Deadline       time.Time       `json:"deadline,omitzero"`
+	Attempt        int             `json:"attempt"`
 }
 
 func itemOf(e *entry) Item {
@@ -55,6 +61,7 @@ func itemOf(e *entry) Item {
 		ToolCallID:      r.ToolCallID,
 		ToolName:        r.ToolName,
 		ToolDescription: r.ToolDescription,
+		MCPServer:       e.mcpServer,
 		Args:            r.Args,
 		ArgsText:        indent(r.Args),
 		Metadata:        r.Metadata,
