@@ -33,6 +33,7 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 		}
 		tools = append(tools, t)
 	}
+	tools = append(tools, o.cfg.Tools...)
 	var toolsets []agent.Toolset
 	if len(cfg.Discover) > 0 {
 		toolsets = append(toolsets, o.discoveredToolset())
@@ -41,6 +42,7 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 	if cfg.InlineWait > 0 {
 		handlers = append(handlers, agent.HandlerFunc(o.handleInline))
 	}
+	handlers = append(handlers, o.cfg.Handlers...)
 	a, err := agent.New(agent.Config{
 		Model:            model,
 		Instructions:     cfg.Instructions,

@@ -77,6 +77,17 @@ type Config struct {
 	// Model, when set, replaces the model the agent config names (tests,
 	// embedding programs).
 	Model agent.Model
+	// Tools are in-process Go tools the agent has besides the config's
+	// (a program that embeds the orchestrator): they run inside the run,
+	// and may defer themselves (deferred.ApprovalRequired from a
+	// validator, which sees the run's context) like any agent tool. A
+	// deferred call of a tool the config does not name gets the default
+	// deadlines.
+	Tools []agent.Tool
+	// Handlers are inline handlers of deferred calls, asked after the
+	// orchestrator's own (agent.Handler): what they resolve never leaves
+	// the run.
+	Handlers []agent.Handler
 	// LookupEnv resolves the agent config's api_key_env. Nil means no
 	// environment: a config that names a variable fails.
 	LookupEnv func(string) (string, bool)
