@@ -355,7 +355,15 @@ func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 // OpenAI when OPENAI_API_KEY is set.
 func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.Logger) (*orchestrator.AgentConfig, error) {
 	if file != "" {
-		return orchestrator.LoadAgentConfig(file)
+		cfg, err := orchestrator.LoadAgentConfig(file)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("agent", slog.String("file", file), slog.String("provider", cfg.Model.Provider), slog.String("model", cfg.Model.Name), slog.Int("tools", len(cfg.Tools)))
+		if key, _ := lookupEnv("OPENAI_API_KEY"); key != "" && cfg.Model.APIKeyEnv != "OPENAI_API_KEY" {
+			logger.Warn("OPENAI_API_KEY is set but not used: only the built-in demo (no --agent) reads it; an agent file names its key with model.api_key_env", slog.String("file", file))
+		}
+		return cfg, nil
 	}
 	cfg, err := orchestrator.DemoAgentConfig()
 	if err != nil {
@@ -369,9 +377,9 @@ func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.
 		base, _ := lookupEnv("OPENAI_BASE_URL")
 		cfg.Model = orchestrator.ModelConfig{Provider: orchestrator.ProviderOpenAI, Name: model, BaseURL: base, APIKey: key}
 		cfg.Script = nil
-		logger.Info("demo agent on OpenAI", slog.String("model", model))
+		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderOpenAI), slog.String("model", model))
 	} else {
-		logger.Info("demo agent on the script model (set OPENAI_API_KEY for a real model)")
+		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
 	}
 	return cfg, nil
 }
