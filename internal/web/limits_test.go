@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,13 @@ func TestStreamLiftsTimeouts(t *testing.T) {
 		if got := strings.HasSuffix(string(body), "end\n"); got != wantEnd {
 			t.Errorf("%s: reached its end %v, want %v (%d bytes)", path, got, wantEnd, len(body))
 		}
+	}
+}
+
+// A writer with no deadlines (a test recorder) streams as it is.
+func TestStreamWithoutDeadlines(t *testing.T) {
+	t.Parallel()
+	if err := web.Stream(httptest.NewRecorder()); err != nil {
+		t.Fatalf("Stream on a recorder: %v", err)
 	}
 }

@@ -127,13 +127,15 @@ func NewServer(ctx context.Context, h http.Handler, cfg ServeConfig) *http.Serve
 // server's timeouts are for requests that end. A stream that stops
 // reading is noticed by its keep-alive writes failing once the kernel's
 // buffers are full, and ends with its context.
+//
+// A writer that has no deadlines to lift (a recorder, a wrapper that does
+// not unwrap) is no error: it has no server timeouts either.
 func Stream(w http.ResponseWriter) error {
 	rc := http.NewResponseController(w)
-	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	if err := rc.SetReadDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("stream: %w", err)
+	for _, set := range []func(time.Time) error{rc.SetWriteDeadline, rc.SetReadDeadline} {
+		if err := set(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return fmt.Errorf("stream: %w", err)
+		}
 	}
 	return nil
 }
