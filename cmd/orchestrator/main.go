@@ -60,7 +60,7 @@ type options struct {
 	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
 	trust                                                                      cli.Pairs
 	shutdownTimeout                                                            time.Duration
-	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
+	leaseTTL, reconcileInterval, replyAckWait, retention                       time.Duration
 	maxRuns                                                                    int
 	replicas                                                                   int
 	// contentType of the calls, approval requests and events published
@@ -95,6 +95,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
+	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
@@ -113,6 +114,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
 	case o.sync != "always" && o.sync != "default":
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
+	case o.retention < 0:
+		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
 	case o.replicas < 1 || o.replicas > 5:
 		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
 	case o.natsURL != "" && o.natsUsers != "":
@@ -203,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	orch, err := orchestrator.New(orchestrator.Config{
 		Bus: bs.b, EventBus: bs.events, Agent: s.agentCfg, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
-		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait,
+		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})
 	if err != nil {
 		return err
