@@ -7,7 +7,9 @@ COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/...
 
 FROM debian:bookworm-slim
-RUN useradd --system --home /var/lib/toolgate toolgate && mkdir -p /var/lib/toolgate && chown toolgate /var/lib/toolgate
+# The sandbox exists in the image so that a named volume mounted there
+# starts owned by toolgate.
+RUN useradd --system --home /var/lib/toolgate toolgate && mkdir -p /var/lib/toolgate/sandbox && chown -R toolgate /var/lib/toolgate
 COPY --from=build /out/ /usr/local/bin/
 COPY examples/ /etc/toolgate/
 USER toolgate

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -310,4 +311,25 @@ func TestHelpAndVersion(t *testing.T) {
 	clitest.CheckHelp(t, "orchestrator", func(args []string, stdout *bytes.Buffer) error {
 		return run(t.Context(), args, stdout, io.Discard, noEnv)
 	}, "OPENAI_API_KEY", "TOOLGATE_NATS_PASSWORD", "OTEL_EXPORTER_OTLP_ENDPOINT")
+}
+
+// The agent and its model are named at start, and an OPENAI_API_KEY that
+// an agent file does not use is said to be unused.
+func TestAgentNamedAtStart(t *testing.T) {
+	var log lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	env := func(k string) (string, bool) {
+		return map[string]string{"OPENAI_API_KEY": "k"}[k], k == "OPENAI_API_KEY"
+	}
+	if _, err := loadAgent("../../examples/agent-seed-approval.yaml", env, logger); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadAgent("", env, logger); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"msg=agent file=../../examples/agent-seed-approval.yaml provider=script", "OPENAI_API_KEY is set but not used", `msg="agent: the built-in demo" provider=openai model=gpt-4o-mini`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
 }

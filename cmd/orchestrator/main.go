@@ -60,7 +60,7 @@ type options struct {
 	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
 	trust                                                                      cli.Pairs
 	shutdownTimeout                                                            time.Duration
-	leaseTTL, reconcileInterval, replyAckWait                                  time.Duration
+	leaseTTL, reconcileInterval, replyAckWait, retention                       time.Duration
 	maxRuns                                                                    int
 	replicas                                                                   int
 	// contentType of the calls, approval requests and events published
@@ -95,6 +95,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
+	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
@@ -113,6 +114,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
 	case o.sync != "always" && o.sync != "default":
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
+	case o.retention < 0:
+		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
 	case o.replicas < 1 || o.replicas > 5:
 		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
 	case o.natsURL != "" && o.natsUsers != "":
@@ -203,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	orch, err := orchestrator.New(orchestrator.Config{
 		Bus: bs.b, EventBus: bs.events, Agent: s.agentCfg, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
-		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait,
+		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})
 	if err != nil {
 		return err
@@ -352,7 +355,15 @@ func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 // OpenAI when OPENAI_API_KEY is set.
 func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.Logger) (*orchestrator.AgentConfig, error) {
 	if file != "" {
-		return orchestrator.LoadAgentConfig(file)
+		cfg, err := orchestrator.LoadAgentConfig(file)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("agent", slog.String("file", file), slog.String("provider", cfg.Model.Provider), slog.String("model", cfg.Model.Name), slog.Int("tools", len(cfg.Tools)))
+		if key, _ := lookupEnv("OPENAI_API_KEY"); key != "" && cfg.Model.APIKeyEnv != "OPENAI_API_KEY" {
+			logger.Warn("OPENAI_API_KEY is set but not used: only the built-in demo (no --agent) reads it; an agent file names its key with model.api_key_env", slog.String("file", file))
+		}
+		return cfg, nil
 	}
 	cfg, err := orchestrator.DemoAgentConfig()
 	if err != nil {
@@ -366,9 +377,9 @@ func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.
 		base, _ := lookupEnv("OPENAI_BASE_URL")
 		cfg.Model = orchestrator.ModelConfig{Provider: orchestrator.ProviderOpenAI, Name: model, BaseURL: base, APIKey: key}
 		cfg.Script = nil
-		logger.Info("demo agent on OpenAI", slog.String("model", model))
+		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderOpenAI), slog.String("model", model))
 	} else {
-		logger.Info("demo agent on the script model (set OPENAI_API_KEY for a real model)")
+		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
 	}
 	return cfg, nil
 }

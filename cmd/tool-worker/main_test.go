@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,10 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 			}
 		})
 	}
+	// One info line per executed call, at the default level.
+	bustest.Poll(t, bustest.Timeout, "a log line per call", func() (bool, string) {
+		return strings.Count(logs.String(), `msg="call executed"`) == 2, logs.String()
+	})
 	want := map[string]string{"a": `"File 'a.txt' updated: 'hi'"`, "b": `"HEY"`}
 	for k, v := range want {
 		if got[k] != v {

@@ -170,11 +170,23 @@ func LoadAgentConfig(path string) (*AgentConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	cfg, err := ParseAgentConfig(data, strings.EqualFold(filepath.Ext(path), ".json"), os.DirFS(filepath.Dir(path)))
+	cfg, err := ParseAgentConfig(data, strings.EqualFold(filepath.Ext(path), ".json"), osDir(filepath.Dir(path)))
 	if err != nil {
 		return nil, fmt.Errorf("agent config %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// osDir opens files by operating-system path: an absolute path as it is, a
+// relative one (".." included) from the directory. os.DirFS would refuse
+// both, and a script beside a shared config is a natural place.
+type osDir string
+
+func (d osDir) Open(name string) (fs.File, error) {
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(string(d), name)
+	}
+	return os.Open(name)
 }
 
 // ParseAgentConfig parses and validates an agent config. A script file is

@@ -2,6 +2,8 @@ package orchestrator_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -146,6 +148,33 @@ func TestDemoToolsMatchWorkerBuiltins(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s schema differs (-builtin +demo):\n%s", tool.Name, diff)
+		}
+	}
+}
+
+// model.script is a path from the config file's directory: "../" and an
+// absolute path work as they would in a shell.
+func TestScriptPathRelativeToTheConfig(t *testing.T) {
+	t.Parallel()
+	script, err := filepath.Abs("../../examples/seed-approval-script.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "configs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "..", "s.yaml"), []byte("- text: hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{script, "../s.yaml"} {
+		file := filepath.Join(dir, "agent.yaml")
+		cfg := "model: {provider: script, script: '" + path + "'}\ntools: [{name: t}]\n"
+		if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := orchestrator.LoadAgentConfig(file); err != nil || len(c.Script) == 0 {
+			t.Errorf("script %s: %v", path, err)
 		}
 	}
 }

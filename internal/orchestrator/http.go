@@ -43,7 +43,9 @@ type HandlerConfig struct {
 //
 //	POST /v1/runs                          start a run (Idempotency-Key: safe to retry)
 //	GET  /v1/runs/{run_id}                 a run's status
+//	GET  /v1/conversations                 a page of conversations (?status=&limit=&cursor=)
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
+//	DELETE /v1/conversations/{id}          delete a finished one (204; 409 while under way)
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
 //	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
@@ -57,13 +59,15 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/runs", h.startRun)
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
+	mux.HandleFunc("GET /v1/conversations", h.listConversations)
 	mux.HandleFunc("GET /v1/conversations/{id}", h.getConversation)
+	mux.HandleFunc("DELETE /v1/conversations/{id}", h.deleteConversation)
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
 	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	allowed := map[string]string{
-		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations/{id}": "GET",
+		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations": "GET", "/v1/conversations/{id}": "GET, DELETE",
 		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
 		"/v1/pending": "GET", "/healthz": "GET",
 	}
@@ -288,11 +292,14 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		conflict *ConflictError
+		bad      *BadRequestError
 		reused   *IdempotencyError
 	)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		web.WriteError(w, http.StatusNotFound, err.Error())
+	case errors.As(err, &bad):
+		web.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &conflict):
 		web.WriteError(w, http.StatusConflict, err.Error())
 	case errors.As(err, &reused):

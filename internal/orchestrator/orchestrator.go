@@ -110,6 +110,10 @@ type Config struct {
 	// ReconcileInterval is how often stored conversations are scanned for
 	// batches to publish, complete, expire or relaunch. Defaults to 15s.
 	ReconcileInterval time.Duration
+	// Retention, when positive, is how long a finished conversation is
+	// kept after its last change; then it is deleted (Delete). Zero keeps
+	// them.
+	Retention time.Duration
 	// ReplyConsumer names the durable consumer of TOOLGATE_REPLIES shared
 	// by replicas. Defaults to "orchestrator".
 	ReplyConsumer string
@@ -436,6 +440,9 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	}
 	o.loops.Go(o.expiryLoop)
 	o.loops.Go(func() { o.reconcileLoop(first) })
+	if o.cfg.Retention > 0 {
+		o.loops.Go(o.retentionLoop)
+	}
 	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
 	return nil
 }

@@ -479,7 +479,7 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 			return nil
 		}
 		reply = r
-		log.DebugContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", took))
+		log.InfoContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", took))
 	}
 
 	reply.RunID = req.RunID

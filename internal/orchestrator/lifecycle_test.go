@@ -1,0 +1,230 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// pauseModel pauses on a calculate_answer call when the prompt says
+// "pause", and answers at once otherwise.
+var pauseModel = agent.FunctionModel("pause", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+	last := req.Messages[len(req.Messages)-1]
+	for _, p := range last.Parts {
+		if p.Kind == agent.PartUserPrompt && strings.Contains(p.Content, "pause") {
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "calculate_answer",
+				ToolCallID: "calc", Args: json.RawMessage(`{"question":"q"}`)}}}, nil
+		}
+	}
+	return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "done"}}}, nil
+})
+
+// startAll starts one conversation per prompt and waits for each to reach
+// the status its prompt leads to; it returns their ids.
+func startAll(t *testing.T, o *orchestrator.Orchestrator, prompts ...string) []string {
+	t.Helper()
+	var ids []string
+	for _, p := range prompts {
+		info, err := o.StartRun(ctxT(t), p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := orchestrator.StatusCompleted
+		if strings.Contains(p, "pause") {
+			want = orchestrator.StatusPaused
+		}
+		waitStatus(t, o, info.ConversationID, want)
+		ids = append(ids, info.ConversationID)
+	}
+	return ids
+}
+
+// Pages of a conversation list cover every conversation once, in id order;
+// a status filter keeps only those in it; bad parameters are refused.
+func TestListConversations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	t.Cleanup(srv.Close)
+	ids := startAll(t, o, "a", "pause b", "c", "pause d", "e")
+	paused := []string{ids[1], ids[3]}
+	slices.Sort(ids)
+	slices.Sort(paused)
+
+	list := func(query string) ([]string, []map[string]any) {
+		t.Helper()
+		var got []string
+		var rows []map[string]any
+		cursor := ""
+		for pages := 0; ; pages++ {
+			if pages > len(ids) {
+				t.Fatalf("%s: more pages than conversations", query)
+			}
+			status, body := doJSON(t, "GET", srv.URL+"/v1/conversations?"+query+"&cursor="+cursor, "", "")
+			if status != 200 {
+				t.Fatalf("list %s: %d %v", query, status, body)
+			}
+			for _, c := range body["conversations"].([]any) {
+				row := c.(map[string]any)
+				got = append(got, row["conversation_id"].(string))
+				rows = append(rows, row)
+			}
+			next, _ := body["next_cursor"].(string)
+			if next == "" {
+				return got, rows
+			}
+			cursor = next
+		}
+	}
+	got, rows := list("limit=2")
+	if !slices.Equal(got, ids) {
+		t.Errorf("pages of 2 gave %v, want %v", got, ids)
+	}
+	for _, r := range rows {
+		created, err1 := time.Parse(time.RFC3339Nano, r["created_at"].(string))
+		updated, err2 := time.Parse(time.RFC3339Nano, r["updated_at"].(string))
+		if err1 != nil || err2 != nil || created.IsZero() || updated.Before(created) || r["status"] == "" {
+			t.Errorf("row %v: want a status and created_at <= updated_at", r)
+		}
+	}
+	if got, _ := list("status=paused&limit=1"); !slices.Equal(got, paused) {
+		t.Errorf("paused ones: %v, want %v", got, paused)
+	}
+	if got, _ := list("status=completed"); len(got) != 3 {
+		t.Errorf("completed ones: %v, want 3", got)
+	}
+	for _, q := range []string{"status=sleeping", "limit=0", "limit=x", "limit=100000", "cursor=a.b"} {
+		if status, body := doJSON(t, "GET", srv.URL+"/v1/conversations?"+q, "", ""); status != 400 {
+			t.Errorf("list %s: %d %v, want 400", q, status, body)
+		}
+	}
+}
+
+// Only a finished conversation can be deleted; deleting it removes its
+// state and its events and keeps its audit records.
+func TestDeleteConversation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	t.Cleanup(srv.Close)
+	b := e.connect("test")
+	id := startAll(t, o, "pause")[0]
+	url := srv.URL + "/v1/conversations/" + id
+
+	if status, body := doJSON(t, "DELETE", url, "", ""); status != 409 || !strings.Contains(fmt.Sprint(body["error"]), "cancel it first") {
+		t.Fatalf("delete a paused one: %d %v, want 409", status, body)
+	}
+	c, err := o.Cancel(ctxT(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A late result leaves an audit record.
+	publishRaw(t, b, callSubject(t, c.Batch.RunID), "late", bus.CallReply{RunID: c.Batch.RunID, ToolCallID: "calc", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`1`), WorkerID: "w"})
+	waitDeadLetter(t, b, "was cancelled")
+	evSubj, _ := bus.EventSubject(id)
+	count := func(stream, subject string) uint64 {
+		s, err := b.JetStream().Stream(ctxT(t), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctxT(t), jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[subject]
+	}
+	auditSubj, _ := bus.AuditSubject(c.Batch.RunID)
+	waitFor(t, "the events and the audit record", func() (bool, string) {
+		ev, au := count(bus.StreamEvents, evSubj), count(bus.StreamAudit, auditSubj)
+		return ev > 0 && au > 0, fmt.Sprintf("events %d, audit %d", ev, au)
+	})
+
+	if status := statusOf(t, "DELETE", url); status != 204 {
+		t.Fatalf("delete a cancelled one: %d, want 204", status)
+	}
+	if _, err := o.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("after delete: %v, want not found", err)
+	}
+	if n := count(bus.StreamEvents, evSubj); n != 0 {
+		t.Errorf("%d events left", n)
+	}
+	if n := count(bus.StreamAudit, auditSubj); n == 0 {
+		t.Error("the audit record went with the conversation")
+	}
+	if status, body := doJSON(t, "DELETE", url, "", ""); status != 404 {
+		t.Errorf("delete again: %d %v, want 404", status, body)
+	}
+	if status, _ := doJSON(t, "GET", url, "", ""); status != 404 {
+		t.Errorf("get after delete: %d, want 404", status)
+	}
+}
+
+// Retention deletes finished conversations older than it, and nothing
+// else: not a younger one, not one under way.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour})
+	ids := startAll(t, o, "done", "pause", "pause")
+	done, paused, cancelled := ids[0], ids[1], ids[2]
+	if _, err := o.Cancel(ctxT(t), cancelled); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := o.Sweep(ctxT(t), time.Now()); err != nil || n != 0 {
+		t.Fatalf("sweep of young ones: %d deleted, %v", n, err)
+	}
+	n, err := o.Sweep(ctxT(t), time.Now().Add(2*time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("sweep two hours on: %d deleted, %v; want 2", n, err)
+	}
+	for _, id := range []string{done, cancelled} {
+		if _, err := o.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
+			t.Errorf("finished %s kept: %v", id, err)
+		}
+	}
+	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != orchestrator.StatusPaused {
+		t.Errorf("paused one: %v, %v", c, err)
+	}
+
+	// The loop does the same on its own.
+	e2 := newEnv(t)
+	o2, _ := e2.orch(orchestrator.Config{Model: pauseModel, Retention: 50 * time.Millisecond})
+	ids = startAll(t, o2, "done", "pause")
+	waitFor(t, "the finished one to be deleted", func() (bool, string) {
+		_, err := o2.Conversation(ctxT(t), ids[0])
+		return errors.Is(err, orchestrator.ErrNotFound), fmt.Sprint(err)
+	})
+	if _, err := o2.Conversation(ctxT(t), ids[1]); err != nil {
+		t.Errorf("the paused one: %v", err)
+	}
+}
+
+// statusOf sends a request without a body and returns the status.
+func statusOf(t *testing.T, method, url string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
