@@ -14,7 +14,6 @@ import (
 	"github.com/toolgate/toolgate/internal/web"
 	"github.com/toolgate/toolgate/wire"
 
-	"github.com/nats-io/nats.go"
 )
 
 // maxBodyBytes bounds a request body: a prompt, not a file upload.
@@ -294,6 +293,7 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		conflict *ConflictError
 		bad      *BadRequestError
 		reused   *IdempotencyError
+		corrupt  *CorruptError
 	)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -309,8 +309,12 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case h.o.storageFailed(err):
 		w.Header().Set("Retry-After", "30")
 		web.WriteError(w, http.StatusServiceUnavailable, "storage full: the NATS server has no room for it ("+err.Error()+"); free disk space or raise the server's JetStream max_file_store, then retry")
-	case errors.Is(err, nats.ErrMaxPayload):
-		web.WriteError(w, http.StatusRequestEntityTooLarge, "the conversation would be too large to store (NATS max payload); start a new one")
+	case errors.As(err, &corrupt):
+		// Not the client's fault, and not to be hidden behind "internal
+		// error": the operator repairs or deletes the conversation.
+		h.log.ErrorContext(r.Context(), "corrupt conversation", slog.String("conversation_id", corrupt.ConversationID),
+			slog.Uint64("record", corrupt.Sequence), slog.String("error", corrupt.Err.Error()))
+		web.WriteError(w, http.StatusInternalServerError, err.Error())
 	default:
 		h.log.ErrorContext(r.Context(), "http request", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))

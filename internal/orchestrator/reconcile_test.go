@@ -3,7 +3,10 @@ package orchestrator_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +56,21 @@ func TestReconcileGoesOnAroundAnUnreadableConversation(t *testing.T) {
 	if !strings.Contains(logs.String(), "conversation_id="+bad.ID) {
 		t.Errorf("the unreadable conversation is not named in the log:\n%s", logs.String())
 	}
-	if _, err := o2.Conversation(ctxT(t), bad.ID); err == nil || errors.Is(err, orchestrator.ErrNotFound) || !strings.Contains(err.Error(), "record") {
-		t.Errorf("reading the unreadable conversation: %v, want its record's error", err)
+	var corrupt *orchestrator.CorruptError
+	if _, err := o2.Conversation(ctxT(t), bad.ID); !errors.As(err, &corrupt) || corrupt.ConversationID != bad.ID {
+		t.Errorf("reading the unreadable conversation: %v, want a CorruptError naming it", err)
+	}
+	// Over HTTP it says so, rather than "internal error" or 404.
+	srv := httptest.NewServer(o2.Handler(orchestrator.HandlerConfig{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/conversations/" + bad.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "is corrupt: its record") {
+		t.Errorf("GET of the unreadable conversation: %d %s", resp.StatusCode, body)
 	}
 	if c, err := o2.Conversation(ctxT(t), good.ID); err != nil || c.Status != orchestrator.StatusPaused {
 		t.Errorf("the other conversation: %v %v", c, err)

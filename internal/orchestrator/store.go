@@ -41,6 +41,21 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("conversation %s: one change of %d bytes is over the store's limit of %d", e.ConversationID, e.Bytes, e.Limit)
 }
 
+// CorruptError says a conversation's log holds a record that cannot be
+// read or applied: the conversation cannot be read until it is repaired or
+// deleted. Everything else goes on around it.
+type CorruptError struct {
+	ConversationID string
+	Sequence       uint64
+	Err            error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("conversation %s is corrupt: its record %d cannot be read: %v", e.ConversationID, e.Sequence, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
 // tooLarge returns the TooLargeError in err, if any.
 func tooLarge(err error) *TooLargeError {
 	var e *TooLargeError
@@ -177,13 +192,17 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 		size += int64(len(m.Data))
 		var r record
 		if err := msgpack.Unmarshal(m.Data, &r); err != nil {
-			return fmt.Errorf("record %d: %w", m.Sequence, err)
+			return &CorruptError{ConversationID: id, Sequence: m.Sequence, Err: err}
 		}
 		if err := c.apply(&r); err != nil {
-			return fmt.Errorf("record %d: %w", m.Sequence, err)
+			return &CorruptError{ConversationID: id, Sequence: m.Sequence, Err: err}
 		}
 		return nil
 	})
+	var corrupt *CorruptError
+	if errors.As(err, &corrupt) {
+		return 0, 0, corrupt
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("conversation %s: %w", id, err)
 	}
