@@ -92,7 +92,9 @@ type Bot struct {
 	d   Decider
 }
 
-// New returns a bot on nc that decides with d. It does not close nc.
+// New returns a bot on nc that decides with d. It does not close nc. On a
+// server with toolgate's users, connect as a user of role approver with
+// that role's inbox prefix, nats.CustomInboxPrefix("_INBOX_approver").
 func New(nc *nats.Conn, cfg Config, d Decider) (*Bot, error) {
 	if nc == nil {
 		return nil, errors.New("approval: connection is nil")

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate/agenttool"
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -50,6 +51,10 @@ type Options struct {
 	// TrustedApprovers, when set, makes the orchestrator accept only
 	// decisions signed by the key of the approver they name.
 	TrustedApprovers map[string]ed25519.PublicKey
+	// Tools are in-process Go tools the agent has besides the config's,
+	// Handlers inline handlers of its deferred calls (package agenttool).
+	Tools    []agenttool.Tool
+	Handlers []agenttool.Handler
 	// Logger receives every part's log. nil discards it.
 	Logger *slog.Logger
 }
@@ -92,6 +97,7 @@ func Start(t testing.TB, opts Options) *System {
 	}
 	o, err := orchestrator.New(orchestrator.Config{
 		Bus: b, Agent: agent, Logger: logger, TrustedApprovers: opts.TrustedApprovers,
+		Tools: opts.Tools, Handlers: opts.Handlers,
 		// Short enough that a test sees expiries and relaunches promptly.
 		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
 	})

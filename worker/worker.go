@@ -87,7 +87,10 @@ type Worker struct {
 }
 
 // New returns a worker on nc, a connection to a server whose streams the
-// orchestrator has set up. The worker does not close nc.
+// orchestrator has set up. The worker does not close nc. On a server with
+// toolgate's users, connect as a user of role worker with that role's
+// inbox prefix, nats.CustomInboxPrefix("_INBOX_worker"): the only reply
+// subjects the role may subscribe to.
 func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if nc == nil {
 		return nil, errors.New("worker: connection is nil")

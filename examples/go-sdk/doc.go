@@ -1,7 +1,7 @@
 // Package gosdk is a Go team's project that uses toolgate as a library, as
 // a module of its own: a worker serving a typed Go function
-// (weather, cmd/weather-worker), an approval bot (policy,
-// cmd/approval-bot), and a program that drives a conversation to its end
-// (cmd/drive). Its test plays a conversation through all of them on a
-// system started by toolgatetest.
+// (weather, mail, cmd/weather-worker), an approval bot (policy,
+// cmd/approval-bot), a program that drives a conversation to its end
+// (cmd/drive), and an embedded agent's own Go tools (payments). The tests
+// play conversations through them on systems started by toolgatetest.
 package gosdk

@@ -1,21 +1,18 @@
 package approver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path"
 	"strings"
 
 	"github.com/goccy/go-yaml"
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/ext"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/rule"
 )
 
 // Action is what a policy rule does with a matching request.
@@ -29,10 +26,6 @@ const (
 
 // DefaultDenyMessage is the message of a deny rule that gives none.
 const DefaultDenyMessage = "Denied by policy"
-
-// evalCostLimit bounds one rule's evaluation: args come from a model and
-// may be large, so a rule must not be able to spin on them.
-const evalCostLimit = 1_000_000
 
 // Rule is one entry of a policy file's `rules:` list.
 type Rule struct {
@@ -57,7 +50,7 @@ type Policy struct {
 
 type compiledRule struct {
 	Rule
-	prog         cel.Program // nil when When is empty
+	prog         *rule.Rule // nil when When is empty
 	overrideJSON json.RawMessage
 }
 
@@ -109,13 +102,9 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
 		return nil, fmt.Errorf("parse policy: %w", err)
 	}
-	env, err := newCELEnv()
-	if err != nil {
-		return nil, err
-	}
 	p := &Policy{rules: make([]compiledRule, 0, len(f.Rules))}
 	for i, r := range f.Rules {
-		cr, err := compileRule(env, r)
+		cr, err := compileRule(r)
 		if err != nil {
 			return nil, &RuleError{Index: i, Err: err}
 		}
@@ -124,21 +113,7 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	return p, nil
 }
 
-func newCELEnv() (*cel.Env, error) {
-	env, err := cel.NewEnv(
-		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable("metadata", cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable("tool", cel.StringType),
-		cel.CrossTypeNumericComparisons(true),
-		ext.Strings(),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("cel environment: %w", err)
-	}
-	return env, nil
-}
-
-func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
+func compileRule(r Rule) (compiledRule, error) {
 	cr := compiledRule{Rule: r}
 	if r.Tool != "" {
 		if _, err := path.Match(r.Tool, ""); err != nil {
@@ -176,14 +151,7 @@ func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
 	if strings.TrimSpace(r.When) == "" {
 		return cr, nil
 	}
-	ast, iss := env.Compile(r.When)
-	if iss.Err() != nil {
-		return cr, fmt.Errorf("when: %w", iss.Err())
-	}
-	if !ast.OutputType().IsExactType(cel.BoolType) {
-		return cr, fmt.Errorf("when: expression yields %s, want bool", ast.OutputType())
-	}
-	prog, err := env.Program(ast, cel.CostLimit(evalCostLimit))
+	prog, err := rule.Compile(r.When)
 	if err != nil {
 		return cr, fmt.Errorf("when: %w", err)
 	}
@@ -208,15 +176,14 @@ func (p *Policy) Len() int { return len(p.rules) }
 // the request itself is unusable (args or metadata that are not JSON
 // objects); such a request gets no verdict at all.
 func (p *Policy) Evaluate(req bus.ApprovalRequest) (Verdict, error) {
-	args, err := decodeObject(req.Args)
+	args, err := rule.DecodeObject(req.Args)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate %s: args: %w", req.ToolCallID, err)
 	}
-	meta, err := decodeObject(req.Metadata)
+	meta, err := rule.DecodeObject(req.Metadata)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate %s: metadata: %w", req.ToolCallID, err)
 	}
-	vars := map[string]any{"args": args, "metadata": meta, "tool": req.ToolName}
 	v := Verdict{Action: ActionEscalate, Rule: -1}
 	for i, r := range p.rules {
 		if r.Tool != "" {
@@ -225,14 +192,9 @@ func (p *Policy) Evaluate(req bus.ApprovalRequest) (Verdict, error) {
 			}
 		}
 		if r.prog != nil {
-			out, _, err := r.prog.Eval(vars)
+			b, err := r.prog.EvalDecoded(req.ToolName, args, meta)
 			if err != nil {
 				v.Skipped = append(v.Skipped, &RuleError{Index: i, Err: err})
-				continue
-			}
-			b, ok := out.Value().(bool)
-			if !ok {
-				v.Skipped = append(v.Skipped, &RuleError{Index: i, Err: fmt.Errorf("when yielded %T, want bool", out.Value())})
 				continue
 			}
 			if !b {
@@ -249,72 +211,4 @@ func (p *Policy) Evaluate(req bus.ApprovalRequest) (Verdict, error) {
 		return v, nil
 	}
 	return v, nil
-}
-
-// decodeObject turns a JSON object into a map for CEL. Integral numbers
-// become int64 so that `args.count == 3` and `args.count + 1` behave as a
-// policy author expects; other numbers stay float64. Absent or null is an
-// empty map so that `has(metadata.x)` works on requests without metadata.
-func decodeObject(raw json.RawMessage) (map[string]any, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return map[string]any{}, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, errors.New("trailing data after JSON value")
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("want a JSON object, got %s", jsonKind(v))
-	}
-	return normalizeNumbers(m).(map[string]any), nil
-}
-
-func normalizeNumbers(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normalizeNumbers(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = normalizeNumbers(e)
-		}
-		return x
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n
-		}
-		f, err := x.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return x.String()
-		}
-		return f
-	default:
-		return v
-	}
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case []any:
-		return "an array"
-	case string:
-		return "a string"
-	case json.Number:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	default:
-		return fmt.Sprintf("%T", v)
-	}
 }

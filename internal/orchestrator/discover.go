@@ -76,6 +76,9 @@ func (o *Orchestrator) toolsForRun(cfg *AgentConfig) *runTools {
 		return rt
 	}
 	for name, t := range o.catalogue.Snapshot() {
+		if slices.ContainsFunc(o.cfg.Tools, func(g agent.Tool) bool { return g.Name() == name }) {
+			continue // an in-process tool of that name is the agent's
+		}
 		tc, why := cfg.discovered(t)
 		if why != "" {
 			o.warnOnce("discover:"+name+":"+t.Digest, "advertised tool not offered", slog.String("tool", name), slog.String("reason", why))

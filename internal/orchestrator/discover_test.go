@@ -1,9 +1,12 @@
 package orchestrator_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,5 +230,64 @@ func TestDiscoveredToolChangedBeforeApproval(t *testing.T) {
 	}
 	if n := bustest.StreamMsgs(t, e.connect("calls"), bus.StreamCalls); n != 0 {
 		t.Errorf("%d calls published, want none", n)
+	}
+}
+
+// lines is a logger's output, safe to read while it is written.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), s)
+}
+
+// A configured tool no worker advertises is warned about once; an advert
+// that shares its name with an in-process tool does not shadow it (the run
+// would otherwise have the name twice).
+func TestDiscoveryBesideConfiguredAndInProcessTools(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	kv, err := e.connect("advertiser").Tools(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(bus.ToolAdvert{Name: "local", Kind: "call", Executor: "exec", WorkerID: "w1", At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctxT(t), "local", data); err != nil {
+		t.Fatal(err)
+	}
+	local, err := agent.NewRawTool(agent.ToolDef{Name: "local", Parameters: json.RawMessage(`{"type":"object"}`)}, func(*agent.RunContext, json.RawMessage) (any, error) { return "in process", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := orchestrator.ParseAgentConfig([]byte("model: {provider: test}\ntools:\n  - name: listed\ndiscover:\n  - tools: \"*\"\n"), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log lines
+	o, _ := e.orch(orchestrator.Config{Agent: cfg, Tools: []agent.Tool{local}, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Model: scriptModel(t, "- calls: [{tool: local, id: l1}]\n- text: done\n")})
+	info, err := o.StartRun(ctxT(t), "go", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if p := returnOf(c, "l1"); c.Status != orchestrator.StatusCompleted || p == nil || !strings.Contains(string(p.Value), "in process") {
+		t.Fatalf("conversation %s, l1 = %+v: %s", c.Status, p, describe(c))
+	}
+	if n, m := log.count("no worker advertises tool"), log.count("tool=listed use=configured"); n != 1 || m != 1 {
+		t.Errorf("%d warnings, %d about listed, want 1", n, m)
 	}
 }
