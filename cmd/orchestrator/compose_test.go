@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,5 +59,24 @@ func TestComposeFile(t *testing.T) {
 	ignore, err := os.ReadFile("../../.dockerignore")
 	if err != nil || !strings.Contains(string(ignore), "bin/") {
 		t.Errorf(".dockerignore does not keep bin/ out: %v", err)
+	}
+}
+
+// The files README.md names in examples/ exist (it once named
+// seed-approval.script.yaml for seed-approval-script.yaml).
+func TestReadmeNamesExistingExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`examples/([\w./-]+\.ya?ml)|script: ([\w.-]+\.ya?ml)`).FindAllStringSubmatch(string(readme), -1)
+	if len(names) == 0 {
+		t.Fatal("README.md names no example file")
+	}
+	for _, m := range names {
+		name := m[1] + m[2]
+		if _, err := os.Stat(filepath.Join("../../examples", name)); err != nil {
+			t.Errorf("README.md names examples/%s: %v", name, err)
+		}
 	}
 }
