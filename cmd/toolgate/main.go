@@ -39,6 +39,9 @@ var command = cli.Command{
 		"toolgate [flags] run [--conversation ID] [--follow] PROMPT   start a run (and print its events)",
 		"toolgate [flags] watch CONVERSATION_ID                       print a conversation's events until it ends",
 		"toolgate [flags] pending                                     the deferred calls waiting for a reply",
+		"toolgate [flags] list [--status S] [--limit N] [--cursor C]  a page of conversations",
+		"toolgate [flags] cancel CONVERSATION_ID                      cancel a conversation under way",
+		"toolgate [flags] delete CONVERSATION_ID                      delete a finished conversation",
 		"toolgate [flags] health [--pid PID]                          wait until the orchestrator answers",
 		"toolgate [flags] demo                                        play the seed's approval conversation",
 	},
@@ -152,6 +155,46 @@ var commands = map[string]subcommand{
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			return enc.Encode(p)
+		},
+	},
+	"list": {
+		synopsis: "[--status S] [--limit N] [--cursor C]", args: 0,
+		about: "Prints a page of conversations in id order; pass its next_cursor as --cursor for the next.",
+		flags: func(fs *cli.FlagSet) any {
+			o := &client.ListOptions{}
+			fs.StringVar(&o.Status, "status", "", "only conversations in this status (running, paused, resuming, completed, failed, cancelled)")
+			fs.IntVar(&o.Limit, "limit", 0, "page size (default: the orchestrator's, 100)")
+			fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
+			return o
+		},
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, opts any, _ []string, stdout io.Writer) error {
+			page, err := c.List(ctx, *opts.(*client.ListOptions))
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(page)
+		},
+	},
+	"cancel": {
+		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout io.Writer) error {
+			if err := c.Cancel(ctx, args[0]); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(stdout, "cancelled %s\n", args[0])
+			return err
+		},
+	},
+	"delete": {
+		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout io.Writer) error {
+			if err := c.Delete(ctx, args[0]); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(stdout, "deleted %s\n", args[0])
+			return err
 		},
 	},
 	"health": {

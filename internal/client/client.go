@@ -55,7 +55,9 @@ type Conversation struct {
 
 // Terminal reports whether the conversation has stopped for good (until a
 // new prompt continues it).
-func (c *Conversation) Terminal() bool { return c.Status == "completed" || c.Status == "failed" }
+func (c *Conversation) Terminal() bool {
+	return c.Status == "completed" || c.Status == "failed" || c.Status == "cancelled"
+}
 
 // Pending is one deferred call waiting for a reply.
 type Pending = wire.PendingCall

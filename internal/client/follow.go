@@ -136,6 +136,8 @@ func (r *Renderer) Render(ev SSE) string {
 		return r.line(fmt.Sprintf("✓ reply (%s)%s", d.Kind, id))
 	case wire.EventCallsExpired:
 		return r.line("⌛ expired" + id)
+	case wire.EventConversationCancelled:
+		return r.line("✗ cancelled")
 	case wire.EventRunCompleted:
 		return r.line("■ completed")
 	case wire.EventRunFailed:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -227,4 +228,36 @@ func statusOf(t *testing.T, method, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// The Go client lists, cancels and deletes.
+func TestClientLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
+	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	t.Cleanup(srv.Close)
+	c := &client.Client{BaseURL: srv.URL}
+	id := startAll(t, o, "pause")[0]
+
+	page, err := c.List(ctxT(t), client.ListOptions{Status: "paused", Limit: 10})
+	if err != nil || len(page.Conversations) != 1 || page.Conversations[0].ConversationID != id || page.NextCursor != "" {
+		t.Fatalf("list: %+v, %v", page, err)
+	}
+	var apiErr *client.APIError
+	if err := c.Delete(ctxT(t), id); !errors.As(err, &apiErr) || apiErr.Status != 409 {
+		t.Errorf("delete a paused one: %v, want 409", err)
+	}
+	if err := c.Cancel(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if page, err := c.List(ctxT(t), client.ListOptions{}); err != nil || len(page.Conversations) != 0 {
+		t.Errorf("list after delete: %+v, %v", page, err)
+	}
+	if err := c.Delete(ctxT(t), id); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("delete again: %v, want 404", err)
+	}
 }
