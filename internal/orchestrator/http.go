@@ -13,7 +13,6 @@ import (
 
 	"github.com/toolgate/toolgate/internal/web"
 	"github.com/toolgate/toolgate/wire"
-
 )
 
 // maxBodyBytes bounds a request body: a prompt, not a file upload.
