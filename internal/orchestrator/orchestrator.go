@@ -412,6 +412,11 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
 	o.cfg.Metrics.CountPending(o.countPending)
+	tools := make([]string, 0, len(o.cfg.Agent.Tools))
+	for _, t := range o.cfg.Agent.Tools {
+		tools = append(tools, t.Name)
+	}
+	o.cfg.Metrics.Known(tools)
 	// The subscriptions live until Stop, not as long as ctx.
 	if err := o.consumeReplies(o.runCtx); err != nil {
 		return fmt.Errorf("start: %w", err)

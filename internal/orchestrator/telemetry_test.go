@@ -189,6 +189,13 @@ func TestPendingGaugeFromStoredState(t *testing.T) {
 	e := newEnv(t)
 	reg := telemetry.NewRegistry()
 	o, stop := e.orch(orchestrator.Config{Metrics: telemetry.NewOrchestratorMetrics(reg)})
+	// A fresh orchestrator exports its series at 0, the pending gauge of
+	// every configured tool among them, rather than nothing.
+	waitMetrics(t, telemetry.Handler(reg), []series{
+		{name: "toolgate_runs_total", labels: []string{"status", "completed"}, want: 0},
+		{name: "toolgate_replies_total", labels: []string{"kind", "approval", "verdict", "refused"}, want: 0},
+		{name: "toolgate_deferred_pending", labels: []string{"tool", "delete_file", "kind", "approval"}, want: 0},
+	})
 	c := startPaused(t, o)
 	all := []series{
 		{name: "toolgate_deferred_pending", labels: []string{"tool", "delete_file", "kind", "approval"}, want: 1},
@@ -206,7 +213,7 @@ func TestPendingGaugeFromStoredState(t *testing.T) {
 	waitCall(t, o2, c.ID, "update_file_readme", "the result to apply", func(pc *orchestrator.PendingCall) bool { return pc.Reply != nil })
 	waitMetrics(t, telemetry.Handler(reg2), []series{
 		all[0], all[1],
-		{name: "toolgate_deferred_pending", labels: []string{"tool", "update_file", "kind", "call"}, absent: true},
+		{name: "toolgate_deferred_pending", labels: []string{"tool", "update_file", "kind", "call"}, want: 0},
 		{name: "toolgate_replies_total", labels: []string{"kind", "call", "verdict", "applied"}, want: 1},
 		{name: "toolgate_result_seconds", labels: []string{"tool", "update_file"}, want: 1},
 	})

@@ -153,6 +153,35 @@ func (m *OrchestratorMetrics) CountPending(fn func(ctx context.Context) ([]Pendi
 	m.pending.mu.Unlock()
 }
 
+// Known makes the series of the label values known at start exist from
+// the first scrape, at 0, instead of appearing only once something happens
+// (Prometheus' "avoid missing metrics"): runs by every status, replies by
+// every kind and verdict, expiries by kind, denials and the pending gauge by
+// each of tools (with both kinds), and the reconcile errors.
+func (m *OrchestratorMetrics) Known(tools []string) {
+	if m == nil {
+		return
+	}
+	for _, st := range []string{"completed", "failed", "paused", "interrupted", "lease_lost", "not_stored"} {
+		m.runs.WithLabelValues(st)
+	}
+	kinds := []string{"call", "approval"}
+	for _, k := range kinds {
+		m.expiries.WithLabelValues(k)
+		for _, v := range []string{"applied", "duplicate", "refused", "late", "invalid", "unknown_run", "error"} {
+			m.replies.WithLabelValues(k, v)
+		}
+	}
+	m.pending.mu.Lock()
+	defer m.pending.mu.Unlock()
+	for _, t := range tools {
+		m.denials.WithLabelValues(t)
+		for _, k := range kinds {
+			m.pending.known = append(m.pending.known, pendingKey{t, k})
+		}
+	}
+}
+
 type pendingKey struct{ tool, kind string }
 
 // pendingCollector reports either its own counts or those of a function
@@ -163,6 +192,8 @@ type pendingCollector struct {
 	mu     sync.Mutex
 	counts map[pendingKey]float64
 	fn     func(ctx context.Context) ([]PendingCount, error)
+	// known are reported at 0 when nothing is pending for them.
+	known []pendingKey
 }
 
 func newPendingCollector() *pendingCollector {
@@ -185,6 +216,7 @@ func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	fn := c.fn
+	known := c.known
 	counts := make(map[pendingKey]float64, len(c.counts))
 	for k, v := range c.counts {
 		counts[k] = v
@@ -201,6 +233,11 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 		counts = map[pendingKey]float64{}
 		for _, p := range list {
 			counts[pendingKey{p.Tool, p.Kind}] += float64(p.N)
+		}
+	}
+	for _, k := range known {
+		if _, ok := counts[k]; !ok {
+			counts[k] = 0
 		}
 	}
 	for k, v := range counts {
