@@ -52,8 +52,55 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// reconcileEntries reconciles each of due in turn.
+// reconcileEntries reconciles each of due in turn. The entries of
+// conversations that have finished (or are gone) are told apart first from
+// the last record of each log, summaryChunk logs a request, and removed
+// without their logs being read: after many conversations finish at once,
+// a pass costs a few requests for them, not a read of each.
 func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
+	for i := 0; i < len(due); i += summaryChunk {
+		chunk := due[i:min(i+summaryChunk, len(due))]
+		ids := make([]string, len(chunk))
+		for j, e := range chunk {
+			ids[j] = e.id
+		}
+		sums, err := o.store.summaries(ctx, ids)
+		if err != nil {
+			// Each is read on its own below, as if nothing was known.
+			o.log.WarnContext(ctx, "reconcile: read the last records", slog.String("error", err.Error()))
+			sums = nil
+		}
+		open := chunk
+		if sums != nil {
+			open = o.dropFinished(ctx, chunk, sums)
+		}
+		o.reconcileEach(ctx, open)
+	}
+}
+
+// dropFinished removes the due entries of the conversations whose last
+// record says they finished, or that have no log, and returns the others.
+func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
+	status := make(map[string]Status, len(sums))
+	for _, s := range sums {
+		status[s.ID] = s.Status
+	}
+	var open []dueEntry
+	for _, e := range due {
+		st, ok := status[e.id]
+		if ok && !st.Terminal() {
+			open = append(open, e)
+			continue
+		}
+		if err := o.store.undue(ctx, e); err != nil && ctx.Err() == nil {
+			o.log.WarnContext(ctx, "reconcile: remove the entry of a finished conversation", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
+		}
+	}
+	return open
+}
+
+// reconcileEach reconciles each of due in turn.
+func (o *Orchestrator) reconcileEach(ctx context.Context, due []dueEntry) {
 	for _, e := range due {
 		if o.stopped.Load() {
 			break
