@@ -58,6 +58,15 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 // without their logs being read: after many conversations finish at once,
 // a pass costs a few requests for them, not a read of each.
 func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
+	dropped := 0
+	defer func() {
+		if dropped == 0 {
+			return
+		}
+		if err := o.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
+			o.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
+		}
+	}()
 	for i := 0; i < len(due); i += summaryChunk {
 		chunk := due[i:min(i+summaryChunk, len(due))]
 		ids := make([]string, len(chunk))
@@ -73,6 +82,7 @@ func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
 		open := chunk
 		if sums != nil {
 			open = o.dropFinished(ctx, chunk, sums)
+			dropped += len(chunk) - len(open)
 		}
 		o.reconcileEach(ctx, open)
 	}

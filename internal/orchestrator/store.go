@@ -471,6 +471,41 @@ func (s *store) undue(ctx context.Context, e dueEntry) error {
 	return err
 }
 
+// purgeDueMarkers removes the delete markers that removed due entries
+// leave behind: the bucket keeps them, and listing the due entries would
+// otherwise go over one per conversation that ever finished. Each is purged
+// up to its own sequence, so that an entry put again since stays.
+func (s *store) purgeDueMarkers(ctx context.Context) error {
+	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly())
+	if err != nil {
+		return fmt.Errorf("list due markers: %w", err)
+	}
+	var markers []jetstream.KeyValueEntry
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			markers = append(markers, e)
+		}
+	}
+	_ = w.Stop()
+	if len(markers) == 0 {
+		return nil
+	}
+	stream, err := s.bus.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
+	if err != nil {
+		return err
+	}
+	for _, m := range markers {
+		err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
+		if err != nil {
+			return fmt.Errorf("purge the marker of %s: %w", m.Key(), err)
+		}
+	}
+	return nil
+}
+
 // watch signals on the returned channel each time a record is appended to
 // id's log after sequence after, until ctx ends.
 func (s *store) watch(ctx context.Context, id string, after uint64) (<-chan struct{}, error) {

@@ -92,6 +92,15 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	if reads := o.Stats().StateReads.Load() - before; reads != 0 {
 		t.Errorf("a reconcile pass over %d finished conversations read %d logs; want 0", n, reads)
 	}
+	// Nor does the index keep a delete marker per finished conversation,
+	// which listing it would go over.
+	index, err := e.connect("index").JetStream().Stream(ctxT(t), "KV_"+bus.BucketIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := index.Info(ctxT(t)); err != nil || info.State.Msgs != 0 {
+		t.Errorf("the index holds %v messages (%v) after the finished conversations left it; want 0", info.State.Msgs, err)
+	}
 	pending, err := o.Pending(ctxT(t))
 	if err != nil || len(pending) != 0 {
 		t.Errorf("pending %v, %v; want none", pending, err)
