@@ -33,6 +33,7 @@
 //	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
 //	running, paused, resuming ──Cancel──► cancelled
 //	completed, failed, cancelled ──Start (a new prompt)──► running
+//	completed, failed, cancelled ──Delete──► deleted (the tombstone; then purged)
 //
 // A run's lease says which replica executes it: Pause, Complete, Fail, Renew
 // and BeginInline are refused with errLeaseLost unless the acting replica

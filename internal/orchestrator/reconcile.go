@@ -98,7 +98,7 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 	var open []dueEntry
 	for _, e := range due {
 		st, ok := status[e.id]
-		if ok && !st.Terminal() {
+		if ok && !st.Terminal() && st != StatusDeleted {
 			open = append(open, e)
 			continue
 		}

@@ -26,6 +26,10 @@ var errUnchanged = errors.New("unchanged")
 // errExists refuses to create a conversation whose log has records.
 var errExists = errors.New("conversation exists")
 
+// errDeleted is ErrNotFound for a conversation whose log ends with its
+// tombstone (StatusDeleted): deleted, or being deleted.
+var errDeleted = fmt.Errorf("%w (deleted)", ErrNotFound)
+
 // maxCASAttempts bounds the catch-up-and-retry loop of one update; reaching
 // it means a pathological contention on one conversation.
 const maxCASAttempts = 64
@@ -143,6 +147,9 @@ func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, erro
 // conversation: for a change, whose append finds out if it is stale.
 func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, error) {
 	if c, seq, ok := s.cache.get(id); ok {
+		if c.Status == StatusDeleted {
+			return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
+		}
 		return c.clone(), seq, nil
 	}
 	return s.get(ctx, id)
@@ -174,6 +181,9 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 	}
 	if last != seq {
 		s.cache.put(id, c, last, size+n)
+	}
+	if c.Status == StatusDeleted {
+		return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
 	}
 	return c, last, nil
 }
@@ -313,7 +323,15 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 			return nil, 0, ctx.Err()
 		}
 		// Another change came first: catch up and try again.
-		if _, _, err := s.refresh(ctx, id); err != nil {
+		_, last, err := s.refresh(ctx, id)
+		if err == nil && last == seq {
+			// Nothing came after the state the change was made on, yet
+			// the log moved: it was purged (deleted, and its tombstone
+			// removed since). Read it afresh.
+			s.cache.drop(id)
+			_, _, err = s.refresh(ctx, id)
+		}
+		if err != nil {
 			return nil, 0, err
 		}
 		c = nil
