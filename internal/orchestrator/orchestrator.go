@@ -158,8 +158,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// OnRunEnd, when set, is called once a run's end is stored (paused,
 	// after its calls are published; completed; failed) with the
-	// conversation as stored. It runs on the run's goroutine and must
-	// neither keep nor change c. It lets an embedding program, such as the
+	// conversation as stored. It runs on the run's goroutine (a paused
+	// run's, on the one that publishes its calls) and must neither keep
+	// nor change c. It lets an embedding program, such as the
 	// benchmark harness, learn how runs end without reading the store.
 	OnRunEnd func(c *Conversation)
 }
@@ -341,8 +342,14 @@ type Stats struct {
 	// StateReads counts the reads of conversation logs: a state not cached,
 	// a cached one brought up to date, a catch-up after a conflict.
 	StateReads atomic.Int64
+	// EndWrites counts, of StateWrites, the appends that store a run's end
+	// when it completes or fails: made after the run gave its slot back,
+	// within a window of their own, and waited for by nothing on a call's
+	// way (only by the conversation's own completion).
+	EndWrites atomic.Int64
 	// CallBatches counts the publishes of a batch's calls, each one
-	// round trip whatever the number of calls.
+	// round trip whatever the number of calls; a paused run does not wait
+	// for it.
 	CallBatches atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).
