@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,10 +127,11 @@ type Config struct {
 	// records each group at once.
 	ReplyLinger time.Duration
 	// StateCacheBytes bounds the heap of the conversation states kept in
-	// memory (estimated as three times the bytes of the records folded into
+	// memory (estimated as 1.5 times the bytes of the records folded into
 	// them); a state that is not cached is read from its log when needed.
-	// Defaults to 64 MiB, which holds about 40,000 paused conversations of
-	// a few messages.
+	// Defaults to a quarter of the Go memory limit (GOMEMLIMIT) when one is
+	// set, else 256 MiB, which holds about 100,000 paused conversations of
+	// a few messages; never less than 64 MiB by default.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
@@ -197,7 +199,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = time.Now
 	}
 	if c.StateCacheBytes <= 0 {
-		c.StateCacheBytes = 64 << 20
+		c.StateCacheBytes = defaultStateCacheBytes(debug.SetMemoryLimit(-1))
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
