@@ -358,7 +358,7 @@ func conflict(err error) bool {
 // last sequence and the record's size. A refused expected sequence is
 // bus.ErrLogConflict.
 func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
-	b, err := msgpack.Marshal(r)
+	b, err := recordEncoders.encode(r)
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
