@@ -81,7 +81,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 // after another, whatever came before (a large value, a failure).
 func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
 	values := []any{
-		map[string]int{"b": 2, "a": 1, "c": 3},
+		map[string]string{"b": "2", "a": "1", "c": "3"},
 		&Conversation{ID: "c1", Status: StatusPaused, History: []agent.Message{{Kind: agent.KindRequest}}},
 		strings.Repeat("x", 2<<20),
 		make(chan int), // does not encode
@@ -95,6 +95,10 @@ func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
 			enc.SetSortMapKeys(sorted)
 			werr := enc.Encode(v)
 			got, err := pool.encode(v)
+			if _, isMap := v.(map[string]string); isMap && !sorted {
+				// Unsorted, a map's keys come in any order.
+				continue
+			}
 			if (err != nil) != (werr != nil) {
 				t.Fatalf("sorted %v, value %d: error %v, want %v", sorted, i, err, werr)
 			}
