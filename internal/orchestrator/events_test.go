@@ -89,7 +89,7 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	e := newEnv(t)
 	e.worker()
 	e.approverBot("bot", seedPolicy, nil)
-	o, _ := e.orch(orchestrator.Config{})
+	o, _ := e.orch(orchestrator.Config{InstanceID: "one"})
 	info, err := o.StartRun(ctxT(t), seedPrompt, "")
 	if err != nil {
 		t.Fatal(err)
@@ -114,9 +114,9 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	}
 	r1, r2, r3 := c.Runs[0].RunID, c.Runs[1].RunID, c.Runs[2].RunID
 	want := map[string]map[string]any{
-		"start@" + r1:              {"resume": false, "prompt": seedPrompt},
-		"start@" + r2:              {"resume": true},
-		"start@" + r3:              {"resume": true},
+		"start@" + r1:              {"resume": false, "prompt": seedPrompt, "agent": "default", "replica": "one"},
+		"start@" + r2:              {"resume": true, "agent": "default", "replica": "one"},
+		"start@" + r3:              {"resume": true, "agent": "default", "replica": "one"},
 		"delete_file@" + r1:        {"kind": "approval", "approved": false, "approver_id": "bot", "message": "Deleting files is not allowed"},
 		"update_file_dotenv@" + r1: {"kind": "approval", "approved": true, "approver_id": "bot"},
 		"update_file_readme@" + r1: {"kind": "call", "outcome": "return", "worker_id": "worker-1"},

@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -74,11 +75,24 @@ type Config struct {
 	// (toolgate.event.*), so that a busy run's events are not queued ahead
 	// of the state writes, calls and acks on Bus. Defaults to Bus.
 	EventBus *bus.Bus
-	// Agent is the agent to run. Required.
+	// Agent is the agent to run when Agents is empty; its name is its
+	// config's, or DefaultAgentName.
 	Agent *AgentConfig
-	// Model, when set, replaces the model the agent config names (tests,
+	// Agents are the agents this replica runs, each named by its config's
+	// Name (unique; empty is DefaultAgentName). The first is the default
+	// of a start that names none when no other replica runs another. A
+	// replica runs only conversations of its agents (docs/architecture.md,
+	// "Agents"). One of Agent and Agents is required.
+	Agents []*AgentConfig
+	// Model, when set, replaces the model of every agent config (tests,
 	// embedding programs).
 	Model agent.Model
+	// AgentWait is how long a conversation that needs a run may wait for a
+	// replica running its agent (with its config digest, or one that may
+	// adopt it) before it fails: it is told in an agent_unavailable event
+	// and in its state at once, and fails with the reason after this.
+	// Defaults to 10m.
+	AgentWait time.Duration
 	// Tools are in-process Go tools the agent has besides the config's
 	// (a program that embeds the orchestrator): they run inside the run,
 	// and may defer themselves (deferred.ApprovalRequired from a
@@ -207,6 +221,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.AgentWait <= 0 {
+		c.AgentWait = 10 * time.Minute
+	}
 	return c
 }
 
@@ -217,8 +234,8 @@ func (c Config) validate() error {
 	if id := c.NewID(); !alnum(id) {
 		return fmt.Errorf("NewID made %q: ids must be letters and digits", id)
 	}
-	if c.Agent == nil {
-		return errors.New("agent config is nil")
+	if err := validateAgents(c.agentList()); err != nil {
+		return err
 	}
 	for name, k := range c.TrustedApprovers {
 		if len(k) != ed25519.PublicKeySize {
@@ -278,8 +295,17 @@ type Orchestrator struct {
 	js       jetstream.JetStream
 	storage  storageState
 	store    *store
-	agent    *agent.Agent
 	clock    func() time.Time
+	// agents are the agents this replica runs, by name; agentNames in
+	// configured order; defaultAgent the first.
+	agents       map[string]*agentRuntime
+	agentNames   []string
+	defaultAgent *agentRuntime
+	// replicas is the view of the live replicas' adverts; nudged carries
+	// the conversations other replicas handed over.
+	replicas  replicaSet
+	nudged    chan string
+	nudgeSubs []*nats.Subscription
 	// tracer makes the spans of runs and replies.
 	tracer trace.Tracer
 
@@ -386,11 +412,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	o.warnings.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
-	a, err := o.buildAgent()
-	if err != nil {
+	if err := o.buildAgents(); err != nil {
 		return nil, err
 	}
-	o.agent = a
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
 }
@@ -422,9 +446,13 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
 	o.cfg.Metrics.CountPending(o.countPending)
-	tools := make([]string, 0, len(o.cfg.Agent.Tools))
-	for _, t := range o.cfg.Agent.Tools {
-		tools = append(tools, t.Name)
+	var tools []string
+	for _, a := range o.agents {
+		for _, t := range a.cfg.Tools {
+			if !slices.Contains(tools, t.Name) {
+				tools = append(tools, t.Name)
+			}
+		}
 	}
 	o.cfg.Metrics.Known(tools)
 	// The subscriptions live until Stop, not as long as ctx.
@@ -443,6 +471,17 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		_ = o.maxDeliver.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
+	if err := o.subscribeNudges(); err != nil {
+		_ = o.replies.Stop(ctx)
+		_ = o.maxDeliver.Stop(ctx)
+		_ = o.cancelSub.Unsubscribe()
+		return fmt.Errorf("start: %w", err)
+	}
+	// Before the first reconcile: which conversations are this replica's
+	// depends on what the others run.
+	if err := o.advertise(ctx); err != nil {
+		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
+	}
 	o.watchAdverts(ctx)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
@@ -454,11 +493,12 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		o.log.WarnContext(ctx, "reconcile at start: the next pass will try again", slog.String("error", err.Error()))
 	}
 	o.loops.Go(o.expiryLoop)
+	o.loops.Go(o.advertiseLoop)
 	o.loops.Go(func() { o.reconcileLoop(first) })
 	if o.cfg.Retention > 0 {
 		o.loops.Go(o.retentionLoop)
 	}
-	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
+	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.agentNames), slog.Int("tools", len(tools)))
 	return nil
 }
 
@@ -500,6 +540,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		if o.cancelSub != nil {
 			_ = o.cancelSub.Unsubscribe()
 		}
+		o.unsubscribeNudges()
 		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {
@@ -522,6 +563,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			<-done
 		}
 		o.cancel()
+		o.withdraw(ctx)
 		if o.started.Load() {
 			// Runs are over: what they emitted is published before Stop
 			// returns.
