@@ -379,6 +379,9 @@ type Stats struct {
 	// round trip whatever the number of calls; a paused run does not wait
 	// for it.
 	CallBatches atomic.Int64
+	// HandedOver counts the runs this replica handed to the replicas of
+	// another agent (or config digest) by a nudge.
+	HandedOver atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).
 	ReconcileErrors atomic.Int64

@@ -204,6 +204,7 @@ func (o *Orchestrator) unsubscribeNudges() {
 // handOver tells the replicas of c's agent that c has a run for them
 // (its lease already expired).
 func (o *Orchestrator) handOver(ctx context.Context, c *Conversation) {
+	o.stats.HandedOver.Add(1)
 	o.log.InfoContext(ctx, "run handed over to the agent's replicas", slog.String("conversation_id", c.ID),
 		slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)))
 	if err := o.bus.PublishNudge(c.Agent, c.ID); err != nil {
@@ -224,6 +225,12 @@ func (o *Orchestrator) awaitAgent(ctx context.Context, c *Conversation) error {
 	now := o.clock()
 	for _, n := range o.replicas.names(now) {
 		if n == c.Agent {
+			// Nudged again at every pass while it waits: a nudge is a
+			// core NATS message, lost if no replica of the agent listened
+			// at that moment, and a replica whose cache holds the
+			// conversation as it was before the hand-over would not see
+			// it in its own reconcile.
+			o.handOver(ctx, c)
 			return nil
 		}
 	}
