@@ -213,7 +213,6 @@ func (o *Orchestrator) handOver(ctx context.Context, c *Conversation) {
 	}
 }
 
-
 // awaitAgent handles a conversation that needs a run this replica may not
 // give it. If a live replica runs its agent (with its digest, or with
 // another that adopts it once no replica advertises the old one), that

@@ -64,8 +64,8 @@ type Conversation struct {
 	// Config.AgentWait. Cleared when a replica takes the run.
 	Unserved      string    `msgpack:"unserved,omitempty"`
 	UnservedSince time.Time `msgpack:"unserved_since,omitempty"`
-	CreatedAt time.Time `msgpack:"created_at"`
-	UpdatedAt time.Time `msgpack:"updated_at"`
+	CreatedAt     time.Time `msgpack:"created_at"`
+	UpdatedAt     time.Time `msgpack:"updated_at"`
 }
 
 // DecisionRecord is an applied decision: which call, what, and who.
