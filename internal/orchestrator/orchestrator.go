@@ -31,6 +31,8 @@
 //	                 resuming ──Complete / Fail / Pause, as running
 //
 //	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
+//	running, resuming ──WaitForAgent (lease expired, no replica runs its
+//	                     agent: noted, then after AgentWait)──► failed
 //	running, paused, resuming ──Cancel──► cancelled
 //	completed, failed, cancelled ──Start (a new prompt)──► running
 //	completed, failed, cancelled ──Delete──► deleted (the tombstone; then purged)
@@ -40,6 +42,12 @@
 // holds it (holdsLease, the one lease check), which is how a run that
 // another replica took over, or whose conversation was cancelled, learns
 // that its result no longer counts.
+//
+// A conversation records its agent and the digest of that agent's config
+// (SetAgent); a replica takes a run only of a conversation whose agent it
+// runs with that digest (mayRun; docs/architecture.md, "Agents"), and
+// claims a batch of another's with the lease expired at once (Claim with
+// a zero TTL), nudging that agent's replicas.
 package orchestrator
 
 import (
