@@ -30,10 +30,12 @@ type cacheEntry struct {
 // of its records, in tenths (a state's Go structures and strings against
 // its msgpack): the orchestrator's own heap per paused conversation in the
 // benchmark's memory case is 1.0 to 1.2 times the records folded into it
-// (about 1.75 KB against 1.7 KB), so 1.5 leaves room. It was 3, which let
-// a 64 MiB cache hold about 13,000 paused conversations instead of the
-// 40,000 it was meant to, and a resume of more missed.
-const heapPerRecordByte = 15
+// (2.16 KB against about 1.8 KB at 100,000, all it holds included). It was
+// 3, which let a 64 MiB cache hold about 13,000 paused conversations
+// instead of the 40,000 it was meant to; at 1.5, 256 MiB held about 92,000,
+// and a resume of 100,000 in the order they paused missed on 90 % of them
+// (each miss evicting the next one needed).
+const heapPerRecordByte = 12
 
 // cacheHeap is the heap estimated for records of n bytes.
 func cacheHeap(n int64) int64 { return n * heapPerRecordByte / 10 }
@@ -112,7 +114,8 @@ func (sc *stateCache) len() int {
 
 // defaultStateCacheBytes is the cache's budget when none is configured,
 // for a Go memory limit of limit (math.MaxInt64: none): a quarter of the
-// limit, at least 64 MiB; 256 MiB without a limit. A resume of more paused
+// limit, at least 64 MiB; 256 MiB (about 120,000 paused conversations of a
+// few messages) without a limit. A resume of more paused
 // conversations than the cache holds reads each of the others from its
 // log, which made it several times slower past the old 64 MiB.
 func defaultStateCacheBytes(limit int64) int64 {

@@ -149,10 +149,10 @@ type Config struct {
 	// records each group at once.
 	ReplyLinger time.Duration
 	// StateCacheBytes bounds the heap of the conversation states kept in
-	// memory (estimated as 1.5 times the bytes of the records folded into
+	// memory (estimated as 1.2 times the bytes of the records folded into
 	// them); a state that is not cached is read from its log when needed.
 	// Defaults to a quarter of the Go memory limit (GOMEMLIMIT) when one is
-	// set, else 256 MiB, which holds about 100,000 paused conversations of
+	// set, else 256 MiB, which holds about 120,000 paused conversations of
 	// a few messages; never less than 64 MiB by default.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to

@@ -455,6 +455,17 @@ type dueEntry struct {
 // due lists the conversations indexed as not finished: what reconcile and
 // the pending list go over, however many finished ones are stored.
 func (s *store) due(ctx context.Context) ([]dueEntry, error) {
+	// An index that holds nothing (its entries removed, their markers
+	// purged) is told by one request, without a watch: a watcher's consumer
+	// on a bucket whose stream had many messages cost twice a pass over an
+	// empty one that never had any.
+	st, err := s.index.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list due conversations: %w", err)
+	}
+	if st.Values() == 0 {
+		return nil, nil
+	}
 	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("list due conversations: %w", err)
@@ -515,13 +526,26 @@ func (s *store) purgeDueMarkers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, undueInFlight)
+		mu   sync.Mutex
+		errs []error
+	)
 	for _, m := range markers {
-		err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
-		if err != nil {
-			return fmt.Errorf("purge the marker of %s: %w", m.Key(), err)
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("purge the marker of %s: %w", m.Key(), err))
+				mu.Unlock()
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // watch signals on the returned channel each time a record is appended to
