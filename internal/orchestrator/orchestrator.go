@@ -312,6 +312,7 @@ type Orchestrator struct {
 	// replicas is the view of the live replicas' adverts; nudged carries
 	// the conversations other replicas handed over.
 	replicas  replicaSet
+	replicaKV jetstream.KeyValue
 	nudged    chan string
 	nudgeSubs []*nats.Subscription
 	// tracer makes the spans of runs and replies.
@@ -523,6 +524,11 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
+	replicas, err := o.js.KeyValue(ctx, bus.BucketReplicas)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", bus.BucketReplicas, err)
+	}
+	o.replicaKV = replicas
 	s := &store{
 		bus: o.bus, index: index,
 		cache: newStateCache(o.cfg.StateCacheBytes),

@@ -14,7 +14,7 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// replicaKeyPrefix keys the replicas' adverts in the index bucket:
+// replicaKeyPrefix keys the replicas' adverts in bucket toolgate_replicas:
 // replica.<instance> → replicaAdvert.
 const replicaKeyPrefix = "replica."
 
@@ -97,10 +97,10 @@ func (o *Orchestrator) advertise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := o.store.index.Put(ctx, replicaKeyPrefix+o.cfg.InstanceID, b); err != nil {
+	if _, err := o.replicaKV.Put(ctx, replicaKeyPrefix+o.cfg.InstanceID, b); err != nil {
 		return err
 	}
-	w, err := o.store.index.WatchFiltered(ctx, []string{replicaKeyPrefix + ">"}, jetstream.IgnoreDeletes())
+	w, err := o.replicaKV.WatchFiltered(ctx, []string{replicaKeyPrefix + ">"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
@@ -145,12 +145,12 @@ func (o *Orchestrator) advertiseLoop() {
 // withdraw deletes this replica's advert, so that the others see at once
 // that it no longer runs its agents (the upgrade rule needs no wait).
 func (o *Orchestrator) withdraw(ctx context.Context) {
-	if o.store == nil {
+	if o.replicaKV == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
 	defer cancel()
-	if err := o.store.index.Delete(ctx, replicaKeyPrefix+o.cfg.InstanceID); err != nil {
+	if err := o.replicaKV.Delete(ctx, replicaKeyPrefix+o.cfg.InstanceID); err != nil {
 		o.log.Warn("withdraw replica advert", slog.String("error", err.Error()))
 	}
 }
