@@ -3,6 +3,8 @@ package orchestrator_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -290,5 +292,56 @@ func TestAgentDigest(t *testing.T) {
 	changed.Tools = tools
 	if orchestrator.AgentDigest(&changed) == orchestrator.AgentDigest(y) {
 		t.Error("a changed approval rule kept the digest")
+	}
+}
+
+// --agent takes files and directories: each *.yaml, *.yml and *.json of a
+// directory is an agent, named by name: or its file's base name; two of
+// one name are refused with both files named.
+func TestLoadAgentConfigs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const tools = "tools:\n  - name: t\n"
+	write("agents/support.yaml", "model: {provider: test}\n"+tools)
+	write("agents/billing.yml", "name: money\nmodel: {provider: test}\n"+tools)
+	write("agents/ops.json", `{"model":{"provider":"test"},"tools":[{"name":"t"}]}`)
+	write("agents/README.md", "not an agent")
+	single := write("one/extra.yaml", "model: {provider: test}\n"+tools)
+	cfgs, files, err := orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), single})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range cfgs {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"money", "ops", "support", "extra"}) || len(files) != 4 {
+		t.Errorf("agents %v from %v", names, files)
+	}
+
+	dup := write("dup/money.yaml", "model: {provider: test}\n"+tools)
+	_, _, err = orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), dup})
+	if err == nil || !strings.Contains(err.Error(), "billing.yml") || !strings.Contains(err.Error(), "dup/money.yaml") || !strings.Contains(err.Error(), `"money"`) {
+		t.Errorf("two agents named money: %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := orchestrator.LoadAgentConfigs([]string{empty}); err == nil || !strings.Contains(err.Error(), "holds no") {
+		t.Errorf("an empty directory: %v", err)
+	}
+	bad := write("bad/x.yaml", "name: no spaces allowed\nmodel: {provider: test}\n"+tools)
+	if _, _, err := orchestrator.LoadAgentConfigs([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
+		t.Errorf("a name that is no subject token: %v", err)
 	}
 }
