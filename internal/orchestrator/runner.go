@@ -269,7 +269,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
-		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
+		o.publishEvent(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
 		if _, err := o.publishCalls(ctx, c); err != nil {
 			// The reconcile loop publishes what is left unmarked.
 			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
