@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -59,13 +60,38 @@ func Encode(v any, contentType string) ([]byte, error) {
 		}
 		return b, nil
 	}
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(true)
-	if err := enc.Encode(v); err != nil {
+	e := msgpackEncoders.Get().(*pooledEncoder)
+	defer e.put()
+	if err := e.enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encode msgpack: %w", err)
 	}
-	return buf.Bytes(), nil
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// pooledEncoder is a msgpack encoder with its buffer, kept for reuse: an
+// encoder writing into a fresh buffer grows it by doubling, and that
+// garbage was a fifth of the bytes the orchestrator allocated. The message
+// is copied out at its exact size.
+type pooledEncoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+var msgpackEncoders = sync.Pool{New: func() any {
+	e := &pooledEncoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	e.enc.UseCompactInts(true)
+	return e
+}}
+
+// put returns e to the pool, unless one large message grew its buffer past
+// what is worth keeping.
+func (e *pooledEncoder) put() {
+	if e.buf.Cap() > 1<<20 {
+		return
+	}
+	e.buf.Reset()
+	msgpackEncoders.Put(e)
 }
 
 // DecodeError is an undecodable body (as opposed to a decodable but invalid

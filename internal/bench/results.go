@@ -22,9 +22,11 @@ const (
 	// and bucket of the side (toolgate: records, events, calls, replies,
 	// index entries; raw: calls and replies).
 	MetricStoredMessages = "stored_messages_per_call"
-	// MetricRoundTrips is the synchronous round trips to JetStream the
-	// orchestrator waits for per batch-1 conversation: appends and reads of
-	// conversation logs and publishes of calls (Stats).
+	// MetricRoundTrips is the synchronous round trips to JetStream on a
+	// batch-1 conversation's way: appends and reads of its log that
+	// something waits for (Stats: StateWrites − EndWrites + StateReads).
+	// A run's end (windowed) and the publish of the calls (whose acks no
+	// step waits for) are not.
 	MetricRoundTrips = "sync_round_trips_per_call"
 )
 

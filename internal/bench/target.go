@@ -46,10 +46,10 @@ type Measurement struct {
 	// overhead over the baseline goes. Zero for the baseline.
 	StateWrites float64 `json:"state_writes_per_call,omitempty"`
 	StateBytes  float64 `json:"state_bytes_per_call,omitempty"`
-	// RoundTrips is the synchronous round trips to JetStream the
-	// orchestrator waited for per conversation: appends and reads of
-	// conversation logs, publishes of a batch's calls (orchestrator
-	// Stats). Zero for the baseline.
+	// RoundTrips is the synchronous round trips to JetStream per
+	// conversation: appends and reads of its log that a next step waits
+	// for, that is all but the windowed appends of a run's end
+	// (orchestrator Stats). Zero for the baseline.
 	RoundTrips float64 `json:"sync_round_trips_per_conversation,omitempty"`
 	// Stored is the messages stored per measured call, by stream (a
 	// bucket's stream is KV_<bucket>).

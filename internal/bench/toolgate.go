@@ -399,7 +399,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	st := r.stats
-	writes0, bytes0, reads0, batches0 := st.StateWrites.Load(), st.StateBytes.Load(), st.StateReads.Load(), st.CallBatches.Load()
+	writes0, bytes0, reads0, ends0 := st.StateWrites.Load(), st.StateBytes.Load(), st.StateReads.Load(), st.EndWrites.Load()
 	stalls0 := r.stalledPulls()
 	seqs0, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams())
 	if err != nil {
@@ -446,7 +446,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		calls := float64(m.Calls)
 		m.StateWrites = float64(st.StateWrites.Load()-writes0) / calls
 		m.StateBytes = float64(st.StateBytes.Load()-bytes0) / calls
-		m.RoundTrips = float64(st.StateWrites.Load()-writes0+st.StateReads.Load()-reads0+st.CallBatches.Load()-batches0) / float64(n)
+		m.RoundTrips = float64(st.StateWrites.Load()-writes0-(st.EndWrites.Load()-ends0)+st.StateReads.Load()-reads0) / float64(n)
 		// Events are published in the background; those of the last
 		// conversations may not be in yet, a negligible share.
 		if seqs, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams()); err == nil {

@@ -34,7 +34,7 @@ func TestToolgateTarget(t *testing.T) {
 		if m.StoredPerCall() < 3 || m.Stored[bus.StreamConversations] <= 0 || m.Stored[bus.StreamCalls] < 1 {
 			t.Errorf("%s: stored per call %v", c.Name(), m.Stored)
 		}
-		// At least the pause's append and the call's publish per conversation.
+		// At least the create and the pause's append per conversation.
 		if m.RoundTrips < 2 {
 			t.Errorf("%s: %f round trips per conversation", c.Name(), m.RoundTrips)
 		}

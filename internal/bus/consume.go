@@ -78,6 +78,13 @@ type ConsumeConfig struct {
 	// AutoInProgress sends InProgress every AckWait/3 while a handler
 	// runs, so long calls are not redelivered.
 	AutoInProgress bool
+	// PullExpiry is how long each pull request waits on the server.
+	// Defaults to AckWait/3, between 1s and 30s. A pull that the client
+	// still counts on after the server has let it go (nats.go's consume
+	// loop sometimes does, seen under bursts of thousands of replies)
+	// stalls the loop until it expires, so a consumer whose pauses cost
+	// more than idle pulls sets it short.
+	PullExpiry time.Duration
 	// DeliverPolicy of a new durable; existing durables keep theirs.
 	// Defaults to all messages still in the stream.
 	DeliverPolicy jetstream.DeliverPolicy
@@ -383,7 +390,11 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	// client that stalls (a frozen process, a long GC pause) are gone by the
 	// time its message is redelivered, so the redelivery goes to a live
 	// consumer instead of burning MaxDeliver on the stalled one.
-	expiry := jetstream.PullExpiry(min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires))
+	exp := min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires)
+	if cfg.PullExpiry > 0 {
+		exp = cfg.PullExpiry
+	}
+	expiry := jetstream.PullExpiry(exp)
 	start := func(cons jetstream.Consumer) ([]jetstream.ConsumeContext, error) {
 		var ccs []jetstream.ConsumeContext
 		for range loops {

@@ -321,11 +321,15 @@ func (b *Bus) LastLogMsgs(ctx context.Context, stream string, subjects []string)
 	return out, nil
 }
 
-// PurgeLog deletes every message of subject.
-func (b *Bus) PurgeLog(ctx context.Context, stream, subject string) error {
+// PurgeLog deletes the messages of subject but its last keep (0: all).
+func (b *Bus) PurgeLog(ctx context.Context, stream, subject string, keep uint64) error {
 	st, err := b.js.Stream(ctx, stream)
 	if err != nil {
 		return err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(subject)}
+	if keep > 0 {
+		opts = append(opts, jetstream.WithPurgeKeep(keep))
+	}
+	return st.Purge(ctx, opts...)
 }

@@ -87,3 +87,29 @@ func TestInvalidEventDroppedAlone(t *testing.T) {
 		t.Errorf("published %v, want [first third]", got)
 	}
 }
+
+// Events queued close together are taken together, the oldest having
+// waited eventLinger: what one step of a conversation emits goes out as one
+// message.
+func TestEventQueueGathersAStep(t *testing.T) {
+	q := newEventQueue()
+	first := time.Now()
+	for _, typ := range []string{"run_started", "model_response", "run_paused"} {
+		if !q.push(queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}) {
+			t.Fatal("push refused")
+		}
+	}
+	got := q.take()
+	if waited := time.Since(first); waited < eventLinger {
+		t.Errorf("taken after %s, before the linger of %s", waited, eventLinger)
+	}
+	if len(got) != 3 {
+		t.Fatalf("took %d events, want the 3 of the step", len(got))
+	}
+	// Closed, what is left goes at once.
+	q.push(queuedEvent{ev: bus.Event{ConversationID: "c1", Type: "run_completed", Time: time.Now()}})
+	q.close()
+	if got := q.take(); len(got) != 1 {
+		t.Errorf("took %d events of a closed queue, want 1", len(got))
+	}
+}

@@ -9,3 +9,10 @@ import (
 func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return o.sweep(ctx, now)
 }
+
+// Tombstone appends a conversation's tombstone and stops there, as a
+// delete interrupted before its purge leaves it.
+func (o *Orchestrator) Tombstone(ctx context.Context, id string) error {
+	_, _, err := o.store.updateFrom(ctx, id, nil, 0, func(c *Conversation) error { return c.Delete(o.clock()) })
+	return err
+}

@@ -80,16 +80,14 @@ func validStatus(s Status) bool {
 // Delete removes a finished conversation: its state and history, and its
 // events; its audit records stay (TOOLGATE_AUDIT). One under way is
 // refused (*ConflictError): cancel it first.
+//
+// It is safe against a change made meanwhile by another replica (see
+// store.delete); deleting a deleted conversation answers ErrNotFound, after
+// finishing what a delete that stopped half-way left.
 func (o *Orchestrator) Delete(ctx context.Context, id string) error {
-	c, _, err := o.store.get(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !c.Status.Terminal() {
-		return &ConflictError{ConversationID: id, Status: c.Status, Op: opDelete}
-	}
-	if err := o.store.delete(ctx, id); err != nil {
-		return err
+	gone := o.store.delete(ctx, id)
+	if gone != nil && !errors.Is(gone, errDeleted) {
+		return gone
 	}
 	// The events hold the history too.
 	subj, err := bus.EventSubject(id)
@@ -102,6 +100,9 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
+	}
+	if gone != nil {
+		return gone
 	}
 	o.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
 	return nil
@@ -137,7 +138,8 @@ func (o *Orchestrator) retentionLoop() {
 }
 
 // sweep deletes the conversations that finished before now - Retention
-// and returns how many it deleted.
+// and returns how many it deleted; it also removes the tombstones of
+// conversations deleted more than tombstoneLife ago.
 func (o *Orchestrator) sweep(ctx context.Context, now time.Time) (int, error) {
 	if o.cfg.Retention <= 0 {
 		return 0, nil
@@ -166,7 +168,12 @@ func (o *Orchestrator) sweep(ctx context.Context, now time.Time) (int, error) {
 			}
 		}
 		if len(ids) < retentionBatch || deleted == 0 {
-			return n, nil
+			break
 		}
 	}
+	gone, err := o.store.sweepTombstones(ctx, now)
+	if gone > 0 {
+		o.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
+	}
+	return n, err
 }

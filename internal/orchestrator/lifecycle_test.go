@@ -176,6 +176,118 @@ func TestDeleteConversation(t *testing.T) {
 	}
 }
 
+// A delete is a change like any other: a replica that still caches the
+// conversation reads it as gone and cannot start a run on it, a new prompt
+// and a delete racing on two replicas never both win, and a delete that
+// stopped after its tombstone is finished by the next one and by the
+// retention sweep.
+func TestDeleteAgainstOtherReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o1, _ := e.orch(orchestrator.Config{Model: pauseModel, InstanceID: "one", Retention: time.Hour})
+	o2, _ := e.orch(orchestrator.Config{Model: pauseModel, InstanceID: "two"})
+	b := e.connect("test")
+	messages := func(id string) uint64 {
+		s, err := b.JetStream().Stream(ctxT(t), bus.StreamConversations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj := bus.ConversationSubject(id)
+		info, err := s.Info(ctxT(t), jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[subj]
+	}
+
+	// A stale cache.
+	id := startAll(t, o1, "done")[0]
+	if _, err := o2.Conversation(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := o1.Delete(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := o2.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("the other replica still reads it: %v %v", c, err)
+	}
+	if info, err := o2.StartRun(ctxT(t), "pause", id); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("the other replica started %+v on it: %v", info, err)
+	}
+	if n := messages(id); n != 1 {
+		t.Errorf("%d records left, want only the tombstone", n)
+	}
+
+	// A new prompt on one replica, a delete on the other, at once.
+	const rounds = 12
+	wins := map[string]int{}
+	for range rounds {
+		id := startAll(t, o1, "done")[0]
+		if _, err := o2.Conversation(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+		var delErr, startErr error
+		done := make(chan struct{})
+		go func() { defer close(done); delErr = o1.Delete(ctxT(t), id) }()
+		_, startErr = o2.StartRun(ctxT(t), "pause again", id)
+		<-done
+		c, getErr := o1.Conversation(ctxT(t), id)
+		var ce *orchestrator.ConflictError
+		switch {
+		case delErr == nil && errors.Is(startErr, orchestrator.ErrNotFound) && errors.Is(getErr, orchestrator.ErrNotFound):
+			wins["delete"]++
+		case startErr == nil && errors.As(delErr, &ce) && getErr == nil:
+			wins["prompt"]++
+			waitStatus(t, o1, id, orchestrator.StatusPaused)
+			if c.Runs[len(c.Runs)-1].Prompt != "pause again" {
+				t.Errorf("runs %+v: the prompt's run is missing", c.Runs)
+			}
+		default:
+			t.Fatalf("delete: %v; prompt: %v; then %+v, %v", delErr, startErr, c, getErr)
+		}
+	}
+	t.Logf("of %d races: %v", rounds, wins)
+
+	// A delete that stopped after its tombstone.
+	id = startAll(t, o1, "done")[0]
+	if err := o1.Tombstone(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o2.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("a tombstoned one reads %v, want not found", err)
+	}
+	page, err := o1.Conversations(ctxT(t), orchestrator.ListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range page.Conversations {
+		if s.ID == id {
+			t.Errorf("listed: %+v", s)
+		}
+	}
+	if n := messages(id); n < 2 {
+		t.Fatalf("%d records before the purge", n)
+	}
+	if err := o2.Delete(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("delete again: %v, want not found", err)
+	}
+	if n := messages(id); n != 1 {
+		t.Errorf("%d records after the second delete, want the tombstone", n)
+	}
+	if _, err := o1.Sweep(ctxT(t), time.Now().Add(23*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := messages(id); n != 1 {
+		t.Errorf("a young tombstone went: %d records", n)
+	}
+	if _, err := o1.Sweep(ctxT(t), time.Now().Add(25*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := messages(id); n != 0 {
+		t.Errorf("%d records of a day-old tombstone left", n)
+	}
+}
+
 // Retention deletes finished conversations older than it, and nothing
 // else: not a younger one, not one under way.
 func TestRetention(t *testing.T) {

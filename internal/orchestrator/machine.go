@@ -259,7 +259,7 @@ func (c *Conversation) Expire(now time.Time) []*PendingCall {
 // lease lost), and later replies are refused as late. It returns the calls it
 // settled; a finished conversation refuses it (*ConflictError).
 func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, error) {
-	if c.Status.Terminal() {
+	if c.Status.ended() {
 		return nil, &ConflictError{ConversationID: c.ID, Status: c.Status}
 	}
 	if reason == "" {
@@ -291,6 +291,30 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 	c.Lease = nil
 	c.UpdatedAt = now
 	return settled, nil
+}
+
+// StatusDeleted: the conversation is being deleted. Its log holds only
+// the record that set this status (the tombstone): every replica that
+// catches up, however stale its cache, reads it and answers ErrNotFound,
+// and a change racing the delete fails its append and sees it.
+const StatusDeleted Status = "deleted"
+
+// ended reports whether nothing can happen to the conversation but a new
+// run (finished) or nothing at all (deleted).
+func (s Status) ended() bool { return s.Terminal() || s == StatusDeleted }
+
+// Delete marks a finished conversation deleted and forgets its answer, so
+// that the tombstone holds no content; one under way refuses it
+// (*ConflictError).
+func (c *Conversation) Delete(now time.Time) error {
+	if !c.Status.Terminal() {
+		return &ConflictError{ConversationID: c.ID, Status: c.Status, Op: opDelete}
+	}
+	c.Status = StatusDeleted
+	c.Output, c.Error = "", ""
+	c.Lease = nil
+	c.UpdatedAt = now
+	return nil
 }
 
 // cancelledMetadata is the reason a cancelled approval carries.
@@ -363,7 +387,7 @@ func cancelledReason(c *Conversation) string {
 // acked as no longer awaited), the reason is kept. It reports whether it
 // changed anything; a finished conversation is left as it is.
 func (c *Conversation) Abort(reason string, now time.Time) bool {
-	if c.Status.Terminal() {
+	if c.Status.ended() {
 		return false
 	}
 	for i := range c.Runs {

@@ -381,6 +381,25 @@ func TestTransitions(t *testing.T) {
 			}
 			return nil
 		}, []check{status(StatusCompleted)}},
+		{"delete a finished one", finished(StatusCancelled), func(c *Conversation) error {
+			return c.Delete(now)
+		}, []check{status(StatusDeleted), noLease, func(t *testing.T, c *Conversation) {
+			if c.Output != "" || c.Error != "" {
+				t.Errorf("the tombstone keeps the answer: output %q, error %q", c.Output, c.Error)
+			}
+			if _, err := c.Start(RunRecord{RunID: "r2_c1"}, nil, now); !conflict(err) {
+				t.Error("a deleted one can be started")
+			}
+			if _, err := c.Cancel("", now); err == nil {
+				t.Error("a deleted one can be cancelled")
+			}
+		}}},
+		{"delete one under way is refused", func() *Conversation { return paused(false, true) }, func(c *Conversation) error {
+			if err := c.Delete(now); !conflict(err) {
+				return fmt.Errorf("not refused: %v", err)
+			}
+			return nil
+		}, []check{status(StatusPaused)}},
 		{"inline batch", running, func(c *Conversation) error {
 			return c.BeginInline(me, "r1_c1", batch("r1_c1", true, false), now)
 		}, []check{status(StatusRunning), func(t *testing.T, c *Conversation) {

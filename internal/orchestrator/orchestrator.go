@@ -33,6 +33,7 @@
 //	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
 //	running, paused, resuming ──Cancel──► cancelled
 //	completed, failed, cancelled ──Start (a new prompt)──► running
+//	completed, failed, cancelled ──Delete──► deleted (the tombstone; then purged)
 //
 // A run's lease says which replica executes it: Pause, Complete, Fail, Renew
 // and BeginInline are refused with errLeaseLost unless the acting replica
@@ -49,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,10 +128,11 @@ type Config struct {
 	// records each group at once.
 	ReplyLinger time.Duration
 	// StateCacheBytes bounds the heap of the conversation states kept in
-	// memory (estimated as three times the bytes of the records folded into
+	// memory (estimated as 1.2 times the bytes of the records folded into
 	// them); a state that is not cached is read from its log when needed.
-	// Defaults to 64 MiB, which holds about 40,000 paused conversations of
-	// a few messages.
+	// Defaults to a quarter of the Go memory limit (GOMEMLIMIT) when one is
+	// set, else 256 MiB, which holds about 120,000 paused conversations of
+	// a few messages; never less than 64 MiB by default.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
@@ -158,8 +161,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// OnRunEnd, when set, is called once a run's end is stored (paused,
 	// after its calls are published; completed; failed) with the
-	// conversation as stored. It runs on the run's goroutine and must
-	// neither keep nor change c. It lets an embedding program, such as the
+	// conversation as stored. It runs on the run's goroutine (a paused
+	// run's, on the one that publishes its calls) and must neither keep
+	// nor change c. It lets an embedding program, such as the
 	// benchmark harness, learn how runs end without reading the store.
 	OnRunEnd func(c *Conversation)
 }
@@ -196,7 +200,7 @@ func (c Config) withDefaults() Config {
 		c.Clock = time.Now
 	}
 	if c.StateCacheBytes <= 0 {
-		c.StateCacheBytes = 64 << 20
+		c.StateCacheBytes = defaultStateCacheBytes(debug.SetMemoryLimit(-1))
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
@@ -341,8 +345,14 @@ type Stats struct {
 	// StateReads counts the reads of conversation logs: a state not cached,
 	// a cached one brought up to date, a catch-up after a conflict.
 	StateReads atomic.Int64
+	// EndWrites counts, of StateWrites, the appends that store a run's end
+	// when it completes or fails: made after the run gave its slot back,
+	// within a window of their own, and waited for by nothing on a call's
+	// way (only by the conversation's own completion).
+	EndWrites atomic.Int64
 	// CallBatches counts the publishes of a batch's calls, each one
-	// round trip whatever the number of calls.
+	// round trip whatever the number of calls; a paused run does not wait
+	// for it.
 	CallBatches atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 )
 
 // reconcileLoop finishes the first pass over first (the due entries Start
@@ -95,19 +96,33 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 	for _, s := range sums {
 		status[s.ID] = s.Status
 	}
-	var open []dueEntry
+	var (
+		open []dueEntry
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, undueInFlight)
+	)
 	for _, e := range due {
 		st, ok := status[e.id]
-		if ok && !st.Terminal() {
+		if ok && !st.Terminal() && st != StatusDeleted {
 			open = append(open, e)
 			continue
 		}
-		if err := o.store.undue(ctx, e); err != nil && ctx.Err() == nil {
-			o.log.WarnContext(ctx, "reconcile: remove the entry of a finished conversation", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := o.store.undue(ctx, e); err != nil && ctx.Err() == nil {
+				o.log.WarnContext(ctx, "reconcile: remove the entry of a finished conversation", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
+			}
+		})
 	}
+	wg.Wait()
 	return open
 }
+
+// undueInFlight bounds the removals of due entries (and the purges of
+// their markers) in flight at once: one after another, the first pass
+// after 100,000 conversations finished took 39 s, a round trip each.
+const undueInFlight = 32
 
 // reconcileEach reconciles each of due in turn.
 func (o *Orchestrator) reconcileEach(ctx context.Context, due []dueEntry) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -259,14 +260,57 @@ func (c *Conversation) clone() *Conversation {
 // encodeSorted encodes v with map keys sorted, so that equal values have
 // equal encodings.
 func encodeSorted(v any) []byte {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.SetSortMapKeys(true)
-	if err := enc.Encode(v); err != nil {
+	b, err := sortedEncoders.encode(v)
+	if err != nil {
 		// Every stored type encodes; a failure here is a programming
 		// error, and an encoding that compares unequal only costs a
 		// larger record.
 		return []byte(err.Error())
 	}
-	return buf.Bytes()
+	return b
+}
+
+// encoderPool keeps msgpack encoders with their buffers for reuse: an
+// encoder writing into a fresh buffer grows it by doubling, and that
+// garbage (the fingerprints and records of every change) was a large share
+// of what the orchestrator allocated. An encoding is copied out at its
+// exact size.
+type encoderPool struct{ pool sync.Pool }
+
+type pooledEncoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+func newEncoderPool(sorted bool) *encoderPool {
+	p := &encoderPool{}
+	p.pool.New = func() any {
+		e := &pooledEncoder{}
+		e.enc = msgpack.NewEncoder(&e.buf)
+		e.enc.SetSortMapKeys(sorted)
+		return e
+	}
+	return p
+}
+
+// sortedEncoders encode with map keys sorted (fingerprints); recordEncoders
+// as msgpack.Marshal does (records).
+var (
+	sortedEncoders = newEncoderPool(true)
+	recordEncoders = newEncoderPool(false)
+)
+
+func (p *encoderPool) encode(v any) ([]byte, error) {
+	e := p.pool.Get().(*pooledEncoder)
+	defer func() {
+		// A buffer grown by one large state is let go.
+		if e.buf.Cap() <= 1<<20 {
+			e.buf.Reset()
+			p.pool.Put(e)
+		}
+	}()
+	if err := e.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.buf.Bytes()), nil
 }

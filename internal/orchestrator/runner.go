@@ -260,6 +260,9 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		log.ErrorContext(ctx, "store run result", slog.String("error", err.Error()))
 		return runNotStored
 	}
+	if c.Status.Terminal() {
+		o.stats.EndWrites.Add(1)
+	}
 	switch c.Status {
 	case StatusFailed:
 		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
@@ -270,11 +273,24 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		o.publishEvent(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
-		if _, err := o.publishCalls(ctx, c); err != nil {
-			// The reconcile loop publishes what is left unmarked.
-			log.WarnContext(ctx, "publish batch", slog.String("error", err.Error()))
-		}
+		// Nothing on the calls' way waits for their acks: a worker gets a
+		// call once the stream has stored it, whether or not this replica
+		// has heard so, and a publish that fails is left to reconcile, which
+		// publishes what is unmarked. The acks are awaited off the run's
+		// path (and before Stop returns), then OnRunEnd is told; c is not
+		// changed after this.
+		o.runs.Go(func() {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
+			defer cancel()
+			if _, err := o.publishCalls(pctx, c); err != nil {
+				log.WarnContext(pctx, "publish batch", slog.String("error", err.Error()))
+			}
+			if o.cfg.OnRunEnd != nil {
+				o.cfg.OnRunEnd(c)
+			}
+		})
 		o.afterApply(ctx, c)
+		return string(c.Status)
 	}
 	if o.cfg.OnRunEnd != nil {
 		o.cfg.OnRunEnd(c)

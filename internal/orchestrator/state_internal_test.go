@@ -1,13 +1,16 @@
 package orchestrator
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -71,5 +74,45 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 	}
 	if diff := cmp.Diff(plain, b.requests()); diff != "" {
 		t.Errorf("plain requests (-want +got):\n%s", diff)
+	}
+}
+
+// The pooled encoders give the bytes a fresh encoder gives, one encoding
+// after another, whatever came before (a large value, a failure).
+func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
+	values := []any{
+		map[string]string{"b": "2", "a": "1", "c": "3"},
+		&Conversation{ID: "c1", Status: StatusPaused, History: []agent.Message{{Kind: agent.KindRequest}}},
+		strings.Repeat("x", 2<<20),
+		make(chan int), // does not encode
+		map[string]string{"z": "1", "y": "2"},
+	}
+	for _, sorted := range []bool{true, false} {
+		pool := newEncoderPool(sorted)
+		for i, v := range values {
+			var buf bytes.Buffer
+			enc := msgpack.NewEncoder(&buf)
+			enc.SetSortMapKeys(sorted)
+			werr := enc.Encode(v)
+			got, err := pool.encode(v)
+			if _, isMap := v.(map[string]string); isMap && !sorted {
+				// Unsorted, a map's keys come in any order.
+				continue
+			}
+			if (err != nil) != (werr != nil) {
+				t.Fatalf("sorted %v, value %d: error %v, want %v", sorted, i, err, werr)
+			}
+			if err == nil && !bytes.Equal(got, buf.Bytes()) {
+				t.Errorf("sorted %v, value %d: encoded differently from a fresh encoder", sorted, i)
+			}
+		}
+	}
+	rec := &record{Head: &Conversation{ID: "c1", Status: StatusRunning}}
+	want, err := msgpack.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := recordEncoders.encode(rec); !bytes.Equal(got, want) {
+		t.Error("a record encodes differently from msgpack.Marshal")
 	}
 }

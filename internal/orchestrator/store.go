@@ -26,6 +26,10 @@ var errUnchanged = errors.New("unchanged")
 // errExists refuses to create a conversation whose log has records.
 var errExists = errors.New("conversation exists")
 
+// errDeleted is ErrNotFound for a conversation whose log ends with its
+// tombstone (StatusDeleted): deleted, or being deleted.
+var errDeleted = fmt.Errorf("%w (deleted)", ErrNotFound)
+
 // maxCASAttempts bounds the catch-up-and-retry loop of one update; reaching
 // it means a pathological contention on one conversation.
 const maxCASAttempts = 64
@@ -143,6 +147,9 @@ func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, erro
 // conversation: for a change, whose append finds out if it is stale.
 func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, error) {
 	if c, seq, ok := s.cache.get(id); ok {
+		if c.Status == StatusDeleted {
+			return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
+		}
 		return c.clone(), seq, nil
 	}
 	return s.get(ctx, id)
@@ -174,6 +181,9 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 	}
 	if last != seq {
 		s.cache.put(id, c, last, size+n)
+	}
+	if c.Status == StatusDeleted {
+		return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
 	}
 	return c, last, nil
 }
@@ -313,7 +323,15 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 			return nil, 0, ctx.Err()
 		}
 		// Another change came first: catch up and try again.
-		if _, _, err := s.refresh(ctx, id); err != nil {
+		_, last, err := s.refresh(ctx, id)
+		if err == nil && last == seq {
+			// Nothing came after the state the change was made on, yet
+			// the log moved: it was purged (deleted, and its tombstone
+			// removed since). Read it afresh.
+			s.cache.drop(id)
+			_, _, err = s.refresh(ctx, id)
+		}
+		if err != nil {
 			return nil, 0, err
 		}
 		c = nil
@@ -340,7 +358,7 @@ func conflict(err error) bool {
 // last sequence and the record's size. A refused expected sequence is
 // bus.ErrLogConflict.
 func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
-	b, err := msgpack.Marshal(r)
+	b, err := recordEncoders.encode(r)
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
@@ -437,6 +455,17 @@ type dueEntry struct {
 // due lists the conversations indexed as not finished: what reconcile and
 // the pending list go over, however many finished ones are stored.
 func (s *store) due(ctx context.Context) ([]dueEntry, error) {
+	// An index that holds nothing (its entries removed, their markers
+	// purged) is told by one request, without a watch: a watcher's consumer
+	// on a bucket whose stream had many messages cost twice a pass over an
+	// empty one that never had any.
+	st, err := s.index.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list due conversations: %w", err)
+	}
+	if st.Values() == 0 {
+		return nil, nil
+	}
 	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("list due conversations: %w", err)
@@ -497,13 +526,26 @@ func (s *store) purgeDueMarkers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, undueInFlight)
+		mu   sync.Mutex
+		errs []error
+	)
 	for _, m := range markers {
-		err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
-		if err != nil {
-			return fmt.Errorf("purge the marker of %s: %w", m.Key(), err)
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("purge the marker of %s: %w", m.Key(), err))
+				mu.Unlock()
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // watch signals on the returned channel each time a record is appended to

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,7 +90,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 
 // The cache keeps to its budget, least recently used first out.
 func TestStateCacheBudget(t *testing.T) {
-	sc := newStateCache(100 * heapPerRecordByte)
+	sc := newStateCache(cacheHeap(100))
 	for i := range 10 {
 		sc.put(fmt.Sprint(i), &Conversation{}, uint64(i+1), 30)
 	}
@@ -130,5 +131,18 @@ func TestCreateWithoutIndexFails(t *testing.T) {
 	}
 	if got.Status != StatusFailed || got.Lease != nil || !strings.Contains(got.Error, "index") {
 		t.Errorf("status %s, lease %v, error %q; want failed, no lease, the reason", got.Status, got.Lease, got.Error)
+	}
+}
+
+// The cache's default budget follows the Go memory limit when one is set.
+func TestDefaultStateCacheBytes(t *testing.T) {
+	for _, c := range []struct{ limit, want int64 }{
+		{math.MaxInt64, 256 << 20},
+		{4 << 30, 1 << 30},
+		{128 << 20, 64 << 20},
+	} {
+		if got := defaultStateCacheBytes(c.limit); got != c.want {
+			t.Errorf("limit %d: budget %d, want %d", c.limit, got, c.want)
+		}
 	}
 }

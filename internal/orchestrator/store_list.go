@@ -124,7 +124,7 @@ func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSumm
 	}
 	more := false
 	err = s.scan(ctx, f.Cursor, func(sum ConversationSummary) bool {
-		if f.Status != "" && sum.Status != f.Status {
+		if sum.Status == StatusDeleted || f.Status != "" && sum.Status != f.Status {
 			return true
 		}
 		if len(page) == f.Limit {
@@ -156,23 +156,65 @@ func (s *store) finishedBefore(ctx context.Context, t time.Time, limit int) ([]s
 	return ids, err
 }
 
-// delete removes a conversation's log and index entry (ErrNotFound when it
-// has none). The caller checks that it is finished.
+// delete removes a finished conversation's history and state, and its due
+// entry, and returns ErrNotFound when it has none; one under way is refused
+// (*ConflictError). The tombstone is appended like any change — after the
+// record the decision was made on, or not at all — so a change that another
+// replica makes meanwhile is never purged with the rest: it either comes
+// first, and the delete sees a conversation under way, or fails its own
+// append and sees the tombstone. The purge then keeps only the tombstone,
+// which tells replicas that still cache the conversation that it is gone;
+// sweepTombstones removes it later. Deleting a deleted conversation
+// answers ErrNotFound, after finishing a delete that stopped after its
+// tombstone.
 func (s *store) delete(ctx context.Context, id string) error {
-	if err := bus.ValidateToken("conversation id", id); err != nil {
-		return fmt.Errorf("conversation %s: %w", id, ErrNotFound)
-	}
-	if _, _, err := s.refresh(ctx, id); err != nil {
+	_, _, err := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error { return c.Delete(s.clock()) })
+	if err != nil && !errors.Is(err, errDeleted) {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	if err := s.bus.PurgeLog(ctx, bus.StreamConversations, bus.ConversationSubject(id)); err != nil {
+	if err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 1); err != nil {
 		return fmt.Errorf("delete conversation %s: %w", id, err)
 	}
-	s.cache.drop(id)
-	if err := s.index.Delete(ctx, dueKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := s.index.Delete(pctx, dueKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete conversation %s: index: %w", id, err)
 	}
-	return nil
+	return err
+}
+
+// tombstoneLife is how long the tombstone of a deleted conversation stays:
+// long enough for every replica to have read it or dropped the conversation
+// from its cache.
+const tombstoneLife = 24 * time.Hour
+
+// sweepTombstones removes the tombstones older than tombstoneLife at now
+// (and the conversations whose delete stopped before its purge) and returns
+// how many.
+func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
+	var old []string
+	if err := s.scan(ctx, "", func(sum ConversationSummary) bool {
+		if sum.Status == StatusDeleted && sum.UpdatedAt.Before(now.Add(-tombstoneLife)) {
+			old = append(old, sum.ID)
+		}
+		return true
+	}); err != nil {
+		return 0, err
+	}
+	for i, id := range old {
+		// A log that is more than its tombstone is a delete that stopped
+		// before its purge: finish that first. Nothing is appended after
+		// a tombstone, so the last purge removes only it.
+		if err := s.delete(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			return i, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+		err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 0)
+		cancel()
+		if err != nil {
+			return i, fmt.Errorf("remove the tombstone of conversation %s: %w", id, err)
+		}
+		s.cache.drop(id)
+	}
+	return len(old), nil
 }

@@ -1,0 +1,54 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A message its constructor validated is encoded without validating it
+// again, to exactly the bytes the validating encoder gives, in either
+// content type.
+func TestValidatedMessageEncodesTheSame(t *testing.T) {
+	ev := Event{ConversationID: "c1", RunID: "r1", Type: "run_started", Data: json.RawMessage(`{"prompt":"hi"}`), Time: time.Unix(1700000000, 5).UTC()}
+	req := CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "noop", Args: json.RawMessage(`{"a":1}`), Deadline: time.Unix(1700000100, 0).UTC(), Attempt: 1}
+	evMsg, err := EventMessage(ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchMsg, err := EventBatchMessage([]Event{ev, ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callMsg, err := CallMessage(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range []string{ContentTypeMsgpack, ContentTypeJSON} {
+		b := &Bus{cfg: ConnConfig{ContentType: ct}}
+		for _, o := range []Outgoing{evMsg, batchMsg, callMsg} {
+			if !o.valid {
+				t.Fatalf("%s: not marked validated", o.Subject)
+			}
+			m, err := b.message(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := Encode(o.Value, ct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(m.Data, want) {
+				t.Errorf("%s as %s: %q, want %q", o.Subject, ct, m.Data, want)
+			}
+		}
+	}
+	// An Outgoing made by hand is still validated.
+	b := &Bus{cfg: ConnConfig{ContentType: ContentTypeMsgpack}}
+	if _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: Event{}, Header: nats.Header{}}); err == nil {
+		t.Error("an invalid event made by hand was encoded")
+	}
+}
