@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -223,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, orch.Handler(orchestrator.HandlerConfig{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
+	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // publishResult publishes a worker's "ok" result for a call.
@@ -142,7 +143,7 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	if !ok {
 		t.Fatalf("no run_paused event: %s", eventTypes(evs))
 	}
-	var pending []orchestrator.PendingView
+	var pending []wire.PendingCall
 	if err := json.Unmarshal(paused.Data, &pending); err != nil || len(pending) != 1 || pending[0].ToolCallID != "update_file_dotenv" || pending[0].Kind != "call" {
 		t.Errorf("last run_paused data = %s (%v), want the re-deferred .env update", paused.Data, err)
 	}

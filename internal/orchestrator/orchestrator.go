@@ -72,6 +72,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config configures an Orchestrator.
@@ -590,15 +591,26 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 	return err
 }
 
-// Healthy reports whether the orchestrator is serving.
-func (o *Orchestrator) Healthy() error {
+// Health reports whether the orchestrator is serving and its store has
+// room (see storageHealth).
+func (o *Orchestrator) Health(ctx context.Context) error {
 	if o.stopped.Load() {
 		return ErrStopped
 	}
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
-	return nil
+	return o.storageHealth(ctx)
+}
+
+// InstanceID is the id of this replica (Config.InstanceID).
+func (o *Orchestrator) InstanceID() string { return o.cfg.InstanceID }
+
+// RunInfo is the answer about one run.
+type RunInfo struct {
+	RunID          string `json:"run_id"`
+	ConversationID string `json:"conversation_id"`
+	Status         Status `json:"status"`
 }
 
 // Run returns a run's status.
@@ -630,12 +642,12 @@ func (o *Orchestrator) Conversation(ctx context.Context, id string) (*Conversati
 
 // Pending lists every deferred call still waiting for a reply, across
 // the conversations that are not finished.
-func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
+func (o *Orchestrator) Pending(ctx context.Context) ([]wire.PendingCall, error) {
 	due, err := o.store.due(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []PendingView{}
+	out := []wire.PendingCall{}
 	for _, e := range due {
 		c, _, err := o.store.get(ctx, e.id)
 		if err != nil {
@@ -644,7 +656,7 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
 			}
 			return nil, err
 		}
-		out = append(out, pendingOf(c)...)
+		out = append(out, c.PendingCalls()...)
 	}
 	return out, nil
 }
@@ -701,6 +713,20 @@ func alnum(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidID reports whether s can be a conversation or run id: it must fit a
+// subject token and a KV key.
+func ValidID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
 			return false
 		}
 	}

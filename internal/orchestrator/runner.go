@@ -283,7 +283,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
-		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
+		o.publishEvent(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile, which

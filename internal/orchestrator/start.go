@@ -49,7 +49,11 @@ func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID stri
 // StartRunWith is StartRun with an optional idempotency key: a repeat of a start
 // with the same key and request answers with the run the first one started
 // (*IdempotencyError if the key came with another request).
-func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunInfo, error) {
+//
+// A start is the write that tells whether the store has room again after it
+// had none: its outcome is noted for Health.
+func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ RunInfo, err error) {
+	defer func() { o.noteStorage(err) }()
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
 	}
