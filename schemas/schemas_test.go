@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
-	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
 )
 
@@ -30,7 +30,7 @@ var goTypes = map[string]reflect.Type{
 	"requests":         reflect.TypeFor[deferred.Requests](),
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
-	"conversation":     reflect.TypeFor[orchestrator.ConversationView](),
+	"conversation":     reflect.TypeFor[api.ConversationView](),
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {

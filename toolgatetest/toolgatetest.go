@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/agenttool"
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -107,7 +108,7 @@ func Start(t testing.TB, opts Options) *System {
 	if err := o.Start(ctx); err != nil {
 		t.Fatalf("toolgatetest: start orchestrator: %v", err)
 	}
-	api := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{Logger: logger}))
+	httpSrv := httptest.NewServer(api.Handler(o, api.Config{Logger: logger}))
 	// Cleanups run last-in first-out: the API closes, then the
 	// orchestrator stops, then the connection closes and the server ends.
 	t.Cleanup(func() {
@@ -117,9 +118,9 @@ func Start(t testing.TB, opts Options) *System {
 			t.Errorf("toolgatetest: stop orchestrator: %v", err)
 		}
 	})
-	t.Cleanup(api.Close)
-	s.URL = api.URL
-	if s.Client, err = client.New(client.Config{BaseURL: api.URL}); err != nil {
+	t.Cleanup(httpSrv.Close)
+	s.URL = httpSrv.URL
+	if s.Client, err = client.New(client.Config{BaseURL: httpSrv.URL}); err != nil {
 		t.Fatal(err)
 	}
 	return s

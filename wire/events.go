@@ -28,6 +28,9 @@ const (
 	// EventConversationCancelled: the conversation was cancelled; RunID is
 	// the run whose calls were pending, or the run under way.
 	EventConversationCancelled = "conversation_cancelled" // Data: ConversationCancelled
+	// EventAgentUnavailable: the conversation needs a run and no live
+	// replica runs its agent; RunID is the run that waits.
+	EventAgentUnavailable = "agent_unavailable" // Data: AgentUnavailable
 )
 
 // RunStarted is the data of a run_started event.
@@ -36,6 +39,20 @@ type RunStarted struct {
 	// deferred calls were all answered.
 	Resume bool   `json:"resume"`
 	Prompt string `json:"prompt,omitempty"`
+	// Agent is the agent the run goes on with, Replica the orchestrator
+	// replica (its instance id) that runs it.
+	Agent   string `json:"agent,omitempty"`
+	Replica string `json:"replica,omitempty"`
+}
+
+// AgentUnavailable is the data of an agent_unavailable event: the
+// conversation needs a run and no replica runs its agent; it fails at
+// FailsAt unless one comes.
+type AgentUnavailable struct {
+	Agent       string    `json:"agent"`
+	AgentDigest string    `json:"agent_digest,omitempty"`
+	Reason      string    `json:"reason"`
+	FailsAt     time.Time `json:"fails_at"`
 }
 
 // RunCompleted is the data of a run_completed event.

@@ -321,13 +321,17 @@ func TestAgentNamedAtStart(t *testing.T) {
 	env := func(k string) (string, bool) {
 		return map[string]string{"OPENAI_API_KEY": "k"}[k], k == "OPENAI_API_KEY"
 	}
-	if _, err := loadAgent("../../examples/agent-seed-approval.yaml", env, logger); err != nil {
+	if _, err := loadAgents([]string{"../../examples/agent-seed-approval.yaml"}, env, logger); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadAgent("", env, logger); err != nil {
+	demo, err := loadAgents(nil, env, logger)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"msg=agent file=../../examples/agent-seed-approval.yaml provider=script", "OPENAI_API_KEY is set but not used", `msg="agent: the built-in demo" provider=openai model=gpt-4o-mini`} {
+	if len(demo) != 1 || demo[0].Name != "demo" {
+		t.Errorf("without --agent: %d agents, the first named %q; want the demo alone", len(demo), demo[0].Name)
+	}
+	for _, want := range []string{"msg=agent name=agent-seed-approval file=../../examples/agent-seed-approval.yaml digest=", "OPENAI_API_KEY is set but not used", `msg="agent: the built-in demo" provider=openai model=gpt-4o-mini`} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -57,12 +58,14 @@ and approval requests on NATS, and serves the HTTP API (and /metrics). Without
 }
 
 type options struct {
-	natsURL, natsListen, store, sync, httpAddr, agentFile, tokenFile, logLevel string
-	trust                                                                      cli.Pairs
-	shutdownTimeout                                                            time.Duration
-	leaseTTL, reconcileInterval, replyAckWait, retention                       time.Duration
-	maxRuns                                                                    int
-	replicas                                                                   int
+	natsURL, natsListen, store, sync, httpAddr, tokenFile, logLevel string
+	agentFiles                                                      cli.Pairs
+	agentWait                                                       time.Duration
+	trust                                                           cli.Pairs
+	shutdownTimeout                                                 time.Duration
+	leaseTTL, reconcileInterval, replyAckWait, retention            time.Duration
+	maxRuns                                                         int
+	replicas                                                        int
 	// contentType of the calls, approval requests and events published
 	// (--wire).
 	contentType string
@@ -80,7 +83,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.store, "store", "./data", "JetStream store folder of the embedded server")
 	fs.StringVar(&o.sync, "sync", "default", "embedded file store fsync: always (every write) or default (every 2 minutes; a machine crash can lose the last writes)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "HTTP API address; a non-loopback address needs --http-token-file")
-	fs.StringVar(&o.agentFile, "agent", "", "agent config (YAML or JSON); empty: the built-in demo")
+	fs.Var(&o.agentFiles, "agent", "agent config (YAML or JSON), or a directory of them (every *.yaml, *.yml, *.json); repeatable, for several agents, each named by its name: or its file's base name; none: the built-in demo")
+	fs.DurationVar(&o.agentWait, "agent-wait", 10*time.Minute, "how long a conversation that needs a run waits for a replica running its agent (an agent_unavailable event says it waits) before it fails")
 	fs.Var(&o.trust, "trust-approver", "NAME=PUBKEY: accept decisions of approver NAME only when signed by this base64 ed25519 key (repeatable; none: decisions are not signature-checked)")
 	fs.StringVar(&o.tokenFile, "http-token-file", "", "file holding the bearer token the HTTP API requires")
 	fs.StringVar(&o.natsUsers, "nats-users", "", "users file (YAML: users: [{name, password, role}], role orchestrator, worker or approver): the embedded server admits only these users, each limited to its role's subjects; required to listen beyond loopback")
@@ -133,12 +137,12 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 
 // setup is what run prepares before it touches the store or the network.
 type setup struct {
-	o        options
-	logger   *slog.Logger
-	auth     natsAuth
-	token    string
-	trusted  map[string]ed25519.PublicKey
-	agentCfg *orchestrator.AgentConfig
+	o       options
+	logger  *slog.Logger
+	auth    natsAuth
+	token   string
+	trusted map[string]ed25519.PublicKey
+	agents  []*orchestrator.AgentConfig
 }
 
 func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool)) (*setup, error) {
@@ -162,7 +166,7 @@ func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool))
 	if s.trusted, err = parseTrust(o.trust); err != nil {
 		return nil, err
 	}
-	if s.agentCfg, err = loadAgent(o.agentFile, lookupEnv, logger); err != nil {
+	if s.agents, err = loadAgents(o.agentFiles, lookupEnv, logger); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -204,7 +208,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// Served at /metrics on the --http address, behind its token.
 	reg := telemetry.NewRegistry()
 	orch, err := orchestrator.New(orchestrator.Config{
-		Bus: bs.b, EventBus: bs.events, Agent: s.agentCfg, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
+		Bus: bs.b, EventBus: bs.events, Agents: s.agents, AgentWait: o.agentWait, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})
@@ -220,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, orch.Handler(orchestrator.HandlerConfig{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
+	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)
@@ -351,23 +355,29 @@ func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 	return out, nil
 }
 
-// loadAgent reads --agent, or builds the demo: on the script model, or on
-// OpenAI when OPENAI_API_KEY is set.
-func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.Logger) (*orchestrator.AgentConfig, error) {
-	if file != "" {
-		cfg, err := orchestrator.LoadAgentConfig(file)
+// loadAgents reads the --agent files and directories, or builds the demo:
+// on the script model, or on OpenAI when OPENAI_API_KEY is set.
+func loadAgents(paths []string, lookupEnv func(string) (string, bool), logger *slog.Logger) ([]*orchestrator.AgentConfig, error) {
+	if len(paths) > 0 {
+		cfgs, files, err := orchestrator.LoadAgentConfigs(paths)
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("agent", slog.String("file", file), slog.String("provider", cfg.Model.Provider), slog.String("model", cfg.Model.Name), slog.Int("tools", len(cfg.Tools)))
-		if key, _ := lookupEnv("OPENAI_API_KEY"); key != "" && cfg.Model.APIKeyEnv != "OPENAI_API_KEY" {
-			logger.Warn("OPENAI_API_KEY is set but not used: only the built-in demo (no --agent) reads it; an agent file names its key with model.api_key_env", slog.String("file", file))
+		for i, cfg := range cfgs {
+			logger.Info("agent", slog.String("name", cfg.Name), slog.String("file", files[i]), slog.String("digest", orchestrator.ShortDigest(orchestrator.AgentDigest(cfg))),
+				slog.String("provider", cfg.Model.Provider), slog.String("model", cfg.Model.Name), slog.Int("tools", len(cfg.Tools)))
+			if key, _ := lookupEnv("OPENAI_API_KEY"); key != "" && cfg.Model.APIKeyEnv != "OPENAI_API_KEY" {
+				logger.Warn("OPENAI_API_KEY is set but not used: only the built-in demo (no --agent) reads it; an agent file names its key with model.api_key_env", slog.String("file", files[i]))
+			}
 		}
-		return cfg, nil
+		return cfgs, nil
 	}
 	cfg, err := orchestrator.DemoAgentConfig()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = "demo"
 	}
 	if key, ok := lookupEnv("OPENAI_API_KEY"); ok && key != "" {
 		model, _ := lookupEnv("OPENAI_MODEL")
@@ -381,5 +391,5 @@ func loadAgent(file string, lookupEnv func(string) (string, bool), logger *slog.
 	} else {
 		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
 	}
-	return cfg, nil
+	return []*orchestrator.AgentConfig{cfg}, nil
 }

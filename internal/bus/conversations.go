@@ -11,6 +11,10 @@ const (
 	// BucketIndex indexes the conversations: due.<id> while one is not
 	// finished (what the orchestrator's reconcile goes over).
 	BucketIndex = "toolgate_index"
+	// BucketReplicas holds each orchestrator replica's advert: which
+	// agents it runs, with the digest of each one's config, and until when
+	// (key: the replica's instance id).
+	BucketReplicas = "toolgate_replicas"
 
 	subjectConv = "toolgate.conv"
 )

@@ -159,6 +159,13 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 			Replicas:    c.Replicas,
 		},
 		{
+			Bucket:      BucketReplicas,
+			Description: "orchestrator replicas and the agents (with config digests) each runs, refreshed while it lives",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+		{
 			Bucket:      BucketTools,
 			Description: "tool definitions advertised by workers",
 			History:     1,

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -316,7 +317,7 @@ func TestHTTPBadInput(t *testing.T) {
 	t.Parallel()
 	srv := singleServer(t)
 	o := startOrch(t, orchestrator.Config{Bus: inProcess(t, srv, "orchestrator")})
-	hs := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	hs := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(hs.Close)
 	huge := `{"prompt":"` + strings.Repeat("x", 2<<20) + `"}`
 	cases := []struct {
@@ -375,8 +376,8 @@ func TestHTTPBadInput(t *testing.T) {
 		status int
 	}{
 		{(1 << 20) - 64, http.StatusRequestEntityTooLarge},
-		{orchestrator.MaxPromptBytes + 1, http.StatusRequestEntityTooLarge},
-		{orchestrator.MaxPromptBytes, http.StatusAccepted},
+		{api.MaxPromptBytes + 1, http.StatusRequestEntityTooLarge},
+		{api.MaxPromptBytes, http.StatusAccepted},
 	} {
 		body := `{"prompt":"` + strings.Repeat("y", tc.size) + `"}`
 		resp, err := hs.Client().Post(hs.URL+"/v1/runs", "application/json", strings.NewReader(body))

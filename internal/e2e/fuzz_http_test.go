@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -40,7 +41,7 @@ func FuzzHTTPHandlers(f *testing.F) {
 	}
 	srv := singleServer(f)
 	o := startOrch(f, orchestrator.Config{Bus: inProcess(f, srv, "orchestrator")})
-	h := o.Handler(orchestrator.HandlerConfig{})
+	h := api.Handler(o, api.Config{})
 	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

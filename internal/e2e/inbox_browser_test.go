@@ -17,6 +17,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 
@@ -123,7 +124,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 			t.Errorf("stop orchestrator: %v", err)
 		}
 	})
-	api := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{Logger: log}))
+	api := httptest.NewServer(api.Handler(o, api.Config{Logger: log}))
 	t.Cleanup(api.Close)
 	cl := &client.Client{BaseURL: api.URL, HTTP: &http.Client{Timeout: 10 * time.Second}}
 

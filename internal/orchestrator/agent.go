@@ -8,14 +8,14 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
+	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry/modeltel"
 )
 
 // buildAgent turns the agent config into an agent: its configured tools,
 // and, with discover: entries, the tools workers advertise that match them,
 // taken from the catalogue at the start of each run (discoveredToolset).
-func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
-	cfg := o.cfg.Agent
+func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	model := o.cfg.Model
 	if model == nil {
 		m, err := buildModel(cfg, o.cfg.LookupEnv, o.cfg.Logger)
@@ -36,11 +36,14 @@ func (o *Orchestrator) buildAgent() (*agent.Agent, error) {
 	tools = append(tools, o.cfg.Tools...)
 	var toolsets []agent.Toolset
 	if len(cfg.Discover) > 0 {
-		toolsets = append(toolsets, o.discoveredToolset())
+		toolsets = append(toolsets, o.discoveredToolset(agentName(cfg)))
 	}
 	var handlers []agent.Handler
 	if cfg.InlineWait > 0 {
-		handlers = append(handlers, agent.HandlerFunc(o.handleInline))
+		wait := cfg.InlineWait.D()
+		handlers = append(handlers, agent.HandlerFunc(func(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
+			return o.handleInline(rc, req, wait)
+		}))
 	}
 	handlers = append(handlers, o.cfg.Handlers...)
 	a, err := agent.New(agent.Config{

@@ -3,11 +3,8 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/http"
 
-	"github.com/toolgate/toolgate/internal/web"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -42,6 +39,7 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 		if errors.As(err, &ce) {
 			ce.Op = opCancel
 		}
+		o.storageFailed(err)
 		return nil, err
 	}
 	for _, r := range runs {
@@ -91,24 +89,4 @@ func (o *Orchestrator) subscribeCancels() error {
 	}
 	o.cancelSub = sub
 	return nil
-}
-
-// ConversationState is the short answer about a conversation.
-type ConversationState struct {
-	ConversationID string `json:"conversation_id"`
-	Status         Status `json:"status"`
-}
-
-func (h *api) cancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
-		return
-	}
-	c, err := h.o.Cancel(r.Context(), id)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	web.WriteJSON(w, http.StatusAccepted, ConversationState{ConversationID: c.ID, Status: c.Status})
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -23,7 +24,7 @@ func TestCancelPausedConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	c := startPaused(t, o)
 

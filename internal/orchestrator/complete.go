@@ -58,7 +58,14 @@ func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
 	if followUp == "" {
 		followUp = o.newRunID(c.ID)
 	}
-	if !c.Claim(o.cfg.InstanceID, followUp, now, o.cfg.LeaseTTL) {
+	ttl := o.cfg.LeaseTTL
+	if !o.take(c) {
+		// Not this replica's to run: claimed with its lease expired, so
+		// that a replica of its agent takes it over (claimed nudges them;
+		// their reconcile would find it too).
+		ttl = 0
+	}
+	if !c.Claim(o.cfg.InstanceID, followUp, now, ttl) {
 		return ""
 	}
 	return followUp
@@ -67,6 +74,10 @@ func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
 // claimed launches the follow-up a written claim (c at revision rev) chose;
 // c is handed over to the run.
 func (o *Orchestrator) claimed(ctx context.Context, c *Conversation, rev uint64, followUp string) {
+	if !c.leaseLive(o.clock()) {
+		o.handOver(ctx, c)
+		return
+	}
 	o.stats.FollowUps.Add(1)
 	o.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", c.ID),
 		slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", followUp))

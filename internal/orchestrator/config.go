@@ -41,6 +41,9 @@ const (
 // instructions and its tools. Every tool is executed by a tool-worker; an
 // approval rule decides which calls first need a decision.
 type AgentConfig struct {
+	// Name names the agent (POST /v1/runs {"agent"}); loaded from a file
+	// without one, it is the file's base name.
+	Name         string      `json:"name,omitempty"`
 	Model        ModelConfig `json:"model"`
 	Instructions string      `json:"instructions,omitempty"`
 	// InlineWait is how long a run waits, inside the run, for the replies of

@@ -93,18 +93,23 @@ func (o *Orchestrator) toolsForRun(cfg *AgentConfig) *runTools {
 }
 
 // toolOf is the tool a deferred call of runID was made with: from the
-// run's snapshot while the run goes on, else as the tool is now.
-func (o *Orchestrator) toolOf(runID, name string) *ToolConfig {
+// run's snapshot while the run goes on, else as the tool is now in agent
+// a (nil when this replica does not run the conversation's agent: the
+// tool is then unknown here).
+func (o *Orchestrator) toolOf(a *agentRuntime, runID, name string) *ToolConfig {
 	if v, ok := o.runTools.Load(runID); ok {
 		return v.(*runTools).tool(name)
 	}
-	return o.toolsNow(name)
+	if a == nil {
+		return nil
+	}
+	return o.toolsNow(a.cfg, name)
 }
 
-// toolsNow resolves a tool as the agent would offer it to a run starting
+// toolsNow resolves a tool as agent cfg would offer it to a run starting
 // now.
-func (o *Orchestrator) toolsNow(name string) *ToolConfig {
-	if t := o.cfg.Agent.tool(name); t != nil {
+func (o *Orchestrator) toolsNow(cfg *AgentConfig, name string) *ToolConfig {
+	if t := cfg.tool(name); t != nil {
 		return t
 	}
 	if o.catalogue == nil {
@@ -114,7 +119,7 @@ func (o *Orchestrator) toolsNow(name string) *ToolConfig {
 	if !ok {
 		return nil
 	}
-	tc, _ := o.cfg.Agent.discovered(a)
+	tc, _ := cfg.discovered(a)
 	return tc
 }
 
@@ -123,7 +128,10 @@ type runToolsKey struct{}
 // discoveredToolset offers a run the discovered tools of its snapshot
 // (runToolsKey in its context). Built tools are kept per name and schema
 // digest, so a schema is compiled once, not at every run.
-func (o *Orchestrator) discoveredToolset() agent.Toolset {
+//
+// The key holds the agent's name too: two agents may give the same tool
+// different approval rules.
+func (o *Orchestrator) discoveredToolset(agentName string) agent.Toolset {
 	return agent.ToolsetFunc(func(ctx context.Context) ([]agent.Tool, error) {
 		rt, _ := ctx.Value(runToolsKey{}).(*runTools)
 		if rt == nil {
@@ -132,7 +140,7 @@ func (o *Orchestrator) discoveredToolset() agent.Toolset {
 		tools := make([]agent.Tool, 0, len(rt.names))
 		for _, name := range rt.names {
 			tc := rt.discovered[name]
-			key := name + "\x00" + tc.digest
+			key := agentName + "\x00" + name + "\x00" + tc.digest
 			if t, ok := o.builtTools.Load(key); ok {
 				tools = append(tools, t.(agent.Tool))
 				continue
@@ -220,12 +228,21 @@ func (o *Orchestrator) watchAdverts(ctx context.Context) {
 // advertises: every configured tool once the catalogue has caught up, then
 // each tool whose advert goes away (a configured one, or one that a
 // discover: entry matches).
+//
+// With several agents a tool is checked once, as configured if any agent
+// configures it, else as discovered if any agent's discover: matches it.
 func (o *Orchestrator) advertChanged(name string, t *AdvertisedTool, caughtUp bool) {
-	cfg := o.cfg.Agent
 	if caughtUp {
-		for _, tc := range cfg.Tools {
-			_, ok := o.catalogue.Lookup(tc.Name)
-			o.warnings.check(tc.Name, ok, "configured")
+		checked := map[string]bool{}
+		for _, an := range o.agentNames {
+			for _, tc := range o.agents[an].cfg.Tools {
+				if checked[tc.Name] {
+					continue
+				}
+				checked[tc.Name] = true
+				_, ok := o.catalogue.Lookup(tc.Name)
+				o.warnings.check(tc.Name, ok, "configured")
+			}
 		}
 		return
 	}
@@ -234,11 +251,16 @@ func (o *Orchestrator) advertChanged(name string, t *AdvertisedTool, caughtUp bo
 	default:
 		return // the first catch-up checks every tool at once
 	}
-	if cfg.tool(name) != nil {
-		o.warnings.check(name, t != nil, "configured")
-		return
+	discovered := false
+	for _, an := range o.agentNames {
+		cfg := o.agents[an].cfg
+		if cfg.tool(name) != nil {
+			o.warnings.check(name, t != nil, "configured")
+			return
+		}
+		discovered = discovered || slices.ContainsFunc(cfg.Discover, func(d DiscoverConfig) bool { ok, _ := path.Match(d.Tools, name); return ok })
 	}
-	if slices.ContainsFunc(cfg.Discover, func(d DiscoverConfig) bool { ok, _ := path.Match(d.Tools, name); return ok }) {
+	if discovered {
 		o.warnings.check(name, t != nil, "discovered")
 	}
 }

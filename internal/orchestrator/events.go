@@ -24,6 +24,7 @@ const (
 	EventCallsExpired = wire.EventCallsExpired
 
 	EventConversationCancelled = wire.EventConversationCancelled
+	EventAgentUnavailable      = wire.EventAgentUnavailable
 )
 
 // Events are for UIs, so they leave the hot path: they are queued in order

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // publishResult publishes a worker's "ok" result for a call.
@@ -89,7 +90,7 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	e := newEnv(t)
 	e.worker()
 	e.approverBot("bot", seedPolicy, nil)
-	o, _ := e.orch(orchestrator.Config{})
+	o, _ := e.orch(orchestrator.Config{InstanceID: "one"})
 	info, err := o.StartRun(ctxT(t), seedPrompt, "")
 	if err != nil {
 		t.Fatal(err)
@@ -114,9 +115,9 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	}
 	r1, r2, r3 := c.Runs[0].RunID, c.Runs[1].RunID, c.Runs[2].RunID
 	want := map[string]map[string]any{
-		"start@" + r1:              {"resume": false, "prompt": seedPrompt},
-		"start@" + r2:              {"resume": true},
-		"start@" + r3:              {"resume": true},
+		"start@" + r1:              {"resume": false, "prompt": seedPrompt, "agent": "default", "replica": "one"},
+		"start@" + r2:              {"resume": true, "agent": "default", "replica": "one"},
+		"start@" + r3:              {"resume": true, "agent": "default", "replica": "one"},
 		"delete_file@" + r1:        {"kind": "approval", "approved": false, "approver_id": "bot", "message": "Deleting files is not allowed"},
 		"update_file_dotenv@" + r1: {"kind": "approval", "approved": true, "approver_id": "bot"},
 		"update_file_readme@" + r1: {"kind": "call", "outcome": "return", "worker_id": "worker-1"},
@@ -142,7 +143,7 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	if !ok {
 		t.Fatalf("no run_paused event: %s", eventTypes(evs))
 	}
-	var pending []orchestrator.PendingView
+	var pending []wire.PendingCall
 	if err := json.Unmarshal(paused.Data, &pending); err != nil || len(pending) != 1 || pending[0].ToolCallID != "update_file_dotenv" || pending[0].Kind != "call" {
 		t.Errorf("last run_paused data = %s (%v), want the re-deferred .env update", paused.Data, err)
 	}

@@ -21,3 +21,7 @@ func (o *Orchestrator) DeleteConversation(ctx context.Context, id string) error 
 func (o *Orchestrator) FinishedBefore(ctx context.Context, t time.Time, limit int) ([]string, error) {
 	return o.store.finishedBefore(ctx, t, limit)
 }
+
+// StopReplies stops this replica's consumption of replies, so that another
+// replica applies them.
+func (o *Orchestrator) StopReplies(ctx context.Context) error { return o.replies.Stop(ctx) }

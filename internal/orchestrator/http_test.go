@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
@@ -56,7 +57,7 @@ func TestHTTPErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
 	if _, err := o.StartRun(ctxT(t), "first", paused.ID); err != nil {
@@ -102,7 +103,7 @@ func TestHTTPConversation(t *testing.T) {
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
 	const token = "s3cret"
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{Token: token}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{Token: token}))
 	t.Cleanup(srv.Close)
 
 	if status, _ := doJSON(t, "GET", srv.URL+"/v1/pending", "", ""); status != 401 {
@@ -184,7 +185,7 @@ func TestSSEResumesInsideEventBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
 	var events []bus.Event
@@ -240,7 +241,7 @@ func TestSSEConsumerDeletedWhenClientGoes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
 	probe := e.connect("probe")

@@ -17,7 +17,7 @@ import (
 // which continues in the same run. What is still pending bubbles out: the
 // run pauses as usual, and its calls, already published and marked, are not
 // published again.
-func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
+func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error) {
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
@@ -25,7 +25,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 		if !c.holdsLease(o.cfg.InstanceID, runID) {
 			return errLeaseLost
 		}
-		b, err := o.newBatch(runID, req, c.Batch, runTrace)
+		b, err := o.newBatch(o.agentOf(c), runID, req, c.Batch, runTrace)
 		if err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 		o.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
 
-	if err := o.waitSettled(rc, convID, runID, seq, o.cfg.Agent.InlineWait.D()); err != nil && ctx.Err() != nil {
+	if err := o.waitSettled(rc, convID, runID, seq, wait); err != nil && ctx.Err() != nil {
 		return nil, err
 	}
 

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/web"
 )
 
 // Page sizes of a conversation list.
@@ -58,7 +55,7 @@ func (o *Orchestrator) Conversations(ctx context.Context, req ListRequest) (Conv
 	if req.Limit == 0 {
 		req.Limit = DefaultListLimit
 	}
-	if req.Cursor != "" && !validID(req.Cursor) {
+	if req.Cursor != "" && !ValidID(req.Cursor) {
 		return ConversationList{}, &BadRequestError{fmt.Sprintf("cursor: %q is not a cursor this API gave", req.Cursor)}
 	}
 	page, next, err := o.store.list(ctx, listFilter{Status: req.Status, Limit: req.Limit, Cursor: req.Cursor})
@@ -179,36 +176,4 @@ func (o *Orchestrator) sweep(ctx context.Context, now time.Time) (int, error) {
 		o.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
 	}
 	return n, err
-}
-
-func (h *api) listConversations(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	req := ListRequest{Status: Status(q.Get("status")), Cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number between 1 and %d", s, MaxListLimit))
-			return
-		}
-		req.Limit = n
-	}
-	list, err := h.o.Conversations(r.Context(), req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	web.WriteJSON(w, http.StatusOK, list)
-}
-
-func (h *api) deleteConversation(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !validID(id) {
-		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
-		return
-	}
-	if err := h.o.Delete(r.Context(), id); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }

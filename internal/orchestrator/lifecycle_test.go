@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -59,7 +60,7 @@ func TestListConversations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	ids := startAll(t, o, "a", "pause b", "c", "pause d", "e")
 	paused := []string{ids[1], ids[3]}
@@ -121,7 +122,7 @@ func TestDeleteConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	b := e.connect("test")
 	id := startAll(t, o, "pause")[0]
@@ -347,7 +348,7 @@ func TestClientLifecycle(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	c := &client.Client{BaseURL: srv.URL}
 	id := startAll(t, o, "pause")[0]

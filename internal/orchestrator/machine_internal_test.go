@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,6 +264,54 @@ func TestTransitions(t *testing.T) {
 			}
 			return nil
 		}, []check{status(StatusFailed)}},
+		{"claim handed over: lease expired at once", func() *Conversation { return paused(true, true) }, func(c *Conversation) error {
+			if !c.Claim(me, "r2_c1", now, 0) || c.leaseLive(now) {
+				return errors.New("not claimed with an expired lease")
+			}
+			return nil
+		}, []check{status(StatusResuming)}},
+		{"wait for an agent: noted", func() *Conversation { return expiredLease(resuming()) }, func(c *Conversation) error {
+			if noted, failed, _ := c.WaitForAgent("no replica runs agent \"a\"", now, time.Hour); !noted || failed {
+				return errors.New("not noted")
+			}
+			return nil
+		}, []check{status(StatusResuming), func(t *testing.T, c *Conversation) {
+			if c.Unserved == "" || !c.UnservedSince.Equal(now) {
+				t.Errorf("unserved %q since %v", c.Unserved, c.UnservedSince)
+			}
+		}}},
+		{"wait for an agent: fails after the wait", func() *Conversation {
+			c := expiredLease(resuming())
+			c.Unserved, c.UnservedSince = "no replica runs agent \"a\"", now.Add(-2*time.Hour)
+			return c
+		}, func(c *Conversation) error {
+			if _, failed, run := c.WaitForAgent("x", now, time.Hour); !failed || run != "r2_c1" {
+				return errors.New("not failed")
+			}
+			return nil
+		}, []check{status(StatusFailed), func(t *testing.T, c *Conversation) {
+			if !strings.Contains(c.Error, `no replica runs agent "a"`) || c.runRecord("r2_c1").Status != StatusFailed {
+				t.Errorf("error %q, run %+v", c.Error, c.runRecord("r2_c1"))
+			}
+		}}},
+		{"wait for an agent with a live lease", resuming, func(c *Conversation) error {
+			if noted, failed, _ := c.WaitForAgent("x", now, time.Hour); noted || failed {
+				return errors.New("changed")
+			}
+			return nil
+		}, []check{status(StatusResuming)}},
+		{"set agent clears unserved", func() *Conversation {
+			c := expiredLease(resuming())
+			c.Unserved, c.UnservedSince = "x", now
+			return c
+		}, func(c *Conversation) error {
+			c.SetAgent("a", "d2")
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if c.Agent != "a" || c.AgentDigest != "d2" || c.Unserved != "" || !c.UnservedSince.IsZero() {
+				t.Errorf("agent %q digest %q unserved %q", c.Agent, c.AgentDigest, c.Unserved)
+			}
+		}}},
 		{"claim a complete batch", func() *Conversation { return paused(true, true) }, func(c *Conversation) error {
 			if !c.Claim(me, "r2_c1", now, ttl) {
 				return errors.New("not claimed")

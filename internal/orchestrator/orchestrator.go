@@ -31,6 +31,8 @@
 //	                 resuming ──Complete / Fail / Pause, as running
 //
 //	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
+//	running, resuming ──WaitForAgent (lease expired, no replica runs its
+//	                     agent: noted, then after AgentWait)──► failed
 //	running, paused, resuming ──Cancel──► cancelled
 //	completed, failed, cancelled ──Start (a new prompt)──► running
 //	completed, failed, cancelled ──Delete──► deleted (the tombstone; then purged)
@@ -40,6 +42,12 @@
 // holds it (holdsLease, the one lease check), which is how a run that
 // another replica took over, or whose conversation was cancelled, learns
 // that its result no longer counts.
+//
+// A conversation records its agent and the digest of that agent's config
+// (SetAgent); a replica takes a run only of a conversation whose agent it
+// runs with that digest (mayRun; docs/architecture.md, "Agents"), and
+// claims a batch of another's with the lease expired at once (Claim with
+// a zero TTL), nudging that agent's replicas.
 package orchestrator
 
 import (
@@ -51,6 +59,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +72,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config configures an Orchestrator.
@@ -74,11 +84,24 @@ type Config struct {
 	// (toolgate.event.*), so that a busy run's events are not queued ahead
 	// of the state writes, calls and acks on Bus. Defaults to Bus.
 	EventBus *bus.Bus
-	// Agent is the agent to run. Required.
+	// Agent is the agent to run when Agents is empty; its name is its
+	// config's, or DefaultAgentName.
 	Agent *AgentConfig
-	// Model, when set, replaces the model the agent config names (tests,
+	// Agents are the agents this replica runs, each named by its config's
+	// Name (unique; empty is DefaultAgentName). The first is the default
+	// of a start that names none when no other replica runs another. A
+	// replica runs only conversations of its agents (docs/architecture.md,
+	// "Agents"). One of Agent and Agents is required.
+	Agents []*AgentConfig
+	// Model, when set, replaces the model of every agent config (tests,
 	// embedding programs).
 	Model agent.Model
+	// AgentWait is how long a conversation that needs a run may wait for a
+	// replica running its agent (with its config digest, or one that may
+	// adopt it) before it fails: it is told in an agent_unavailable event
+	// and in its state at once, and fails with the reason after this.
+	// Defaults to 10m.
+	AgentWait time.Duration
 	// Tools are in-process Go tools the agent has besides the config's
 	// (a program that embeds the orchestrator): they run inside the run,
 	// and may defer themselves (deferred.ApprovalRequired from a
@@ -207,6 +230,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.AgentWait <= 0 {
+		c.AgentWait = 10 * time.Minute
+	}
 	return c
 }
 
@@ -217,8 +243,8 @@ func (c Config) validate() error {
 	if id := c.NewID(); !alnum(id) {
 		return fmt.Errorf("NewID made %q: ids must be letters and digits", id)
 	}
-	if c.Agent == nil {
-		return errors.New("agent config is nil")
+	if err := validateAgents(c.agentList()); err != nil {
+		return err
 	}
 	for name, k := range c.TrustedApprovers {
 		if len(k) != ed25519.PublicKeySize {
@@ -278,8 +304,18 @@ type Orchestrator struct {
 	js       jetstream.JetStream
 	storage  storageState
 	store    *store
-	agent    *agent.Agent
 	clock    func() time.Time
+	// agents are the agents this replica runs, by name; agentNames in
+	// configured order; defaultAgent the first.
+	agents       map[string]*agentRuntime
+	agentNames   []string
+	defaultAgent *agentRuntime
+	// replicas is the view of the live replicas' adverts; nudged carries
+	// the conversations other replicas handed over.
+	replicas  replicaSet
+	replicaKV jetstream.KeyValue
+	nudged    chan string
+	nudgeSubs []*nats.Subscription
 	// tracer makes the spans of runs and replies.
 	tracer trace.Tracer
 
@@ -353,6 +389,9 @@ type Stats struct {
 	// round trip whatever the number of calls; a paused run does not wait
 	// for it.
 	CallBatches atomic.Int64
+	// HandedOver counts the runs this replica handed to the replicas of
+	// another agent (or config digest) by a nudge.
+	HandedOver atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).
 	ReconcileErrors atomic.Int64
@@ -386,11 +425,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	o.warnings.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
-	a, err := o.buildAgent()
-	if err != nil {
+	if err := o.buildAgents(); err != nil {
 		return nil, err
 	}
-	o.agent = a
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
 }
@@ -422,9 +459,13 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
 	o.cfg.Metrics.CountPending(o.countPending)
-	tools := make([]string, 0, len(o.cfg.Agent.Tools))
-	for _, t := range o.cfg.Agent.Tools {
-		tools = append(tools, t.Name)
+	var tools []string
+	for _, a := range o.agents {
+		for _, t := range a.cfg.Tools {
+			if !slices.Contains(tools, t.Name) {
+				tools = append(tools, t.Name)
+			}
+		}
 	}
 	o.cfg.Metrics.Known(tools)
 	// The subscriptions live until Stop, not as long as ctx.
@@ -443,6 +484,17 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		_ = o.maxDeliver.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
+	if err := o.subscribeNudges(); err != nil {
+		_ = o.replies.Stop(ctx)
+		_ = o.maxDeliver.Stop(ctx)
+		_ = o.cancelSub.Unsubscribe()
+		return fmt.Errorf("start: %w", err)
+	}
+	// Before the first reconcile: which conversations are this replica's
+	// depends on what the others run.
+	if err := o.advertise(ctx); err != nil {
+		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
+	}
 	o.watchAdverts(ctx)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
@@ -454,11 +506,12 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		o.log.WarnContext(ctx, "reconcile at start: the next pass will try again", slog.String("error", err.Error()))
 	}
 	o.loops.Go(o.expiryLoop)
+	o.loops.Go(o.advertiseLoop)
 	o.loops.Go(func() { o.reconcileLoop(first) })
 	if o.cfg.Retention > 0 {
 		o.loops.Go(o.retentionLoop)
 	}
-	o.log.InfoContext(ctx, "orchestrator started", slog.Int("tools", len(o.cfg.Agent.Tools)))
+	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.agentNames), slog.Int("tools", len(tools)))
 	return nil
 }
 
@@ -472,6 +525,11 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
+	replicas, err := o.js.KeyValue(ctx, bus.BucketReplicas)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", bus.BucketReplicas, err)
+	}
+	o.replicaKV = replicas
 	s := &store{
 		bus: o.bus, index: index,
 		cache: newStateCache(o.cfg.StateCacheBytes),
@@ -500,6 +558,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		if o.cancelSub != nil {
 			_ = o.cancelSub.Unsubscribe()
 		}
+		o.unsubscribeNudges()
 		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {
@@ -522,6 +581,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			<-done
 		}
 		o.cancel()
+		o.withdraw(ctx)
 		if o.started.Load() {
 			// Runs are over: what they emitted is published before Stop
 			// returns.
@@ -531,15 +591,26 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 	return err
 }
 
-// Healthy reports whether the orchestrator is serving.
-func (o *Orchestrator) Healthy() error {
+// Health reports whether the orchestrator is serving and its store has
+// room (see storageHealth).
+func (o *Orchestrator) Health(ctx context.Context) error {
 	if o.stopped.Load() {
 		return ErrStopped
 	}
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
-	return nil
+	return o.storageHealth(ctx)
+}
+
+// InstanceID is the id of this replica (Config.InstanceID).
+func (o *Orchestrator) InstanceID() string { return o.cfg.InstanceID }
+
+// RunInfo is the answer about one run.
+type RunInfo struct {
+	RunID          string `json:"run_id"`
+	ConversationID string `json:"conversation_id"`
+	Status         Status `json:"status"`
 }
 
 // Run returns a run's status.
@@ -571,12 +642,12 @@ func (o *Orchestrator) Conversation(ctx context.Context, id string) (*Conversati
 
 // Pending lists every deferred call still waiting for a reply, across
 // the conversations that are not finished.
-func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
+func (o *Orchestrator) Pending(ctx context.Context) ([]wire.PendingCall, error) {
 	due, err := o.store.due(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []PendingView{}
+	out := []wire.PendingCall{}
 	for _, e := range due {
 		c, _, err := o.store.get(ctx, e.id)
 		if err != nil {
@@ -585,7 +656,7 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]PendingView, error) {
 			}
 			return nil, err
 		}
-		out = append(out, pendingOf(c)...)
+		out = append(out, c.PendingCalls()...)
 	}
 	return out, nil
 }
@@ -642,6 +713,20 @@ func alnum(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidID reports whether s can be a conversation or run id: it must fit a
+// subject token and a KV key.
+func ValidID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
 			return false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -16,7 +17,7 @@ func TestFollowUpPromptWhilePaused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	c := startPaused(t, o)
 

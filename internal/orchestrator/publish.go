@@ -57,7 +57,7 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 		if pc.Published || pc.Reply != nil {
 			continue
 		}
-		m, err := o.outgoing(c.ID, b.RunID, pc, b.Trace)
+		m, err := o.outgoing(c, b.RunID, pc, b.Trace)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -85,14 +85,15 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 // show and edit the args) or a call request. Its headers carry the trace
 // context of the run that issued it (runTrace), so that the worker's or
 // approver's span continues the run's trace.
-func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
+func (o *Orchestrator) outgoing(c *Conversation, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
+	convID := c.ID
 	hdr := telemetry.HeaderOf(runTrace)
 	if pc.Kind == deferred.KindApproval {
 		req := bus.ApprovalRequest{
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 		}
-		if tool := o.toolOf(runID, pc.ToolName); tool != nil {
+		if tool := o.toolOf(o.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -119,7 +120,7 @@ func (o *Orchestrator) outgoing(convID, runID string, pc *PendingCall, runTrace 
 // A call approved with override args and deferred again comes with those
 // args in req (D24, D26): the worker runs it with what was approved. runTrace
 // is the trace context of the run (telemetry.InjectMap).
-func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
+func (o *Orchestrator) newBatch(ag *agentRuntime, runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
 	now := o.clock()
 	b := &Batch{RunID: runID, Trace: runTrace}
 	ids := make(map[string]bool, len(req.Approvals)+len(req.Calls))
@@ -137,7 +138,7 @@ func (o *Orchestrator) newBatch(runID string, req *deferred.Requests, prev *Batc
 			args = json.RawMessage("{}")
 		}
 		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := o.toolOf(runID, call.ToolName)
+		tool := o.toolOf(ag, runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
 		}

@@ -180,6 +180,9 @@ func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 		o.schedule(c)
 	case StatusRunning, StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
+			if ok, _ := o.mayRun(c); !ok {
+				return o.awaitAgent(ctx, c)
+			}
 			o.relaunch(ctx, id)
 			return nil
 		}

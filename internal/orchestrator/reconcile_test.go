@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -61,7 +62,7 @@ func TestReconcileGoesOnAroundAnUnreadableConversation(t *testing.T) {
 		t.Errorf("reading the unreadable conversation: %v, want a CorruptError naming it", err)
 	}
 	// Over HTTP it says so, rather than "internal error" or 404.
-	srv := httptest.NewServer(o2.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o2, api.Config{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/conversations/" + bad.ID)
 	if err != nil {

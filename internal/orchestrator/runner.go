@@ -103,9 +103,20 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
+	ag := o.runnable(c)
+	if ag == nil {
+		// Never run with another agent than the conversation's: whatever
+		// gave this replica the lease, the run goes to the agent's
+		// replicas.
+		log.WarnContext(ctx, "run: not of an agent this replica runs; handed over", slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)))
+		o.releaseLease(ctx, convID, runID)
+		o.handOver(ctx, c)
+		return
+	}
+	log = log.With(slog.String("agent", ag.name))
 	// The tools are those of this moment for the whole run: a tool that a
 	// worker starts or stops advertising meanwhile is seen by the next run.
-	rt := o.toolsForRun(o.cfg.Agent)
+	rt := o.toolsForRun(ag.cfg)
 	o.runTools.Store(runID, rt)
 	defer o.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)
@@ -133,7 +144,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	ctx, span := telemetry.StartRun(ctx, o.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
 	defer span.End()
-	status := o.executeTraced(ctx, log, convID, runID, c, rev, in, resume, cancel, release)
+	status := o.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release)
 	span.SetAttributes(attribute.String("toolgate.status", status))
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
@@ -150,16 +161,16 @@ const (
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func()) string {
+func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func()) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
 		o.renewLease(renewCtx, cancel, convID, runID)
 	}()
-	o.publishEvent(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt})
+	o.publishEvent(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt, Agent: ag.name, Replica: o.cfg.InstanceID})
 	log.InfoContext(ctx, "run started", slog.Bool("resume", resume))
-	res, runErr := o.runAgent(ctx, convID, runID, in)
+	res, runErr := o.runAgent(ctx, ag.agent, convID, runID, in)
 	stopRenew()
 	<-renewDone
 
@@ -196,9 +207,9 @@ func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, conv
 type runStartedData = wire.RunStarted
 
 // runAgent runs the agent and publishes its events.
-func (o *Orchestrator) runAgent(ctx context.Context, convID, runID string, in agent.RunInput) (*agent.RunResult, error) {
+func (o *Orchestrator) runAgent(ctx context.Context, a *agent.Agent, convID, runID string, in agent.RunInput) (*agent.RunResult, error) {
 	var res *agent.RunResult
-	for ev, err := range o.agent.Events(ctx, in) {
+	for ev, err := range a.Events(ctx, in) {
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +242,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			return c.Fail(owner, runID, tooBig.Error(), now)
 		}
 		if runErr == nil && res.Deferred != nil {
-			b, err := o.newBatch(runID, res.Deferred, c.Batch, runTrace)
+			b, err := o.newBatch(o.agentOf(c), runID, res.Deferred, c.Batch, runTrace)
 			if err == nil {
 				return c.Pause(owner, runID, res.AllMessages, b, now)
 			}
@@ -272,7 +283,7 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
-		o.publishEvent(ctx, convID, runID, EventRunPaused, "", pendingOf(c))
+		o.publishEvent(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile, which
@@ -341,6 +352,11 @@ func (o *Orchestrator) releaseLease(ctx context.Context, convID, runID string) {
 func (o *Orchestrator) relaunch(ctx context.Context, convID string) {
 	var runID string
 	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		if (c.Status == StatusRunning || c.Status == StatusResuming) && !c.leaseLive(o.clock()) && !o.take(c) {
+			// Another agent's (or another config's): left to its replicas.
+			runID = ""
+			return errUnchanged
+		}
 		var failed bool
 		runID, failed = c.TakeOver(o.cfg.InstanceID, o.clock(), o.cfg.LeaseTTL)
 		if runID == "" && !failed {

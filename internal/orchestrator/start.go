@@ -22,6 +22,11 @@ type StartRequest struct {
 	// same key answers with the run it started instead of starting
 	// another. The run and conversation ids are derived from it.
 	IdempotencyKey string
+	// Agent names the agent of a new conversation; empty is the only agent
+	// there is (*UnknownAgentError when there are several, or when no
+	// replica runs the one named). For an existing conversation it may
+	// only name the conversation's own (*AgentMismatchError).
+	Agent string
 }
 
 // IdempotencyError says an idempotency key was used before for another
@@ -44,7 +49,11 @@ func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID stri
 // StartRunWith is StartRun with an optional idempotency key: a repeat of a start
 // with the same key and request answers with the run the first one started
 // (*IdempotencyError if the key came with another request).
-func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunInfo, error) {
+//
+// A start is the write that tells whether the store has room again after it
+// had none: its outcome is noted for Health.
+func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ RunInfo, err error) {
+	defer func() { o.noteStorage(err) }()
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
 	}
@@ -64,7 +73,17 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
 
 	if req.ConversationID == "" {
+		local, name, digest, err := o.startAgent(req.Agent)
+		if err != nil {
+			return RunInfo{}, err
+		}
+		if local == nil {
+			// Another replica runs the agent: the run is stored with its
+			// lease expired and handed over.
+			lease.Until = now
+		}
 		c := NewConversation(convID, rec, lease, now)
+		c.Agent, c.AgentDigest = name, digest
 		rev, err := o.store.create(ctx, c)
 		if err != nil {
 			if req.IdempotencyKey != "" && errors.Is(err, errExists) {
@@ -73,6 +92,10 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 			return RunInfo{}, err
 		}
 		o.stats.RunsStarted.Add(1)
+		if local == nil {
+			o.handOver(ctx, c)
+			return info, nil
+		}
 		// The run starts from the state just written, without reading it
 		// back.
 		o.launchFrom(convID, runID, c, rev)
@@ -82,15 +105,29 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 	if _, _, err := o.store.get(ctx, convID); err != nil {
 		return RunInfo{}, err
 	}
-	repeat, queued := false, false
-	_, err := o.store.update(ctx, convID, func(c *Conversation) error {
+	repeat, queued, here := false, false, true
+	stored, err := o.store.update(ctx, convID, func(c *Conversation) error {
+		if req.Agent != "" && req.Agent != o.agentNameOf(c) {
+			return &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.agentNameOf(c)}
+		}
 		var err error
 		queued = c.Status == StatusPaused && c.runRecord(runID) == nil
 		if queued {
 			// The prompt waits for the batch and goes into its follow-up.
 			repeat, err = c.AddPrompt(runID, req.Prompt, now)
 		} else {
-			repeat, err = c.Start(rec, lease, now)
+			// A new prompt runs with the config of the replica that takes
+			// it, if this one runs the agent; else it is handed over.
+			l := *lease
+			a := o.agentOf(c)
+			here = a != nil
+			if !here {
+				l.Until = now
+			}
+			repeat, err = c.Start(rec, &l, now)
+			if err == nil && !repeat && here {
+				c.SetAgent(a.name, a.digest)
+			}
 		}
 		if err == nil && repeat {
 			return errUnchanged
@@ -111,6 +148,10 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (RunI
 		return o.startedBefore(ctx, req, convID, runID)
 	}
 	o.stats.RunsStarted.Add(1)
+	if !here {
+		o.handOver(ctx, stored)
+		return info, nil
+	}
 	o.launch(convID, runID)
 	return info, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -129,7 +130,7 @@ func TestHTTPIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	post := func(key, prompt string) (int, map[string]any) {
 		t.Helper()

@@ -53,10 +53,19 @@ type Conversation struct {
 	// batch that held them is dropped once its follow-up has run, this
 	// stays with the conversation.
 	Decisions []DecisionRecord `msgpack:"decisions,omitempty"`
-	// Agent names the agent the conversation runs with.
-	Agent     string    `msgpack:"agent,omitempty"`
-	CreatedAt time.Time `msgpack:"created_at"`
-	UpdatedAt time.Time `msgpack:"updated_at"`
+	// Agent names the agent the conversation runs with; AgentDigest is
+	// the digest of that agent's config (AgentDigest) its runs go on with.
+	// Only a replica that runs that agent with that digest runs them (or
+	// one that adopts it under the upgrade rule, rewriting the digest).
+	Agent       string `msgpack:"agent,omitempty"`
+	AgentDigest string `msgpack:"agent_digest,omitempty"`
+	// Unserved says why no replica runs the conversation's next run (none
+	// runs its agent), since UnservedSince; it fails after
+	// Config.AgentWait. Cleared when a replica takes the run.
+	Unserved      string    `msgpack:"unserved,omitempty"`
+	UnservedSince time.Time `msgpack:"unserved_since,omitempty"`
+	CreatedAt     time.Time `msgpack:"created_at"`
+	UpdatedAt     time.Time `msgpack:"updated_at"`
 }
 
 // DecisionRecord is an applied decision: which call, what, and who.

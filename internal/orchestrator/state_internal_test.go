@@ -20,9 +20,10 @@ import (
 // record the batch took over, metadata of ids that are no call, and
 // override args deferred again (D24, D26).
 func TestBatchKeepsRequestsExactly(t *testing.T) {
-	o := &Orchestrator{clock: time.Now, cfg: Config{Agent: &AgentConfig{Tools: []ToolConfig{
+	ag := &agentRuntime{cfg: &AgentConfig{Tools: []ToolConfig{
 		{Name: "delete_file", ApprovalMetadata: json.RawMessage(`{"reason":"destructive"}`)},
-	}}}}
+	}}}
+	o := &Orchestrator{clock: time.Now}
 	req := deferred.Requests{
 		Approvals: []deferred.Call{
 			{ToolName: "delete_file", ToolCallID: "a1", Args: json.RawMessage(`{"path":"x"}`)},
@@ -44,7 +45,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 		ToolCallID: "c1", ToolName: "compute", Kind: deferred.KindCall,
 		Args: json.RawMessage(`{"m":2,"n":1}`), Published: true, PublishedAt: time.Now(),
 	}}}
-	b, err := o.newBatch("r1", &req, prev, nil)
+	b, err := o.newBatch(ag, "r1", &req, prev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 
 	// Without any metadata, none comes back.
 	plain := deferred.Requests{Calls: []deferred.Call{{ToolName: "compute", ToolCallID: "c1", Args: json.RawMessage(`{}`)}}}
-	b, err = o.newBatch("r2", &plain, nil, nil)
+	b, err = o.newBatch(ag, "r2", &plain, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,20 @@ type storageState struct {
 	full atomic.Pointer[string]
 }
 
+// StorageFull reports whether err says the NATS server has no room to
+// store it.
+func StorageFull(err error) bool { return bus.StorageFull(err) }
+
+// noteStorage records what a write's outcome says of the store's room: a
+// failure for want of it (health reports it) or a success (room again).
+func (o *Orchestrator) noteStorage(err error) {
+	if err == nil {
+		o.storageWrote()
+		return
+	}
+	o.storageFailed(err)
+}
+
 // storageFailed records err if it says the store is full; it reports
 // whether it did.
 func (o *Orchestrator) storageFailed(err error) bool {
@@ -39,11 +53,11 @@ func (o *Orchestrator) storageWrote() {
 // store that was full has room again (due() reads only due.* keys).
 const storageProbeKey = "probe.storage"
 
-// StorageHealth reports an error naming the cause while the store has no
+// storageHealth reports an error naming the cause while the store has no
 // room: after a write failed for want of it, health writes a small probe
 // (to the index bucket, the store's other half) until one succeeds, so that
 // it recovers once room is back, whatever freed it.
-func (o *Orchestrator) StorageHealth(ctx context.Context) error {
+func (o *Orchestrator) storageHealth(ctx context.Context) error {
 	last := o.storage.full.Load()
 	if last == nil || o.store == nil {
 		return nil

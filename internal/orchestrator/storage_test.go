@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -34,10 +35,10 @@ func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
 	o, _ := e.orch(orchestrator.Config{})
-	hs := httptest.NewServer(o.Handler(orchestrator.HandlerConfig{}))
+	hs := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(hs.Close)
 
-	prompt := `{"prompt":"` + strings.Repeat("p", orchestrator.MaxPromptBytes-16) + `"}`
+	prompt := `{"prompt":"` + strings.Repeat("p", api.MaxPromptBytes-16) + `"}`
 	var status int
 	var body map[string]any
 	for i := 0; ; i++ {

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
@@ -73,7 +74,7 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 	reg := telemetry.NewRegistry()
 	o, _ := e.orch(orchestrator.Config{Metrics: telemetry.NewOrchestratorMetrics(reg), TracerProvider: tp})
 	const token = "s3cret"
-	api := o.Handler(orchestrator.HandlerConfig{Token: token, Metrics: telemetry.Handler(reg)})
+	api := api.Handler(o, api.Config{Token: token, Metrics: telemetry.Handler(reg)})
 
 	rec := httptest.NewRecorder()
 	api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

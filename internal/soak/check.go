@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Report is what a soak run did and whether its invariants held.
@@ -253,7 +254,7 @@ func (s *system) check(ctx context.Context) *Report {
 		for _, ev := range evs {
 			switch ev.Type {
 			case orchestrator.EventRunPaused:
-				var pending []orchestrator.PendingView
+				var pending []wire.PendingCall
 				if err := json.Unmarshal(ev.Data, &pending); err != nil {
 					appliedBad = append(appliedBad, fmt.Sprintf("%s: run_paused event: %v", id, err))
 					continue

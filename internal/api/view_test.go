@@ -1,4 +1,4 @@
-package orchestrator
+package api
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
 )
 
@@ -35,11 +36,11 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 	}
 	out := "done"
 	v := ConversationView{
-		ConversationID: "c1", Status: StatusCompleted, Output: &out,
-		Runs:      []RunSummary{{RunID: "r1_c1", Status: StatusCompleted}},
+		ConversationID: "c1", Status: orchestrator.StatusCompleted, Output: &out,
+		Runs:      []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
 		Pending:   []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
 		Messages:  messagesJSON(history),
-		Decisions: []DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
+		Decisions: []orchestrator.DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
 	}
 	doc, err := json.Marshal(v)
 	if err != nil {

@@ -1,16 +1,24 @@
-package orchestrator
+// Package api is the orchestrator's HTTP API: starting runs, reading
+// conversations and runs, their events as Server-Sent Events, the pending
+// calls, cancel and delete, health and metrics. It speaks to the engine only
+// through its public methods (Engine), so the engine holds no HTTP.
+package api
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -23,8 +31,22 @@ const maxBodyBytes = 1 << 20
 // it twice (the run record and the history) besides everything else.
 const MaxPromptBytes = 256 << 10
 
-// HandlerConfig configures the HTTP API.
-type HandlerConfig struct {
+// Engine is what the API needs of the orchestrator (*orchestrator.Orchestrator).
+type Engine interface {
+	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
+	Run(ctx context.Context, runID string) (orchestrator.RunInfo, error)
+	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Conversations(ctx context.Context, req orchestrator.ListRequest) (orchestrator.ConversationList, error)
+	Cancel(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Delete(ctx context.Context, id string) error
+	Pending(ctx context.Context) ([]wire.PendingCall, error)
+	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
+	Health(ctx context.Context) error
+	InstanceID() string
+}
+
+// Config configures the HTTP API.
+type Config struct {
 	// Token, when set, is the bearer token every request but /healthz must
 	// carry. Empty: no authentication (bind to loopback only).
 	Token string
@@ -49,8 +71,8 @@ type HandlerConfig struct {
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
-func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
-	h := &api{o: o, token: cfg.Token, log: cfg.Logger}
+func Handler(e Engine, cfg Config) http.Handler {
+	h := &api{o: e, token: cfg.Token, log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -86,7 +108,7 @@ func (o *Orchestrator) Handler(cfg HandlerConfig) http.Handler {
 }
 
 type api struct {
-	o     *Orchestrator
+	o     Engine
 	token string
 	log   *slog.Logger
 }
@@ -104,13 +126,6 @@ func (h *api) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// RunInfo is the answer about one run.
-type RunInfo struct {
-	RunID          string `json:"run_id"`
-	ConversationID string `json:"conversation_id"`
-	Status         Status `json:"status"`
 }
 
 type startRunRequest struct {
@@ -131,7 +146,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prompt: larger than %d bytes", MaxPromptBytes))
 		return
 	}
-	if req.ConversationID != "" && !validID(req.ConversationID) {
+	if req.ConversationID != "" && !orchestrator.ValidID(req.ConversationID) {
 		web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("conversation_id: %q is not a valid id", req.ConversationID))
 		return
 	}
@@ -140,12 +155,11 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	info, err := h.o.StartRunWith(r.Context(), StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key})
+	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key})
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.o.storageWrote()
 	web.WriteJSON(w, http.StatusAccepted, info)
 }
 
@@ -167,7 +181,7 @@ func checkIdempotencyKey(key string) error {
 
 func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run_id")
-	if !validID(id) {
+	if !orchestrator.ValidID(id) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("run %q not found", id))
 		return
 	}
@@ -179,79 +193,9 @@ func (h *api) getRun(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, info)
 }
 
-// ConversationView is the API's view of a conversation.
-type ConversationView struct {
-	ConversationID string `json:"conversation_id"`
-	Status         Status `json:"status"`
-	// Output is the final output of a completed conversation, null in any
-	// other status (the key is always there).
-	Output   *string           `json:"output"`
-	Error    string            `json:"error,omitempty"`
-	Runs     []RunSummary      `json:"runs"`
-	Pending  []PendingView     `json:"pending"`
-	Messages []json.RawMessage `json:"messages"`
-	// Decisions lists every applied decision and who made it (D36).
-	Decisions []DecisionRecord `json:"decisions"`
-}
-
-// RunSummary is one run of a conversation.
-type RunSummary struct {
-	RunID  string `json:"run_id"`
-	Status Status `json:"status"`
-}
-
-// PendingView is a deferred call still waiting for its reply (package wire).
-type PendingView = wire.PendingCall
-
-func viewOf(c *Conversation) ConversationView {
-	v := ConversationView{
-		ConversationID: c.ID,
-		Status:         c.Status,
-		Error:          c.Error,
-		Runs:           make([]RunSummary, 0, len(c.Runs)),
-		Pending:        pendingOf(c),
-		Messages:       messagesJSON(c.History),
-		Decisions:      c.Decisions,
-	}
-	if v.Decisions == nil {
-		v.Decisions = []DecisionRecord{}
-	}
-	if c.Status == StatusCompleted {
-		out := c.Output
-		v.Output = &out
-	}
-	for _, r := range c.Runs {
-		v.Runs = append(v.Runs, RunSummary{RunID: r.RunID, Status: r.Status})
-	}
-	return v
-}
-
-func pendingOf(c *Conversation) []PendingView {
-	out := []PendingView{}
-	if c.Batch == nil {
-		return out
-	}
-	for _, pc := range c.Batch.Calls {
-		if pc.Reply != nil {
-			continue
-		}
-		out = append(out, PendingView{
-			ConversationID: c.ID,
-			RunID:          c.Batch.RunID,
-			ToolCallID:     pc.ToolCallID,
-			ToolName:       pc.ToolName,
-			Kind:           string(pc.Kind),
-			Args:           pc.Args,
-			Metadata:       pc.Metadata,
-			Deadline:       pc.Deadline.UTC(),
-		})
-	}
-	return out
-}
-
 func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !validID(id) {
+	if !orchestrator.ValidID(id) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
 		return
 	}
@@ -261,6 +205,58 @@ func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, viewOf(c))
+}
+
+func (h *api) listConversations(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := orchestrator.ListRequest{Status: orchestrator.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number between 1 and %d", s, orchestrator.MaxListLimit))
+			return
+		}
+		req.Limit = n
+	}
+	list, err := h.o.Conversations(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, list)
+}
+
+func (h *api) deleteConversation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !orchestrator.ValidID(id) {
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		return
+	}
+	if err := h.o.Delete(r.Context(), id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ConversationState is the short answer about a conversation.
+type ConversationState struct {
+	ConversationID string              `json:"conversation_id"`
+	Status         orchestrator.Status `json:"status"`
+}
+
+func (h *api) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !orchestrator.ValidID(id) {
+		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
+		return
+	}
+	c, err := h.o.Cancel(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusAccepted, ConversationState{ConversationID: c.ID, Status: c.Status})
 }
 
 func (h *api) pending(w http.ResponseWriter, r *http.Request) {
@@ -273,29 +269,25 @@ func (h *api) pending(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := h.o.Healthy(); err != nil {
-		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
-		return
-	}
-	if err := h.o.StorageHealth(r.Context()); err != nil {
+	if err := h.o.Health(r.Context()); err != nil {
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	// The process id and instance tell a script which orchestrator answers
 	// on a port (scripts/run.sh: its own, not another one left running).
-	web.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": os.Getpid(), "instance": h.o.cfg.InstanceID})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "pid": os.Getpid(), "instance": h.o.InstanceID()})
 }
 
 // fail maps an orchestrator error to a status.
 func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
-		conflict *ConflictError
-		bad      *BadRequestError
-		reused   *IdempotencyError
-		corrupt  *CorruptError
+		conflict *orchestrator.ConflictError
+		bad      *orchestrator.BadRequestError
+		reused   *orchestrator.IdempotencyError
+		corrupt  *orchestrator.CorruptError
 	)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, orchestrator.ErrNotFound):
 		web.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &bad):
 		web.WriteError(w, http.StatusBadRequest, err.Error())
@@ -303,9 +295,9 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		web.WriteError(w, http.StatusConflict, err.Error())
 	case errors.As(err, &reused):
 		web.WriteError(w, http.StatusUnprocessableEntity, err.Error())
-	case errors.Is(err, ErrStopped):
+	case errors.Is(err, orchestrator.ErrStopped):
 		web.WriteError(w, http.StatusServiceUnavailable, err.Error())
-	case h.o.storageFailed(err):
+	case orchestrator.StorageFull(err):
 		w.Header().Set("Retry-After", "30")
 		web.WriteError(w, http.StatusServiceUnavailable, "storage full: the NATS server has no room for it ("+err.Error()+"); free disk space or raise the server's JetStream max_file_store, then retry")
 	case errors.As(err, &corrupt):
@@ -354,20 +346,6 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if dec.More() {
 		web.WriteError(w, http.StatusBadRequest, "body: trailing data after the JSON object")
 		return false
-	}
-	return true
-}
-
-// validID reports whether s can be a conversation or run id: it must fit a
-// subject token and a KV key.
-func validID(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
 	}
 	return true
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package api
 
 import (
 	"context"
@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
-
-	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // sseKeepAlive is how often an idle event stream sends a comment, so that
@@ -23,11 +22,11 @@ const sseKeepAlive = 15 * time.Second
 // events streams a conversation's events: replayed from the start of its
 // subject (or after Last-Event-ID), then live. The event id is the stream
 // sequence of its message, followed by ".i" for the i-th event (i > 0) of
-// a message holding several (bus.EventBatch), so a client that reconnects
+// a message holding several (wire.EventBatch), so a client that reconnects
 // with Last-Event-ID misses nothing.
 func (h *api) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !validID(id) {
+	if !orchestrator.ValidID(id) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
 		return
 	}
@@ -49,11 +48,7 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	msgs, stop, err := h.o.followEvents(ctx, id, last)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+	msgs, stop := h.follow(ctx, id, last)
 	defer stop()
 	if err := web.Stream(w); err != nil {
 		h.fail(w, r, err)
@@ -72,8 +67,6 @@ func (h *api) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-h.o.stopping:
 			return
 		case <-keep.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
@@ -129,13 +122,11 @@ func parseEventID(s string) (eventID, error) {
 	return id, nil
 }
 
-// followEvents follows toolgate.event.<id> from the event after last (the
-// zero eventID: from the start). The channel closes when ctx ends or the
-// stream fails; stop releases it and waits for its goroutine.
-func (o *Orchestrator) followEvents(ctx context.Context, id string, last eventID) (<-chan sseMsg, func(), error) {
-	if _, err := bus.EventSubject(id); err != nil {
-		return nil, nil, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
-	}
+// follow follows the conversation's events from the event after last (the
+// zero eventID: from the start). The channel closes when ctx ends, the
+// orchestrator stops or the stream fails; stop releases it and waits for
+// its goroutine.
+func (h *api) follow(ctx context.Context, id string, last eventID) (<-chan sseMsg, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan sseMsg, 16)
 	finished := make(chan struct{})
@@ -148,12 +139,12 @@ func (o *Orchestrator) followEvents(ctx context.Context, id string, last eventID
 		if last.seq > 0 {
 			from = last.seq - 1
 		}
-		for se, err := range o.bus.Events(ctx, id, from) {
+		for se, err := range h.o.Events(ctx, id, from) {
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				o.log.WarnContext(ctx, "event stream", slog.String("conversation_id", id), slog.String("error", err.Error()))
+				h.log.WarnContext(ctx, "event stream", slog.String("conversation_id", id), slog.String("error", err.Error()))
 				continue
 			}
 			if last.seq > 0 && se.Seq == last.seq && se.Index <= last.index {
@@ -177,5 +168,5 @@ func (o *Orchestrator) followEvents(ctx context.Context, id string, last eventID
 	return out, func() {
 		cancel()
 		<-finished
-	}, nil
+	}
 }

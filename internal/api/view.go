@@ -1,0 +1,56 @@
+package api
+
+import (
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// ConversationView is the API's view of a conversation
+// (schemas/conversation.schema.json).
+type ConversationView struct {
+	ConversationID string              `json:"conversation_id"`
+	Status         orchestrator.Status `json:"status"`
+	// Output is the final output of a completed conversation, null in any
+	// other status (the key is always there).
+	Output   *string           `json:"output"`
+	Error    string            `json:"error,omitempty"`
+	Runs     []RunSummary      `json:"runs"`
+	Pending  []PendingView     `json:"pending"`
+	Messages []json.RawMessage `json:"messages"`
+	// Decisions lists every applied decision and who made it (D36).
+	Decisions []orchestrator.DecisionRecord `json:"decisions"`
+}
+
+// RunSummary is one run of a conversation.
+type RunSummary struct {
+	RunID  string              `json:"run_id"`
+	Status orchestrator.Status `json:"status"`
+}
+
+// PendingView is a deferred call still waiting for its reply (package wire).
+type PendingView = wire.PendingCall
+
+func viewOf(c *orchestrator.Conversation) ConversationView {
+	v := ConversationView{
+		ConversationID: c.ID,
+		Status:         c.Status,
+		Error:          c.Error,
+		Runs:           make([]RunSummary, 0, len(c.Runs)),
+		Pending:        c.PendingCalls(),
+		Messages:       messagesJSON(c.History),
+		Decisions:      c.Decisions,
+	}
+	if v.Decisions == nil {
+		v.Decisions = []orchestrator.DecisionRecord{}
+	}
+	if c.Status == orchestrator.StatusCompleted {
+		out := c.Output
+		v.Output = &out
+	}
+	for _, r := range c.Runs {
+		v.Runs = append(v.Runs, RunSummary{RunID: r.RunID, Status: r.Status})
+	}
+	return v
+}

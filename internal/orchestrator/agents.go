@@ -1,0 +1,364 @@
+package orchestrator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// DefaultAgentName names an agent whose config gives no name and that was
+// not loaded from a file (an embedding program's Config.Agent).
+const DefaultAgentName = "default"
+
+// agentRuntime is one agent this replica runs: its config, the digest of
+// that config, and the agent built from it.
+type agentRuntime struct {
+	name   string
+	digest string
+	cfg    *AgentConfig
+	agent  *agent.Agent
+}
+
+// AgentDigest is the SHA-256 (hex) of the canonical JSON of what in an
+// agent config changes how its conversations go on: the model (provider,
+// name, endpoint, streaming, a script model's responses), the instructions,
+// inline_wait, max_model_requests, the tools with their schemas, approval
+// rules, approval metadata and deadlines, and the discover: entries. Left
+// out are the name (it is the agent's identity, not its behaviour) and
+// model.api_key_env (rotating the variable that holds the key changes
+// nothing a conversation sees). Canonical: object keys sorted at every
+// level, no insignificant whitespace, so that the same config written in
+// YAML or JSON, in any key order, has the same digest.
+func AgentDigest(c *AgentConfig) string {
+	cp := *c
+	cp.Name = ""
+	cp.Model.APIKeyEnv = ""
+	type withScript struct {
+		AgentConfig
+		Script []agent.ScriptResponse `json:"script_responses,omitempty"`
+	}
+	raw, err := json.Marshal(withScript{AgentConfig: cp, Script: c.Script})
+	if err != nil {
+		// Every field marshals (it was decoded from JSON); a config that
+		// does not is not one any replica can match.
+		return "unmarshalable:" + err.Error()
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "unmarshalable:" + err.Error()
+	}
+	canon, _ := json.Marshal(v) // encoding/json sorts map keys
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
+}
+
+// ShortDigest is the first 12 hex digits of a digest, for logs and errors.
+func ShortDigest(d string) string {
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}
+
+// agentList is Config.Agents, or Config.Agent alone.
+func (c Config) agentList() []*AgentConfig {
+	if len(c.Agents) > 0 {
+		return c.Agents
+	}
+	if c.Agent != nil {
+		return []*AgentConfig{c.Agent}
+	}
+	return nil
+}
+
+// validateAgents checks that there is an agent and that names are valid
+// subject tokens and unique.
+func validateAgents(list []*AgentConfig) error {
+	if len(list) == 0 {
+		return errors.New("agent config is nil")
+	}
+	seen := map[string]bool{}
+	for i, a := range list {
+		if a == nil {
+			return fmt.Errorf("agents[%d]: nil", i)
+		}
+		name := agentName(a)
+		if _, err := wire.NudgeSubject(name); err != nil || !agentNameRE.MatchString(name) {
+			return fmt.Errorf("agents[%d]: name %q: letters, digits, _ and -, at most 64", i, name)
+		}
+		if seen[name] {
+			return fmt.Errorf("agents[%d]: two agents are named %q", i, name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+var agentNameRE = toolNameRE
+
+// agentName is a config's name, DefaultAgentName when it has none.
+func agentName(c *AgentConfig) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return DefaultAgentName
+}
+
+// buildAgents builds every configured agent.
+func (o *Orchestrator) buildAgents() error {
+	o.agents = map[string]*agentRuntime{}
+	for _, cfg := range o.cfg.agentList() {
+		a, err := o.buildAgent(cfg)
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", agentName(cfg), err)
+		}
+		rt := &agentRuntime{name: agentName(cfg), digest: AgentDigest(cfg), cfg: cfg, agent: a}
+		o.agents[rt.name] = rt
+		o.agentNames = append(o.agentNames, rt.name)
+		if o.defaultAgent == nil {
+			o.defaultAgent = rt
+		}
+	}
+	return nil
+}
+
+// Agents lists the names of the agents this replica runs, in the order
+// they were configured.
+func (o *Orchestrator) Agents() []string { return slices.Clone(o.agentNames) }
+
+// agentOf is the agent of this replica that conversation c names; nil when
+// this replica does not run it. A conversation that names none (stored
+// before conversations recorded their agent) is the default agent's.
+func (o *Orchestrator) agentOf(c *Conversation) *agentRuntime {
+	if c.Agent == "" {
+		return o.defaultAgent
+	}
+	return o.agents[c.Agent]
+}
+
+// mayRun reports whether this replica runs c's runs: it has c's agent with
+// the digest c records, or with another digest that no live replica
+// advertises (the upgrade rule: the config of that name changed and no
+// replica with the old one is left, so the new config adopts it rather
+// than leave it stranded). When it may not, why says so, for the log
+// (logged once per agent and digest).
+func (o *Orchestrator) mayRun(c *Conversation) (ok, adopt bool) {
+	a := o.agentOf(c)
+	if a == nil {
+		o.leaveAlone(c, "this replica does not run the agent")
+		return false, false
+	}
+	if c.AgentDigest == "" || c.AgentDigest == a.digest {
+		return true, false
+	}
+	if o.replicas.serves(c.Agent, c.AgentDigest, o.clock()) {
+		o.leaveAlone(c, "a replica with the conversation's config of the agent runs it")
+		return false, false
+	}
+	return true, true
+}
+
+// leaveAlone logs once per agent and digest that this replica leaves a
+// conversation to others.
+func (o *Orchestrator) leaveAlone(c *Conversation, why string) {
+	key := "leave:" + c.Agent + ":" + c.AgentDigest
+	o.warnOnce(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
+		slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.String("reason", why), slog.String("conversation_id", c.ID))
+}
+
+// UnknownAgentError says a start named an agent no replica runs, or named
+// none where there are several.
+type UnknownAgentError struct {
+	Agent string
+	// Choices are the agents a start may name: this replica's and those
+	// live replicas advertise.
+	Choices []string
+}
+
+func (e *UnknownAgentError) Error() string {
+	if e.Agent == "" {
+		return fmt.Sprintf("agent: required, there are several (%s)", strings.Join(e.Choices, ", "))
+	}
+	return fmt.Sprintf("agent: no replica runs an agent named %q (agents: %s)", e.Agent, strings.Join(e.Choices, ", "))
+}
+
+// AgentMismatchError says a prompt for an existing conversation named
+// another agent than the conversation's.
+type AgentMismatchError struct {
+	ConversationID, Agent, Want string
+}
+
+func (e *AgentMismatchError) Error() string {
+	return fmt.Sprintf("conversation %s runs with agent %q, not %q: a conversation keeps its agent (leave agent out, or start a new conversation)", e.ConversationID, e.Want, e.Agent)
+}
+
+// startAgent picks the agent of a new conversation: the named one, else
+// the only one there is. local is nil when this replica does not run it
+// but a live replica does (the conversation is then handed over).
+func (o *Orchestrator) startAgent(name string) (local *agentRuntime, chosen, digest string, err error) {
+	now := o.clock()
+	if name == "" {
+		all := o.allAgents(now)
+		if len(all) > 1 {
+			return nil, "", "", &UnknownAgentError{Choices: all}
+		}
+		return o.defaultAgent, o.defaultAgent.name, o.defaultAgent.digest, nil
+	}
+	if a := o.agents[name]; a != nil {
+		return a, a.name, a.digest, nil
+	}
+	if d := o.replicas.digestOf(name, now); d != "" {
+		return nil, name, d, nil
+	}
+	return nil, "", "", &UnknownAgentError{Agent: name, Choices: o.allAgents(now)}
+}
+
+// allAgents lists this replica's agents and those live replicas advertise,
+// sorted.
+func (o *Orchestrator) allAgents(now time.Time) []string {
+	names := slices.Clone(o.agentNames)
+	for _, n := range o.replicas.names(now) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// SetAgent records the agent, and the digest of its config, that the
+// conversation's runs go on with; the replica taking a run sets it, which
+// also clears what WaitForAgent noted.
+func (c *Conversation) SetAgent(name, digest string) {
+	c.Agent, c.AgentDigest = name, digest
+	c.Unserved, c.UnservedSince = "", time.Time{}
+}
+
+// WaitForAgent notes, for a conversation that needs a run (running or
+// resuming, lease expired), that no replica runs its agent: the first call
+// records reason and the time (noted), a call wait after that fails the
+// conversation with the reason (failed, with the run it failed). Anything
+// else changes nothing.
+func (c *Conversation) WaitForAgent(reason string, now time.Time, wait time.Duration) (noted, failed bool, runID string) {
+	if (c.Status != StatusRunning && c.Status != StatusResuming) || c.leaseLive(now) {
+		return false, false, ""
+	}
+	if c.Unserved == "" {
+		c.Unserved, c.UnservedSince, c.UpdatedAt = reason, now, now
+		return true, false, ""
+	}
+	if now.Sub(c.UnservedSince) < wait {
+		return false, false, ""
+	}
+	switch {
+	case c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID != "":
+		runID = c.Batch.FollowUpRunID
+	case c.Lease != nil:
+		runID = c.Lease.RunID
+	}
+	msg := fmt.Sprintf("%s (waited %s for one)", c.Unserved, wait)
+	c.Status, c.Error, c.Lease, c.Batch, c.UpdatedAt = StatusFailed, msg, nil, nil, now
+	if rec := c.runRecord(runID); rec != nil {
+		rec.Status, rec.Error, rec.EndedAt = StatusFailed, msg, now
+	}
+	return false, true, runID
+}
+
+// runnable is the agent of this replica that runs c as c records it (its
+// digest, or none recorded yet); nil when this replica must not run c.
+func (o *Orchestrator) runnable(c *Conversation) *agentRuntime {
+	a := o.agentOf(c)
+	if a == nil || (c.AgentDigest != "" && c.AgentDigest != a.digest) {
+		return nil
+	}
+	return a
+}
+
+// take records, in a transition that gives this replica a run of c, the
+// agent it runs it with; false when it may not (mayRun).
+func (o *Orchestrator) take(c *Conversation) bool {
+	ok, _ := o.mayRun(c)
+	if !ok {
+		return false
+	}
+	a := o.agentOf(c)
+	if a.name != c.Agent || a.digest != c.AgentDigest || c.Unserved != "" {
+		c.SetAgent(a.name, a.digest)
+	}
+	return true
+}
+
+// agentNameOf is the name of c's agent (the default agent's for a
+// conversation stored before conversations recorded one).
+func (o *Orchestrator) agentNameOf(c *Conversation) string {
+	if c.Agent == "" {
+		return o.defaultAgent.name
+	}
+	return c.Agent
+}
+
+// LoadAgentConfigs reads the agent configs paths name: each a file, or a
+// directory whose *.yaml, *.yml and *.json files are each one agent (in
+// name order; other files and subdirectories are ignored). An agent is
+// named by its config's name:, else by its file's base name without the
+// extension; two of one name are refused, naming both files. Files names
+// each config's file, in the order of the configs.
+func LoadAgentConfigs(paths []string) (cfgs []*AgentConfig, files []string, err error) {
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent config: %w", err)
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent config: %w", err)
+		}
+		n := len(files)
+		for _, e := range entries {
+			switch strings.ToLower(filepath.Ext(e.Name())) {
+			case ".yaml", ".yml", ".json":
+				if !e.IsDir() {
+					files = append(files, filepath.Join(p, e.Name()))
+				}
+			}
+		}
+		if len(files) == n {
+			return nil, nil, fmt.Errorf("agent config: directory %s holds no *.yaml, *.yml or *.json file", p)
+		}
+	}
+	byName := map[string]string{}
+	for _, f := range files {
+		cfg, err := LoadAgentConfig(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cfg.Name == "" {
+			base := filepath.Base(f)
+			cfg.Name = strings.TrimSuffix(base, filepath.Ext(base))
+		}
+		if !agentNameRE.MatchString(cfg.Name) {
+			return nil, nil, fmt.Errorf("agent config %s: name %q: letters, digits, _ and -, at most 64 (set name: in the file)", f, cfg.Name)
+		}
+		if other, ok := byName[cfg.Name]; ok {
+			return nil, nil, fmt.Errorf("agent config: %s and %s both name an agent %q: names must be unique", other, f, cfg.Name)
+		}
+		byName[cfg.Name] = f
+		cfgs = append(cfgs, cfg)
+	}
+	return cfgs, files, nil
+}

@@ -1,0 +1,28 @@
+package orchestrator
+
+import "github.com/toolgate/toolgate/wire"
+
+// PendingCalls lists the calls of the conversation's batch still waiting
+// for their reply, in the batch's order.
+func (c *Conversation) PendingCalls() []wire.PendingCall {
+	out := []wire.PendingCall{}
+	if c.Batch == nil {
+		return out
+	}
+	for _, pc := range c.Batch.Calls {
+		if pc.Reply != nil {
+			continue
+		}
+		out = append(out, wire.PendingCall{
+			ConversationID: c.ID,
+			RunID:          c.Batch.RunID,
+			ToolCallID:     pc.ToolCallID,
+			ToolName:       pc.ToolName,
+			Kind:           string(pc.Kind),
+			Args:           pc.Args,
+			Metadata:       pc.Metadata,
+			Deadline:       pc.Deadline.UTC(),
+		})
+	}
+	return out
+}
