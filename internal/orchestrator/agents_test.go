@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -270,11 +271,11 @@ func TestSeveralAgentsInOneOrchestrator(t *testing.T) {
 func TestAgentDigest(t *testing.T) {
 	yamlCfg := "name: a\nmodel: {provider: test, api_key_env: K1}\ntools:\n  - name: t\n    parameters: {type: object, properties: {x: {type: string}}}\n"
 	jsonCfg := `{"tools":[{"parameters":{"properties":{"x":{"type":"string"}},"type":"object"},"name":"t"}],"model":{"api_key_env":"K2","provider":"test"},"name":"b"}`
-	y, err := orchestrator.ParseAgentConfig([]byte(yamlCfg), false, nil)
+	y, err := agentconfig.Parse([]byte(yamlCfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := orchestrator.ParseAgentConfig([]byte(jsonCfg), true, nil)
+	j, err := agentconfig.Parse([]byte(jsonCfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestLoadAgentConfigs(t *testing.T) {
 	write("agents/ops.json", `{"model":{"provider":"test"},"tools":[{"name":"t"}]}`)
 	write("agents/README.md", "not an agent")
 	single := write("one/extra.yaml", "model: {provider: test}\n"+tools)
-	cfgs, files, err := orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), single})
+	cfgs, files, err := agentconfig.LoadAll([]string{filepath.Join(dir, "agents"), single})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestLoadAgentConfigs(t *testing.T) {
 	}
 
 	dup := write("dup/money.yaml", "model: {provider: test}\n"+tools)
-	_, _, err = orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), dup})
+	_, _, err = agentconfig.LoadAll([]string{filepath.Join(dir, "agents"), dup})
 	if err == nil || !strings.Contains(err.Error(), "billing.yml") || !strings.Contains(err.Error(), "dup/money.yaml") || !strings.Contains(err.Error(), `"money"`) {
 		t.Errorf("two agents named money: %v", err)
 	}
@@ -337,11 +338,11 @@ func TestLoadAgentConfigs(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := orchestrator.LoadAgentConfigs([]string{empty}); err == nil || !strings.Contains(err.Error(), "holds no") {
+	if _, _, err := agentconfig.LoadAll([]string{empty}); err == nil || !strings.Contains(err.Error(), "holds no") {
 		t.Errorf("an empty directory: %v", err)
 	}
 	bad := write("bad/x.yaml", "name: no spaces allowed\nmodel: {provider: test}\n"+tools)
-	if _, _, err := orchestrator.LoadAgentConfigs([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
+	if _, _, err := agentconfig.LoadAll([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
 		t.Errorf("a name that is no subject token: %v", err)
 	}
 }
