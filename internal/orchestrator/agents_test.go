@@ -144,7 +144,9 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A1"
 	c2.InstanceID = "A2"
-	cb.InstanceID, cb.ReconcileInterval = "B", 50*time.Millisecond
+	// B reads the replicas' adverts every third of its lease TTL: a short
+	// one lets it see A1 gone soon.
+	cb.InstanceID, cb.ReconcileInterval, cb.LeaseTTL = "B", 50*time.Millisecond, 3*time.Second
 	a1, stop1 := e.orch(c1)
 	_, _ = e.orch(cb)
 	info, err := a1.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?"})
@@ -215,7 +217,7 @@ func TestAgentWaitFails(t *testing.T) {
 	_, c1 := namedAgent(t, "alpha", "")
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A"
-	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait = "B", 50*time.Millisecond, 200*time.Millisecond
+	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait, cb.LeaseTTL = "B", 50*time.Millisecond, 200*time.Millisecond, 3*time.Second
 	a, stop := e.orch(c1)
 	_, _ = e.orch(cb)
 	info, err := a.StartRun(ctxT(t), "What is the answer?", "")
