@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
@@ -153,17 +154,16 @@ func TestAdvertWarningsOncePerChange(t *testing.T) {
 // whose entries do not match; a call's tool resolves in its agent.
 func TestDiscoveryPerAgent(t *testing.T) {
 	t.Parallel()
-	parse := func(y string) *AgentConfig {
-		t.Helper()
-		cfg, err := ParseAgentConfig([]byte(y), false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+	// As package agentconfig reads "name: strict\nmodel: {provider: test}\n
+	// discover:\n  - tools: \"get-*\"\n    approval: always\n" and the like.
+	agentCfg := func(name, glob, approval string, rule ApprovalRule) *AgentConfig {
+		return &AgentConfig{Name: name, Model: ModelConfig{Provider: "test"},
+			Discover:  []DiscoverConfig{{Tools: glob, Approval: approval, Rule: rule}},
+			ModelFunc: func(func(string) (string, bool), *slog.Logger) (agent.Model, error) { return agent.NewTestModel(), nil }}
 	}
-	strict := parse("name: strict\nmodel: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n    approval: always\n")
-	lax := parse("name: lax\nmodel: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n")
-	other := parse("name: other\nmodel: {provider: test}\ndiscover:\n  - tools: \"put-*\"\n")
+	strict := agentCfg("strict", "get-*", "always", testRule{"always"})
+	lax := agentCfg("lax", "get-*", "", nil)
+	other := agentCfg("other", "put-*", "", nil)
 	o, err := New(Config{Bus: &bus.Bus{}, Agents: []*AgentConfig{strict, lax, other}})
 	if err != nil {
 		t.Fatal(err)
