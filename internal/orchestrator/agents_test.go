@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -141,7 +144,9 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A1"
 	c2.InstanceID = "A2"
-	cb.InstanceID, cb.ReconcileInterval = "B", 50*time.Millisecond
+	// B reads the replicas' adverts every third of its lease TTL: a short
+	// one lets it see A1 gone soon.
+	cb.InstanceID, cb.ReconcileInterval, cb.LeaseTTL = "B", 50*time.Millisecond, 3*time.Second
 	a1, stop1 := e.orch(c1)
 	_, _ = e.orch(cb)
 	info, err := a1.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?"})
@@ -212,7 +217,7 @@ func TestAgentWaitFails(t *testing.T) {
 	_, c1 := namedAgent(t, "alpha", "")
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A"
-	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait = "B", 50*time.Millisecond, 200*time.Millisecond
+	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait, cb.LeaseTTL = "B", 50*time.Millisecond, 200*time.Millisecond, 3*time.Second
 	a, stop := e.orch(c1)
 	_, _ = e.orch(cb)
 	info, err := a.StartRun(ctxT(t), "What is the answer?", "")
@@ -343,5 +348,54 @@ func TestLoadAgentConfigs(t *testing.T) {
 	bad := write("bad/x.yaml", "name: no spaces allowed\nmodel: {provider: test}\n"+tools)
 	if _, _, err := orchestrator.LoadAgentConfigs([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
 		t.Errorf("a name that is no subject token: %v", err)
+	}
+}
+
+// POST /v1/runs with several agents: none named → 400 naming the choices,
+// an unknown one → 400, a follow-up naming another agent than its
+// conversation's → 409; GET and the list show the agent, the client and
+// its start name one.
+func TestHTTPAgents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	alpha, _ := namedAgent(t, "alpha", "")
+	beta, _ := namedAgent(t, "beta", "")
+	e.worker("calculate_answer")
+	o, _ := e.orch(orchestrator.Config{Agents: []*orchestrator.AgentConfig{alpha, beta}})
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
+	t.Cleanup(srv.Close)
+
+	status, body := doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"hi"}`)
+	if msg, _ := body["error"].(string); status != 400 || !strings.Contains(msg, "agent: required, there are several (alpha, beta)") {
+		t.Errorf("no agent: %d %v", status, body)
+	}
+	status, body = doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"hi","agent":"gamma"}`)
+	if msg, _ := body["error"].(string); status != 400 || !strings.Contains(msg, `no replica runs an agent named "gamma" (agents: alpha, beta)`) {
+		t.Errorf("unknown agent: %d %v", status, body)
+	}
+
+	c := &client.Client{BaseURL: srv.URL}
+	rs, err := c.Start(ctxT(t), client.StartOptions{Prompt: "What is the answer?", Agent: "beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, rs.ConversationID, orchestrator.StatusCompleted)
+	conv, err := c.Conversation(ctxT(t), rs.ConversationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conv.Agent != "beta" || conv.AgentDigest != orchestrator.AgentDigest(beta) || conv.Unserved != "" {
+		t.Errorf("GET: agent %q digest %q unserved %q", conv.Agent, conv.AgentDigest, conv.Unserved)
+	}
+	status, body = doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"again","agent":"alpha","conversation_id":"`+rs.ConversationID+`"}`)
+	if msg, _ := body["error"].(string); status != 409 || !strings.Contains(msg, `runs with agent "beta", not "alpha"`) {
+		t.Errorf("follow-up naming another agent: %d %v", status, body)
+	}
+	page, err := c.List(ctxT(t), client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Conversations) != 1 || page.Conversations[0].Agent != "beta" {
+		t.Errorf("list: %+v", page.Conversations)
 	}
 }

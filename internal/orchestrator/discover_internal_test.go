@@ -2,9 +2,11 @@ package orchestrator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,55 @@ func TestAdvertWarningsOncePerChange(t *testing.T) {
 	w.check("a", false, "discovered")
 	if n := strings.Count(buf.String(), "tool=a"); n != 2 {
 		t.Errorf("%d warnings about a, want 2 (it came back and went again):\n%s", n, buf.String())
+	}
+}
+
+// With several agents, discovery is per agent: the same advertised tool is
+// offered by each agent whose discover: matches it, with that agent's
+// approval rule (the built tools are kept per agent), and not by an agent
+// whose entries do not match; a call's tool resolves in its agent.
+func TestDiscoveryPerAgent(t *testing.T) {
+	t.Parallel()
+	parse := func(y string) *AgentConfig {
+		t.Helper()
+		cfg, err := ParseAgentConfig([]byte(y), false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	strict := parse("name: strict\nmodel: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n    approval: always\n")
+	lax := parse("name: lax\nmodel: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n")
+	other := parse("name: other\nmodel: {provider: test}\ndiscover:\n  - tools: \"put-*\"\n")
+	o, err := New(Config{Bus: &bus.Bus{}, Agents: []*AgentConfig{strict, lax, other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.catalogue = newCatalogue(o.log, nil)
+	o.catalogue.tools["get-sum"] = advertised(t, "get-sum", `{"type":"object"}`)
+
+	for name, wantApproval := range map[string]string{"strict": "always", "lax": ""} {
+		rt := o.toolsForRun(o.agents[name].cfg)
+		tc := rt.tool("get-sum")
+		if tc == nil || tc.Approval != wantApproval {
+			t.Errorf("%s offers get-sum as %+v, want approval %q", name, tc, wantApproval)
+		}
+		if got := o.toolOf(o.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
+			t.Errorf("%s resolves get-sum now as %+v", name, got)
+		}
+		ctx := context.WithValue(context.Background(), runToolsKey{}, rt)
+		tools, err := o.discoveredToolset(name).Tools(ctx)
+		if err != nil || len(tools) != 1 {
+			t.Fatalf("%s: %d tools, %v", name, len(tools), err)
+		}
+	}
+	var built []string
+	o.builtTools.Range(func(k, _ any) bool { built = append(built, strings.Split(k.(string), "\x00")[0]); return true })
+	slices.Sort(built)
+	if !slices.Equal(built, []string{"lax", "strict"}) {
+		t.Errorf("built tools kept for agents %v, want one per agent", built)
+	}
+	if rt := o.toolsForRun(o.agents["other"].cfg); rt.tool("get-sum") != nil {
+		t.Error("an agent whose discover: does not match offers get-sum")
 	}
 }
