@@ -47,15 +47,15 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 		Error:          c.Error,
 		Agent:          c.Agent,
 		AgentDigest:    c.AgentDigest,
-		Unserved:       c.Unserved,
 		Runs:           make([]RunSummary, 0, len(c.Runs)),
 		Pending:        c.PendingCalls(),
 		Messages:       messagesJSON(c.History),
 		Decisions:      c.Decisions,
 	}
-	if c.Unserved != "" {
+	// A note left by a wait that a cancel ended says nothing any more.
+	if c.Unserved != "" && (c.Status == orchestrator.StatusRunning || c.Status == orchestrator.StatusResuming) {
 		t := c.UnservedSince.UTC()
-		v.UnservedSince = &t
+		v.Unserved, v.UnservedSince = c.Unserved, &t
 	}
 	if v.Decisions == nil {
 		v.Decisions = []orchestrator.DecisionRecord{}

@@ -149,7 +149,7 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	// one lets it see A1 gone soon.
 	cb.InstanceID, cb.ReconcileInterval, cb.LeaseTTL = "B", 50*time.Millisecond, 3*time.Second
 	a1, stop1 := e.orch(c1)
-	_, _ = e.orch(cb)
+	ob, _ := e.orch(cb)
 	info, err := a1.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?"})
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +163,12 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	ev, _ := event(evs, orchestrator.EventAgentUnavailable, "")
 	if d := eventData(t, ev); d["agent"] != "alpha" || !strings.Contains(fmt.Sprint(d["reason"]), `no replica runs agent "alpha"`) {
 		t.Errorf("agent_unavailable data %v", d)
+	}
+	srv := httptest.NewServer(api.Handler(ob, api.Config{}))
+	t.Cleanup(srv.Close)
+	status, view := doJSON(t, "GET", srv.URL+"/v1/conversations/"+info.ConversationID, "", "")
+	if u, _ := view["unserved"].(string); status != 200 || !strings.Contains(u, `no replica runs agent "alpha"`) || view["unserved_since"] == nil {
+		t.Errorf("GET while no replica runs its agent: %d %v", status, view)
 	}
 
 	a2, _ := e.orch(c2)
