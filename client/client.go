@@ -85,6 +85,10 @@ type StartRequest struct {
 	Prompt string
 	// ConversationID continues a conversation; empty starts a new one.
 	ConversationID string
+	// Agent names the agent of a new conversation; empty is the only one
+	// the orchestrators run (400 when they run several). A follow-up may
+	// name only its conversation's own agent (409 otherwise).
+	Agent string
 	// IdempotencyKey makes the start safe to repeat: the same key answers
 	// with the run it first started, from any replica. Empty: a fresh key
 	// per call, which still makes the client's own retries safe.
@@ -97,10 +101,7 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Run, error) {
 	if r.Prompt == "" {
 		return Run{}, errors.New("client: start: prompt is empty")
 	}
-	if r.IdempotencyKey == "" {
-		return c.c.StartRun(ctx, r.Prompt, r.ConversationID)
-	}
-	return c.c.StartRunKey(ctx, r.Prompt, r.ConversationID, r.IdempotencyKey)
+	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, Agent: r.Agent, Key: r.IdempotencyKey})
 }
 
 // Conversation reads a conversation.

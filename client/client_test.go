@@ -83,3 +83,34 @@ func Example() {
 	fmt.Println(conv.Status, string(conv.Output))
 	// Output: completed "42"
 }
+
+// A start names its agent in the body, with the idempotency key in the
+// header; a start without one sends no agent.
+func TestStartNamesTheAgent(t *testing.T) {
+	var bodies []string
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"run_id":"r1_c1","conversation_id":"c1","status":"running"}`)
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(t.Context(), client.StartRequest{Prompt: "hi", Agent: "support", IdempotencyKey: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(t.Context(), client.StartRequest{Prompt: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if bodies[0] != `{"agent":"support","prompt":"hi"}` || keys[0] != "k1" {
+		t.Errorf("start with an agent sent %s (key %q)", bodies[0], keys[0])
+	}
+	if strings.Contains(bodies[1], "agent") || keys[1] == "" {
+		t.Errorf("start without an agent sent %s (key %q)", bodies[1], keys[1])
+	}
+}

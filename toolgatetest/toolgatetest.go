@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/agenttool"
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -128,9 +129,9 @@ func Start(t testing.TB, opts Options) *System {
 
 func agentConfig(opts Options) (*orchestrator.AgentConfig, error) {
 	if len(opts.Agent) == 0 {
-		return orchestrator.DemoAgentConfig()
+		return agentconfig.Demo()
 	}
-	return orchestrator.ParseAgentConfig(opts.Agent, false, opts.AgentDir)
+	return agentconfig.Parse(opts.Agent, opts.AgentDir)
 }
 
 func (s *System) bus(ctx context.Context, name string) *bus.Bus {

@@ -337,3 +337,26 @@ func TestAgentNamedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// --agent repeats: each file or directory adds its agents, all of them
+// run by the one orchestrator.
+func TestAgentFlagRepeats(t *testing.T) {
+	o, err := parseFlags([]string{"--agent", "../../examples/agent-seed-approval.yaml", "--agent", "../../examples/agent-seed-external.yaml"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := loadAgents(o.agentFiles, noEnv, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfgs) != 2 || cfgs[0].Name != "agent-seed-approval" || cfgs[1].Name != "agent-seed-external" {
+		t.Errorf("agents %d: %+v", len(cfgs), cfgs)
+	}
+	o, err = parseFlags([]string{"--agent", "../../examples/agent-seed-approval.yaml", "--agent", "../../examples/agent-seed-approval.yaml"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadAgents(o.agentFiles, noEnv, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `both name an agent "agent-seed-approval"`) {
+		t.Errorf("the same file twice: %v", err)
+	}
+}

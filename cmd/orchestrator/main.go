@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -359,7 +360,7 @@ func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 // on the script model, or on OpenAI when OPENAI_API_KEY is set.
 func loadAgents(paths []string, lookupEnv func(string) (string, bool), logger *slog.Logger) ([]*orchestrator.AgentConfig, error) {
 	if len(paths) > 0 {
-		cfgs, files, err := orchestrator.LoadAgentConfigs(paths)
+		cfgs, files, err := agentconfig.LoadAll(paths)
 		if err != nil {
 			return nil, err
 		}
@@ -372,7 +373,7 @@ func loadAgents(paths []string, lookupEnv func(string) (string, bool), logger *s
 		}
 		return cfgs, nil
 	}
-	cfg, err := orchestrator.DemoAgentConfig()
+	cfg, err := agentconfig.Demo()
 	if err != nil {
 		return nil, err
 	}
@@ -385,11 +386,11 @@ func loadAgents(paths []string, lookupEnv func(string) (string, bool), logger *s
 			model = "gpt-4o-mini"
 		}
 		base, _ := lookupEnv("OPENAI_BASE_URL")
-		cfg.Model = orchestrator.ModelConfig{Provider: orchestrator.ProviderOpenAI, Name: model, BaseURL: base, APIKey: key}
+		cfg.Model = orchestrator.ModelConfig{Provider: agentconfig.ProviderOpenAI, Name: model, BaseURL: base, APIKey: key}
 		cfg.Script = nil
-		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderOpenAI), slog.String("model", model))
+		logger.Info("agent: the built-in demo", slog.String("provider", agentconfig.ProviderOpenAI), slog.String("model", model))
 	} else {
-		logger.Info("agent: the built-in demo", slog.String("provider", orchestrator.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
+		logger.Info("agent: the built-in demo", slog.String("provider", agentconfig.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
 	}
 	return []*orchestrator.AgentConfig{cfg}, nil
 }

@@ -133,6 +133,7 @@ func (h *api) auth(next http.Handler) http.Handler {
 type startRunRequest struct {
 	Prompt         string `json:"prompt"`
 	ConversationID string `json:"conversation_id,omitempty"`
+	Agent          string `json:"agent,omitempty"`
 }
 
 func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
@@ -157,7 +158,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key})
+	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key, Agent: req.Agent})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -296,10 +297,16 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		bad      *orchestrator.BadRequestError
 		reused   *orchestrator.IdempotencyError
 		corrupt  *orchestrator.CorruptError
+		unknown  *orchestrator.UnknownAgentError
+		mismatch *orchestrator.AgentMismatchError
 	)
 	switch {
 	case errors.Is(err, orchestrator.ErrNotFound):
 		web.WriteError(w, http.StatusNotFound, err.Error())
+	case errors.As(err, &unknown):
+		web.WriteError(w, http.StatusBadRequest, err.Error())
+	case errors.As(err, &mismatch):
+		web.WriteError(w, http.StatusConflict, err.Error())
 	case errors.As(err, &bad):
 		web.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &conflict):

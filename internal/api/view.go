@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -14,11 +15,18 @@ type ConversationView struct {
 	Status         orchestrator.Status `json:"status"`
 	// Output is the final output of a completed conversation, null in any
 	// other status (the key is always there).
-	Output   *string           `json:"output"`
-	Error    string            `json:"error,omitempty"`
-	Runs     []RunSummary      `json:"runs"`
-	Pending  []PendingView     `json:"pending"`
-	Messages []json.RawMessage `json:"messages"`
+	Output *string `json:"output"`
+	Error  string  `json:"error,omitempty"`
+	// Agent and AgentDigest say which agent, with which config, the
+	// conversation's runs go on with; Unserved (since UnservedSince) why
+	// none does now, while no live replica runs its agent.
+	Agent         string            `json:"agent,omitempty"`
+	AgentDigest   string            `json:"agent_digest,omitempty"`
+	Unserved      string            `json:"unserved,omitempty"`
+	UnservedSince *time.Time        `json:"unserved_since,omitempty"`
+	Runs          []RunSummary      `json:"runs"`
+	Pending       []PendingView     `json:"pending"`
+	Messages      []json.RawMessage `json:"messages"`
 	// Decisions lists every applied decision and who made it (D36).
 	Decisions []orchestrator.DecisionRecord `json:"decisions"`
 }
@@ -37,10 +45,17 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 		ConversationID: c.ID,
 		Status:         c.Status,
 		Error:          c.Error,
+		Agent:          c.Agent,
+		AgentDigest:    c.AgentDigest,
 		Runs:           make([]RunSummary, 0, len(c.Runs)),
 		Pending:        c.PendingCalls(),
 		Messages:       messagesJSON(c.History),
 		Decisions:      c.Decisions,
+	}
+	// A note left by a wait that a cancel ended says nothing any more.
+	if c.Unserved != "" && (c.Status == orchestrator.StatusRunning || c.Status == orchestrator.StatusResuming) {
+		t := c.UnservedSince.UTC()
+		v.Unserved, v.UnservedSince = c.Unserved, &t
 	}
 	if v.Decisions == nil {
 		v.Decisions = []orchestrator.DecisionRecord{}

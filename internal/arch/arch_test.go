@@ -58,6 +58,11 @@ var rules = []rule{
 		Why: "the bus carries messages and holds no agent logic",
 	},
 	{
+		From:      module + "/internal/orchestrator",
+		Forbidden: []string{module + "/internal/agent/openai", "github.com/openai/", module + "/internal/agentconfig"},
+		Why:       "the engine runs the model it is given: the choice of provider is internal/agentconfig's (and a main's)",
+	},
+	{
 		From:      module + "/internal/worker",
 		Forbidden: []string{module + "/internal/agent", module + "/internal/orchestrator"},
 		Why:       "workers execute calls; they do not run agents",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -91,7 +92,7 @@ func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.
 	if err != nil {
 		return nil, err
 	}
-	a, err := orchestrator.ParseAgentConfig(cfgData, true, fstest.MapFS{"script.json": {Data: data}})
+	a, err := agentconfig.Parse(cfgData, fstest.MapFS{"script.json": {Data: data}})
 	if err != nil {
 		return nil, fmt.Errorf("bench agent config: %w", err)
 	}

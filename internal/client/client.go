@@ -44,13 +44,18 @@ type RunStatus struct {
 
 // Conversation is the orchestrator's view of a conversation.
 type Conversation struct {
-	ConversationID string            `json:"conversation_id"`
-	Status         string            `json:"status"`
-	Output         json.RawMessage   `json:"output,omitempty"`
-	Error          string            `json:"error,omitempty"`
-	Runs           []RunStatus       `json:"runs"`
-	Pending        []Pending         `json:"pending"`
-	Messages       []json.RawMessage `json:"messages"`
+	ConversationID string          `json:"conversation_id"`
+	Status         string          `json:"status"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	// Agent is the agent the conversation runs with, AgentDigest the
+	// digest of its config; Unserved says why no replica runs it now.
+	Agent       string            `json:"agent,omitempty"`
+	AgentDigest string            `json:"agent_digest,omitempty"`
+	Unserved    string            `json:"unserved,omitempty"`
+	Runs        []RunStatus       `json:"runs"`
+	Pending     []Pending         `json:"pending"`
+	Messages    []json.RawMessage `json:"messages"`
 }
 
 // Terminal reports whether the conversation has stopped for good (until a
@@ -150,9 +155,28 @@ func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (R
 // run the first one started; the same key with another prompt is refused
 // (422).
 func (c *Client) StartRunKey(ctx context.Context, prompt, conversationID, key string) (RunStatus, error) {
-	body := map[string]string{"prompt": prompt}
-	if conversationID != "" {
-		body["conversation_id"] = conversationID
+	return c.Start(ctx, StartOptions{Prompt: prompt, ConversationID: conversationID, Key: key})
+}
+
+// StartOptions is a start: the prompt, the conversation it continues (""
+// starts one), the agent of a new conversation ("" is the only one there
+// is), and the idempotency key ("" is a fresh one).
+type StartOptions struct {
+	Prompt, ConversationID, Agent, Key string
+}
+
+// Start is StartRun with every option.
+func (c *Client) Start(ctx context.Context, o StartOptions) (RunStatus, error) {
+	body := map[string]string{"prompt": o.Prompt}
+	if o.ConversationID != "" {
+		body["conversation_id"] = o.ConversationID
+	}
+	if o.Agent != "" {
+		body["agent"] = o.Agent
+	}
+	key := o.Key
+	if key == "" {
+		key = newKey()
 	}
 	hdr := http.Header{"Idempotency-Key": []string{key}}
 	var (

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -266,7 +267,7 @@ func startApprover(t *testing.T, b *bus.Bus, id string, key ed25519.PrivateKey, 
 func startOrch(t testing.TB, cfg orchestrator.Config) *orchestrator.Orchestrator {
 	t.Helper()
 	if cfg.Agent == nil {
-		a, err := orchestrator.DemoAgentConfig()
+		a, err := agentconfig.Demo()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -102,7 +103,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentCfg, err := orchestrator.ParseAgentConfig([]byte(ibAgent), false, fstest.MapFS{"script.yaml": {Data: []byte(ibScript)}})
+	agentCfg, err := agentconfig.Parse([]byte(ibAgent), fstest.MapFS{"script.yaml": {Data: []byte(ibScript)}})
 	if err != nil {
 		t.Fatalf("agent config: %v", err)
 	}

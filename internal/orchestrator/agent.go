@@ -2,12 +2,12 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/agent/openai"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry/modeltel"
 )
@@ -18,7 +18,10 @@ import (
 func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	model := o.cfg.Model
 	if model == nil {
-		m, err := buildModel(cfg, o.cfg.LookupEnv, o.cfg.Logger)
+		if cfg.ModelFunc == nil {
+			return nil, errors.New("agent config has no model: set Config.Model, or read the config with package agentconfig")
+		}
+		m, err := cfg.ModelFunc(o.cfg.LookupEnv, o.cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -67,39 +70,14 @@ func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 // rule that cannot be evaluated requires approval, and the reason is
 // logged.
 func (o *Orchestrator) approvalRequired(rc *agent.RunContext, tc *ToolConfig, args json.RawMessage) bool {
-	need, err := tc.approval.required(tc.Name, args)
+	if tc.Rule == nil {
+		return false
+	}
+	need, err := tc.Rule.Required(tc.Name, args)
 	if err != nil {
 		o.log.WarnContext(rc.Context(), "approval rule failed; approval required", slog.String("tool", tc.Name),
 			slog.String("run_id", rc.RunID), slog.String("tool_call_id", rc.ToolCallID), slog.String("error", err.Error()))
 		return true
 	}
 	return need
-}
-
-// buildModel makes the model the config names.
-func buildModel(cfg *AgentConfig, lookupEnv func(string) (string, bool), logger *slog.Logger) (agent.Model, error) {
-	switch cfg.Model.Provider {
-	case ProviderOpenAI:
-		key := cfg.Model.APIKey
-		if key == "" && cfg.Model.APIKeyEnv != "" {
-			if lookupEnv == nil {
-				return nil, fmt.Errorf("model.api_key_env: %s cannot be looked up here", cfg.Model.APIKeyEnv)
-			}
-			v, ok := lookupEnv(cfg.Model.APIKeyEnv)
-			if !ok || v == "" {
-				return nil, fmt.Errorf("model.api_key_env: %s is not set", cfg.Model.APIKeyEnv)
-			}
-			key = v
-		}
-		m, err := openai.New(openai.Config{Model: cfg.Model.Name, BaseURL: cfg.Model.BaseURL, APIKey: key, Stream: cfg.Model.Stream, Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		return m, nil
-	case ProviderScript:
-		return agent.NewScriptModel(cfg.Model.Name, cfg.Script), nil
-	case ProviderTest:
-		return agent.NewTestModel(), nil
-	}
-	return nil, fmt.Errorf("model.provider: unknown provider %q", cfg.Model.Provider)
 }

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -306,59 +304,4 @@ func (o *Orchestrator) agentNameOf(c *Conversation) string {
 		return o.defaultAgent.name
 	}
 	return c.Agent
-}
-
-// LoadAgentConfigs reads the agent configs paths name: each a file, or a
-// directory whose *.yaml, *.yml and *.json files are each one agent (in
-// name order; other files and subdirectories are ignored). An agent is
-// named by its config's name:, else by its file's base name without the
-// extension; two of one name are refused, naming both files. Files names
-// each config's file, in the order of the configs.
-func LoadAgentConfigs(paths []string) (cfgs []*AgentConfig, files []string, err error) {
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, nil, fmt.Errorf("agent config: %w", err)
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			return nil, nil, fmt.Errorf("agent config: %w", err)
-		}
-		n := len(files)
-		for _, e := range entries {
-			switch strings.ToLower(filepath.Ext(e.Name())) {
-			case ".yaml", ".yml", ".json":
-				if !e.IsDir() {
-					files = append(files, filepath.Join(p, e.Name()))
-				}
-			}
-		}
-		if len(files) == n {
-			return nil, nil, fmt.Errorf("agent config: directory %s holds no *.yaml, *.yml or *.json file", p)
-		}
-	}
-	byName := map[string]string{}
-	for _, f := range files {
-		cfg, err := LoadAgentConfig(f)
-		if err != nil {
-			return nil, nil, err
-		}
-		if cfg.Name == "" {
-			base := filepath.Base(f)
-			cfg.Name = strings.TrimSuffix(base, filepath.Ext(base))
-		}
-		if !agentNameRE.MatchString(cfg.Name) {
-			return nil, nil, fmt.Errorf("agent config %s: name %q: letters, digits, _ and -, at most 64 (set name: in the file)", f, cfg.Name)
-		}
-		if other, ok := byName[cfg.Name]; ok {
-			return nil, nil, fmt.Errorf("agent config: %s and %s both name an agent %q: names must be unique", other, f, cfg.Name)
-		}
-		byName[cfg.Name] = f
-		cfgs = append(cfgs, cfg)
-	}
-	return cfgs, files, nil
 }

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -141,9 +145,11 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A1"
 	c2.InstanceID = "A2"
-	cb.InstanceID, cb.ReconcileInterval = "B", 50*time.Millisecond
+	// B reads the replicas' adverts every third of its lease TTL: a short
+	// one lets it see A1 gone soon.
+	cb.InstanceID, cb.ReconcileInterval, cb.LeaseTTL = "B", 50*time.Millisecond, 3*time.Second
 	a1, stop1 := e.orch(c1)
-	_, _ = e.orch(cb)
+	ob, _ := e.orch(cb)
 	info, err := a1.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?"})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +163,12 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	ev, _ := event(evs, orchestrator.EventAgentUnavailable, "")
 	if d := eventData(t, ev); d["agent"] != "alpha" || !strings.Contains(fmt.Sprint(d["reason"]), `no replica runs agent "alpha"`) {
 		t.Errorf("agent_unavailable data %v", d)
+	}
+	srv := httptest.NewServer(api.Handler(ob, api.Config{}))
+	t.Cleanup(srv.Close)
+	status, view := doJSON(t, "GET", srv.URL+"/v1/conversations/"+info.ConversationID, "", "")
+	if u, _ := view["unserved"].(string); status != 200 || !strings.Contains(u, `no replica runs agent "alpha"`) || view["unserved_since"] == nil {
+		t.Errorf("GET while no replica runs its agent: %d %v", status, view)
 	}
 
 	a2, _ := e.orch(c2)
@@ -212,7 +224,7 @@ func TestAgentWaitFails(t *testing.T) {
 	_, c1 := namedAgent(t, "alpha", "")
 	_, cb := namedAgent(t, "beta", "")
 	c1.InstanceID = "A"
-	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait = "B", 50*time.Millisecond, 200*time.Millisecond
+	cb.InstanceID, cb.ReconcileInterval, cb.AgentWait, cb.LeaseTTL = "B", 50*time.Millisecond, 200*time.Millisecond, 3*time.Second
 	a, stop := e.orch(c1)
 	_, _ = e.orch(cb)
 	info, err := a.StartRun(ctxT(t), "What is the answer?", "")
@@ -270,11 +282,11 @@ func TestSeveralAgentsInOneOrchestrator(t *testing.T) {
 func TestAgentDigest(t *testing.T) {
 	yamlCfg := "name: a\nmodel: {provider: test, api_key_env: K1}\ntools:\n  - name: t\n    parameters: {type: object, properties: {x: {type: string}}}\n"
 	jsonCfg := `{"tools":[{"parameters":{"properties":{"x":{"type":"string"}},"type":"object"},"name":"t"}],"model":{"api_key_env":"K2","provider":"test"},"name":"b"}`
-	y, err := orchestrator.ParseAgentConfig([]byte(yamlCfg), false, nil)
+	y, err := agentconfig.Parse([]byte(yamlCfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := orchestrator.ParseAgentConfig([]byte(jsonCfg), true, nil)
+	j, err := agentconfig.Parse([]byte(jsonCfg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +328,7 @@ func TestLoadAgentConfigs(t *testing.T) {
 	write("agents/ops.json", `{"model":{"provider":"test"},"tools":[{"name":"t"}]}`)
 	write("agents/README.md", "not an agent")
 	single := write("one/extra.yaml", "model: {provider: test}\n"+tools)
-	cfgs, files, err := orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), single})
+	cfgs, files, err := agentconfig.LoadAll([]string{filepath.Join(dir, "agents"), single})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +341,7 @@ func TestLoadAgentConfigs(t *testing.T) {
 	}
 
 	dup := write("dup/money.yaml", "model: {provider: test}\n"+tools)
-	_, _, err = orchestrator.LoadAgentConfigs([]string{filepath.Join(dir, "agents"), dup})
+	_, _, err = agentconfig.LoadAll([]string{filepath.Join(dir, "agents"), dup})
 	if err == nil || !strings.Contains(err.Error(), "billing.yml") || !strings.Contains(err.Error(), "dup/money.yaml") || !strings.Contains(err.Error(), `"money"`) {
 		t.Errorf("two agents named money: %v", err)
 	}
@@ -337,11 +349,60 @@ func TestLoadAgentConfigs(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := orchestrator.LoadAgentConfigs([]string{empty}); err == nil || !strings.Contains(err.Error(), "holds no") {
+	if _, _, err := agentconfig.LoadAll([]string{empty}); err == nil || !strings.Contains(err.Error(), "holds no") {
 		t.Errorf("an empty directory: %v", err)
 	}
 	bad := write("bad/x.yaml", "name: no spaces allowed\nmodel: {provider: test}\n"+tools)
-	if _, _, err := orchestrator.LoadAgentConfigs([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
+	if _, _, err := agentconfig.LoadAll([]string{bad}); err == nil || !strings.Contains(err.Error(), "no spaces allowed") {
 		t.Errorf("a name that is no subject token: %v", err)
+	}
+}
+
+// POST /v1/runs with several agents: none named → 400 naming the choices,
+// an unknown one → 400, a follow-up naming another agent than its
+// conversation's → 409; GET and the list show the agent, the client and
+// its start name one.
+func TestHTTPAgents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	alpha, _ := namedAgent(t, "alpha", "")
+	beta, _ := namedAgent(t, "beta", "")
+	e.worker("calculate_answer")
+	o, _ := e.orch(orchestrator.Config{Agents: []*orchestrator.AgentConfig{alpha, beta}})
+	srv := httptest.NewServer(api.Handler(o, api.Config{}))
+	t.Cleanup(srv.Close)
+
+	status, body := doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"hi"}`)
+	if msg, _ := body["error"].(string); status != 400 || !strings.Contains(msg, "agent: required, there are several (alpha, beta)") {
+		t.Errorf("no agent: %d %v", status, body)
+	}
+	status, body = doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"hi","agent":"gamma"}`)
+	if msg, _ := body["error"].(string); status != 400 || !strings.Contains(msg, `no replica runs an agent named "gamma" (agents: alpha, beta)`) {
+		t.Errorf("unknown agent: %d %v", status, body)
+	}
+
+	c := &client.Client{BaseURL: srv.URL}
+	rs, err := c.Start(ctxT(t), client.StartOptions{Prompt: "What is the answer?", Agent: "beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, rs.ConversationID, orchestrator.StatusCompleted)
+	conv, err := c.Conversation(ctxT(t), rs.ConversationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conv.Agent != "beta" || conv.AgentDigest != orchestrator.AgentDigest(beta) || conv.Unserved != "" {
+		t.Errorf("GET: agent %q digest %q unserved %q", conv.Agent, conv.AgentDigest, conv.Unserved)
+	}
+	status, body = doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"again","agent":"alpha","conversation_id":"`+rs.ConversationID+`"}`)
+	if msg, _ := body["error"].(string); status != 409 || !strings.Contains(msg, `runs with agent "beta", not "alpha"`) {
+		t.Errorf("follow-up naming another agent: %d %v", status, body)
+	}
+	page, err := c.List(ctxT(t), client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Conversations) != 1 || page.Conversations[0].Agent != "beta" {
+		t.Errorf("list: %+v", page.Conversations)
 	}
 }

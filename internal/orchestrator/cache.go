@@ -68,10 +68,15 @@ func (sc *stateCache) size(id string) int64 {
 }
 
 // put caches c as id's state at seq, unless a later one is cached; c is the
-// cache's from now on.
+// cache's from now on. A finished conversation goes to the end of the line,
+// first out when room is needed: it is rarely changed again, and put first
+// it pushed out the paused ones still waiting (a resume of 100,000 paused
+// conversations in the order they paused read 0.76 logs per conversation
+// with room for all of them, as those it had finished took their place).
 func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	finished := c.Status.Terminal()
 	if el, ok := sc.m[id]; ok {
 		e := el.Value.(*cacheEntry)
 		if e.seq >= seq {
@@ -79,9 +84,18 @@ func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 		}
 		sc.used += size - e.size
 		e.c, e.seq, e.size = c, seq, size
-		sc.lru.MoveToFront(el)
+		if finished {
+			sc.lru.MoveToBack(el)
+		} else {
+			sc.lru.MoveToFront(el)
+		}
 	} else {
-		sc.m[id] = sc.lru.PushFront(&cacheEntry{id: id, c: c, seq: seq, size: size})
+		e := &cacheEntry{id: id, c: c, seq: seq, size: size}
+		if finished {
+			sc.m[id] = sc.lru.PushBack(e)
+		} else {
+			sc.m[id] = sc.lru.PushFront(e)
+		}
 		sc.used += size
 	}
 	for cacheHeap(sc.used) > sc.budget && sc.lru.Len() > 1 {

@@ -48,7 +48,7 @@ func (c *AgentConfig) discovered(t AdvertisedTool) (tc *ToolConfig, why string) 
 		Name: name, Description: t.Advert.Description, Parameters: params,
 		Approval: d.Approval, ApprovalMetadata: d.ApprovalMetadata,
 		Deadline: d.Deadline, CallDeadline: d.CallDeadline,
-		approval: d.approval, digest: t.Digest, mcpServer: t.Advert.MCPServer,
+		Rule: d.Rule, digest: t.Digest, mcpServer: t.Advert.MCPServer,
 	}, ""
 }
 

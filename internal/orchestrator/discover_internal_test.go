@@ -2,13 +2,16 @@ package orchestrator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
@@ -23,35 +26,47 @@ func advertised(t *testing.T, name, params string) AdvertisedTool {
 	return AdvertisedTool{Advert: a, Digest: d}
 }
 
-const discoverYAML = `
-model: {provider: test}
-tools:
-  - name: get-listed
-    description: the configured one
-discover:
-  - tools: "get-*"
-    approval: always
-    approval_metadata: {reason: "touches money"}
-    deadline: 2m
-  - tools: "*"
-    approval: args.n > 3
-    call_deadline: 10s
-`
+// testRule is an approval rule that names itself, so that a test can tell
+// which entry's rule a tool took.
+type testRule struct{ name string }
+
+func (r testRule) Required(string, json.RawMessage) (bool, error) { return true, nil }
+
+// discoverConfig is, as package agentconfig reads it:
+//
+//	tools:
+//	  - name: get-listed
+//	    description: the configured one
+//	discover:
+//	  - tools: "get-*"
+//	    approval: always
+//	    approval_metadata: {reason: "touches money"}
+//	    deadline: 2m
+//	  - tools: "*"
+//	    approval: args.n > 3
+//	    call_deadline: 10s
+func discoverConfig() *AgentConfig {
+	return &AgentConfig{
+		Model: ModelConfig{Provider: "test"},
+		Tools: []ToolConfig{{Name: "get-listed", Description: "the configured one", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}},
+		Discover: []DiscoverConfig{
+			{Tools: "get-*", Approval: "always", ApprovalMetadata: json.RawMessage(`{"reason":"touches money"}`), Deadline: Duration(2 * time.Minute), Rule: testRule{"always"}},
+			{Tools: "*", Approval: "args.n > 3", CallDeadline: Duration(10 * time.Second), Rule: testRule{"args.n > 3"}},
+		},
+	}
+}
 
 // The first matching entry decides; a tool under tools: is the configured
 // one; the advert gives description, schema and digest.
 func TestDiscoveredFirstMatchWins(t *testing.T) {
 	t.Parallel()
-	cfg, err := ParseAgentConfig([]byte(discoverYAML), false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := discoverConfig()
 	get := advertised(t, "get-sum", `{"type":"object","properties":{"a":{"type":"number"}}}`)
 	tc, why := cfg.discovered(get)
 	if tc == nil || why != "" {
 		t.Fatalf("get-sum not offered: %s", why)
 	}
-	if tc.Approval != "always" || string(tc.ApprovalMetadata) != `{"reason":"touches money"}` || tc.deadline(true) != 2*time.Minute ||
+	if tc.Approval != "always" || tc.Rule != (testRule{"always"}) || string(tc.ApprovalMetadata) != `{"reason":"touches money"}` || tc.deadline(true) != 2*time.Minute ||
 		tc.Description != "d get-sum" || string(tc.Parameters) != string(get.Advert.Parameters) || tc.digest != get.Digest || tc.mcpServer != "srv" {
 		t.Errorf("get-sum = %+v", tc)
 	}
@@ -62,8 +77,8 @@ func TestDiscoveredFirstMatchWins(t *testing.T) {
 	if string(other.Parameters) != `{"type":"object","properties":{}}` {
 		t.Errorf("echo without a schema gets %s", other.Parameters)
 	}
-	if need, err := other.approval.required("echo", json.RawMessage(`{"n":5}`)); err != nil || !need {
-		t.Errorf("echo n=5: need %v, %v", need, err)
+	if other.Rule != (testRule{"args.n > 3"}) {
+		t.Errorf("echo has the rule %v, want the second entry's", other.Rule)
 	}
 	if tc, _ := cfg.discovered(advertised(t, "get-listed", "")); tc != nil {
 		t.Errorf("a tool under tools: is discovered too: %+v", tc)
@@ -74,30 +89,9 @@ func TestDiscoveredFirstMatchWins(t *testing.T) {
 	if tc, why := cfg.discovered(advertised(t, "listy", `{"type":"array"}`)); tc != nil || !strings.Contains(why, `not "object"`) {
 		t.Errorf("array schema: %+v, %q", tc, why)
 	}
-	only, err := ParseAgentConfig([]byte("model: {provider: test}\ndiscover:\n  - tools: \"get-*\"\n"), false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	only := &AgentConfig{Model: ModelConfig{Provider: "test"}, Discover: []DiscoverConfig{{Tools: "get-*"}}}
 	if tc, why := only.discovered(advertised(t, "put", "")); tc != nil || why != "" {
 		t.Errorf("a name no entry matches: %+v, %q", tc, why)
-	}
-}
-
-func TestDiscoverConfigErrors(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct{ yaml, want string }{
-		{"model: {provider: test}\n", "at least one tool (or a discover: entry)"},
-		{"model: {provider: test}\ndiscover:\n  - approval: always\n", "discover[0].tools: required"},
-		{"model: {provider: test}\ndiscover:\n  - tools: \"[a-\"\n", "discover[0].tools: \"[a-\" is not a glob"},
-		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval: \"args.x >\"\n", "discover[0].approval"},
-		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval_metadata: [1]\n", "discover[0].approval_metadata: want an object"},
-		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    deadline: -1s\n", "discover[0].deadline: must not be negative"},
-		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approve: always\n", `unknown field "approve"`},
-	} {
-		_, err := ParseAgentConfig([]byte(tt.yaml), false, nil)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%q: err = %v, want %q", tt.yaml, err, tt.want)
-		}
 	}
 }
 
@@ -105,10 +99,7 @@ func TestDiscoverConfigErrors(t *testing.T) {
 // tool is unchanged, a denied one and an external call's result stand.
 func TestStaleApprovals(t *testing.T) {
 	t.Parallel()
-	cfg, err := ParseAgentConfig([]byte(discoverYAML), false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := discoverConfig()
 	same, _ := cfg.discovered(advertised(t, "same", ""))
 	changed, _ := cfg.discovered(advertised(t, "changed", `{"type":"object","properties":{"x":{}}}`))
 	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{"same": same, "changed": changed}}
@@ -154,5 +145,54 @@ func TestAdvertWarningsOncePerChange(t *testing.T) {
 	w.check("a", false, "discovered")
 	if n := strings.Count(buf.String(), "tool=a"); n != 2 {
 		t.Errorf("%d warnings about a, want 2 (it came back and went again):\n%s", n, buf.String())
+	}
+}
+
+// With several agents, discovery is per agent: the same advertised tool is
+// offered by each agent whose discover: matches it, with that agent's
+// approval rule (the built tools are kept per agent), and not by an agent
+// whose entries do not match; a call's tool resolves in its agent.
+func TestDiscoveryPerAgent(t *testing.T) {
+	t.Parallel()
+	// As package agentconfig reads "name: strict\nmodel: {provider: test}\n
+	// discover:\n  - tools: \"get-*\"\n    approval: always\n" and the like.
+	agentCfg := func(name, glob, approval string, rule ApprovalRule) *AgentConfig {
+		return &AgentConfig{Name: name, Model: ModelConfig{Provider: "test"},
+			Discover:  []DiscoverConfig{{Tools: glob, Approval: approval, Rule: rule}},
+			ModelFunc: func(func(string) (string, bool), *slog.Logger) (agent.Model, error) { return agent.NewTestModel(), nil }}
+	}
+	strict := agentCfg("strict", "get-*", "always", testRule{"always"})
+	lax := agentCfg("lax", "get-*", "", nil)
+	other := agentCfg("other", "put-*", "", nil)
+	o, err := New(Config{Bus: &bus.Bus{}, Agents: []*AgentConfig{strict, lax, other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.catalogue = newCatalogue(o.log, nil)
+	o.catalogue.tools["get-sum"] = advertised(t, "get-sum", `{"type":"object"}`)
+
+	for name, wantApproval := range map[string]string{"strict": "always", "lax": ""} {
+		rt := o.toolsForRun(o.agents[name].cfg)
+		tc := rt.tool("get-sum")
+		if tc == nil || tc.Approval != wantApproval {
+			t.Errorf("%s offers get-sum as %+v, want approval %q", name, tc, wantApproval)
+		}
+		if got := o.toolOf(o.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
+			t.Errorf("%s resolves get-sum now as %+v", name, got)
+		}
+		ctx := context.WithValue(context.Background(), runToolsKey{}, rt)
+		tools, err := o.discoveredToolset(name).Tools(ctx)
+		if err != nil || len(tools) != 1 {
+			t.Fatalf("%s: %d tools, %v", name, len(tools), err)
+		}
+	}
+	var built []string
+	o.builtTools.Range(func(k, _ any) bool { built = append(built, strings.Split(k.(string), "\x00")[0]); return true })
+	slices.Sort(built)
+	if !slices.Equal(built, []string{"lax", "strict"}) {
+		t.Errorf("built tools kept for agents %v, want one per agent", built)
+	}
+	if rt := o.toolsForRun(o.agents["other"].cfg); rt.tool("get-sum") != nil {
+		t.Error("an agent whose discover: does not match offers get-sum")
 	}
 }

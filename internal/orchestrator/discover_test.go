@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/mcptest"
@@ -22,7 +23,7 @@ import (
 // script.
 func discoverAgent(t *testing.T, discover string) *orchestrator.AgentConfig {
 	t.Helper()
-	cfg, err := orchestrator.ParseAgentConfig([]byte("model: {provider: test}\ndiscover:\n"+discover), false, nil)
+	cfg, err := agentconfig.Parse([]byte("model: {provider: test}\ndiscover:\n"+discover), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestDiscoveryBesideConfiguredAndInProcessTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := orchestrator.ParseAgentConfig([]byte("model: {provider: test}\ntools:\n  - name: listed\ndiscover:\n  - tools: \"*\"\n"), false, nil)
+	cfg, err := agentconfig.Parse([]byte("model: {provider: test}\ntools:\n  - name: listed\ndiscover:\n  - tools: \"*\"\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

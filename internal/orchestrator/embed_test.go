@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -52,7 +53,7 @@ const embeddedScript = `
 // not call, beside the Go tools.
 func besideAgent(t *testing.T) *orchestrator.AgentConfig {
 	t.Helper()
-	cfg, err := orchestrator.ParseAgentConfig([]byte("model: {provider: test}\ntools:\n  - {name: remote_echo, parameters: {type: object}}\n"), false, nil)
+	cfg, err := agentconfig.Parse([]byte("model: {provider: test}\ntools:\n  - {name: remote_echo, parameters: {type: object}}\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

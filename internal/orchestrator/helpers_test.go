@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -67,7 +68,7 @@ func (e *env) orch(cfg orchestrator.Config) (*orchestrator.Orchestrator, func())
 		cfg.Bus = e.connect("orchestrator")
 	}
 	if cfg.Agent == nil {
-		a, err := orchestrator.DemoAgentConfig()
+		a, err := agentconfig.Demo()
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func externalAgent(t *testing.T, toolExtra string) *orchestrator.AgentConfig {
 	if toolExtra != "" {
 		data = []byte(strings.Replace(string(data), "    deadline: 5m\n", toolExtra, 1))
 	}
-	cfg, err := orchestrator.ParseAgentConfig(data, false, fstest.MapFS{"seed-external-script.yaml": {Data: script}})
+	cfg, err := agentconfig.Parse(data, fstest.MapFS{"seed-external-script.yaml": {Data: script}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func waitCall(t *testing.T, o *orchestrator.Orchestrator, convID, callID, what s
 // demoAgent is the built-in demo config with edits applied to its YAML.
 func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
 	t.Helper()
-	data, err := os.ReadFile("demo/agent.yaml")
+	data, err := os.ReadFile("../agentconfig/demo/agent.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,11 +299,11 @@ func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
 		}
 		s = strings.Replace(s, edits[i], edits[i+1], 1)
 	}
-	script, err := os.ReadFile("demo/script.yaml")
+	script, err := os.ReadFile("../agentconfig/demo/script.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := orchestrator.ParseAgentConfig([]byte(s), false, fstest.MapFS{"script.yaml": {Data: script}})
+	cfg, err := agentconfig.Parse([]byte(s), fstest.MapFS{"script.yaml": {Data: script}})
 	if err != nil {
 		t.Fatal(err)
 	}

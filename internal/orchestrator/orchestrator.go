@@ -470,7 +470,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 			}
 		}
 	}
-	o.cfg.Metrics.Known(tools)
+	o.cfg.Metrics.Known(o.agentNames, tools)
 	// The subscriptions live until Stop, not as long as ctx.
 	if err := o.consumeReplies(o.runCtx); err != nil {
 		return fmt.Errorf("start: %w", err)

@@ -149,7 +149,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
 	}
-	o.cfg.Metrics.RunFinished(status)
+	o.cfg.Metrics.RunFinished(ag.name, status)
 }
 
 // Run ends other than by a stored status.

@@ -146,3 +146,21 @@ func TestDefaultStateCacheBytes(t *testing.T) {
 		}
 	}
 }
+
+// A finished conversation is the first out of a full cache: the paused
+// ones put before it stay.
+func TestStateCacheDropsFinishedFirst(t *testing.T) {
+	sc := newStateCache(cacheHeap(100))
+	sc.put("paused1", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("paused2", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 30)
+	sc.put("paused3", &Conversation{Status: StatusPaused}, 1, 30)
+	for _, id := range []string{"paused1", "paused2", "paused3"} {
+		if _, _, ok := sc.get(id); !ok {
+			t.Errorf("%s was dropped", id)
+		}
+	}
+	if _, _, ok := sc.get("done"); ok {
+		t.Error("the finished conversation stayed while paused ones were dropped")
+	}
+}

@@ -95,7 +95,7 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 	// re-defers the approved .env update to a worker, before asking the
 	// model anything), the last completes.
 	waitMetrics(t, withToken(api, token), []series{
-		{name: "toolgate_runs_total", labels: []string{"status", "completed"}, want: 1},
+		{name: "toolgate_runs_total", labels: []string{"agent", "default", "status", "completed"}, want: 1},
 		{name: "toolgate_runs_total", labels: []string{"status", "paused"}, want: 2},
 		{name: "toolgate_replies_total", labels: []string{"kind", "approval", "verdict", "applied"}, want: 2},
 		{name: "toolgate_replies_total", labels: []string{"kind", "call", "verdict", "applied"}, want: 2},
@@ -193,7 +193,7 @@ func TestPendingGaugeFromStoredState(t *testing.T) {
 	// A fresh orchestrator exports its series at 0, the pending gauge of
 	// every configured tool among them, rather than nothing.
 	waitMetrics(t, telemetry.Handler(reg), []series{
-		{name: "toolgate_runs_total", labels: []string{"status", "completed"}, want: 0},
+		{name: "toolgate_runs_total", labels: []string{"agent", "default", "status", "completed"}, want: 0},
 		{name: "toolgate_replies_total", labels: []string{"kind", "approval", "verdict", "refused"}, want: 0},
 		{name: "toolgate_deferred_pending", labels: []string{"tool", "delete_file", "kind", "approval"}, want: 0},
 	})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -269,16 +270,16 @@ func (s *system) connect(ctx context.Context, name string) (*bus.Bus, error) {
 
 func agentConfig() (*orchestrator.AgentConfig, error) {
 	data, err := json.Marshal(map[string]any{
-		"model": map[string]any{"provider": orchestrator.ProviderTest},
+		"model": map[string]any{"provider": agentconfig.ProviderTest},
 		"tools": []map[string]any{
 			{"name": toolWork, "parameters": map[string]any{"type": "object", "properties": map[string]any{"i": map[string]any{"type": "integer"}}}},
-			{"name": toolGuarded, "approval": orchestrator.ApprovalAlways, "parameters": map[string]any{"type": "object", "properties": map[string]any{"i": map[string]any{"type": "integer"}}}},
+			{"name": toolGuarded, "approval": agentconfig.ApprovalAlways, "parameters": map[string]any{"type": "object", "properties": map[string]any{"i": map[string]any{"type": "integer"}}}},
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	return orchestrator.ParseAgentConfig(data, true, nil)
+	return agentconfig.Parse(data, nil)
 }
 
 // script is the model of every conversation: calls tools two at a time,

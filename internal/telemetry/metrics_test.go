@@ -89,9 +89,9 @@ func TestMetricsScrape(t *testing.T) {
 			name: "orchestrator",
 			record: func(reg *prometheus.Registry) {
 				m := telemetry.NewOrchestratorMetrics(reg)
-				m.RunFinished("paused")
-				m.RunFinished("completed")
-				m.RunFinished("completed")
+				m.RunFinished("support", "paused")
+				m.RunFinished("support", "completed")
+				m.RunFinished("support", "completed")
 				m.PendingAdd("delete_file", "approval")
 				m.PendingAdd("delete_file", "approval")
 				m.PendingAdd("weather", "call")
@@ -108,8 +108,8 @@ func TestMetricsScrape(t *testing.T) {
 				m.DeadLetter("invalid")
 			},
 			want: []series{
-				{"toolgate_runs_total", []string{"status", "completed"}, 2},
-				{"toolgate_runs_total", []string{"status", "paused"}, 1},
+				{"toolgate_runs_total", []string{"agent", "support", "status", "completed"}, 2},
+				{"toolgate_runs_total", []string{"agent", "support", "status", "paused"}, 1},
 				{"toolgate_deferred_pending", []string{"tool", "delete_file", "kind", "approval"}, 1},
 				{"toolgate_deferred_pending", []string{"tool", "weather", "kind", "call"}, 1},
 				{"toolgate_decision_seconds", []string{"tool", "delete_file"}, 1},
@@ -196,7 +196,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	a.Decided("a", "approved", time.Second)
 	a.Redelivered("t")
 	a.DeadLetter("r")
-	o.RunFinished("completed")
+	o.RunFinished("support", "completed")
 	o.PendingAdd("t", "call")
 	o.PendingDone("t", "call")
 	o.DecisionLatency("t", time.Second)
@@ -270,7 +270,7 @@ func TestCountPending(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewOrchestratorMetrics(reg)
 	m.PendingAdd("ignored", "call")
-	m.RunFinished("completed")
+	m.RunFinished("support", "completed")
 	var fail error
 	m.CountPending(func(ctx context.Context) ([]telemetry.PendingCount, error) {
 		if ctx.Err() != nil {

@@ -16,7 +16,7 @@ const (
 
 // OrchestratorMetrics are the orchestrator's collectors:
 //
-//	toolgate_runs_total{status}                  runs ended, by status
+//	toolgate_runs_total{agent,status}            runs ended, by agent and status
 //	toolgate_deferred_pending{tool,kind}         deferred calls published and not yet settled
 //	toolgate_decision_seconds{tool}              approval request published → decision accepted
 //	toolgate_result_seconds{tool}                call published → worker result accepted
@@ -56,8 +56,8 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 	return &OrchestratorMetrics{
 		runs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_runs_total",
-			Help: "Agent runs that ended, by status (e.g. completed, paused, failed).",
-		}, []string{"status"})),
+			Help: "Agent runs that ended, by agent and status (e.g. completed, paused, failed).",
+		}, []string{"agent", "status"})),
 		pending: register(reg, newPendingCollector()), decision: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "toolgate_decision_seconds",
 			Help:    "Time from publishing an approval request to accepting its decision.",
@@ -110,12 +110,12 @@ func (m *OrchestratorMetrics) ReconcileError() {
 	m.reconcile.Inc()
 }
 
-// RunFinished counts a run that ended with status.
-func (m *OrchestratorMetrics) RunFinished(status string) {
+// RunFinished counts a run of agent that ended with status.
+func (m *OrchestratorMetrics) RunFinished(agent, status string) {
 	if m == nil {
 		return
 	}
-	m.runs.WithLabelValues(status).Inc()
+	m.runs.WithLabelValues(agent, status).Inc()
 }
 
 // PendingAdd counts a deferred call published.
@@ -155,15 +155,18 @@ func (m *OrchestratorMetrics) CountPending(fn func(ctx context.Context) ([]Pendi
 
 // Known makes the series of the label values known at start exist from
 // the first scrape, at 0, instead of appearing only once something happens
-// (Prometheus' "avoid missing metrics"): runs by every status, replies by
-// every kind and verdict, expiries by kind, denials and the pending gauge by
-// each of tools (with both kinds), and the reconcile errors.
-func (m *OrchestratorMetrics) Known(tools []string) {
+// (Prometheus' "avoid missing metrics"): runs by each of agents and every
+// status, replies by every kind and verdict, expiries by kind, denials and
+// the pending gauge by each of tools (with both kinds), and the reconcile
+// errors.
+func (m *OrchestratorMetrics) Known(agents, tools []string) {
 	if m == nil {
 		return
 	}
-	for _, st := range []string{"completed", "failed", "paused", "interrupted", "lease_lost", "not_stored"} {
-		m.runs.WithLabelValues(st)
+	for _, a := range agents {
+		for _, st := range []string{"completed", "failed", "paused", "interrupted", "lease_lost", "not_stored"} {
+			m.runs.WithLabelValues(a, st)
+		}
 	}
 	kinds := []string{"call", "approval"}
 	for _, k := range kinds {

@@ -1,20 +1,22 @@
-package orchestrator
+package agentconfig
 
 import (
 	"embed"
 	"fmt"
 	"io/fs"
+
+	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 //go:embed demo/agent.yaml demo/script.yaml
 var demoFiles embed.FS
 
-// DemoAgentConfig is the built-in demo agent, used when no agent config is
+// Demo is the built-in demo agent, used when no agent config is
 // given: the seed article's approval example with a script model. Tools:
 // update_file (approval when the path is .env, reason "protected"),
 // delete_file (approval always), read_file, calculate_answer and
 // send_to_worker, with the schemas of the tool-worker's built-ins.
-func DemoAgentConfig() (*AgentConfig, error) {
+func Demo() (*orchestrator.AgentConfig, error) {
 	dir, err := fs.Sub(demoFiles, "demo")
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
@@ -23,7 +25,7 @@ func DemoAgentConfig() (*AgentConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}
-	cfg, err := ParseAgentConfig(data, false, dir)
+	cfg, err := Parse(data, dir)
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}

@@ -1,28 +1,31 @@
-package orchestrator
+package agentconfig
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/rule"
 )
 
-// approvalRule decides whether a call of a tool needs a decision first.
+// approvalRule decides whether a call of a tool needs a decision first
+// (orchestrator.ApprovalRule).
 // Its expression is in the dialect of package rule, the same as an
 // approver policy's `when:`, so an expression over the model's args decides
 // alike at both gates; `metadata` is empty here (a request's metadata is
 // what the approvers see).
 type approvalRule struct {
 	always bool
-	never  bool
 	rule   *rule.Rule
 }
 
-func compileApproval(s string) (*approvalRule, error) {
+// compileApproval compiles an approval: never (nil), always or a CEL
+// expression.
+func compileApproval(s string) (orchestrator.ApprovalRule, error) {
 	switch strings.TrimSpace(s) {
 	case "", ApprovalNever:
-		return &approvalRule{never: true}, nil
+		return nil, nil
 	case ApprovalAlways:
 		return &approvalRule{always: true}, nil
 	}
@@ -33,15 +36,12 @@ func compileApproval(s string) (*approvalRule, error) {
 	return &approvalRule{rule: r}, nil
 }
 
-// required reports whether a call with these args needs a decision. It fails
+// Required reports whether a call with these args needs a decision. It fails
 // closed: args that cannot be decoded, an evaluation error (a missing key, a
 // wrong type, the cost limit) or a non-bool result all mean approval is
 // required, and the error says why.
-func (r *approvalRule) required(tool string, args json.RawMessage) (bool, error) {
-	switch {
-	case r == nil || r.never:
-		return false, nil
-	case r.always:
+func (r *approvalRule) Required(tool string, args json.RawMessage) (bool, error) {
+	if r.always {
 		return true, nil
 	}
 	b, err := r.rule.Eval(tool, args, nil)

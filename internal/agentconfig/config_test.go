@@ -1,4 +1,4 @@
-package orchestrator_test
+package agentconfig_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -41,7 +41,7 @@ tools:
 func TestParseAgentConfig(t *testing.T) {
 	t.Parallel()
 	dir := fstest.MapFS{"s.yaml": {Data: []byte("- text: hi\n")}}
-	cfg, err := orchestrator.ParseAgentConfig([]byte(goodConfig), false, dir)
+	cfg, err := agentconfig.Parse([]byte(goodConfig), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestParseAgentConfig(t *testing.T) {
 
 	// The same config as JSON.
 	j := `{"model":{"provider":"test"},"tools":[{"name":"t","approval":"args.n > 3"}]}`
-	if _, err := orchestrator.ParseAgentConfig([]byte(j), true, nil); err != nil {
+	if _, err := agentconfig.Parse([]byte(j), nil); err != nil {
 		t.Errorf("json config: %v", err)
 	}
 }
@@ -101,7 +101,7 @@ func TestParseAgentConfigErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := orchestrator.ParseAgentConfig([]byte(tc.yaml), false, dir)
+			_, err := agentconfig.Parse([]byte(tc.yaml), dir)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error = %v, want one containing %q", err, tc.want)
 			}
@@ -112,7 +112,7 @@ func TestParseAgentConfigErrors(t *testing.T) {
 func TestExampleConfigsLoad(t *testing.T) {
 	t.Parallel()
 	for _, f := range []string{"agent-seed-approval.yaml", "agent-seed-external.yaml", "agent-openai.yaml"} {
-		if _, err := orchestrator.LoadAgentConfig("../../examples/" + f); err != nil {
+		if _, err := agentconfig.Load("../../examples/" + f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -122,7 +122,7 @@ func TestExampleConfigsLoad(t *testing.T) {
 // descriptions and schemas.
 func TestDemoToolsMatchWorkerBuiltins(t *testing.T) {
 	t.Parallel()
-	cfg, err := orchestrator.DemoAgentConfig()
+	cfg, err := agentconfig.Demo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +173,26 @@ func TestScriptPathRelativeToTheConfig(t *testing.T) {
 		if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if c, err := orchestrator.LoadAgentConfig(file); err != nil || len(c.Script) == 0 {
+		if c, err := agentconfig.Load(file); err != nil || len(c.Script) == 0 {
 			t.Errorf("script %s: %v", path, err)
+		}
+	}
+}
+
+func TestDiscoverConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ yaml, want string }{
+		{"model: {provider: test}\n", "at least one tool (or a discover: entry)"},
+		{"model: {provider: test}\ndiscover:\n  - approval: always\n", "discover[0].tools: required"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"[a-\"\n", "discover[0].tools: \"[a-\" is not a glob"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval: \"args.x >\"\n", "discover[0].approval"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approval_metadata: [1]\n", "discover[0].approval_metadata: want an object"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    deadline: -1s\n", "discover[0].deadline: must not be negative"},
+		{"model: {provider: test}\ndiscover:\n  - tools: \"*\"\n    approve: always\n", `unknown field "approve"`},
+	} {
+		_, err := agentconfig.Parse([]byte(tt.yaml), nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %q", tt.yaml, err, tt.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package agentconfig
 
 import (
 	"encoding/json"
@@ -46,7 +46,7 @@ func TestApprovalAndPolicyDecideAlike(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
-		required, rerr := r.required("update_file", json.RawMessage(tc.args))
+		required, rerr := r.Required("update_file", json.RawMessage(tc.args))
 
 		p, err := approver.ParsePolicy([]byte("rules:\n  - when: '" + strings.ReplaceAll(tc.expr, "'", "''") + "'\n    action: approve\n"))
 		if err != nil {

@@ -1,0 +1,130 @@
+package agentconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// validate checks the config, fills in defaults and compiles the approval
+// rules; every error names the field (a *fieldError, so that Parse adds its
+// line).
+func validate(c *orchestrator.AgentConfig) error {
+	if err := validateModel(c); err != nil {
+		return err
+	}
+	if c.InlineWait < 0 {
+		return fieldErrorf("inline_wait", "inline_wait: must not be negative")
+	}
+	if c.MaxModelRequests < 0 {
+		return fieldErrorf("max_model_requests", "max_model_requests: must not be negative")
+	}
+	if len(c.Tools) == 0 && len(c.Discover) == 0 {
+		return fieldErrorf("tools", "tools: at least one tool (or a discover: entry) is required")
+	}
+	for i := range c.Discover {
+		if err := validateDiscover(&c.Discover[i], fmt.Sprintf("discover[%d]", i)); err != nil {
+			return err
+		}
+	}
+	seen := make(map[string]bool, len(c.Tools))
+	for i := range c.Tools {
+		t := &c.Tools[i]
+		if err := validateTool(t, fmt.Sprintf("tools[%d]", i), seen); err != nil {
+			return err
+		}
+		seen[t.Name] = true
+	}
+	return nil
+}
+
+func validateModel(c *orchestrator.AgentConfig) error {
+	switch c.Model.Provider {
+	case ProviderOpenAI:
+		if c.Model.Name == "" {
+			return fieldErrorf("model.name", "model.name: required for the openai provider")
+		}
+	case ProviderScript:
+		if c.Model.Script == "" && len(c.Script) == 0 {
+			return fieldErrorf("model.script", "model.script: required for the script provider")
+		}
+	case ProviderTest:
+	case "":
+		return fieldErrorf("model.provider", "model.provider: required (openai, script or test)")
+	default:
+		return fieldErrorf("model.provider", "model.provider: unknown provider %q (want openai, script or test)", c.Model.Provider)
+	}
+	return nil
+}
+
+func validateDiscover(d *orchestrator.DiscoverConfig, at string) error {
+	if d.Tools == "" {
+		return fieldErrorf(at+".tools", "%s.tools: required (a glob over tool names, such as \"get-*\" or \"*\")", at)
+	}
+	if _, err := path.Match(d.Tools, ""); err != nil {
+		return fieldErrorf(at+".tools", "%s.tools: %q is not a glob: %w", at, d.Tools, err)
+	}
+	var err error
+	d.Rule, err = checkGate(at, at, d.Approval, &d.ApprovalMetadata, d.Deadline, d.CallDeadline)
+	return err
+}
+
+// validateTool checks tools[i] (at); seen holds the names of the tools
+// before it.
+func validateTool(t *orchestrator.ToolConfig, at string, seen map[string]bool) error {
+	if !orchestrator.ValidToolName(t.Name) {
+		return fieldErrorf(at+".name", "%s.name: %q is not a tool name (letters, digits, _ and -, at most 64)", at, t.Name)
+	}
+	label := fmt.Sprintf("%s (%s)", at, t.Name)
+	if seen[t.Name] {
+		return fieldErrorf(at+".name", "%s.name: duplicate tool name", label)
+	}
+	if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
+		t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	t.Parameters = compactJSON(t.Parameters)
+	var schema map[string]any
+	if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+		return fieldErrorf(at+".parameters", "%s.parameters: want a JSON Schema object: %w", label, err)
+	}
+	if typ, ok := schema["type"]; ok && typ != "object" {
+		return fieldErrorf(at+".parameters", "%s.parameters: the args schema must have type \"object\", not %v", label, typ)
+	}
+	var err error
+	t.Rule, err = checkGate(at, label, t.Approval, &t.ApprovalMetadata, t.Deadline, t.CallDeadline)
+	return err
+}
+
+// checkGate checks what a tool and a discover: entry both have (the
+// approval rule, its metadata, the deadlines) and compiles the rule; at is
+// the field's path, label how errors name it.
+func checkGate(at, label, approval string, meta *json.RawMessage, deadline, callDeadline orchestrator.Duration) (orchestrator.ApprovalRule, error) {
+	m, err := objectOrNil(*meta)
+	if err != nil {
+		return nil, fieldErrorf(at+".approval_metadata", "%s.approval_metadata: want an object: %w", label, err)
+	}
+	*meta = m
+	if deadline < 0 || callDeadline < 0 {
+		return nil, fieldErrorf(at+".deadline", "%s.deadline: must not be negative", label)
+	}
+	rule, err := compileApproval(approval)
+	if err != nil {
+		return nil, fieldErrorf(at+".approval", "%s.approval: %w", label, err)
+	}
+	return rule, nil
+}
+
+// fieldError is a config error about the field at Path ("tools[0].name").
+type fieldError struct {
+	Path string
+	Err  error
+}
+
+func (e *fieldError) Error() string { return e.Err.Error() }
+func (e *fieldError) Unwrap() error { return e.Err }
+
+func fieldErrorf(at, format string, args ...any) error {
+	return &fieldError{Path: at, Err: fmt.Errorf(format, args...)}
+}

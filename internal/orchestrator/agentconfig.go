@@ -1,0 +1,179 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+)
+
+// Default deadlines of a deferred call, when its tool sets none.
+const (
+	DefaultApprovalDeadline = 10 * time.Minute
+	DefaultCallDeadline     = 5 * time.Minute
+)
+
+// AgentConfig describes the agent the orchestrator runs: its model, its
+// instructions and its tools. Every tool is executed by a tool-worker; an
+// approval rule decides which calls first need a decision. Package
+// agentconfig reads one from a file, checks it and compiles its rules; the
+// engine takes it as it is.
+type AgentConfig struct {
+	// Name names the agent (POST /v1/runs {"agent"}); loaded from a file
+	// without one, it is the file's base name.
+	Name         string      `json:"name,omitempty"`
+	Model        ModelConfig `json:"model"`
+	Instructions string      `json:"instructions,omitempty"`
+	// InlineWait is how long a run waits, inside the run, for the replies of
+	// its deferred calls before it pauses. Zero (the default) pauses at once.
+	InlineWait Duration `json:"inline_wait,omitempty"`
+	// MaxModelRequests bounds the model calls of one run. Zero means the
+	// agent's default.
+	MaxModelRequests int          `json:"max_model_requests,omitempty"`
+	Tools            []ToolConfig `json:"tools,omitempty"`
+	// Discover offers the model the tools workers advertise whose names
+	// match an entry (the first that matches decides); a tool listed under
+	// Tools is the configured one.
+	Discover []DiscoverConfig `json:"discover,omitempty"`
+
+	// Script holds the responses of a script model, read from Model.Script.
+	Script []agent.ScriptResponse `json:"-"`
+	// ModelFunc makes the model Model names (set by package agentconfig,
+	// which knows the providers); Config.Model, when set, is used instead.
+	ModelFunc ModelFunc `json:"-"`
+}
+
+// ModelFunc makes an agent's model; lookupEnv resolves the config's
+// api_key_env, logger receives the model's log.
+type ModelFunc func(lookupEnv func(string) (string, bool), logger *slog.Logger) (agent.Model, error)
+
+// ModelConfig names the model behind the agent.
+type ModelConfig struct {
+	Provider string `json:"provider"`
+	Name     string `json:"name,omitempty"`
+	BaseURL  string `json:"base_url,omitempty"`
+	// APIKeyEnv names the environment variable that holds the API key. The
+	// orchestrator looks it up through Config.LookupEnv.
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// APIKey is set by the program (never read from a file).
+	APIKey string `json:"-"`
+	// Script is a JSON or YAML file with a list of responses (the conformance
+	// RESPONSE shape), relative to the config file.
+	Script string `json:"script,omitempty"`
+	// Stream asks the provider for streamed responses where it supports them.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ToolConfig declares one tool the model may call.
+type ToolConfig struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"` // JSON Schema of the args object
+	// Approval is "never" (the default), "always", or a CEL expression over
+	// `args` (and `tool`) that is true when the call needs a decision.
+	Approval string `json:"approval,omitempty"`
+	// ApprovalMetadata goes with an approval request as its reason.
+	ApprovalMetadata json.RawMessage `json:"approval_metadata,omitempty"`
+	// Deadline bounds how long a deferred call of this tool may stay pending.
+	// Defaults to DefaultApprovalDeadline for approvals and
+	// DefaultCallDeadline for external calls.
+	Deadline Duration `json:"deadline,omitempty"`
+	// CallDeadline, when set, overrides Deadline for external calls.
+	CallDeadline Duration `json:"call_deadline,omitempty"`
+
+	// Rule is Approval compiled; nil never requires approval.
+	Rule ApprovalRule `json:"-"`
+	// Set for a discovered tool: its schema digest and MCP server.
+	digest    string
+	mcpServer string
+}
+
+// DiscoverConfig offers advertised tools whose names match Tools, with an
+// approval rule and deadlines as a configured tool has them.
+type DiscoverConfig struct {
+	// Tools is a glob over tool names (path.Match: *, ?, [a-z]).
+	Tools            string          `json:"tools"`
+	Approval         string          `json:"approval,omitempty"`
+	ApprovalMetadata json.RawMessage `json:"approval_metadata,omitempty"`
+	Deadline         Duration        `json:"deadline,omitempty"`
+	CallDeadline     Duration        `json:"call_deadline,omitempty"`
+
+	// Rule is Approval compiled; nil never requires approval.
+	Rule ApprovalRule `json:"-"`
+}
+
+// ApprovalRule decides whether a call of a tool needs a decision first.
+// An error means approval is required, and says why.
+type ApprovalRule interface {
+	Required(tool string, args json.RawMessage) (bool, error)
+}
+
+// deadline returns how long a call of this kind may stay pending; a nil
+// tool (one the config does not know) gets the defaults.
+func (t *ToolConfig) deadline(approval bool) time.Duration {
+	if t == nil {
+		if approval {
+			return DefaultApprovalDeadline
+		}
+		return DefaultCallDeadline
+	}
+	if !approval && t.CallDeadline > 0 {
+		return t.CallDeadline.D()
+	}
+	if t.Deadline > 0 {
+		return t.Deadline.D()
+	}
+	if approval {
+		return DefaultApprovalDeadline
+	}
+	return DefaultCallDeadline
+}
+
+// tool returns the tool named name, or nil.
+func (c *AgentConfig) tool(name string) *ToolConfig {
+	for i := range c.Tools {
+		if c.Tools[i].Name == name {
+			return &c.Tools[i]
+		}
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as a Go duration string ("90s", "10m")
+// or as a number of seconds.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("invalid duration %s: want a string like \"90s\" or a number of seconds", b)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidToolName reports whether a model can call a tool of this name
+// (letters, digits, _ and -, at most 64).
+func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
+
+// ValidAgentName reports whether name can name an agent (as a tool name).
+func ValidAgentName(name string) bool { return agentNameRE.MatchString(name) }
