@@ -275,6 +275,7 @@ type ConflictError struct {
 const (
 	opCancel       = "cancel"
 	opDelete       = "delete"
+	opDelCorrupt   = "delete corrupt"
 	opSecondPrompt = "second prompt"
 )
 
@@ -284,6 +285,8 @@ func (e *ConflictError) Error() string {
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
 	case opSecondPrompt:
 		return fmt.Sprintf("conversation %s is paused and already has a prompt for its follow-up run; another is accepted once it is finished", e.ConversationID)
+	case opDelCorrupt:
+		return fmt.Sprintf("conversation %s can be read (%s): only one that cannot be read is deleted as corrupt; delete it without corrupt=true", e.ConversationID, e.Status)
 	case opDelete:
 		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
 	}

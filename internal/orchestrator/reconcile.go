@@ -90,7 +90,7 @@ func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
 }
 
 // dropFinished removes the due entries of the conversations whose last
-// record says they finished, or that have no log, and returns the others.
+// record says they finished, and returns the others.
 func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
 	status := make(map[string]Status, len(sums))
 	for _, s := range sums {
@@ -103,7 +103,9 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 	)
 	for _, e := range due {
 		st, ok := status[e.id]
-		if ok && !st.Terminal() && st != StatusDeleted {
+		// No last record is no log, or a last record the server cannot
+		// load (damaged on disk): reading the log tells them apart.
+		if !ok || !st.Terminal() && st != StatusDeleted {
 			open = append(open, e)
 			continue
 		}
