@@ -347,17 +347,11 @@ type Orchestrator struct {
 	replyGroups replyGroups
 	observer    observer
 
-	// catalogue holds the tools workers advertise (nil until Start);
-	// runTools the tools of each run executing here, by run id;
-	// builtTools the agent's tools made for discovered ones, by name and
-	// schema digest.
-	catalogue  *Catalogue
-	runTools   sync.Map
-	builtTools sync.Map
-	stopWatch  context.CancelFunc
-	watchDone  chan struct{}
-	warnings   advertWarnings
-	warnedOnce sync.Map
+	// discovery knows the tools workers advertise and what each run
+	// offers of them.
+	discovery discovery
+	// once logs a warning once per key.
+	once onceLog
 
 	stats Stats
 }
@@ -426,7 +420,8 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
-	o.warnings.log = o.log
+	o.once.log = o.log
+	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.buildAgents(); err != nil {
@@ -500,7 +495,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err := o.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
-	o.watchAdverts(ctx)
+	o.discovery.watch(ctx, o.bus)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
 	// on in the background.
@@ -572,10 +567,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
-		if o.stopWatch != nil {
-			o.stopWatch()
-			<-o.watchDone
-		}
+		o.discovery.stop()
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {
