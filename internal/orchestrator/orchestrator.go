@@ -427,6 +427,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	o.warnings.log = o.log
+	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.buildAgents(); err != nil {
 		return nil, err
@@ -454,6 +455,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.store = st
+	o.storage.probe = indexProbe(st.index, o.clock)
 	if _, err := o.store.migrate(ctx, o.log); err != nil {
 		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
 	}
@@ -595,7 +597,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 }
 
 // Health reports whether the orchestrator is serving and its store has
-// room (see storageHealth).
+// room (see storageState.health).
 func (o *Orchestrator) Health(ctx context.Context) error {
 	if o.stopped.Load() {
 		return ErrStopped
@@ -603,7 +605,7 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
-	return o.storageHealth(ctx)
+	return o.storage.health(ctx)
 }
 
 // InstanceID is the id of this replica (Config.InstanceID).

@@ -138,7 +138,7 @@ func (o *Orchestrator) reconcileEach(ctx context.Context, due []dueEntry) {
 		if err := o.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
 			o.stats.ReconcileErrors.Add(1)
 			o.cfg.Metrics.ReconcileError()
-			o.storageFailed(err) // health reports a store without room
+			o.storage.failed(err) // health reports a store without room
 			o.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 		}
 	}
