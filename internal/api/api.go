@@ -39,6 +39,7 @@ type Engine interface {
 	Conversations(ctx context.Context, req orchestrator.ListRequest) (orchestrator.ConversationList, error)
 	Cancel(ctx context.Context, id string) (*orchestrator.Conversation, error)
 	Delete(ctx context.Context, id string) error
+	DeleteCorrupt(ctx context.Context, id string) error
 	Pending(ctx context.Context) ([]wire.PendingCall, error)
 	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
 	Health(ctx context.Context) error
@@ -66,6 +67,7 @@ type Config struct {
 //	GET  /v1/conversations                 a page of conversations (?status=&limit=&cursor=)
 //	GET  /v1/conversations/{id}            a conversation: status, output, runs, pending calls, messages
 //	DELETE /v1/conversations/{id}          delete a finished one (204; 409 while under way)
+//	                                       ?corrupt=true: one that cannot be read (204; 409 if it can)
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
 //	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
@@ -233,7 +235,16 @@ func (h *api) deleteConversation(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("conversation %q not found", id))
 		return
 	}
-	if err := h.o.Delete(r.Context(), id); err != nil {
+	del := h.o.Delete
+	switch c := r.URL.Query().Get("corrupt"); c {
+	case "", "false":
+	case "true":
+		del = h.o.DeleteCorrupt
+	default:
+		web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("corrupt: %q is not true or false", c))
+		return
+	}
+	if err := del(r.Context(), id); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -312,7 +323,7 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// error": the operator repairs or deletes the conversation.
 		h.log.ErrorContext(r.Context(), "corrupt conversation", slog.String("conversation_id", corrupt.ConversationID),
 			slog.Uint64("record", corrupt.Sequence), slog.String("error", corrupt.Err.Error()))
-		web.WriteError(w, http.StatusInternalServerError, err.Error())
+		web.WriteError(w, http.StatusInternalServerError, err.Error()+"; once what can be saved is saved, DELETE /v1/conversations/"+corrupt.ConversationID+"?corrupt=true removes it")
 	default:
 		h.log.ErrorContext(r.Context(), "http request", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))

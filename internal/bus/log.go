@@ -45,8 +45,9 @@ var errLogEnd = errors.New("end of log")
 func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64, fn func(LogMsg) error) (uint64, error) {
 	last := after
 	var parts []byte
+	var missing uint64 // messages the previous batch counted but did not send
 	for {
-		n, more, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
+		n, more, unsent, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
 			last = m.Sequence
 			if p := m.Header.Get(HeaderLogPart); p != "" {
 				i, n, ok := partOf(p)
@@ -67,28 +68,54 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 		if err != nil {
 			return last, fmt.Errorf("read %s of %s: %w", subject, stream, err)
 		}
+		// The server counted messages of the subject it did not send:
+		// either some were appended while the batch was read (the next
+		// batch has them), or it cannot load them (a message whose
+		// checksum fails on disk is answered as missing, and the log
+		// would silently end before it). A next batch that reads nothing
+		// tells the second apart.
+		if missing > 0 && n == 0 {
+			return last, &LogUnreadableError{Stream: stream, Subject: subject, After: last, Count: missing}
+		}
+		missing = unsent
+		if unsent > 0 {
+			continue
+		}
 		if n < logBatch || !more {
 			return last, nil
 		}
 	}
 }
 
-// readLogBatch reads one batch; it reports how many messages it read and
-// whether more follow.
-func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after uint64, fn func(LogMsg) error) (int, bool, error) {
+// LogUnreadableError says the server holds messages of a log that it cannot
+// load (their checksum fails on disk), after message After.
+type LogUnreadableError struct {
+	Stream, Subject string
+	After           uint64
+	Count           uint64
+}
+
+func (e *LogUnreadableError) Error() string {
+	return fmt.Sprintf("the server counts %d more message(s) of %s in %s after sequence %d but cannot load them (damaged on disk?)", e.Count, e.Subject, e.Stream, e.After)
+}
+
+// readLogBatch reads one batch; it reports how many messages it read,
+// whether more follow, and how many messages the server counted but did
+// not send when the batch ended short.
+func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after uint64, fn func(LogMsg) error) (int, bool, uint64, error) {
 	req, err := json.Marshal(struct {
 		Seq     uint64 `json:"seq"`
 		NextFor string `json:"next_by_subj"`
 		Batch   int    `json:"batch"`
 	}{after + 1, subject, logBatch})
 	if err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
 	inbox := b.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, logBatch+1)
 	sub, err := b.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	prefix := b.js.Options().APIPrefix
@@ -96,7 +123,7 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 		prefix = "$JS.API."
 	}
 	if err := b.nc.PublishRequest(prefix+"DIRECT.GET."+stream, inbox, req); err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
 	timer := time.NewTimer(readLogStall)
 	defer timer.Stop()
@@ -104,22 +131,28 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 	for {
 		select {
 		case <-ctx.Done():
-			return n, false, ctx.Err()
+			return n, false, 0, ctx.Err()
 		case <-timer.C:
-			return n, false, fmt.Errorf("no answer to a direct get for %s", readLogStall)
+			return n, false, 0, fmt.Errorf("no answer to a direct get for %s", readLogStall)
 		case m := <-ch:
 			timer.Reset(readLogStall)
 			lm, err := logMsgOf(m)
 			if errors.Is(err, errLogEnd) {
-				return n, more, nil
+				var unsent uint64
+				if n < logBatch {
+					// The end marker carries the count of the subject's
+					// messages left after what was sent.
+					unsent, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				}
+				return n, more, unsent, nil
 			}
 			if err != nil {
-				return n, false, err
+				return n, false, 0, err
 			}
 			n++
 			more = lm.Pending > 0
 			if err := fn(lm); err != nil {
-				return n, false, err
+				return n, false, 0, err
 			}
 		}
 	}

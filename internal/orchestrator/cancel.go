@@ -39,7 +39,7 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 		if errors.As(err, &ce) {
 			ce.Op = opCancel
 		}
-		o.storageFailed(err)
+		o.storage.failed(err)
 		return nil, err
 	}
 	for _, r := range runs {

@@ -90,6 +90,18 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 		return gone
 	}
 	// The events hold the history too.
+	if err := o.purgeEvents(ctx, id); err != nil {
+		return err
+	}
+	if gone != nil {
+		return gone
+	}
+	o.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
+	return nil
+}
+
+// purgeEvents removes the events of conversation id.
+func (o *Orchestrator) purgeEvents(ctx context.Context, id string) error {
 	subj, err := bus.EventSubject(id)
 	if err != nil {
 		return err
@@ -101,10 +113,6 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
 	}
-	if gone != nil {
-		return gone
-	}
-	o.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
 	return nil
 }
 

@@ -278,6 +278,7 @@ type ConflictError struct {
 const (
 	opCancel       = "cancel"
 	opDelete       = "delete"
+	opDelCorrupt   = "delete corrupt"
 	opSecondPrompt = "second prompt"
 )
 
@@ -287,6 +288,8 @@ func (e *ConflictError) Error() string {
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
 	case opSecondPrompt:
 		return fmt.Sprintf("conversation %s is paused and already has a prompt for its follow-up run; another is accepted once it is finished", e.ConversationID)
+	case opDelCorrupt:
+		return fmt.Sprintf("conversation %s can be read (%s): only one that cannot be read is deleted as corrupt; delete it without corrupt=true", e.ConversationID, e.Status)
 	case opDelete:
 		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
 	}
@@ -347,17 +350,11 @@ type Orchestrator struct {
 	replyGroups replyGroups
 	observer    observer
 
-	// catalogue holds the tools workers advertise (nil until Start);
-	// runTools the tools of each run executing here, by run id;
-	// builtTools the agent's tools made for discovered ones, by name and
-	// schema digest.
-	catalogue  *Catalogue
-	runTools   sync.Map
-	builtTools sync.Map
-	stopWatch  context.CancelFunc
-	watchDone  chan struct{}
-	warnings   advertWarnings
-	warnedOnce sync.Map
+	// discovery knows the tools workers advertise and what each run
+	// offers of them.
+	discovery discovery
+	// once logs a warning once per key.
+	once onceLog
 
 	stats Stats
 }
@@ -426,7 +423,9 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
-	o.warnings.log = o.log
+	o.once.log = o.log
+	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
+	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.buildAgents(); err != nil {
 		return nil, err
@@ -454,6 +453,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.store = st
+	o.storage.probe = indexProbe(st.index, o.clock)
 	if _, err := o.store.migrate(ctx, o.log); err != nil {
 		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
 	}
@@ -498,7 +498,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err := o.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
-	o.watchAdverts(ctx)
+	o.discovery.watch(ctx, o.bus)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
 	// on in the background.
@@ -570,10 +570,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
-		if o.stopWatch != nil {
-			o.stopWatch()
-			<-o.watchDone
-		}
+		o.discovery.stop()
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {
@@ -595,7 +592,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 }
 
 // Health reports whether the orchestrator is serving and its store has
-// room (see storageHealth).
+// room (see storageState.health).
 func (o *Orchestrator) Health(ctx context.Context) error {
 	if o.stopped.Load() {
 		return ErrStopped
@@ -603,7 +600,7 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
-	return o.storageHealth(ctx)
+	return o.storage.health(ctx)
 }
 
 // InstanceID is the id of this replica (Config.InstanceID).

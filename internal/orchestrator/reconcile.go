@@ -90,7 +90,7 @@ func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
 }
 
 // dropFinished removes the due entries of the conversations whose last
-// record says they finished, or that have no log, and returns the others.
+// record says they finished, and returns the others.
 func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
 	status := make(map[string]Status, len(sums))
 	for _, s := range sums {
@@ -103,7 +103,9 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 	)
 	for _, e := range due {
 		st, ok := status[e.id]
-		if ok && !st.Terminal() && st != StatusDeleted {
+		// No last record is no log, or a last record the server cannot
+		// load (damaged on disk): reading the log tells them apart.
+		if !ok || !st.Terminal() && st != StatusDeleted {
 			open = append(open, e)
 			continue
 		}
@@ -136,7 +138,7 @@ func (o *Orchestrator) reconcileEach(ctx context.Context, due []dueEntry) {
 		if err := o.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
 			o.stats.ReconcileErrors.Add(1)
 			o.cfg.Metrics.ReconcileError()
-			o.storageFailed(err) // health reports a store without room
+			o.storage.failed(err) // health reports a store without room
 			o.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 		}
 	}

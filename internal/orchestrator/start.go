@@ -53,7 +53,7 @@ func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID stri
 // A start is the write that tells whether the store has room again after it
 // had none: its outcome is noted for Health.
 func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ RunInfo, err error) {
-	defer func() { o.noteStorage(err) }()
+	defer func() { o.storage.note(err) }()
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
 	}

@@ -3,8 +3,11 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -13,39 +16,43 @@ import (
 // until a later write succeeds or JetStream reports room again.
 type storageState struct {
 	full atomic.Pointer[string]
+	log  *slog.Logger
+	// probe writes a little to the store; set when the store is open
+	// (before any write can fail).
+	probe func(ctx context.Context) error
 }
 
 // StorageFull reports whether err says the NATS server has no room to
 // store it.
 func StorageFull(err error) bool { return bus.StorageFull(err) }
 
-// noteStorage records what a write's outcome says of the store's room: a
-// failure for want of it (health reports it) or a success (room again).
-func (o *Orchestrator) noteStorage(err error) {
+// note records what a write's outcome says of the store's room: a failure
+// for want of it (health reports it) or a success (room again).
+func (s *storageState) note(err error) {
 	if err == nil {
-		o.storageWrote()
+		s.wrote()
 		return
 	}
-	o.storageFailed(err)
+	s.failed(err)
 }
 
-// storageFailed records err if it says the store is full; it reports
-// whether it did.
-func (o *Orchestrator) storageFailed(err error) bool {
+// failed records err if it says the store is full; it reports whether it
+// did.
+func (s *storageState) failed(err error) bool {
 	if !bus.StorageFull(err) {
 		return false
 	}
 	msg := err.Error()
-	if o.storage.full.Swap(&msg) == nil {
-		o.log.Error("the NATS server has no room to store conversations; starts are refused until it has", "error", msg)
+	if s.full.Swap(&msg) == nil {
+		s.log.Error("the NATS server has no room to store conversations; starts are refused until it has", "error", msg)
 	}
 	return true
 }
 
-// storageWrote clears a recorded storage failure once a write succeeded.
-func (o *Orchestrator) storageWrote() {
-	if o.storage.full.Swap(nil) != nil {
-		o.log.Info("the NATS server stores conversations again")
+// wrote clears a recorded storage failure once a write succeeded.
+func (s *storageState) wrote() {
+	if s.full.Swap(nil) != nil {
+		s.log.Info("the NATS server stores conversations again")
 	}
 }
 
@@ -53,24 +60,32 @@ func (o *Orchestrator) storageWrote() {
 // store that was full has room again (due() reads only due.* keys).
 const storageProbeKey = "probe.storage"
 
-// storageHealth reports an error naming the cause while the store has no
-// room: after a write failed for want of it, health writes a small probe
-// (to the index bucket, the store's other half) until one succeeds, so that
-// it recovers once room is back, whatever freed it.
-func (o *Orchestrator) storageHealth(ctx context.Context) error {
-	last := o.storage.full.Load()
-	if last == nil || o.store == nil {
+// health reports an error naming the cause while the store has no room:
+// after a write failed for want of it, health writes a small probe (to the
+// index bucket, the store's other half) until one succeeds, so that it
+// recovers once room is back, whatever freed it.
+func (s *storageState) health(ctx context.Context) error {
+	last := s.full.Load()
+	if last == nil || s.probe == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := o.store.index.Put(ctx, storageProbeKey, []byte(o.clock().UTC().Format(time.RFC3339Nano)))
+	err := s.probe(ctx)
 	if err == nil {
-		o.storageWrote()
+		s.wrote()
 		return nil
 	}
 	if bus.StorageFull(err) {
 		return fmt.Errorf("storage full: %s; free disk space or raise the server's JetStream max_file_store", *last)
 	}
 	return fmt.Errorf("storage: %s (a probe write: %v)", *last, err)
+}
+
+// indexProbe is storageState.probe: a small write to the index bucket.
+func indexProbe(index jetstream.KeyValue, clock func() time.Time) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := index.Put(ctx, storageProbeKey, []byte(clock().UTC().Format(time.RFC3339Nano)))
+		return err
+	}
 }

@@ -46,15 +46,20 @@ func (e *TooLargeError) Error() string {
 }
 
 // CorruptError says a conversation's log holds a record that cannot be
-// read or applied: the conversation cannot be read until it is repaired or
-// deleted. Everything else goes on around it.
+// read or applied: the conversation cannot be read until it is deleted
+// (Orchestrator.DeleteCorrupt). Everything else goes on around it.
 type CorruptError struct {
 	ConversationID string
-	Sequence       uint64
-	Err            error
+	// Sequence is the record's; 0 when the server cannot load it at all
+	// (damaged on disk: Err says after which record).
+	Sequence uint64
+	Err      error
 }
 
 func (e *CorruptError) Error() string {
+	if e.Sequence == 0 {
+		return fmt.Sprintf("conversation %s is corrupt: %v", e.ConversationID, e.Err)
+	}
 	return fmt.Sprintf("conversation %s is corrupt: its record %d cannot be read: %v", e.ConversationID, e.Sequence, e.Err)
 }
 
@@ -212,6 +217,16 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 	var corrupt *CorruptError
 	if errors.As(err, &corrupt) {
 		return 0, 0, corrupt
+	}
+	var unreadable *bus.LogUnreadableError
+	if errors.As(err, &unreadable) {
+		if c.Status == StatusDeleted {
+			// Deleted as corrupt (DeleteCorrupt): the damaged message
+			// cannot be loaded, so not purged either, and is still
+			// counted; the tombstone says all there is to say.
+			return size, last, nil
+		}
+		return 0, 0, &CorruptError{ConversationID: id, Err: unreadable}
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("conversation %s: %w", id, err)
