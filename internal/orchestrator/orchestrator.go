@@ -458,7 +458,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
-	o.cfg.Metrics.CountPending(o.countPending)
+	o.cfg.Metrics.CountPending(countPending(o.Pending))
 	var tools []string
 	for _, a := range o.agents {
 		for _, t := range a.cfg.Tools {
@@ -658,13 +658,20 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]wire.PendingCall, error) 
 	return out, nil
 }
 
-// countPending counts the deferred calls waiting for a reply, by tool and
-// kind, for the pending gauge.
-func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCount, error) {
-	pending, err := o.Pending(ctx)
-	if err != nil {
-		return nil, err
+// countPending counts the deferred calls pending lists, by tool and kind,
+// for the pending gauge.
+func countPending(pending func(context.Context) ([]wire.PendingCall, error)) func(context.Context) ([]telemetry.PendingCount, error) {
+	return func(ctx context.Context) ([]telemetry.PendingCount, error) {
+		calls, err := pending(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return countByTool(calls), nil
 	}
+}
+
+// countByTool counts calls by tool and kind, in the order met.
+func countByTool(pending []wire.PendingCall) []telemetry.PendingCount {
 	type key struct{ tool, kind string }
 	n := map[key]int{}
 	var order []key
@@ -679,11 +686,8 @@ func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCou
 	for _, k := range order {
 		out = append(out, telemetry.PendingCount{Tool: k.tool, Kind: k.kind, N: n[k]})
 	}
-	return out, nil
+	return out
 }
-
-// newRunID makes the id of a new run of conversation convID.
-func (o *Orchestrator) newRunID(convID string) string { return runIDFor(o.cfg.NewID(), convID) }
 
 // A run id names its conversation: "r" + its own part + runIDSep + the
 // conversation id. A reply thus finds its conversation without a read, and
