@@ -113,6 +113,9 @@ type Config struct {
 	// orchestrator's own (agent.Handler): what they resolve never leaves
 	// the run.
 	Handlers []agent.Handler
+	// Deps is what every run's tools, approval rules and handlers see as
+	// RunContext.Deps (an embedding program's database, clients, config).
+	Deps any
 	// LookupEnv resolves the agent config's api_key_env. Nil means no
 	// environment: a config that names a variable fails.
 	LookupEnv func(string) (string, bool)
