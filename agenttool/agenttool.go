@@ -1,7 +1,8 @@
-// Package agenttool gives an orchestrator embedded in a Go program (for
-// now: toolgatetest.Options) tools and handlers written in Go: tools that
-// run inside the run, beside the ones workers execute; approval rules that
-// see the run's context (its history, the conversation); and inline
+// Package agenttool gives an orchestrator embedded in a Go program
+// (toolgate.Config, toolgatetest.Options) tools and handlers written in
+// Go: tools that run inside the run, beside the ones workers execute;
+// approval rules that see the run's context (its history, the
+// conversation, the program's Deps); and inline
 // handlers that settle deferred calls without publishing them. Everything
 // else stays as in a deployed orchestrator: state in JetStream, pauses,
 // approvers, expiry.

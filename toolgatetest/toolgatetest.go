@@ -27,14 +27,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/agenttool"
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/agentconfig"
-	"github.com/toolgate/toolgate/internal/api"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
-	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // Timeout bounds the waits of this package (starting, stopping), generous
@@ -57,6 +55,10 @@ type Options struct {
 	// Handlers inline handlers of its deferred calls (package agenttool).
 	Tools    []agenttool.Tool
 	Handlers []agenttool.Handler
+	// Model, when set, answers instead of the model Agent names; Deps is
+	// every run's RunContext.Deps (toolgate.Config).
+	Model toolgate.Model
+	Deps  any
 	// Logger receives every part's log. nil discards it.
 	Logger *slog.Logger
 }
@@ -73,7 +75,8 @@ type System struct {
 }
 
 // Start starts a system for t; it stops at t's cleanup. A part that
-// cannot start fails the test.
+// cannot start fails the test. The orchestrator is a toolgate.Orchestrator,
+// as a program embeds it, on a connection of its own.
 func Start(t testing.TB, opts Options) *System {
 	t.Helper()
 	logger := opts.Logger
@@ -87,29 +90,28 @@ func Start(t testing.TB, opts Options) *System {
 	t.Cleanup(srv.Shutdown)
 	s := &System{t: t, srv: srv, logger: logger}
 
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	b := s.bus(ctx, "toolgatetest-orchestrator")
-	if err := b.Setup(ctx, bus.SetupConfig{}); err != nil {
-		t.Fatalf("toolgatetest: set up streams: %v", err)
+	agent, dir := opts.Agent, opts.AgentDir
+	if len(agent) == 0 {
+		if agent, dir, err = agentconfig.DemoSource(); err != nil {
+			t.Fatalf("toolgatetest: %v", err)
+		}
 	}
-	agent, err := agentConfig(opts)
-	if err != nil {
-		t.Fatalf("toolgatetest: agent config: %v", err)
-	}
-	o, err := orchestrator.New(orchestrator.Config{
-		Bus: b, Agent: agent, Logger: logger, TrustedApprovers: opts.TrustedApprovers,
+	o, err := toolgate.New(s.Conn(), toolgate.Config{
+		Agent: agent, AgentDir: dir, Model: opts.Model, Deps: opts.Deps,
 		Tools: opts.Tools, Handlers: opts.Handlers,
+		TrustedApprovers: opts.TrustedApprovers, Logger: logger, SetUp: true,
 		// Short enough that a test sees expiries and relaunches promptly.
 		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
 	})
 	if err != nil {
-		t.Fatalf("toolgatetest: orchestrator: %v", err)
+		t.Fatalf("toolgatetest: %v", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
 	if err := o.Start(ctx); err != nil {
 		t.Fatalf("toolgatetest: start orchestrator: %v", err)
 	}
-	httpSrv := httptest.NewServer(api.Handler(o, api.Config{Logger: logger}))
+	httpSrv := httptest.NewServer(o.Handler())
 	// Cleanups run last-in first-out: the API closes, then the
 	// orchestrator stops, then the connection closes and the server ends.
 	t.Cleanup(func() {
@@ -125,23 +127,6 @@ func Start(t testing.TB, opts Options) *System {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func agentConfig(opts Options) (*orchestrator.AgentConfig, error) {
-	if len(opts.Agent) == 0 {
-		return agentconfig.Demo()
-	}
-	return agentconfig.Parse(opts.Agent, opts.AgentDir)
-}
-
-func (s *System) bus(ctx context.Context, name string) *bus.Bus {
-	s.t.Helper()
-	b, err := s.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: s.logger})
-	if err != nil {
-		s.t.Fatalf("toolgatetest: connect: %v", err)
-	}
-	s.t.Cleanup(b.Close)
-	return b
 }
 
 // NATSURL is the embedded server's client URL.

@@ -65,6 +65,16 @@ func (d osDir) Open(name string) (fs.File, error) {
 // nil when the config names no script. An error names the field's path and
 // its line.
 func Parse(data []byte, dir fs.FS) (*orchestrator.AgentConfig, error) {
+	return parse(data, dir, true)
+}
+
+// ParseWithGoTools is Parse for a program that gives the agent tools in
+// Go (orchestrator.Config.Tools): the config itself may then name none.
+func ParseWithGoTools(data []byte, dir fs.FS) (*orchestrator.AgentConfig, error) {
+	return parse(data, dir, false)
+}
+
+func parse(data []byte, dir fs.FS, needTools bool) (*orchestrator.AgentConfig, error) {
 	var cfg orchestrator.AgentConfig
 	doc, err := decode(data, &cfg)
 	if err != nil {
@@ -73,7 +83,7 @@ func Parse(data []byte, dir fs.FS) (*orchestrator.AgentConfig, error) {
 	if err := readScript(&cfg, dir); err != nil {
 		return nil, doc.locate(err)
 	}
-	if err := validate(&cfg); err != nil {
+	if err := validate(&cfg, needTools); err != nil {
 		return nil, doc.locate(err)
 	}
 	c := &cfg

@@ -17,17 +17,27 @@ var demoFiles embed.FS
 // delete_file (approval always), read_file, calculate_answer and
 // send_to_worker, with the schemas of the tool-worker's built-ins.
 func Demo() (*orchestrator.AgentConfig, error) {
-	dir, err := fs.Sub(demoFiles, "demo")
+	data, dir, err := DemoSource()
 	if err != nil {
-		return nil, fmt.Errorf("demo agent: %w", err)
-	}
-	data, err := fs.ReadFile(dir, "agent.yaml")
-	if err != nil {
-		return nil, fmt.Errorf("demo agent: %w", err)
+		return nil, err
 	}
 	cfg, err := Parse(data, dir)
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}
 	return cfg, nil
+}
+
+// DemoSource is the demo agent's config file and the directory its script
+// is read from, for a program that parses configs itself.
+func DemoSource() ([]byte, fs.FS, error) {
+	dir, err := fs.Sub(demoFiles, "demo")
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo agent: %w", err)
+	}
+	data, err := fs.ReadFile(dir, "agent.yaml")
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo agent: %w", err)
+	}
+	return data, dir, nil
 }

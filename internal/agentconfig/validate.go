@@ -11,7 +11,7 @@ import (
 // validate checks the config, fills in defaults and compiles the approval
 // rules; every error names the field (a *fieldError, so that Parse adds its
 // line).
-func validate(c *orchestrator.AgentConfig) error {
+func validate(c *orchestrator.AgentConfig, needTools bool) error {
 	if err := validateModel(c); err != nil {
 		return err
 	}
@@ -21,7 +21,7 @@ func validate(c *orchestrator.AgentConfig) error {
 	if c.MaxModelRequests < 0 {
 		return fieldErrorf("max_model_requests", "max_model_requests: must not be negative")
 	}
-	if len(c.Tools) == 0 && len(c.Discover) == 0 {
+	if needTools && len(c.Tools) == 0 && len(c.Discover) == 0 {
 		return fieldErrorf("tools", "tools: at least one tool (or a discover: entry) is required")
 	}
 	for i := range c.Discover {

@@ -1,10 +1,8 @@
 package orchestrator
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -30,7 +28,7 @@ func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	model = modeltel.Wrap(model, modeltel.Config{Metrics: o.cfg.Metrics, TracerProvider: o.cfg.TracerProvider})
 	tools := make([]agent.Tool, 0, len(cfg.Tools))
 	for i := range cfg.Tools {
-		t, err := o.newTool(&cfg.Tools[i])
+		t, err := o.discovery.newTool(&cfg.Tools[i])
 		if err != nil {
 			return nil, fmt.Errorf("tools[%d] (%s): %w", i, cfg.Tools[i].Name, err)
 		}
@@ -39,7 +37,7 @@ func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	tools = append(tools, o.cfg.Tools...)
 	var toolsets []agent.Toolset
 	if len(cfg.Discover) > 0 {
-		toolsets = append(toolsets, o.discoveredToolset(agentName(cfg)))
+		toolsets = append(toolsets, o.discovery.toolset(agentName(cfg)))
 	}
 	var handlers []agent.Handler
 	if cfg.InlineWait > 0 {
@@ -64,20 +62,4 @@ func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return a, nil
-}
-
-// approvalRequired applies the tool's approval rule. It fails closed: a
-// rule that cannot be evaluated requires approval, and the reason is
-// logged.
-func (o *Orchestrator) approvalRequired(rc *agent.RunContext, tc *ToolConfig, args json.RawMessage) bool {
-	if tc.Rule == nil {
-		return false
-	}
-	need, err := tc.Rule.Required(tc.Name, args)
-	if err != nil {
-		o.log.WarnContext(rc.Context(), "approval rule failed; approval required", slog.String("tool", tc.Name),
-			slog.String("run_id", rc.RunID), slog.String("tool_call_id", rc.ToolCallID), slog.String("error", err.Error()))
-		return true
-	}
-	return need
 }

@@ -171,7 +171,7 @@ func (o *Orchestrator) mayRun(c *Conversation) (ok, adopt bool) {
 // conversation to others.
 func (o *Orchestrator) leaveAlone(c *Conversation, why string) {
 	key := "leave:" + c.Agent + ":" + c.AgentDigest
-	o.warnOnce(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
+	o.once.warn(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
 		slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.String("reason", why), slog.String("conversation_id", c.ID))
 }
 

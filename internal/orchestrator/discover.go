@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"sync"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -52,6 +54,31 @@ func (c *AgentConfig) discovered(t AdvertisedTool) (tc *ToolConfig, why string) 
 	}, ""
 }
 
+// discovery is what the orchestrator knows of the tools workers
+// advertise: the catalogue, each executing run's snapshot of it, the agent
+// tools built for discovered ones, and the warnings about tools no worker
+// advertises.
+type discovery struct {
+	log *slog.Logger
+	// inProcess are Config.Tools: a tool of such a name is the agent's,
+	// never a discovered one.
+	inProcess []agent.Tool
+	// agents are the configured agents, in order.
+	agents   []*AgentConfig
+	once     *onceLog
+	warnings advertWarnings
+
+	// catalogue holds the tools workers advertise (nil until watch);
+	// runTools the tools of each run executing here, by run id;
+	// builtTools the agent's tools made for discovered ones, by agent,
+	// name and schema digest.
+	catalogue  *Catalogue
+	runTools   sync.Map
+	builtTools sync.Map
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+}
+
 // runTools are the tools of one run: the configured ones and those
 // discovered when it started. The run offers exactly these to the model,
 // and its deferred calls take their deadlines, approval metadata and schema
@@ -70,18 +97,18 @@ func (rt *runTools) tool(name string) *ToolConfig {
 }
 
 // toolsForRun takes the run's snapshot of the catalogue.
-func (o *Orchestrator) toolsForRun(cfg *AgentConfig) *runTools {
+func (d *discovery) toolsForRun(cfg *AgentConfig) *runTools {
 	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{}}
-	if len(cfg.Discover) == 0 || o.catalogue == nil {
+	if len(cfg.Discover) == 0 || d.catalogue == nil {
 		return rt
 	}
-	for name, t := range o.catalogue.Snapshot() {
-		if slices.ContainsFunc(o.cfg.Tools, func(g agent.Tool) bool { return g.Name() == name }) {
+	for name, t := range d.catalogue.Snapshot() {
+		if slices.ContainsFunc(d.inProcess, func(g agent.Tool) bool { return g.Name() == name }) {
 			continue // an in-process tool of that name is the agent's
 		}
 		tc, why := cfg.discovered(t)
 		if why != "" {
-			o.warnOnce("discover:"+name+":"+t.Digest, "advertised tool not offered", slog.String("tool", name), slog.String("reason", why))
+			d.once.warn("discover:"+name+":"+t.Digest, "advertised tool not offered", slog.String("tool", name), slog.String("reason", why))
 		}
 		if tc != nil {
 			rt.discovered[name] = tc
@@ -96,26 +123,26 @@ func (o *Orchestrator) toolsForRun(cfg *AgentConfig) *runTools {
 // run's snapshot while the run goes on, else as the tool is now in agent
 // a (nil when this replica does not run the conversation's agent: the
 // tool is then unknown here).
-func (o *Orchestrator) toolOf(a *agentRuntime, runID, name string) *ToolConfig {
-	if v, ok := o.runTools.Load(runID); ok {
+func (d *discovery) toolOf(a *agentRuntime, runID, name string) *ToolConfig {
+	if v, ok := d.runTools.Load(runID); ok {
 		return v.(*runTools).tool(name)
 	}
 	if a == nil {
 		return nil
 	}
-	return o.toolsNow(a.cfg, name)
+	return d.toolsNow(a.cfg, name)
 }
 
 // toolsNow resolves a tool as agent cfg would offer it to a run starting
 // now.
-func (o *Orchestrator) toolsNow(cfg *AgentConfig, name string) *ToolConfig {
+func (d *discovery) toolsNow(cfg *AgentConfig, name string) *ToolConfig {
 	if t := cfg.tool(name); t != nil {
 		return t
 	}
-	if o.catalogue == nil {
+	if d.catalogue == nil {
 		return nil
 	}
-	a, ok := o.catalogue.Lookup(name)
+	a, ok := d.catalogue.Lookup(name)
 	if !ok {
 		return nil
 	}
@@ -125,13 +152,13 @@ func (o *Orchestrator) toolsNow(cfg *AgentConfig, name string) *ToolConfig {
 
 type runToolsKey struct{}
 
-// discoveredToolset offers a run the discovered tools of its snapshot
+// toolset offers a run the discovered tools of its snapshot
 // (runToolsKey in its context). Built tools are kept per name and schema
 // digest, so a schema is compiled once, not at every run.
 //
 // The key holds the agent's name too: two agents may give the same tool
 // different approval rules.
-func (o *Orchestrator) discoveredToolset(agentName string) agent.Toolset {
+func (d *discovery) toolset(agentName string) agent.Toolset {
 	return agent.ToolsetFunc(func(ctx context.Context) ([]agent.Tool, error) {
 		rt, _ := ctx.Value(runToolsKey{}).(*runTools)
 		if rt == nil {
@@ -141,18 +168,18 @@ func (o *Orchestrator) discoveredToolset(agentName string) agent.Toolset {
 		for _, name := range rt.names {
 			tc := rt.discovered[name]
 			key := agentName + "\x00" + name + "\x00" + tc.digest
-			if t, ok := o.builtTools.Load(key); ok {
+			if t, ok := d.builtTools.Load(key); ok {
 				tools = append(tools, t.(agent.Tool))
 				continue
 			}
-			t, err := o.newTool(tc)
+			t, err := d.newTool(tc)
 			if err != nil {
 				// The advert's schema does not compile: the tool is left
 				// out, not the run failed.
-				o.warnOnce("schema:"+key, "advertised tool not offered", slog.String("tool", name), slog.String("reason", err.Error()))
+				d.once.warn("schema:"+key, "advertised tool not offered", slog.String("tool", name), slog.String("reason", err.Error()))
 				continue
 			}
-			o.builtTools.Store(key, t)
+			d.builtTools.Store(key, t)
 			tools = append(tools, t)
 		}
 		return tools, nil
@@ -165,10 +192,10 @@ func (o *Orchestrator) discoveredToolset(agentName string) agent.Toolset {
 // the tool's approval_metadata as the batch metadata, D2/D8); once
 // approved, the body runs again and defers it as an external call (D23,
 // D26). Args are validated against the schema before either (D3, D5).
-func (o *Orchestrator) newTool(tc *ToolConfig) (agent.Tool, error) {
+func (d *discovery) newTool(tc *ToolConfig) (agent.Tool, error) {
 	def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
 	return agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
-		if !rc.ToolCallApproved && o.approvalRequired(rc, tc, args) {
+		if !rc.ToolCallApproved && d.approvalRequired(rc, tc, args) {
 			return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
 		}
 		return nil, deferred.CallDeferred(nil)
@@ -201,26 +228,34 @@ func ToolChangedMessage(tool string) string {
 	return fmt.Sprintf("tool %s changed since the call was made (its args schema is not the one the call was made against, or no worker offers it now); the call was not run: call the tool again if it is still needed", tool)
 }
 
-// watchAdverts fills the catalogue from KV toolgate_tools for as long as
-// the orchestrator runs, and waits (within ctx) until it holds what is
-// advertised now, so that the first runs see it. Without the bucket the
-// orchestrator runs on: its configured tools need no adverts.
-func (o *Orchestrator) watchAdverts(ctx context.Context) {
-	kv, err := o.bus.Tools(ctx)
+// watch fills the catalogue from KV toolgate_tools for as long as the
+// orchestrator runs (until stop), and waits (within ctx) until it holds
+// what is advertised now, so that the first runs see it. Without the
+// bucket the orchestrator runs on: its configured tools need no adverts.
+func (d *discovery) watch(ctx context.Context, b *bus.Bus) {
+	kv, err := b.Tools(ctx)
 	if err != nil {
-		o.log.WarnContext(ctx, "tool adverts not watched: discover: finds nothing and missing workers are not reported", slog.String("error", err.Error()))
+		d.log.WarnContext(ctx, "tool adverts not watched: discover: finds nothing and missing workers are not reported", slog.String("error", err.Error()))
 		return
 	}
-	o.catalogue = newCatalogue(o.log, o.advertChanged)
+	d.catalogue = newCatalogue(d.log, d.advertChanged)
 	wctx, cancel := context.WithCancel(context.Background())
-	o.stopWatch, o.watchDone = cancel, make(chan struct{})
+	d.stopWatch, d.watchDone = cancel, make(chan struct{})
 	go func() {
-		defer close(o.watchDone)
-		o.catalogue.run(wctx, kv)
+		defer close(d.watchDone)
+		d.catalogue.run(wctx, kv)
 	}()
 	select {
-	case <-o.catalogue.CaughtUp():
+	case <-d.catalogue.CaughtUp():
 	case <-ctx.Done():
+	}
+}
+
+// stop ends watch's goroutine and waits for it.
+func (d *discovery) stop() {
+	if d.stopWatch != nil {
+		d.stopWatch()
+		<-d.watchDone
 	}
 }
 
@@ -231,47 +266,67 @@ func (o *Orchestrator) watchAdverts(ctx context.Context) {
 //
 // With several agents a tool is checked once, as configured if any agent
 // configures it, else as discovered if any agent's discover: matches it.
-func (o *Orchestrator) advertChanged(name string, t *AdvertisedTool, caughtUp bool) {
+func (d *discovery) advertChanged(name string, t *AdvertisedTool, caughtUp bool) {
 	if caughtUp {
 		checked := map[string]bool{}
-		for _, an := range o.agentNames {
-			for _, tc := range o.agents[an].cfg.Tools {
+		for _, cfg := range d.agents {
+			for _, tc := range cfg.Tools {
 				if checked[tc.Name] {
 					continue
 				}
 				checked[tc.Name] = true
-				_, ok := o.catalogue.Lookup(tc.Name)
-				o.warnings.check(tc.Name, ok, "configured")
+				_, ok := d.catalogue.Lookup(tc.Name)
+				d.warnings.check(tc.Name, ok, "configured")
 			}
 		}
 		return
 	}
 	select {
-	case <-o.catalogue.CaughtUp():
+	case <-d.catalogue.CaughtUp():
 	default:
 		return // the first catch-up checks every tool at once
 	}
 	discovered := false
-	for _, an := range o.agentNames {
-		cfg := o.agents[an].cfg
+	for _, cfg := range d.agents {
 		if cfg.tool(name) != nil {
-			o.warnings.check(name, t != nil, "configured")
+			d.warnings.check(name, t != nil, "configured")
 			return
 		}
 		discovered = discovered || slices.ContainsFunc(cfg.Discover, func(d DiscoverConfig) bool { ok, _ := path.Match(d.Tools, name); return ok })
 	}
 	if discovered {
-		o.warnings.check(name, t != nil, "discovered")
+		d.warnings.check(name, t != nil, "discovered")
 	}
 }
 
-// warnOnce logs msg once per key for the life of the orchestrator.
-func (o *Orchestrator) warnOnce(key, msg string, attrs ...any) {
-	if _, loaded := o.warnedOnce.LoadOrStore(key, true); !loaded {
-		o.log.Warn(msg, attrs...)
+// onceLog logs a warning once per key for the life of the orchestrator.
+type onceLog struct {
+	log  *slog.Logger
+	seen sync.Map
+}
+
+func (l *onceLog) warn(key, msg string, attrs ...any) {
+	if _, loaded := l.seen.LoadOrStore(key, true); !loaded {
+		l.log.Warn(msg, attrs...)
 	}
 }
 
 // Catalogue is what workers advertise, as this orchestrator sees it; nil
 // before Start (or when the bucket could not be watched).
-func (o *Orchestrator) Catalogue() *Catalogue { return o.catalogue }
+func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
+
+// approvalRequired applies the tool's approval rule. It fails closed: a
+// rule that cannot be evaluated requires approval, and the reason is
+// logged.
+func (d *discovery) approvalRequired(rc *agent.RunContext, tc *ToolConfig, args json.RawMessage) bool {
+	if tc.Rule == nil {
+		return false
+	}
+	need, err := tc.Rule.Required(tc.Name, args)
+	if err != nil {
+		d.log.WarnContext(rc.Context(), "approval rule failed; approval required", slog.String("tool", tc.Name),
+			slog.String("run_id", rc.RunID), slog.String("tool_call_id", rc.ToolCallID), slog.String("error", err.Error()))
+		return true
+	}
+	return need
+}

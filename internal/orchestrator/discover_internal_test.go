@@ -168,31 +168,31 @@ func TestDiscoveryPerAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.catalogue = newCatalogue(o.log, nil)
-	o.catalogue.tools["get-sum"] = advertised(t, "get-sum", `{"type":"object"}`)
+	o.discovery.catalogue = newCatalogue(o.log, nil)
+	o.discovery.catalogue.tools["get-sum"] = advertised(t, "get-sum", `{"type":"object"}`)
 
 	for name, wantApproval := range map[string]string{"strict": "always", "lax": ""} {
-		rt := o.toolsForRun(o.agents[name].cfg)
+		rt := o.discovery.toolsForRun(o.agents[name].cfg)
 		tc := rt.tool("get-sum")
 		if tc == nil || tc.Approval != wantApproval {
 			t.Errorf("%s offers get-sum as %+v, want approval %q", name, tc, wantApproval)
 		}
-		if got := o.toolOf(o.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
+		if got := o.discovery.toolOf(o.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
 			t.Errorf("%s resolves get-sum now as %+v", name, got)
 		}
 		ctx := context.WithValue(context.Background(), runToolsKey{}, rt)
-		tools, err := o.discoveredToolset(name).Tools(ctx)
+		tools, err := o.discovery.toolset(name).Tools(ctx)
 		if err != nil || len(tools) != 1 {
 			t.Fatalf("%s: %d tools, %v", name, len(tools), err)
 		}
 	}
 	var built []string
-	o.builtTools.Range(func(k, _ any) bool { built = append(built, strings.Split(k.(string), "\x00")[0]); return true })
+	o.discovery.builtTools.Range(func(k, _ any) bool { built = append(built, strings.Split(k.(string), "\x00")[0]); return true })
 	slices.Sort(built)
 	if !slices.Equal(built, []string{"lax", "strict"}) {
 		t.Errorf("built tools kept for agents %v, want one per agent", built)
 	}
-	if rt := o.toolsForRun(o.agents["other"].cfg); rt.tool("get-sum") != nil {
+	if rt := o.discovery.toolsForRun(o.agents["other"].cfg); rt.tool("get-sum") != nil {
 		t.Error("an agent whose discover: does not match offers get-sum")
 	}
 }

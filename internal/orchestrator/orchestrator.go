@@ -113,6 +113,9 @@ type Config struct {
 	// orchestrator's own (agent.Handler): what they resolve never leaves
 	// the run.
 	Handlers []agent.Handler
+	// Deps is what every run's tools, approval rules and handlers see as
+	// RunContext.Deps (an embedding program's database, clients, config).
+	Deps any
 	// LookupEnv resolves the agent config's api_key_env. Nil means no
 	// environment: a config that names a variable fails.
 	LookupEnv func(string) (string, bool)
@@ -353,17 +356,11 @@ type Orchestrator struct {
 	replyGroups replyGroups
 	observer    observer
 
-	// catalogue holds the tools workers advertise (nil until Start);
-	// runTools the tools of each run executing here, by run id;
-	// builtTools the agent's tools made for discovered ones, by name and
-	// schema digest.
-	catalogue  *Catalogue
-	runTools   sync.Map
-	builtTools sync.Map
-	stopWatch  context.CancelFunc
-	watchDone  chan struct{}
-	warnings   advertWarnings
-	warnedOnce sync.Map
+	// discovery knows the tools workers advertise and what each run
+	// offers of them.
+	discovery discovery
+	// once logs a warning once per key.
+	once onceLog
 
 	stats Stats
 }
@@ -432,7 +429,8 @@ func New(cfg Config) (*Orchestrator, error) {
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
-	o.warnings.log = o.log
+	o.once.log = o.log
+	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.buildAgents(); err != nil {
@@ -469,7 +467,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
-	o.cfg.Metrics.CountPending(o.countPending)
+	o.cfg.Metrics.CountPending(countPending(o.Pending))
 	var tools []string
 	for _, a := range o.agents {
 		for _, t := range a.cfg.Tools {
@@ -506,7 +504,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err := o.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
-	o.watchAdverts(ctx)
+	o.discovery.watch(ctx, o.bus)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
 	// on in the background.
@@ -578,10 +576,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			}
 		}
 		o.loops.Wait()
-		if o.stopWatch != nil {
-			o.stopWatch()
-			<-o.watchDone
-		}
+		o.discovery.stop()
 		done := make(chan struct{})
 		go func() { o.runs.Wait(); close(done) }()
 		select {
@@ -687,13 +682,20 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]wire.PendingCall, error) 
 	return out, nil
 }
 
-// countPending counts the deferred calls waiting for a reply, by tool and
-// kind, for the pending gauge.
-func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCount, error) {
-	pending, err := o.Pending(ctx)
-	if err != nil {
-		return nil, err
+// countPending counts the deferred calls pending lists, by tool and kind,
+// for the pending gauge.
+func countPending(pending func(context.Context) ([]wire.PendingCall, error)) func(context.Context) ([]telemetry.PendingCount, error) {
+	return func(ctx context.Context) ([]telemetry.PendingCount, error) {
+		calls, err := pending(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return countByTool(calls), nil
 	}
+}
+
+// countByTool counts calls by tool and kind, in the order met.
+func countByTool(pending []wire.PendingCall) []telemetry.PendingCount {
 	type key struct{ tool, kind string }
 	n := map[key]int{}
 	var order []key
@@ -708,11 +710,8 @@ func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCou
 	for _, k := range order {
 		out = append(out, telemetry.PendingCount{Tool: k.tool, Kind: k.kind, N: n[k]})
 	}
-	return out, nil
+	return out
 }
-
-// newRunID makes the id of a new run of conversation convID.
-func (o *Orchestrator) newRunID(convID string) string { return runIDFor(o.cfg.NewID(), convID) }
 
 // A run id names its conversation: "r" + its own part + runIDSep + the
 // conversation id. A reply thus finds its conversation without a read, and

@@ -93,7 +93,7 @@ func (o *Orchestrator) outgoing(c *Conversation, runID string, pc *PendingCall, 
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 		}
-		if tool := o.toolOf(o.agentOf(c), runID, pc.ToolName); tool != nil {
+		if tool := o.discovery.toolOf(o.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -138,7 +138,7 @@ func (o *Orchestrator) newBatch(ag *agentRuntime, runID string, req *deferred.Re
 			args = json.RawMessage("{}")
 		}
 		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := o.toolOf(ag, runID, call.ToolName)
+		tool := o.discovery.toolOf(ag, runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
 		}

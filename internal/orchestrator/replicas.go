@@ -117,7 +117,7 @@ func (o *Orchestrator) advertise(ctx context.Context) error {
 			}
 			var a replicaAdvert
 			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				o.warnOnce("advert:"+e.Key(), "replica advert not understood", slog.String("key", e.Key()), slog.String("error", err.Error()))
+				o.once.warn("advert:"+e.Key(), "replica advert not understood", slog.String("key", e.Key()), slog.String("error", err.Error()))
 				continue
 			}
 			m[strings.TrimPrefix(e.Key(), replicaKeyPrefix)] = a

@@ -116,11 +116,11 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	log = log.With(slog.String("agent", ag.name))
 	// The tools are those of this moment for the whole run: a tool that a
 	// worker starts or stops advertising meanwhile is seen by the next run.
-	rt := o.toolsForRun(ag.cfg)
-	o.runTools.Store(runID, rt)
-	defer o.runTools.Delete(runID)
+	rt := o.discovery.toolsForRun(ag.cfg)
+	o.discovery.runTools.Store(runID, rt)
+	defer o.discovery.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)
-	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History}
+	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History, Deps: o.cfg.Deps}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
 	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
