@@ -56,7 +56,7 @@ func (o *Orchestrator) claimIn(c *Conversation, now time.Time) string {
 	}
 	followUp := c.Batch.PromptRunID
 	if followUp == "" {
-		followUp = o.newRunID(c.ID)
+		followUp = runIDFor(o.cfg.NewID(), c.ID)
 	}
 	ttl := o.cfg.LeaseTTL
 	if !o.take(c) {

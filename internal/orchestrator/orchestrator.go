@@ -191,6 +191,12 @@ type Config struct {
 	// nor change c. It lets an embedding program, such as the
 	// benchmark harness, learn how runs end without reading the store.
 	OnRunEnd func(c *Conversation)
+	// ServerWriteError, when set, returns the write error the NATS server
+	// keeps for a stream after a write failed below its storage limit
+	// (embedded.Server.WriteError; only an embedded server can be asked).
+	// Health reports it, and starts are refused with it instead of waiting
+	// for an answer that the server will not give until it restarts.
+	ServerWriteError func() error
 }
 
 func (c Config) withDefaults() Config {
@@ -461,7 +467,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// process: the state lives only in KV, so the count is right after a
 	// restart and whichever replica settled a call, and every replica
 	// reports the same total.
-	o.cfg.Metrics.CountPending(o.countPending)
+	o.cfg.Metrics.CountPending(countPending(o.Pending))
 	var tools []string
 	for _, a := range o.agents {
 		for _, t := range a.cfg.Tools {
@@ -600,7 +606,22 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
+	if err := o.serverWriteError(); err != nil {
+		return err
+	}
 	return o.storage.health(ctx)
+}
+
+// serverWriteError is the NATS server's kept write error (Config.ServerWriteError),
+// said so that an operator knows what to do.
+func (o *Orchestrator) serverWriteError() error {
+	if o.cfg.ServerWriteError == nil {
+		return nil
+	}
+	if err := o.cfg.ServerWriteError(); err != nil {
+		return fmt.Errorf("storage: %v; the NATS server keeps this error until it restarts: free disk space, then restart it", err)
+	}
+	return nil
 }
 
 // InstanceID is the id of this replica (Config.InstanceID).
@@ -661,13 +682,20 @@ func (o *Orchestrator) Pending(ctx context.Context) ([]wire.PendingCall, error) 
 	return out, nil
 }
 
-// countPending counts the deferred calls waiting for a reply, by tool and
-// kind, for the pending gauge.
-func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCount, error) {
-	pending, err := o.Pending(ctx)
-	if err != nil {
-		return nil, err
+// countPending counts the deferred calls pending lists, by tool and kind,
+// for the pending gauge.
+func countPending(pending func(context.Context) ([]wire.PendingCall, error)) func(context.Context) ([]telemetry.PendingCount, error) {
+	return func(ctx context.Context) ([]telemetry.PendingCount, error) {
+		calls, err := pending(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return countByTool(calls), nil
 	}
+}
+
+// countByTool counts calls by tool and kind, in the order met.
+func countByTool(pending []wire.PendingCall) []telemetry.PendingCount {
 	type key struct{ tool, kind string }
 	n := map[key]int{}
 	var order []key
@@ -682,11 +710,8 @@ func (o *Orchestrator) countPending(ctx context.Context) ([]telemetry.PendingCou
 	for _, k := range order {
 		out = append(out, telemetry.PendingCount{Tool: k.tool, Kind: k.kind, N: n[k]})
 	}
-	return out, nil
+	return out
 }
-
-// newRunID makes the id of a new run of conversation convID.
-func (o *Orchestrator) newRunID(convID string) string { return runIDFor(o.cfg.NewID(), convID) }
 
 // A run id names its conversation: "r" + its own part + runIDSep + the
 // conversation id. A reply thus finds its conversation without a read, and
