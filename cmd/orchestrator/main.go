@@ -208,8 +208,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	}
 	// Served at /metrics on the --http address, behind its token.
 	reg := telemetry.NewRegistry()
+	var writeErr func() error
+	if bs.srv != nil {
+		writeErr = bs.srv.WriteError
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
-		Bus: bs.b, EventBus: bs.events, Agents: s.agents, AgentWait: o.agentWait, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
+		ServerWriteError: writeErr,
+		Bus:              bs.b, EventBus: bs.events, Agents: s.agents, AgentWait: o.agentWait, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
 	})

@@ -191,6 +191,12 @@ type Config struct {
 	// nor change c. It lets an embedding program, such as the
 	// benchmark harness, learn how runs end without reading the store.
 	OnRunEnd func(c *Conversation)
+	// ServerWriteError, when set, returns the write error the NATS server
+	// keeps for a stream after a write failed below its storage limit
+	// (embedded.Server.WriteError; only an embedded server can be asked).
+	// Health reports it, and starts are refused with it instead of waiting
+	// for an answer that the server will not give until it restarts.
+	ServerWriteError func() error
 }
 
 func (c Config) withDefaults() Config {
@@ -598,7 +604,22 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
+	if err := o.serverWriteError(); err != nil {
+		return err
+	}
 	return o.storage.health(ctx)
+}
+
+// serverWriteError is the NATS server's kept write error (Config.ServerWriteError),
+// said so that an operator knows what to do.
+func (o *Orchestrator) serverWriteError() error {
+	if o.cfg.ServerWriteError == nil {
+		return nil
+	}
+	if err := o.cfg.ServerWriteError(); err != nil {
+		return fmt.Errorf("storage: %v; the NATS server keeps this error until it restarts: free disk space, then restart it", err)
+	}
+	return nil
 }
 
 // InstanceID is the id of this replica (Config.InstanceID).

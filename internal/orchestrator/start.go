@@ -53,9 +53,25 @@ func (o *Orchestrator) StartRun(ctx context.Context, prompt, conversationID stri
 // A start is the write that tells whether the store has room again after it
 // had none: its outcome is noted for Health.
 func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ RunInfo, err error) {
-	defer func() { o.storage.note(err) }()
+	defer func() {
+		if err != nil && !StorageFull(err) {
+			// A write that got no answer: the server may be keeping a
+			// write error (its disk filled below its limit).
+			if werr := o.serverWriteError(); werr != nil {
+				err = fmt.Errorf("%w (%v)", werr, err)
+			}
+		}
+		o.storage.note(err)
+	}()
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
+	}
+	if o.storage.full.Load() != nil {
+		// Once a start met a full store, the next ones ask the server
+		// first rather than wait for an answer it will not give.
+		if werr := o.serverWriteError(); werr != nil {
+			return RunInfo{}, werr
+		}
 	}
 	now := o.clock()
 	convID, runPart := req.ConversationID, o.cfg.NewID()

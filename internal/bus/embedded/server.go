@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -248,6 +249,22 @@ func (s *Server) ClusterURL() string {
 		return ""
 	}
 	return "nats-route://" + addr.String()
+}
+
+// WriteError returns the write error a stream of the server keeps, if any.
+// A write that fails below the server's storage limit (the disk filled up
+// first, so JetStream's own limit did not refuse it) leaves the stream with
+// its error: nats-server answers none of its publishes after that, and
+// clears the error only when it restarts. Its health check is the one place
+// that says so.
+func (s *Server) WriteError() error {
+	h := s.ns.Healthz(&server.HealthzOptions{Details: true})
+	for _, e := range h.Errors {
+		if strings.Contains(e.Error, "write error") {
+			return errors.New(e.Error)
+		}
+	}
+	return nil
 }
 
 // NATSServer exposes the underlying server, for monitoring and tests.
