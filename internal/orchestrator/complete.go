@@ -17,7 +17,7 @@ func (o *Orchestrator) afterApply(ctx context.Context, c *Conversation) {
 		o.claim(ctx, c.ID)
 		return
 	}
-	o.schedule(c)
+	o.deadlines.schedule(c)
 }
 
 // claim takes a complete batch for its follow-up: one CAS moves the

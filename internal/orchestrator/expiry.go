@@ -38,6 +38,8 @@ type deadlineIndex struct {
 	mu   sync.Mutex
 	h    deadlineHeap
 	next map[string]time.Time // conversation → earliest scheduled deadline
+	// wake nudges the expiry loop when an earlier deadline arrives.
+	wake chan struct{}
 }
 
 type deadlineEntry struct {
@@ -59,7 +61,7 @@ func (h *deadlineHeap) Pop() any {
 }
 
 func newDeadlineIndex() *deadlineIndex {
-	return &deadlineIndex{next: map[string]time.Time{}}
+	return &deadlineIndex{next: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // add schedules a check of convID at t; it reports whether t is now the
@@ -110,13 +112,13 @@ func (d *deadlineIndex) earliest() time.Time {
 
 // schedule adds a conversation's next deadline to the index and wakes the
 // expiry loop if it moved earlier.
-func (o *Orchestrator) schedule(c *Conversation) {
+func (d *deadlineIndex) schedule(c *Conversation) {
 	if c == nil || c.Batch == nil {
 		return
 	}
-	if o.deadlines.add(c.ID, c.Batch.nextDeadline()) {
+	if d.add(c.ID, c.Batch.nextDeadline()) {
 		select {
-		case o.wake <- struct{}{}:
+		case d.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -138,7 +140,7 @@ func (o *Orchestrator) expiryLoop() {
 		select {
 		case <-o.stopping:
 			return
-		case <-o.wake:
+		case <-o.deadlines.wake:
 		case <-timer.C:
 		}
 		for _, id := range o.deadlines.due(o.clock()) {

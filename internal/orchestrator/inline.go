@@ -34,7 +34,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
 	}
-	o.schedule(c)
+	o.deadlines.schedule(c)
 	if err := o.publishBatch(ctx, c); err != nil {
 		// Not fatal: the calls stay unmarked and are published when the run
 		// pauses.

@@ -351,7 +351,6 @@ type Orchestrator struct {
 	replies     *bus.Subscription
 	maxDeliver  *bus.Subscription
 	deadlines   *deadlineIndex
-	wake        chan struct{} // nudges the expiry loop when an earlier deadline arrives
 	events      *eventQueue
 	replyGroups replyGroups
 	observer    observer
@@ -425,7 +424,6 @@ func New(cfg Config) (*Orchestrator, error) {
 		executing: map[string]context.CancelFunc{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
-		wake:      make(chan struct{}, 1),
 		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}

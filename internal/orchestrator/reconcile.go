@@ -179,7 +179,7 @@ func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 			o.expire(ctx, id)
 			return nil
 		}
-		o.schedule(c)
+		o.deadlines.schedule(c)
 	case StatusRunning, StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
 			if ok, _ := o.mayRun(c); !ok {
@@ -188,7 +188,7 @@ func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 			o.relaunch(ctx, id)
 			return nil
 		}
-		o.schedule(c)
+		o.deadlines.schedule(c)
 	}
 	return nil
 }

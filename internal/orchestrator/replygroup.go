@@ -249,6 +249,6 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 		o.claimed(ctx, conv, rev, followUp)
 		return nil, 0
 	}
-	o.schedule(conv)
+	o.deadlines.schedule(conv)
 	return conv, rev
 }
