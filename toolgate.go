@@ -1,7 +1,7 @@
 // Package toolgate runs a toolgate orchestrator inside a Go program, in
 // production: on the program's NATS connection, with its agent (a YAML
-// config as the orchestrator's --agent file, or one built in Go), its
-// in-process tools and inline handlers (package agenttool), its model (any
+// config as the orchestrator's --agent file, whose tools may all be Go
+// ones), its in-process tools and inline handlers (package agenttool), its model (any
 // Model; NewOpenAIModel for an OpenAI-compatible endpoint) and, if it
 // wants one, the HTTP API mounted on its own mux.
 //
