@@ -11,7 +11,9 @@
 //	run, _ := sys.Client.Start(ctx, client.StartRequest{Prompt: "weather in Paris?"})
 //	conv, _ := sys.Client.Wait(ctx, run.ConversationID)
 //
-// Like net/http/httptest, it is for tests; it links nats-server.
+// Like net/http/httptest, it is for tests; it links nats-server. The
+// orchestrator is package toolgate's, as a program embeds it in
+// production (examples/go-sdk/cmd/payments-agent).
 package toolgatetest
 
 import (

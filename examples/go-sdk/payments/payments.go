@@ -1,6 +1,8 @@
 // Package payments is an embedded agent's own tools: Go functions that run
 // inside the orchestrator's runs (no worker), one of which asks for
-// approval when the run's context says so.
+// approval when the run's context and the program's Deps say so.
+// cmd/payments-agent runs them in an orchestrator embedded with package
+// toolgate.
 package payments
 
 import (
@@ -15,9 +17,15 @@ type PayArgs struct {
 	To    string `json:"to"`
 }
 
+// Deps is what the program gives every run (toolgate.Config.Deps): here,
+// the amount above which a payment needs an approver.
+type Deps struct {
+	ApprovalOverCents int
+}
+
 // Tools are convert (in process, no approval) and pay (in process, held
-// for an approver when large or when it is the conversation's first
-// request, judged from the run's history).
+// for an approver when over Deps.ApprovalOverCents, with a reason that
+// tells the approver how long the run's history is).
 func Tools() ([]agenttool.Tool, error) {
 	convert, err := agenttool.New("convert", "Convert euros to cents.",
 		func(_ *agenttool.RunContext, a struct {
@@ -36,7 +44,8 @@ func Tools() ([]agenttool.Tool, error) {
 			return fmt.Sprintf("paid %d cents to %s", a.Cents, a.To), nil
 		},
 		agenttool.RequireApproval(func(rc *agenttool.RunContext, a PayArgs) (any, bool) {
-			return map[string]any{"reason": "large payment", "history": len(rc.Messages)}, a.Cents > 10_000
+			over := rc.Deps.(*Deps).ApprovalOverCents
+			return map[string]any{"reason": "large payment", "over": over, "history": len(rc.Messages)}, a.Cents > over
 		}))
 	if err != nil {
 		return nil, err

@@ -13,13 +13,10 @@ import (
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// One YAML tool executed by workers (unused here) keeps the config valid;
-// the agent's own tools come from Go.
+// The agent's tools all come from Go.
 const agentYAML = `
 model: {provider: script, script: script.yaml}
 instructions: You pay people.
-tools:
-  - {name: send_mail, parameters: {type: object}}
 `
 
 const scriptYAML = `
@@ -43,9 +40,11 @@ func TestEmbeddedAgentPaysAfterApproval(t *testing.T) {
 		Agent:    []byte(agentYAML),
 		AgentDir: fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}},
 		Tools:    tools,
+		Deps:     &payments.Deps{ApprovalOverCents: 10_000},
 	})
 	var reason struct {
 		Reason  string `json:"reason"`
+		Over    int    `json:"over"`
 		History int    `json:"history"`
 	}
 	sys.Approve("bot", nil, approval.DeciderFunc(func(_ context.Context, req approval.Request) (approval.Verdict, error) {
@@ -68,8 +67,8 @@ func TestEmbeddedAgentPaysAfterApproval(t *testing.T) {
 	if err := json.Unmarshal(conv.Output, &output); conv.Status != client.StatusCompleted || err != nil || output != "Paid alice." {
 		t.Fatalf("conversation %s: %s (%v)", conv.Status, conv.Output, err)
 	}
-	if reason.Reason != "large payment" || reason.History != 4 {
-		t.Errorf("the bot saw the reason %+v, want large payment after 4 messages", reason)
+	if reason.Reason != "large payment" || reason.Over != 10_000 || reason.History != 4 {
+		t.Errorf("the bot saw the reason %+v, want large payment over 10000 (from Deps) after 4 messages", reason)
 	}
 	var all []string
 	for _, m := range conv.Messages {
