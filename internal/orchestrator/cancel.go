@@ -56,7 +56,7 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 		runID = runs[0]
 	}
 	o.log.InfoContext(ctx, "conversation cancelled", slog.String("conversation_id", id), slog.Int("calls", len(ids)))
-	o.publishEvent(ctx, id, runID, EventConversationCancelled, "", cancelledData{Reason: CancelledMessage, ToolCallIDs: ids})
+	o.events.publish(ctx, id, runID, EventConversationCancelled, "", cancelledData{Reason: CancelledMessage, ToolCallIDs: ids})
 	return c, nil
 }
 

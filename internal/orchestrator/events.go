@@ -135,29 +135,44 @@ func (e *eventQueue) close() {
 	e.mu.Unlock()
 }
 
-// eventLoop publishes queued events until the queue is closed and empty.
-func (o *Orchestrator) eventLoop() {
-	defer close(o.events.stopped)
+// eventPublisher publishes the events of runs and replies on the event
+// bus (Config.EventBus) through its queue; it needs nothing else of the
+// orchestrator.
+type eventPublisher struct {
+	bus   *bus.Bus
+	log   *slog.Logger
+	clock func() time.Time
+	queue *eventQueue
+}
+
+func newEventPublisher(b *bus.Bus, log *slog.Logger, clock func() time.Time) *eventPublisher {
+	return &eventPublisher{bus: b, log: log, clock: clock, queue: newEventQueue()}
+}
+
+// loop publishes queued events until the queue is closed and empty.
+func (p *eventPublisher) loop() {
+	q := p.queue
+	defer close(q.stopped)
 	for {
-		batch := o.events.take()
+		batch := q.take()
 		if len(batch) > 0 {
-			o.publishQueued(batch)
+			p.publishQueued(batch)
 			continue
 		}
-		o.events.mu.Lock()
-		done := o.events.closed && len(o.events.q) == 0
-		o.events.mu.Unlock()
+		q.mu.Lock()
+		done := q.closed && len(q.q) == 0
+		q.mu.Unlock()
 		if done {
 			return
 		}
-		<-o.events.wake
+		<-q.wake
 	}
 }
 
 // publishQueued publishes what the queue held: the events of one
 // conversation as one message (bus.EventBatch), in their order, so that a
 // busy run's events cost one stored message instead of one each.
-func (o *Orchestrator) publishQueued(batch []queuedEvent) {
+func (p *eventPublisher) publishQueued(batch []queuedEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 	defer cancel()
 	var (
@@ -169,7 +184,7 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 		if q.delta != nil {
 			b, err := json.Marshal(q.delta)
 			if err != nil {
-				o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+				p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 				continue
 			}
 			ev.Data = b
@@ -192,15 +207,15 @@ func (o *Orchestrator) publishQueued(batch []queuedEvent) {
 			for _, ev := range chunk {
 				m, err := bus.EventMessage(ev, "")
 				if err != nil {
-					o.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+					p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 					continue
 				}
 				msgs = append(msgs, m)
 			}
 		}
 	}
-	if err := o.eventBus.PublishBatch(ctx, msgs); err != nil {
-		o.log.WarnContext(ctx, "publish events", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
+	if err := p.bus.PublishBatch(ctx, msgs); err != nil {
+		p.log.WarnContext(ctx, "publish events", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
 	}
 }
 
@@ -234,48 +249,48 @@ func chunkEvents(events []bus.Event) [][]bus.Event {
 	return out
 }
 
-// stopEvents publishes what is queued and ends the event loop.
-func (o *Orchestrator) stopEvents(ctx context.Context) {
-	o.events.close()
+// stop publishes what is queued and ends the loop.
+func (p *eventPublisher) stop(ctx context.Context) {
+	p.queue.close()
 	select {
-	case o.events.wake <- struct{}{}:
+	case p.queue.wake <- struct{}{}:
 	default:
 	}
 	select {
-	case <-o.events.stopped:
+	case <-p.queue.stopped:
 	case <-ctx.Done():
 	}
 }
 
-// publishEvent publishes one event on toolgate.event.<conversation>. Events
+// publish publishes one event on toolgate.event.<conversation>. Events
 // are for UIs: a failure is logged and the work goes on.
-func (o *Orchestrator) publishEvent(ctx context.Context, convID, runID, typ, callID string, data any) {
+func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID string, data any) {
 	var raw json.RawMessage
 	if data != nil {
 		b, err := json.Marshal(data)
 		if err != nil {
-			o.log.WarnContext(ctx, "encode event", slog.String("type", typ), slog.String("error", err.Error()))
+			p.log.WarnContext(ctx, "encode event", slog.String("type", typ), slog.String("error", err.Error()))
 			return
 		}
 		raw = b
 	}
-	o.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: o.clock().UTC()}})
+	p.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}})
 }
 
-func (o *Orchestrator) emit(ctx context.Context, q queuedEvent) {
-	if o.events.push(q) {
+func (p *eventPublisher) emit(ctx context.Context, q queuedEvent) {
+	if p.queue.push(q) {
 		return
 	}
 	// The loop has ended (the orchestrator stopped): publish directly.
-	o.publishQueued([]queuedEvent{q})
+	p.publishQueued([]queuedEvent{q})
 }
 
-// publishAgentEvent forwards an agent event; its JSON form is the data.
-func (o *Orchestrator) publishAgentEvent(ctx context.Context, convID, runID string, ev agent.Event) {
+// agentEvent forwards an agent event; its JSON form is the data.
+func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, ev agent.Event) {
 	if ev.Kind == agent.EventTextDelta {
 		d := ev
-		o.emit(ctx, queuedEvent{
-			ev:    bus.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: o.clock().UTC()},
+		p.emit(ctx, queuedEvent{
+			ev:    bus.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: p.clock().UTC()},
 			delta: &d,
 		})
 		return
@@ -291,5 +306,5 @@ func (o *Orchestrator) publishAgentEvent(ctx context.Context, convID, runID stri
 		r.NewMessages = nil
 		ev.Result = &r
 	}
-	o.publishEvent(ctx, convID, runID, string(ev.Kind), callID, ev)
+	p.publish(ctx, convID, runID, string(ev.Kind), callID, ev)
 }

@@ -68,11 +68,11 @@ func TestInvalidEventDroppedAlone(t *testing.T) {
 	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	o := &Orchestrator{eventBus: b, log: slog.New(slog.DiscardHandler)}
+	p := newEventPublisher(b, slog.New(slog.DiscardHandler), time.Now)
 	ev := func(typ string) queuedEvent {
 		return queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
 	}
-	o.publishQueued([]queuedEvent{ev("first"), ev(""), ev("third")})
+	p.publishQueued([]queuedEvent{ev("first"), ev(""), ev("third")})
 	var got []string
 	for se, err := range b.Events(t.Context(), "c1", 0) {
 		if err != nil {

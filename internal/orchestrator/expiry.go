@@ -175,7 +175,7 @@ func (o *Orchestrator) expire(ctx context.Context, convID string) {
 			o.cfg.Metrics.Expired(string(pc.Kind))
 		}
 		o.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
-		o.publishEvent(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
+		o.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
 	}
 	o.afterApply(ctx, conv)
 }

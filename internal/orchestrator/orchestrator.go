@@ -1,12 +1,17 @@
 // Package orchestrator glues the agent loop to the bus: it starts runs,
-// persists paused conversations in KV, publishes their deferred calls to
-// tool-workers and approvers, collects and verifies the replies, completes
-// each batch exactly once and launches its follow-up run, settles expired
-// calls, and serves the HTTP API and event stream (D35–D37).
+// keeps each conversation as an append-only log, publishes paused
+// conversations' deferred calls to tool-workers and approvers, collects and
+// verifies the replies, completes each batch exactly once and launches its
+// follow-up run, settles expired calls, and answers the public methods that
+// the HTTP API (internal/api) and embedding programs call (D35–D37).
 //
-// Nothing about a paused conversation is kept in memory: its whole state is
-// one KV key, updated by revision (CAS), so any number of replicas can share
-// the work and a restarted one picks up where the last left off.
+// Nothing about a paused conversation needs to be kept in memory: its state
+// is the fold of its log, the subject toolgate.conv.<id> of stream
+// TOOLGATE_CONVERSATIONS, appended to with the expected last sequence of
+// the record a change was made from (optimistic concurrency), so any number
+// of replicas can share the work and a restarted one picks up where the
+// last left off. A bounded cache keeps recent states; it is only a cache
+// (docs/architecture.md, "Conversation state").
 //
 // # The state machine
 //
@@ -308,15 +313,13 @@ func (e *ConflictError) Error() string {
 // Orchestrator runs agents over the bus. Create it with New, then Start;
 // Stop ends it.
 type Orchestrator struct {
-	cfg Config
-	log *slog.Logger
-	bus *bus.Bus
-	// eventBus publishes the events (Config.EventBus).
-	eventBus *bus.Bus
-	js       jetstream.JetStream
-	storage  storageState
-	store    *store
-	clock    func() time.Time
+	cfg     Config
+	log     *slog.Logger
+	bus     *bus.Bus
+	js      jetstream.JetStream
+	storage storageState
+	store   *store
+	clock   func() time.Time
 	// agents are the agents this replica runs, by name; agentNames in
 	// configured order; defaultAgent the first.
 	agents       map[string]*agentRuntime
@@ -351,7 +354,7 @@ type Orchestrator struct {
 	replies     *bus.Subscription
 	maxDeliver  *bus.Subscription
 	deadlines   *deadlineIndex
-	events      *eventQueue
+	events      *eventPublisher
 	replyGroups replyGroups
 	observer    observer
 
@@ -415,7 +418,6 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("component", "orchestrator"), slog.String("instance", cfg.InstanceID)),
 		bus:       cfg.Bus,
-		eventBus:  cfg.EventBus,
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
@@ -424,10 +426,10 @@ func New(cfg Config) (*Orchestrator, error) {
 		executing: map[string]context.CancelFunc{},
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
-		events:    newEventQueue(),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	o.once.log = o.log
+	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
@@ -438,7 +440,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	return o, nil
 }
 
-// Start binds the KV bucket, starts consuming replies and the expiry and
+// Start binds the conversations' stream and buckets, starts consuming replies and the expiry and
 // reconcile loops, and reconciles once: batches that completed or expired
 // while no replica was up are handled, runs whose lease expired are
 // relaunched.
@@ -446,10 +448,10 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if !o.started.CompareAndSwap(false, true) {
 		return errors.New("orchestrator already started")
 	}
-	go o.eventLoop()
+	go o.events.loop()
 	defer func() {
 		if err != nil {
-			o.stopEvents(ctx)
+			o.events.stop(ctx)
 		}
 	}()
 	st, err := o.openStore(ctx)
@@ -461,10 +463,10 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if _, err := o.store.migrate(ctx, o.log); err != nil {
 		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
 	}
-	// Pending calls are counted from KV when scraped rather than by this
-	// process: the state lives only in KV, so the count is right after a
-	// restart and whichever replica settled a call, and every replica
-	// reports the same total.
+	// Pending calls are counted from the store when scraped rather than
+	// by this process: the state lives only in the logs, so the count is
+	// right after a restart and whichever replica settled a call, and
+	// every replica reports the same total.
 	o.cfg.Metrics.CountPending(countPending(o.Pending))
 	var tools []string
 	for _, a := range o.agents {
@@ -589,7 +591,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		if o.started.Load() {
 			// Runs are over: what they emitted is published before Stop
 			// returns.
-			o.stopEvents(ctx)
+			o.events.stop(ctx)
 		}
 	})
 	return err

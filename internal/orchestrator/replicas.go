@@ -254,11 +254,11 @@ func (o *Orchestrator) awaitAgent(ctx context.Context, c *Conversation) error {
 		if c.Lease != nil {
 			runID = c.Lease.RunID
 		}
-		o.publishEvent(ctx, c.ID, runID, EventAgentUnavailable, "", wire.AgentUnavailable{
+		o.events.publish(ctx, c.ID, runID, EventAgentUnavailable, "", wire.AgentUnavailable{
 			Agent: c.Agent, AgentDigest: c.AgentDigest, Reason: reason, FailsAt: now.Add(o.cfg.AgentWait)})
 	case failed:
 		o.log.WarnContext(ctx, "conversation failed: no replica of its agent came", slog.String("conversation_id", c.ID), slog.String("agent", c.Agent))
-		o.publishEvent(ctx, c.ID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
+		o.events.publish(ctx, c.ID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
 	}
 	return nil
 }

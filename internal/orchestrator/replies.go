@@ -174,7 +174,7 @@ type (
 func (o *Orchestrator) replyEvents(ctx context.Context, convID string, j *replyJob) {
 	in := j.in
 	if j.expired {
-		o.publishEvent(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
+		o.events.publish(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
 	}
 	switch j.v {
 	case verdictApplied:
@@ -191,8 +191,8 @@ func (o *Orchestrator) replyEvents(ctx context.Context, convID string, j *replyJ
 				data.Outcome = string(bus.OutcomeReturn)
 			}
 		}
-		o.publishEvent(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
+		o.events.publish(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
 	case verdictRefused, verdictLate:
-		o.publishEvent(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
+		o.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
 	}
 }

@@ -168,7 +168,7 @@ func (o *Orchestrator) executeTraced(ctx context.Context, log *slog.Logger, ag *
 		defer close(renewDone)
 		o.renewLease(renewCtx, cancel, convID, runID)
 	}()
-	o.publishEvent(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt, Agent: ag.name, Replica: o.cfg.InstanceID})
+	o.events.publish(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt, Agent: ag.name, Replica: o.cfg.InstanceID})
 	log.InfoContext(ctx, "run started", slog.Bool("resume", resume))
 	res, runErr := o.runAgent(ctx, ag.agent, convID, runID, in)
 	stopRenew()
@@ -213,7 +213,7 @@ func (o *Orchestrator) runAgent(ctx context.Context, a *agent.Agent, convID, run
 		if err != nil {
 			return nil, err
 		}
-		o.publishAgentEvent(ctx, convID, runID, ev)
+		o.events.agentEvent(ctx, convID, runID, ev)
 		if ev.Kind == agent.EventRunDone {
 			res = ev.Result
 		}
@@ -277,13 +277,13 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	switch c.Status {
 	case StatusFailed:
 		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
-		o.publishEvent(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: c.Error})
+		o.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: c.Error})
 	case StatusCompleted:
 		log.InfoContext(ctx, "run completed")
-		o.publishEvent(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
+		o.events.publish(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
-		o.publishEvent(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
+		o.events.publish(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile, which

@@ -30,8 +30,8 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
-// Conversation is the whole stored state of one conversation: the value of
-// key conv.<id> in KV toolgate_runs. It is all a replica needs to continue
+// Conversation is the whole stored state of one conversation: the fold of
+// its log (subject toolgate.conv.<id> of stream TOOLGATE_CONVERSATIONS). It is all a replica needs to continue
 // the conversation; nothing about it is kept in memory between events.
 type Conversation struct {
 	ID      string          `msgpack:"id"`

@@ -41,7 +41,7 @@ func (o *Orchestrator) failTooLarge(ctx context.Context, convID string, tl *TooL
 		return
 	}
 	o.log.WarnContext(ctx, "conversation failed: state too large", slog.String("conversation_id", convID), slog.String("error", reason))
-	o.publishEvent(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
+	o.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
 }
 
 // shrunk is in with a result's value, content and metadata replaced by a
