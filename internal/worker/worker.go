@@ -499,14 +499,20 @@ func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool
 		c.log.Warn("call interrupted by shutdown; handing it back", slog.Any("error", err))
 		c.w.release(c.log, c.d, 0)
 	default:
-		c.outcome = telemetry.CallOutcomeError
-		c.span.RecordError(err)
-		c.span.SetStatus(codes.Error, "executor error")
-		delay := c.w.backoff(c.d.NumDelivered)
-		c.log.WarnContext(ctx, "executor error; redelivering later", slog.Any("error", err), slog.Duration("delay", delay))
-		c.w.release(c.log, c.d, delay)
+		c.later(ctx, telemetry.CallOutcomeError, "executor error", err)
 	}
 	return bus.CallReply{}, false
+}
+
+// later hands the call back to be delivered again after the back-off of
+// its delivery count: what failed (what) may pass by then.
+func (c *callRun) later(ctx context.Context, outcome, what string, err error) {
+	c.outcome = outcome
+	c.span.RecordError(err)
+	c.span.SetStatus(codes.Error, what)
+	delay := c.w.backoff(c.d.NumDelivered)
+	c.log.WarnContext(ctx, what+"; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
+	c.w.release(c.log, c.d, delay)
 }
 
 // seal addresses the reply to its call and replaces one that is invalid
@@ -545,12 +551,7 @@ func (c *callRun) publish(ctx context.Context, reply bus.CallReply) {
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.w.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := c.w.cfg.Bus.PublishCallReply(pubCtx, reply, hdr); err != nil {
-		c.outcome = telemetry.CallOutcomePublishError
-		c.span.RecordError(err)
-		c.span.SetStatus(codes.Error, "publish reply")
-		delay := c.w.backoff(c.d.NumDelivered)
-		c.log.ErrorContext(ctx, "publish reply; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
-		c.w.release(c.log, c.d, delay)
+		c.later(ctx, telemetry.CallOutcomePublishError, "publish reply", err)
 		return
 	}
 	if err := c.d.Ack(); err != nil {
