@@ -31,6 +31,10 @@ const (
 	// EventAgentUnavailable: the conversation needs a run and no live
 	// replica runs its agent; RunID is the run that waits.
 	EventAgentUnavailable = "agent_unavailable" // Data: AgentUnavailable
+	// EventToolUnserved: a call was published for a tool whose calls no
+	// worker is taking (none pulls them, none holds one); it waits for a
+	// worker until its deadline. ToolCallID is set.
+	EventToolUnserved = "tool_unserved" // Data: ToolUnserved
 )
 
 // RunStarted is the data of a run_started event.
@@ -53,6 +57,15 @@ type AgentUnavailable struct {
 	AgentDigest string    `json:"agent_digest,omitempty"`
 	Reason      string    `json:"reason"`
 	FailsAt     time.Time `json:"fails_at"`
+}
+
+// ToolUnserved is the data of a tool_unserved event: the call of Tool
+// waits in the stream, since no worker takes calls of it; it fails "timed
+// out" at Deadline unless a worker comes.
+type ToolUnserved struct {
+	Tool     string    `json:"tool"`
+	Reason   string    `json:"reason"`
+	Deadline time.Time `json:"deadline"`
 }
 
 // RunCompleted is the data of a run_completed event.

@@ -29,7 +29,10 @@
 //
 // Use wraps every handler, outermost first, like net/http middleware:
 // Tracing makes a span per call (child of the orchestrator's trace, which
-// the call's headers carry), Metrics counts calls and their run time.
+// the call's headers carry). Metrics are not a middleware but
+// Config.Metrics, since the worker, not a handler, sees every call's
+// outcome (expired before it ran, handed back by a drain, a reply that
+// could not be published).
 //
 // # What this package is
 //

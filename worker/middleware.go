@@ -3,9 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -55,23 +53,6 @@ func Tracing(tp trace.TracerProvider) Middleware {
 				}
 				span.SetStatus(codes.Error, outcome)
 			}
-			return r, err
-		})
-	}
-}
-
-// Metrics counts calls on reg with the tool-worker's collectors:
-// toolgate_tool_calls_total{tool,outcome} (outcome return, retry, failed
-// or error), toolgate_tool_call_seconds{tool} and
-// toolgate_tool_calls_in_flight{tool}.
-func Metrics(reg prometheus.Registerer) Middleware {
-	m := telemetry.NewWorkerMetrics(reg)
-	return func(next Handler) Handler {
-		return HandlerFunc(func(ctx context.Context, call Call) (Reply, error) {
-			m.CallStarted(call.ToolName)
-			start := time.Now()
-			r, err := next.Handle(ctx, call)
-			m.CallFinished(call.ToolName, outcomeOf(ctx, r, err), time.Since(start))
 			return r, err
 		})
 	}

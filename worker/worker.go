@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	iworker "github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -70,6 +72,17 @@ type Config struct {
 	DrainTimeout time.Duration
 	// NoAdvertise keeps the tools out of the toolgate_tools bucket.
 	NoAdvertise bool
+	// Metrics, when set, receives the tool-worker's collectors and counts
+	// every call the worker takes, as tool-worker does:
+	// toolgate_tool_calls_total{tool,outcome} (return, retry, failed,
+	// error, expired, interrupted, cancelled, publish_error),
+	// toolgate_tool_call_seconds{tool}, toolgate_tool_calls_in_flight{tool}
+	// toolgate_redeliveries_total{component="worker",tool} and
+	// toolgate_dead_letters_total{component="worker",reason}. It is not a
+	// middleware: a middleware sees only the calls its handler runs, not
+	// one whose deadline passed before it started, one handed back by a
+	// drain before it ran, or one whose reply could not be published.
+	Metrics prometheus.Registerer
 	// Logger receives the worker's log. nil discards it.
 	Logger *slog.Logger
 }
@@ -175,6 +188,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			Executor: executor{h},
 			Kind:     "go",
 		})
+	}
+	if w.cfg.Metrics != nil {
+		cfg.Metrics = telemetry.NewWorkerMetrics(w.cfg.Metrics)
 	}
 	iw, err := iworker.New(cfg)
 	if err != nil {

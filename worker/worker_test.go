@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -284,4 +287,69 @@ func TestRegisterRefusesBadTools(t *testing.T) {
 	if err := empty.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "no tools") {
 		t.Errorf("run without tools: %v", err)
 	}
+}
+
+// Config.Metrics counts every call the worker takes by its outcome,
+// including those no handler ran: a call whose deadline passed before it
+// started is counted "expired" (a middleware never sees it).
+func TestMetricsCountEveryOutcome(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(e.nc, worker.Config{ID: "w1", Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	err = w.Handle(worker.Tool{Name: "job", Handler: worker.HandlerFunc(func(ctx context.Context, c worker.Call) (worker.Reply, error) {
+		ran.Add(1)
+		if c.ToolCallID == "bad" {
+			return worker.Reply{}, worker.Fail("no such thing")
+		}
+		return worker.Return("done")
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	for _, c := range []struct {
+		id       string
+		deadline time.Time
+	}{{"ok", time.Time{}}, {"bad", time.Time{}}, {"late", time.Now().Add(-time.Second)}} {
+		e.publish(t, wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: c.id, ToolName: "job", Args: json.RawMessage(`{}`), Deadline: c.deadline}, wire.ContentTypeMsgpack)
+		e.reply(t, "r1", c.id)
+	}
+	// A call is counted when its handling ends, just after its reply.
+	want := map[string]float64{"return": 1, "failed": 1, "expired": 1}
+	bustest.Poll(t, bustest.Timeout, "calls counted by outcome", func() (bool, string) {
+		got := callsByOutcome(t, reg, "job")
+		return maps.Equal(got, want), fmt.Sprintf("toolgate_tool_calls_total{tool=job} by outcome %v, want %v", got, want)
+	})
+	if n := ran.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2 (not for the late call)", n)
+	}
+}
+
+// callsByOutcome reads toolgate_tool_calls_total of tool from reg.
+func callsByOutcome(t *testing.T, reg *prometheus.Registry, tool string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "toolgate_tool_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tool"] == tool && m.GetCounter().GetValue() > 0 {
+				got[labels["outcome"]] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return got
 }

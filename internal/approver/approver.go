@@ -216,48 +216,16 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		return nil
 	}
 
-	v := Verdict{Action: ActionEscalate, Rule: -1}
-	if a.cfg.Decider != nil {
-		var err error
-		v, err = a.cfg.Decider.Decide(ctx, req)
-		var term *bus.TermError
-		switch {
-		case errors.As(err, &term):
-			// The request cannot be decided now or ever.
-			a.deadLetter(span, "policy", err)
-			return err
-		case err != nil:
-			span.RecordError(err)
-			log.WarnContext(ctx, "decider failed; the request comes back later", slog.Any("error", err))
-			return err
-		}
-		for _, s := range v.Skipped {
-			log.WarnContext(ctx, "policy rule failed to evaluate; treated as not matching",
-				slog.Int("rule", s.Index), slog.Any("error", s.Err))
-		}
-		log.DebugContext(ctx, "policy verdict", slog.String("action", string(v.Action)), slog.Int("rule", v.Rule))
+	v, err := a.decide(ctx, log, span, req)
+	if err != nil {
+		return err
 	}
 	if v.Action == ActionEscalate && a.cfg.Asker != nil {
-		asked, err := a.cfg.Asker.Ask(ctx, req)
-		switch {
-		case errors.Is(err, ErrExpired):
-			log.InfoContext(ctx, "request expired while asking", slog.Time("deadline", req.Deadline))
-			a.done(ctx, key, req, OutcomeExpired)
-			return nil
-		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
-			// The human is gone (input closed): stop, and hand the request
-			// back so that it is asked again when an approver is back.
-			select {
-			case a.fatal <- fmt.Errorf("approver %s: %w", a.cfg.ID, err):
-			default:
-			}
-			return err
-		case err != nil:
+		var expired bool
+		if v, expired, err = a.ask(ctx, log, req); err != nil {
 			return err
 		}
-		v = asked
-		if a.expired(req) {
-			log.InfoContext(ctx, "answered after the deadline; not sent", slog.Time("deadline", req.Deadline))
+		if expired {
 			a.done(ctx, key, req, OutcomeExpired)
 			return nil
 		}
@@ -267,7 +235,80 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
 	}
+	dec, err := a.publish(ctx, span, req, v)
+	if err != nil {
+		return err
+	}
+	o := OutcomeDenied
+	if dec.Approved {
+		o = OutcomeApproved
+	}
+	log.InfoContext(ctx, "decision published", slog.String("outcome", string(o)), slog.Int("rule", v.Rule),
+		slog.Bool("override_args", len(dec.OverrideArgs) != 0), slog.Bool("signed", dec.Signature != nil))
+	// From the request's storage in the stream (its publication) to now:
+	// both are wall-clock readings, unlike the Now seam.
+	a.cfg.Metrics.Decided(a.cfg.ID, string(o), time.Since(d.Timestamp))
+	a.done(ctx, key, req, o)
+	return nil
+}
 
+// decide asks the Decider (escalate when there is none). An error that
+// says the request can never be decided is dead-lettered; any other hands
+// the request back for later.
+func (a *Approver) decide(ctx context.Context, log *slog.Logger, span trace.Span, req bus.ApprovalRequest) (Verdict, error) {
+	if a.cfg.Decider == nil {
+		return Verdict{Action: ActionEscalate, Rule: -1}, nil
+	}
+	v, err := a.cfg.Decider.Decide(ctx, req)
+	var term *bus.TermError
+	switch {
+	case errors.As(err, &term):
+		// The request cannot be decided now or ever.
+		a.deadLetter(span, "policy", err)
+		return v, err
+	case err != nil:
+		span.RecordError(err)
+		log.WarnContext(ctx, "decider failed; the request comes back later", slog.Any("error", err))
+		return v, err
+	}
+	for _, s := range v.Skipped {
+		log.WarnContext(ctx, "policy rule failed to evaluate; treated as not matching",
+			slog.Int("rule", s.Index), slog.Any("error", s.Err))
+	}
+	log.DebugContext(ctx, "policy verdict", slog.String("action", string(v.Action)), slog.Int("rule", v.Rule))
+	return v, nil
+}
+
+// ask puts an escalated request to the Asker (a person). It reports
+// expired when the deadline passed before the answer, which is then not
+// sent. An Asker that fails for good (its input closed) stops the
+// approver, and the request goes back for an approver still there.
+func (a *Approver) ask(ctx context.Context, log *slog.Logger, req bus.ApprovalRequest) (v Verdict, expired bool, err error) {
+	v, err = a.cfg.Asker.Ask(ctx, req)
+	switch {
+	case errors.Is(err, ErrExpired):
+		log.InfoContext(ctx, "request expired while asking", slog.Time("deadline", req.Deadline))
+		return v, true, nil
+	case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
+		select {
+		case a.fatal <- fmt.Errorf("approver %s: %w", a.cfg.ID, err):
+		default:
+		}
+		return v, false, err
+	case err != nil:
+		return v, false, err
+	}
+	if a.expired(req) {
+		log.InfoContext(ctx, "answered after the deadline; not sent", slog.Time("deadline", req.Deadline))
+		return v, true, nil
+	}
+	return v, false, nil
+}
+
+// publish signs (with a key) and publishes the decision of v. A failed
+// publish hands the request back: its redelivery publishes again under the
+// same Nats-Msg-Id.
+func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.ApprovalRequest, v Verdict) (bus.Decision, error) {
 	dec := bus.Decision{
 		RunID:      req.RunID,
 		ToolCallID: req.ToolCallID,
@@ -284,7 +325,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	if a.cfg.Key != nil {
 		if err := Sign(a.cfg.Key, &dec); err != nil {
 			a.deadLetter(span, "sign", err)
-			return bus.Terminal(err)
+			return dec, bus.Terminal(err)
 		}
 	}
 	// The decision continues the request's trace, so that the follow-up run
@@ -292,22 +333,11 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	hdr := nats.Header{}
 	telemetry.Inject(ctx, hdr)
 	if _, err := a.cfg.Bus.PublishDecision(ctx, dec, hdr); err != nil {
-		// Nak: the redelivery publishes again under the same Nats-Msg-Id.
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "publish decision")
-		return fmt.Errorf("decide %s: %w", req.ToolCallID, err)
+		return dec, fmt.Errorf("decide %s: %w", req.ToolCallID, err)
 	}
-	o := OutcomeDenied
-	if dec.Approved {
-		o = OutcomeApproved
-	}
-	log.InfoContext(ctx, "decision published", slog.String("outcome", string(o)), slog.Int("rule", v.Rule),
-		slog.Bool("override_args", len(dec.OverrideArgs) != 0), slog.Bool("signed", dec.Signature != nil))
-	// From the request's storage in the stream (its publication) to now:
-	// both are wall-clock readings, unlike the Now seam.
-	a.cfg.Metrics.Decided(a.cfg.ID, string(o), time.Since(d.Timestamp))
-	a.done(ctx, key, req, o)
-	return nil
+	return dec, nil
 }
 
 func (a *Approver) deadLetter(span trace.Span, reason string, err error) {

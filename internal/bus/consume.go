@@ -792,3 +792,31 @@ func decodeReply(m jetstream.Msg, ct string) (Reply, error) {
 	}
 	return r, nil
 }
+
+// CallTakers reports, from the info of the durable call_<tool>, the pull
+// requests waiting on it and the calls it delivered that are not acked
+// yet. A worker that serves the tool keeps pull requests waiting while it
+// has room and holds unacked calls while it works, so a consumer with
+// neither has nobody taking its calls now. A consumer that does not exist
+// has neither.
+func (b *Bus) CallTakers(ctx context.Context, tool string) (waiting, unacked int, err error) {
+	name, err := CallConsumerName(tool)
+	if err != nil {
+		return 0, 0, fmt.Errorf("call takers: %w", err)
+	}
+	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
+	c, err := b.js.Consumer(gctx, StreamCalls, name)
+	derr := denied(gctx)
+	release()
+	if derr != nil {
+		return 0, 0, fmt.Errorf("call consumer %s: %w", name, derr)
+	}
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("call consumer %s: %w", name, err)
+	}
+	info := c.CachedInfo()
+	return info.NumWaiting, info.NumAckPending, nil
+}

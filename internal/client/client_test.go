@@ -144,3 +144,19 @@ func TestStartRunRetriesWithSameKey(t *testing.T) {
 		t.Errorf("a 400 was tried %d times", len(keys))
 	}
 }
+
+// Why a call or a conversation waits is printed with its reason, not as a
+// bare event type.
+func TestEventLineSaysWhyItWaits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ data, want string }{
+		{`{"type":"tool_unserved","tool_call_id":"c1","data":{"tool":"t","reason":"no worker takes calls of t: the call waits until one does or its deadline passes"}}`,
+			"⚠ no worker takes calls of t: the call waits until one does or its deadline passes  [c1]"},
+		{`{"type":"agent_unavailable","data":{"agent":"a","reason":"no replica runs agent \"a\""}}`,
+			`⚠ no replica runs agent "a"`},
+	} {
+		if got := client.EventLine(client.SSE{Data: tc.data}); got != tc.want {
+			t.Errorf("EventLine(%s) = %q, want %q", tc.data, got, tc.want)
+		}
+	}
+}

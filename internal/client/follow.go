@@ -80,6 +80,7 @@ type agentEventData struct {
 	Error  string `json:"error"`
 	Kind   string `json:"kind"`
 	Resume bool   `json:"resume"`
+	Reason string `json:"reason"`
 }
 
 // Render returns the text to print for ev (possibly several lines, or a
@@ -136,6 +137,8 @@ func (r *Renderer) Render(ev SSE) string {
 		return r.line(fmt.Sprintf("✓ reply (%s)%s", d.Kind, id))
 	case wire.EventCallsExpired:
 		return r.line("⌛ expired" + id)
+	case wire.EventToolUnserved, wire.EventAgentUnavailable:
+		return r.line("⚠ " + d.Reason + id)
 	case wire.EventConversationCancelled:
 		return r.line("✗ cancelled")
 	case wire.EventRunCompleted:

@@ -25,6 +25,7 @@ const (
 
 	EventConversationCancelled = wire.EventConversationCancelled
 	EventAgentUnavailable      = wire.EventAgentUnavailable
+	EventToolUnserved          = wire.EventToolUnserved
 )
 
 // Events are for UIs, so they leave the hot path: they are queued in order

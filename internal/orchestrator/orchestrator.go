@@ -356,6 +356,7 @@ type Orchestrator struct {
 	maxDeliver  *bus.Subscription
 	deadlines   *deadlineIndex
 	events      *eventPublisher
+	unserved    *unservedCalls
 	replyGroups replyGroups
 	observer    observer
 
@@ -401,6 +402,9 @@ type Stats struct {
 	// HandedOver counts the runs this replica handed to the replicas of
 	// another agent (or config digest) by a nudge.
 	HandedOver atomic.Int64
+	// UnservedCalls counts the external calls published while no worker
+	// took calls of their tool (each told by a tool_unserved event).
+	UnservedCalls atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).
 	ReconcileErrors atomic.Int64
@@ -438,6 +442,10 @@ func New(cfg Config) (*Orchestrator, error) {
 		return nil, err
 	}
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	o.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
+		o.stats.UnservedCalls.Add(1)
+		cfg.Metrics.UnservedCall(tool)
+	})
 	return o, nil
 }
 
@@ -588,6 +596,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			<-done
 		}
 		o.cancel()
+		o.unserved.stop()
 		o.withdraw(ctx)
 		if o.started.Load() {
 			// Runs are over: what they emitted is published before Stop

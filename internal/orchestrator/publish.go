@@ -75,9 +75,29 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 	}
 	o.stats.Published.Add(int64(len(msgs)))
 	o.stats.CallBatches.Add(1)
+	o.tellUnserved(c.ID, b, ids)
 	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
 	return ids, errors.Join(errs...)
+}
+
+// tellUnserved hands the external calls just published (ids) to the look
+// at whether their tools have workers.
+func (o *Orchestrator) tellUnserved(convID string, b *Batch, ids []string) {
+	var byTool map[string][]unservedCall
+	for _, id := range ids {
+		pc := b.call(id)
+		if pc == nil || pc.Kind != deferred.KindCall {
+			continue
+		}
+		if byTool == nil {
+			byTool = map[string][]unservedCall{}
+		}
+		byTool[pc.ToolName] = append(byTool[pc.ToolName], unservedCall{convID: convID, runID: b.RunID, callID: id, deadline: pc.Deadline})
+	}
+	for tool, calls := range byTool {
+		o.unserved.published(tool, calls)
+	}
 }
 
 // outgoing is the message for one deferred call: an approval request (with

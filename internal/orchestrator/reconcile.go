@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // reconcileLoop finishes the first pass over first (the due entries Start
@@ -166,7 +167,7 @@ func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 		if c.Batch == nil {
 			return nil
 		}
-		if unpublished(c.Batch) {
+		if unpublished(c.Batch) && o.publishDue(c, now) {
 			if err := o.publishBatch(ctx, c); err != nil {
 				return err
 			}
@@ -191,6 +192,29 @@ func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
 		o.deadlines.schedule(c)
 	}
 	return nil
+}
+
+// publishAfterMax bounds how long reconcile leaves a paused run's batch to
+// the run (publishDue).
+const publishAfterMax = 30 * time.Second
+
+// publishDue says whether reconcile is to publish and mark the unmarked
+// calls of c's batch now. A paused run publishes its batch itself and
+// marks nothing (a reply marks its call); marking the batch at once would
+// be one more write racing the replies on their way, each of which it met
+// would cost a refused append and a catch-up. So reconcile leaves the
+// batch to its run for a reconcile interval (at most publishAfterMax)
+// after the pause: then it publishes what is still unmarked under the same
+// message ids, which the stream drops as repeats of what the run
+// published, and marks it. That is well within the stream's duplicate
+// window (2 minutes), after which a publication would be a new message
+// and a call delivered twice.
+func (o *Orchestrator) publishDue(c *Conversation, now time.Time) bool {
+	rec := c.runRecord(c.Batch.RunID)
+	if rec == nil || rec.EndedAt.IsZero() {
+		return true
+	}
+	return !now.Before(rec.EndedAt.Add(min(o.cfg.ReconcileInterval, publishAfterMax)))
 }
 
 func unpublished(b *Batch) bool {

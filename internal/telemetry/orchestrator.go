@@ -29,6 +29,7 @@ const (
 //	toolgate_redeliveries_total{component="orchestrator",tool}
 //	toolgate_dead_letters_total{component="orchestrator",reason}
 //	toolgate_reconcile_errors_total
+//	toolgate_calls_unserved_total{tool}          calls published while no worker took calls of their tool
 //
 // kind is "call" or "approval". toolgate_deferred_pending comes either from
 // PendingAdd/PendingDone, counted by this process (sum over replicas; a
@@ -49,6 +50,7 @@ type OrchestratorMetrics struct {
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	reconcile    prometheus.Counter
+	unserved     *prometheus.CounterVec
 }
 
 // NewOrchestratorMetrics registers the orchestrator's collectors on reg.
@@ -99,7 +101,20 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 			Name: "toolgate_reconcile_errors_total",
 			Help: "Conversations a reconcile pass had to leave as they were: a record it could not read, a change that failed (see the log).",
 		})),
+		unserved: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_calls_unserved_total",
+			Help: "External calls published while no worker took calls of their tool (none pulled them, none held one); each also has a tool_unserved event.",
+		}, []string{"tool"})),
 	}
+}
+
+// UnservedCall counts a call of tool published while no worker took its
+// tool's calls.
+func (m *OrchestratorMetrics) UnservedCall(tool string) {
+	if m == nil {
+		return
+	}
+	m.unserved.WithLabelValues(tool).Inc()
 }
 
 // ReconcileError counts a conversation a reconcile pass had to leave.

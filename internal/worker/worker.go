@@ -390,141 +390,175 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 	w.enter()
 	defer w.leave()
 	req := d.Msg
-	log := w.log.With(slog.String("tool", t.Spec.Name), slog.String("run_id", req.RunID),
+	c := &callRun{w: w, tool: t.Spec.Name, d: d, outcome: telemetry.CallOutcomeFailed, took: -1}
+	c.log = w.log.With(slog.String("tool", c.tool), slog.String("run_id", req.RunID),
 		slog.String("tool_call_id", req.ToolCallID), slog.Uint64("delivered", d.NumDelivered))
-	ctx, span := telemetry.StartConsumer(ctx, w.tracer, "process "+d.Subject, d.Subject, d.Header,
+	ctx, c.span = telemetry.StartConsumer(ctx, w.tracer, "process "+d.Subject, d.Subject, d.Header,
 		telemetry.AttrRunID.String(req.RunID),
 		telemetry.AttrConversationID.String(req.ConversationID),
 		telemetry.AttrToolCallID.String(req.ToolCallID),
-		telemetry.AttrTool.String(t.Spec.Name),
+		telemetry.AttrTool.String(c.tool),
 		telemetry.AttrAttempt.Int(req.Attempt),
 		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
 		attribute.String("toolgate.worker_id", w.cfg.ID),
 	)
-	defer span.End()
+	defer c.span.End()
 	ctx = withProgress(ctx, func() { _ = d.InProgress() })
 	if d.NumDelivered > 1 {
-		w.cfg.Metrics.Redelivered(t.Spec.Name)
+		w.cfg.Metrics.Redelivered(c.tool)
 	}
-	skip := func() error {
-		span.SetAttributes(telemetry.AttrOutcome.String(telemetry.CallOutcomeInterrupted))
-		w.cfg.Metrics.CallSkipped(t.Spec.Name, telemetry.CallOutcomeInterrupted)
-		w.release(log, d, 0)
+	if !w.takeSlot(ctx) {
+		c.span.SetAttributes(telemetry.AttrOutcome.String(telemetry.CallOutcomeInterrupted))
+		w.cfg.Metrics.CallSkipped(c.tool, telemetry.CallOutcomeInterrupted)
+		w.release(c.log, d, 0)
 		return nil
-	}
-
-	select {
-	case <-w.stopping:
-		return skip()
-	default:
-	}
-	// Waiting for a slot keeps the call: AutoInProgress covers the wait.
-	select {
-	case w.slots <- struct{}{}:
-	case <-w.stopping:
-		return skip()
-	case <-ctx.Done():
-		return skip()
 	}
 	defer func() { <-w.slots }()
 
-	// Every path below sets outcome (and took, when the executor ran).
-	outcome, took := telemetry.CallOutcomeFailed, time.Duration(-1)
-	w.cfg.Metrics.CallStarted(t.Spec.Name)
+	// Every path below sets c.outcome (and c.took, when the executor ran).
+	w.cfg.Metrics.CallStarted(c.tool)
 	defer func() {
-		w.cfg.Metrics.CallFinished(t.Spec.Name, outcome, took)
-		span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+		w.cfg.Metrics.CallFinished(c.tool, c.outcome, c.took)
+		c.span.SetAttributes(telemetry.AttrOutcome.String(c.outcome))
 	}()
-
 	ctx, release, live := w.cancels.register(ctx, req.RunID)
 	defer release()
-	stopCancelled := func() error {
-		outcome = telemetry.CallOutcomeCancelled
-		log.InfoContext(ctx, "conversation cancelled; call stopped without a reply")
-		if err := d.Ack(); err != nil {
-			log.WarnContext(ctx, "ack", slog.Any("error", err))
-		}
+	if !live {
+		c.stopCancelled(ctx)
 		return nil
 	}
-	if !live {
-		return stopCancelled()
+	reply, ok := c.execute(ctx, t.Executor)
+	if ok {
+		c.publish(ctx, c.seal(ctx, reply))
 	}
+	return nil
+}
 
-	var reply bus.CallReply
-	if !req.Deadline.IsZero() && !w.cfg.Now().Before(req.Deadline) {
-		reply = Failed(TimedOutMessage)
-		outcome = telemetry.CallOutcomeExpired
-		log.InfoContext(ctx, "deadline passed before the call ran")
-	} else {
-		start := time.Now()
-		r, err := t.Executor.Execute(ctx, req)
-		took = time.Since(start)
-		if err != nil {
-			if cancelled(ctx) {
-				return stopCancelled()
-			}
-			if ctx.Err() != nil {
-				// The worker is shutting down: another worker can run it now.
-				outcome = telemetry.CallOutcomeInterrupted
-				log.Warn("call interrupted by shutdown; handing it back", slog.Any("error", err))
-				w.release(log, d, 0)
-				return nil
-			}
-			outcome = telemetry.CallOutcomeError
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "executor error")
-			delay := w.backoff(d.NumDelivered)
-			log.WarnContext(ctx, "executor error; redelivering later", slog.Any("error", err), slog.Duration("delay", delay))
-			w.release(log, d, delay)
-			return nil
-		}
-		reply = r
-		log.InfoContext(ctx, "call executed", slog.String("outcome", string(reply.Outcome)), slog.Duration("took", took))
+// takeSlot waits for room to run a call, unless the worker is stopping
+// (or ctx ends) first: then the call is to be handed back unrun. Waiting
+// keeps the call: AutoInProgress covers the wait.
+func (w *Worker) takeSlot(ctx context.Context) bool {
+	select {
+	case <-w.stopping:
+		return false
+	default:
 	}
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	case <-w.stopping:
+	case <-ctx.Done():
+	}
+	return false
+}
 
-	reply.RunID = req.RunID
-	reply.ToolCallID = req.ToolCallID
-	reply.WorkerID = w.cfg.ID
+// callRun is one call being handled: what handle's steps share.
+type callRun struct {
+	w    *Worker
+	tool string
+	d    *bus.Delivery[bus.CallRequest]
+	log  *slog.Logger
+	span trace.Span
+	// outcome and took are what the call is counted as.
+	outcome string
+	took    time.Duration
+}
+
+// stopCancelled ends a call of a cancelled conversation without a reply.
+func (c *callRun) stopCancelled(ctx context.Context) {
+	c.outcome = telemetry.CallOutcomeCancelled
+	c.log.InfoContext(ctx, "conversation cancelled; call stopped without a reply")
+	if err := c.d.Ack(); err != nil {
+		c.log.WarnContext(ctx, "ack", slog.Any("error", err))
+	}
+}
+
+// execute runs the call, or answers it "timed out" if its deadline has
+// passed. It reports false when it ended the delivery itself (the call was
+// cancelled, handed back, or is to be delivered again) and there is no
+// reply to send.
+func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool) {
+	req := c.d.Msg
+	if !req.Deadline.IsZero() && !c.w.cfg.Now().Before(req.Deadline) {
+		c.outcome = telemetry.CallOutcomeExpired
+		c.log.InfoContext(ctx, "deadline passed before the call ran")
+		return Failed(TimedOutMessage), true
+	}
+	start := time.Now()
+	r, err := ex.Execute(ctx, req)
+	c.took = time.Since(start)
+	switch {
+	case err == nil:
+		c.log.InfoContext(ctx, "call executed", slog.String("outcome", string(r.Outcome)), slog.Duration("took", c.took))
+		return r, true
+	case cancelled(ctx):
+		c.stopCancelled(ctx)
+	case ctx.Err() != nil:
+		// The worker is shutting down: another worker can run it now.
+		c.outcome = telemetry.CallOutcomeInterrupted
+		c.log.Warn("call interrupted by shutdown; handing it back", slog.Any("error", err))
+		c.w.release(c.log, c.d, 0)
+	default:
+		c.later(ctx, telemetry.CallOutcomeError, "executor error", err)
+	}
+	return bus.CallReply{}, false
+}
+
+// later hands the call back to be delivered again after the back-off of
+// its delivery count: what failed (what) may pass by then.
+func (c *callRun) later(ctx context.Context, outcome, what string, err error) {
+	c.outcome = outcome
+	c.span.RecordError(err)
+	c.span.SetStatus(codes.Error, what)
+	delay := c.w.backoff(c.d.NumDelivered)
+	c.log.WarnContext(ctx, what+"; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
+	c.w.release(c.log, c.d, delay)
+}
+
+// seal addresses the reply to its call and replaces one that is invalid
+// or over the size limit by a failed result saying so.
+func (c *callRun) seal(ctx context.Context, reply bus.CallReply) bus.CallReply {
+	req, id := c.d.Msg, c.w.cfg.ID
+	reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, id
 	if err := reply.Validate(); err != nil {
-		log.WarnContext(ctx, "executor gave an invalid reply", slog.Any("error", err))
+		c.log.WarnContext(ctx, "executor gave an invalid reply", slog.Any("error", err))
 		reply = Failed("invalid tool result: %v", err)
-		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, w.cfg.ID
+		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, id
 	}
 	if r, ok := reply.WithinLimit(); !ok {
 		// Sending it whole would cost a large message for nothing.
-		log.WarnContext(ctx, "result too large; sending a failed result instead", slog.Int("bytes", reply.PayloadBytes()), slog.Int("limit", bus.MaxReplyBytes))
+		c.log.WarnContext(ctx, "result too large; sending a failed result instead", slog.Int("bytes", reply.PayloadBytes()), slog.Int("limit", bus.MaxReplyBytes))
 		reply = r
 	}
-	if outcome != telemetry.CallOutcomeExpired {
-		outcome = string(reply.Outcome)
+	if c.outcome != telemetry.CallOutcomeExpired {
+		c.outcome = string(reply.Outcome)
 	}
 	if reply.Outcome == bus.OutcomeFailed {
-		span.SetStatus(codes.Error, "tool call failed")
+		c.span.SetStatus(codes.Error, "tool call failed")
 	}
+	return reply
+}
 
+// publish sends the reply and then acks the call; a reply that cannot be
+// published hands the call back for a later delivery.
+func (c *callRun) publish(ctx context.Context, reply bus.CallReply) {
 	hdr := nats.Header{}
-	hdr.Set(bus.HeaderConversation, req.ConversationID)
+	hdr.Set(bus.HeaderConversation, c.d.Msg.ConversationID)
 	// The reply continues the call's trace, so that the follow-up run the
 	// orchestrator starts from it joins the same trace.
 	telemetry.Inject(ctx, hdr)
 	// The result exists now; publish it even if shutdown began meanwhile.
-	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.PublishTimeout)
+	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.w.cfg.PublishTimeout)
 	defer cancel()
-	if _, err := w.cfg.Bus.PublishCallReply(pubCtx, reply, hdr); err != nil {
-		outcome = telemetry.CallOutcomePublishError
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "publish reply")
-		delay := w.backoff(d.NumDelivered)
-		log.ErrorContext(ctx, "publish reply; redelivering the call later", slog.Any("error", err), slog.Duration("delay", delay))
-		w.release(log, d, delay)
-		return nil
+	if _, err := c.w.cfg.Bus.PublishCallReply(pubCtx, reply, hdr); err != nil {
+		c.later(ctx, telemetry.CallOutcomePublishError, "publish reply", err)
+		return
 	}
-	if err := d.Ack(); err != nil {
+	if err := c.d.Ack(); err != nil {
 		// The reply is stored; a redelivery will publish a duplicate that the
 		// stream drops by its id.
-		log.WarnContext(ctx, "ack", slog.Any("error", err))
+		c.log.WarnContext(ctx, "ack", slog.Any("error", err))
 	}
-	return nil
 }
 
 func (w *Worker) release(log *slog.Logger, d *bus.Delivery[bus.CallRequest], delay time.Duration) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/approver"
@@ -77,6 +78,9 @@ type deferredCall struct {
 	DecidedBy string
 	Message   string
 	Deadline  time.Time
+	// unserved: Message says why the call waits (no worker takes its
+	// tool's calls), which its answer ends.
+	unserved bool
 }
 
 // builder folds a conversation's events into a transcript.
@@ -150,43 +154,9 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 		}
 		b.t.Status = "running"
 	case wire.EventModelResponse:
-		var d agentEvent
-		if json.Unmarshal(ev.Data, &d) != nil || d.Message == nil {
-			return
-		}
-		for _, p := range d.Message.Parts {
-			switch p.Kind {
-			case "text":
-				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Text: p.Content, Time: at})
-			case "tool-call":
-				ref := &callRef{Tool: p.ToolName, ID: p.ToolCallID, ArgsText: indent(p.Args), Deferred: b.calls[p.ToolCallID]}
-				b.refs[p.ToolCallID] = ref
-				b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Call: ref, Time: at})
-			}
-		}
+		b.modelResponse(ev, at)
 	case wire.EventToolResult:
-		var d agentEvent
-		if json.Unmarshal(ev.Data, &d) != nil || d.Part == nil {
-			return
-		}
-		p := d.Part
-		ret := &returnRef{Tool: p.ToolName, ID: p.ToolCallID, Outcome: p.Outcome}
-		switch p.Kind {
-		case "retry-prompt":
-			ret.Content, ret.Outcome = p.Content, "retry"
-		default:
-			ret.Content = indent(p.Value)
-			if ret.Content == "" {
-				ret.Content = p.Content
-			}
-		}
-		if ret.Outcome == "" {
-			ret.Outcome = "success"
-		}
-		b.t.Entries = append(b.t.Entries, chatEntry{Role: "tool", Return: ret, Time: at})
-		if c := b.calls[p.ToolCallID]; c != nil {
-			b.settleByReturn(c, ret)
-		}
+		b.toolResult(ev, at)
 	case wire.EventDeferredRequests:
 		var d agentEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Requests == nil {
@@ -199,39 +169,7 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			b.call(ev.RunID, p.ToolCallID, p.ToolName, "call")
 		}
 	case wire.EventDeferredResults:
-		var d agentEvent
-		if json.Unmarshal(ev.Data, &d) != nil || d.Results == nil {
-			return
-		}
-		for id, raw := range d.Results.Approvals {
-			c := b.call(ev.RunID, id, "", "approval")
-			var v struct {
-				Kind    string `json:"kind"`
-				Message string `json:"message"`
-			}
-			var flag bool
-			switch {
-			case json.Unmarshal(raw, &flag) == nil:
-				c.State = map[bool]string{true: stateApproved, false: stateDenied}[flag]
-			case json.Unmarshal(raw, &v) == nil && v.Kind == "tool-denied":
-				c.State, c.Message = stateDenied, v.Message
-			default:
-				c.State = stateApproved
-			}
-			c.DecidedBy = "inline handler"
-		}
-		for id, raw := range d.Results.Calls {
-			c := b.call(ev.RunID, id, "", "call")
-			var v struct {
-				Kind    string `json:"kind"`
-				Message string `json:"message"`
-			}
-			c.State = stateReturned
-			if json.Unmarshal(raw, &v) == nil && v.Kind == "tool-failed" {
-				c.State, c.Message = stateFailed, v.Message
-			}
-			c.DecidedBy = "inline handler"
-		}
+		b.deferredResults(ev)
 	case wire.EventRunPaused:
 		var pending []wire.PendingCall
 		if json.Unmarshal(ev.Data, &pending) == nil {
@@ -241,46 +179,25 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 			}
 		}
 		b.t.Status = "paused"
+	case wire.EventToolUnserved:
+		var d wire.ToolUnserved
+		if c := b.calls[ev.ToolCallID]; c != nil && c.State == statePending && (c.Message == "" || c.unserved) && json.Unmarshal(ev.Data, &d) == nil {
+			c.Message, c.unserved = d.Reason, true
+		}
 	case wire.EventReplyApplied:
-		var d wire.ReplyApplied
-		_ = json.Unmarshal(ev.Data, &d)
-		c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
-		switch {
-		case d.Kind == "call" && d.Outcome == "failed":
-			c.State = stateFailed
-		case d.Kind == "call":
-			c.State = stateReturned
-		case d.Approved != nil:
-			c.State = map[bool]string{true: stateApproved, false: stateDenied}[*d.Approved]
-			c.Message = d.Message
-		default:
-			c.State = stateDecided
-		}
-		// A worker's reply names no approver: an approved call that ran
-		// keeps the name of who approved it.
-		if d.ApproverID != "" {
-			c.DecidedBy = d.ApproverID
-		}
-		// The decision made here, when the applied one is (or may be) it.
-		if own, ok := b.decided.get(keyOf(ev.RunID, ev.ToolCallID)); ok && d.Kind != "call" &&
-			(d.ApproverID == "" || d.ApproverID == own.ApproverID && (d.Approved == nil || *d.Approved == own.Approved)) {
-			c.DecidedBy = own.ApproverID + " (this inbox)"
-			if d.Approved == nil {
-				c.State = map[bool]string{true: stateApproved, false: stateDenied}[own.Approved]
-				c.Message = own.Message
-			}
-			if own.Approved && len(own.OverrideArgs) > 0 {
-				// The transcript shows the model's args; the tool ran
-				// with these.
-				c.Message = "approved with edited args " + string(own.OverrideArgs)
-			}
-		}
+		b.replyApplied(ev)
 	case wire.EventCallsExpired:
-		for _, c := range b.t.Calls {
-			if c.RunID == ev.RunID && c.State == statePending {
-				c.State = stateExpired
+		b.settlePending(ev.RunID, nil, func(c *deferredCall) { c.State = stateExpired })
+	case wire.EventConversationCancelled:
+		var d wire.ConversationCancelled
+		_ = json.Unmarshal(ev.Data, &d)
+		b.settlePending(ev.RunID, d.ToolCallIDs, func(c *deferredCall) {
+			c.State, c.Message = stateFailed, d.Reason
+			if c.Kind == "approval" {
+				c.State = stateDenied
 			}
-		}
+		})
+		b.t.Status = "cancelled"
 	case wire.EventRunCompleted:
 		var d wire.RunCompleted
 		_ = json.Unmarshal(ev.Data, &d)
@@ -289,6 +206,138 @@ func (b *builder) observe(ev bus.Event, at time.Time) {
 		var d wire.RunFailed
 		_ = json.Unmarshal(ev.Data, &d)
 		b.t.Status, b.t.Error = "failed", d.Error
+	}
+}
+
+// settlePending settles the pending calls of run (those of ids, when
+// given) with settle.
+func (b *builder) settlePending(runID string, ids []string, settle func(*deferredCall)) {
+	for _, c := range b.t.Calls {
+		if c.RunID == runID && c.State == statePending && (ids == nil || slices.Contains(ids, c.ID)) {
+			settle(c)
+		}
+	}
+}
+
+// modelResponse adds the response's text and its tool calls.
+func (b *builder) modelResponse(ev bus.Event, at time.Time) {
+	var d agentEvent
+	if json.Unmarshal(ev.Data, &d) != nil || d.Message == nil {
+		return
+	}
+	for _, p := range d.Message.Parts {
+		switch p.Kind {
+		case "text":
+			b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Text: p.Content, Time: at})
+		case "tool-call":
+			ref := &callRef{Tool: p.ToolName, ID: p.ToolCallID, ArgsText: indent(p.Args), Deferred: b.calls[p.ToolCallID]}
+			b.refs[p.ToolCallID] = ref
+			b.t.Entries = append(b.t.Entries, chatEntry{Role: "assistant", Call: ref, Time: at})
+		}
+	}
+}
+
+// toolResult adds what a tool returned (or the retry it asked for) and
+// settles its deferred call by it.
+func (b *builder) toolResult(ev bus.Event, at time.Time) {
+	var d agentEvent
+	if json.Unmarshal(ev.Data, &d) != nil || d.Part == nil {
+		return
+	}
+	p := d.Part
+	ret := &returnRef{Tool: p.ToolName, ID: p.ToolCallID, Outcome: p.Outcome}
+	switch p.Kind {
+	case "retry-prompt":
+		ret.Content, ret.Outcome = p.Content, "retry"
+	default:
+		ret.Content = indent(p.Value)
+		if ret.Content == "" {
+			ret.Content = p.Content
+		}
+	}
+	if ret.Outcome == "" {
+		ret.Outcome = "success"
+	}
+	b.t.Entries = append(b.t.Entries, chatEntry{Role: "tool", Return: ret, Time: at})
+	if c := b.calls[p.ToolCallID]; c != nil {
+		b.settleByReturn(c, ret)
+	}
+}
+
+// deferredResults settles the calls an inline handler resolved.
+func (b *builder) deferredResults(ev bus.Event) {
+	var d agentEvent
+	if json.Unmarshal(ev.Data, &d) != nil || d.Results == nil {
+		return
+	}
+	var v struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	}
+	for id, raw := range d.Results.Approvals {
+		c := b.call(ev.RunID, id, "", "approval")
+		var flag bool
+		v.Kind, v.Message = "", ""
+		switch {
+		case json.Unmarshal(raw, &flag) == nil:
+			c.State = map[bool]string{true: stateApproved, false: stateDenied}[flag]
+		case json.Unmarshal(raw, &v) == nil && v.Kind == "tool-denied":
+			c.State, c.Message = stateDenied, v.Message
+		default:
+			c.State = stateApproved
+		}
+		c.DecidedBy = "inline handler"
+	}
+	for id, raw := range d.Results.Calls {
+		c := b.call(ev.RunID, id, "", "call")
+		v.Kind, v.Message = "", ""
+		c.State = stateReturned
+		if json.Unmarshal(raw, &v) == nil && v.Kind == "tool-failed" {
+			c.State, c.Message = stateFailed, v.Message
+		}
+		c.DecidedBy = "inline handler"
+	}
+}
+
+// replyApplied settles a call by the reply applied to it, naming who
+// decided; a decision made in this inbox says so.
+func (b *builder) replyApplied(ev bus.Event) {
+	var d wire.ReplyApplied
+	_ = json.Unmarshal(ev.Data, &d)
+	c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
+	switch {
+	case d.Kind == "call" && d.Outcome == "failed":
+		c.State = stateFailed
+	case d.Kind == "call":
+		c.State = stateReturned
+	case d.Approved != nil:
+		c.State = map[bool]string{true: stateApproved, false: stateDenied}[*d.Approved]
+		c.Message = d.Message
+	default:
+		c.State = stateDecided
+	}
+	if c.unserved {
+		// Why it waited no longer applies.
+		c.Message, c.unserved = "", false
+	}
+	// A worker's reply names no approver: an approved call that ran
+	// keeps the name of who approved it.
+	if d.ApproverID != "" {
+		c.DecidedBy = d.ApproverID
+	}
+	// The decision made here, when the applied one is (or may be) it.
+	if own, ok := b.decided.get(keyOf(ev.RunID, ev.ToolCallID)); ok && d.Kind != "call" &&
+		(d.ApproverID == "" || d.ApproverID == own.ApproverID && (d.Approved == nil || *d.Approved == own.Approved)) {
+		c.DecidedBy = own.ApproverID + " (this inbox)"
+		if d.Approved == nil {
+			c.State = map[bool]string{true: stateApproved, false: stateDenied}[own.Approved]
+			c.Message = own.Message
+		}
+		if own.Approved && len(own.OverrideArgs) > 0 {
+			// The transcript shows the model's args; the tool ran
+			// with these.
+			c.Message = "approved with edited args " + string(own.OverrideArgs)
+		}
 	}
 }
 

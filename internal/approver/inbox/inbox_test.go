@@ -519,3 +519,39 @@ func TestShowsTheMCPServerOfATool(t *testing.T) {
 		t.Errorf("the page does not show the MCP server:\n%s", page.Body)
 	}
 }
+
+// A call that waits because no worker takes its tool's calls says so on
+// its row; a cancel settles what was pending (approvals denied, calls
+// failed, with the cancel's reason) and the conversation shows cancelled.
+// Before, a cancelled conversation stayed "paused" with its calls pending.
+func TestConversationUnservedThenCancelled(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	in, _ := startInbox(t, inbox.Config{Bus: b})
+	evs := []bus.Event{
+		{RunID: "run-1", Type: "run_started", Data: json.RawMessage(`{"resume":false,"prompt":"Answer and clean"}`)},
+		{RunID: "run-1", Type: "deferred_requests", Data: json.RawMessage(`{"kind":"deferred_requests","requests":{"calls":[
+			{"tool_name":"calculate","tool_call_id":"k1","args":{}}],"approvals":[{"tool_name":"delete_file","tool_call_id":"a1","args":{"path":"x"}}],"metadata":{}}}`)},
+		{RunID: "run-1", Type: "run_paused", Data: json.RawMessage(`[{"run_id":"run-1","tool_call_id":"k1","tool_name":"calculate","kind":"call","args":{}},
+			{"run_id":"run-1","tool_call_id":"a1","tool_name":"delete_file","kind":"approval","args":{}}]`)},
+		{RunID: "run-1", ToolCallID: "k1", Type: "tool_unserved", Data: json.RawMessage(`{"tool":"calculate","reason":"no worker takes calls of calculate: the call waits until one does or its deadline passes","deadline":"2030-01-01T00:00:00Z"}`)},
+	}
+	page := conversationPage(t, b, in, "conv-11", evs)
+	if want := `<td><span class="state state-pending">pending</span></td><td></td><td>no worker takes calls of calculate: the call waits until one does or its deadline passes</td>`; !strings.Contains(page, want) {
+		t.Errorf("page lacks %q:\n%s", want, page)
+	}
+	page = conversationPage(t, b, in, "conv-11", []bus.Event{
+		{RunID: "run-1", Type: "conversation_cancelled", Data: json.RawMessage(`{"reason":"cancelled","tool_call_ids":["k1","a1"]}`)},
+	})
+	for _, want := range []string{
+		`<tr data-call="k1"><td><code>k1</code></td><td>calculate</td><td>call</td>
+        <td><span class="state state-failed">failed</span></td><td></td><td>cancelled</td></tr>`,
+		`<tr data-call="a1"><td><code>a1</code></td><td>delete_file</td><td>approval</td>
+        <td><span class="state state-denied">denied</span></td><td></td><td>cancelled</td></tr>`,
+		`status-cancelled`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
+}

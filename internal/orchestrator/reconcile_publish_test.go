@@ -1,0 +1,57 @@
+package orchestrator_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// A reconcile pass leaves a batch just paused to the run that published
+// it: it neither publishes it again nor appends a mark, a write that would
+// race the replies on their way (a refused append and a catch-up for each
+// it met). Once the batch has waited a reconcile interval (at most 30 s),
+// a pass publishes and marks what is unmarked, within the stream's 2-minute
+// duplicate window. Before, every pass marked every fresh batch.
+func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var (
+		mu  sync.Mutex
+		now = time.Now()
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock, ReconcileInterval: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Paused, and the run's own publication of its call done.
+	c := waitPublished(t, o, info.ConversationID, 1)
+	call := c.Batch.Calls[0].ToolCallID
+	writes, published := o.Stats().StateWrites.Load(), o.Stats().Published.Load()
+
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if w, p := o.Stats().StateWrites.Load()-writes, o.Stats().Published.Load()-published; w != 0 || p != 0 {
+		t.Errorf("a pass right after the pause made %d writes and %d publications, want none", w, p)
+	}
+	if c, err = o.Conversation(ctxT(t), info.ConversationID); err != nil || pendingCall(t, c, call).Published {
+		t.Fatalf("after a pass right after the pause: %v, published %v", err, c != nil && pendingCall(t, c, call).Published)
+	}
+
+	mu.Lock()
+	now = now.Add(30 * time.Second)
+	mu.Unlock()
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = o.Conversation(ctxT(t), info.ConversationID); err != nil || !pendingCall(t, c, call).Published {
+		t.Fatalf("30 s after the pause the pass did not mark the batch: %v %s", err, describe(c))
+	}
+	if p := o.Stats().Published.Load() - published; p != 1 {
+		t.Errorf("%d publications 30 s after the pause, want 1 (a repeat the stream drops)", p)
+	}
+}
