@@ -10,14 +10,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -212,5 +215,65 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 	c = waitStatus(t, o, after, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Errorf("a conversation started once room is back: %s", describe(c))
+	}
+}
+
+// A run under way when the disk fills cannot store its end (its answer
+// needs room the disk no longer has). While the disk is full the
+// conversation keeps its last stored status, running, since nothing can be
+// stored, a failure neither, and /healthz says why. Once room is back the
+// store is reopened, reconcile relaunches the run whose lease expired, and
+// the conversation completes. Before, the server kept its write error until
+// a restart, and the conversation stayed running for good.
+func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
+	e, dir := tmpfsStore(t, "16m")
+	answer := strings.Repeat("a", 64<<10)
+	entered, gate := make(chan struct{}, 4), make(chan struct{})
+	var requests atomic.Int32
+	model := agent.FunctionModel("gated", func(ctx context.Context, _ agent.ModelRequest) (agent.ModelResponse, error) {
+		if requests.Add(1) == 1 {
+			entered <- struct{}{}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return agent.ModelResponse{}, ctx.Err()
+			}
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: answer}}}, nil
+	})
+	reg := telemetry.NewRegistry()
+	o, _ := e.orch(orchestrator.Config{Model: model, ServerWriteError: e.srv.WriteError, Metrics: telemetry.NewOrchestratorMetrics(reg),
+		LeaseTTL: 3 * time.Second, ReconcileInterval: 500 * time.Millisecond})
+	info, err := o.StartRun(ctxT(t), "hi", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.Recv(t, entered, "the run at the model")
+
+	filler := filepath.Join(dir, "filler")
+	fillDisk(t, filler)
+	close(gate)
+	waitMetrics(t, telemetry.Handler(reg), []series{
+		{name: "toolgate_runs_total", labels: []string{"status", "not_stored"}, want: 1},
+	})
+	if c, err := o.Conversation(ctxT(t), info.ConversationID); err != nil || c.Status != orchestrator.StatusRunning {
+		t.Fatalf("the conversation on a full disk: %v %v, want running as last stored", c, err)
+	}
+	if err := o.Health(ctxT(t)); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("health on a full disk: %v, want the write error", err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || c.Output != answer {
+		t.Errorf("the conversation once room is back: status %s, error %q, output of %d bytes", c.Status, c.Error, len(c.Output))
+	}
+	if n := o.Stats().RunsRelaunched.Load(); n < 1 {
+		t.Errorf("runs relaunched: %d, want the run whose end was not stored", n)
+	}
+	if err := o.Health(ctxT(t)); err != nil {
+		t.Errorf("health once room is back: %v", err)
 	}
 }
