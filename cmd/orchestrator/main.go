@@ -66,7 +66,9 @@ type options struct {
 	shutdownTimeout                                                 time.Duration
 	leaseTTL, reconcileInterval, replyAckWait, retention            time.Duration
 	maxRuns                                                         int
-	replicas                                                        int
+	// storeMinFreeMiB is the embedded store's MinFreeBytes, in MiB.
+	storeMinFreeMiB int
+	replicas        int
 	// contentType of the calls, approval requests and events published
 	// (--wire).
 	contentType string
@@ -83,6 +85,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded server (embedded only)")
 	fs.StringVar(&o.store, "store", "./data", "JetStream store folder of the embedded server")
 	fs.StringVar(&o.sync, "sync", "default", "embedded file store fsync: always (every write) or default (every 2 minutes; a machine crash can lose the last writes)")
+	fs.IntVar(&o.storeMinFreeMiB, "store-min-free", embedded.DefaultMinFreeBytes>>20, "MiB that must be free on the embedded store's disk before a store that filled it is reopened (embedded only)")
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "HTTP API address; a non-loopback address needs --http-token-file")
 	fs.Var(&o.agentFiles, "agent", "agent config (YAML or JSON), or a directory of them (every *.yaml, *.yml, *.json); repeatable, for several agents, each named by its name: or its file's base name; none: the built-in demo")
 	fs.DurationVar(&o.agentWait, "agent-wait", 10*time.Minute, "how long a conversation that needs a run waits for a replica running its agent (an agent_unavailable event says it waits) before it fails")
@@ -119,6 +122,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
 	case o.sync != "always" && o.sync != "default":
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
+	case o.storeMinFreeMiB < 1:
+		return o, fmt.Errorf("--store-min-free %d: want at least 1 (MiB)", o.storeMinFreeMiB)
 	case o.retention < 0:
 		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
 	case o.replicas < 1 || o.replicas > 5:
@@ -259,7 +264,8 @@ func (s *setup) startBus(ctx context.Context) (*buses, error) {
 	}
 	var err error
 	if o.natsURL == "" {
-		bs.srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: s.auth.users, Logger: s.logger})
+		bs.srv, err = embedded.StartServer(embedded.ServerConfig{StoreDir: o.store, Listen: o.natsListen, SyncAlways: o.sync == "always", Users: s.auth.users, Logger: s.logger,
+			MinFreeBytes: uint64(o.storeMinFreeMiB) << 20})
 		if err != nil {
 			return bs, fmt.Errorf("--nats-listen %s: %w", o.natsListen, err)
 		}

@@ -198,9 +198,10 @@ type Config struct {
 	OnRunEnd func(c *Conversation)
 	// ServerWriteError, when set, returns the write error the NATS server
 	// keeps for a stream after a write failed below its storage limit
-	// (embedded.Server.WriteError; only an embedded server can be asked).
-	// Health reports it, and starts are refused with it instead of waiting
-	// for an answer that the server will not give until it restarts.
+	// (embedded.Server.WriteError; only an embedded server can be asked),
+	// worded to say what clears it. Health reports it, and starts are
+	// refused with it instead of waiting for an answer that the server
+	// will not give while it keeps the error.
 	ServerWriteError func() error
 }
 
@@ -622,13 +623,13 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 }
 
 // serverWriteError is the NATS server's kept write error (Config.ServerWriteError),
-// said so that an operator knows what to do.
+// which says what clears it.
 func (o *Orchestrator) serverWriteError() error {
 	if o.cfg.ServerWriteError == nil {
 		return nil
 	}
 	if err := o.cfg.ServerWriteError(); err != nil {
-		return fmt.Errorf("storage: %v; the NATS server keeps this error until it restarts: free disk space, then restart it", err)
+		return fmt.Errorf("storage: %v", err)
 	}
 	return nil
 }

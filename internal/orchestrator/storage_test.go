@@ -1,6 +1,8 @@
 package orchestrator_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,12 +11,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // On a store that runs out of room (a real 8 MiB tmpfs, so JetStream sizes
@@ -73,16 +77,13 @@ func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 	}
 }
 
-// A disk that fills below the server's storage limit (here: a file takes
-// the rest of the tmpfs after the server sized its limit from it) makes
-// nats-server keep the stream's write error and answer none of its
-// publishes until it restarts. A start then answers 503 naming the cause
-// (before: a 500 "internal error" after the write's timeout), later starts
-// are refused at once, and /healthz says so and that a restart is needed,
-// even once room is back, since the server still keeps the error.
-func TestDiskFullBelowTheLimitIsSaid(t *testing.T) {
+// tmpfsStore mounts a tmpfs of size and starts a server whose store is on
+// it, reopened as soon as it has room again; it skips the test where
+// mounting is not allowed (not root).
+func tmpfsStore(t *testing.T, size string) (*env, string) {
+	t.Helper()
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs to fill (needs root): %v %s", err, out)
 	}
 	t.Cleanup(func() {
@@ -90,33 +91,80 @@ func TestDiskFullBelowTheLimitIsSaid(t *testing.T) {
 			t.Errorf("umount %s: %v %s", dir, err, out)
 		}
 	})
-	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t)})
+	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t),
+		MinFreeBytes: 4 << 20, StoreCheckInterval: 50 * time.Millisecond})
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
-	o, _ := e.orch(orchestrator.Config{ServerWriteError: srv.WriteError})
-	hs := httptest.NewServer(api.Handler(o, api.Config{}))
-	t.Cleanup(hs.Close)
-	if status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", `{"prompt":"before"}`); status != http.StatusAccepted {
-		t.Fatalf("start with room: %d %v", status, body)
-	}
+	return e, dir
+}
 
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
+// fillDisk writes a file at path until the disk has no room left.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	buf := make([]byte, 64<<10)
 	for {
 		if _, err := f.Write(buf); err != nil {
-			break
+			return
 		}
 	}
-	f.Close()
+}
+
+// A disk that fills below the server's storage limit (here: a file takes
+// the rest of the tmpfs after the server sized its limit from it) makes
+// nats-server keep the stream's write error and answer none of its
+// publishes while the stream stays open. A start then answers 503 naming
+// the cause (before: a 500 "internal error" after the write's timeout),
+// later starts are refused at once, and /healthz says so and what clears
+// it. Once room is back the embedded server reopens its store, without a
+// restart (before: the error stayed until one): /healthz is ok again, a
+// new start is taken and finishes through a worker and the reply path,
+// and a conversation accepted before the disk filled, whose call's reply
+// came while it was full, finishes too.
+func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
+	e, dir := tmpfsStore(t, "16m")
+	// The worker takes the call of the conversation accepted before the
+	// disk fills, and answers it only once it is full: neither its reply
+	// nor what the reply changes can then be stored. (A worker that starts
+	// on a full disk cannot make its consumer and stops.)
+	ran, answer := make(chan struct{}, 8), make(chan struct{})
+	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+		ran <- struct{}{}
+		select {
+		case <-answer:
+		case <-ctx.Done():
+			return bus.CallReply{}, ctx.Err()
+		}
+		return worker.ReturnValue(json.RawMessage("42")), nil
+	})
+	spec := worker.ToolSpec{Name: "calculate_answer", Parameters: json.RawMessage(`{"type":"object"}`)}
+	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: []worker.Tool{{Spec: spec, Executor: exec, Kind: "test"}}, ID: "w1", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("worker", w.Run)
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ServerWriteError: e.srv.WriteError})
+	hs := httptest.NewServer(api.Handler(o, api.Config{}))
+	t.Cleanup(hs.Close)
+	status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", `{"prompt":"before"}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("start with room: %d %v", status, body)
+	}
+	before, _ := body["conversation_id"].(string)
+	waitStatus(t, o, before, orchestrator.StatusPaused)
+	bustest.Recv(t, ran, "the call of the conversation accepted before, at the worker")
+
+	filler := filepath.Join(dir, "filler")
+	fillDisk(t, filler)
 
 	prompt := `{"prompt":"` + strings.Repeat("p", 64<<10) + `"}`
-	status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", prompt)
-	if msg := fmt.Sprint(body["error"]); status != http.StatusServiceUnavailable || !strings.Contains(msg, "no space left on device") || !strings.Contains(msg, "restart") {
-		t.Fatalf("start on a full disk below the limit: %d %v, want 503 naming the cause and the restart", status, body)
+	status, body = doJSON(t, "POST", hs.URL+"/v1/runs", "", prompt)
+	if msg := fmt.Sprint(body["error"]); status != http.StatusServiceUnavailable || !strings.Contains(msg, "no space left on device") || !strings.Contains(msg, "reopened once its filesystem has 4.0 MiB free") {
+		t.Fatalf("start on a full disk below the limit: %d %v, want 503 naming the cause and what clears it", status, body)
 	}
 	// The next start does not try to write: it asks the server first.
 	writes := o.Stats().StateWrites.Load()
@@ -129,10 +177,40 @@ func TestDiskFullBelowTheLimitIsSaid(t *testing.T) {
 	if status, body := doJSON(t, "GET", hs.URL+"/healthz", "", ""); status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(body["error"]), "write error") {
 		t.Errorf("/healthz on a full disk below the limit: %d %v", status, body)
 	}
+	close(answer)
+	// Either the reply is not stored (the worker gets no answer and runs
+	// the call again later) or it is, and the conversation's log does not
+	// take what it changes; either way the conversation stays paused.
+	ops := e.connect("operator")
+	waitFor(t, "the worker's reply stored, or the call back at the worker", func() (bool, string) {
+		n := bustest.StreamMsgs(t, ops, bus.StreamReplies)
+		return n > 0 || len(ran) > 0, fmt.Sprintf("replies stored %d, runs again %d", n, len(ran))
+	})
+	if c, err := o.Conversation(ctxT(t), before); err != nil || c.Status != orchestrator.StatusPaused {
+		t.Fatalf("the conversation accepted before, on a full disk: %v %v, want still paused", c, err)
+	}
+
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if status, body := doJSON(t, "GET", hs.URL+"/healthz", "", ""); status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(body["error"]), "restart") {
-		t.Errorf("/healthz once room is back: %d %v, want 503 saying the server needs a restart", status, body)
+	waitFor(t, "/healthz ok once room is back", func() (bool, string) {
+		status, body := doJSON(t, "GET", hs.URL+"/healthz", "", "")
+		return status == http.StatusOK, fmt.Sprint(status, body)
+	})
+	if n := e.srv.StoreReopens(); n != 1 {
+		t.Errorf("the store was reopened %d times, want 1", n)
+	}
+	c := waitStatus(t, o, before, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+		t.Errorf("the conversation accepted before the disk filled: %s", describe(c))
+	}
+	status, body = doJSON(t, "POST", hs.URL+"/v1/runs", "", `{"prompt":"after"}`)
+	if status != http.StatusAccepted {
+		t.Fatalf("start once room is back: %d %v", status, body)
+	}
+	after, _ := body["conversation_id"].(string)
+	c = waitStatus(t, o, after, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+		t.Errorf("a conversation started once room is back: %s", describe(c))
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,7 +56,19 @@ type ServerConfig struct {
 	// ReadyTimeout bounds the wait for the server to accept clients.
 	// Defaults to 10s.
 	ReadyTimeout time.Duration
+	// MinFreeBytes is the free space on the store's filesystem below
+	// which the store is short of room: a store that failed a write for
+	// want of room is reopened only once its filesystem has this much
+	// free, so that it does not fail again at once. Defaults to 64 MiB.
+	MinFreeBytes uint64
+	// StoreCheckInterval is how often the server looks for a stream that
+	// failed a write for want of room, to reopen the store once there is
+	// room again. Defaults to 5s.
+	StoreCheckInterval time.Duration
 }
+
+// DefaultMinFreeBytes is ServerConfig.MinFreeBytes's default.
+const DefaultMinFreeBytes = 64 << 20
 
 // ClusterConfig joins the embedded server to a cluster.
 type ClusterConfig struct {
@@ -85,6 +99,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 10 * time.Second
+	}
+	if c.MinFreeBytes == 0 {
+		c.MinFreeBytes = DefaultMinFreeBytes
+	}
+	if c.StoreCheckInterval <= 0 {
+		c.StoreCheckInterval = 5 * time.Second
 	}
 	return c
 }
@@ -119,6 +139,20 @@ type Server struct {
 	ns     *server.Server
 	lock   *os.File
 	logger *slog.Logger
+	cfg    ServerConfig
+	// js is the JetStream configuration the server started with; a store
+	// is reopened with the same.
+	js server.JetStreamConfig
+
+	// mu orders reopening the store with Shutdown.
+	mu   sync.Mutex
+	down bool
+	// disabled: JetStream was shut down to reopen the store and is not
+	// enabled again yet.
+	disabled atomic.Bool
+	reopens  atomic.Int64
+	quit     chan struct{}
+	watching sync.WaitGroup
 }
 
 // ErrStoreDirLocked is returned when another server holds the store dir.
@@ -194,7 +228,13 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		lock.Close()
 		return nil, fmt.Errorf("start server: not ready for connections after %s", cfg.ReadyTimeout)
 	}
-	return &Server{ns: ns, lock: lock, logger: cfg.Logger}, nil
+	s := &Server{ns: ns, lock: lock, logger: cfg.Logger, cfg: cfg, quit: make(chan struct{}),
+		js: server.JetStreamConfig{StoreDir: cfg.StoreDir, SyncAlways: cfg.SyncAlways, Strict: true, CompressOK: true}}
+	if cfg.Cluster == nil {
+		s.watching.Add(1)
+		go s.watchStore()
+	}
+	return s, nil
 }
 
 // checkFree fails at once when the client port is taken: nats-server
@@ -251,20 +291,144 @@ func (s *Server) ClusterURL() string {
 	return "nats-route://" + addr.String()
 }
 
-// WriteError returns the write error a stream of the server keeps, if any.
-// A write that fails below the server's storage limit (the disk filled up
-// first, so JetStream's own limit did not refuse it) leaves the stream with
-// its error: nats-server answers none of its publishes after that, and
-// clears the error only when it restarts. Its health check is the one place
-// that says so.
+// WriteError returns the write error a stream of the server keeps, if any,
+// worded to say what clears it. A write that fails below the server's
+// storage limit (the disk filled up first, so JetStream's own limit did not
+// refuse it) leaves the stream's file store with its error: nats-server
+// answers none of its publishes after that, and nothing in it clears the
+// error but opening the stream again. Its health check is the one place
+// that says so. A single server reopens its store once the disk has room
+// again (see watchStore).
 func (s *Server) WriteError() error {
+	if s.disabled.Load() {
+		return errors.New("JetStream is shut down to reopen the store and could not be enabled again yet; tried again at every check")
+	}
+	werr := s.keptWriteError()
+	if werr == "" {
+		return nil
+	}
+	if s.cfg.Cluster != nil || !outOfSpace(werr) {
+		return fmt.Errorf("%s; nats-server keeps this error until it restarts: restart it", werr)
+	}
+	free, _, err := s.StoreSpace()
+	if err != nil {
+		return fmt.Errorf("%s; free disk space: the store is reopened once its filesystem has %s free (%v)", werr, sizeText(s.cfg.MinFreeBytes), err)
+	}
+	return fmt.Errorf("%s; free disk space: the store is reopened once its filesystem has %s free (now %s)", werr, sizeText(s.cfg.MinFreeBytes), sizeText(free))
+}
+
+// keptWriteError is the first write error a stream keeps, as the server's
+// health check words it; "" if none.
+func (s *Server) keptWriteError() string {
 	h := s.ns.Healthz(&server.HealthzOptions{Details: true})
 	for _, e := range h.Errors {
 		if strings.Contains(e.Error, "write error") {
-			return errors.New(e.Error)
+			return e.Error
 		}
 	}
-	return nil
+	return ""
+}
+
+// outOfSpace tells a kept write error that a disk without room caused
+// (nats-server's own test, isOutOfSpaceErr, is the same).
+func outOfSpace(werr string) bool { return strings.Contains(werr, "no space left") }
+
+// StoreSpace returns the free (to an unprivileged writer) and total bytes
+// of the filesystem holding the store.
+func (s *Server) StoreSpace() (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.cfg.StoreDir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", s.cfg.StoreDir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
+}
+
+// StoreReopens counts the times the store was reopened after a write
+// failed for want of room.
+func (s *Server) StoreReopens() int64 { return s.reopens.Load() }
+
+// watchStore reopens the store of a single server once a stream kept a
+// write error for want of room and the disk has room again. nats-server
+// keeps such an error in the stream's file store for good (publishes get
+// no answer, even once room is back); shutting JetStream down and enabling
+// it again opens every stream afresh from its files, as a restart would,
+// while clients stay connected: durable consumers are read back from
+// disk, and the clients' pulls and ordered consumers start again after
+// their missed heartbeats. Nothing acknowledged is lost: the failed write
+// was never acknowledged, and what the stream held is read back.
+//
+// A node of a cluster is left alone: there nats-server shuts JetStream
+// down itself when a disk is full, and the other nodes serve the
+// replicated streams until it restarts.
+func (s *Server) watchStore() {
+	defer s.watching.Done()
+	t := time.NewTicker(s.cfg.StoreCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		s.checkStore()
+	}
+}
+
+// checkStore reopens the store if a stream keeps a write error for want
+// of room (or an earlier reopening could not enable JetStream again) and
+// the disk has MinFreeBytes free.
+func (s *Server) checkStore() {
+	werr := ""
+	if !s.disabled.Load() {
+		if werr = s.keptWriteError(); werr == "" || !outOfSpace(werr) {
+			return
+		}
+	}
+	free, _, err := s.StoreSpace()
+	if err != nil {
+		s.logger.Warn("store: cannot tell its free space", slog.String("error", err.Error()))
+		return
+	}
+	if free < s.cfg.MinFreeBytes {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return
+	}
+	if !s.disabled.Load() {
+		s.logger.Warn("store: reopening it, since a stream failed a write for want of room and the disk has room again",
+			slog.String("error", werr), slog.String("free", sizeText(free)))
+		// Said before the streams go: while they are closing, the
+		// server's health check no longer sees their write errors.
+		s.disabled.Store(true)
+		if err := s.ns.ShutdownJetStream(); err != nil {
+			s.logger.Error("store: shut JetStream down to reopen the store", slog.String("error", err.Error()))
+			return
+		}
+	}
+	// EnableJetStream joins "jetstream" to the directory, as at start, and
+	// sizes the storage limit from the disk again.
+	cfg := s.js
+	if err := s.ns.EnableJetStream(&cfg); err != nil {
+		// As nats-server does when a reload cannot enable it: what was
+		// set up of it is shut down, so that the next try starts clean.
+		_ = s.ns.ShutdownJetStream()
+		s.logger.Error("store: enable JetStream again (tried again at the next check)", slog.String("error", err.Error()))
+		return
+	}
+	s.reopens.Add(1)
+	s.disabled.Store(false)
+	s.logger.Info("store: reopened; streams take writes again")
+}
+
+// sizeText writes n bytes in MiB (or bytes when small).
+func sizeText(n uint64) string {
+	if n < 1<<20 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 }
 
 // NATSServer exposes the underlying server, for monitoring and tests.
@@ -279,6 +443,13 @@ func (s *Server) Connect(ctx context.Context, cfg bus.ConnConfig) (*bus.Bus, err
 // Shutdown stops the server, waits for it to finish and releases the
 // store dir. It is safe to call twice.
 func (s *Server) Shutdown() {
+	s.mu.Lock()
+	if !s.down {
+		s.down = true
+		close(s.quit)
+	}
+	s.mu.Unlock()
+	s.watching.Wait()
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 	if s.lock != nil {
