@@ -98,7 +98,7 @@ func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
 		c.MaxDeliver = 5
 	}
 	if len(c.BackOff) == 0 {
-		c.BackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+		c.BackOff = DefaultBackOff()
 	}
 	if c.MaxAckPending <= 0 {
 		c.MaxAckPending = 1000
@@ -113,14 +113,21 @@ func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
 }
 
 func (c ConsumeConfig) backoff(numDelivered uint64) time.Duration {
-	i := int(numDelivered) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(c.BackOff) {
-		i = len(c.BackOff) - 1
-	}
-	return c.BackOff[i]
+	return BackOffDelay(c.BackOff, numDelivered)
+}
+
+// DefaultBackOff is the default pause before a message handed back is
+// delivered again, by its delivery count: 1 s, 5 s, 30 s, then 2 min.
+// A fresh slice each time, which the caller may keep and change.
+func DefaultBackOff() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+}
+
+// BackOffDelay is backoff's pause after the numDelivered'th delivery (from
+// 1); its last entry holds for every later one.
+func BackOffDelay(backoff []time.Duration, numDelivered uint64) time.Duration {
+	i := max(0, min(int(numDelivered)-1, len(backoff)-1))
+	return backoff[i]
 }
 
 // Delivery is one decoded message handed to a Handler.

@@ -84,8 +84,6 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-var defaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
-
 func (c Config) withDefaults() Config {
 	if c.ID == "" {
 		host, err := os.Hostname()
@@ -104,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.MaxDeliver = 5
 	}
 	if len(c.BackOff) == 0 {
-		c.BackOff = defaultBackOff
+		c.BackOff = bus.DefaultBackOff()
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -568,7 +566,5 @@ func (w *Worker) release(log *slog.Logger, d *bus.Delivery[bus.CallRequest], del
 }
 
 func (w *Worker) backoff(numDelivered uint64) time.Duration {
-	i := int(numDelivered) - 1
-	i = max(0, min(i, len(w.cfg.BackOff)-1))
-	return w.cfg.BackOff[i]
+	return bus.BackOffDelay(w.cfg.BackOff, numDelivered)
 }
