@@ -72,8 +72,8 @@ type Config struct {
 	AdvertiseEvery time.Duration
 	// Logger receives the worker's log. nil discards it.
 	Logger *slog.Logger
-	// Now is the clock for deadlines. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock for deadlines. Defaults to time.Now.
+	Clock func() time.Time
 	// Metrics counts calls by tool and outcome, their run time, calls in
 	// flight and redeliveries. nil records nothing.
 	Metrics *telemetry.WorkerMetrics
@@ -116,8 +116,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	for i := range c.Tools {
 		if c.Tools[i].Kind == "" {
@@ -477,7 +477,7 @@ func (c *callRun) stopCancelled(ctx context.Context) {
 // reply to send.
 func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool) {
 	req := c.d.Msg
-	if !req.Deadline.IsZero() && !c.w.cfg.Now().Before(req.Deadline) {
+	if !req.Deadline.IsZero() && !c.w.cfg.Clock().Before(req.Deadline) {
 		c.outcome = telemetry.CallOutcomeExpired
 		c.log.InfoContext(ctx, "deadline passed before the call ran")
 		return Failed(TimedOutMessage), true

@@ -61,9 +61,9 @@ type Config struct {
 	Metrics *telemetry.ApproverMetrics
 	// Logger receives the inbox's log. nil discards.
 	Logger *slog.Logger
-	// Now is the clock for ages, deadlines and decided_at. Defaults to
+	// Clock is the clock for ages, deadlines and decided_at. Defaults to
 	// time.Now.
-	Now func() time.Time
+	Clock func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -88,8 +88,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -309,7 +309,7 @@ func (in *Inbox) take(m jetstream.Msg) {
 		return
 	}
 	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
-	now := in.cfg.Now()
+	now := in.cfg.Clock()
 	switch {
 	case !r.Deadline.IsZero() && !now.Before(r.Deadline):
 		log.Debug("request past its deadline, not shown")
@@ -376,7 +376,7 @@ func (in *Inbox) tend(ctx context.Context) {
 }
 
 func (in *Inbox) dropExpired() {
-	now := in.cfg.Now()
+	now := in.cfg.Clock()
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
 		return "expired", !e.req.Deadline.IsZero() && !now.Before(e.req.Deadline)
 	}) {

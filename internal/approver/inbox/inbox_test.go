@@ -259,7 +259,7 @@ func TestExpiredRequestsLeave(t *testing.T) {
 	t.Parallel()
 	b := bustest.NewBus(t)
 	clk := &clock{}
-	in, _ := startInbox(t, inbox.Config{Bus: b, Now: clk.Now})
+	in, _ := startInbox(t, inbox.Config{Bus: b, Clock: clk.Now})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Minute)),
 		request(t, "run-2", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
 	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
