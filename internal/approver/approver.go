@@ -192,14 +192,10 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	req := d.Msg
 	log := a.logger.With(slog.String("run_id", req.RunID), slog.String("tool_call_id", req.ToolCallID),
 		slog.String("tool", req.ToolName))
-	ctx, span := telemetry.StartConsumer(ctx, a.tracer, "process "+d.Subject, d.Subject, d.Header,
-		telemetry.AttrRunID.String(req.RunID),
-		telemetry.AttrConversationID.String(req.ConversationID),
-		telemetry.AttrToolCallID.String(req.ToolCallID),
-		telemetry.AttrTool.String(req.ToolName),
-		telemetry.AttrAttempt.Int(req.Attempt),
-		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
-	)
+	ctx, span := telemetry.StartRequest(ctx, a.tracer, d.Subject, d.Header, telemetry.Request{
+		RunID: req.RunID, ConversationID: req.ConversationID, ToolCallID: req.ToolCallID,
+		Tool: req.ToolName, Attempt: req.Attempt, Delivered: d.NumDelivered,
+	})
 	defer span.End()
 	if d.NumDelivered > 1 {
 		a.cfg.Metrics.Redelivered(req.ToolName)

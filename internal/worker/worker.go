@@ -391,15 +391,10 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 	c := &callRun{w: w, tool: t.Spec.Name, d: d, outcome: telemetry.CallOutcomeFailed, took: -1}
 	c.log = w.log.With(slog.String("tool", c.tool), slog.String("run_id", req.RunID),
 		slog.String("tool_call_id", req.ToolCallID), slog.Uint64("delivered", d.NumDelivered))
-	ctx, c.span = telemetry.StartConsumer(ctx, w.tracer, "process "+d.Subject, d.Subject, d.Header,
-		telemetry.AttrRunID.String(req.RunID),
-		telemetry.AttrConversationID.String(req.ConversationID),
-		telemetry.AttrToolCallID.String(req.ToolCallID),
-		telemetry.AttrTool.String(c.tool),
-		telemetry.AttrAttempt.Int(req.Attempt),
-		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
-		attribute.String("toolgate.worker_id", w.cfg.ID),
-	)
+	ctx, c.span = telemetry.StartRequest(ctx, w.tracer, d.Subject, d.Header, telemetry.Request{
+		RunID: req.RunID, ConversationID: req.ConversationID, ToolCallID: req.ToolCallID,
+		Tool: c.tool, Attempt: req.Attempt, Delivered: d.NumDelivered,
+	}, attribute.String("toolgate.worker_id", w.cfg.ID))
 	defer c.span.End()
 	ctx = withProgress(ctx, func() { _ = d.InProgress() })
 	if d.NumDelivered > 1 {
