@@ -45,7 +45,7 @@ func ApproveWithArgs(args any) Verdict {
 // Deny refuses the call; the model is told message.
 func Deny(message string) Verdict {
 	if message == "" {
-		message = approver.DefaultDenyMessage
+		message = approver.PolicyDenyMessage
 	}
 	return Verdict{v: approver.Verdict{Action: approver.ActionDeny, Message: message, Rule: -1}}
 }

@@ -165,92 +165,105 @@ func trailing(data []byte, dec *json.Decoder) bool {
 // five-byte body declaring four billion elements would otherwise exhaust
 // memory. Found by fuzzing.
 func checkMsgpackLengths(data []byte) error {
-	pos, pending := 0, 1
-	need := func(n int) ([]byte, error) {
-		if n < 0 || n > len(data)-pos {
-			return nil, fmt.Errorf("malformed msgpack: %d bytes needed at offset %d, %d left", n, pos, len(data)-pos)
-		}
-		b := data[pos : pos+n]
-		pos += n
-		return b, nil
-	}
-	size := func(width int) (int, error) {
-		b, err := need(width)
-		if err != nil {
-			return 0, err
-		}
-		var n uint64
-		for _, c := range b {
-			n = n<<8 | uint64(c)
-		}
-		if n > uint64(len(data)) {
-			return 0, fmt.Errorf("malformed msgpack: length %d at offset %d exceeds the %d-byte body", n, pos-width, len(data))
-		}
-		return int(n), nil
-	}
-	for pending > 0 {
+	sc := &msgpackScan{data: data}
+	for pending := 1; pending > 0; {
 		pending--
-		b, err := need(1)
+		b, err := sc.need(1)
 		if err != nil {
 			return err
 		}
-		t := b[0]
-		var (
-			items int // elements a container adds
-			skip  int // bytes of payload to skip
-		)
-		switch {
-		case t <= 0x7f || t >= 0xe0, t == 0xc0, t == 0xc2, t == 0xc3:
-		case t >= 0x80 && t <= 0x8f:
-			items = 2 * int(t&0x0f)
-		case t >= 0x90 && t <= 0x9f:
-			items = int(t & 0x0f)
-		case t >= 0xa0 && t <= 0xbf:
-			skip = int(t & 0x1f)
-		case t == 0xc4 || t == 0xd9:
-			skip, err = size(1)
-		case t == 0xc5 || t == 0xda:
-			skip, err = size(2)
-		case t == 0xc6 || t == 0xdb:
-			skip, err = size(4)
-		case t == 0xc7, t == 0xc8, t == 0xc9:
-			w := map[byte]int{0xc7: 1, 0xc8: 2, 0xc9: 4}[t]
-			if skip, err = size(w); err == nil {
-				skip++ // the extension type
-			}
-		case t == 0xca || t == 0xce || t == 0xd2:
-			skip = 4
-		case t == 0xcb || t == 0xcf || t == 0xd3:
-			skip = 8
-		case t == 0xcc || t == 0xd0:
-			skip = 1
-		case t == 0xcd || t == 0xd1:
-			skip = 2
-		case t >= 0xd4 && t <= 0xd8:
-			skip = 1 + 1<<(t-0xd4)
-		case t == 0xdc:
-			items, err = size(2)
-		case t == 0xdd:
-			items, err = size(4)
-		case t == 0xde:
-			items, err = size(2)
-			items *= 2
-		case t == 0xdf:
-			items, err = size(4)
-			items *= 2
-		default:
-			return fmt.Errorf("malformed msgpack: byte 0x%02x at offset %d starts no value", t, pos-1)
-		}
+		items, skip, err := sc.head(b[0])
 		if err != nil {
 			return err
 		}
-		if _, err := need(skip); err != nil {
+		if _, err := sc.need(skip); err != nil {
 			return err
 		}
 		pending += items
-		if pending > len(data)-pos {
-			return fmt.Errorf("malformed msgpack: %d more values declared at offset %d, %d bytes left", pending, pos, len(data)-pos)
+		if left := len(data) - sc.pos; pending > left {
+			return fmt.Errorf("malformed msgpack: %d more values declared at offset %d, %d bytes left", pending, sc.pos, left)
 		}
 	}
 	return nil
+}
+
+// msgpackScan walks a msgpack body by its type bytes and lengths only.
+type msgpackScan struct {
+	data []byte
+	pos  int
+}
+
+// need takes the next n bytes.
+func (sc *msgpackScan) need(n int) ([]byte, error) {
+	if n < 0 || n > len(sc.data)-sc.pos {
+		return nil, fmt.Errorf("malformed msgpack: %d bytes needed at offset %d, %d left", n, sc.pos, len(sc.data)-sc.pos)
+	}
+	b := sc.data[sc.pos : sc.pos+n]
+	sc.pos += n
+	return b, nil
+}
+
+// size reads a big-endian length of width bytes, which no body of this
+// size can exceed.
+func (sc *msgpackScan) size(width int) (int, error) {
+	b, err := sc.need(width)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range b {
+		n = n<<8 | uint64(c)
+	}
+	if n > uint64(len(sc.data)) {
+		return 0, fmt.Errorf("malformed msgpack: length %d at offset %d exceeds the %d-byte body", n, sc.pos-width, len(sc.data))
+	}
+	return int(n), nil
+}
+
+// head reads what follows the type byte t of a value: the number of
+// values a container holds (items) and the payload bytes to skip.
+func (sc *msgpackScan) head(t byte) (items, skip int, err error) {
+	switch {
+	case t <= 0x7f || t >= 0xe0, t == 0xc0, t == 0xc2, t == 0xc3:
+	case t >= 0x80 && t <= 0x8f:
+		items = 2 * int(t&0x0f)
+	case t >= 0x90 && t <= 0x9f:
+		items = int(t & 0x0f)
+	case t >= 0xa0 && t <= 0xbf:
+		skip = int(t & 0x1f)
+	case t == 0xc4 || t == 0xd9:
+		skip, err = sc.size(1)
+	case t == 0xc5 || t == 0xda:
+		skip, err = sc.size(2)
+	case t == 0xc6 || t == 0xdb:
+		skip, err = sc.size(4)
+	case t == 0xc7, t == 0xc8, t == 0xc9:
+		w := map[byte]int{0xc7: 1, 0xc8: 2, 0xc9: 4}[t]
+		if skip, err = sc.size(w); err == nil {
+			skip++ // the extension type
+		}
+	case t == 0xca || t == 0xce || t == 0xd2:
+		skip = 4
+	case t == 0xcb || t == 0xcf || t == 0xd3:
+		skip = 8
+	case t == 0xcc || t == 0xd0:
+		skip = 1
+	case t == 0xcd || t == 0xd1:
+		skip = 2
+	case t >= 0xd4 && t <= 0xd8:
+		skip = 1 + 1<<(t-0xd4)
+	case t == 0xdc:
+		items, err = sc.size(2)
+	case t == 0xdd:
+		items, err = sc.size(4)
+	case t == 0xde:
+		items, err = sc.size(2)
+		items *= 2
+	case t == 0xdf:
+		items, err = sc.size(4)
+		items *= 2
+	default:
+		err = fmt.Errorf("malformed msgpack: byte 0x%02x at offset %d starts no value", t, sc.pos-1)
+	}
+	return items, skip, err
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+
+	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // Header names. Every message carries Content-Type (ContentTypeMsgpack
@@ -31,10 +33,10 @@ const (
 	HeaderDLQTruncated = "Toolgate-DLQ-Truncated"
 )
 
-// Message kinds for MsgID.
+// Message kinds for MsgID: a request is of its deferred call's kind.
 const (
-	KindCall     = "call"
-	KindApproval = "approval"
+	KindCall     = string(deferred.KindCall)
+	KindApproval = string(deferred.KindApproval)
 	KindResult   = "result"
 	KindDecision = "decision"
 )

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // Stream names.
@@ -54,10 +56,11 @@ func CancelSubject(runID string) (string, error) { return subject("run id", Pref
 // NudgeSubject is toolgate.nudge.<agent>.
 func NudgeSubject(agent string) (string, error) { return subject("agent name", PrefixNudge, agent) }
 
-// Reply kinds: the last token of a reply subject.
+// Reply kinds: the last token of a reply subject, the kind of the
+// deferred call answered.
 const (
-	ReplyKindCall     = "call"
-	ReplyKindApproval = "approval"
+	ReplyKindCall     = string(deferred.KindCall)
+	ReplyKindApproval = string(deferred.KindApproval)
 )
 
 // ValidateToken reports whether s can stand as one subject token (and as part

@@ -14,14 +14,34 @@ import (
 // the pending calls of the history's last response into items carrying their
 // decisions and results, in emission order.
 func (r *run) resumeItems() ([]*callItem, error) {
-	hist := r.in.History
-	res := r.in.Results
+	unsettled, pos, err := unsettledCalls(r.in.History, r.in.Results)
+	if err != nil {
+		return nil, err
+	}
+	kinds, args, err := r.checkResults(unsettled, pos)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]*callItem, len(unsettled))
+	for i, c := range unsettled {
+		it := &callItem{part: c, pos: pos[i], tool: r.byName[c.ToolName], args: args[i], kind: kinds[i], state: stPending}
+		applyResults(it, r.in.Results)
+		items[i] = it
+	}
+	return items, nil
+}
+
+// unsettledCalls are the calls of the history's last model response that
+// no later message settled, each with its place among the response's
+// calls. It refuses a history without one, duplicate ids in the response,
+// and results given for calls that were already executed.
+func unsettledCalls(hist []Message, res *deferred.Results) (unsettled []Part, pos []int, err error) {
 	if len(hist) == 0 {
-		return nil, errors.New("resume: message history is empty")
+		return nil, nil, errors.New("resume: message history is empty")
 	}
 	last := lastResponse(hist)
 	if last < 0 {
-		return nil, errors.New("resume: no model response in the message history")
+		return nil, nil, errors.New("resume: no model response in the message history")
 	}
 	var calls []Part
 	for _, p := range hist[last].Parts {
@@ -30,8 +50,6 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		}
 	}
 	settled := settledIDs(hist[last+1:])
-	var unsettled []Part
-	var pos []int // each unsettled call's place among the response's calls
 	for i, c := range calls {
 		if !settled[c.ToolCallID] {
 			unsettled = append(unsettled, c)
@@ -39,7 +57,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		}
 	}
 	if len(unsettled) == 0 {
-		return nil, errors.New("resume: no unsettled tool calls in the last model response")
+		return nil, nil, errors.New("resume: no unsettled tool calls in the last model response")
 	}
 	seen := map[string]int{}
 	var dups []string
@@ -49,22 +67,26 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		}
 	}
 	if len(dups) > 0 {
-		return nil, fmt.Errorf("resume: duplicate tool_call_id in the last model response: %s", strings.Join(dups, ", "))
+		return nil, nil, fmt.Errorf("resume: duplicate tool_call_id in the last model response: %s", strings.Join(dups, ", "))
 	}
-	got := resultIDs(res)
 	var done []string
-	for _, id := range got {
+	for _, id := range resultIDs(res) {
 		if settled[id] {
 			done = append(done, id)
 		}
 	}
 	if len(done) > 0 {
-		return nil, fmt.Errorf("resume: results given for tool calls that were already executed: %s", strings.Join(done, ", "))
+		return nil, nil, fmt.Errorf("resume: results given for tool calls that were already executed: %s", strings.Join(done, ", "))
 	}
+	return unsettled, pos, nil
+}
 
-	// The calls as a batch with their categories, so that the batch's own
-	// check refuses wrong categories, non-answers and missing results, in
-	// that order (D19, D20).
+// checkResults holds the results against the unsettled calls as a batch
+// with their categories, so that the batch's own check refuses wrong
+// categories, non-answers and missing results, in that order (D19, D20).
+// It returns each call's category and the args it runs with.
+func (r *run) checkResults(unsettled []Part, pos []int) ([]deferred.Kind, []json.RawMessage, error) {
+	res := r.in.Results
 	kinds := make([]deferred.Kind, len(unsettled))
 	args := make([]json.RawMessage, len(unsettled))
 	pending := &deferred.Requests{}
@@ -73,7 +95,7 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		id := c.ToolCallID
 		kind, entry, err := r.category(c, pos[i])
 		if err != nil {
-			return nil, fmt.Errorf("resume: %w", err)
+			return nil, nil, fmt.Errorf("resume: %w", err)
 		}
 		kinds[i] = kind
 		args[i] = c.Args
@@ -98,19 +120,12 @@ func (r *run) resumeItems() ([]*callItem, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("resume: %s", strings.Join(problems, "; "))
+		return nil, nil, fmt.Errorf("resume: %s", strings.Join(problems, "; "))
 	}
 	if err := pending.Check(res); err != nil {
-		return nil, fmt.Errorf("resume: %w", err)
+		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
-
-	items := make([]*callItem, len(unsettled))
-	for i, c := range unsettled {
-		it := &callItem{part: c, pos: pos[i], tool: r.byName[c.ToolName], args: args[i], kind: kinds[i], state: stPending}
-		applyResults(it, res)
-		items[i] = it
-	}
-	return items, nil
+	return kinds, args, nil
 }
 
 // category tells whether a pending call waits for a decision or a result:

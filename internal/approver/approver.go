@@ -71,8 +71,8 @@ type Config struct {
 	HandledFunc func(req bus.ApprovalRequest, o Outcome)
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
-	// Now is the clock for deadlines and decided_at. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
+	Clock func() time.Time
 	// Metrics counts requests by outcome, the time from a request's
 	// publication to its decision, redeliveries and dead letters. nil
 	// records nothing.
@@ -111,8 +111,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -192,14 +192,10 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	req := d.Msg
 	log := a.logger.With(slog.String("run_id", req.RunID), slog.String("tool_call_id", req.ToolCallID),
 		slog.String("tool", req.ToolName))
-	ctx, span := telemetry.StartConsumer(ctx, a.tracer, "process "+d.Subject, d.Subject, d.Header,
-		telemetry.AttrRunID.String(req.RunID),
-		telemetry.AttrConversationID.String(req.ConversationID),
-		telemetry.AttrToolCallID.String(req.ToolCallID),
-		telemetry.AttrTool.String(req.ToolName),
-		telemetry.AttrAttempt.Int(req.Attempt),
-		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
-	)
+	ctx, span := telemetry.StartRequest(ctx, a.tracer, d.Subject, d.Header, telemetry.Request{
+		RunID: req.RunID, ConversationID: req.ConversationID, ToolCallID: req.ToolCallID,
+		Tool: req.ToolName, Attempt: req.Attempt, Delivered: d.NumDelivered,
+	})
 	defer span.End()
 	if d.NumDelivered > 1 {
 		a.cfg.Metrics.Redelivered(req.ToolName)
@@ -246,7 +242,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	log.InfoContext(ctx, "decision published", slog.String("outcome", string(o)), slog.Int("rule", v.Rule),
 		slog.Bool("override_args", len(dec.OverrideArgs) != 0), slog.Bool("signed", dec.Signature != nil))
 	// From the request's storage in the stream (its publication) to now:
-	// both are wall-clock readings, unlike the Now seam.
+	// both are wall-clock readings, unlike the Clock seam.
 	a.cfg.Metrics.Decided(a.cfg.ID, string(o), time.Since(d.Timestamp))
 	a.done(ctx, key, req, o)
 	return nil
@@ -315,7 +311,7 @@ func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.Approva
 		ArgsDigest: req.ArgsDigest,
 		Approved:   v.Action == ActionApprove,
 		ApproverID: a.cfg.ID,
-		DecidedAt:  a.cfg.Now().UTC(),
+		DecidedAt:  a.cfg.Clock().UTC(),
 	}
 	if dec.Approved {
 		dec.OverrideArgs = v.OverrideArgs
@@ -348,7 +344,7 @@ func (a *Approver) deadLetter(span trace.Span, reason string, err error) {
 }
 
 func (a *Approver) expired(req bus.ApprovalRequest) bool {
-	return !req.Deadline.IsZero() && !a.cfg.Now().Before(req.Deadline)
+	return !req.Deadline.IsZero() && !a.cfg.Clock().Before(req.Deadline)
 }
 
 func (a *Approver) done(ctx context.Context, key string, req bus.ApprovalRequest, o Outcome) {

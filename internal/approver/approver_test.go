@@ -104,7 +104,7 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 	decidedAt := time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)
 	events := runApprover(t, approver.Config{
 		Bus: b, ID: "bot-1", Policy: pol, Key: priv,
-		Now: func() time.Time { return decidedAt },
+		Clock: func() time.Time { return decidedAt },
 	})
 
 	tests := []struct {

@@ -39,15 +39,15 @@ type CLI struct {
 	// Terminal makes Progress a spinner that redraws one line; otherwise
 	// each step is a plain line.
 	Terminal bool
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock. Defaults to time.Now.
+	Clock func() time.Time
 }
 
 func (c *CLI) now() time.Time {
-	if c.Now == nil {
+	if c.Clock == nil {
 		return time.Now()
 	}
-	return c.Now()
+	return c.Clock()
 }
 
 // Pending is an open approval request as the CLI lists it.

@@ -24,8 +24,10 @@ const (
 	ActionEscalate Action = "escalate" // leave it to another approver (or the terminal prompt)
 )
 
-// DefaultDenyMessage is the message of a deny rule that gives none.
-const DefaultDenyMessage = "Denied by policy"
+// PolicyDenyMessage is the message of a deny rule that gives none; it
+// says a policy denied, unlike deferred.DefaultDenyMessage, which a
+// denial with no message at all reads.
+const PolicyDenyMessage = "Denied by policy"
 
 // Rule is one entry of a policy file's `rules:` list.
 type Rule struct {
@@ -36,7 +38,7 @@ type Rule struct {
 	When   string `yaml:"when"`
 	Action Action `yaml:"action"`
 	// Message is the denial message; only with deny. Defaults to
-	// DefaultDenyMessage.
+	// PolicyDenyMessage.
 	Message string `yaml:"message"`
 	// OverrideArgs replaces the call's args; only with approve.
 	OverrideArgs map[string]any `yaml:"override_args"`
@@ -137,7 +139,7 @@ func compileRule(r Rule) (compiledRule, error) {
 			return cr, errors.New("override_args is only allowed with action approve")
 		}
 		if cr.Message == "" {
-			cr.Message = DefaultDenyMessage
+			cr.Message = PolicyDenyMessage
 		}
 	case ActionEscalate:
 		if r.OverrideArgs != nil || r.Message != "" {

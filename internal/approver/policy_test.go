@@ -75,7 +75,7 @@ func TestPolicyEvaluate(t *testing.T) {
 		{
 			name: "glob and CEL over args deny with default message",
 			req:  request("read_file", `{"path":"/etc/passwd"}`, ""),
-			want: approver.Verdict{Action: approver.ActionDeny, Message: approver.DefaultDenyMessage, Rule: 1},
+			want: approver.Verdict{Action: approver.ActionDeny, Message: approver.PolicyDenyMessage, Rule: 1},
 		},
 		{
 			name: "first match wins: glob without when approves",

@@ -158,95 +158,44 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	}
 	defer orch.Close()
 	js := orch.JetStream()
-
-	var kvCfg jetstream.KeyValueConfig
-	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
-		if kc.Bucket == bus.BucketRuns {
-			kvCfg = kc
-		}
-	}
-	if kvCfg.Bucket == "" {
-		return mm, errors.New("raw memory: bus has no runs bucket config")
-	}
-	kvCfg.Bucket = rawBucket + "_" + prefix
-	kv, err := js.CreateKeyValue(ctx, kvCfg)
-	if err != nil {
-		return mm, fmt.Errorf("raw memory: create bucket: %w", err)
-	}
-	_, repliesCfg, err := rawStreams(prefix)
+	kv, cleanup, err := rawMemoryStore(ctx, js, prefix)
 	if err != nil {
 		return mm, err
 	}
-	if _, err := js.CreateStream(ctx, repliesCfg); err != nil {
-		return mm, fmt.Errorf("raw memory: create stream: %w", err)
-	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		derr := errors.Join(js.DeleteKeyValue(dctx, kvCfg.Bucket), js.DeleteStream(dctx, repliesCfg.Name))
-		if derr != nil && err == nil {
-			err = fmt.Errorf("raw memory: clean up: %w", derr)
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = fmt.Errorf("raw memory: clean up: %w", cerr)
 		}
 	}()
-
-	callsCfg, _, err := rawStreams(prefix)
-	if err != nil {
-		return mm, err
-	}
-	if _, err := js.CreateStream(ctx, callsCfg); err != nil {
-		return mm, fmt.Errorf("raw memory: create stream: %w", err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if derr := js.DeleteStream(dctx, callsCfg.Name); derr != nil && err == nil {
-			err = fmt.Errorf("raw memory: clean up: %w", derr)
-		}
-	}()
-
-	key := func(i int) string { return "conv." + conversationID(prefix, i) }
-	kvSubject := "$KV." + rawBucket + "_" + prefix + "."
-	revisions := make([]uint64, n)
 
 	// Hold: create every entry, as a run that pauses does, and queue its
 	// call for a worker (none runs).
+	kvSubject := "$KV." + rawBucket + "_" + prefix + ".conv."
+	revisions := make([]uint64, n)
 	heapBefore := heapAfterGC()
 	start := time.Now()
-	p := newPipeline(ctx, js, pipelineDepth, func(i int, ack *jetstream.PubAck) { revisions[i] = ack.Sequence })
-	for i := range n {
-		conv := conversationID(prefix, i)
-		run := runID(prefix, int64(i))
-		data, err := msgpack.Marshal(newPausedRecord(conv, run, toolCallID(run, 0)))
-		if err != nil {
-			return mm, fmt.Errorf("raw memory: encode record: %w", err)
-		}
-		msg := &nats.Msg{Subject: kvSubject + key(i), Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrExpectedSeq, "0")
-		if err := p.publish(ctx, msg, i); err != nil {
-			p.wait()
-			return mm, fmt.Errorf("raw memory: create entry: %w", err)
-		}
-	}
-	if err := p.wait(); err != nil {
-		return mm, fmt.Errorf("raw memory: create entries: %w", err)
+	err = publishAll(ctx, js, n, "create entry", func(i int, ack *jetstream.PubAck) { revisions[i] = ack.Sequence },
+		func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+			conv := conversationID(prefix, i)
+			run := runID(prefix, int64(i))
+			data, err := msgpack.Marshal(newPausedRecord(conv, run, toolCallID(run, 0)))
+			msg := &nats.Msg{Subject: kvSubject + conv, Data: data, Header: nats.Header{}}
+			msg.Header.Set(hdrExpectedSeq, "0")
+			return msg, nil, err
+		})
+	if err != nil {
+		return mm, err
 	}
 	createSeconds := time.Since(start).Seconds()
-	cp := newPipeline(ctx, js, pipelineDepth, nil)
-	for i := range n {
+	err = publishAll(ctx, js, n, "publish call", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 		run := runID(prefix, int64(i))
 		data, err := bus.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), bus.ContentTypeMsgpack)
-		if err != nil {
-			return mm, fmt.Errorf("raw memory: encode call: %w", err)
-		}
 		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
 		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-		if err := cp.publish(ctx, msg, i, jetstream.WithMsgID(run+"."+toolCallID(run, 0)+".call")); err != nil {
-			cp.wait()
-			return mm, fmt.Errorf("raw memory: publish call: %w", err)
-		}
-	}
-	if err := cp.wait(); err != nil {
-		return mm, fmt.Errorf("raw memory: publish calls: %w", err)
+		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".call")}, err
+	})
+	if err != nil {
+		return mm, err
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
 
@@ -261,25 +210,18 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 
 	// The replies arrive: the yardstick is the time to publish them.
 	start = time.Now()
-	p = newPipeline(ctx, js, pipelineDepth, nil)
-	for i := range n {
+	err = publishAll(ctx, js, n, "publish reply", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 		run := runID(prefix, int64(i))
 		data, err := bus.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), bus.ContentTypeMsgpack)
-		if err != nil {
-			return mm, fmt.Errorf("raw memory: encode reply: %w", err)
-		}
 		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
 		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
 		msg.Header.Set(hdrRun, run)
 		msg.Header.Set(hdrCall, toolCallID(run, 0))
 		msg.Header.Set(hdrConversation, conversationID(prefix, i))
-		if err := p.publish(ctx, msg, i, jetstream.WithMsgID(run+"."+toolCallID(run, 0)+".result")); err != nil {
-			p.wait()
-			return mm, fmt.Errorf("raw memory: publish reply: %w", err)
-		}
-	}
-	if err := p.wait(); err != nil {
-		return mm, fmt.Errorf("raw memory: publish replies: %w", err)
+		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".result")}, err
+	})
+	if err != nil {
+		return mm, err
 	}
 	publishSeconds := time.Since(start).Seconds()
 
@@ -297,6 +239,68 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 			MetricReplyPublishSeconds:  publishSeconds,
 		},
 	}, nil
+}
+
+// rawMemoryStore creates the raw case's bucket (configured as the
+// runs bucket) and its calls and replies streams, and returns the bucket
+// and what removes them all.
+func rawMemoryStore(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, func() error, error) {
+	var kvCfg jetstream.KeyValueConfig
+	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
+		if kc.Bucket == bus.BucketRuns {
+			kvCfg = kc
+		}
+	}
+	if kvCfg.Bucket == "" {
+		return nil, nil, errors.New("raw memory: bus has no runs bucket config")
+	}
+	kvCfg.Bucket = rawBucket + "_" + prefix
+	callsCfg, repliesCfg, err := rawStreams(prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	var made []func(context.Context) error
+	cleanup := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		var errs []error
+		for _, del := range made {
+			errs = append(errs, del(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	kv, err := js.CreateKeyValue(ctx, kvCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("raw memory: create bucket: %w", err)
+	}
+	made = append(made, func(ctx context.Context) error { return js.DeleteKeyValue(ctx, kvCfg.Bucket) })
+	for _, sc := range []jetstream.StreamConfig{repliesCfg, callsCfg} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("raw memory: create stream: %w", err), cleanup())
+		}
+		made = append(made, func(ctx context.Context) error { return js.DeleteStream(ctx, sc.Name) })
+	}
+	return kv, cleanup, nil
+}
+
+// publishAll publishes msg(i) for every i below n through a pipeline,
+// telling acked (when set) of each ack; what names the message in errors.
+func publishAll(ctx context.Context, js jetstream.JetStream, n int, what string, acked func(int, *jetstream.PubAck), msg func(i int) (*nats.Msg, []jetstream.PublishOpt, error)) error {
+	p := newPipeline(ctx, js, pipelineDepth, acked)
+	for i := range n {
+		m, opts, err := msg(i)
+		if err == nil {
+			err = p.publish(ctx, m, i, opts...)
+		}
+		if err != nil {
+			p.wait()
+			return fmt.Errorf("raw memory: %s: %w", what, err)
+		}
+	}
+	if err := p.wait(); err != nil {
+		return fmt.Errorf("raw memory: %s: %w", what, err)
+	}
+	return nil
 }
 
 // applyReplies consumes the n replies and updates each conversation's entry

@@ -110,43 +110,12 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 			}
 		}()
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, callsCfg.Name, jetstream.ConsumerConfig{
-		Durable:       rawCallConsumer,
-		FilterSubject: rawCallPrefix + sampleTool,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: max(1000, 2*c.Workers),
-	}); err != nil {
-		return Measurement{}, fmt.Errorf("raw: create call consumer: %w", err)
-	}
-	replyCons, err := js.CreateOrUpdateConsumer(ctx, repliesCfg.Name, jetstream.ConsumerConfig{
-		Durable:       rawReplyConsumer,
-		FilterSubject: rawReplyPrefix + ">",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: max(1000, 2*c.Window),
-	})
-	if err != nil {
-		return Measurement{}, fmt.Errorf("raw: create reply consumer: %w", err)
-	}
-
 	var bg failure
 	var redelivered atomic.Int64
 	reg := &registry{}
-	collect, err := replyCons.Consume(func(msg jetstream.Msg) {
-		at := time.Now()
-		countRedelivery(msg, &redelivered)
-		var rep bus.CallReply
-		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
-			bg.set(fmt.Errorf("decode reply: %w", err))
-			_ = msg.Term()
-			return
-		}
-		reg.arrive(rep.ToolCallID, at)
-		_ = msg.Ack()
-	}, rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
+	collect, err := collectRawReplies(ctx, js, callsCfg.Name, repliesCfg.Name, c, reg, &bg, &redelivered)
 	if err != nil {
-		return Measurement{}, fmt.Errorf("raw: consume replies: %w", err)
+		return Measurement{}, err
 	}
 	defer stopConsume(collect)
 
@@ -157,37 +126,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		}
 		defer stop()
 	}
-
-	send := func(ctx context.Context, b *batch) error {
-		futures := make([]jetstream.PubAckFuture, len(b.calls))
-		for i, id := range b.calls {
-			b.sent[i] = time.Now()
-			data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
-			if err != nil {
-				return err
-			}
-			msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
-			msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-			msg.Header.Set(hdrRun, b.run)
-			msg.Header.Set(hdrConversation, b.conversation)
-			msg.Header.Set(hdrCall, id)
-			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(b.run+"."+id+".call"))
-			if err != nil {
-				return fmt.Errorf("publish call %s: %w", id, err)
-			}
-			futures[i] = f
-		}
-		for i, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("publish call %s: %w", b.calls[i], err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}
+	send := func(ctx context.Context, b *batch) error { return sendRawBatch(ctx, js, b) }
 	streams := []string{callsCfg.Name, repliesCfg.Name}
 	seqs0, err := lastSequences(ctx, js, streams)
 	if err != nil {
@@ -208,6 +147,80 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	m.Redelivered = redelivered.Load()
 	m.Stalls = bg.stalls.Load()
 	return m, nil
+}
+
+// collectRawReplies creates the raw case's call consumer (which its
+// workers pull from) and its reply consumer, and consumes the replies into
+// reg.
+func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, replies string, c Case, reg *registry, bg *failure, redelivered *atomic.Int64) (jetstream.ConsumeContext, error) {
+	if _, err := js.CreateOrUpdateConsumer(ctx, calls, jetstream.ConsumerConfig{
+		Durable:       rawCallConsumer,
+		FilterSubject: rawCallPrefix + sampleTool,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: max(1000, 2*c.Workers),
+	}); err != nil {
+		return nil, fmt.Errorf("raw: create call consumer: %w", err)
+	}
+	replyCons, err := js.CreateOrUpdateConsumer(ctx, replies, jetstream.ConsumerConfig{
+		Durable:       rawReplyConsumer,
+		FilterSubject: rawReplyPrefix + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: max(1000, 2*c.Window),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raw: create reply consumer: %w", err)
+	}
+	collect, err := replyCons.Consume(func(msg jetstream.Msg) {
+		at := time.Now()
+		countRedelivery(msg, redelivered)
+		var rep bus.CallReply
+		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
+			bg.set(fmt.Errorf("decode reply: %w", err))
+			_ = msg.Term()
+			return
+		}
+		reg.arrive(rep.ToolCallID, at)
+		_ = msg.Ack()
+	}, rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
+	if err != nil {
+		return nil, fmt.Errorf("raw: consume replies: %w", err)
+	}
+	return collect, nil
+}
+
+// sendRawBatch publishes a batch's calls as the raw orchestrator does and
+// waits for their acks.
+func sendRawBatch(ctx context.Context, js jetstream.JetStream, b *batch) error {
+	futures := make([]jetstream.PubAckFuture, len(b.calls))
+	for i, id := range b.calls {
+		b.sent[i] = time.Now()
+		data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
+		if err != nil {
+			return err
+		}
+		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		msg.Header.Set(hdrRun, b.run)
+		msg.Header.Set(hdrConversation, b.conversation)
+		msg.Header.Set(hdrCall, id)
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(b.run+"."+id+".call"))
+		if err != nil {
+			return fmt.Errorf("publish call %s: %w", id, err)
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish call %s: %w", b.calls[i], err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // startWorker connects one worker and starts pulling calls; stop drains it

@@ -162,6 +162,29 @@ func ConnectInProcess(ctx context.Context, srv nats.InProcessConnProvider, cfg C
 	return connect(ctx, cfg, nats.InProcessServer(srv))
 }
 
+// authOption is the connection's credentials: a creds file, or a user
+// with a password given or read from a file; nil for none.
+func authOption(cfg ConnConfig) (nats.Option, error) {
+	switch {
+	case cfg.CredsFile != "":
+		return nats.UserCredentials(cfg.CredsFile), nil
+	case cfg.User != "":
+		password := cfg.Password
+		if cfg.PasswordFile != "" {
+			b, err := os.ReadFile(cfg.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("password file: %w", err)
+			}
+			password = strings.TrimRight(string(b), "\r\n")
+			if password == "" {
+				return nil, fmt.Errorf("password file %s is empty", cfg.PasswordFile)
+			}
+		}
+		return nats.UserInfo(cfg.User, password), nil
+	}
+	return nil, nil
+}
+
 func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {
 	if _, err := normalizeContentType(cfg.ContentType); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -200,22 +223,12 @@ func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, e
 			logger.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
 		}),
 	}
-	switch {
-	case cfg.CredsFile != "":
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
-	case cfg.User != "":
-		password := cfg.Password
-		if cfg.PasswordFile != "" {
-			b, err := os.ReadFile(cfg.PasswordFile)
-			if err != nil {
-				return nil, fmt.Errorf("connect: password file: %w", err)
-			}
-			password = strings.TrimRight(string(b), "\r\n")
-			if password == "" {
-				return nil, fmt.Errorf("connect: password file %s is empty", cfg.PasswordFile)
-			}
-		}
-		opts = append(opts, nats.UserInfo(cfg.User, password))
+	auth, err := authOption(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if auth != nil {
+		opts = append(opts, auth)
 	}
 	if cfg.Role != "" {
 		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(cfg.Role)))

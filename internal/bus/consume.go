@@ -98,7 +98,7 @@ func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
 		c.MaxDeliver = 5
 	}
 	if len(c.BackOff) == 0 {
-		c.BackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+		c.BackOff = DefaultBackOff()
 	}
 	if c.MaxAckPending <= 0 {
 		c.MaxAckPending = 1000
@@ -113,14 +113,21 @@ func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
 }
 
 func (c ConsumeConfig) backoff(numDelivered uint64) time.Duration {
-	i := int(numDelivered) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(c.BackOff) {
-		i = len(c.BackOff) - 1
-	}
-	return c.BackOff[i]
+	return BackOffDelay(c.BackOff, numDelivered)
+}
+
+// DefaultBackOff is the default pause before a message handed back is
+// delivered again, by its delivery count: 1 s, 5 s, 30 s, then 2 min.
+// A fresh slice each time, which the caller may keep and change.
+func DefaultBackOff() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+}
+
+// BackOffDelay is backoff's pause after the numDelivered'th delivery (from
+// 1); its last entry holds for every later one.
+func BackOffDelay(backoff []time.Duration, numDelivered uint64) time.Duration {
+	i := max(0, min(int(numDelivered)-1, len(backoff)-1))
+	return backoff[i]
 }
 
 // Delivery is one decoded message handed to a Handler.
@@ -334,71 +341,20 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	logger := b.logger.With(slog.String("stream", stream), slog.String("consumer", cc.Durable))
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Subscription{cancel: cancel, idle: make(chan struct{}), watchEnd: make(chan struct{})}
-
-	onMsg := func(m jetstream.Msg) {
-		if !s.enter() {
-			// Stopped: hand it back at once rather than after AckWait.
-			_ = m.Nak()
-			return
-		}
-		defer s.leave()
-		handleOne(hctx, b, logger, cfg, m, decode, h)
-	}
-	loops := cfg.Concurrency
-	if cfg.Dispatch {
-		loops = dispatchLoops
-		slots := make(chan struct{}, cfg.Concurrency)
-		onMsg = func(m jetstream.Msg) {
-			if !s.enter() {
-				_ = m.Nak()
-				return
-			}
-			// The loop never waits here: a consume callback that blocks
-			// stops the client from seeing the pull's heartbeats, and the
-			// pull is then dropped as dead and pulled again only after a
-			// timeout. A message waits for a handler in its own goroutine;
-			// MaxAckPending bounds how many are delivered and unacked.
-			go func() {
-				slots <- struct{}{}
-				defer func() {
-					<-slots
-					s.leave()
-				}()
-				handleOne(hctx, b, logger, cfg, m, decode, h)
-			}()
-		}
-	}
+	onMsg, loops := s.onMsg(cfg, func(m jetstream.Msg) { handleOne(hctx, b, logger, cfg, m, decode, h) })
 	// lost hears of a consume loop whose consumer may be gone: deleted on
 	// the server (by an operator, or a client with the right to), or
 	// missing behind pulls that get no heartbeats.
 	lost := make(chan lostConsumer, 2*loops)
-	errHandler := jetstream.ConsumeErrHandler(func(c jetstream.ConsumeContext, err error) {
-		// Missed heartbeats and leader changes are not fatal: the
-		// consume loop pulls again by itself.
-		if errors.Is(err, jetstream.ErrNoHeartbeat) {
-			b.stalls.Add(1)
-		}
-		logger.Warn("consume error", slog.Any("error", err))
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat) {
-			select {
-			case lost <- lostConsumer{cc: c, err: err}:
-			default:
-			}
-		}
-	})
-	// Pull requests expire well within AckWait: the waiting requests of a
-	// client that stalls (a frozen process, a long GC pause) are gone by the
-	// time its message is redelivered, so the redelivery goes to a live
-	// consumer instead of burning MaxDeliver on the stalled one.
-	exp := min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires)
-	if cfg.PullExpiry > 0 {
-		exp = cfg.PullExpiry
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(cfg.PullMaxMessages),
+		pullExpiry(cfg),
+		consumeErrors(b, logger, lost),
 	}
-	expiry := jetstream.PullExpiry(exp)
 	start := func(cons jetstream.Consumer) ([]jetstream.ConsumeContext, error) {
 		var ccs []jetstream.ConsumeContext
 		for range loops {
-			c, err := cons.Consume(onMsg, jetstream.PullMaxMessages(cfg.PullMaxMessages), expiry, errHandler)
+			c, err := cons.Consume(onMsg, opts...)
 			if err != nil {
 				for _, c := range ccs {
 					c.Stop()
@@ -429,6 +385,73 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 		}
 	}()
 	return s, nil
+}
+
+// onMsg is the consume loops' callback, which runs handle for a message
+// unless s has stopped (then it is handed back at once rather than after
+// AckWait), and the number of loops to run. With Dispatch, each message
+// waits for a handler in a goroutine of its own: the loop never waits,
+// since a consume callback that blocks stops the client from seeing the
+// pull's heartbeats, and the pull is then dropped as dead and pulled again
+// only after a timeout; MaxAckPending bounds how many are delivered and
+// unacked.
+func (s *Subscription) onMsg(cfg ConsumeConfig, handle func(jetstream.Msg)) (func(jetstream.Msg), int) {
+	if !cfg.Dispatch {
+		return func(m jetstream.Msg) {
+			if !s.enter() {
+				_ = m.Nak()
+				return
+			}
+			defer s.leave()
+			handle(m)
+		}, cfg.Concurrency
+	}
+	slots := make(chan struct{}, cfg.Concurrency)
+	return func(m jetstream.Msg) {
+		if !s.enter() {
+			_ = m.Nak()
+			return
+		}
+		go func() {
+			slots <- struct{}{}
+			defer func() {
+				<-slots
+				s.leave()
+			}()
+			handle(m)
+		}()
+	}, dispatchLoops
+}
+
+// consumeErrors logs the consume loops' errors; a consumer that may be
+// gone is told on lost.
+func consumeErrors(b *Bus, logger *slog.Logger, lost chan<- lostConsumer) jetstream.PullConsumeOpt {
+	return jetstream.ConsumeErrHandler(func(c jetstream.ConsumeContext, err error) {
+		// Missed heartbeats and leader changes are not fatal: the
+		// consume loop pulls again by itself.
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			b.stalls.Add(1)
+		}
+		logger.Warn("consume error", slog.Any("error", err))
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+			select {
+			case lost <- lostConsumer{cc: c, err: err}:
+			default:
+			}
+		}
+	})
+}
+
+// pullExpiry makes pull requests expire well within AckWait: the waiting
+// requests of a client that stalls (a frozen process, a long GC pause) are
+// gone by the time its message is redelivered, so the redelivery goes to a
+// live consumer instead of burning MaxDeliver on the stalled one.
+func pullExpiry(cfg ConsumeConfig) jetstream.PullConsumeOpt {
+	exp := min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires)
+	if cfg.PullExpiry > 0 {
+		exp = cfg.PullExpiry
+	}
+	return jetstream.PullExpiry(exp)
 }
 
 type lostConsumer struct {

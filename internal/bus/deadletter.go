@@ -105,6 +105,15 @@ func sanitizeHeader(s string) string {
 	return string(b)
 }
 
+// DeadLetterMsg copies a message delivered by a consumer of the caller's
+// own to the DLQ with kind and reason, and terminates it: for consumers
+// that do not go through the bus's own (ConsumeCalls and the like), which
+// dead-letter what they cannot handle by themselves. A message that cannot
+// be handled is never dropped.
+func (b *Bus) DeadLetterMsg(ctx context.Context, m jetstream.Msg, kind, reason string) error {
+	return b.deadLetterMsg(ctx, m, kind, reason)
+}
+
 // deadLetterMsg copies a delivered message to the DLQ and terminates it.
 func (b *Bus) deadLetterMsg(ctx context.Context, m jetstream.Msg, kind, reason string) error {
 	meta, err := m.Metadata()

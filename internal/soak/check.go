@@ -197,6 +197,64 @@ type deferredKey struct{ run, call, kind string }
 func (k deferredKey) String() string { return k.run + "/" + k.call + "/" + k.kind }
 
 // check reads the final state and checks the invariants.
+// scanEvents reads conversation id's events into issued (the deferred
+// calls its runs paused on) and applied (the replies applied to each), and
+// returns the runs that paused; nil if its events could not be read. What
+// is wrong with them is returned as problems.
+func (s *system) scanEvents(ctx context.Context, id string, issued map[deferredKey]bool, applied map[deferredKey]int) (paused map[string]bool, problems []string) {
+	evs, err := s.events(ctx, id)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: events: %v", id, err)}
+	}
+	paused = map[string]bool{}
+	for _, ev := range evs {
+		switch ev.Type {
+		case orchestrator.EventRunPaused:
+			var pending []wire.PendingCall
+			if err := json.Unmarshal(ev.Data, &pending); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: run_paused event: %v", id, err))
+				continue
+			}
+			paused[ev.RunID] = true
+			for _, p := range pending {
+				issued[deferredKey{p.RunID, p.ToolCallID, p.Kind}] = true
+			}
+		case orchestrator.EventReplyApplied:
+			var d struct {
+				Kind string `json:"kind"`
+			}
+			_ = json.Unmarshal(ev.Data, &d)
+			applied[deferredKey{ev.RunID, ev.ToolCallID, d.Kind}]++
+		}
+	}
+	return paused, problems
+}
+
+// tally counts the issued calls into r and holds each to one applied
+// reply; it returns the external calls no worker executed and the calls
+// applied other than once.
+func tally(r *Report, issued map[deferredKey]bool, applied map[deferredKey]int, executed map[string]int) (unexecuted, problems []string) {
+	for k := range issued {
+		if k.kind == "approval" {
+			r.Approvals++
+		} else {
+			r.ExternalCalls++
+			if executed[k.run+":"+k.call] == 0 {
+				unexecuted = append(unexecuted, k.String())
+			}
+		}
+		if n := applied[k]; n != 1 {
+			problems = append(problems, fmt.Sprintf("%s applied %d times", k, n))
+		}
+	}
+	for k, n := range applied {
+		if !issued[k] {
+			problems = append(problems, fmt.Sprintf("%s applied %d times but never issued", k, n))
+		}
+	}
+	return unexecuted, problems
+}
+
 func (s *system) check(ctx context.Context) *Report {
 	s.mu.Lock()
 	r := &Report{Seed: s.cfg.Seed, Conversations: len(s.convs), Faults: maps.Clone(s.faults), Elapsed: s.elapsed()}
@@ -220,9 +278,9 @@ func (s *system) check(ctx context.Context) *Report {
 	}
 
 	var (
-		notEnded, notCompleted, returnsBad, followBad, appliedBad, unexecuted []string
-		issued                                                                = map[deferredKey]bool{}
-		applied                                                               = map[deferredKey]int{}
+		notEnded, notCompleted, returnsBad, followBad, appliedBad []string
+		issued                                                    = map[deferredKey]bool{}
+		applied                                                   = map[deferredKey]int{}
 	)
 	for _, id := range convs {
 		c, err := s.anyOrch().Conversation(ctx, id)
@@ -245,55 +303,18 @@ func (s *system) check(ctx context.Context) *Report {
 			returnsBad = append(returnsBad, id+": "+msg)
 		}
 
-		evs, err := s.events(ctx, id)
-		if err != nil {
-			appliedBad = append(appliedBad, fmt.Sprintf("%s: events: %v", id, err))
+		paused, problems := s.scanEvents(ctx, id, issued, applied)
+		appliedBad = append(appliedBad, problems...)
+		if paused == nil {
 			continue
-		}
-		paused := map[string]bool{}
-		for _, ev := range evs {
-			switch ev.Type {
-			case orchestrator.EventRunPaused:
-				var pending []wire.PendingCall
-				if err := json.Unmarshal(ev.Data, &pending); err != nil {
-					appliedBad = append(appliedBad, fmt.Sprintf("%s: run_paused event: %v", id, err))
-					continue
-				}
-				paused[ev.RunID] = true
-				for _, p := range pending {
-					issued[deferredKey{p.RunID, p.ToolCallID, p.Kind}] = true
-				}
-			case orchestrator.EventReplyApplied:
-				var d struct {
-					Kind string `json:"kind"`
-				}
-				_ = json.Unmarshal(ev.Data, &d)
-				applied[deferredKey{ev.RunID, ev.ToolCallID, d.Kind}]++
-			}
 		}
 		r.Batches += len(paused)
 		if msg := checkFollowUps(c, paused); msg != "" {
 			followBad = append(followBad, id+": "+msg)
 		}
 	}
-	for k := range issued {
-		if k.kind == "approval" {
-			r.Approvals++
-		} else {
-			r.ExternalCalls++
-			if executed[k.run+":"+k.call] == 0 {
-				unexecuted = append(unexecuted, k.String())
-			}
-		}
-		if n := applied[k]; n != 1 {
-			appliedBad = append(appliedBad, fmt.Sprintf("%s applied %d times", k, n))
-		}
-	}
-	for k, n := range applied {
-		if !issued[k] {
-			appliedBad = append(appliedBad, fmt.Sprintf("%s applied %d times but never issued", k, n))
-		}
-	}
+	unexecuted, problems := tally(r, issued, applied, executed)
+	appliedBad = append(appliedBad, problems...)
 
 	dls, dlBad := s.checkDeadLetters(ctx, bad)
 	r.DeadLetters = dls

@@ -174,27 +174,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	s.script = script(cfg.Calls)
 	defer s.shutdown()
-	for i := range cfg.Replicas {
+	if err := s.startParts(ctx); err != nil {
+		return nil, err
+	}
+	return s.play(ctx)
+}
+
+// startParts starts the orchestrator replicas, the workers and the
+// approver.
+func (s *system) startParts(ctx context.Context) error {
+	for i := range s.cfg.Replicas {
 		r := &replica{name: fmt.Sprintf("o%d", i)}
 		s.replicas = append(s.replicas, r)
 		if err := s.startReplica(ctx, r); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for i := range cfg.Workers {
+	for i := range s.cfg.Workers {
 		w := &workerSlot{name: fmt.Sprintf("w%d", i)}
 		s.workers = append(s.workers, w)
 		if err := s.startWorker(ctx, w); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := s.startApprover(ctx); err != nil {
-		return nil, err
-	}
+	return s.startApprover(ctx)
+}
 
-	// Faults until every conversation ended or Duration passed; then every
-	// component is brought back, and the system must finish on its own.
-	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.Duration)
+// play starts the conversations and injects faults until every one ended
+// or Duration passed; then every part is brought back, the system must
+// finish on its own, and the invariants are checked.
+func (s *system) play(ctx context.Context) (*Report, error) {
+	faultCtx, stopFaults := context.WithTimeout(ctx, s.cfg.Duration)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -118,6 +118,28 @@ func StartConsumer(ctx context.Context, tracer trace.Tracer, name, subject strin
 	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
+// Request names the call or approval request a consumer span is of.
+type Request struct {
+	RunID, ConversationID, ToolCallID, Tool string
+	Attempt                                 int
+	// Delivered is the delivery count (1 on the first delivery).
+	Delivered uint64
+}
+
+// StartRequest starts the consumer span "process <subject>" of a
+// delivered call or approval request (StartConsumer), with its ids, tool,
+// attempt and delivery count; extra adds the consumer's own attributes.
+func StartRequest(ctx context.Context, tracer trace.Tracer, subject string, h nats.Header, r Request, extra ...attribute.KeyValue) (context.Context, trace.Span) {
+	return StartConsumer(ctx, tracer, "process "+subject, subject, h, append([]attribute.KeyValue{
+		AttrRunID.String(r.RunID),
+		AttrConversationID.String(r.ConversationID),
+		AttrToolCallID.String(r.ToolCallID),
+		AttrTool.String(r.Tool),
+		AttrAttempt.Int(r.Attempt),
+		AttrDelivered.Int64(int64(r.Delivered)),
+	}, extra...)...)
+}
+
 // HeaderOf returns a nats.Header holding a trace context stored by
 // InjectMap, to publish with (bus.CallMessage and the like take extra
 // headers). It is empty when m is.

@@ -97,9 +97,22 @@ func TraceConfigFromEnv(serviceName string, getenv func(string) string) (TraceCo
 	default:
 		return cfg, fmt.Errorf("OTEL_TRACES_EXPORTER: %q is not supported (otlp or none)", exp)
 	}
+	if err := otlpFromEnv(&cfg, tracesEndpoint, baseEndpoint, getenv); err != nil {
+		return cfg, err
+	}
+	cfg.Sampler, err = samplerFromEnv(getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG"))
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// otlpFromEnv sets the OTLP exporter's endpoint, headers and timeout from
+// the OTEL_EXPORTER_OTLP_* variables, the traces-specific ones first.
+func otlpFromEnv(cfg *TraceConfig, tracesEndpoint, baseEndpoint string, getenv func(string) string) error {
 	proto := firstNonEmpty(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	if proto != "" && proto != "http/protobuf" {
-		return cfg, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (http/protobuf)", proto)
+		return fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (http/protobuf)", proto)
 	}
 	switch {
 	case tracesEndpoint != "":
@@ -110,16 +123,16 @@ func TraceConfigFromEnv(serviceName string, getenv func(string) string) (TraceCo
 		cfg.Endpoint = "http://localhost:4318/v1/traces"
 	}
 	if u, err := url.Parse(cfg.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return cfg, fmt.Errorf("OTLP traces endpoint %q is not an http(s) URL", cfg.Endpoint)
+		return fmt.Errorf("OTLP traces endpoint %q is not an http(s) URL", cfg.Endpoint)
 	}
 
 	headers, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_HEADERS"))
 	if err != nil {
-		return cfg, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %w", err)
+		return fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %w", err)
 	}
 	traceHeaders, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
 	if err != nil {
-		return cfg, fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_HEADERS: %w", err)
+		return fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_HEADERS: %w", err)
 	}
 	for k, v := range traceHeaders {
 		if headers == nil {
@@ -133,18 +146,14 @@ func TraceConfigFromEnv(serviceName string, getenv func(string) string) (TraceCo
 		if v := getenv(name); v != "" {
 			ms, err := strconv.Atoi(v)
 			if err != nil || ms < 0 {
-				return cfg, fmt.Errorf("%s: %q is not a number of milliseconds", name, v)
+				return fmt.Errorf("%s: %q is not a number of milliseconds", name, v)
 			}
 			cfg.Timeout = time.Duration(ms) * time.Millisecond
 			break
 		}
 	}
 
-	cfg.Sampler, err = samplerFromEnv(getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG"))
-	if err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return nil
 }
 
 func firstNonEmpty(vs ...string) string {

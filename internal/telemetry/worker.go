@@ -4,15 +4,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Outcomes of a tool call as the worker counts them: the reply outcomes
-// (bus.OutcomeReturn, OutcomeRetry, OutcomeFailed) plus the ends that
-// publish no reply.
+// of the wire contract plus the ends that publish no reply.
 const (
-	CallOutcomeReturn       = "return"
-	CallOutcomeRetry        = "retry"
-	CallOutcomeFailed       = "failed"
+	CallOutcomeReturn       = string(wire.OutcomeReturn)
+	CallOutcomeRetry        = string(wire.OutcomeRetry)
+	CallOutcomeFailed       = string(wire.OutcomeFailed)
 	CallOutcomeExpired      = "expired"       // the deadline passed before it ran; a failed reply was sent
 	CallOutcomeError        = "error"         // the executor hit an infrastructure error; redelivered later
 	CallOutcomeInterrupted  = "interrupted"   // shutdown cut it short; handed back

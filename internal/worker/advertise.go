@@ -54,7 +54,7 @@ func (w *Worker) advertise(ctx context.Context) {
 			a.Kind = bus.ReplyKindCall
 			a.Executor = tool.Kind
 			a.WorkerID = w.cfg.ID
-			a.At = w.cfg.Now().UTC()
+			a.At = w.cfg.Clock().UTC()
 			data, err := json.Marshal(a)
 			if err != nil {
 				w.log.WarnContext(ctx, "encode advertisement", slog.String("tool", a.Name), slog.Any("error", err))

@@ -72,8 +72,8 @@ type Config struct {
 	AdvertiseEvery time.Duration
 	// Logger receives the worker's log. nil discards it.
 	Logger *slog.Logger
-	// Now is the clock for deadlines. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock for deadlines. Defaults to time.Now.
+	Clock func() time.Time
 	// Metrics counts calls by tool and outcome, their run time, calls in
 	// flight and redeliveries. nil records nothing.
 	Metrics *telemetry.WorkerMetrics
@@ -83,8 +83,6 @@ type Config struct {
 	// the trace context then passes through unchanged).
 	TracerProvider trace.TracerProvider
 }
-
-var defaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
 
 func (c Config) withDefaults() Config {
 	if c.ID == "" {
@@ -104,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.MaxDeliver = 5
 	}
 	if len(c.BackOff) == 0 {
-		c.BackOff = defaultBackOff
+		c.BackOff = bus.DefaultBackOff()
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -118,8 +116,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	for i := range c.Tools {
 		if c.Tools[i].Kind == "" {
@@ -393,15 +391,10 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 	c := &callRun{w: w, tool: t.Spec.Name, d: d, outcome: telemetry.CallOutcomeFailed, took: -1}
 	c.log = w.log.With(slog.String("tool", c.tool), slog.String("run_id", req.RunID),
 		slog.String("tool_call_id", req.ToolCallID), slog.Uint64("delivered", d.NumDelivered))
-	ctx, c.span = telemetry.StartConsumer(ctx, w.tracer, "process "+d.Subject, d.Subject, d.Header,
-		telemetry.AttrRunID.String(req.RunID),
-		telemetry.AttrConversationID.String(req.ConversationID),
-		telemetry.AttrToolCallID.String(req.ToolCallID),
-		telemetry.AttrTool.String(c.tool),
-		telemetry.AttrAttempt.Int(req.Attempt),
-		telemetry.AttrDelivered.Int64(int64(d.NumDelivered)),
-		attribute.String("toolgate.worker_id", w.cfg.ID),
-	)
+	ctx, c.span = telemetry.StartRequest(ctx, w.tracer, d.Subject, d.Header, telemetry.Request{
+		RunID: req.RunID, ConversationID: req.ConversationID, ToolCallID: req.ToolCallID,
+		Tool: c.tool, Attempt: req.Attempt, Delivered: d.NumDelivered,
+	}, attribute.String("toolgate.worker_id", w.cfg.ID))
 	defer c.span.End()
 	ctx = withProgress(ctx, func() { _ = d.InProgress() })
 	if d.NumDelivered > 1 {
@@ -479,7 +472,7 @@ func (c *callRun) stopCancelled(ctx context.Context) {
 // reply to send.
 func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool) {
 	req := c.d.Msg
-	if !req.Deadline.IsZero() && !c.w.cfg.Now().Before(req.Deadline) {
+	if !req.Deadline.IsZero() && !c.w.cfg.Clock().Before(req.Deadline) {
 		c.outcome = telemetry.CallOutcomeExpired
 		c.log.InfoContext(ctx, "deadline passed before the call ran")
 		return Failed(TimedOutMessage), true
@@ -568,7 +561,5 @@ func (w *Worker) release(log *slog.Logger, d *bus.Delivery[bus.CallRequest], del
 }
 
 func (w *Worker) backoff(numDelivered uint64) time.Duration {
-	i := int(numDelivered) - 1
-	i = max(0, min(i, len(w.cfg.BackOff)-1))
-	return w.cfg.BackOff[i]
+	return bus.BackOffDelay(w.cfg.BackOff, numDelivered)
 }

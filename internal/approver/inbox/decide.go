@@ -26,7 +26,7 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 		}
 		return bus.Decision{}, fmt.Errorf("decide %s: %w", key, ErrNotPending)
 	}
-	d, err := approver.NewDecision(e.req, in.cfg.ID, c, in.cfg.Key, in.cfg.Now())
+	d, err := approver.NewDecision(e.req, in.cfg.ID, c, in.cfg.Key, in.cfg.Clock())
 	if err != nil {
 		return bus.Decision{}, err
 	}

@@ -61,9 +61,9 @@ type Config struct {
 	Metrics *telemetry.ApproverMetrics
 	// Logger receives the inbox's log. nil discards.
 	Logger *slog.Logger
-	// Now is the clock for ages, deadlines and decided_at. Defaults to
+	// Clock is the clock for ages, deadlines and decided_at. Defaults to
 	// time.Now.
-	Now func() time.Time
+	Clock func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -88,8 +88,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return c
 }
@@ -297,21 +297,19 @@ func (in *Inbox) take(m jetstream.Msg) {
 	}
 	var r bus.ApprovalRequest
 	if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &r); err != nil {
-		in.log.Warn("undecodable approval request dropped", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Any("error", err))
-		_ = m.TermWithReason("undecodable approval request")
+		in.deadLetter(m, meta, err)
 		return
 	}
 	if want, _ := bus.ApprovalSubject(r.ToolName); want != m.Subject() {
-		_ = m.TermWithReason("tool_name does not match the subject")
+		in.deadLetter(m, meta, &bus.ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())})
 		return
 	}
 	if err := r.Validate(); err != nil {
-		in.log.Warn("invalid approval request dropped", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Any("error", err))
-		_ = m.TermWithReason("invalid approval request")
+		in.deadLetter(m, meta, err)
 		return
 	}
 	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
-	now := in.cfg.Now()
+	now := in.cfg.Clock()
 	switch {
 	case !r.Deadline.IsZero() && !now.Before(r.Deadline):
 		log.Debug("request past its deadline, not shown")
@@ -332,6 +330,25 @@ func (in *Inbox) take(m jetstream.Msg) {
 	}
 	if old == nil {
 		log.Info("request pending", slog.String("tool", r.ToolName), slog.Time("deadline", r.Deadline))
+	}
+}
+
+// deadLetter copies a request the inbox cannot show to the DLQ with why
+// (kind decode when its body does not decode, invalid otherwise, as the
+// bus's own consumers do); if that fails it comes back later, never
+// dropped.
+func (in *Inbox) deadLetter(m jetstream.Msg, meta *jetstream.MsgMetadata, why error) {
+	kind := bus.DLQInvalid
+	var de *bus.DecodeError
+	if errors.As(why, &de) {
+		kind = bus.DLQDecode
+	}
+	in.log.Warn("dead-lettering an approval request that cannot be shown", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.String("kind", kind), slog.Any("error", why))
+	ctx, cancel := context.WithTimeout(context.Background(), in.cfg.AckWait/3)
+	defer cancel()
+	if err := in.cfg.Bus.DeadLetterMsg(ctx, m, kind, why.Error()); err != nil {
+		in.log.Error("dead letter", slog.Any("error", err))
+		_ = m.NakWithDelay(bus.BackOffDelay(bus.DefaultBackOff(), meta.NumDelivered))
 	}
 }
 
@@ -359,7 +376,7 @@ func (in *Inbox) tend(ctx context.Context) {
 }
 
 func (in *Inbox) dropExpired() {
-	now := in.cfg.Now()
+	now := in.cfg.Clock()
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
 		return "expired", !e.req.Deadline.IsZero() && !now.Before(e.req.Deadline)
 	}) {

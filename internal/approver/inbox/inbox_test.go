@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
@@ -257,7 +259,7 @@ func TestExpiredRequestsLeave(t *testing.T) {
 	t.Parallel()
 	b := bustest.NewBus(t)
 	clk := &clock{}
-	in, _ := startInbox(t, inbox.Config{Bus: b, Now: clk.Now})
+	in, _ := startInbox(t, inbox.Config{Bus: b, Clock: clk.Now})
 	publish(t, b, request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Minute)),
 		request(t, "run-2", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
 	bustest.WaitFor(t, "two pending", func() bool { return len(in.Pending()) == 2 })
@@ -554,4 +556,53 @@ func TestConversationUnservedThenCancelled(t *testing.T) {
 			t.Errorf("page lacks %q:\n%s", want, page)
 		}
 	}
+}
+
+// A request the inbox cannot show (a body that does not decode or whose
+// field is wrong, a tool_name that is not its subject's) is dead-lettered
+// with why, as the bus's consumers do, never dropped; a good one next to them shows.
+// Before, each was terminated with only a log line.
+func TestUnshowableRequestsAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	in, _ := startInbox(t, inbox.Config{Bus: b})
+	raw := func(subject string, data []byte) {
+		t.Helper()
+		hdr := nats.Header{}
+		hdr.Set(bus.HeaderContentType, bus.ContentTypeJSON)
+		if _, err := b.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: subject, Header: hdr, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw("toolgate.approval.delete_file", []byte(`{not json`))
+	other := request(t, "run-7", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour))
+	other.ToolName = "update_file"
+	body, err := json.Marshal(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw("toolgate.approval.delete_file", body)
+	bad := request(t, "run-8", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour))
+	bad.ArgsDigest = ""
+	if body, err = json.Marshal(bad); err != nil {
+		t.Fatal(err)
+	}
+	raw("toolgate.approval.delete_file", body)
+	publish(t, b, request(t, "run-9", "call-1", `{"path":"b"}`, time.Now().Add(time.Hour)))
+
+	var dls []bus.DeadLetter
+	bustest.Poll(t, bustest.Timeout, "three dead letters", func() (bool, string) {
+		dls = bustest.DeadLetters(t, b)
+		return len(dls) == 3, fmt.Sprint(len(dls), " dead letters")
+	})
+	want := []struct{ kind, reason string }{{bus.DLQDecode, ""}, {bus.DLQInvalid, "tool_name"}, {bus.DLQInvalid, "args_digest"}}
+	for i, dl := range dls {
+		if dl.Kind != want[i].kind || !strings.Contains(dl.Reason, want[i].reason) || dl.Stream != bus.StreamApprovals {
+			t.Errorf("dead letter %d: %s %q from %s, want %s naming %q", i, dl.Kind, dl.Reason, dl.Stream, want[i].kind, want[i].reason)
+		}
+	}
+	bustest.Poll(t, bustest.Timeout, "the good request shown", func() (bool, string) {
+		rec := do(t, in.Handler(), http.MethodGet, "/api/pending", "", nil)
+		return strings.Contains(rec.Body.String(), "run-9"), rec.Body.String()
+	})
 }
