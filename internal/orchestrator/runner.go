@@ -274,6 +274,14 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 	if c.Status.Terminal() {
 		o.stats.EndWrites.Add(1)
 	}
+	o.ended(ctx, log, c, runID)
+	return string(c.Status)
+}
+
+// ended tells what the run's end stored: an event, and for a pause the
+// publication of its batch (off the run's way) and OnRunEnd.
+func (o *Orchestrator) ended(ctx context.Context, log *slog.Logger, c *Conversation, runID string) {
+	convID := c.ID
 	switch c.Status {
 	case StatusFailed:
 		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
@@ -301,12 +309,11 @@ func (o *Orchestrator) finish(ctx context.Context, log *slog.Logger, convID, run
 			}
 		})
 		o.afterApply(ctx, c)
-		return string(c.Status)
+		return
 	}
 	if o.cfg.OnRunEnd != nil {
 		o.cfg.OnRunEnd(c)
 	}
-	return string(c.Status)
 }
 
 // renewLease extends the run's lease every third of its TTL; if another

@@ -89,35 +89,49 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
 
 	if req.ConversationID == "" {
-		local, name, digest, err := o.startAgent(req.Agent)
-		if err != nil {
-			return RunInfo{}, err
+		return o.startConversation(ctx, req, rec, lease, info)
+	}
+	return o.startInConversation(ctx, req, rec, lease, info)
+}
+
+// startConversation creates a new conversation with its first run and
+// launches it here, or hands it over when another replica runs its agent.
+func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, rec RunRecord, lease *Lease, info RunInfo) (RunInfo, error) {
+	convID, runID, now := info.ConversationID, info.RunID, rec.StartedAt
+	local, name, digest, err := o.startAgent(req.Agent)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	if local == nil {
+		// Another replica runs the agent: the run is stored with its
+		// lease expired and handed over.
+		lease.Until = now
+	}
+	c := NewConversation(convID, rec, lease, now)
+	c.Agent, c.AgentDigest = name, digest
+	rev, err := o.store.create(ctx, c)
+	if err != nil {
+		if req.IdempotencyKey != "" && errors.Is(err, errExists) {
+			return o.startedBefore(ctx, req, convID, runID)
 		}
-		if local == nil {
-			// Another replica runs the agent: the run is stored with its
-			// lease expired and handed over.
-			lease.Until = now
-		}
-		c := NewConversation(convID, rec, lease, now)
-		c.Agent, c.AgentDigest = name, digest
-		rev, err := o.store.create(ctx, c)
-		if err != nil {
-			if req.IdempotencyKey != "" && errors.Is(err, errExists) {
-				return o.startedBefore(ctx, req, convID, runID)
-			}
-			return RunInfo{}, err
-		}
-		o.stats.RunsStarted.Add(1)
-		if local == nil {
-			o.handOver(ctx, c)
-			return info, nil
-		}
-		// The run starts from the state just written, without reading it
-		// back.
-		o.launchFrom(convID, runID, c, rev)
+		return RunInfo{}, err
+	}
+	o.stats.RunsStarted.Add(1)
+	if local == nil {
+		o.handOver(ctx, c)
 		return info, nil
 	}
+	// The run starts from the state just written, without reading it
+	// back.
+	o.launchFrom(convID, runID, c, rev)
+	return info, nil
+}
 
+// startInConversation gives an existing conversation a new prompt: a run
+// of it when it is finished, or the prompt queued for the follow-up of its
+// pending batch when it is paused.
+func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest, rec RunRecord, lease *Lease, info RunInfo) (RunInfo, error) {
+	convID, runID, now := info.ConversationID, info.RunID, rec.StartedAt
 	if _, _, err := o.store.get(ctx, convID); err != nil {
 		return RunInfo{}, err
 	}
