@@ -93,6 +93,11 @@ type StartRequest struct {
 	// with the run it first started, from any replica. Empty: a fresh key
 	// per call, which still makes the client's own retries safe.
 	IdempotencyKey string
+	// Caller says who gives the prompt, as a JSON object (a user id, a
+	// role, a tenant; at most 4 KiB): the conversation keeps the latest
+	// prompt's, and the agent's tools and approval rules see it as
+	// RunContext.Caller (package agenttool). It is passed on as given.
+	Caller json.RawMessage
 }
 
 // Start starts a run. Lost connections and 5xx answers are retried under
@@ -101,7 +106,7 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Run, error) {
 	if r.Prompt == "" {
 		return Run{}, errors.New("client: start: prompt is empty")
 	}
-	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, Agent: r.Agent, Key: r.IdempotencyKey})
+	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, Agent: r.Agent, Key: r.IdempotencyKey, Caller: r.Caller})
 }
 
 // Conversation reads a conversation.

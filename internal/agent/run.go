@@ -46,6 +46,9 @@ type RunInput struct {
 	ConversationID string
 	// Deps is handed to tools and handlers as RunContext.Deps.
 	Deps any
+	// Caller is what the application said of who gave the prompt, handed
+	// to tools, approval rules and handlers as RunContext.Caller.
+	Caller json.RawMessage
 }
 
 // RunResult is what a run ends with: a text output, or a batch of deferred
@@ -218,6 +221,7 @@ func (r *run) appendMessage(m Message) {
 func (r *run) runContext(ctx context.Context, it *callItem) *RunContext {
 	rc := &RunContext{
 		Deps:           r.in.Deps,
+		Caller:         r.in.Caller,
 		RunID:          r.id,
 		ConversationID: r.convID,
 		Messages:       r.messages(),

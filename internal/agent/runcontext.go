@@ -11,6 +11,12 @@ import (
 type RunContext struct {
 	// Deps is RunInput.Deps, the application's dependencies for this run.
 	Deps any
+	// Caller is RunInput.Caller: what the application that started the
+	// run said of who gave its prompt (a JSON object such as
+	// {"user":"ann","role":"clerk"}), for tools and approval rules that
+	// depend on who asks; nil when it said nothing. toolgate passes it on
+	// as given: it is as trustworthy as the client that sent it.
+	Caller json.RawMessage
 	// RunID and ConversationID identify the run and its conversation.
 	RunID          string
 	ConversationID string

@@ -131,9 +131,10 @@ func (h *api) auth(next http.Handler) http.Handler {
 }
 
 type startRunRequest struct {
-	Prompt         string `json:"prompt"`
-	ConversationID string `json:"conversation_id,omitempty"`
-	Agent          string `json:"agent,omitempty"`
+	Prompt         string          `json:"prompt"`
+	ConversationID string          `json:"conversation_id,omitempty"`
+	Agent          string          `json:"agent,omitempty"`
+	Caller         json.RawMessage `json:"caller,omitempty"`
 }
 
 func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +159,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key, Agent: req.Agent})
+	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key, Agent: req.Agent, Caller: req.Caller})
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -20,13 +20,15 @@ type ConversationView struct {
 	// Agent and AgentDigest say which agent, with which config, the
 	// conversation's runs go on with; Unserved (since UnservedSince) why
 	// none does now, while no live replica runs its agent.
-	Agent         string            `json:"agent,omitempty"`
-	AgentDigest   string            `json:"agent_digest,omitempty"`
-	Unserved      string            `json:"unserved,omitempty"`
-	UnservedSince *time.Time        `json:"unserved_since,omitempty"`
-	Runs          []RunSummary      `json:"runs"`
-	Pending       []PendingView     `json:"pending"`
-	Messages      []json.RawMessage `json:"messages"`
+	Agent         string     `json:"agent,omitempty"`
+	AgentDigest   string     `json:"agent_digest,omitempty"`
+	Unserved      string     `json:"unserved,omitempty"`
+	UnservedSince *time.Time `json:"unserved_since,omitempty"`
+	// Caller is what the application said of who gave the latest prompt.
+	Caller   json.RawMessage   `json:"caller,omitempty"`
+	Runs     []RunSummary      `json:"runs"`
+	Pending  []PendingView     `json:"pending"`
+	Messages []json.RawMessage `json:"messages"`
 	// Decisions lists every applied decision and who made it (D36).
 	Decisions []orchestrator.DecisionRecord `json:"decisions"`
 }
@@ -47,6 +49,7 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 		Error:          c.Error,
 		Agent:          c.Agent,
 		AgentDigest:    c.AgentDigest,
+		Caller:         c.Caller,
 		Runs:           make([]RunSummary, 0, len(c.Runs)),
 		Pending:        c.PendingCalls(),
 		Messages:       messagesJSON(c.History),

@@ -50,12 +50,14 @@ type Conversation struct {
 	Error          string          `json:"error,omitempty"`
 	// Agent is the agent the conversation runs with, AgentDigest the
 	// digest of its config; Unserved says why no replica runs it now.
-	Agent       string            `json:"agent,omitempty"`
-	AgentDigest string            `json:"agent_digest,omitempty"`
-	Unserved    string            `json:"unserved,omitempty"`
-	Runs        []RunStatus       `json:"runs"`
-	Pending     []Pending         `json:"pending"`
-	Messages    []json.RawMessage `json:"messages"`
+	Agent       string `json:"agent,omitempty"`
+	AgentDigest string `json:"agent_digest,omitempty"`
+	// Caller is what the application said of who gave the latest prompt.
+	Caller   json.RawMessage   `json:"caller,omitempty"`
+	Unserved string            `json:"unserved,omitempty"`
+	Runs     []RunStatus       `json:"runs"`
+	Pending  []Pending         `json:"pending"`
+	Messages []json.RawMessage `json:"messages"`
 }
 
 // Terminal reports whether the conversation has stopped for good (until a
@@ -163,16 +165,21 @@ func (c *Client) StartRunKey(ctx context.Context, prompt, conversationID, key st
 // is), and the idempotency key ("" is a fresh one).
 type StartOptions struct {
 	Prompt, ConversationID, Agent, Key string
+	// Caller, a JSON object, says who gives the prompt (the API's caller).
+	Caller json.RawMessage
 }
 
 // Start is StartRun with every option.
 func (c *Client) Start(ctx context.Context, o StartOptions) (RunStatus, error) {
-	body := map[string]string{"prompt": o.Prompt}
+	body := map[string]any{"prompt": o.Prompt}
 	if o.ConversationID != "" {
 		body["conversation_id"] = o.ConversationID
 	}
 	if o.Agent != "" {
 		body["agent"] = o.Agent
+	}
+	if len(o.Caller) > 0 {
+		body["caller"] = o.Caller
 	}
 	key := o.Key
 	if key == "" {

@@ -120,7 +120,7 @@ func (o *Orchestrator) execute(convID, runID string, c *Conversation, rev uint64
 	o.discovery.runTools.Store(runID, rt)
 	defer o.discovery.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)
-	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History, Deps: o.cfg.Deps}
+	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History, Deps: o.cfg.Deps, Caller: c.Caller}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
 	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID

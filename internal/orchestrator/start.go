@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,32 @@ type StartRequest struct {
 	// replica runs the one named). For an existing conversation it may
 	// only name the conversation's own (*AgentMismatchError).
 	Agent string
+	// Caller is what the application says of who gives the prompt, a JSON
+	// object (a user id, a role, a tenant): the conversation keeps the
+	// latest prompt's, and its runs' tools, approval rules and handlers
+	// see it as RunContext.Caller. It is passed on as given, as
+	// trustworthy as the client that sends it. At most MaxCallerBytes.
+	Caller json.RawMessage
+}
+
+// MaxCallerBytes bounds StartRequest.Caller: who is asking, not a
+// payload.
+const MaxCallerBytes = 4 << 10
+
+// checkCaller refuses a Caller that is not a JSON object or is too large
+// (*BadRequestError).
+func checkCaller(caller json.RawMessage) error {
+	if len(caller) == 0 {
+		return nil
+	}
+	if len(caller) > MaxCallerBytes {
+		return &BadRequestError{fmt.Sprintf("caller: larger than %d bytes", MaxCallerBytes)}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(caller, &obj); err != nil || obj == nil {
+		return &BadRequestError{"caller: not a JSON object"}
+	}
+	return nil
 }
 
 // IdempotencyError says an idempotency key was used before for another
@@ -65,6 +92,12 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	}()
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
+	}
+	if string(req.Caller) == "null" {
+		req.Caller = nil
+	}
+	if err := checkCaller(req.Caller); err != nil {
+		return RunInfo{}, err
 	}
 	if o.storage.full.Load() != nil {
 		// Once a start met a full store, the next ones ask the server
@@ -108,7 +141,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		lease.Until = now
 	}
 	c := NewConversation(convID, rec, lease, now)
-	c.Agent, c.AgentDigest = name, digest
+	c.Agent, c.AgentDigest, c.Caller = name, digest, req.Caller
 	rev, err := o.store.create(ctx, c)
 	if err != nil {
 		if req.IdempotencyKey != "" && errors.Is(err, errExists) {
@@ -161,6 +194,9 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		}
 		if err == nil && repeat {
 			return errUnchanged
+		}
+		if err == nil {
+			c.Caller = req.Caller
 		}
 		return err
 	})

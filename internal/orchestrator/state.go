@@ -59,6 +59,10 @@ type Conversation struct {
 	// one that adopts it under the upgrade rule, rewriting the digest).
 	Agent       string `msgpack:"agent,omitempty"`
 	AgentDigest string `msgpack:"agent_digest,omitempty"`
+	// Caller is StartRequest.Caller of the latest prompt: who the
+	// application said gave it. Its runs, follow-ups included, see it as
+	// RunContext.Caller.
+	Caller json.RawMessage `msgpack:"caller,omitempty"`
 	// Unserved says why no replica runs the conversation's next run (none
 	// runs its agent), since UnservedSince; it fails after
 	// Config.AgentWait. Cleared when a replica takes the run.
