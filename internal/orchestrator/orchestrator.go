@@ -352,13 +352,13 @@ type Orchestrator struct {
 	started   atomic.Bool
 	stopped   atomic.Bool
 
-	replies     *bus.Subscription
-	maxDeliver  *bus.Subscription
-	deadlines   *deadlineIndex
-	events      *eventPublisher
-	unserved    *unservedCalls
-	replyGroups replyGroups
-	observer    observer
+	replies    *bus.Subscription
+	maxDeliver *bus.Subscription
+	deadlines  *deadlineIndex
+	events     *eventPublisher
+	unserved   *unservedCalls
+	commits    groupCommit
+	observer   observer
 
 	// discovery knows the tools workers advertise and what each run
 	// offers of them.
@@ -442,6 +442,8 @@ func New(cfg Config) (*Orchestrator, error) {
 		return nil, err
 	}
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	o.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.applyGroup,
+		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
 	o.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
 		o.stats.UnservedCalls.Add(1)
 		cfg.Metrics.UnservedCall(tool)

@@ -23,7 +23,7 @@ const replyTimeout = 30 * time.Second
 // own handler (bus.ConsumeConfig.Dispatch): a handler waits while its
 // conversation's group is written, so many replies must be in hand at once
 // for the groups to be large. Replies of one conversation handled at the
-// same time are recorded by one CAS (see replyGroups).
+// same time are recorded by one CAS (see groupCommit).
 const replyConcurrency = 256
 
 // replyPrefetch is the pull batch of each dispatch loop.
@@ -94,7 +94,7 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 	}
 	span.SetAttributes(telemetry.AttrConversationID.String(convID))
 	j := &replyJob{in: in, done: make(chan struct{}), seq: d.StreamSeq}
-	if err := o.record(ctx, convID, j); err != nil {
+	if err := o.commits.record(ctx, convID, j); err != nil {
 		obs.verdict = replyError
 		return err
 	}

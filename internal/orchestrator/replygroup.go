@@ -109,21 +109,40 @@ const (
 	replyLingerMax = replyConcurrency / 4
 )
 
-// linger gathers more jobs for convID's group while they leave its batch
-// (as c, the stored state, has it) incomplete, for up to ReplyLinger.
-func (o *Orchestrator) linger(ctx context.Context, convID string, c *Conversation, jobs []*replyJob) []*replyJob {
-	if o.cfg.ReplyLinger < 0 || c == nil || c.Batch == nil || c.Batch.Inline {
+// groupCommit records replies a group per conversation at a time
+// (replyGroups): the handler that leads a group reads the state once,
+// lingers for more replies while they leave its batch incomplete, and has
+// the group committed by one append, then the replies that joined
+// meanwhile, until none is left. It knows nothing of how a group is
+// committed (Orchestrator.applyGroup) or the state read, so that its
+// grouping is tested without a server.
+type groupCommit struct {
+	groups replyGroups
+	// linger is Config.ReplyLinger; below zero, groups do not linger.
+	linger time.Duration
+	// current reads a conversation's state (store.current).
+	current func(ctx context.Context, id string) (*Conversation, uint64, error)
+	// commit records jobs from the state from at rev (nil: it reads it),
+	// gives each its verdict (closing done), and returns the state it
+	// wrote while the leader may go on from it, else nil.
+	commit func(ctx context.Context, id string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64)
+}
+
+// lingerFor gathers more jobs for convID's group while they leave its
+// batch (as c, the stored state, has it) incomplete, for up to linger.
+func (g *groupCommit) lingerFor(ctx context.Context, convID string, c *Conversation, jobs []*replyJob) []*replyJob {
+	if g.linger < 0 || c == nil || c.Batch == nil || c.Batch.Inline {
 		return jobs
 	}
 	var timer *time.Timer
 	for len(jobs) < replyLingerMax && !completes(c.Batch, jobs) {
-		more, joined := o.replyGroups.more(convID)
+		more, joined := g.groups.more(convID)
 		jobs = append(jobs, more...)
 		if len(more) > 0 {
 			continue
 		}
 		if timer == nil {
-			timer = time.NewTimer(o.cfg.ReplyLinger)
+			timer = time.NewTimer(g.linger)
 			defer timer.Stop()
 		}
 		select {
@@ -163,22 +182,22 @@ func completes(b *Batch, jobs []*replyJob) bool {
 // at a time, until none is left. It returns once j has its verdict, or
 // ctx ended (the leader may still record it; a redelivery is then a
 // duplicate).
-func (o *Orchestrator) record(ctx context.Context, convID string, j *replyJob) error {
-	if o.replyGroups.join(convID, j) {
+func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) error {
+	if g.groups.join(convID, j) {
 		// Each round starts from the state the last one wrote, saving a
 		// read while no one else wrote meanwhile.
 		var (
 			c   *Conversation
 			rev uint64
 		)
-		for jobs := o.replyGroups.take(convID); jobs != nil; jobs = o.replyGroups.take(convID) {
+		for jobs := g.groups.take(convID); jobs != nil; jobs = g.groups.take(convID) {
 			if c == nil {
 				// Read now rather than in the append, to know whether to
 				// linger; a failed read is left to the append to report.
-				c, rev, _ = o.store.current(ctx, convID)
+				c, rev, _ = g.current(ctx, convID)
 			}
-			jobs = o.linger(ctx, convID, c, jobs)
-			c, rev = o.applyGroup(ctx, convID, jobs, c, rev)
+			jobs = g.lingerFor(ctx, convID, c, jobs)
+			c, rev = g.commit(ctx, convID, jobs, c, rev)
 		}
 	}
 	select {
