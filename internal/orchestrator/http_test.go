@@ -53,48 +53,6 @@ func doJSONHeader(t *testing.T, method, url string, hdr http.Header, body string
 	return resp.StatusCode, out
 }
 
-func TestHTTPErrors(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	o, _ := e.orch(orchestrator.Config{})
-	srv := httptest.NewServer(api.Handler(o, api.Config{}))
-	t.Cleanup(srv.Close)
-	paused := startPaused(t, o)
-	if _, err := o.StartRun(ctxT(t), "first", paused.ID); err != nil {
-		t.Fatal(err)
-	}
-
-	cases := []struct {
-		name, method, path, body string
-		status                   int
-		want                     string
-	}{
-		{"bad json", "POST", "/v1/runs", `{"prompt":`, 400, "body"},
-		{"not an object", "POST", "/v1/runs", `"hi"`, 400, "body"},
-		{"unknown field", "POST", "/v1/runs", `{"prompt":"hi","history":[]}`, 400, `unknown field "history"`},
-		{"empty prompt", "POST", "/v1/runs", `{"prompt":"  "}`, 400, "prompt: required"},
-		{"trailing data", "POST", "/v1/runs", `{"prompt":"hi"} {}`, 400, "trailing"},
-		{"too large", "POST", "/v1/runs", `{"prompt":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "larger"},
-		{"bad conversation id", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"a.b"}`, 400, "conversation_id"},
-		{"unknown conversation", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"nope"}`, 404, "not found"},
-		{"second prompt while paused", "POST", "/v1/runs", `{"prompt":"hi","conversation_id":"` + paused.ID + `"}`, 409, "already has a prompt"},
-		{"get unknown conversation", "GET", "/v1/conversations/nope", "", 404, "not found"},
-		{"get unknown run", "GET", "/v1/runs/nope", "", 404, "not found"},
-		{"no such endpoint", "DELETE", "/v1/runs", "", 405, ""},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			status, body := doJSON(t, tc.method, srv.URL+tc.path, "", tc.body)
-			if status != tc.status {
-				t.Errorf("status = %d, want %d (%v)", status, tc.status, body)
-			}
-			if msg, _ := body["error"].(string); tc.want != "" && !strings.Contains(msg, tc.want) {
-				t.Errorf("error = %q, want it to contain %q", msg, tc.want)
-			}
-		})
-	}
-}
-
 // The API end to end through the client package: start, read the paused
 // conversation with its pending calls and messages, read the run, list
 // pending calls, follow the events.
