@@ -82,6 +82,10 @@ type Config struct {
 	LeaseTTL          time.Duration
 	ReconcileInterval time.Duration
 	Retention         time.Duration
+	// APIToken, when set, is the bearer token Handler's API asks of every
+	// request but /healthz (the orchestrator's --http-token-file): give it
+	// to the clients (client.Config.Token).
+	APIToken string
 	// Logger receives the orchestrator's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -91,6 +95,7 @@ type Orchestrator struct {
 	o      *orchestrator.Orchestrator
 	b      *bus.Bus
 	setUp  bool
+	token  string
 	logger *slog.Logger
 }
 
@@ -128,7 +133,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolgate: %w", err)
 	}
-	return &Orchestrator{o: o, b: b, setUp: cfg.SetUp, logger: logger}, nil
+	return &Orchestrator{o: o, b: b, setUp: cfg.SetUp, token: cfg.APIToken, logger: logger}, nil
 }
 
 // Start sets up the streams when Config.SetUp says so, then starts taking
@@ -156,8 +161,10 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 // their event streams, /v1/pending), as package client speaks it. Mount it
 // on the program's mux; a replica that serves no API still takes its share
 // of the runs, replies and expiries that other replicas' APIs started.
+// With Config.APIToken every request but /healthz needs it as a bearer
+// token.
 func (o *Orchestrator) Handler() http.Handler {
-	return api.Handler(o.o, api.Config{Logger: o.logger})
+	return api.Handler(o.o, api.Config{Token: o.token, Logger: o.logger})
 }
 
 // Model is what answers the agent: given the instructions, the history and

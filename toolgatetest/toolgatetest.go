@@ -61,6 +61,9 @@ type Options struct {
 	// every run's RunContext.Deps (toolgate.Config).
 	Model toolgate.Model
 	Deps  any
+	// APIToken, when set, is the bearer token the API asks for (Client
+	// sends it; a request of the test's own must too).
+	APIToken string
 	// Logger receives every part's log. nil discards it.
 	Logger *slog.Logger
 }
@@ -101,7 +104,7 @@ func Start(t testing.TB, opts Options) *System {
 	o, err := toolgate.New(s.Conn(), toolgate.Config{
 		Agent: agent, AgentDir: dir, Model: opts.Model, Deps: opts.Deps,
 		Tools: opts.Tools, Handlers: opts.Handlers,
-		TrustedApprovers: opts.TrustedApprovers, Logger: logger, SetUp: true,
+		TrustedApprovers: opts.TrustedApprovers, Logger: logger, SetUp: true, APIToken: opts.APIToken,
 		// Short enough that a test sees expiries and relaunches promptly.
 		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
 	})
@@ -125,7 +128,7 @@ func Start(t testing.TB, opts Options) *System {
 	})
 	t.Cleanup(httpSrv.Close)
 	s.URL = httpSrv.URL
-	if s.Client, err = client.New(client.Config{BaseURL: httpSrv.URL}); err != nil {
+	if s.Client, err = client.New(client.Config{BaseURL: httpSrv.URL, Token: opts.APIToken}); err != nil {
 		t.Fatal(err)
 	}
 	return s
