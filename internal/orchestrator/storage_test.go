@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/disktest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -30,15 +30,7 @@ import (
 // conversations purged), both recover without a restart. Before, starts
 // answered 500 "internal error" and /healthz stayed ok.
 func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
+	dir := disktest.Tmpfs(t, "8m")
 	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t)})
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
@@ -85,36 +77,12 @@ func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 // mounting is not allowed (not root).
 func tmpfsStore(t *testing.T, size string) (*env, string) {
 	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
+	dir := disktest.Tmpfs(t, size)
 	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t),
 		MinFreeBytes: 4 << 20, StoreCheckInterval: 50 * time.Millisecond})
 	e := &env{t: t, srv: srv, dir: dir}
 	bustest.Setup(t, e.connect("setup"))
 	return e, dir
-}
-
-// fillDisk writes a file at path until the disk has no room left.
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			return
-		}
-	}
 }
 
 // A disk that fills below the server's storage limit (here: a file takes
@@ -162,7 +130,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 	bustest.Recv(t, ran, "the call of the conversation accepted before, at the worker")
 
 	filler := filepath.Join(dir, "filler")
-	fillDisk(t, filler)
+	disktest.Fill(t, filler)
 
 	prompt := `{"prompt":"` + strings.Repeat("p", 64<<10) + `"}`
 	status, body = doJSON(t, "POST", hs.URL+"/v1/runs", "", prompt)
@@ -251,7 +219,7 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 	bustest.Recv(t, entered, "the run at the model")
 
 	filler := filepath.Join(dir, "filler")
-	fillDisk(t, filler)
+	disktest.Fill(t, filler)
 	close(gate)
 	waitMetrics(t, telemetry.Handler(reg), []series{
 		{name: "toolgate_runs_total", labels: []string{"status", "not_stored"}, want: 1},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/disktest"
 )
 
 // waitTimeout bounds every wait on a condition; generous for a loaded
@@ -27,41 +27,6 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// tmpfs mounts a tmpfs of size at a temporary directory, unmounted at
-// cleanup; it skips the test where mounting is not allowed.
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fill writes a file at path until the disk has no room left.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !strings.Contains(err.Error(), "no space left") {
-				t.Fatalf("filling the disk: %v", err)
-			}
-			return
-		}
-	}
-}
-
 // A disk that fills below JetStream's limit leaves the stream that failed
 // to write with its error, which nats-server never clears while the stream
 // stays open. The server does not reopen the store while the disk is still
@@ -70,7 +35,7 @@ func fill(t *testing.T, path string) {
 // connected all along go on (a durable pull consumer and a KV watcher
 // receive what is written after).
 func TestStoreReopensOnceTheDiskHasRoom(t *testing.T) {
-	dir := tmpfs(t, "16m")
+	dir := disktest.Tmpfs(t, "16m")
 	// The check runs only when the test calls it, to say when it may
 	// reopen.
 	s, err := StartServer(ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, MinFreeBytes: 2 << 20, StoreCheckInterval: time.Hour, Logger: testLogger()})
@@ -151,7 +116,7 @@ func TestStoreReopensOnceTheDiskHasRoom(t *testing.T) {
 	}
 
 	filler := filepath.Join(dir, "filler")
-	fill(t, filler)
+	disktest.Fill(t, filler)
 	// nats-server answers no publish to a stream that keeps a write
 	// error, not even the one that failed.
 	publishFull := func(subj string, data []byte) {
