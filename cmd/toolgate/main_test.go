@@ -20,6 +20,7 @@ import (
 type fakeAPI struct {
 	mu      sync.Mutex
 	prompts []string
+	callers []string
 	pid     int
 }
 
@@ -27,10 +28,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/runs":
-		var req struct{ Prompt string }
+		var req struct {
+			Prompt string
+			Caller json.RawMessage
+		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
 		f.prompts = append(f.prompts, req.Prompt)
+		f.callers = append(f.callers, string(req.Caller))
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(`{"run_id":"r1","conversation_id":"c1","status":"running"}`))
@@ -68,6 +73,20 @@ func TestRunFlagsFollowTheCommand(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "conversation c1: completed") {
 		t.Errorf("--follow printed %q", out.String())
+	}
+}
+
+// --caller goes into the start request as the JSON object it is.
+func TestRunSendsTheCaller(t *testing.T) {
+	f, url := start(t)
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"run", "--addr", url, "--caller", `{"user":"ann"}`, "hello"}, &out, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.callers) != 1 || f.callers[0] != `{"user":"ann"}` {
+		t.Errorf("callers sent = %q", f.callers)
 	}
 }
 
