@@ -134,12 +134,48 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.ToolgateLong == nil {
 		cfg.ToolgateLong = NewToolgateTarget(env)
 	}
+	h := &harnessRun{cfg: cfg, env: env, res: newResults(cfg)}
+	if err := h.roundTrips(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.LongCalls > 0 {
+		runLong(ctx, h.res, cfg, LongCase{Calls: cfg.LongCalls}, h.toolgateDown, h.toolgateErr)
+	}
+	if cfg.LargeHistory > 0 {
+		runLong(ctx, h.res, cfg, LargeCase(cfg.LargeHistory, LargeResultBytes), h.toolgateDown, h.toolgateErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := h.memory(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.CodecTime > 0 {
+		rows, err := codecRows(cfg.CodecTime)
+		if err != nil {
+			return nil, err
+		}
+		h.res.Cases = append(h.res.Cases, rows...)
+		fmt.Fprintf(cfg.Progress, "%-30s %d benchmarks of %s each\n", "codec", len(rows), cfg.CodecTime)
+	}
+	res := h.res
+	FinishRows(res)
+	if len(res.Errors) == 0 {
+		res.Errors = nil
+	}
+	res.Seconds = time.Since(res.Started).Seconds()
+	return res, nil
+}
+
+// newResults are the results of a run of cfg about to start, with the
+// machine it runs on.
+func newResults(cfg Config) *Results {
 	mode := "full"
 	if cfg.Quick {
 		mode = "quick"
 	}
 	hostname, _ := os.Hostname()
-	res := &Results{
+	return &Results{
 		Mode:    mode,
 		Started: time.Now().UTC(),
 		Host: Host{
@@ -150,88 +186,86 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Note:   cfg.Note,
 		Errors: map[string]string{},
 	}
-	toolgateErr := func(what string, err error) {
-		if errors.Is(err, ErrOrchestratorUnavailable) {
-			res.Errors[cfg.Toolgate.Name()] = err.Error()
-			return
-		}
-		res.Errors[cfg.Toolgate.Name()+" "+what] = err.Error()
+}
+
+// harnessRun is one run of the harness: its config and environment, the
+// results so far, and whether toolgate's orchestrator was found down (its
+// later cases are then skipped, each baseline still measured).
+type harnessRun struct {
+	cfg          Config
+	env          *Env
+	res          *Results
+	toolgateDown bool
+}
+
+// toolgateErr records why toolgate's measurement of what failed.
+func (h *harnessRun) toolgateErr(what string, err error) {
+	if errors.Is(err, ErrOrchestratorUnavailable) {
+		h.res.Errors[h.cfg.Toolgate.Name()] = err.Error()
+		return
 	}
-	raw, floor := NewRawTarget(env), NewFloorTarget(env)
-	toolgateDown := false
+	h.res.Errors[h.cfg.Toolgate.Name()+" "+what] = err.Error()
+}
+
+// roundTrips measures every round-trip case on raw JetStream, core NATS
+// and toolgate.
+func (h *harnessRun) roundTrips(ctx context.Context) error {
+	cfg := h.cfg
+	raw, floor := NewRawTarget(h.env), NewFloorTarget(h.env)
 	for _, c := range Matrix(cfg.Workers, cfg.Batches, cfg.Window, cfg.Calls, cfg.Warmup) {
-		rm, err := measure(ctx, res, cfg.Progress, c, raw)
+		rm, err := measure(ctx, h.res, cfg.Progress, c, raw)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fm, err := floor.Run(ctx, c)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var tm *Measurement
-		if !toolgateDown {
-			m, err := measure(ctx, res, cfg.Progress, c, cfg.Toolgate)
+		if !h.toolgateDown {
+			m, err := measure(ctx, h.res, cfg.Progress, c, cfg.Toolgate)
 			switch {
 			case err == nil:
 				tm = &m
 			case ctx.Err() != nil:
-				return nil, ctx.Err()
+				return ctx.Err()
 			default:
-				toolgateErr(c.Name(), err)
-				toolgateDown = errors.Is(err, ErrOrchestratorUnavailable)
+				h.toolgateErr(c.Name(), err)
+				h.toolgateDown = errors.Is(err, ErrOrchestratorUnavailable)
 			}
 		}
-		res.Cases = append(res.Cases, roundTripRows(c, rm, fm, tm)...)
+		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm)...)
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 	}
+	return nil
+}
 
-	if cfg.LongCalls > 0 {
-		runLong(ctx, res, cfg, LongCase{Calls: cfg.LongCalls}, toolgateDown, toolgateErr)
-	}
-	if cfg.LargeHistory > 0 {
-		runLong(ctx, res, cfg, LargeCase(cfg.LargeHistory, LargeResultBytes), toolgateDown, toolgateErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-
+// memory measures the memory, resume and reconcile cases of every size.
+func (h *harnessRun) memory(ctx context.Context) error {
+	cfg := h.cfg
 	var reconciles []Row
 	for _, size := range cfg.Paused {
 		mc := MemoryCase{Conversations: size}
-		rmm, err := NewRawMemoryTarget(env).RunMemory(ctx, mc)
+		rmm, err := NewRawMemoryTarget(h.env).RunMemory(ctx, mc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var tmm *MemoryMeasurement
 		if m, err := cfg.ToolgateMemory.RunMemory(ctx, mc); err == nil {
 			tmm = &m
 		} else if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return ctx.Err()
 		} else {
-			toolgateErr(mc.Name(), err)
+			h.toolgateErr(mc.Name(), err)
 		}
-		res.Cases = append(res.Cases, memoryRows(mc, rmm, tmm)...)
+		h.res.Cases = append(h.res.Cases, memoryRows(mc, rmm, tmm)...)
 		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, memoryMetrics), describeFigures(tmm, memoryMetrics))
 		rows := reconcileRows(mc, tmm)
 		reconciles = append(reconciles, rows...)
 		fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", rows[0].Name, describeFigures(tmm, reconcileMetrics))
 	}
-	res.Cases = append(res.Cases, reconciles...)
-
-	if cfg.CodecTime > 0 {
-		rows, err := codecRows(cfg.CodecTime)
-		if err != nil {
-			return nil, err
-		}
-		res.Cases = append(res.Cases, rows...)
-		fmt.Fprintf(cfg.Progress, "%-30s %d benchmarks of %s each\n", "codec", len(rows), cfg.CodecTime)
-	}
-	FinishRows(res)
-	if len(res.Errors) == 0 {
-		res.Errors = nil
-	}
-	res.Seconds = time.Since(res.Started).Seconds()
-	return res, nil
+	h.res.Cases = append(h.res.Cases, reconciles...)
+	return nil
 }
 
 // LargeResultBytes is the size of each result of the large conversation:
