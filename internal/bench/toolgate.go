@@ -554,39 +554,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 
-	var pausedN atomic.Int64
-	allPaused := make(chan struct{})
-	r.paused = func(runEnd) {
-		if pausedN.Add(1) == int64(n) {
-			close(allPaused)
-		}
-	}
 	heapBefore := heapAfterGC()
 	ownBefore := toolgateHeap()
-	ids := make([]string, n)
-	runs := make([]string, n)
-	sem := make(chan struct{}, memoryStarters)
-	g, gctx := errgroup.WithContext(ctx)
-	for i := range n {
-		sem <- struct{}{}
-		g.Go(func() error {
-			defer func() { <-sem }()
-			info, err := r.start(gctx)
-			ids[i], runs[i] = info.ConversationID, info.RunID
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
-	}
-	select {
-	case <-allPaused:
-	case <-r.bg.failed():
-		return MemoryMeasurement{}, r.bg.get()
-	case <-ctx.Done():
-		return MemoryMeasurement{}, ctx.Err()
-	case <-time.After(conversationTimeout + time.Duration(n)*time.Millisecond):
-		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %d of %d conversations paused", pausedN.Load(), n)
+	ids, runs, err := r.pauseAll(ctx, n)
+	if err != nil {
+		return MemoryMeasurement{}, err
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
 	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
@@ -596,31 +568,14 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	storePer := float64(info.State.Bytes) / float64(n)
 
-	replies := make([]bus.Outgoing, n)
-	for i, run := range runs {
-		// The agent's one call (agentConfig), answered as noop would.
-		if replies[i], err = bus.CallReplyMessage(bus.CallReply{
-			RunID: run, ToolCallID: "call_000", Outcome: bus.OutcomeReturn,
-			Value: json.RawMessage(sampleArgs), WorkerID: "bench-worker-0",
-		}); err != nil {
-			return MemoryMeasurement{}, err
-		}
+	replies, err := answers(runs)
+	if err != nil {
+		return MemoryMeasurement{}, err
 	}
 	reads0, writes0 := r.stats.StateReads.Load(), r.stats.StateWrites.Load()
 	start := time.Now()
-	for i := 0; i < len(replies); i += pipelineDepth {
-		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
-			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: publish replies: %w", err)
-		}
-	}
-	for _, id := range ids {
-		e, err := r.await(ctx, id)
-		if err != nil {
-			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
-		}
-		if _, err := followUpLatency(e); err != nil {
-			return MemoryMeasurement{}, fmt.Errorf("toolgate memory: %w", err)
-		}
+	if err := r.resumeAll(ctx, ids, replies); err != nil {
+		return MemoryMeasurement{}, err
 	}
 	resume := time.Since(start).Seconds()
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
@@ -650,6 +605,80 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricReconcileReads:       reads,
 		},
 	}, nil
+}
+
+// pauseAll starts n conversations, memoryStarters at a time, and waits
+// until every one has paused on its call; it returns their conversation
+// and run ids.
+func (r *rig) pauseAll(ctx context.Context, n int) (ids, runs []string, err error) {
+	var pausedN atomic.Int64
+	allPaused := make(chan struct{})
+	r.paused = func(runEnd) {
+		if pausedN.Add(1) == int64(n) {
+			close(allPaused)
+		}
+	}
+	ids, runs = make([]string, n), make([]string, n)
+	sem := make(chan struct{}, memoryStarters)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range n {
+		sem <- struct{}{}
+		g.Go(func() error {
+			defer func() { <-sem }()
+			info, err := r.start(gctx)
+			ids[i], runs[i] = info.ConversationID, info.RunID
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, fmt.Errorf("toolgate memory: %w", err)
+	}
+	select {
+	case <-allPaused:
+		return ids, runs, nil
+	case <-r.bg.failed():
+		return nil, nil, r.bg.get()
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-time.After(conversationTimeout + time.Duration(n)*time.Millisecond):
+		return nil, nil, fmt.Errorf("toolgate memory: %d of %d conversations paused", pausedN.Load(), n)
+	}
+}
+
+// answers are the replies to each paused run's call, as a worker would
+// send them: the agent's one call (agentConfig), answered as noop would.
+func answers(runs []string) ([]bus.Outgoing, error) {
+	replies := make([]bus.Outgoing, len(runs))
+	for i, run := range runs {
+		var err error
+		if replies[i], err = bus.CallReplyMessage(bus.CallReply{
+			RunID: run, ToolCallID: "call_000", Outcome: bus.OutcomeReturn,
+			Value: json.RawMessage(sampleArgs), WorkerID: "bench-worker-0",
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
+
+// resumeAll publishes the replies and waits for every conversation's
+// follow-up.
+func (r *rig) resumeAll(ctx context.Context, ids []string, replies []bus.Outgoing) error {
+	for i := 0; i < len(replies); i += pipelineDepth {
+		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
+			return fmt.Errorf("toolgate memory: publish replies: %w", err)
+		}
+	}
+	for _, id := range ids {
+		e, err := r.await(ctx, id)
+		if err != nil {
+			return fmt.Errorf("toolgate memory: %w", err)
+		}
+		if _, err := followUpLatency(e); err != nil {
+			return fmt.Errorf("toolgate memory: %w", err)
+		}
+	}
+	return nil
 }
 
 // memProfileRate is the heap sampling rate of the memory case.
