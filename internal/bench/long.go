@@ -88,23 +88,7 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 	if c.Calls < 2 {
 		return LongMeasurement{}, errors.New("toolgate long: calls must be at least 2")
 	}
-	tool, args := sampleTool, json.RawMessage(sampleArgs)
-	if c.ResultBytes > 0 {
-		tool, args = worker.ToolReadFile, json.RawMessage(`{"path":"`+longFile+`"}`)
-		// Text without anything JSON escapes, so the result is as large
-		// as the file.
-		const line = "All work and no play makes a long history. "
-		content := strings.Repeat(line, c.ResultBytes/len(line)+1)[:c.ResultBytes]
-		if err := os.WriteFile(filepath.Join(t.env.sandbox(), longFile), []byte(content), 0o644); err != nil {
-			return LongMeasurement{}, fmt.Errorf("toolgate long: %w", err)
-		}
-	}
-	script := make([]agent.ScriptResponse, 0, c.Calls+1)
-	for i := range c.Calls {
-		script = append(script, agent.ScriptResponse{Calls: []agent.ScriptCall{{Tool: tool, ID: fmt.Sprintf("call_%04d", i), Args: args}}})
-	}
-	script = append(script, agent.ScriptResponse{Text: "Done."})
-	a, err := scriptAgent(script, tool)
+	a, tool, err := t.longAgent(c)
 	if err != nil {
 		return LongMeasurement{}, err
 	}
@@ -154,6 +138,42 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	figs := longFigures(c, pauses, start, bytes0)
+	figs[MetricSeconds] = total.Seconds()
+	figs[MetricStateBytes] = float64(r.stats.StateBytes.Load() - bytes0)
+	figs[MetricHistoryBytes] = float64(end.historyBytes)
+	return LongMeasurement{Figures: figs}, nil
+}
+
+// longAgent is the long case's agent: a script that calls its tool once
+// per call, then answers; with ResultBytes, the tool reads a file of that
+// size from the workers' sandbox, written here.
+func (t *ToolgateTarget) longAgent(c LongCase) (*orchestrator.AgentConfig, string, error) {
+	tool, args := sampleTool, json.RawMessage(sampleArgs)
+	if c.ResultBytes > 0 {
+		tool, args = worker.ToolReadFile, json.RawMessage(`{"path":"`+longFile+`"}`)
+		// Text without anything JSON escapes, so the result is as large
+		// as the file.
+		const line = "All work and no play makes a long history. "
+		content := strings.Repeat(line, c.ResultBytes/len(line)+1)[:c.ResultBytes]
+		if err := os.WriteFile(filepath.Join(t.env.sandbox(), longFile), []byte(content), 0o644); err != nil {
+			return nil, "", fmt.Errorf("toolgate long: %w", err)
+		}
+	}
+	script := make([]agent.ScriptResponse, 0, c.Calls+1)
+	for i := range c.Calls {
+		script = append(script, agent.ScriptResponse{Calls: []agent.ScriptCall{{Tool: tool, ID: fmt.Sprintf("call_%04d", i), Args: args}}})
+	}
+	script = append(script, agent.ScriptResponse{Text: "Done."})
+	a, err := scriptAgent(script, tool)
+	return a, tool, err
+}
+
+// longFigures are the per-call figures of the long case from its pauses:
+// the time and state bytes of each call, compared between the first and
+// the last LongWindow calls (the first call, which starts the
+// conversation, left out).
+func longFigures(c LongCase, pauses []runEnd, start time.Time, bytes0 int64) map[string]float64 {
 	// Ends of different runs may be seen out of order.
 	slices.SortFunc(pauses, func(a, b runEnd) int { return a.runs - b.runs })
 	times := make([]time.Duration, c.Calls)
@@ -163,11 +183,7 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 		times[i], sizes[i] = p.endedAt.Sub(prevAt), float64(p.stateBytes-prevBytes)
 		prevAt, prevBytes = p.endedAt, p.stateBytes
 	}
-	figs := map[string]float64{
-		MetricSeconds:      total.Seconds(),
-		MetricStateBytes:   float64(r.stats.StateBytes.Load() - bytes0),
-		MetricHistoryBytes: float64(end.historyBytes),
-	}
+	figs := map[string]float64{}
 	if c.ResultBytes == 0 {
 		k := min(LongWindow, (c.Calls-1)/2)
 		first, last := 1, c.Calls-k
@@ -178,7 +194,7 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 		figs[MetricTimeLast] = ms(Summarize(slices.Clone(times[last:])).P50)
 		figs[MetricTimeGrowth] = figs[MetricTimeLast] / figs[MetricTimeFirst]
 	}
-	return LongMeasurement{Figures: figs}, nil
+	return figs
 }
 
 func mean(v []float64) float64 {
