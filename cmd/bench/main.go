@@ -31,59 +31,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := cli.NewFlagSet(cli.Command{
-		Name:  "bench",
-		Usage: []string{"bench [-quick] [-out DIR] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]"},
-		About: "toolgate against raw JetStream and core NATS; writes results.json, results.md and plot.png.",
-	})
-	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
-	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
-	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
-	strict := fs.Bool("strict", false, "exit 1 if a figure regressed by more than 10% and no -note explains it")
-	workers := fs.String("workers", "", "comma-separated worker counts (default 1,2,4,8; quick 1,4)")
-	batches := fs.String("batches", "", "comma-separated batch sizes (default 1,10,100)")
-	window := fs.Int("window", 0, "calls in flight (default 100)")
-	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
-	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
-	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
-	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
-	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
-	memProfile := fs.String("memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
-	logLevel := fs.String("log", "", "log the system under test at this level (debug, info, warn, error) to stderr; default: silent")
-	pos, err := fs.Parse(args, stdout)
-	if err != nil {
+	o, err := parseFlags(args, stdout)
+	if err != nil || o == nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return cli.Usagef("bench", "unexpected arguments %q", pos)
-	}
-	cfg := bench.Config{
-		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
-		LongCalls: *longCalls, LargeHistory: *largeMiB << 20,
-		Note: *note, Progress: os.Stdout,
-	}
-	if *paused == "-1" {
-		cfg.Paused = []int{-1}
-	} else if cfg.Paused, err = ints(*paused); err != nil {
-		return fmt.Errorf("-paused: %w", err)
-	}
-	if cfg.Workers, err = ints(*workers); err != nil {
-		return fmt.Errorf("-workers: %w", err)
-	}
-	if cfg.Batches, err = ints(*batches); err != nil {
-		return fmt.Errorf("-batches: %w", err)
-	}
-	dir := *out
-	if dir == "" {
-		dir = "bench"
-		if *quick {
-			dir = filepath.Join("bench", "quick")
-		}
-	}
-
-	if *cpuProfile != "" {
-		f, err := create(*cpuProfile)
+	cfg := o.cfg
+	if o.cpuProfile != "" {
+		f, err := create(o.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -93,10 +47,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-
-	if *logLevel != "" {
+	if o.logLevel != "" {
 		var level slog.Level
-		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 			return fmt.Errorf("-log: %w", err)
 		}
 		env, err := bench.NewEnv(bench.EnvConfig{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
@@ -111,20 +64,86 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *memProfile != "" {
-		if err := writeAllocs(*memProfile); err != nil {
+	if o.memProfile != "" {
+		if err := writeAllocs(o.memProfile); err != nil {
 			return err
 		}
 	}
-	if _, err := bench.Save(dir, res); err != nil {
+	if _, err := bench.Save(o.dir, res); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s, %s and %s in %s\n", bench.FileJSON, bench.FileMarkdown, bench.FilePlot, dir)
+	fmt.Printf("wrote %s, %s and %s in %s\n", bench.FileJSON, bench.FileMarkdown, bench.FilePlot, o.dir)
 	bench.Headline(os.Stdout, res)
-	if *strict && len(res.Regressions) > 0 && res.Note == "" {
+	if o.strict && len(res.Regressions) > 0 && res.Note == "" {
 		return errors.New("figures regressed without a note")
 	}
 	return nil
+}
+
+// options are bench's command line: the harness's config and what to do
+// around its run.
+type options struct {
+	cfg                         bench.Config
+	dir, cpuProfile, memProfile string
+	logLevel                    string
+	strict                      bool
+}
+
+// parseFlags reads bench's flags; nil options and no error: --help was
+// answered.
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	fs := cli.NewFlagSet(cli.Command{
+		Name:  "bench",
+		Usage: []string{"bench [-quick] [-out DIR] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]"},
+		About: "toolgate against raw JetStream and core NATS; writes results.json, results.md and plot.png.",
+	})
+	o := &options{}
+	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
+	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
+	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
+	fs.BoolVar(&o.strict, "strict", false, "exit 1 if a figure regressed by more than 10% and no -note explains it")
+	workers := fs.String("workers", "", "comma-separated worker counts (default 1,2,4,8; quick 1,4)")
+	batches := fs.String("batches", "", "comma-separated batch sizes (default 1,10,100)")
+	window := fs.Int("window", 0, "calls in flight (default 100)")
+	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
+	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
+	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
+	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
+	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
+	fs.StringVar(&o.logLevel, "log", "", "log the system under test at this level (debug, info, warn, error) to stderr; default: silent")
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, cli.Usagef("bench", "unexpected arguments %q", pos)
+	}
+	o.cfg = bench.Config{
+		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
+		LongCalls: *longCalls, LargeHistory: *largeMiB << 20,
+		Note: *note, Progress: os.Stdout,
+	}
+	if *paused == "-1" {
+		o.cfg.Paused = []int{-1}
+	} else if o.cfg.Paused, err = ints(*paused); err != nil {
+		return nil, fmt.Errorf("-paused: %w", err)
+	}
+	if o.cfg.Workers, err = ints(*workers); err != nil {
+		return nil, fmt.Errorf("-workers: %w", err)
+	}
+	if o.cfg.Batches, err = ints(*batches); err != nil {
+		return nil, fmt.Errorf("-batches: %w", err)
+	}
+	o.dir = *out
+	if o.dir == "" {
+		o.dir = "bench"
+		if *quick {
+			o.dir = filepath.Join("bench", "quick")
+		}
+	}
+	return o, nil
 }
 
 func ints(s string) ([]int, error) {
