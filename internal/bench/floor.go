@@ -28,6 +28,27 @@ func NewFloorTarget(env *Env) *FloorTarget { return &FloorTarget{env: env} }
 // Name is "core_nats".
 func (t *FloorTarget) Name() string { return "core_nats" }
 
+// respond answers a call request as a worker named name would, at once.
+func respond(name string, bg *failure) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		var req bus.CallRequest
+		if err := bus.Decode(msg.Data, msg.Header.Get(hdrContentType), &req); err != nil {
+			bg.set(fmt.Errorf("responder %s: decode call: %w", name, err))
+			return
+		}
+		data, err := bus.Encode(replyFor(req, name), bus.ContentTypeMsgpack)
+		if err != nil {
+			bg.set(fmt.Errorf("responder %s: encode reply: %w", name, err))
+			return
+		}
+		out := &nats.Msg{Data: data, Header: nats.Header{}}
+		out.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		if err := msg.RespondMsg(out); err != nil {
+			bg.set(fmt.Errorf("responder %s: respond: %w", name, err))
+		}
+	}
+}
+
 // Run measures one case.
 func (t *FloorTarget) Run(ctx context.Context, c Case) (Measurement, error) {
 	if err := c.validate(); err != nil {
@@ -49,23 +70,7 @@ func (t *FloorTarget) Run(ctx context.Context, c Case) (Measurement, error) {
 			return Measurement{}, err
 		}
 		defer b.Close()
-		sub, err := b.Conn().QueueSubscribe(floorSubject, "workers", func(msg *nats.Msg) {
-			var req bus.CallRequest
-			if err := bus.Decode(msg.Data, msg.Header.Get(hdrContentType), &req); err != nil {
-				bg.set(fmt.Errorf("responder %s: decode call: %w", name, err))
-				return
-			}
-			data, err := bus.Encode(replyFor(req, name), bus.ContentTypeMsgpack)
-			if err != nil {
-				bg.set(fmt.Errorf("responder %s: encode reply: %w", name, err))
-				return
-			}
-			out := &nats.Msg{Data: data, Header: nats.Header{}}
-			out.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-			if err := msg.RespondMsg(out); err != nil {
-				bg.set(fmt.Errorf("responder %s: respond: %w", name, err))
-			}
-		})
+		sub, err := b.Conn().QueueSubscribe(floorSubject, "workers", respond(name, &bg))
 		if err != nil {
 			return Measurement{}, fmt.Errorf("core nats: subscribe: %w", err)
 		}

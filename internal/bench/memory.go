@@ -187,13 +187,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 		return mm, err
 	}
 	createSeconds := time.Since(start).Seconds()
-	err = publishAll(ctx, js, n, "publish call", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
-		run := runID(prefix, int64(i))
-		data, err := bus.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), bus.ContentTypeMsgpack)
-		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".call")}, err
-	})
+	err = publishAll(ctx, js, n, "publish call", nil, rawCallOf(prefix))
 	if err != nil {
 		return mm, err
 	}
@@ -210,16 +204,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 
 	// The replies arrive: the yardstick is the time to publish them.
 	start = time.Now()
-	err = publishAll(ctx, js, n, "publish reply", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
-		run := runID(prefix, int64(i))
-		data, err := bus.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), bus.ContentTypeMsgpack)
-		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-		msg.Header.Set(hdrRun, run)
-		msg.Header.Set(hdrCall, toolCallID(run, 0))
-		msg.Header.Set(hdrConversation, conversationID(prefix, i))
-		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".result")}, err
-	})
+	err = publishAll(ctx, js, n, "publish reply", nil, rawReplyOf(prefix))
 	if err != nil {
 		return mm, err
 	}
@@ -239,6 +224,32 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 			MetricReplyPublishSeconds:  publishSeconds,
 		},
 	}, nil
+}
+
+// rawCallOf is the call of the i-th paused conversation of prefix, queued
+// for a worker as the orchestrator queues it.
+func rawCallOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+	return func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+		run := runID(prefix, int64(i))
+		data, err := bus.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), bus.ContentTypeMsgpack)
+		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".call")}, err
+	}
+}
+
+// rawReplyOf is a worker's reply to the i-th paused conversation's call.
+func rawReplyOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+	return func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+		run := runID(prefix, int64(i))
+		data, err := bus.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), bus.ContentTypeMsgpack)
+		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		msg.Header.Set(hdrRun, run)
+		msg.Header.Set(hdrCall, toolCallID(run, 0))
+		msg.Header.Set(hdrConversation, conversationID(prefix, i))
+		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".result")}, err
+	}
 }
 
 // rawMemoryStore creates the raw case's bucket (configured as the
