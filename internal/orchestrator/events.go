@@ -46,6 +46,8 @@ const (
 	eventQueueMax = 8192
 	eventBatchMax = 4096
 	eventLinger   = 20 * time.Millisecond
+	// eventQueueKeep is the largest queue array kept once empty.
+	eventQueueKeep = 256
 )
 
 // queuedEvent is an event waiting to be published. A text delta keeps its
@@ -58,9 +60,11 @@ type queuedEvent struct {
 }
 
 type eventQueue struct {
-	mu      sync.Mutex
-	cond    *sync.Cond // signalled when the publisher took events
-	q       []queuedEvent
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when the publisher took events
+	q    []queuedEvent
+	// taken counts the events taken and not yet published.
+	taken   int
 	closed  bool
 	wake    chan struct{}
 	stopped chan struct{}
@@ -121,12 +125,24 @@ func (e *eventQueue) take() []queuedEvent {
 		}
 	}
 	out := make([]queuedEvent, n)
+	e.taken += n
 	copy(out, e.q)
 	rest := copy(e.q, e.q[n:])
 	clear(e.q[rest:])
 	e.q = e.q[:rest]
+	if rest == 0 && cap(e.q) > eventQueueKeep {
+		// A burst's array is not kept for good once it is empty.
+		e.q = nil
+	}
 	e.cond.Broadcast()
 	return out
+}
+
+// pending is the number of events queued or being published.
+func (e *eventQueue) pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.q) + e.taken
 }
 
 func (e *eventQueue) close() {
@@ -158,6 +174,9 @@ func (p *eventPublisher) loop() {
 		batch := q.take()
 		if len(batch) > 0 {
 			p.publishQueued(batch)
+			q.mu.Lock()
+			q.taken -= len(batch)
+			q.mu.Unlock()
 			continue
 		}
 		q.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,8 @@ func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 	t.Cleanup(func() { runtime.MemProfileRate = old })
 
 	e := newEnv(t)
-	o, _ := e.orch(orchestrator.Config{})
+	var ended atomic.Int64
+	o, _ := e.orch(orchestrator.Config{OnRunEnd: func(*orchestrator.Conversation) { ended.Add(1) }})
 	for range 10 { // warm up connection, consumers, agent, codecs
 		startPaused(t, o)
 	}
@@ -91,6 +93,22 @@ func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 	waitFor(t, "the paused runs' calls published", func() (bool, string) {
 		got := o.Stats().Published.Load() - published
 		return got >= calls, fmt.Sprintf("%d of %d published", got, calls)
+	})
+	// What is still on its way is not what a paused conversation costs:
+	// the publications' goroutines (OnRunEnd is told as they end), the
+	// look at whether the external call's tool has a worker (none here: each
+	// conversation's call is told unserved), and the events still queued
+	// for the events stream.
+	waitFor(t, "every run's end told", func() (bool, string) {
+		return ended.Load() >= int64(10+n), fmt.Sprint(ended.Load(), " ends")
+	})
+	waitFor(t, "every external call told unserved", func() (bool, string) {
+		got := o.Stats().UnservedCalls.Load()
+		return got >= int64(10+n), fmt.Sprint(got, " told")
+	})
+	waitFor(t, "every event published", func() (bool, string) {
+		n := o.EventsPending()
+		return n == 0, fmt.Sprint(n, " events pending")
 	})
 	after := clientHeap()
 	per := max(after-before, 0) / n
