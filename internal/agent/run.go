@@ -24,7 +24,10 @@ import (
 type RunInput struct {
 	// Prompt is the user's message; empty for a resume without one.
 	Prompt string
-	// History is the conversation so far, oldest first. It is not modified.
+	// History is the conversation so far, oldest first. The run neither
+	// changes it nor copies it (a long conversation's every run would pay
+	// its length): it must not be changed while the run goes, and the
+	// result's AllMessages shares its elements.
 	History []Message
 	// Results answers the pending calls of History's last model response;
 	// non-nil makes the run a resume (D18–D27). Results.Metadata[id] goes to
@@ -241,7 +244,8 @@ func (r *run) runContext(ctx context.Context, it *callItem) *RunContext {
 
 func (r *run) setup() error {
 	cfg := r.a.cfg
-	r.all = slices.Clip(slices.Clone(r.in.History))
+	// Clipped: the run's first append copies it, once.
+	r.all = slices.Clip(r.in.History)
 	histConv := ""
 	for _, m := range r.in.History {
 		if m.ConversationID != "" {
@@ -390,7 +394,7 @@ func (r *run) result(output string, reqs *deferred.Requests) *RunResult {
 		Output:         output,
 		Deferred:       reqs,
 		NewMessages:    slices.Clone(r.newMessages()),
-		AllMessages:    slices.Clone(r.all),
+		AllMessages:    slices.Clip(r.all),
 		Usage:          r.usage,
 	}
 }
@@ -460,18 +464,28 @@ func normalizeArgs(args json.RawMessage) json.RawMessage {
 // messages (a paused run's partial results followed by a resume's) become one,
 // tool returns and retries first, then the other parts, each in order.
 func mergeRequests(msgs []Message) []Message {
-	out := make([]Message, 0, len(msgs))
+	// out stays nil while the history needs no merging: it is then handed
+	// over as it is, rather than copied for every model request.
+	var out []Message
 	for i := 0; i < len(msgs); {
 		m := msgs[i]
-		if m.Kind != KindRequest {
-			out = append(out, m)
-			i++
+		j := i + 1
+		for m.Kind == KindRequest && j < len(msgs) && msgs[j].Kind == KindRequest {
+			j++
+		}
+		if m.Kind != KindRequest || (j == i+1 && toolPartsFirst(m.Parts)) {
+			if out != nil {
+				out = append(out, m)
+			}
+			i = j
 			continue
 		}
-		j := i
+		if out == nil {
+			out = append(make([]Message, 0, len(msgs)), msgs[:i]...)
+		}
 		var tool, other []Part
-		for ; j < len(msgs) && msgs[j].Kind == KindRequest; j++ {
-			for _, p := range msgs[j].Parts {
+		for _, r := range msgs[i:j] {
+			for _, p := range r.Parts {
 				if p.Kind == PartToolReturn || p.Kind == PartRetryPrompt {
 					tool = append(tool, p)
 				} else {
@@ -484,7 +498,26 @@ func mergeRequests(msgs []Message) []Message {
 		out = append(out, merged)
 		i = j
 	}
+	if out == nil {
+		return slices.Clip(msgs)
+	}
 	return out
+}
+
+// toolPartsFirst reports whether no tool return or retry follows another
+// part: a request that merging would leave as it is.
+func toolPartsFirst(parts []Part) bool {
+	other := false
+	for _, p := range parts {
+		if p.Kind == PartToolReturn || p.Kind == PartRetryPrompt {
+			if other {
+				return false
+			}
+		} else {
+			other = true
+		}
+	}
+	return true
 }
 
 func lastResponse(msgs []Message) int {

@@ -267,7 +267,7 @@ func (c *Conversation) WaitForAgent(reason string, now time.Time, wait time.Dura
 	}
 	msg := fmt.Sprintf("%s (waited %s for one)", c.Unserved, wait)
 	c.Status, c.Error, c.Lease, c.Batch, c.UpdatedAt = StatusFailed, msg, nil, nil, now
-	if rec := c.runRecord(runID); rec != nil {
+	if rec := c.runToChange(runID); rec != nil {
 		rec.Status, rec.Error, rec.EndedAt = StatusFailed, msg, now
 	}
 	return false, true, runID

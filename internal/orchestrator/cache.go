@@ -74,6 +74,9 @@ func (sc *stateCache) size(id string) int64 {
 // conversations in the order they paused read 0.76 logs per conversation
 // with room for all of them, as those it had finished took their place).
 func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
+	// Cleared before anyone else has c: clone then never writes to a
+	// cached state.
+	c.runsOwned = false
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	finished := c.Status.Terminal()

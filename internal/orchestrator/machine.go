@@ -67,6 +67,7 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 		}
 	}
 	c.Lease = lease
+	c.ownRuns()
 	c.Runs = append(c.Runs, rec)
 	c.UpdatedAt = now
 	return false, nil
@@ -80,7 +81,7 @@ func (c *Conversation) endRun(owner, runID string, now time.Time) (*RunRecord, e
 	}
 	c.Lease = nil
 	c.UpdatedAt = now
-	rec := c.runRecord(runID)
+	rec := c.runToChange(runID)
 	if rec == nil {
 		c.Runs = append(c.Runs, RunRecord{RunID: runID, StartedAt: now})
 		rec = &c.Runs[len(c.Runs)-1]
@@ -192,6 +193,7 @@ func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Dur
 	c.Status = StatusResuming
 	c.Batch.FollowUpRunID = followUp
 	c.Lease = &Lease{Owner: owner, RunID: followUp, Until: now.Add(ttl)}
+	c.ownRuns()
 	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, Prompt: c.Batch.Prompt, StartedAt: now})
 	c.UpdatedAt = now
 	return true
@@ -281,6 +283,7 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 		}
 		c.Batch.Inline = false
 	}
+	c.ownRuns()
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
 			c.Runs[i].Status, c.Runs[i].EndedAt = StatusCancelled, now
@@ -390,6 +393,7 @@ func (c *Conversation) Abort(reason string, now time.Time) bool {
 	if c.Status.ended() {
 		return false
 	}
+	c.ownRuns()
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
 			c.Runs[i].Status, c.Runs[i].EndedAt, c.Runs[i].Error = StatusFailed, now, reason

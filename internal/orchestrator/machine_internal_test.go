@@ -482,8 +482,14 @@ func TestTransitions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.from()
 			before, fp := c.clone(), fingerprintOf(c)
+			was := encodeSorted(before)
 			if err := tc.do(c); err != nil {
 				t.Fatal(err)
+			}
+			// A clone shares what only grows, and the runs until one of
+			// them changes them: the transition leaves it as it was.
+			if !bytes.Equal(encodeSorted(before), was) {
+				t.Errorf("the transition changed a clone taken before it: %+v", before)
 			}
 			for _, ch := range tc.check {
 				ch(t, c)
@@ -508,9 +514,13 @@ func checkRecord(t *testing.T, what string, from *Conversation, r *record, want 
 	if err := msgpack.Unmarshal(b, &stored); err != nil {
 		t.Fatalf("%s: decode record: %v", what, err)
 	}
+	was := encodeSorted(from)
 	got := from.clone()
 	if err := got.apply(&stored); err != nil {
 		t.Fatalf("%s: apply: %v", what, err)
+	}
+	if !bytes.Equal(encodeSorted(from), was) {
+		t.Errorf("%s: folding into a clone changed the state it was cloned from", what)
 	}
 	if g, w := encodeSorted(got), encodeSorted(want); !bytes.Equal(g, w) {
 		t.Errorf("%s: folded state differs from the transition's\n got %+v\nwant %+v", what, got, want)

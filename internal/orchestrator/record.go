@@ -170,6 +170,7 @@ func (c *Conversation) apply(r *record) error {
 	if r.Head != nil {
 		h := *r.Head
 		h.History, h.Runs, h.Decisions, h.Batch = c.History, c.Runs, c.Decisions, c.Batch
+		h.runsOwned = c.runsOwned
 		*c = h
 	}
 	if h := r.History; h != nil {
@@ -179,6 +180,9 @@ func (c *Conversation) apply(r *record) error {
 		// Clipped, so that a copy of the state sharing the array keeps
 		// its own messages.
 		c.History = append(slices.Clip(c.History[:h.At]), h.Messages...)
+	}
+	if len(r.Runs) > 0 {
+		c.ownRuns()
 	}
 	for _, rr := range r.Runs {
 		if rec := c.runRecord(rr.RunID); rec != nil {
@@ -221,6 +225,7 @@ func (c *Conversation) apply(r *record) error {
 func headOf(c *Conversation) *Conversation {
 	h := *c
 	h.History, h.Runs, h.Decisions, h.Batch = nil, nil, nil, nil
+	h.runsOwned = false
 	return &h
 }
 
@@ -240,7 +245,11 @@ func (c *Conversation) clone() *Conversation {
 	n := *c
 	n.History = slices.Clip(c.History)
 	n.Decisions = slices.Clip(c.Decisions)
-	n.Runs = slices.Clone(c.Runs)
+	// Neither changes the shared runs in place from now on (ownRuns). Only
+	// a state that changed its runs has the flag set, never one in the
+	// cache (stateCache.put), which readers clone at once.
+	c.runsOwned = false
+	n.Runs, n.runsOwned = slices.Clip(c.Runs), false
 	if c.Lease != nil {
 		l := *c.Lease
 		n.Lease = &l

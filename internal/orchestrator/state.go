@@ -70,6 +70,10 @@ type Conversation struct {
 	UnservedSince time.Time `msgpack:"unserved_since,omitempty"`
 	CreatedAt     time.Time `msgpack:"created_at"`
 	UpdatedAt     time.Time `msgpack:"updated_at"`
+
+	// runsOwned says whether Runs' array is c's alone (ownRuns): a clone
+	// shares it, and neither changes it in place. Not stored.
+	runsOwned bool
 }
 
 // DecisionRecord is an applied decision: which call, what, and who.
@@ -392,9 +396,10 @@ func (r *Reply) result() deferred.Result {
 	return deferred.Value{Value: v}
 }
 
-// runRecord finds a run by id.
+// runRecord finds a run by id, to read (a change goes through
+// runToChange); from the newest, the one usually asked for.
 func (c *Conversation) runRecord(id string) *RunRecord {
-	for i := range c.Runs {
+	for i := len(c.Runs) - 1; i >= 0; i-- {
 		if c.Runs[i].RunID == id {
 			return &c.Runs[i]
 		}
@@ -405,4 +410,22 @@ func (c *Conversation) runRecord(id string) *RunRecord {
 // runIndex is the value of key run.<run_id>: the conversation it belongs to.
 type runIndex struct {
 	ConversationID string `msgpack:"conversation_id"`
+}
+
+// runToChange finds a run by id, to change it in place.
+func (c *Conversation) runToChange(id string) *RunRecord {
+	c.ownRuns()
+	return c.runRecord(id)
+}
+
+// ownRuns gives c an array of runs of its own, which it may then change in
+// place and append to. A clone shares its source's array (copying it for
+// every clone made each change of a long conversation cost its number of
+// runs); whichever of the two changes it first copies it then.
+func (c *Conversation) ownRuns() {
+	if c.runsOwned {
+		return
+	}
+	c.Runs = append(make([]RunRecord, 0, len(c.Runs)+2), c.Runs...)
+	c.runsOwned = true
 }
