@@ -248,7 +248,9 @@ func (c *Conversation) clone() *Conversation {
 	// Neither changes the shared runs in place from now on (ownRuns). Only
 	// a state that changed its runs has the flag set, never one in the
 	// cache (stateCache.put), which readers clone at once.
-	c.runsOwned = false
+	if c.runsOwned {
+		c.runsOwned = false
+	}
 	n.Runs, n.runsOwned = slices.Clip(c.Runs), false
 	if c.Lease != nil {
 		l := *c.Lease
