@@ -92,6 +92,10 @@ type Bus struct {
 	// callConsumers holds the tools whose call_<tool> consumer this
 	// connection has made sure of (EnsureCallConsumer).
 	callConsumers sync.Map
+	// streams caches handles of streams purged by name (PurgeKey): a
+	// purge needs only the name, and looking the stream up each time
+	// would double the requests.
+	streams sync.Map
 	// borrowed: the connection is the caller's (FromConn); Close leaves
 	// it open.
 	borrowed bool

@@ -225,3 +225,28 @@ func (k *KV) Watch(ctx context.Context, pattern string) iter.Seq2[Entry, error] 
 		}
 	}
 }
+
+// PurgeKey removes the messages of key in bucket up to revision upTo (0:
+// all of them) without leaving a marker: an entry put again after upTo
+// stays. A KV delete leaves a marker message behind, one stored message
+// more per key that is put and removed again, and listing the bucket goes
+// over the markers until they are purged.
+func (b *Bus) PurgeKey(ctx context.Context, bucket, key string, upTo uint64) error {
+	name := "KV_" + bucket
+	st, ok := b.streams.Load(name)
+	if !ok {
+		s, err := b.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("kv purge %s/%s: %w", bucket, key, err)
+		}
+		st, _ = b.streams.LoadOrStore(name, s)
+	}
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject("$KV." + bucket + "." + key)}
+	if upTo > 0 {
+		opts = append(opts, jetstream.WithPurgeSequence(upTo+1))
+	}
+	if err := st.(jetstream.Stream).Purge(ctx, opts...); err != nil {
+		return fmt.Errorf("kv purge %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}

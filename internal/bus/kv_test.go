@@ -139,3 +139,51 @@ func newRuns(t *testing.T) *bus.KV {
 	}
 	return runs
 }
+
+// PurgeKey removes a key up to a revision and leaves no marker: an entry
+// put again after that revision stays, and the bucket's stream stores
+// nothing for the removal.
+func TestPurgeKeyUpToARevision(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	b := bustest.NewBus(t)
+	runs, err := b.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := runs.Put(ctx, "k", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := runs.Put(ctx, "k", []byte("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := b.JetStream().Stream(ctx, "KV_"+bus.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Listed at the first revision, then put again: the entry stays.
+	if err := b.PurgeKey(ctx, bus.BucketRuns, "k", first); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := runs.Get(ctx, "k"); err != nil || e.Revision != second {
+		t.Fatalf("after a purge up to %d: %+v, %v; want revision %d", first, e, err, second)
+	}
+	if err := b.PurgeKey(ctx, bus.BucketRuns, "k", second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Get(ctx, "k"); !errors.Is(err, bus.ErrKeyNotFound) {
+		t.Errorf("after a purge up to %d: %v; want ErrKeyNotFound", second, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != second || info.State.Msgs != 0 {
+		t.Errorf("stream last sequence %d, %d messages; want %d and 0 (no marker)", info.State.LastSeq, info.State.Msgs, second)
+	}
+	if err := b.PurgeKey(ctx, "no_such_bucket", "k", 0); err == nil {
+		t.Error("purge in a bucket that does not exist: no error")
+	}
+}

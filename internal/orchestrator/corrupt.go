@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -94,7 +93,7 @@ func (s *store) dropCorrupt(ctx context.Context, id string) error {
 		s.cache.put(id, tomb.clone(), seq, int64(n))
 		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 		defer cancel()
-		if err := s.index.Delete(dctx, dueKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := s.bus.PurgeKey(dctx, bus.BucketIndex, dueKey(id), 0); err != nil {
 			return fmt.Errorf("delete corrupt conversation %s: index: %w", id, err)
 		}
 		return nil

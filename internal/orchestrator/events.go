@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,11 +64,13 @@ type eventQueue struct {
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when the publisher took events
 	q    []queuedEvent
-	// taken counts the events taken and not yet published.
-	taken   int
-	closed  bool
-	wake    chan struct{}
-	stopped chan struct{}
+	// taken counts the events taken and not yet published; takenAll and
+	// doneAll count those ever taken and ever published.
+	taken             int
+	takenAll, doneAll uint64
+	closed            bool
+	wake              chan struct{}
+	stopped           chan struct{}
 }
 
 func newEventQueue() *eventQueue {
@@ -126,6 +129,7 @@ func (e *eventQueue) take() []queuedEvent {
 	}
 	out := make([]queuedEvent, n)
 	e.taken += n
+	e.takenAll += uint64(n)
 	copy(out, e.q)
 	rest := copy(e.q, e.q[n:])
 	clear(e.q[rest:])
@@ -136,6 +140,29 @@ func (e *eventQueue) take() []queuedEvent {
 	}
 	e.cond.Broadcast()
 	return out
+}
+
+// done records that n taken events were published.
+func (e *eventQueue) done(n int) {
+	e.mu.Lock()
+	e.taken -= n
+	e.doneAll += uint64(n)
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// forget drops the queued events of conversation id and waits until those
+// being published are out, so that a purge of its events that follows
+// leaves none behind.
+func (e *eventQueue) forget(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.q = slices.DeleteFunc(e.q, func(q queuedEvent) bool { return q.ev.ConversationID == id })
+	for target := e.takenAll; e.doneAll < target; {
+		e.cond.Wait()
+	}
+	// Room was made: pushes waiting for it go on.
+	e.cond.Broadcast()
 }
 
 // pending is the number of events queued or being published.
@@ -174,9 +201,7 @@ func (p *eventPublisher) loop() {
 		batch := q.take()
 		if len(batch) > 0 {
 			p.publishQueued(batch)
-			q.mu.Lock()
-			q.taken -= len(batch)
-			q.mu.Unlock()
+			q.done(len(batch))
 			continue
 		}
 		q.mu.Lock()

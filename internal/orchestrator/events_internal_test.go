@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,40 @@ func TestEventQueueGathersAStep(t *testing.T) {
 	q.close()
 	if got := q.take(); len(got) != 1 {
 		t.Errorf("took %d events of a closed queue, want 1", len(got))
+	}
+}
+
+// forget drops a conversation's queued events and returns only once the
+// events taken before it are published: a delete that purges the
+// conversation's events next leaves none behind (a queued event published
+// after the purge outlived its conversation).
+func TestEventQueueForget(t *testing.T) {
+	q := newEventQueue()
+	push := func(conv, typ string) {
+		q.push(queuedEvent{ev: bus.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
+	}
+	push("gone", "run_started")
+	inFlight := q.take()
+	push("gone", "reply_refused")
+	push("kept", "run_started")
+	forgotten := make(chan struct{})
+	go func() {
+		q.forget("gone")
+		close(forgotten)
+	}()
+	select {
+	case <-forgotten:
+		t.Fatal("forget returned while a batch it may hold events of was still being published")
+	case <-time.After(50 * time.Millisecond):
+	}
+	q.done(len(inFlight))
+	<-forgotten
+	q.close()
+	var left []string
+	for _, e := range q.take() {
+		left = append(left, e.ev.ConversationID+"/"+e.ev.Type)
+	}
+	if want := []string{"kept/run_started"}; !slices.Equal(left, want) {
+		t.Errorf("queued after forget: %v, want %v", left, want)
 	}
 }

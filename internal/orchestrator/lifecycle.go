@@ -89,7 +89,9 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 	if gone != nil && !errors.Is(gone, errDeleted) {
 		return gone
 	}
-	// The events hold the history too.
+	// The events hold the history too. Those still queued go first, or
+	// they would be published after the purge.
+	o.events.queue.forget(id)
 	if err := o.purgeEvents(ctx, id); err != nil {
 		return err
 	}

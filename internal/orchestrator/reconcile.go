@@ -46,6 +46,13 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile
 // expired; and it rebuilds the deadline index. The entry of a conversation
 // found finished or deleted is removed.
 func (o *Orchestrator) reconcile(ctx context.Context) error {
+	if !o.store.markersPurged.Load() {
+		if err := o.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
+			o.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
+		} else if err == nil {
+			o.store.markersPurged.Store(true)
+		}
+	}
 	due, err := o.store.due(ctx)
 	if err != nil {
 		return err
@@ -60,15 +67,6 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 // without their logs being read: after many conversations finish at once,
 // a pass costs a few requests for them, not a read of each.
 func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
-	dropped := 0
-	defer func() {
-		if dropped == 0 {
-			return
-		}
-		if err := o.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
-			o.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
-		}
-	}()
 	for i := 0; i < len(due); i += summaryChunk {
 		chunk := due[i:min(i+summaryChunk, len(due))]
 		ids := make([]string, len(chunk))
@@ -84,7 +82,6 @@ func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
 		open := chunk
 		if sums != nil {
 			open = o.dropFinished(ctx, chunk, sums)
-			dropped += len(chunk) - len(open)
 		}
 		o.reconcileEach(ctx, open)
 	}

@@ -118,6 +118,9 @@ type store struct {
 	writes, bytes *atomic.Int64
 	// reads counts the reads of logs (requests of records), for Stats.
 	reads *atomic.Int64
+	// markersPurged is set once the delete markers an earlier build left
+	// in the index are gone (purgeDueMarkers): this build leaves none.
+	markersPurged atomic.Bool
 }
 
 func (s *store) wrote(n int) {
@@ -504,21 +507,20 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 }
 
 // undue removes the due entry of a finished (or deleted) conversation,
-// unless it was put again since it was listed at rev.
+// unless it was put again since it was listed at rev. It purges rather
+// than deletes: a delete leaves a marker, a stored message per
+// conversation that the bucket keeps until it is purged in turn.
 func (s *store) undue(ctx context.Context, e dueEntry) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	err := s.index.Delete(ctx, dueKey(e.id), jetstream.LastRevision(e.rev))
-	if err != nil && conflict(err) {
-		return nil
-	}
-	return err
+	return s.bus.PurgeKey(ctx, bus.BucketIndex, dueKey(e.id), e.rev)
 }
 
-// purgeDueMarkers removes the delete markers that removed due entries
-// leave behind: the bucket keeps them, and listing the due entries would
-// otherwise go over one per conversation that ever finished. Each is purged
-// up to its own sequence, so that an entry put again since stays.
+// purgeDueMarkers removes the delete markers that due entries removed by
+// an earlier build left behind (undue leaves none): the bucket keeps them,
+// and listing the due entries would otherwise go over one per conversation
+// that ever finished. Each is purged up to its own sequence, so that an
+// entry put again since stays.
 func (s *store) purgeDueMarkers(ctx context.Context) error {
 	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly())
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -177,7 +176,7 @@ func (s *store) delete(ctx context.Context, id string) error {
 	if err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 1); err != nil {
 		return fmt.Errorf("delete conversation %s: %w", id, err)
 	}
-	if err := s.index.Delete(pctx, dueKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := s.bus.PurgeKey(pctx, bus.BucketIndex, dueKey(id), 0); err != nil {
 		return fmt.Errorf("delete conversation %s: index: %w", id, err)
 	}
 	return err

@@ -98,8 +98,8 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := index.Info(ctxT(t)); err != nil || info.State.Msgs != 0 {
-		t.Errorf("the index holds %v messages (%v) after the finished conversations left it; want 0", info.State.Msgs, err)
+	if info, err := index.Info(ctxT(t)); err != nil || info.State.Msgs != 0 || info.State.LastSeq != n {
+		t.Errorf("the index holds %v messages of %v stored (%v) after the finished conversations left it; want 0 of %d (an entry each, and no marker for its removal)", info.State.Msgs, info.State.LastSeq, err, n)
 	}
 	pending, err := o.Pending(ctxT(t))
 	if err != nil || len(pending) != 0 {
