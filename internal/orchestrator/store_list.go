@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
