@@ -13,40 +13,40 @@ import (
 // buildAgent turns the agent config into an agent: its configured tools,
 // and, with discover: entries, the tools workers advertise that match them,
 // taken from the catalogue at the start of each run (discoveredToolset).
-func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
-	model := o.cfg.Model
+func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
+	model := r.cfg.Model
 	if model == nil {
 		if cfg.ModelFunc == nil {
 			return nil, errors.New("agent config has no model: set Config.Model, or read the config with package agentconfig")
 		}
-		m, err := cfg.ModelFunc(o.cfg.LookupEnv, o.cfg.Logger)
+		m, err := cfg.ModelFunc(r.cfg.LookupEnv, r.cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
 		model = m
 	}
-	model = modeltel.Wrap(model, modeltel.Config{Metrics: o.cfg.Metrics, TracerProvider: o.cfg.TracerProvider})
+	model = modeltel.Wrap(model, modeltel.Config{Metrics: r.cfg.Metrics, TracerProvider: r.cfg.TracerProvider})
 	tools := make([]agent.Tool, 0, len(cfg.Tools))
 	for i := range cfg.Tools {
-		t, err := o.discovery.newTool(&cfg.Tools[i])
+		t, err := r.discovery.newTool(&cfg.Tools[i])
 		if err != nil {
 			return nil, fmt.Errorf("tools[%d] (%s): %w", i, cfg.Tools[i].Name, err)
 		}
 		tools = append(tools, t)
 	}
-	tools = append(tools, o.cfg.Tools...)
+	tools = append(tools, r.cfg.Tools...)
 	var toolsets []agent.Toolset
 	if len(cfg.Discover) > 0 {
-		toolsets = append(toolsets, o.discovery.toolset(agentName(cfg)))
+		toolsets = append(toolsets, r.discovery.toolset(agentName(cfg)))
 	}
 	var handlers []agent.Handler
 	if cfg.InlineWait > 0 {
 		wait := cfg.InlineWait.D()
 		handlers = append(handlers, agent.HandlerFunc(func(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
-			return o.handleInline(rc, req, wait)
+			return r.runner.handleInline(rc, req, wait)
 		}))
 	}
-	handlers = append(handlers, o.cfg.Handlers...)
+	handlers = append(handlers, r.cfg.Handlers...)
 	a, err := agent.New(agent.Config{
 		Model:            model,
 		Instructions:     cfg.Instructions,
@@ -55,8 +55,8 @@ func (o *Orchestrator) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 		Handlers:         handlers,
 		AllowDeferred:    true,
 		MaxModelRequests: cfg.MaxModelRequests,
-		Logger:           o.cfg.Logger,
-		Clock:            func() time.Time { return o.clock().UTC() },
+		Logger:           r.cfg.Logger,
+		Clock:            func() time.Time { return r.clock().UTC() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)

@@ -114,18 +114,18 @@ func agentName(c *AgentConfig) string {
 }
 
 // buildAgents builds every configured agent.
-func (o *Orchestrator) buildAgents() error {
-	o.agents = map[string]*agentRuntime{}
-	for _, cfg := range o.cfg.agentList() {
-		a, err := o.buildAgent(cfg)
+func (r *roster) buildAgents() error {
+	r.agents = map[string]*agentRuntime{}
+	for _, cfg := range r.cfg.agentList() {
+		a, err := r.buildAgent(cfg)
 		if err != nil {
 			return fmt.Errorf("agent %s: %w", agentName(cfg), err)
 		}
 		rt := &agentRuntime{name: agentName(cfg), digest: AgentDigest(cfg), cfg: cfg, agent: a}
-		o.agents[rt.name] = rt
-		o.agentNames = append(o.agentNames, rt.name)
-		if o.defaultAgent == nil {
-			o.defaultAgent = rt
+		r.agents[rt.name] = rt
+		r.names = append(r.names, rt.name)
+		if r.def == nil {
+			r.def = rt
 		}
 	}
 	return nil
@@ -133,16 +133,16 @@ func (o *Orchestrator) buildAgents() error {
 
 // Agents lists the names of the agents this replica runs, in the order
 // they were configured.
-func (o *Orchestrator) Agents() []string { return slices.Clone(o.agentNames) }
+func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
 
 // agentOf is the agent of this replica that conversation c names; nil when
 // this replica does not run it. A conversation that names none (stored
 // before conversations recorded their agent) is the default agent's.
-func (o *Orchestrator) agentOf(c *Conversation) *agentRuntime {
+func (r *roster) agentOf(c *Conversation) *agentRuntime {
 	if c.Agent == "" {
-		return o.defaultAgent
+		return r.def
 	}
-	return o.agents[c.Agent]
+	return r.agents[c.Agent]
 }
 
 // mayRun reports whether this replica runs c's runs: it has c's agent with
@@ -151,17 +151,17 @@ func (o *Orchestrator) agentOf(c *Conversation) *agentRuntime {
 // replica with the old one is left, so the new config adopts it rather
 // than leave it stranded). When it may not, why says so, for the log
 // (logged once per agent and digest).
-func (o *Orchestrator) mayRun(c *Conversation) (ok, adopt bool) {
-	a := o.agentOf(c)
+func (r *roster) mayRun(c *Conversation) (ok, adopt bool) {
+	a := r.agentOf(c)
 	if a == nil {
-		o.leaveAlone(c, "this replica does not run the agent")
+		r.leaveAlone(c, "this replica does not run the agent")
 		return false, false
 	}
 	if c.AgentDigest == "" || c.AgentDigest == a.digest {
 		return true, false
 	}
-	if o.replicas.serves(c.Agent, c.AgentDigest, o.clock()) {
-		o.leaveAlone(c, "a replica with the conversation's config of the agent runs it")
+	if r.replicas.serves(c.Agent, c.AgentDigest, r.clock()) {
+		r.leaveAlone(c, "a replica with the conversation's config of the agent runs it")
 		return false, false
 	}
 	return true, true
@@ -169,9 +169,9 @@ func (o *Orchestrator) mayRun(c *Conversation) (ok, adopt bool) {
 
 // leaveAlone logs once per agent and digest that this replica leaves a
 // conversation to others.
-func (o *Orchestrator) leaveAlone(c *Conversation, why string) {
+func (r *roster) leaveAlone(c *Conversation, why string) {
 	key := "leave:" + c.Agent + ":" + c.AgentDigest
-	o.once.warn(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
+	r.once.warn(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
 		slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.String("reason", why), slog.String("conversation_id", c.ID))
 }
 
@@ -204,29 +204,29 @@ func (e *AgentMismatchError) Error() string {
 // startAgent picks the agent of a new conversation: the named one, else
 // the only one there is. local is nil when this replica does not run it
 // but a live replica does (the conversation is then handed over).
-func (o *Orchestrator) startAgent(name string) (local *agentRuntime, chosen, digest string, err error) {
-	now := o.clock()
+func (r *roster) startAgent(name string) (local *agentRuntime, chosen, digest string, err error) {
+	now := r.clock()
 	if name == "" {
-		all := o.allAgents(now)
+		all := r.allAgents(now)
 		if len(all) > 1 {
 			return nil, "", "", &UnknownAgentError{Choices: all}
 		}
-		return o.defaultAgent, o.defaultAgent.name, o.defaultAgent.digest, nil
+		return r.def, r.def.name, r.def.digest, nil
 	}
-	if a := o.agents[name]; a != nil {
+	if a := r.agents[name]; a != nil {
 		return a, a.name, a.digest, nil
 	}
-	if d := o.replicas.digestOf(name, now); d != "" {
+	if d := r.replicas.digestOf(name, now); d != "" {
 		return nil, name, d, nil
 	}
-	return nil, "", "", &UnknownAgentError{Agent: name, Choices: o.allAgents(now)}
+	return nil, "", "", &UnknownAgentError{Agent: name, Choices: r.allAgents(now)}
 }
 
 // allAgents lists this replica's agents and those live replicas advertise,
 // sorted.
-func (o *Orchestrator) allAgents(now time.Time) []string {
-	names := slices.Clone(o.agentNames)
-	for _, n := range o.replicas.names(now) {
+func (r *roster) allAgents(now time.Time) []string {
+	names := slices.Clone(r.names)
+	for _, n := range r.replicas.names(now) {
 		if !slices.Contains(names, n) {
 			names = append(names, n)
 		}
@@ -275,8 +275,8 @@ func (c *Conversation) WaitForAgent(reason string, now time.Time, wait time.Dura
 
 // runnable is the agent of this replica that runs c as c records it (its
 // digest, or none recorded yet); nil when this replica must not run c.
-func (o *Orchestrator) runnable(c *Conversation) *agentRuntime {
-	a := o.agentOf(c)
+func (r *roster) runnable(c *Conversation) *agentRuntime {
+	a := r.agentOf(c)
 	if a == nil || (c.AgentDigest != "" && c.AgentDigest != a.digest) {
 		return nil
 	}
@@ -285,12 +285,12 @@ func (o *Orchestrator) runnable(c *Conversation) *agentRuntime {
 
 // take records, in a transition that gives this replica a run of c, the
 // agent it runs it with; false when it may not (mayRun).
-func (o *Orchestrator) take(c *Conversation) bool {
-	ok, _ := o.mayRun(c)
+func (r *roster) take(c *Conversation) bool {
+	ok, _ := r.mayRun(c)
 	if !ok {
 		return false
 	}
-	a := o.agentOf(c)
+	a := r.agentOf(c)
 	if a.name != c.Agent || a.digest != c.AgentDigest || c.Unserved != "" {
 		c.SetAgent(a.name, a.digest)
 	}
@@ -299,9 +299,9 @@ func (o *Orchestrator) take(c *Conversation) bool {
 
 // agentNameOf is the name of c's agent (the default agent's for a
 // conversation stored before conversations recorded one).
-func (o *Orchestrator) agentNameOf(c *Conversation) string {
+func (r *roster) agentNameOf(c *Conversation) string {
 	if c.Agent == "" {
-		return o.defaultAgent.name
+		return r.def.name
 	}
 	return c.Agent
 }

@@ -18,7 +18,7 @@ type AuditRecord = wire.AuditRecord
 // the audit stream. Its id is the reply's stream sequence, so a redelivered
 // reply is recorded once. A failure is logged: the reply's effect is in KV
 // already and must not be undone for want of its record.
-func (o *Orchestrator) audit(ctx context.Context, convID string, d *bus.Delivery[bus.Reply], j *replyJob) {
+func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delivery[bus.Reply], j *replyJob) {
 	in := j.in
 	if j.v == verdictDuplicate || (in.decision == nil && j.v == verdictApplied) {
 		return
@@ -26,7 +26,7 @@ func (o *Orchestrator) audit(ctx context.Context, convID string, d *bus.Delivery
 	rec := AuditRecord{
 		Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason,
 		ConversationID: convID, RunID: in.runID, ToolCallID: in.callID, ToolName: j.tool,
-		ReplySeq: d.StreamSeq, Time: o.clock().UTC(),
+		ReplySeq: d.StreamSeq, Time: rp.clock().UTC(),
 	}
 	if dec := in.decision; dec != nil {
 		approved := dec.Approved
@@ -42,8 +42,8 @@ func (o *Orchestrator) audit(ctx context.Context, convID string, d *bus.Delivery
 	}
 	hdr.Set(bus.HeaderCall, in.callID)
 	msgID := "audit/" + d.Stream + "/" + strconv.FormatUint(d.StreamSeq, 10)
-	if _, err := o.bus.PublishAudit(ctx, in.runID, msgID, rec, hdr); err != nil {
-		o.log.WarnContext(ctx, "audit record not published", slog.String("run_id", in.runID),
+	if _, err := rp.bus.PublishAudit(ctx, in.runID, msgID, rec, hdr); err != nil {
+		rp.log.WarnContext(ctx, "audit record not published", slog.String("run_id", in.runID),
 			slog.String("tool_call_id", in.callID), slog.String("verdict", rec.Verdict), slog.String("error", err.Error()))
 	}
 }

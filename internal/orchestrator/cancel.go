@@ -75,11 +75,11 @@ func (c *Conversation) workingRuns() []string {
 
 // subscribeCancels makes this replica stop its runs of conversations
 // cancelled anywhere.
-func (o *Orchestrator) subscribeCancels() error {
-	sub, err := o.bus.SubscribeCancels(func(runID string) {
-		o.launchMu.Lock()
-		cancel := o.executing[runID]
-		o.launchMu.Unlock()
+func (rn *runner) subscribeCancels() error {
+	sub, err := rn.bus.SubscribeCancels(func(runID string) {
+		rn.launchMu.Lock()
+		cancel := rn.executing[runID]
+		rn.launchMu.Unlock()
 		if cancel != nil {
 			cancel()
 		}
@@ -87,6 +87,6 @@ func (o *Orchestrator) subscribeCancels() error {
 	if err != nil {
 		return err
 	}
-	o.cancelSub = sub
+	rn.cancelSub = sub
 	return nil
 }

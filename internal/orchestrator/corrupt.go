@@ -51,8 +51,8 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	if err := o.store.dropCorrupt(ctx, id); err != nil {
 		return err
 	}
-	if err := o.purgeEvents(ctx, id); err != nil {
-		return err
+	if err := o.events.purge(ctx, id); err != nil {
+		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
 	}
 	rec := AuditRecord{
 		Kind: AuditKindConversation, Verdict: "deleted", Reason: "corrupt: " + corrupt.Error(),

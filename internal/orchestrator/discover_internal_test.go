@@ -172,12 +172,12 @@ func TestDiscoveryPerAgent(t *testing.T) {
 	o.discovery.catalogue.tools["get-sum"] = advertised(t, "get-sum", `{"type":"object"}`)
 
 	for name, wantApproval := range map[string]string{"strict": "always", "lax": ""} {
-		rt := o.discovery.toolsForRun(o.agents[name].cfg)
+		rt := o.discovery.toolsForRun(o.roster.agents[name].cfg)
 		tc := rt.tool("get-sum")
 		if tc == nil || tc.Approval != wantApproval {
 			t.Errorf("%s offers get-sum as %+v, want approval %q", name, tc, wantApproval)
 		}
-		if got := o.discovery.toolOf(o.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
+		if got := o.discovery.toolOf(o.roster.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
 			t.Errorf("%s resolves get-sum now as %+v", name, got)
 		}
 		ctx := context.WithValue(context.Background(), runToolsKey{}, rt)
@@ -192,7 +192,7 @@ func TestDiscoveryPerAgent(t *testing.T) {
 	if !slices.Equal(built, []string{"lax", "strict"}) {
 		t.Errorf("built tools kept for agents %v, want one per agent", built)
 	}
-	if rt := o.discovery.toolsForRun(o.agents["other"].cfg); rt.tool("get-sum") != nil {
+	if rt := o.discovery.toolsForRun(o.roster.agents["other"].cfg); rt.tool("get-sum") != nil {
 		t.Error("an agent whose discover: does not match offers get-sum")
 	}
 }

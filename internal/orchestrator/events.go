@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
@@ -191,6 +192,21 @@ type eventPublisher struct {
 
 func newEventPublisher(b *bus.Bus, log *slog.Logger, clock func() time.Time) *eventPublisher {
 	return &eventPublisher{bus: b, log: log, clock: clock, queue: newEventQueue()}
+}
+
+// purge removes the events of conversation id, those still queued first:
+// published after the purge, they would outlive the conversation.
+func (p *eventPublisher) purge(ctx context.Context, id string) error {
+	subj, err := bus.EventSubject(id)
+	if err != nil {
+		return err
+	}
+	p.queue.forget(id)
+	stream, err := p.bus.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return err
+	}
+	return stream.Purge(ctx, jetstream.WithPurgeSubject(subj))
 }
 
 // loop publishes queued events until the queue is closed and empty.

@@ -128,24 +128,24 @@ func (d *deadlineIndex) schedule(c *Conversation) {
 // noticed.
 const maxExpiryNap = time.Minute
 
-func (o *Orchestrator) expiryLoop() {
+func (rc *reconciler) expiryLoop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		nap := maxExpiryNap
-		if t := o.deadlines.earliest(); !t.IsZero() {
-			nap = min(max(t.Sub(o.clock()), 0), maxExpiryNap)
+		if t := rc.deadlines.earliest(); !t.IsZero() {
+			nap = min(max(t.Sub(rc.clock()), 0), maxExpiryNap)
 		}
 		timer.Reset(nap)
 		select {
-		case <-o.stopping:
+		case <-rc.stopping:
 			return
-		case <-o.deadlines.wake:
+		case <-rc.deadlines.wake:
 		case <-timer.C:
 		}
-		for _, id := range o.deadlines.due(o.clock()) {
-			ctx, cancel := context.WithTimeout(o.runCtx, replyTimeout)
-			o.expire(ctx, id)
+		for _, id := range rc.deadlines.due(rc.clock()) {
+			ctx, cancel := context.WithTimeout(rc.runCtx, replyTimeout)
+			rc.expire(ctx, id)
 			cancel()
 		}
 	}
@@ -154,30 +154,30 @@ func (o *Orchestrator) expiryLoop() {
 // expire settles the conversation's pending calls whose deadline has passed,
 // through the same CAS path as replies, then completes the batch if that
 // made it complete (D37).
-func (o *Orchestrator) expire(ctx context.Context, convID string) {
+func (rc *reconciler) expire(ctx context.Context, convID string) {
 	var expired []*PendingCall
-	conv, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		if expired = c.Expire(o.clock()); len(expired) == 0 {
+	conv, err := rc.store.update(ctx, convID, func(c *Conversation) error {
+		if expired = c.Expire(rc.clock()); len(expired) == 0 {
 			return errUnchanged
 		}
 		return nil
 	})
 	if err != nil {
-		o.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		rc.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		// Try again at the next reconcile, which reschedules it.
 		return
 	}
 	if n := len(expired); n > 0 {
-		o.stats.Expired.Add(int64(n))
+		rc.stats.Expired.Add(int64(n))
 		ids := make([]string, n)
 		for i, pc := range expired {
 			ids[i] = pc.ToolCallID
-			o.cfg.Metrics.Expired(string(pc.Kind))
+			rc.cfg.Metrics.Expired(string(pc.Kind))
 		}
-		o.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
-		o.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
+		rc.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
+		rc.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
 	}
-	o.afterApply(ctx, conv)
+	rc.pipe.afterApply(ctx, conv)
 }
 
 // newTicker is time.NewTicker with a floor, so a tiny configured interval

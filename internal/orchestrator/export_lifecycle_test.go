@@ -7,7 +7,7 @@ import (
 
 // Sweep runs one round of the retention sweep as if it were now.
 func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) {
-	return o.sweep(ctx, now)
+	return o.rec.sweep(ctx, now)
 }
 
 // Tombstone appends a conversation's tombstone and stops there, as a

@@ -17,39 +17,39 @@ import (
 // which continues in the same run. What is still pending bubbles out: the
 // run pauses as usual, and its calls, already published and marked, are not
 // published again.
-func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error) {
+func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error) {
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
-	c, seq, err := o.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
-		if !c.holdsLease(o.cfg.InstanceID, runID) {
+	c, seq, err := rn.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
+		if !c.holdsLease(rn.cfg.InstanceID, runID) {
 			return errLeaseLost
 		}
-		b, err := o.newBatch(o.agentOf(c), runID, req, c.Batch, runTrace)
+		b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, req, c.Batch, runTrace)
 		if err != nil {
 			return err
 		}
-		return c.BeginInline(o.cfg.InstanceID, runID, b, o.clock())
+		return c.BeginInline(rn.cfg.InstanceID, runID, b, rn.clock())
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
 	}
-	o.deadlines.schedule(c)
-	if err := o.publishBatch(ctx, c); err != nil {
+	rn.deadlines.schedule(c)
+	if err := rn.pub.publishBatch(ctx, c); err != nil {
 		// Not fatal: the calls stay unmarked and are published when the run
 		// pauses.
-		o.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		rn.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
 
-	if err := o.waitSettled(rc, convID, runID, seq, wait); err != nil && ctx.Err() != nil {
+	if err := rn.waitSettled(rc, convID, runID, seq, wait); err != nil && ctx.Err() != nil {
 		return nil, err
 	}
 
 	// Take what arrived: mark it taken so that nothing offers it again, and
 	// hand it to the run.
 	var res *deferred.Results
-	_, err = o.store.update(ctx, convID, func(c *Conversation) error {
-		if res = c.TakeInline(runID, req, o.clock()); res == nil {
+	_, err = rn.store.update(ctx, convID, func(c *Conversation) error {
+		if res = c.TakeInline(runID, req, rn.clock()); res == nil {
 			return errUnchanged
 		}
 		return nil
@@ -58,7 +58,7 @@ func (o *Orchestrator) handleInline(rc *agent.RunContext, req *deferred.Requests
 		return nil, fmt.Errorf("inline: take replies: %w", err)
 	}
 	if res != nil {
-		o.log.DebugContext(ctx, "inline: replies taken", slog.String("conversation_id", convID), slog.String("run_id", runID),
+		rn.log.DebugContext(ctx, "inline: replies taken", slog.String("conversation_id", convID), slog.String("run_id", runID),
 			slog.Int("approvals", len(res.Approvals)), slog.Int("calls", len(res.Calls)))
 	}
 	return res, nil
@@ -81,10 +81,10 @@ func offered(req *deferred.Requests, pc *PendingCall) bool {
 
 // waitSettled follows the conversation's log, from the state at seq, until
 // every call of the run's inline batch has a reply, or wait has passed.
-func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, seq uint64, wait time.Duration) error {
+func (rn *runner) waitSettled(rc *agent.RunContext, convID, runID string, seq uint64, wait time.Duration) error {
 	ctx, cancel := context.WithCancel(rc.Context())
 	defer cancel()
-	appended, err := o.store.watch(ctx, convID, seq)
+	appended, err := rn.store.watch(ctx, convID, seq)
 	if err != nil {
 		return fmt.Errorf("inline: %w", err)
 	}
@@ -97,7 +97,7 @@ func (o *Orchestrator) waitSettled(rc *agent.RunContext, convID, runID string, s
 		case <-timer.C:
 			return nil
 		case <-appended:
-			c, _, err := o.store.get(ctx, convID)
+			c, _, err := rn.store.get(ctx, convID)
 			if err != nil {
 				continue
 			}

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // Page sizes of a conversation list.
@@ -84,37 +80,22 @@ func validStatus(s Status) bool {
 // It is safe against a change made meanwhile by another replica (see
 // store.delete); deleting a deleted conversation answers ErrNotFound, after
 // finishing what a delete that stopped half-way left.
-func (o *Orchestrator) Delete(ctx context.Context, id string) error {
-	gone := o.store.delete(ctx, id)
+func (o *Orchestrator) Delete(ctx context.Context, id string) error { return o.remove(ctx, id) }
+
+// remove is Delete, for the retention sweep too.
+func (co *core) remove(ctx context.Context, id string) error {
+	gone := co.store.delete(ctx, id)
 	if gone != nil && !errors.Is(gone, errDeleted) {
 		return gone
 	}
-	// The events hold the history too. Those still queued go first, or
-	// they would be published after the purge.
-	o.events.queue.forget(id)
-	if err := o.purgeEvents(ctx, id); err != nil {
-		return err
+	// The events hold the history too.
+	if err := co.events.purge(ctx, id); err != nil {
+		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
 	}
 	if gone != nil {
 		return gone
 	}
-	o.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
-	return nil
-}
-
-// purgeEvents removes the events of conversation id.
-func (o *Orchestrator) purgeEvents(ctx context.Context, id string) error {
-	subj, err := bus.EventSubject(id)
-	if err != nil {
-		return err
-	}
-	stream, err := o.js.Stream(ctx, bus.StreamEvents)
-	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSubject(subj))
-	}
-	if err != nil {
-		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
-	}
+	co.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
 	return nil
 }
 
@@ -128,20 +109,20 @@ const maxRetentionNap = 10 * time.Minute
 // retentionLoop deletes finished conversations older than Config.Retention,
 // looking every tenth of it (at most every maxRetentionNap). Every replica
 // sweeps; one that finds a conversation another deleted moves on.
-func (o *Orchestrator) retentionLoop() {
-	t := newTicker(min(o.cfg.Retention/10, maxRetentionNap))
+func (rc *reconciler) retentionLoop() {
+	t := newTicker(min(rc.cfg.Retention/10, maxRetentionNap))
 	defer t.Stop()
 	for {
 		select {
-		case <-o.stopping:
+		case <-rc.stopping:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(o.runCtx, maxRetentionNap)
-		if n, err := o.sweep(ctx, o.clock()); err != nil {
-			o.log.WarnContext(ctx, "retention", slog.Int("deleted", n), slog.String("error", err.Error()))
+		ctx, cancel := context.WithTimeout(rc.runCtx, maxRetentionNap)
+		if n, err := rc.sweep(ctx, rc.clock()); err != nil {
+			rc.log.WarnContext(ctx, "retention", slog.Int("deleted", n), slog.String("error", err.Error()))
 		} else if n > 0 {
-			o.log.InfoContext(ctx, "retention: finished conversations deleted", slog.Int("deleted", n), slog.Duration("retention", o.cfg.Retention))
+			rc.log.InfoContext(ctx, "retention: finished conversations deleted", slog.Int("deleted", n), slog.Duration("retention", rc.cfg.Retention))
 		}
 		cancel()
 	}
@@ -150,22 +131,22 @@ func (o *Orchestrator) retentionLoop() {
 // sweep deletes the conversations that finished before now - Retention
 // and returns how many it deleted; it also removes the tombstones of
 // conversations deleted more than tombstoneLife ago.
-func (o *Orchestrator) sweep(ctx context.Context, now time.Time) (int, error) {
-	if o.cfg.Retention <= 0 {
+func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
+	if rc.cfg.Retention <= 0 {
 		return 0, nil
 	}
 	n := 0
 	for {
-		ids, err := o.store.finishedBefore(ctx, now.Add(-o.cfg.Retention), retentionBatch)
+		ids, err := rc.store.finishedBefore(ctx, now.Add(-rc.cfg.Retention), retentionBatch)
 		if err != nil {
 			return n, err
 		}
 		deleted := 0
 		for _, id := range ids {
-			if o.stopped.Load() {
+			if rc.stopped.Load() {
 				return n, nil
 			}
-			switch err := o.Delete(ctx, id); {
+			switch err := rc.remove(ctx, id); {
 			case err == nil:
 				n++
 				deleted++
@@ -181,9 +162,9 @@ func (o *Orchestrator) sweep(ctx context.Context, now time.Time) (int, error) {
 			break
 		}
 	}
-	gone, err := o.store.sweepTombstones(ctx, now)
+	gone, err := rc.store.sweepTombstones(ctx, now)
 	if gone > 0 {
-		o.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
+		rc.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
 	}
 	return n, err
 }

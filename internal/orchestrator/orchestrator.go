@@ -66,11 +66,9 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -313,60 +311,11 @@ func (e *ConflictError) Error() string {
 
 // Orchestrator runs agents over the bus. Create it with New, then Start;
 // Stop ends it.
+//
+// Its methods are what its users call; the work is done by its parts
+// (parts.go), each with one job, which share the core.
 type Orchestrator struct {
-	cfg     Config
-	log     *slog.Logger
-	bus     *bus.Bus
-	js      jetstream.JetStream
-	storage storageState
-	store   *store
-	clock   func() time.Time
-	// agents are the agents this replica runs, by name; agentNames in
-	// configured order; defaultAgent the first.
-	agents       map[string]*agentRuntime
-	agentNames   []string
-	defaultAgent *agentRuntime
-	// replicas is the view of the live replicas' adverts; nudged carries
-	// the conversations other replicas handed over.
-	replicas  replicaSet
-	replicaKV jetstream.KeyValue
-	nudged    chan string
-	nudgeSubs []*nats.Subscription
-	// tracer makes the spans of runs and replies.
-	tracer trace.Tracer
-
-	sem      chan struct{}
-	ending   chan struct{}   // endSlot's window
-	launchMu sync.Mutex      // orders launches before Stop's wait for runs
-	inflight map[string]bool // runs queued or executing in this process
-	// executing cancels the runs executing in this process, by run id (a
-	// cancel notice ends them at once).
-	executing map[string]context.CancelFunc
-	cancelSub *nats.Subscription
-	runs      sync.WaitGroup
-	loops     sync.WaitGroup
-	runCtx    context.Context // parent of every run; cancelled when Stop gives up waiting
-	cancel    context.CancelFunc
-	stopping  chan struct{}
-	stopOnce  sync.Once
-	started   atomic.Bool
-	stopped   atomic.Bool
-
-	replies    *bus.Subscription
-	maxDeliver *bus.Subscription
-	deadlines  *deadlineIndex
-	events     *eventPublisher
-	unserved   *unservedCalls
-	commits    groupCommit
-	observer   observer
-
-	// discovery knows the tools workers advertise and what each run
-	// offers of them.
-	discovery discovery
-	// once logs a warning once per key.
-	once onceLog
-
-	stats Stats
+	*core
 }
 
 // Stats counts what the orchestrator did, for tests and metrics.
@@ -419,32 +368,39 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("orchestrator config: %w", err)
 	}
-	o := &Orchestrator{
+	o := &Orchestrator{core: &core{
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("component", "orchestrator"), slog.String("instance", cfg.InstanceID)),
 		bus:       cfg.Bus,
 		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
+		stopping:  make(chan struct{}),
+		deadlines: newDeadlineIndex(),
+		tracer:    telemetry.Tracer(cfg.TracerProvider),
+	}}
+	o.once.log = o.log
+	o.roster = &roster{core: o.core}
+	o.runner = &runner{core: o.core,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		executing: map[string]context.CancelFunc{},
-		stopping:  make(chan struct{}),
-		deadlines: newDeadlineIndex(),
-		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
-	o.once.log = o.log
+	o.pub = &publisher{core: o.core}
+	o.link = &replicaLink{core: o.core}
+	o.pipe = &replyPipeline{core: o.core}
+	o.rec = &reconciler{core: o.core}
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
-	if err := o.buildAgents(); err != nil {
+	if err := o.roster.buildAgents(); err != nil {
 		return nil, err
 	}
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
-	o.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.applyGroup,
+	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
 		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
-	o.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
+	o.pub.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
 		o.stats.UnservedCalls.Add(1)
 		cfg.Metrics.UnservedCall(tool)
 	})
@@ -480,39 +436,39 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	// every replica reports the same total.
 	o.cfg.Metrics.CountPending(countPending(o.Pending))
 	var tools []string
-	for _, a := range o.agents {
+	for _, a := range o.roster.agents {
 		for _, t := range a.cfg.Tools {
 			if !slices.Contains(tools, t.Name) {
 				tools = append(tools, t.Name)
 			}
 		}
 	}
-	o.cfg.Metrics.Known(o.agentNames, tools)
+	o.cfg.Metrics.Known(o.roster.names, tools)
 	// The subscriptions live until Stop, not as long as ctx.
-	if err := o.consumeReplies(o.runCtx); err != nil {
+	if err := o.pipe.consumeReplies(o.runCtx); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	// Calls no worker could finish are failed, so their runs do not hang.
 	md, err := o.bus.HandleMaxDeliveries(o.runCtx, bus.MaxDeliveriesConfig{WorkerID: o.cfg.InstanceID})
 	if err != nil {
-		_ = o.replies.Stop(ctx)
+		_ = o.pipe.replies.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
-	o.maxDeliver = md
-	if err := o.subscribeCancels(); err != nil {
-		_ = o.replies.Stop(ctx)
-		_ = o.maxDeliver.Stop(ctx)
+	o.pipe.maxDeliver = md
+	if err := o.runner.subscribeCancels(); err != nil {
+		_ = o.pipe.replies.Stop(ctx)
+		_ = o.pipe.maxDeliver.Stop(ctx)
 		return fmt.Errorf("start: %w", err)
 	}
-	if err := o.subscribeNudges(); err != nil {
-		_ = o.replies.Stop(ctx)
-		_ = o.maxDeliver.Stop(ctx)
-		_ = o.cancelSub.Unsubscribe()
+	if err := o.link.subscribeNudges(); err != nil {
+		_ = o.pipe.replies.Stop(ctx)
+		_ = o.pipe.maxDeliver.Stop(ctx)
+		_ = o.runner.cancelSub.Unsubscribe()
 		return fmt.Errorf("start: %w", err)
 	}
 	// Before the first reconcile: which conversations are this replica's
 	// depends on what the others run.
-	if err := o.advertise(ctx); err != nil {
+	if err := o.link.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
 	o.discovery.watch(ctx, o.bus)
@@ -525,38 +481,38 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err != nil {
 		o.log.WarnContext(ctx, "reconcile at start: the next pass will try again", slog.String("error", err.Error()))
 	}
-	o.loops.Go(o.expiryLoop)
-	o.loops.Go(o.advertiseLoop)
-	o.loops.Go(func() { o.reconcileLoop(first) })
+	o.loops.Go(o.rec.expiryLoop)
+	o.loops.Go(o.link.advertiseLoop)
+	o.loops.Go(func() { o.rec.reconcileLoop(first) })
 	if o.cfg.Retention > 0 {
-		o.loops.Go(o.retentionLoop)
+		o.loops.Go(o.rec.retentionLoop)
 	}
-	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.agentNames), slog.Int("tools", len(tools)))
+	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.roster.names), slog.Int("tools", len(tools)))
 	return nil
 }
 
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
-func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
-	if _, err := o.js.Stream(ctx, bus.StreamConversations); err != nil {
+func (co *core) openStore(ctx context.Context) (*store, error) {
+	if _, err := co.js.Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
-	index, err := o.js.KeyValue(ctx, bus.BucketIndex)
+	index, err := co.js.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
 	}
-	replicas, err := o.js.KeyValue(ctx, bus.BucketReplicas)
+	replicas, err := co.js.KeyValue(ctx, bus.BucketReplicas)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketReplicas, err)
 	}
-	o.replicaKV = replicas
+	co.link.kv = replicas
 	s := &store{
-		bus: o.bus, index: index,
-		cache: newStateCache(o.cfg.StateCacheBytes),
-		clock: o.clock, onTooLarge: o.failTooLarge,
-		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
+		bus: co.bus, index: index,
+		cache: newStateCache(co.cfg.StateCacheBytes),
+		clock: co.clock, onTooLarge: co.failTooLarge,
+		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
 	}
-	if legacy, err := o.js.KeyValue(ctx, bus.BucketRuns); err == nil {
+	if legacy, err := co.js.KeyValue(ctx, bus.BucketRuns); err == nil {
 		s.legacy = legacy
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketRuns, err)
@@ -571,15 +527,15 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 func (o *Orchestrator) Stop(ctx context.Context) error {
 	var err error
 	o.stopOnce.Do(func() {
-		o.launchMu.Lock()
+		o.runner.launchMu.Lock()
 		o.stopped.Store(true)
-		o.launchMu.Unlock()
+		o.runner.launchMu.Unlock()
 		close(o.stopping)
-		if o.cancelSub != nil {
-			_ = o.cancelSub.Unsubscribe()
+		if o.runner.cancelSub != nil {
+			_ = o.runner.cancelSub.Unsubscribe()
 		}
-		o.unsubscribeNudges()
-		for _, sub := range []*bus.Subscription{o.replies, o.maxDeliver} {
+		o.link.unsubscribeNudges()
+		for _, sub := range []*bus.Subscription{o.pipe.replies, o.pipe.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {
 					err = errors.Join(err, serr)
@@ -589,7 +545,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		o.loops.Wait()
 		o.discovery.stop()
 		done := make(chan struct{})
-		go func() { o.runs.Wait(); close(done) }()
+		go func() { o.runner.runs.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -598,8 +554,8 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			<-done
 		}
 		o.cancel()
-		o.unserved.stop()
-		o.withdraw(ctx)
+		o.pub.unserved.stop()
+		o.link.withdraw(ctx)
 		if o.started.Load() {
 			// Runs are over: what they emitted is published before Stop
 			// returns.
@@ -618,7 +574,7 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 	if !o.started.Load() {
 		return errors.New("orchestrator not started")
 	}
-	if err := o.serverWriteError(); err != nil {
+	if err := o.cfg.serverWriteError(); err != nil {
 		return err
 	}
 	return o.storage.health(ctx)
@@ -626,11 +582,11 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 
 // serverWriteError is the NATS server's kept write error (Config.ServerWriteError),
 // which says what clears it.
-func (o *Orchestrator) serverWriteError() error {
-	if o.cfg.ServerWriteError == nil {
+func (c Config) serverWriteError() error {
+	if c.ServerWriteError == nil {
 		return nil
 	}
-	if err := o.cfg.ServerWriteError(); err != nil {
+	if err := c.ServerWriteError(); err != nil {
 		return fmt.Errorf("storage: %v", err)
 	}
 	return nil

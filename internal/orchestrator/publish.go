@@ -16,14 +16,14 @@ import (
 // marked published, then marks them. Calls are published before they are
 // marked, so a crash in between publishes them again: the message id, from
 // (run, call, kind), lets the stream drop the repeat (D35).
-func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error {
-	ids, err := o.publishCalls(ctx, c)
+func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
+	ids, err := p.publishCalls(ctx, c)
 	if len(ids) == 0 {
 		return err
 	}
 	b := c.Batch
-	now := o.clock()
-	_, merr := o.store.update(ctx, c.ID, func(c *Conversation) error {
+	now := p.clock()
+	_, merr := p.store.update(ctx, c.ID, func(c *Conversation) error {
 		if !c.MarkPublished(b.RunID, ids, now) {
 			return errUnchanged
 		}
@@ -43,7 +43,7 @@ func (o *Orchestrator) publishBatch(ctx context.Context, c *Conversation) error 
 // publishes and marks what is still unmarked later, under the same message
 // ids, which the stream drops as repeats while they are in its duplicate
 // window.
-func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]string, error) {
+func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string, error) {
 	b := c.Batch
 	if b == nil {
 		return nil, nil
@@ -57,7 +57,7 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 		if pc.Published || pc.Reply != nil {
 			continue
 		}
-		m, err := o.outgoing(c, b.RunID, pc, b.Trace)
+		m, err := p.outgoing(c, b.RunID, pc, b.Trace)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -68,22 +68,22 @@ func (o *Orchestrator) publishCalls(ctx context.Context, c *Conversation) ([]str
 	if len(msgs) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	if err := o.bus.PublishBatch(ctx, msgs); err != nil {
+	if err := p.bus.PublishBatch(ctx, msgs); err != nil {
 		// Which ones failed is not told apart: none counts as published,
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
-	o.stats.Published.Add(int64(len(msgs)))
-	o.stats.CallBatches.Add(1)
-	o.tellUnserved(c.ID, b, ids)
-	o.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
+	p.stats.Published.Add(int64(len(msgs)))
+	p.stats.CallBatches.Add(1)
+	p.tellUnserved(c.ID, b, ids)
+	p.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
 	return ids, errors.Join(errs...)
 }
 
 // tellUnserved hands the external calls just published (ids) to the look
 // at whether their tools have workers.
-func (o *Orchestrator) tellUnserved(convID string, b *Batch, ids []string) {
+func (p *publisher) tellUnserved(convID string, b *Batch, ids []string) {
 	var byTool map[string][]unservedCall
 	for _, id := range ids {
 		pc := b.call(id)
@@ -96,7 +96,7 @@ func (o *Orchestrator) tellUnserved(convID string, b *Batch, ids []string) {
 		byTool[pc.ToolName] = append(byTool[pc.ToolName], unservedCall{convID: convID, runID: b.RunID, callID: id, deadline: pc.Deadline})
 	}
 	for tool, calls := range byTool {
-		o.unserved.published(tool, calls)
+		p.unserved.published(tool, calls)
 	}
 }
 
@@ -105,7 +105,7 @@ func (o *Orchestrator) tellUnserved(convID string, b *Batch, ids []string) {
 // show and edit the args) or a call request. Its headers carry the trace
 // context of the run that issued it (runTrace), so that the worker's or
 // approver's span continues the run's trace.
-func (o *Orchestrator) outgoing(c *Conversation, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
+func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
 	convID := c.ID
 	hdr := telemetry.HeaderOf(runTrace)
 	if pc.Kind == deferred.KindApproval {
@@ -113,7 +113,7 @@ func (o *Orchestrator) outgoing(c *Conversation, runID string, pc *PendingCall, 
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 		}
-		if tool := o.discovery.toolOf(o.agentOf(c), runID, pc.ToolName); tool != nil {
+		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -140,8 +140,8 @@ func (o *Orchestrator) outgoing(c *Conversation, runID string, pc *PendingCall, 
 // A call approved with override args and deferred again comes with those
 // args in req (D24, D26): the worker runs it with what was approved. runTrace
 // is the trace context of the run (telemetry.InjectMap).
-func (o *Orchestrator) newBatch(ag *agentRuntime, runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
-	now := o.clock()
+func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
+	now := p.clock()
 	b := &Batch{RunID: runID, Trace: runTrace}
 	ids := make(map[string]bool, len(req.Approvals)+len(req.Calls))
 	add := func(call deferred.Call, kind deferred.Kind) error {
@@ -158,7 +158,7 @@ func (o *Orchestrator) newBatch(ag *agentRuntime, runID string, req *deferred.Re
 			args = json.RawMessage("{}")
 		}
 		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := o.discovery.toolOf(ag, runID, call.ToolName)
+		tool := p.discovery.toolOf(ag, runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
 		}

@@ -12,21 +12,21 @@ import (
 // listed: Start does not wait for their reads, so that records that cannot
 // be read or are slow to must not keep the API from coming up), then runs a
 // pass every interval.
-func (o *Orchestrator) reconcileLoop(first []dueEntry) {
-	ctx, cancel := context.WithCancel(o.runCtx)
-	o.reconcileEntries(ctx, first)
+func (rc *reconciler) reconcileLoop(first []dueEntry) {
+	ctx, cancel := context.WithCancel(rc.runCtx)
+	rc.reconcileEntries(ctx, first)
 	cancel()
-	t := newTicker(o.cfg.ReconcileInterval)
+	t := newTicker(rc.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-o.stopping:
+		case <-rc.stopping:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(o.runCtx, o.cfg.ReconcileInterval)
-		if err := o.reconcile(ctx); err != nil {
-			o.log.WarnContext(ctx, "reconcile", slog.String("error", err.Error()))
+		ctx, cancel := context.WithTimeout(rc.runCtx, rc.cfg.ReconcileInterval)
+		if err := rc.reconcile(ctx); err != nil {
+			rc.log.WarnContext(ctx, "reconcile", slog.String("error", err.Error()))
 		}
 		cancel()
 	}
@@ -36,7 +36,7 @@ func (o *Orchestrator) reconcileLoop(first []dueEntry) {
 // ReconcileInterval: for tests and the benchmark harness, which times it.
 // Conversations it had to leave are logged and counted (Stats), not
 // returned.
-func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile(ctx) }
+func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.rec.reconcile(ctx) }
 
 // reconcile goes over the conversations that are not finished (the due
 // entries of the index, so that its cost does not grow with the finished
@@ -45,19 +45,19 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.reconcile
 // complete, settle calls past their deadline, relaunch a run whose lease
 // expired; and it rebuilds the deadline index. The entry of a conversation
 // found finished or deleted is removed.
-func (o *Orchestrator) reconcile(ctx context.Context) error {
-	if !o.store.markersPurged.Load() {
-		if err := o.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
-			o.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
+func (rc *reconciler) reconcile(ctx context.Context) error {
+	if !rc.store.markersPurged.Load() {
+		if err := rc.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
+			rc.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
 		} else if err == nil {
-			o.store.markersPurged.Store(true)
+			rc.store.markersPurged.Store(true)
 		}
 	}
-	due, err := o.store.due(ctx)
+	due, err := rc.store.due(ctx)
 	if err != nil {
 		return err
 	}
-	o.reconcileEntries(ctx, due)
+	rc.reconcileEntries(ctx, due)
 	return ctx.Err()
 }
 
@@ -66,30 +66,30 @@ func (o *Orchestrator) reconcile(ctx context.Context) error {
 // the last record of each log, summaryChunk logs a request, and removed
 // without their logs being read: after many conversations finish at once,
 // a pass costs a few requests for them, not a read of each.
-func (o *Orchestrator) reconcileEntries(ctx context.Context, due []dueEntry) {
+func (rc *reconciler) reconcileEntries(ctx context.Context, due []dueEntry) {
 	for i := 0; i < len(due); i += summaryChunk {
 		chunk := due[i:min(i+summaryChunk, len(due))]
 		ids := make([]string, len(chunk))
 		for j, e := range chunk {
 			ids[j] = e.id
 		}
-		sums, err := o.store.summaries(ctx, ids)
+		sums, err := rc.store.summaries(ctx, ids)
 		if err != nil {
 			// Each is read on its own below, as if nothing was known.
-			o.log.WarnContext(ctx, "reconcile: read the last records", slog.String("error", err.Error()))
+			rc.log.WarnContext(ctx, "reconcile: read the last records", slog.String("error", err.Error()))
 			sums = nil
 		}
 		open := chunk
 		if sums != nil {
-			open = o.dropFinished(ctx, chunk, sums)
+			open = rc.dropFinished(ctx, chunk, sums)
 		}
-		o.reconcileEach(ctx, open)
+		rc.reconcileEach(ctx, open)
 	}
 }
 
 // dropFinished removes the due entries of the conversations whose last
 // record says they finished, and returns the others.
-func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
+func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
 	status := make(map[string]Status, len(sums))
 	for _, s := range sums {
 		status[s.ID] = s.Status
@@ -110,8 +110,8 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := o.store.undue(ctx, e); err != nil && ctx.Err() == nil {
-				o.log.WarnContext(ctx, "reconcile: remove the entry of a finished conversation", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
+			if err := rc.store.undue(ctx, e); err != nil && ctx.Err() == nil {
+				rc.log.WarnContext(ctx, "reconcile: remove the entry of a finished conversation", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 			}
 		})
 	}
@@ -125,68 +125,68 @@ func (o *Orchestrator) dropFinished(ctx context.Context, due []dueEntry, sums []
 const undueInFlight = 32
 
 // reconcileEach reconciles each of due in turn.
-func (o *Orchestrator) reconcileEach(ctx context.Context, due []dueEntry) {
+func (rc *reconciler) reconcileEach(ctx context.Context, due []dueEntry) {
 	for _, e := range due {
-		if o.stopped.Load() {
+		if rc.stopped.Load() {
 			break
 		}
 		// One conversation that cannot be read or brought forward (a
 		// corrupt record, a failing write) costs only itself: it is logged
 		// and counted, and the pass goes on to the others.
-		if err := o.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
-			o.stats.ReconcileErrors.Add(1)
-			o.cfg.Metrics.ReconcileError()
-			o.storage.failed(err) // health reports a store without room
-			o.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
+		if err := rc.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
+			rc.stats.ReconcileErrors.Add(1)
+			rc.cfg.Metrics.ReconcileError()
+			rc.storage.failed(err) // health reports a store without room
+			rc.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 		}
 	}
 }
 
-func (o *Orchestrator) reconcileOne(ctx context.Context, e dueEntry) error {
+func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	id := e.id
 	// The cached state, when there is one: acting on a stale one costs a
 	// refused append and a catch-up, never a wrong change, since every
 	// change goes through the store's expected-sequence append; and a pass
 	// over many paused conversations then reads none of them.
-	c, _, err := o.store.current(ctx, id)
+	c, _, err := rc.store.current(ctx, id)
 	if errors.Is(err, ErrNotFound) {
-		return o.store.undue(ctx, e)
+		return rc.store.undue(ctx, e)
 	}
 	if err != nil {
 		return err
 	}
 	if c.Status.Terminal() {
-		return o.store.undue(ctx, e)
+		return rc.store.undue(ctx, e)
 	}
-	now := o.clock()
+	now := rc.clock()
 	switch c.Status {
 	case StatusPaused:
 		if c.Batch == nil {
 			return nil
 		}
-		if unpublished(c.Batch) && o.publishDue(c, now) {
-			if err := o.publishBatch(ctx, c); err != nil {
+		if unpublished(c.Batch) && rc.publishDue(c, now) {
+			if err := rc.pub.publishBatch(ctx, c); err != nil {
 				return err
 			}
 		}
 		if c.Batch.complete() {
-			o.claim(ctx, id)
+			rc.runner.claim(ctx, id)
 			return nil
 		}
 		if next := c.Batch.nextDeadline(); !next.After(now) {
-			o.expire(ctx, id)
+			rc.expire(ctx, id)
 			return nil
 		}
-		o.deadlines.schedule(c)
+		rc.deadlines.schedule(c)
 	case StatusRunning, StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
-			if ok, _ := o.mayRun(c); !ok {
-				return o.awaitAgent(ctx, c)
+			if ok, _ := rc.roster.mayRun(c); !ok {
+				return rc.link.awaitAgent(ctx, c)
 			}
-			o.relaunch(ctx, id)
+			rc.runner.relaunch(ctx, id)
 			return nil
 		}
-		o.deadlines.schedule(c)
+		rc.deadlines.schedule(c)
 	}
 	return nil
 }
@@ -206,12 +206,12 @@ const publishAfterMax = 30 * time.Second
 // published, and marks it. That is well within the stream's duplicate
 // window (2 minutes), after which a publication would be a new message
 // and a call delivered twice.
-func (o *Orchestrator) publishDue(c *Conversation, now time.Time) bool {
+func (rc *reconciler) publishDue(c *Conversation, now time.Time) bool {
 	rec := c.runRecord(c.Batch.RunID)
 	if rec == nil || rec.EndedAt.IsZero() {
 		return true
 	}
-	return !now.Before(rec.EndedAt.Add(min(o.cfg.ReconcileInterval, publishAfterMax)))
+	return !now.Before(rec.EndedAt.Add(min(rc.cfg.ReconcileInterval, publishAfterMax)))
 }
 
 func unpublished(b *Batch) bool {

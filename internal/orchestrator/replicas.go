@@ -86,21 +86,21 @@ func (s *replicaSet) names(now time.Time) []string {
 }
 
 // advertise puts this replica's advert and reads every replica's.
-func (o *Orchestrator) advertise(ctx context.Context) error {
+func (l *replicaLink) advertise(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	ad := replicaAdvert{Instance: o.cfg.InstanceID, Agents: map[string]string{}, Until: o.clock().Add(o.cfg.LeaseTTL)}
-	for _, a := range o.agents {
+	ad := replicaAdvert{Instance: l.cfg.InstanceID, Agents: map[string]string{}, Until: l.clock().Add(l.cfg.LeaseTTL)}
+	for _, a := range l.roster.agents {
 		ad.Agents[a.name] = a.digest
 	}
 	b, err := json.Marshal(ad)
 	if err != nil {
 		return err
 	}
-	if _, err := o.replicaKV.Put(ctx, replicaKeyPrefix+o.cfg.InstanceID, b); err != nil {
+	if _, err := l.kv.Put(ctx, replicaKeyPrefix+l.cfg.InstanceID, b); err != nil {
 		return err
 	}
-	w, err := o.replicaKV.WatchFiltered(ctx, []string{replicaKeyPrefix + ">"}, jetstream.IgnoreDeletes())
+	w, err := l.kv.WatchFiltered(ctx, []string{replicaKeyPrefix + ">"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
@@ -112,12 +112,12 @@ func (o *Orchestrator) advertise(ctx context.Context) error {
 			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok || e == nil {
-				o.replicas.set(m)
+				l.roster.replicas.set(m)
 				return nil
 			}
 			var a replicaAdvert
 			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				o.once.warn("advert:"+e.Key(), "replica advert not understood", slog.String("key", e.Key()), slog.String("error", err.Error()))
+				l.once.warn("advert:"+e.Key(), "replica advert not understood", slog.String("key", e.Key()), slog.String("error", err.Error()))
 				continue
 			}
 			m[strings.TrimPrefix(e.Key(), replicaKeyPrefix)] = a
@@ -127,31 +127,31 @@ func (o *Orchestrator) advertise(ctx context.Context) error {
 
 // advertiseLoop keeps this replica's advert alive and its view of the
 // others fresh.
-func (o *Orchestrator) advertiseLoop() {
-	t := newTicker(o.cfg.LeaseTTL / 3)
+func (l *replicaLink) advertiseLoop() {
+	t := newTicker(l.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	for {
 		select {
-		case <-o.stopping:
+		case <-l.stopping:
 			return
 		case <-t.C:
 		}
-		if err := o.advertise(o.runCtx); err != nil && o.runCtx.Err() == nil {
-			o.log.Warn("replica advert", slog.String("error", err.Error()))
+		if err := l.advertise(l.runCtx); err != nil && l.runCtx.Err() == nil {
+			l.log.Warn("replica advert", slog.String("error", err.Error()))
 		}
 	}
 }
 
 // withdraw deletes this replica's advert, so that the others see at once
 // that it no longer runs its agents (the upgrade rule needs no wait).
-func (o *Orchestrator) withdraw(ctx context.Context) {
-	if o.replicaKV == nil {
+func (l *replicaLink) withdraw(ctx context.Context) {
+	if l.kv == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
 	defer cancel()
-	if err := o.replicaKV.Delete(ctx, replicaKeyPrefix+o.cfg.InstanceID); err != nil {
-		o.log.Warn("withdraw replica advert", slog.String("error", err.Error()))
+	if err := l.kv.Delete(ctx, replicaKeyPrefix+l.cfg.InstanceID); err != nil {
+		l.log.Warn("withdraw replica advert", slog.String("error", err.Error()))
 	}
 }
 
@@ -159,33 +159,33 @@ func (o *Orchestrator) withdraw(ctx context.Context) {
 // replica that completed a batch of a conversation it does not run (or
 // took a start for an agent it lacks) nudges that agent's replicas, and
 // each takes the run over at once if it may (relaunch is exactly-once).
-func (o *Orchestrator) subscribeNudges() error {
-	o.nudged = make(chan string, 1024)
-	for _, name := range o.agentNames {
-		sub, err := o.bus.SubscribeNudges(name, func(convID string) {
+func (l *replicaLink) subscribeNudges() error {
+	l.nudged = make(chan string, 1024)
+	for _, name := range l.roster.names {
+		sub, err := l.bus.SubscribeNudges(name, func(convID string) {
 			select {
-			case o.nudged <- convID:
+			case l.nudged <- convID:
 			default:
 				// Full: reconcile finds the conversation at its next pass.
 			}
 		})
 		if err != nil {
-			o.unsubscribeNudges()
+			l.unsubscribeNudges()
 			return err
 		}
-		o.nudgeSubs = append(o.nudgeSubs, sub)
+		l.nudgeSubs = append(l.nudgeSubs, sub)
 	}
-	o.loops.Go(func() {
+	l.loops.Go(func() {
 		for {
 			select {
-			case <-o.stopping:
+			case <-l.stopping:
 				return
-			case id := <-o.nudged:
-				ctx, cancel := context.WithTimeout(o.runCtx, replyTimeout)
+			case id := <-l.nudged:
+				ctx, cancel := context.WithTimeout(l.runCtx, replyTimeout)
 				// The state as stored now, not as this replica cached it:
 				// the claim that handed the run over was another's append.
-				if _, _, err := o.store.get(ctx, id); err == nil {
-					o.relaunch(ctx, id)
+				if _, _, err := l.store.get(ctx, id); err == nil {
+					l.runner.relaunch(ctx, id)
 				}
 				cancel()
 			}
@@ -194,22 +194,22 @@ func (o *Orchestrator) subscribeNudges() error {
 	return nil
 }
 
-func (o *Orchestrator) unsubscribeNudges() {
-	for _, s := range o.nudgeSubs {
+func (l *replicaLink) unsubscribeNudges() {
+	for _, s := range l.nudgeSubs {
 		_ = s.Unsubscribe()
 	}
-	o.nudgeSubs = nil
+	l.nudgeSubs = nil
 }
 
 // handOver tells the replicas of c's agent that c has a run for them
 // (its lease already expired).
-func (o *Orchestrator) handOver(ctx context.Context, c *Conversation) {
-	o.stats.HandedOver.Add(1)
-	o.log.InfoContext(ctx, "run handed over to the agent's replicas", slog.String("conversation_id", c.ID),
+func (l *replicaLink) handOver(ctx context.Context, c *Conversation) {
+	l.stats.HandedOver.Add(1)
+	l.log.InfoContext(ctx, "run handed over to the agent's replicas", slog.String("conversation_id", c.ID),
 		slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)))
-	if err := o.bus.PublishNudge(c.Agent, c.ID); err != nil {
+	if err := l.bus.PublishNudge(c.Agent, c.ID); err != nil {
 		// Their reconcile finds it (its lease is expired).
-		o.log.WarnContext(ctx, "nudge", slog.String("conversation_id", c.ID), slog.String("error", err.Error()))
+		l.log.WarnContext(ctx, "nudge", slog.String("conversation_id", c.ID), slog.String("error", err.Error()))
 	}
 }
 
@@ -220,24 +220,24 @@ func (o *Orchestrator) handOver(ctx context.Context, c *Conversation) {
 // (Unserved in its state, an agent_unavailable event) and fails after
 // Config.AgentWait: it must not wait silently for an agent nobody runs.
 // Every replica's reconcile does this, so it happens while any is up.
-func (o *Orchestrator) awaitAgent(ctx context.Context, c *Conversation) error {
-	now := o.clock()
-	for _, n := range o.replicas.names(now) {
+func (l *replicaLink) awaitAgent(ctx context.Context, c *Conversation) error {
+	now := l.clock()
+	for _, n := range l.roster.replicas.names(now) {
 		if n == c.Agent {
 			// Nudged again at every pass while it waits: a nudge is a
 			// core NATS message, lost if no replica of the agent listened
 			// at that moment, and a replica whose cache holds the
 			// conversation as it was before the hand-over would not see
 			// it in its own reconcile.
-			o.handOver(ctx, c)
+			l.handOver(ctx, c)
 			return nil
 		}
 	}
 	reason := fmt.Sprintf("no replica runs agent %q", c.Agent)
 	var noted, failed bool
 	var runID string
-	_, err := o.store.update(ctx, c.ID, func(c *Conversation) error {
-		noted, failed, runID = c.WaitForAgent(reason, o.clock(), o.cfg.AgentWait)
+	_, err := l.store.update(ctx, c.ID, func(c *Conversation) error {
+		noted, failed, runID = c.WaitForAgent(reason, l.clock(), l.cfg.AgentWait)
 		if !noted && !failed {
 			return errUnchanged
 		}
@@ -248,17 +248,17 @@ func (o *Orchestrator) awaitAgent(ctx context.Context, c *Conversation) error {
 	}
 	switch {
 	case noted:
-		o.log.WarnContext(ctx, "conversation waits for a replica of its agent", slog.String("conversation_id", c.ID),
-			slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.Duration("fails_after", o.cfg.AgentWait))
+		l.log.WarnContext(ctx, "conversation waits for a replica of its agent", slog.String("conversation_id", c.ID),
+			slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.Duration("fails_after", l.cfg.AgentWait))
 		runID := ""
 		if c.Lease != nil {
 			runID = c.Lease.RunID
 		}
-		o.events.publish(ctx, c.ID, runID, EventAgentUnavailable, "", wire.AgentUnavailable{
-			Agent: c.Agent, AgentDigest: c.AgentDigest, Reason: reason, FailsAt: now.Add(o.cfg.AgentWait)})
+		l.events.publish(ctx, c.ID, runID, EventAgentUnavailable, "", wire.AgentUnavailable{
+			Agent: c.Agent, AgentDigest: c.AgentDigest, Reason: reason, FailsAt: now.Add(l.cfg.AgentWait)})
 	case failed:
-		o.log.WarnContext(ctx, "conversation failed: no replica of its agent came", slog.String("conversation_id", c.ID), slog.String("agent", c.Agent))
-		o.events.publish(ctx, c.ID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
+		l.log.WarnContext(ctx, "conversation failed: no replica of its agent came", slog.String("conversation_id", c.ID), slog.String("agent", c.Agent))
+		l.events.publish(ctx, c.ID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
 	}
 	return nil
 }

@@ -38,20 +38,20 @@ const replyPrefetch = 64
 // replyPullExpiry instead, which costs nothing worth counting.
 const replyPullExpiry = time.Second
 
-func (o *Orchestrator) consumeReplies(ctx context.Context) error {
-	sub, err := o.bus.ConsumeReplies(ctx, o.cfg.ReplyConsumer, bus.ConsumeConfig{
-		AckWait:         o.cfg.ReplyAckWait,
+func (rp *replyPipeline) consumeReplies(ctx context.Context) error {
+	sub, err := rp.bus.ConsumeReplies(ctx, rp.cfg.ReplyConsumer, bus.ConsumeConfig{
+		AckWait:         rp.cfg.ReplyAckWait,
 		MaxDeliver:      20,
 		BackOff:         []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
 		Concurrency:     replyConcurrency,
 		Dispatch:        true,
 		PullMaxMessages: replyPrefetch,
 		PullExpiry:      replyPullExpiry,
-	}, bus.HandlerFunc[bus.Reply](o.handleReply))
+	}, bus.HandlerFunc[bus.Reply](rp.handleReply))
 	if err != nil {
 		return err
 	}
-	o.replies = sub
+	rp.replies = sub
 	return nil
 }
 
@@ -61,10 +61,10 @@ func (o *Orchestrator) consumeReplies(ctx context.Context) error {
 // is refused (a bus.Terminal error). The steps are verify, record (the
 // group commit, which applies it) and settle; what became of it is told to
 // the observer once.
-func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Reply]) (herr error) {
+func (rp *replyPipeline) handleReply(ctx context.Context, d *bus.Delivery[bus.Reply]) (herr error) {
 	ctx, cancel := context.WithTimeout(ctx, replyTimeout)
 	defer cancel()
-	ctx, span := telemetry.StartConsumer(ctx, o.tracer, "process toolgate.reply."+d.Msg.Kind, d.Subject, d.Header,
+	ctx, span := telemetry.StartConsumer(ctx, rp.tracer, "process toolgate.reply."+d.Msg.Kind, d.Subject, d.Header,
 		telemetry.AttrRunID.String(d.Msg.RunID), telemetry.AttrToolCallID.String(d.Msg.ToolCallID()),
 		telemetry.AttrKind.String(d.Msg.Kind), telemetry.AttrDelivered.Int64(int64(d.NumDelivered)))
 	obs := replyObservation{kind: d.Msg.Kind, redelivered: d.NumDelivered > 1}
@@ -77,16 +77,16 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 			span.SetStatus(codes.Error, obs.verdict)
 		}
 		span.End()
-		o.observer.reply(obs)
+		rp.observer.reply(obs)
 	}()
-	in, err := o.verify(ctx, d.Msg)
+	in, err := rp.verify(ctx, d.Msg)
 	if err != nil {
 		obs.verdict = replyInvalid
 		return bus.Terminal(err)
 	}
-	convID, err := o.store.conversationOf(ctx, in.runID)
+	convID, err := rp.store.conversationOf(ctx, in.runID)
 	if errors.Is(err, ErrNotFound) {
-		return o.unknownRun(ctx, d, in, &obs)
+		return rp.unknownRun(ctx, d, in, &obs)
 	}
 	if err != nil {
 		obs.verdict = replyError
@@ -94,22 +94,22 @@ func (o *Orchestrator) handleReply(ctx context.Context, d *bus.Delivery[bus.Repl
 	}
 	span.SetAttributes(telemetry.AttrConversationID.String(convID))
 	j := &replyJob{in: in, done: make(chan struct{}), seq: d.StreamSeq}
-	if err := o.commits.record(ctx, convID, j); err != nil {
+	if err := rp.commits.record(ctx, convID, j); err != nil {
 		obs.verdict = replyError
 		return err
 	}
-	return o.settle(ctx, d, convID, j, &obs)
+	return rp.settle(ctx, d, convID, j, &obs)
 }
 
 // settle ends a recorded reply as its verdict says: acked when applied,
 // left to the consumer's ack when a duplicate, terminated (and so
 // dead-lettered) when late or refused, nakked when it could not be recorded.
-func (o *Orchestrator) settle(ctx context.Context, d *bus.Delivery[bus.Reply], convID string, j *replyJob, obs *replyObservation) error {
-	log := o.replyLog(j.in, convID)
+func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply], convID string, j *replyJob, obs *replyObservation) error {
+	log := rp.replyLog(j.in, convID)
 	obs.tool = j.tool
 	if errors.Is(j.err, ErrNotFound) {
 		// The run id names a conversation that does not exist.
-		return o.unknownRun(ctx, d, j.in, obs)
+		return rp.unknownRun(ctx, d, j.in, obs)
 	}
 	if j.err != nil {
 		obs.verdict = replyError
@@ -117,7 +117,7 @@ func (o *Orchestrator) settle(ctx context.Context, d *bus.Delivery[bus.Reply], c
 		return j.err
 	}
 	obs.recorded(j)
-	o.audit(ctx, convID, d, j)
+	rp.audit(ctx, convID, d, j)
 	switch j.v {
 	case verdictApplied:
 		if err := d.Ack(); err != nil {
@@ -138,10 +138,10 @@ func (o *Orchestrator) settle(ctx context.Context, d *bus.Delivery[bus.Reply], c
 }
 
 // unknownRun refuses a reply to a run no conversation has.
-func (o *Orchestrator) unknownRun(ctx context.Context, d *bus.Delivery[bus.Reply], in incoming, obs *replyObservation) error {
+func (rp *replyPipeline) unknownRun(ctx context.Context, d *bus.Delivery[bus.Reply], in incoming, obs *replyObservation) error {
 	obs.verdict = replyUnknownRun
-	o.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
-	o.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
+	rp.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
+	rp.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
 	return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
 }
 
@@ -153,8 +153,8 @@ const (
 	replyError      = "error"       // not recorded for now; redelivered
 )
 
-func (o *Orchestrator) replyLog(in incoming, convID string) *slog.Logger {
-	log := o.log.With(slog.String("run_id", in.runID), slog.String("tool_call_id", in.callID), slog.String("kind", string(in.kind)))
+func (rp *replyPipeline) replyLog(in incoming, convID string) *slog.Logger {
+	log := rp.log.With(slog.String("run_id", in.runID), slog.String("tool_call_id", in.callID), slog.String("kind", string(in.kind)))
 	if convID != "" {
 		log = log.With(slog.String("conversation_id", convID))
 	}
@@ -171,10 +171,10 @@ type (
 // replyEvents publishes what a recorded reply changed: the call answered,
 // or the reply refused and why; and the call expired if the reply found it
 // past its deadline.
-func (o *Orchestrator) replyEvents(ctx context.Context, convID string, j *replyJob) {
+func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *replyJob) {
 	in := j.in
 	if j.expired {
-		o.events.publish(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
+		rp.events.publish(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
 	}
 	switch j.v {
 	case verdictApplied:
@@ -191,8 +191,8 @@ func (o *Orchestrator) replyEvents(ctx context.Context, convID string, j *replyJ
 				data.Outcome = string(bus.OutcomeReturn)
 			}
 		}
-		o.events.publish(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
+		rp.events.publish(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
 	case verdictRefused, verdictLate:
-		o.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
+		rp.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
 	}
 }

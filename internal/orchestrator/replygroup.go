@@ -214,11 +214,11 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 // conversation on (the follow-up is launched, or the next deadline
 // scheduled). It returns the state it wrote while it is still the caller's
 // to reuse, else nil.
-func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	var followUp string
 	apply := func(c *Conversation) error {
-		now := o.clock()
+		now := rp.clock()
 		for _, j := range jobs {
 			pc := c.Batch.call(j.in.callID)
 			if c.Batch == nil || c.Batch.RunID != j.in.runID {
@@ -233,22 +233,22 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 			}
 		}
 		c.UpdatedAt = now
-		followUp = o.claimIn(c, now)
+		followUp = rp.runner.claimIn(c, now)
 		return nil
 	}
-	conv, rev, err := o.store.updateFrom(ctx, convID, from, rev, apply)
+	conv, rev, err := rp.store.updateFrom(ctx, convID, from, rev, apply)
 	if tl := tooLarge(err); tl != nil {
 		// The results do not fit: they are recorded as failed results,
 		// which the follow-up shows the model.
 		for _, j := range jobs {
 			j.in = shrunk(j.in, tl)
 		}
-		conv, rev, err = o.store.updateFrom(ctx, convID, nil, 0, apply)
+		conv, rev, err = rp.store.updateFrom(ctx, convID, nil, 0, apply)
 		if tl := tooLarge(err); tl != nil {
-			o.failTooLarge(ctx, convID, tl)
+			rp.failTooLarge(ctx, convID, tl)
 			for _, j := range jobs {
 				j.v, j.reason = verdictRefused, tl.Error()
-				o.replyEvents(ctx, convID, j)
+				rp.replyEvents(ctx, convID, j)
 				close(j.done)
 			}
 			return nil, 0
@@ -257,7 +257,7 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 	for _, j := range jobs {
 		j.err = err
 		if err == nil {
-			o.replyEvents(ctx, convID, j)
+			rp.replyEvents(ctx, convID, j)
 		}
 		close(j.done)
 	}
@@ -265,9 +265,9 @@ func (o *Orchestrator) applyGroup(ctx context.Context, convID string, jobs []*re
 		return nil, 0
 	}
 	if followUp != "" {
-		o.claimed(ctx, conv, rev, followUp)
+		rp.runner.claimed(ctx, conv, rev, followUp)
 		return nil, 0
 	}
-	o.deadlines.schedule(conv)
+	rp.deadlines.schedule(conv)
 	return conv, rev
 }

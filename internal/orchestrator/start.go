@@ -84,7 +84,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 		if err != nil && !StorageFull(err) {
 			// A write that got no answer: the server may be keeping a
 			// write error (its disk filled below its limit).
-			if werr := o.serverWriteError(); werr != nil {
+			if werr := o.cfg.serverWriteError(); werr != nil {
 				err = fmt.Errorf("%w (%v)", werr, err)
 			}
 		}
@@ -102,7 +102,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	if o.storage.full.Load() != nil {
 		// Once a start met a full store, the next ones ask the server
 		// first rather than wait for an answer it will not give.
-		if werr := o.serverWriteError(); werr != nil {
+		if werr := o.cfg.serverWriteError(); werr != nil {
 			return RunInfo{}, werr
 		}
 	}
@@ -131,7 +131,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 // launches it here, or hands it over when another replica runs its agent.
 func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, rec RunRecord, lease *Lease, info RunInfo) (RunInfo, error) {
 	convID, runID, now := info.ConversationID, info.RunID, rec.StartedAt
-	local, name, digest, err := o.startAgent(req.Agent)
+	local, name, digest, err := o.roster.startAgent(req.Agent)
 	if err != nil {
 		return RunInfo{}, err
 	}
@@ -151,12 +151,12 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	}
 	o.stats.RunsStarted.Add(1)
 	if local == nil {
-		o.handOver(ctx, c)
+		o.link.handOver(ctx, c)
 		return info, nil
 	}
 	// The run starts from the state just written, without reading it
 	// back.
-	o.launchFrom(convID, runID, c, rev)
+	o.runner.launchFrom(convID, runID, c, rev)
 	return info, nil
 }
 
@@ -170,8 +170,8 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 	}
 	repeat, queued, here := false, false, true
 	stored, err := o.store.update(ctx, convID, func(c *Conversation) error {
-		if req.Agent != "" && req.Agent != o.agentNameOf(c) {
-			return &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.agentNameOf(c)}
+		if req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
+			return &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.roster.agentNameOf(c)}
 		}
 		var err error
 		queued = c.Status == StatusPaused && c.runRecord(runID) == nil
@@ -182,7 +182,7 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 			// A new prompt runs with the config of the replica that takes
 			// it, if this one runs the agent; else it is handed over.
 			l := *lease
-			a := o.agentOf(c)
+			a := o.roster.agentOf(c)
 			here = a != nil
 			if !here {
 				l.Until = now
@@ -215,10 +215,10 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 	}
 	o.stats.RunsStarted.Add(1)
 	if !here {
-		o.handOver(ctx, stored)
+		o.link.handOver(ctx, stored)
 		return info, nil
 	}
-	o.launch(convID, runID)
+	o.runner.launch(convID, runID)
 	return info, nil
 }
 
@@ -236,7 +236,7 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 	}
 	if c.holdsLease(o.cfg.InstanceID, runID) && c.leaseLive(o.clock()) &&
 		(c.Status == StatusRunning || c.Status == StatusResuming) {
-		o.launch(convID, runID)
+		o.runner.launch(convID, runID)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
 }

@@ -23,7 +23,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 	ag := &agentRuntime{cfg: &AgentConfig{Tools: []ToolConfig{
 		{Name: "delete_file", ApprovalMetadata: json.RawMessage(`{"reason":"destructive"}`)},
 	}}}
-	o := &Orchestrator{clock: time.Now}
+	pub := &publisher{core: &core{clock: time.Now}}
 	req := deferred.Requests{
 		Approvals: []deferred.Call{
 			{ToolName: "delete_file", ToolCallID: "a1", Args: json.RawMessage(`{"path":"x"}`)},
@@ -45,7 +45,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 		ToolCallID: "c1", ToolName: "compute", Kind: deferred.KindCall,
 		Args: json.RawMessage(`{"m":2,"n":1}`), Published: true, PublishedAt: time.Now(),
 	}}}
-	b, err := o.newBatch(ag, "r1", &req, prev, nil)
+	b, err := pub.newBatch(ag, "r1", &req, prev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 
 	// Without any metadata, none comes back.
 	plain := deferred.Requests{Calls: []deferred.Call{{ToolName: "compute", ToolCallID: "c1", Args: json.RawMessage(`{}`)}}}
-	b, err = o.newBatch(ag, "r2", &plain, nil, nil)
+	b, err = pub.newBatch(ag, "r2", &plain, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,30 +18,30 @@ import (
 
 // failTooLarge fails the conversation that a change would have taken over
 // the store's limit, with the reason in its status and a run_failed event.
-func (o *Orchestrator) failTooLarge(ctx context.Context, convID string, tl *TooLargeError) {
+func (co *core) failTooLarge(ctx context.Context, convID string, tl *TooLargeError) {
 	reason := tl.Error()
 	var runID string
-	c, _, err := o.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
+	c, _, err := co.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
 		runID = ""
 		if c.Lease != nil {
 			runID = c.Lease.RunID
 		} else if c.Batch != nil {
 			runID = c.Batch.RunID
 		}
-		if !c.Abort(reason, o.clock()) {
+		if !c.Abort(reason, co.clock()) {
 			return errUnchanged
 		}
 		return nil
 	})
 	if err != nil {
-		o.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		co.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		return
 	}
 	if c.Status != StatusFailed || c.Error != reason {
 		return
 	}
-	o.log.WarnContext(ctx, "conversation failed: state too large", slog.String("conversation_id", convID), slog.String("error", reason))
-	o.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
+	co.log.WarnContext(ctx, "conversation failed: state too large", slog.String("conversation_id", convID), slog.String("error", reason))
+	co.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
 }
 
 // shrunk is in with a result's value, content and metadata replaced by a

@@ -34,16 +34,16 @@ type incoming struct {
 // form (a malformed one is refused at once), its size (a result over the
 // limit becomes a failed one saying so) and, for a decision, whether its
 // signer is trusted (kept on it: the refusal is recorded on the call).
-func (o *Orchestrator) verify(ctx context.Context, r bus.Reply) (incoming, error) {
+func (rp *replyPipeline) verify(ctx context.Context, r bus.Reply) (incoming, error) {
 	in, err := incomingOf(r)
 	if err != nil {
 		return incoming{}, err
 	}
 	if in.oversize > 0 {
-		o.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
+		rp.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
 			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", bus.MaxReplyBytes))
 	}
-	in.trustErr = o.checkTrust(in)
+	in.trustErr = rp.checkTrust(in)
 	in.trace = telemetry.InjectMap(ctx)
 	return in, nil
 }
@@ -76,11 +76,11 @@ func incomingOf(r bus.Reply) (incoming, error) {
 
 // checkTrust verifies a decision's signature when trusted keys are
 // configured (D36).
-func (o *Orchestrator) checkTrust(in incoming) error {
-	if in.decision == nil || len(o.cfg.TrustedApprovers) == 0 {
+func (rp *replyPipeline) checkTrust(in incoming) error {
+	if in.decision == nil || len(rp.cfg.TrustedApprovers) == 0 {
 		return nil
 	}
-	key, ok := o.cfg.TrustedApprovers[in.decision.ApproverID]
+	key, ok := rp.cfg.TrustedApprovers[in.decision.ApproverID]
 	if !ok {
 		return fmt.Errorf("approver %q is not trusted", in.decision.ApproverID)
 	}

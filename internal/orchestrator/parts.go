@@ -1,0 +1,121 @@
+package orchestrator
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// core is what the parts of an orchestrator share.
+type core struct {
+	// The parts.
+	roster *roster
+	runner *runner
+	pub    *publisher
+	link   *replicaLink
+	pipe   *replyPipeline
+	rec    *reconciler
+
+	cfg     Config
+	log     *slog.Logger
+	bus     *bus.Bus
+	js      jetstream.JetStream
+	storage storageState
+	store   *store
+	clock   func() time.Time
+	// tracer makes the spans of runs and replies.
+	tracer trace.Tracer
+
+	loops    sync.WaitGroup
+	runCtx   context.Context // parent of every run; cancelled when Stop gives up waiting
+	cancel   context.CancelFunc
+	stopping chan struct{}
+	stopOnce sync.Once
+	started  atomic.Bool
+	stopped  atomic.Bool
+
+	deadlines *deadlineIndex
+	events    *eventPublisher
+	observer  observer
+
+	// discovery knows the tools workers advertise and what each run
+	// offers of them.
+	discovery discovery
+	// once logs a warning once per key.
+	once onceLog
+
+	stats Stats
+}
+
+// roster knows the agents this replica runs and those the other replicas
+// run: which conversations this replica may take (agents.go, agent.go).
+type roster struct {
+	*core
+	// agents are the agents this replica runs, by name; names in
+	// configured order; def the first.
+	agents map[string]*agentRuntime
+	names  []string
+	def    *agentRuntime
+	// replicas is the view of the live replicas' adverts (replicaLink
+	// keeps it).
+	replicas replicaSet
+}
+
+// runner executes runs under their leases, one slot each: a start, a
+// claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
+type runner struct {
+	*core
+	sem      chan struct{}
+	ending   chan struct{}   // endSlot's window
+	launchMu sync.Mutex      // orders launches before Stop's wait for runs
+	inflight map[string]bool // runs queued or executing in this process
+	// executing cancels the runs executing in this process, by run id (a
+	// cancel notice ends them at once).
+	executing map[string]context.CancelFunc
+	cancelSub *nats.Subscription
+	runs      sync.WaitGroup
+}
+
+// publisher turns a paused run's deferred requests into a batch and
+// publishes its calls (publish.go).
+type publisher struct {
+	*core
+	unserved *unservedCalls
+}
+
+// replicaLink is this replica among the others: its advert, the nudges
+// it sends and takes, the hand-over of conversations it does not run
+// (replicas.go).
+type replicaLink struct {
+	*core
+	kv jetstream.KeyValue
+	// nudged carries the conversations other replicas handed over.
+	nudged    chan string
+	nudgeSubs []*nats.Subscription
+}
+
+// replyPipeline takes replies and decisions from the bus, verifies them,
+// records them in groups and settles each delivery (replies.go,
+// replygroup.go, verify.go, audit.go).
+type replyPipeline struct {
+	*core
+	replies    *bus.Subscription
+	maxDeliver *bus.Subscription
+	commits    groupCommit
+}
+
+// reconciler does what nobody else will: the periodic pass over the due
+// conversations, expiry at deadlines, retention (reconcile.go, expiry.go,
+// lifecycle.go).
+type reconciler struct {
+	*core
+}
