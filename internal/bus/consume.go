@@ -145,8 +145,10 @@ type Delivery[T any] struct {
 	raw     jetstream.Msg
 	bus     *Bus
 	backoff func(uint64) time.Duration
+	sub     *Subscription
 	mu      sync.Mutex
 	done    bool
+	held    bool
 }
 
 func (d *Delivery[T]) finish(f func() error) error {
@@ -159,8 +161,42 @@ func (d *Delivery[T]) finish(f func() error) error {
 		return err
 	}
 	d.done = true
+	if d.held {
+		d.sub.unhold(d.raw)
+	}
 	return nil
 }
+
+// Hold keeps the delivery unsettled past its handler's return, for
+// whatever the handler handed it to (a person who decides) to settle
+// later with Ack, NakWithDelay or Term. Until then the subscription renews
+// its ack deadline every AckWait/3, so that it is not delivered again
+// while it waits; when the subscription stops, a delivery still held is
+// nak'd, so that it comes back at once to whoever consumes next rather
+// than after AckWait. It fails once the delivery is settled or the
+// subscription has stopped (the handler then returns an error, and the
+// message is redelivered).
+func (d *Delivery[T]) Hold() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return errAlreadyFinished
+	}
+	if d.sub == nil || !d.sub.hold(d.raw, d) {
+		return errors.New("hold a delivery: the subscription has stopped")
+	}
+	d.held = true
+	return nil
+}
+
+func (d *Delivery[T]) isHeld() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.held && !d.done
+}
+
+// handBack nak's a held delivery at once (its subscription stops).
+func (d *Delivery[T]) handBack() error { return d.finish(d.raw.Nak) }
 
 var errAlreadyFinished = errors.New("delivery already acked, nak'd or termed")
 
@@ -211,6 +247,91 @@ type Subscription struct {
 
 	stopOnce sync.Once
 	watchEnd chan struct{}
+
+	// held are the deliveries that handlers held (Delivery.Hold), by
+	// message, renewed every renewEvery until settled; heldDone ends the
+	// renewing once the subscription has stopped and handed them back.
+	held       map[jetstream.Msg]heldDelivery
+	heldClosed bool
+	renewEvery time.Duration
+	heldDone   chan struct{}
+}
+
+// heldDelivery is a held Delivery of any type.
+type heldDelivery interface {
+	InProgress() error
+	handBack() error
+}
+
+// hold registers a held delivery; false once the subscription has handed
+// back what it held.
+func (s *Subscription) hold(m jetstream.Msg, d heldDelivery) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.heldClosed {
+		return false
+	}
+	if s.held == nil {
+		s.held = map[jetstream.Msg]heldDelivery{}
+		s.heldDone = make(chan struct{})
+		go s.renewHeld(s.heldDone)
+	}
+	s.held[m] = d
+	return true
+}
+
+func (s *Subscription) unhold(m jetstream.Msg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, m)
+}
+
+func (s *Subscription) heldNow() []heldDelivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]heldDelivery, 0, len(s.held))
+	for _, d := range s.held {
+		out = append(out, d)
+	}
+	return out
+}
+
+// renewHeld renews the held deliveries' ack deadlines until done.
+func (s *Subscription) renewHeld(done <-chan struct{}) {
+	t := time.NewTicker(max(s.renewEvery, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			for _, d := range s.heldNow() {
+				// A delivery settled meanwhile answers errAlreadyFinished; a
+				// failed renewal is tried again next tick, and at worst the
+				// message is delivered again, which a holder must expect
+				// anyway.
+				_ = d.InProgress()
+			}
+		}
+	}
+}
+
+// handBackHeld nak's what is still held, once the handlers are done: a
+// held message comes back at once to the next consumer.
+func (s *Subscription) handBackHeld() {
+	s.mu.Lock()
+	if s.heldClosed {
+		s.mu.Unlock()
+		return
+	}
+	s.heldClosed = true
+	if s.heldDone != nil {
+		close(s.heldDone)
+	}
+	s.mu.Unlock()
+	for _, d := range s.heldNow() {
+		_ = d.handBack()
+	}
 }
 
 func (s *Subscription) enter() bool {
@@ -290,6 +411,7 @@ func (s *Subscription) Drain(ctx context.Context) error {
 
 func (s *Subscription) wait(ctx context.Context) error {
 	defer s.stopOnce.Do(func() { close(s.watchEnd) })
+	defer s.handBackHeld()
 	select {
 	case <-s.idle:
 	case <-ctx.Done():
@@ -340,8 +462,8 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	}
 	logger := b.logger.With(slog.String("stream", stream), slog.String("consumer", cc.Durable))
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Subscription{cancel: cancel, idle: make(chan struct{}), watchEnd: make(chan struct{})}
-	onMsg, loops := s.onMsg(cfg, func(m jetstream.Msg) { handleOne(hctx, b, logger, cfg, m, decode, h) })
+	s := &Subscription{cancel: cancel, idle: make(chan struct{}), watchEnd: make(chan struct{}), renewEvery: cfg.AckWait / 3}
+	onMsg, loops := s.onMsg(cfg, func(m jetstream.Msg) { handleOne(hctx, b, s, logger, cfg, m, decode, h) })
 	// lost hears of a consume loop whose consumer may be gone: deleted on
 	// the server (by an operator, or a client with the right to), or
 	// missing behind pulls that get no heartbeats.
@@ -524,7 +646,7 @@ func (s *Subscription) recreate(ctx context.Context, b *Bus, stream string, cc j
 // part of the deliveries, not all of them.
 const dispatchLoops = 4
 
-func handleOne[T any](ctx context.Context, b *Bus, logger *slog.Logger, cfg ConsumeConfig, m jetstream.Msg, decode decodeFunc[T], h Handler[T]) {
+func handleOne[T any](ctx context.Context, b *Bus, s *Subscription, logger *slog.Logger, cfg ConsumeConfig, m jetstream.Msg, decode decodeFunc[T], h Handler[T]) {
 	meta, err := m.Metadata()
 	if err != nil {
 		logger.Error("message without metadata", slog.Any("error", err))
@@ -560,6 +682,7 @@ func handleOne[T any](ctx context.Context, b *Bus, logger *slog.Logger, cfg Cons
 		raw:          m,
 		bus:          b,
 		backoff:      cfg.backoff,
+		sub:          s,
 	}
 	if d.ContentType == "" {
 		d.ContentType = ContentTypeMsgpack
@@ -574,6 +697,8 @@ func handleOne[T any](ctx context.Context, b *Bus, logger *slog.Logger, cfg Cons
 	}
 	var term *TermError
 	switch {
+	case herr == nil && d.isHeld():
+		// Settled later by whoever holds it.
 	case herr == nil:
 		if err := d.Ack(); err != nil && !errors.Is(err, errAlreadyFinished) {
 			logger.Warn("ack", slog.Any("error", err))
@@ -740,7 +865,7 @@ func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg 
 		if want, _ := ApprovalSubject(r.ToolName); want != m.Subject() {
 			return r, &ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
 		}
-		return r, nil
+		return r, r.Validate()
 	}, h)
 	if err != nil {
 		return nil, fmt.Errorf("consume approvals for %s: %w", durable, err)

@@ -3,9 +3,10 @@
 // deny or edit them.
 //
 // The inbox keeps its own durable consumer on TOOLGATE_APPROVALS (every
-// approver sees every request) and holds each request it shows unacked,
-// renewing it with in-progress acks, until it is decided here, expires, or
-// is settled elsewhere. The unacked set on the server is then the set of
+// approver sees every request; bus.ConsumeApprovals, which dead-letters a
+// request that does not decode or is invalid) and holds each request it
+// shows unacked (bus.Delivery.Hold: the bus renews it with in-progress
+// acks), until it is decided here, expires, or is settled elsewhere. The unacked set on the server is then the set of
 // open requests: an inbox that restarts gets them all again (at once after
 // a clean stop, which naks them; after AckWait after a crash), and nothing
 // is kept on disk here.

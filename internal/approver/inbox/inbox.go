@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
@@ -182,7 +180,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 	if in.tools, err = in.cfg.Bus.Tools(ctx); err != nil {
 		in.log.WarnContext(ctx, "tool adverts not read: the MCP server of a tool is not shown", slog.Any("error", err))
 	}
-	cc, err := in.consume(ctx)
+	sub, err := in.consume(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
@@ -195,14 +193,12 @@ func (in *Inbox) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	in.ready.Store(false)
-	cc.Stop()
-	select {
-	case <-cc.Closed():
-	case <-time.After(10 * time.Second):
-	}
-	for _, e := range in.store.drain() {
-		// Handed back now rather than after AckWait.
-		_ = e.msg.Nak()
+	// Stopping hands the held requests back now rather than after AckWait.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	in.store.drain()
+	if err := sub.Stop(sctx); err != nil {
+		in.log.Warn("stop taking requests", slog.Any("error", err))
 	}
 	return nil
 }
@@ -259,118 +255,58 @@ func (in *Inbox) dropSettled() {
 	}
 }
 
-// consume starts the durable consumer. Explicit acks, no delivery limit:
-// a held request is naked on every clean stop and must come back each
-// time.
-func (in *Inbox) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
-	js := in.cfg.Bus.JetStream()
-	cons, err := js.CreateOrUpdateConsumer(ctx, bus.StreamApprovals, jetstream.ConsumerConfig{
-		Durable:       in.cfg.Durable,
-		Description:   "approval inbox " + in.cfg.ID,
-		FilterSubject: in.cfg.Filter,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       in.cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: in.cfg.MaxPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", in.cfg.Durable, err)
-	}
-	cc, err := cons.Consume(in.take, jetstream.PullMaxMessages(64),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			in.log.Warn("consume error", slog.Any("error", err))
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", in.cfg.Durable, err)
-	}
-	return cc, nil
+// consume starts the durable consumer, which holds each request shown
+// until it is decided, settled elsewhere or expired (bus.Delivery.Hold:
+// renewed every AckWait/3, handed back at once on a clean stop). No
+// delivery limit: a held request is handed back on every clean stop and
+// must come back each time.
+func (in *Inbox) consume(ctx context.Context) (*bus.Subscription, error) {
+	cfg := bus.ConsumeConfig{AckWait: in.cfg.AckWait, MaxDeliver: -1, MaxAckPending: in.cfg.MaxPending, PullMaxMessages: 64}
+	return in.cfg.Bus.ConsumeApprovals(ctx, in.cfg.Durable, in.cfg.Filter, cfg, bus.HandlerFunc[bus.ApprovalRequest](in.take))
 }
 
-// take holds one delivered request, or acks it when there is nothing to
-// show.
-func (in *Inbox) take(m jetstream.Msg) {
-	meta, err := m.Metadata()
-	if err != nil {
-		_ = m.Term()
-		return
-	}
-	var r bus.ApprovalRequest
-	if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &r); err != nil {
-		in.deadLetter(m, meta, err)
-		return
-	}
-	if want, _ := bus.ApprovalSubject(r.ToolName); want != m.Subject() {
-		in.deadLetter(m, meta, &bus.ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())})
-		return
-	}
-	if err := r.Validate(); err != nil {
-		in.deadLetter(m, meta, err)
-		return
-	}
+// take holds one delivered request, or lets it be acked when there is
+// nothing to show. One that does not decode or is invalid the bus
+// dead-letters before it gets here.
+func (in *Inbox) take(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+	r := d.Msg
 	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
 	now := in.cfg.Clock()
 	switch {
 	case !r.Deadline.IsZero() && !now.Before(r.Deadline):
 		log.Debug("request past its deadline, not shown")
-		_ = m.Ack()
-		return
+		return nil
 	case in.decided.has(keyOf(r.RunID, r.ToolCallID)):
-		_ = m.Ack()
-		return
+		return nil
 	}
 	if _, ok := in.settled.Settled(r); ok {
-		_ = m.Ack()
-		return
+		return nil
 	}
-	old := in.store.put(&entry{req: r, msg: m, seq: meta.Sequence.Stream, received: meta.Timestamp, mcpServer: in.mcpServerOf(r.ToolName)})
-	if old != nil && old.seq != meta.Sequence.Stream {
+	if err := d.Hold(); err != nil {
+		return err
+	}
+	old := in.store.put(&entry{req: r, msg: d, seq: d.StreamSeq, received: d.Timestamp, mcpServer: in.mcpServerOf(r.ToolName)})
+	if old != nil && old.seq != d.StreamSeq {
 		// A newer attempt of the same call replaces the old one.
 		_ = old.msg.Ack()
 	}
 	if old == nil {
 		log.Info("request pending", slog.String("tool", r.ToolName), slog.Time("deadline", r.Deadline))
 	}
+	return nil
 }
 
-// deadLetter copies a request the inbox cannot show to the DLQ with why
-// (kind decode when its body does not decode, invalid otherwise, as the
-// bus's own consumers do); if that fails it comes back later, never
-// dropped.
-func (in *Inbox) deadLetter(m jetstream.Msg, meta *jetstream.MsgMetadata, why error) {
-	kind := bus.DLQInvalid
-	var de *bus.DecodeError
-	if errors.As(why, &de) {
-		kind = bus.DLQDecode
-	}
-	in.log.Warn("dead-lettering an approval request that cannot be shown", slog.Uint64("stream_seq", meta.Sequence.Stream), slog.String("kind", kind), slog.Any("error", why))
-	ctx, cancel := context.WithTimeout(context.Background(), in.cfg.AckWait/3)
-	defer cancel()
-	if err := in.cfg.Bus.DeadLetterMsg(ctx, m, kind, why.Error()); err != nil {
-		in.log.Error("dead letter", slog.Any("error", err))
-		_ = m.NakWithDelay(bus.BackOffDelay(bus.DefaultBackOff(), meta.NumDelivered))
-	}
-}
-
-// tend drops expired requests every second and renews the others'
-// ack deadline every third of AckWait.
+// tend drops expired requests every second (the bus renews the others'
+// ack deadlines).
 func (in *Inbox) tend(ctx context.Context) {
 	expiry := time.NewTicker(time.Second)
 	defer expiry.Stop()
-	renew := time.NewTicker(in.cfg.AckWait / 3)
-	defer renew.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-expiry.C:
 			in.dropExpired()
-		case <-renew.C:
-			for _, e := range in.store.entries() {
-				if err := e.msg.InProgress(); err != nil {
-					in.log.Warn("renew held request", slog.String("tool_call_id", e.req.ToolCallID), slog.Any("error", err))
-				}
-			}
 		}
 	}
 }

@@ -7,18 +7,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // keyOf identifies a request: a tool_call_id is unique within its run.
 func keyOf(runID, toolCallID string) string { return runID + "/" + toolCallID }
 
-// entry is a held request and its unacked delivery.
+// entry is a held request and its held delivery (bus.Delivery.Hold).
 type entry struct {
 	req      bus.ApprovalRequest
-	msg      jetstream.Msg
+	msg      *bus.Delivery[bus.ApprovalRequest]
 	seq      uint64
 	received time.Time
 	// mcpServer is the MCP server the tool comes from, as its advert
@@ -201,16 +199,6 @@ func (s *store) reason(key string) string {
 // drain takes out everything.
 func (s *store) drain() []*entry {
 	return s.removeIf(func(*entry) (string, bool) { return "inbox stopped", true })
-}
-
-func (s *store) entries() []*entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*entry, 0, len(s.byKey))
-	for _, e := range s.byKey {
-		out = append(out, e)
-	}
-	return out
 }
 
 // snapshot lists the items, oldest first, with the channel that closes
