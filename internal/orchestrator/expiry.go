@@ -168,11 +168,10 @@ func (rc *reconciler) expire(ctx context.Context, convID string) {
 		return
 	}
 	if n := len(expired); n > 0 {
-		rc.stats.Expired.Add(int64(n))
 		ids := make([]string, n)
 		for i, pc := range expired {
 			ids[i] = pc.ToolCallID
-			rc.cfg.Metrics.Expired(string(pc.Kind))
+			rc.observer.expired(string(pc.Kind))
 		}
 		rc.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
 		rc.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})

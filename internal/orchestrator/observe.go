@@ -6,11 +6,18 @@ import (
 	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
-// observer is told what happened to each reply, once; what counts it (the
-// Stats, the Prometheus metrics) is behind it, so the reply path says what
-// happened once instead of counting it twice.
+// observer is told what happened, once: what became of each reply, calls
+// expired at their deadline, a call published while no worker takes its
+// tool, a conversation a reconcile pass had to leave, a run's end. What
+// counts it (the Stats, the Prometheus metrics) is behind it, so the parts
+// say what happened once instead of counting it twice.
 type observer interface {
 	reply(replyObservation)
+	// expired is told of each call settled as expired, by kind.
+	expired(kind string)
+	unservedCall(tool string)
+	reconcileError()
+	runFinished(agent, status string)
 }
 
 // replyObservation is what became of one reply.
@@ -82,3 +89,20 @@ func (c counters) reply(r replyObservation) {
 		m.DeadLetter(r.verdict)
 	}
 }
+
+func (c counters) expired(kind string) {
+	c.stats.Expired.Add(1)
+	c.m.Expired(kind)
+}
+
+func (c counters) unservedCall(tool string) {
+	c.stats.UnservedCalls.Add(1)
+	c.m.UnservedCall(tool)
+}
+
+func (c counters) reconcileError() {
+	c.stats.ReconcileErrors.Add(1)
+	c.m.ReconcileError()
+}
+
+func (c counters) runFinished(agent, status string) { c.m.RunFinished(agent, status) }

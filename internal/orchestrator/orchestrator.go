@@ -401,8 +401,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
 		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
 	o.pub.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
-		o.stats.UnservedCalls.Add(1)
-		cfg.Metrics.UnservedCall(tool)
+		o.observer.unservedCall(tool)
 	})
 	return o, nil
 }

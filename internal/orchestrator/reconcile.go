@@ -134,8 +134,7 @@ func (rc *reconciler) reconcileEach(ctx context.Context, due []dueEntry) {
 		// corrupt record, a failing write) costs only itself: it is logged
 		// and counted, and the pass goes on to the others.
 		if err := rc.reconcileOne(ctx, e); err != nil && ctx.Err() == nil {
-			rc.stats.ReconcileErrors.Add(1)
-			rc.cfg.Metrics.ReconcileError()
+			rc.observer.reconcileError()
 			rc.storage.failed(err) // health reports a store without room
 			rc.log.ErrorContext(ctx, "reconcile: conversation left as it is", slog.String("conversation_id", e.id), slog.String("error", err.Error()))
 		}

@@ -149,7 +149,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
 	}
-	rn.cfg.Metrics.RunFinished(ag.name, status)
+	rn.observer.runFinished(ag.name, status)
 }
 
 // Run ends other than by a stored status.
