@@ -3,36 +3,18 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/toolgatetest"
 )
 
-// doJSON sends body (JSON, when not empty) and decodes the JSON answer.
 func doJSON(t *testing.T, method, url, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: not JSON: %q", method, url, raw)
-	}
-	return resp.StatusCode, out
+	return apitest.DoJSON(t, method, url, nil, body)
 }
 
 // Bad requests are refused with the status and a message naming what is

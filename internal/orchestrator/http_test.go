@@ -2,9 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
@@ -21,36 +20,7 @@ import (
 
 func doJSON(t *testing.T, method, url, token, body string) (int, map[string]any) {
 	t.Helper()
-	hdr := http.Header{}
-	if token != "" {
-		hdr.Set("Authorization", "Bearer "+token)
-	}
-	return doJSONHeader(t, method, url, hdr, body)
-}
-
-func doJSONHeader(t *testing.T, method, url string, hdr http.Header, body string) (int, map[string]any) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t), method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: not JSON: %q", method, url, raw)
-	}
-	return resp.StatusCode, out
+	return apitest.DoJSON(t, method, url, apitest.Bearer(token), body)
 }
 
 // Events stored together as one message are served one by one, each with
@@ -102,7 +72,7 @@ func TestSSEResumesInsideEventBatch(t *testing.T) {
 		t.Errorf("after %s: %v", ids[1], types)
 	}
 	for _, bad := range []string{"x", "12.x", "12.-1"} {
-		status, body := doJSONHeader(t, "GET", srv.URL+"/v1/conversations/"+paused.ID+"/events", http.Header{"Last-Event-ID": {bad}}, "")
+		status, body := apitest.DoJSON(t, "GET", srv.URL+"/v1/conversations/"+paused.ID+"/events", http.Header{"Last-Event-ID": {bad}}, "")
 		if status != http.StatusBadRequest || !strings.Contains(body["error"].(string), "Last-Event-ID") {
 			t.Errorf("Last-Event-ID %q: %d %v", bad, status, body)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -134,7 +135,7 @@ func TestHTTPIdempotencyKey(t *testing.T) {
 	t.Cleanup(srv.Close)
 	post := func(key, prompt string) (int, map[string]any) {
 		t.Helper()
-		return doJSONHeader(t, "POST", srv.URL+"/v1/runs", http.Header{"Idempotency-Key": {key}}, `{"prompt":"`+prompt+`"}`)
+		return apitest.DoJSON(t, "POST", srv.URL+"/v1/runs", http.Header{"Idempotency-Key": {key}}, `{"prompt":"`+prompt+`"}`)
 	}
 	st1, first := post("k-1", "hello")
 	st2, second := post("k-1", "hello")
