@@ -92,7 +92,7 @@ type Bus struct {
 	// callConsumers holds the tools whose call_<tool> consumer this
 	// connection has made sure of (EnsureCallConsumer).
 	callConsumers sync.Map
-	// streams caches handles of streams purged by name (PurgeKey): a
+	// streams caches handles of streams purged by name (KV.PurgeUpTo): a
 	// purge needs only the name, and looking the stream up each time
 	// would double the requests.
 	streams sync.Map

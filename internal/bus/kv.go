@@ -20,7 +20,10 @@ var (
 // KV is a thin view of a JetStream key-value bucket for compare-and-set
 // loops: Get, then Update with the revision read; on ErrRevisionMismatch
 // read again and retry (or use Mutate).
-type KV struct{ kv jetstream.KeyValue }
+type KV struct {
+	kv jetstream.KeyValue
+	b  *Bus
+}
 
 // EntryOp is what a watched entry is.
 type EntryOp int
@@ -63,7 +66,7 @@ func (b *Bus) KeyValue(ctx context.Context, bucket string) (*KV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, errNotSetUp(err))
 	}
-	return &KV{kv: kv}, nil
+	return &KV{kv: kv, b: b}, nil
 }
 
 // Runs opens the toolgate_runs bucket.
@@ -226,27 +229,80 @@ func (k *KV) Watch(ctx context.Context, pattern string) iter.Seq2[Entry, error] 
 	}
 }
 
-// PurgeKey removes the messages of key in bucket up to revision upTo (0:
-// all of them) without leaving a marker: an entry put again after upTo
-// stays. A KV delete leaves a marker message behind, one stored message
-// more per key that is put and removed again, and listing the bucket goes
-// over the markers until they are purged.
-func (b *Bus) PurgeKey(ctx context.Context, bucket, key string, upTo uint64) error {
-	name := "KV_" + bucket
-	st, ok := b.streams.Load(name)
+// PurgeUpTo removes the messages of key up to revision upTo (0: all of
+// them) without leaving a marker: an entry put again after upTo stays. A
+// delete leaves a marker message behind, one stored message more per key
+// that is put and removed again, and listing the bucket goes over the
+// markers until they are purged.
+func (k *KV) PurgeUpTo(ctx context.Context, key string, upTo uint64) error {
+	name := "KV_" + k.kv.Bucket()
+	st, ok := k.b.streams.Load(name)
 	if !ok {
-		s, err := b.js.Stream(ctx, name)
+		s, err := k.b.js.Stream(ctx, name)
 		if err != nil {
-			return fmt.Errorf("kv purge %s/%s: %w", bucket, key, err)
+			return fmt.Errorf("kv purge %s/%s: %w", k.kv.Bucket(), key, err)
 		}
-		st, _ = b.streams.LoadOrStore(name, s)
+		st, _ = k.b.streams.LoadOrStore(name, s)
 	}
-	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject("$KV." + bucket + "." + key)}
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject("$KV." + k.kv.Bucket() + "." + key)}
 	if upTo > 0 {
 		opts = append(opts, jetstream.WithPurgeSequence(upTo+1))
 	}
 	if err := st.(jetstream.Stream).Purge(ctx, opts...); err != nil {
-		return fmt.Errorf("kv purge %s/%s: %w", bucket, key, err)
+		return fmt.Errorf("kv purge %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return nil
+}
+
+// List is the entries under pattern (a key or a wildcard; "" is every
+// key) as they are now: the values, with their revisions, of the keys that
+// have one; without the values unless withValues. An empty bucket is told
+// by one request, without a watch.
+func (k *KV) List(ctx context.Context, pattern string, withValues bool) ([]Entry, error) {
+	return k.list(ctx, pattern, withValues, false)
+}
+
+// Markers is the delete and purge markers under pattern that the bucket
+// keeps for keys that have no value now (without values).
+func (k *KV) Markers(ctx context.Context, pattern string) ([]Entry, error) {
+	return k.list(ctx, pattern, false, true)
+}
+
+func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool) ([]Entry, error) {
+	if pattern == "" {
+		pattern = ">"
+	}
+	st, err := k.kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, err)
+	}
+	if st.Values() == 0 {
+		return nil, nil
+	}
+	var opts []jetstream.WatchOpt
+	if !withValues {
+		opts = append(opts, jetstream.MetaOnly())
+	}
+	if !markers {
+		opts = append(opts, jetstream.IgnoreDeletes())
+	}
+	w, err := k.kv.WatchFiltered(ctx, []string{pattern}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Entry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return out, nil
+			}
+			if markers == (e.Operation() != jetstream.KeyValuePut) {
+				out = append(out, entryOf(e))
+			}
+		}
+	}
 }

@@ -140,16 +140,20 @@ func newRuns(t *testing.T) *bus.KV {
 	return runs
 }
 
-// PurgeKey removes a key up to a revision and leaves no marker: an entry
+// PurgeUpTo removes a key up to a revision and leaves no marker: an entry
 // put again after that revision stays, and the bucket's stream stores
-// nothing for the removal.
-func TestPurgeKeyUpToARevision(t *testing.T) {
+// nothing for the removal. List sees the keys that have a value, Markers
+// those a delete left.
+func TestKVPurgeUpToAndList(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	b := bustest.NewBus(t)
 	runs, err := b.Runs(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if l, err := runs.List(ctx, "", false); err != nil || len(l) != 0 {
+		t.Fatalf("list of an empty bucket: %v, %v", l, err)
 	}
 	first, err := runs.Put(ctx, "k", []byte("1"))
 	if err != nil {
@@ -159,31 +163,54 @@ func TestPurgeKeyUpToARevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := runs.Put(ctx, "gone", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := runs.Delete(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	l, err := runs.List(ctx, "", true)
+	if err != nil || len(l) != 1 || l[0].Key != "k" || string(l[0].Value) != "2" || l[0].Revision != second {
+		t.Fatalf("list: %+v, %v; want k=2 at %d", l, err, second)
+	}
+	if l, err := runs.List(ctx, "k", false); err != nil || len(l) != 1 || len(l[0].Value) != 0 {
+		t.Errorf("list without values: %+v, %v", l, err)
+	}
+	if m, err := runs.Markers(ctx, ""); err != nil || len(m) != 1 || m[0].Key != "gone" || m[0].Op != bus.OpDelete {
+		t.Errorf("markers: %+v, %v; want the delete of gone", m, err)
+	}
 	stream, err := b.JetStream().Stream(ctx, "KV_"+bus.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Listed at the first revision, then put again: the entry stays.
-	if err := b.PurgeKey(ctx, bus.BucketRuns, "k", first); err != nil {
+	if err := runs.PurgeUpTo(ctx, "k", first); err != nil {
 		t.Fatal(err)
 	}
 	if e, err := runs.Get(ctx, "k"); err != nil || e.Revision != second {
 		t.Fatalf("after a purge up to %d: %+v, %v; want revision %d", first, e, err, second)
 	}
-	if err := b.PurgeKey(ctx, bus.BucketRuns, "k", second); err != nil {
+	if err := runs.PurgeUpTo(ctx, "k", second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runs.Get(ctx, "k"); !errors.Is(err, bus.ErrKeyNotFound) {
 		t.Errorf("after a purge up to %d: %v; want ErrKeyNotFound", second, err)
 	}
+	if err := runs.PurgeUpTo(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.LastSeq != second || info.State.Msgs != 0 {
-		t.Errorf("stream last sequence %d, %d messages; want %d and 0 (no marker)", info.State.LastSeq, info.State.Msgs, second)
+	if info.State.LastSeq != before.State.LastSeq || info.State.Msgs != 0 {
+		t.Errorf("stream last sequence %d, %d messages; want %d and 0 (no marker)", info.State.LastSeq, info.State.Msgs, before.State.LastSeq)
 	}
-	if err := b.PurgeKey(ctx, "no_such_bucket", "k", 0); err == nil {
-		t.Error("purge in a bucket that does not exist: no error")
+	if m, err := runs.Markers(ctx, ""); err != nil || len(m) != 0 {
+		t.Errorf("markers after the purge: %+v, %v", m, err)
 	}
 }

@@ -93,7 +93,7 @@ func (s *store) dropCorrupt(ctx context.Context, id string) error {
 		s.cache.put(id, tomb.clone(), seq, int64(n))
 		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 		defer cancel()
-		if err := s.bus.PurgeKey(dctx, bus.BucketIndex, dueKey(id), 0); err != nil {
+		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {
 			return fmt.Errorf("delete corrupt conversation %s: index: %w", id, err)
 		}
 		return nil

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
@@ -202,11 +201,7 @@ func (p *eventPublisher) purge(ctx context.Context, id string) error {
 		return err
 	}
 	p.queue.forget(id)
-	stream, err := p.bus.JetStream().Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return err
-	}
-	return stream.Purge(ctx, jetstream.WithPurgeSubject(subj))
+	return p.bus.PurgeLog(ctx, bus.StreamEvents, subj, 0)
 }
 
 // loop publishes queued events until the queue is closed and empty.

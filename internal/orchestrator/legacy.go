@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -36,18 +37,14 @@ func (s *store) migrate(ctx context.Context, log *slog.Logger) (int, error) {
 	if s.legacy == nil {
 		return 0, nil
 	}
-	lister, err := s.legacy.ListKeysFiltered(ctx, legacyConvPrefix+">")
+	stored, err := s.legacy.List(ctx, legacyConvPrefix+">", false)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return 0, nil
-		}
 		return 0, fmt.Errorf("list stored conversations: %w", err)
 	}
 	var ids []string
-	for k := range lister.Keys() {
-		ids = append(ids, strings.TrimPrefix(k, legacyConvPrefix))
+	for _, e := range stored {
+		ids = append(ids, strings.TrimPrefix(e.Key, legacyConvPrefix))
 	}
-	_ = lister.Stop()
 	moved := 0
 	var errs []error
 	for _, id := range ids {
@@ -74,13 +71,13 @@ func (s *store) migrateOne(ctx context.Context, id string) (bool, error) {
 	}
 	e, err := s.legacy.Get(ctx, legacyConvKey(id))
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		if errors.Is(err, bus.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			return false, nil
 		}
 		return false, fmt.Errorf("read stored conversation %s: %w", id, err)
 	}
 	var c Conversation
-	if err := msgpack.Unmarshal(e.Value(), &c); err != nil {
+	if err := msgpack.Unmarshal(e.Value, &c); err != nil {
 		return false, fmt.Errorf("decode stored conversation %s: %w", id, err)
 	}
 	if c.ID == "" {
@@ -100,7 +97,7 @@ func (s *store) migrateOne(ctx context.Context, id string) (bool, error) {
 			return false, fmt.Errorf("move conversation %s: index: %w", id, err)
 		}
 	}
-	if err := s.legacy.Delete(ctx, legacyConvKey(id), jetstream.LastRevision(e.Revision())); err != nil && !conflict(err) {
+	if err := s.legacy.Delete(ctx, legacyConvKey(id), e.Revision); err != nil && !errors.Is(err, bus.ErrRevisionMismatch) {
 		return true, fmt.Errorf("move conversation %s: delete the stored value: %w", id, err)
 	}
 	return true, nil

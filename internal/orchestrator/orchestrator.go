@@ -372,7 +372,6 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("component", "orchestrator"), slog.String("instance", cfg.InstanceID)),
 		bus:       cfg.Bus,
-		js:        cfg.Bus.JetStream(),
 		clock:     cfg.Clock,
 		stopping:  make(chan struct{}),
 		deadlines: newDeadlineIndex(),
@@ -493,16 +492,16 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
 func (co *core) openStore(ctx context.Context) (*store, error) {
-	if _, err := co.js.Stream(ctx, bus.StreamConversations); err != nil {
+	if _, err := co.bus.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
-	index, err := co.js.KeyValue(ctx, bus.BucketIndex)
+	index, err := co.bus.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bus.BucketIndex, err)
+		return nil, err
 	}
-	replicas, err := co.js.KeyValue(ctx, bus.BucketReplicas)
+	replicas, err := co.bus.KeyValue(ctx, bus.BucketReplicas)
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bus.BucketReplicas, err)
+		return nil, err
 	}
 	co.link.kv = replicas
 	s := &store{
@@ -511,7 +510,7 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 		clock: co.clock, onTooLarge: co.failTooLarge,
 		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
 	}
-	if legacy, err := co.js.KeyValue(ctx, bus.BucketRuns); err == nil {
+	if legacy, err := co.bus.KeyValue(ctx, bus.BucketRuns); err == nil {
 		s.legacy = legacy
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", bus.BucketRuns, err)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -28,7 +27,6 @@ type core struct {
 	cfg     Config
 	log     *slog.Logger
 	bus     *bus.Bus
-	js      jetstream.JetStream
 	storage storageState
 	store   *store
 	clock   func() time.Time
@@ -97,7 +95,7 @@ type publisher struct {
 // (replicas.go).
 type replicaLink struct {
 	*core
-	kv jetstream.KeyValue
+	kv *bus.KV
 	// nudged carries the conversations other replicas handed over.
 	nudged    chan string
 	nudgeSubs []*nats.Subscription

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -100,29 +98,21 @@ func (l *replicaLink) advertise(ctx context.Context) error {
 	if _, err := l.kv.Put(ctx, replicaKeyPrefix+l.cfg.InstanceID, b); err != nil {
 		return err
 	}
-	w, err := l.kv.WatchFiltered(ctx, []string{replicaKeyPrefix + ">"}, jetstream.IgnoreDeletes())
+	adverts, err := l.kv.List(ctx, replicaKeyPrefix+">", true)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.Stop() }()
 	m := map[string]replicaAdvert{}
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				l.roster.replicas.set(m)
-				return nil
-			}
-			var a replicaAdvert
-			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				l.once.warn("advert:"+e.Key(), "replica advert not understood", slog.String("key", e.Key()), slog.String("error", err.Error()))
-				continue
-			}
-			m[strings.TrimPrefix(e.Key(), replicaKeyPrefix)] = a
+	for _, e := range adverts {
+		var a replicaAdvert
+		if err := json.Unmarshal(e.Value, &a); err != nil {
+			l.once.warn("advert:"+e.Key, "replica advert not understood", slog.String("key", e.Key), slog.String("error", err.Error()))
+			continue
 		}
+		m[strings.TrimPrefix(e.Key, replicaKeyPrefix)] = a
 	}
+	l.roster.replicas.set(m)
+	return nil
 }
 
 // advertiseLoop keeps this replica's advert alive and its view of the
@@ -150,7 +140,7 @@ func (l *replicaLink) withdraw(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
 	defer cancel()
-	if err := l.kv.Delete(ctx, replicaKeyPrefix+l.cfg.InstanceID); err != nil {
+	if err := l.kv.Delete(ctx, replicaKeyPrefix+l.cfg.InstanceID, 0); err != nil {
 		l.log.Warn("withdraw replica advert", slog.String("error", err.Error()))
 	}
 }

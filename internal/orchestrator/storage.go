@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
@@ -83,7 +81,7 @@ func (s *storageState) health(ctx context.Context) error {
 }
 
 // indexProbe is storageState.probe: a small write to the index bucket.
-func indexProbe(index jetstream.KeyValue, clock func() time.Time) func(ctx context.Context) error {
+func indexProbe(index *bus.KV, clock func() time.Time) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := index.Put(ctx, storageProbeKey, []byte(clock().UTC().Format(time.RFC3339Nano)))
 		return err

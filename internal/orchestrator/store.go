@@ -101,11 +101,11 @@ func dueKey(id string) string { return dueKeyPrefix + id }
 type store struct {
 	bus *bus.Bus
 	// index holds due.<id> while a conversation is not finished.
-	index jetstream.KeyValue
+	index *bus.KV
 	// legacy is the bucket of an earlier build (one value per
 	// conversation), read to move its conversations into logs, and its run
 	// index; nil when absent.
-	legacy jetstream.KeyValue
+	legacy *bus.KV
 	runs   runCache
 	cache  *stateCache
 	clock  func() time.Time
@@ -357,19 +357,9 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
 }
 
-// conflict reports whether err is a refused expected last sequence (of a
-// log, or of a KV entry's revision).
-func conflict(err error) bool {
-	if errors.Is(err, bus.ErrLogConflict) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-	}
-	return false
-}
+// conflict reports whether err is a refused expected last sequence of a
+// log.
+func conflict(err error) bool { return errors.Is(err, bus.ErrLogConflict) }
 
 // append writes record r of conversation c (as it is after r) if the last
 // record of its log is at expect (0: the log is empty), and returns the new
@@ -451,13 +441,13 @@ func (s *store) conversationOf(ctx context.Context, runID string) (string, error
 	defer cancel()
 	e, err := s.legacy.Get(ctx, legacyRunKey(runID))
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		if errors.Is(err, bus.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
 		}
 		return "", fmt.Errorf("get run %s: %w", runID, err)
 	}
 	var ri legacyRunIndex
-	if err := msgpack.Unmarshal(e.Value(), &ri); err != nil {
+	if err := msgpack.Unmarshal(e.Value, &ri); err != nil {
 		return "", fmt.Errorf("decode run %s: %w", runID, err)
 	}
 	s.runs.add(runID, ri.ConversationID)
@@ -473,37 +463,15 @@ type dueEntry struct {
 // due lists the conversations indexed as not finished: what reconcile and
 // the pending list go over, however many finished ones are stored.
 func (s *store) due(ctx context.Context) ([]dueEntry, error) {
-	// An index that holds nothing (its entries removed, their markers
-	// purged) is told by one request, without a watch: a watcher's consumer
-	// on a bucket whose stream had many messages cost twice a pass over an
-	// empty one that never had any.
-	st, err := s.index.Status(ctx)
+	entries, err := s.index.List(ctx, dueKeyPrefix+">", false)
 	if err != nil {
 		return nil, fmt.Errorf("list due conversations: %w", err)
 	}
-	if st.Values() == 0 {
-		return nil, nil
+	out := make([]dueEntry, len(entries))
+	for i, e := range entries {
+		out[i] = dueEntry{id: strings.TrimPrefix(e.Key, dueKeyPrefix), rev: e.Revision}
 	}
-	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("list due conversations: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	var out []dueEntry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("list due conversations: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, nil
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, dueEntry{id: strings.TrimPrefix(e.Key(), dueKeyPrefix), rev: e.Revision()})
-		}
-	}
+	return out, nil
 }
 
 // undue removes the due entry of a finished (or deleted) conversation,
@@ -513,7 +481,7 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 func (s *store) undue(ctx context.Context, e dueEntry) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	return s.bus.PurgeKey(ctx, bus.BucketIndex, dueKey(e.id), e.rev)
+	return s.index.PurgeUpTo(ctx, dueKey(e.id), e.rev)
 }
 
 // purgeDueMarkers removes the delete markers that due entries removed by
@@ -522,26 +490,9 @@ func (s *store) undue(ctx context.Context, e dueEntry) error {
 // that ever finished. Each is purged up to its own sequence, so that an
 // entry put again since stays.
 func (s *store) purgeDueMarkers(ctx context.Context) error {
-	w, err := s.index.WatchFiltered(ctx, []string{dueKeyPrefix + ">"}, jetstream.MetaOnly())
+	markers, err := s.index.Markers(ctx, dueKeyPrefix+">")
 	if err != nil {
 		return fmt.Errorf("list due markers: %w", err)
-	}
-	var markers []jetstream.KeyValueEntry
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		if e.Operation() != jetstream.KeyValuePut {
-			markers = append(markers, e)
-		}
-	}
-	_ = w.Stop()
-	if len(markers) == 0 {
-		return nil
-	}
-	stream, err := s.bus.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
-	if err != nil {
-		return err
 	}
 	var (
 		wg   sync.WaitGroup
@@ -553,10 +504,9 @@ func (s *store) purgeDueMarkers(ctx context.Context) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bus.BucketIndex+"."+m.Key()), jetstream.WithPurgeSequence(m.Revision()+1))
-			if err != nil {
+			if err := s.index.PurgeUpTo(ctx, m.Key, m.Revision); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("purge the marker of %s: %w", m.Key(), err))
+				errs = append(errs, err)
 				mu.Unlock()
 			}
 		})

@@ -17,7 +17,7 @@ import (
 func newTestStore(t *testing.T, cacheBytes int64) *store {
 	t.Helper()
 	b := bustest.NewBus(t)
-	index, err := b.JetStream().KeyValue(bustest.Context(t), bus.BucketIndex)
+	index, err := b.KeyValue(bustest.Context(t), bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}

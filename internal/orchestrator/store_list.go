@@ -175,7 +175,7 @@ func (s *store) delete(ctx context.Context, id string) error {
 	if err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 1); err != nil {
 		return fmt.Errorf("delete conversation %s: %w", id, err)
 	}
-	if err := s.bus.PurgeKey(pctx, bus.BucketIndex, dueKey(id), 0); err != nil {
+	if err := s.index.PurgeUpTo(pctx, dueKey(id), 0); err != nil {
 		return fmt.Errorf("delete conversation %s: index: %w", id, err)
 	}
 	return err
