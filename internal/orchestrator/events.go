@@ -35,18 +35,22 @@ const (
 // events keep their order. A full queue makes emitters wait: a slow stream
 // slows runs down rather than growing memory.
 //
-// The loop lets events gather for eventLinger after the first of a batch
-// is queued, so that what one step of a conversation emits (a run's start,
-// its model response, its calls and its pause; a reply applied and the
-// follow-up it starts) goes out as one message instead of one per moment
-// the loop happened to wake: a batch-1 call stored about 4 event messages,
-// now about 2, each of which JetStream stores and acks. A UI sees an event
-// at most eventLinger later, well under what a person notices; streamed
-// text deltas keep flowing at that pace.
+// The loop lets a conversation's events gather, so that what one step of
+// it emits (a run's start, its model response, its calls and its pause; a
+// reply applied and the follow-up it starts) goes out as one message
+// instead of one per moment the loop happened to wake, each of which
+// JetStream stores and acks. While a run of the conversation is under way
+// in this process (hold), its events wait for the run's end (release),
+// for at most eventHoldMax; otherwise for eventLinger after the first. A
+// fixed linger alone split a step whenever the run waited for a slot or
+// the machine was busy: a batch-1 call stored 2.8 event messages, with
+// the hold 2. A UI sees an event at most eventHoldMax later, well under
+// what a person notices; streamed text deltas flow at that pace.
 const (
 	eventQueueMax = 8192
 	eventBatchMax = 4096
 	eventLinger   = 20 * time.Millisecond
+	eventHoldMax  = 250 * time.Millisecond
 	// eventQueueKeep is the largest queue array kept once empty.
 	eventQueueKeep = 256
 )
@@ -68,13 +72,17 @@ type eventQueue struct {
 	// doneAll count those ever taken and ever published.
 	taken             int
 	takenAll, doneAll uint64
+	// held counts the runs under way in this process, by conversation;
+	// released are the conversations whose last run ended since.
+	held     map[string]int
+	released map[string]bool
 	closed            bool
 	wake              chan struct{}
 	stopped           chan struct{}
 }
 
 func newEventQueue() *eventQueue {
-	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -102,39 +110,115 @@ func (e *eventQueue) push(ev queuedEvent) bool {
 	ev.at = time.Now()
 	e.q = append(e.q, ev)
 	e.mu.Unlock()
+	e.signal()
+	return true
+}
+
+// hold says a run of conversation id is under way here: its events wait
+// for release (at most eventHoldMax).
+func (e *eventQueue) hold(id string) {
+	e.mu.Lock()
+	e.held[id]++
+	e.mu.Unlock()
+}
+
+// release says a run of conversation id ended: once none is under way,
+// what it emitted goes out at once.
+func (e *eventQueue) release(id string) {
+	e.mu.Lock()
+	if e.held[id]--; e.held[id] <= 0 {
+		delete(e.held, id)
+		e.released[id] = true
+	}
+	e.mu.Unlock()
+	e.signal()
+}
+
+func (e *eventQueue) signal() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
-// take removes up to eventBatchMax queued events, once the oldest has
-// waited eventLinger (at once when the queue is half full or closed).
+// take removes the queued events of the conversations that are ready (see
+// eventHoldMax), in their order, up to eventBatchMax; it waits until one
+// is, and returns nothing once the queue is empty. A closed or half-full
+// queue is ready at once.
 func (e *eventQueue) take() []queuedEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := min(len(e.q), eventBatchMax)
-	if n == 0 {
-		return nil
-	}
-	if wait := eventLinger - time.Since(e.q[0].at); wait > 0 && !e.closed && len(e.q) < eventQueueMax/2 {
-		e.mu.Unlock()
-		time.Sleep(wait)
-		e.mu.Lock()
-		n = min(len(e.q), eventBatchMax)
-		if n == 0 {
+	for {
+		if len(e.q) == 0 {
 			return nil
 		}
+		ready, wait := e.ready(time.Now())
+		if len(ready) > 0 {
+			return e.takeOf(ready)
+		}
+		e.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-e.wake:
+		case <-t.C:
+		}
+		t.Stop()
+		e.mu.Lock()
 	}
-	out := make([]queuedEvent, n)
+}
+
+// ready are the conversations whose events may go now, and otherwise the
+// time until the first may.
+func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
+	all := e.closed || len(e.q) >= eventQueueMax/2
+	ready := map[string]bool{}
+	seen := map[string]bool{}
+	wait := eventHoldMax
+	for _, q := range e.q {
+		id := q.ev.ConversationID
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		linger := eventLinger
+		if e.held[id] > 0 {
+			linger = eventHoldMax
+		}
+		left := linger - now.Sub(q.at)
+		if all || e.released[id] || left <= 0 {
+			ready[id] = true
+		} else {
+			wait = min(wait, left)
+		}
+	}
+	for id := range e.released {
+		if !seen[id] {
+			delete(e.released, id)
+		}
+	}
+	return ready, wait
+}
+
+// takeOf removes the queued events of the ready conversations.
+func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
+	var out []queuedEvent
+	rest := e.q[:0]
+	for _, q := range e.q {
+		if ready[q.ev.ConversationID] && len(out) < eventBatchMax {
+			out = append(out, q)
+		} else {
+			rest = append(rest, q)
+		}
+	}
+	clear(e.q[len(rest):])
+	e.q = rest
+	for id := range ready {
+		delete(e.released, id)
+	}
+	n := len(out)
 	e.taken += n
 	e.takenAll += uint64(n)
-	copy(out, e.q)
-	rest := copy(e.q, e.q[n:])
-	clear(e.q[rest:])
-	e.q = e.q[:rest]
-	if rest == 0 && cap(e.q) > eventQueueKeep {
+	if len(e.q) == 0 && cap(e.q) > eventQueueKeep {
 		// A burst's array is not kept for good once it is empty.
 		e.q = nil
 	}

@@ -115,6 +115,51 @@ func TestEventQueueGathersAStep(t *testing.T) {
 	}
 }
 
+// While a run of a conversation is under way here, its events wait for
+// the run's end, however long past eventLinger, and then go at once; a
+// conversation with no run here is taken after eventLinger meanwhile.
+func TestEventQueueHoldsARunsEvents(t *testing.T) {
+	q := newEventQueue()
+	push := func(conv, typ string) {
+		q.push(queuedEvent{ev: bus.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
+	}
+	q.hold("running")
+	push("running", "reply_applied")
+	push("running", "run_started")
+	push("idle", "reply_refused")
+	got := q.take()
+	if len(got) != 1 || got[0].ev.ConversationID != "idle" {
+		t.Fatalf("took %v; want only the idle conversation's event", got)
+	}
+	released := make(chan time.Time, 1)
+	go func() {
+		// Past the linger, well before eventHoldMax.
+		time.Sleep(2 * eventLinger)
+		push("running", "run_completed")
+		released <- time.Now()
+		q.release("running")
+	}()
+	got = q.take()
+	at := <-released
+	var types []string
+	for _, e := range got {
+		types = append(types, e.ev.Type)
+	}
+	if want := []string{"reply_applied", "run_started", "run_completed"}; !slices.Equal(types, want) {
+		t.Errorf("took %v; want the whole step %v in one", types, want)
+	}
+	if late := time.Since(at); late > eventHoldMax/2 {
+		t.Errorf("taken %s after the release; want at once", late)
+	}
+	// A run that does not end in time: its events go after eventHoldMax.
+	q.hold("slow")
+	push("slow", "run_started")
+	start := time.Now()
+	if got := q.take(); len(got) != 1 || time.Since(start) < eventHoldMax/2 {
+		t.Errorf("took %d events after %s; want the held one after about %s", len(got), time.Since(start), eventHoldMax)
+	}
+}
+
 // forget drops a conversation's queued events and returns only once the
 // events taken before it are published: a delete that purges the
 // conversation's events next leaves none behind (a queued event published

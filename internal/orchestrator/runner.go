@@ -42,11 +42,14 @@ func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64) 
 		return
 	}
 	rn.inflight[runID] = true
+	// What the run emits goes out as one message when it ends.
+	rn.events.queue.hold(convID)
 	rn.runs.Go(func() {
 		defer func() {
 			rn.launchMu.Lock()
 			delete(rn.inflight, runID)
 			rn.launchMu.Unlock()
+			rn.events.queue.release(convID)
 		}()
 		select {
 		case rn.sem <- struct{}{}:
