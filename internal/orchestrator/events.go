@@ -76,9 +76,9 @@ type eventQueue struct {
 	// released are the conversations whose last run ended since.
 	held     map[string]int
 	released map[string]bool
-	closed            bool
-	wake              chan struct{}
-	stopped           chan struct{}
+	closed   bool
+	wake     chan struct{}
+	stopped  chan struct{}
 }
 
 func newEventQueue() *eventQueue {
