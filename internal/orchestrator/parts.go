@@ -2,11 +2,10 @@ package orchestrator
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"log/slog"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
@@ -14,7 +13,12 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
-// core is what the parts of an orchestrator share.
+// core is what the parts of an orchestrator share: its config, logger,
+// connection, store, clock, tracer, event publisher, observer and counters,
+// its life cycle (loops, stop), and a pointer to each part, so that one
+// part calls another by name (rn.pub.publishBatch) rather than through the
+// front door. Orchestrator embeds it too. What one part alone uses is a
+// field of that part.
 type core struct {
 	// The parts.
 	roster *roster
