@@ -67,7 +67,7 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 		}
 	}
 	c.Lease = lease
-	c.ownRuns()
+	c.ownRuns(1)
 	c.Runs = append(c.Runs, rec)
 	c.UpdatedAt = now
 	return false, nil
@@ -193,7 +193,7 @@ func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Dur
 	c.Status = StatusResuming
 	c.Batch.FollowUpRunID = followUp
 	c.Lease = &Lease{Owner: owner, RunID: followUp, Until: now.Add(ttl)}
-	c.ownRuns()
+	c.ownRuns(1)
 	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, Prompt: c.Batch.Prompt, StartedAt: now})
 	c.UpdatedAt = now
 	return true
@@ -283,7 +283,7 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 		}
 		c.Batch.Inline = false
 	}
-	c.ownRuns()
+	c.ownRuns(0)
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
 			c.Runs[i].Status, c.Runs[i].EndedAt = StatusCancelled, now
@@ -393,7 +393,7 @@ func (c *Conversation) Abort(reason string, now time.Time) bool {
 	if c.Status.ended() {
 		return false
 	}
-	c.ownRuns()
+	c.ownRuns(0)
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
 			c.Runs[i].Status, c.Runs[i].EndedAt, c.Runs[i].Error = StatusFailed, now, reason

@@ -182,7 +182,7 @@ func (c *Conversation) apply(r *record) error {
 		c.History = append(slices.Clip(c.History[:h.At]), h.Messages...)
 	}
 	if len(r.Runs) > 0 {
-		c.ownRuns()
+		c.ownRuns(len(r.Runs))
 	}
 	for _, rr := range r.Runs {
 		if rec := c.runRecord(rr.RunID); rec != nil {

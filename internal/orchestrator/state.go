@@ -414,18 +414,20 @@ type runIndex struct {
 
 // runToChange finds a run by id, to change it in place.
 func (c *Conversation) runToChange(id string) *RunRecord {
-	c.ownRuns()
+	c.ownRuns(0)
 	return c.runRecord(id)
 }
 
 // ownRuns gives c an array of runs of its own, which it may then change in
-// place and append to. A clone shares its source's array (copying it for
+// place and append to (appends the number it is about to append). A clone shares its source's array (copying it for
 // every clone made each change of a long conversation cost its number of
 // runs); whichever of the two changes it first copies it then.
-func (c *Conversation) ownRuns() {
+func (c *Conversation) ownRuns(appends int) {
 	if c.runsOwned {
 		return
 	}
-	c.Runs = append(make([]RunRecord, 0, len(c.Runs)+2), c.Runs...)
+	// Room for what the caller appends and no more: a paused
+	// conversation's state stays in the cache with this array.
+	c.Runs = append(make([]RunRecord, 0, len(c.Runs)+appends), c.Runs...)
 	c.runsOwned = true
 }
