@@ -298,19 +298,30 @@ func (s *Subscription) heldNow() []heldDelivery {
 
 // renewHeld renews the held deliveries' ack deadlines until done.
 func (s *Subscription) renewHeld(done <-chan struct{}) {
-	t := time.NewTicker(max(s.renewEvery, 100*time.Millisecond))
+	tickUntil(done, max(s.renewEvery, 100*time.Millisecond), func() bool {
+		for _, d := range s.heldNow() {
+			// A delivery settled meanwhile answers errAlreadyFinished; a
+			// failed renewal is tried again next tick, and at worst the
+			// message is delivered again, which a holder must expect
+			// anyway.
+			_ = d.InProgress()
+		}
+		return true
+	})
+}
+
+// tickUntil calls f every interval until done is closed or f returns
+// false.
+func tickUntil(done <-chan struct{}, every time.Duration, f func() bool) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case <-t.C:
-			for _, d := range s.heldNow() {
-				// A delivery settled meanwhile answers errAlreadyFinished; a
-				// failed renewal is tried again next tick, and at worst the
-				// message is delivered again, which a holder must expect
-				// anyway.
-				_ = d.InProgress()
+			if !f() {
+				return
 			}
 		}
 	}
@@ -740,20 +751,7 @@ func progress[T any](d *Delivery[T], every time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var stopped atomic.Bool
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if d.InProgress() != nil {
-					return
-				}
-			}
-		}
-	})
+	wg.Go(func() { tickUntil(done, every, func() bool { return d.InProgress() == nil }) })
 	return func() {
 		if stopped.CompareAndSwap(false, true) {
 			close(done)
