@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,4 +81,53 @@ func cloneMessages(ms []Message) []Message {
 		out[i] = m
 	}
 	return out
+}
+
+// A run given HistoryRoom appends into the history's array instead of
+// copying it, and leaves the room past its messages for the next run once
+// the history is long enough; a run without it copies.
+func TestHistoryRoom(t *testing.T) {
+	t.Parallel()
+	model := FunctionModel("text", func(context.Context, ModelRequest) (ModelResponse, error) {
+		return ModelResponse{Parts: []Part{{Kind: PartText, Content: "ok"}}}, nil
+	})
+	a, err := New(Config{Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := func(n int) []Message {
+		h := make([]Message, 0, n+16)
+		for i := range n {
+			kind := KindRequest
+			if i%2 == 1 {
+				kind = KindResponse
+			}
+			h = append(h, Message{Kind: kind, Parts: []Part{{Kind: PartText, Content: "m"}}})
+		}
+		return h
+	}
+	run := func(h []Message, room bool) *RunResult {
+		t.Helper()
+		res, err := a.Run(context.Background(), RunInput{History: h, HistoryRoom: room, Prompt: "go on"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.AllMessages) != len(h)+2 {
+			t.Fatalf("%d messages, want %d", len(res.AllMessages), len(h)+2)
+		}
+		return res
+	}
+	h := history(HistoryRoomMin)
+	if res := run(h, true); &res.AllMessages[0] != &h[0] || cap(res.AllMessages) == len(res.AllMessages) {
+		t.Error("with room: the history was copied, or its room not left for the next run")
+	}
+	h = history(HistoryRoomMin)
+	if res := run(slices.Clip(h), false); &res.AllMessages[0] == &h[0] {
+		t.Error("without room: the run wrote into the caller's array")
+	} else if h[:cap(h)][len(h)].Kind != "" {
+		t.Error("without room: a message was written past the history's length")
+	}
+	if res := run(history(4), true); cap(res.AllMessages) != len(res.AllMessages) {
+		t.Errorf("a short history kept room: cap %d, len %d", cap(res.AllMessages), len(res.AllMessages))
+	}
 }

@@ -24,11 +24,16 @@ import (
 type RunInput struct {
 	// Prompt is the user's message; empty for a resume without one.
 	Prompt string
-	// History is the conversation so far, oldest first. The run neither
-	// changes it nor copies it (a long conversation's every run would pay
-	// its length): it must not be changed while the run goes, and the
-	// result's AllMessages shares its elements.
+	// History is the conversation so far, oldest first. The run never
+	// changes its messages: it must not be changed while the run goes, and
+	// the result's AllMessages shares them.
 	History []Message
+	// HistoryRoom says that History's array past its length is this run's:
+	// the run appends its messages there instead of copying the history
+	// first (what a long conversation's every run would otherwise pay). Set
+	// it only for an array nobody else appends to (an earlier run's
+	// AllMessages that no other run was given so).
+	HistoryRoom bool
 	// Results answers the pending calls of History's last model response;
 	// non-nil makes the run a resume (D18–D27). Results.Metadata[id] goes to
 	// an approved call as RunContext.ToolCallMetadata (D23) and, for a
@@ -68,7 +73,8 @@ type RunResult struct {
 	// NewMessages are the messages this run added, oldest first.
 	NewMessages []Message `json:"new_messages" msgpack:"new_messages"`
 	// AllMessages is RunInput.History followed by NewMessages: the history to
-	// resume or continue from.
+	// resume or continue from. Once it holds HistoryRoomMin messages, its
+	// array may have room past its length for the next run (HistoryRoom).
 	AllMessages []Message `json:"-" msgpack:"-"`
 	// Usage is this run's usage.
 	Usage Usage `json:"usage" msgpack:"usage"`
@@ -211,6 +217,19 @@ func (r *run) send(ev Event) error {
 
 func (r *run) newMessages() []Message { return r.all[len(r.all)-r.nNew:] }
 
+// HistoryRoomMin is the length from which a run's AllMessages keeps the
+// room its array has past its length, for the next run to append to
+// (RunInput.HistoryRoom): a shorter history costs little to copy, and a
+// paused conversation's state holds its array for as long as it waits.
+const HistoryRoomMin = 64
+
+func (r *run) allMessages() []Message {
+	if len(r.all) < HistoryRoomMin {
+		return slices.Clip(r.all)
+	}
+	return r.all
+}
+
 // messages is a snapshot of the history so far; appends of the run do not
 // show through it.
 func (r *run) messages() []Message { return r.all[:len(r.all):len(r.all)] }
@@ -244,8 +263,12 @@ func (r *run) runContext(ctx context.Context, it *callItem) *RunContext {
 
 func (r *run) setup() error {
 	cfg := r.a.cfg
-	// Clipped: the run's first append copies it, once.
-	r.all = slices.Clip(r.in.History)
+	if r.in.HistoryRoom {
+		r.all = r.in.History
+	} else {
+		// Clipped: the run's first append copies it, once.
+		r.all = slices.Clip(r.in.History)
+	}
 	histConv := ""
 	for _, m := range r.in.History {
 		if m.ConversationID != "" {
@@ -394,7 +417,7 @@ func (r *run) result(output string, reqs *deferred.Requests) *RunResult {
 		Output:         output,
 		Deferred:       reqs,
 		NewMessages:    slices.Clone(r.newMessages()),
-		AllMessages:    slices.Clip(r.all),
+		AllMessages:    r.allMessages(),
 		Usage:          r.usage,
 	}
 }

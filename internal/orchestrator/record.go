@@ -170,7 +170,7 @@ func (c *Conversation) apply(r *record) error {
 	if r.Head != nil {
 		h := *r.Head
 		h.History, h.Runs, h.Decisions, h.Batch = c.History, c.Runs, c.Decisions, c.Batch
-		h.runsOwned = c.runsOwned
+		h.runsOwned, h.historyRoom = c.runsOwned, c.historyRoom
 		*c = h
 	}
 	if h := r.History; h != nil {
@@ -180,6 +180,7 @@ func (c *Conversation) apply(r *record) error {
 		// Clipped, so that a copy of the state sharing the array keeps
 		// its own messages.
 		c.History = append(slices.Clip(c.History[:h.At]), h.Messages...)
+		c.historyRoom = nil
 	}
 	if len(r.Runs) > 0 {
 		c.ownRuns(len(r.Runs))
@@ -225,7 +226,7 @@ func (c *Conversation) apply(r *record) error {
 func headOf(c *Conversation) *Conversation {
 	h := *c
 	h.History, h.Runs, h.Decisions, h.Batch = nil, nil, nil, nil
-	h.runsOwned = false
+	h.runsOwned, h.historyRoom = false, nil
 	return &h
 }
 
@@ -239,11 +240,14 @@ func batchHeadOf(b *Batch) *Batch {
 // clone is a copy of c that can be changed without changing c: what
 // transitions change in place (the head, the lease, open runs, the batch
 // and its calls) is copied; the history and decisions, which only grow by
-// appends to a clipped slice, and the replies, which are replaced rather
-// than changed, are shared.
+// appends to a clipped slice (or, for the history, by the one run that
+// takes historyRoom), and the replies, which are replaced rather than
+// changed, are shared.
 func (c *Conversation) clone() *Conversation {
 	n := *c
-	n.History = slices.Clip(c.History)
+	if c.historyRoom == nil {
+		n.History = slices.Clip(c.History)
+	}
 	n.Decisions = slices.Clip(c.Decisions)
 	// Neither changes the shared runs in place from now on (ownRuns). Only
 	// a state that changed its runs has the flag set, never one in the

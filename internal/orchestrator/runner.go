@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -123,7 +125,13 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	rn.discovery.runTools.Store(runID, rt)
 	defer rn.discovery.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)
-	in := agent.RunInput{RunID: runID, ConversationID: convID, History: c.History, Deps: rn.cfg.Deps, Caller: c.Caller}
+	// The history's room past its length goes to one run at most.
+	room := c.historyRoom != nil && c.historyRoom.CompareAndSwap(false, true)
+	history := c.History
+	if !room {
+		history = slices.Clip(history)
+	}
+	in := agent.RunInput{RunID: runID, ConversationID: convID, History: history, HistoryRoom: room, Deps: rn.cfg.Deps, Caller: c.Caller}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
 	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
@@ -233,6 +241,12 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	now := rn.clock()
 	runTrace := telemetry.InjectMap(ctx)
 	var newBatchErr, tooBig error
+	// One flag for the room of the history the run ended with, however
+	// many times end is applied.
+	var room *atomic.Bool
+	if res != nil && cap(res.AllMessages) > len(res.AllMessages) {
+		room = new(atomic.Bool)
+	}
 	end := func(c *Conversation) error {
 		newBatchErr = nil
 		owner := rn.cfg.InstanceID
@@ -247,6 +261,7 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		if runErr == nil && res.Deferred != nil {
 			b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, res.Deferred, c.Batch, runTrace)
 			if err == nil {
+				c.historyRoom = room
 				return c.Pause(owner, runID, res.AllMessages, b, now)
 			}
 			newBatchErr = err
@@ -254,6 +269,7 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		if err := errors.Join(runErr, newBatchErr); err != nil {
 			return c.Fail(owner, runID, err.Error(), now)
 		}
+		c.historyRoom = room
 		return c.Complete(owner, runID, res.AllMessages, res.Output, now)
 	}
 	c, rev, err := rn.store.updateFrom(ctx, convID, from, rev, end)

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"bytes"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -74,6 +75,11 @@ type Conversation struct {
 	// runsOwned says whether Runs' array is c's alone (ownRuns): a clone
 	// shares it, and neither changes it in place. Not stored.
 	runsOwned bool
+	// historyRoom is set when History's array has room past its length
+	// that a run may append to (agent.RunInput.HistoryRoom): the first run
+	// that takes the flag does, any other copies the history. Clones share
+	// it with the array. Not stored.
+	historyRoom *atomic.Bool
 }
 
 // DecisionRecord is an applied decision: which call, what, and who.

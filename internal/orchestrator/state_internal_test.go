@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +116,26 @@ func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
 	}
 	if got, _ := recordEncoders.encode(rec); !bytes.Equal(got, want) {
 		t.Error("a record encodes differently from msgpack.Marshal")
+	}
+}
+
+// The room past a history's length is shared by the clones of a state
+// with the flag that gives it to one run; a history folded from records
+// has none.
+func TestHistoryRoomGoesToOneRun(t *testing.T) {
+	c := &Conversation{History: make([]agent.Message, 70, 100), historyRoom: new(atomic.Bool)}
+	a, b := c.clone(), c.clone()
+	if cap(a.History) != 100 || cap(b.History) != 100 {
+		t.Fatalf("clones' history cap %d and %d; want the room shared (100)", cap(a.History), cap(b.History))
+	}
+	if !a.historyRoom.CompareAndSwap(false, true) || b.historyRoom.CompareAndSwap(false, true) {
+		t.Error("the room went to no run, or to two")
+	}
+	folded := c.clone()
+	if err := folded.apply(&record{History: &historyChange{At: 70, Messages: []agent.Message{{Kind: agent.KindRequest}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if folded.historyRoom != nil || cap(folded.clone().History) != len(folded.History) {
+		t.Error("a history a record appended to kept a room flag")
 	}
 }
