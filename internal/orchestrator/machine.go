@@ -38,7 +38,7 @@ func (c *Conversation) leaseLive(now time.Time) bool {
 // is executed under lease.
 func NewConversation(id string, rec RunRecord, lease *Lease, now time.Time) *Conversation {
 	return &Conversation{
-		ID: id, Status: StatusRunning, Runs: []RunRecord{rec},
+		ID: id, Status: StatusRunning, Runs: []*RunRecord{&rec},
 		Lease: lease, CreatedAt: now, UpdatedAt: now,
 	}
 }
@@ -68,7 +68,7 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 	}
 	c.Lease = lease
 	c.ownRuns(1)
-	c.Runs = append(c.Runs, rec)
+	c.Runs = append(c.Runs, &rec)
 	c.UpdatedAt = now
 	return false, nil
 }
@@ -83,8 +83,8 @@ func (c *Conversation) endRun(owner, runID string, now time.Time) (*RunRecord, e
 	c.UpdatedAt = now
 	rec := c.runToChange(runID)
 	if rec == nil {
-		c.Runs = append(c.Runs, RunRecord{RunID: runID, StartedAt: now})
-		rec = &c.Runs[len(c.Runs)-1]
+		rec = &RunRecord{RunID: runID, StartedAt: now}
+		c.Runs = append(c.Runs, rec)
 	}
 	rec.EndedAt = now
 	return rec, nil
@@ -194,7 +194,7 @@ func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Dur
 	c.Batch.FollowUpRunID = followUp
 	c.Lease = &Lease{Owner: owner, RunID: followUp, Until: now.Add(ttl)}
 	c.ownRuns(1)
-	c.Runs = append(c.Runs, RunRecord{RunID: followUp, Status: StatusRunning, Prompt: c.Batch.Prompt, StartedAt: now})
+	c.Runs = append(c.Runs, &RunRecord{RunID: followUp, Status: StatusRunning, Prompt: c.Batch.Prompt, StartedAt: now})
 	c.UpdatedAt = now
 	return true
 }
@@ -283,10 +283,10 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 		}
 		c.Batch.Inline = false
 	}
-	c.ownRuns(0)
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
-			c.Runs[i].Status, c.Runs[i].EndedAt = StatusCancelled, now
+			rec := c.changeRun(i)
+			rec.Status, rec.EndedAt = StatusCancelled, now
 		}
 	}
 	c.Status = StatusCancelled
@@ -393,10 +393,10 @@ func (c *Conversation) Abort(reason string, now time.Time) bool {
 	if c.Status.ended() {
 		return false
 	}
-	c.ownRuns(0)
 	for i := range c.Runs {
 		if c.Runs[i].EndedAt.IsZero() {
-			c.Runs[i].Status, c.Runs[i].EndedAt, c.Runs[i].Error = StatusFailed, now, reason
+			rec := c.changeRun(i)
+			rec.Status, rec.EndedAt, rec.Error = StatusFailed, now, reason
 		}
 	}
 	c.Status = StatusFailed

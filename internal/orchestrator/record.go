@@ -34,7 +34,7 @@ type record struct {
 	// History, when set, cuts the history at At and appends Messages.
 	History *historyChange `msgpack:"history,omitempty"`
 	// Runs are run records added or changed, matched by run id.
-	Runs []RunRecord `msgpack:"runs,omitempty"`
+	Runs []*RunRecord `msgpack:"runs,omitempty"`
 	// Decisions are appended to the conversation's.
 	Decisions []DecisionRecord `msgpack:"decisions,omitempty"`
 	// BatchNil drops the batch.
@@ -103,7 +103,7 @@ func fingerprintOf(c *Conversation) *fingerprint {
 			if fp.openRuns == nil {
 				fp.openRuns = map[int][]byte{}
 			}
-			fp.openRuns[i] = encodeSorted(&c.Runs[i])
+			fp.openRuns[i] = encodeSorted(c.Runs[i])
 		}
 	}
 	if c.Batch != nil {
@@ -134,7 +134,7 @@ func diff(fp *fingerprint, c *Conversation) *record {
 		r.History = &historyChange{At: 0, Messages: c.History}
 	}
 	for i, old := range fp.openRuns {
-		if i < len(c.Runs) && !bytes.Equal(encodeSorted(&c.Runs[i]), old) {
+		if i < len(c.Runs) && !bytes.Equal(encodeSorted(c.Runs[i]), old) {
 			r.Runs = append(r.Runs, c.Runs[i])
 		}
 	}
@@ -186,10 +186,12 @@ func (c *Conversation) apply(r *record) error {
 		c.ownRuns(len(r.Runs))
 	}
 	for _, rr := range r.Runs {
-		if rec := c.runRecord(rr.RunID); rec != nil {
-			*rec = rr
+		// A copy: the record's runs may be folded into other states too.
+		cp := *rr
+		if i := c.runIndexOf(rr.RunID); i >= 0 {
+			c.Runs[i] = &cp
 		} else {
-			c.Runs = append(c.Runs, rr)
+			c.Runs = append(c.Runs, &cp)
 		}
 	}
 	if len(r.Decisions) > 0 {

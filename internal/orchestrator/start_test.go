@@ -96,7 +96,7 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 	now := time.Now()
 	state := orchestrator.Conversation{
 		ID: convID, Status: orchestrator.StatusRunning, CreatedAt: now, UpdatedAt: now,
-		Runs:  []orchestrator.RunRecord{{RunID: runID, Status: orchestrator.StatusRunning, Prompt: seedPrompt, StartedAt: now}},
+		Runs:  []*orchestrator.RunRecord{{RunID: runID, Status: orchestrator.StatusRunning, Prompt: seedPrompt, StartedAt: now}},
 		Lease: &orchestrator.Lease{Owner: "orch-1", RunID: runID, Until: now.Add(time.Hour)},
 	}
 	kv, err := e.connect("first-attempt").Runs(ctxT(t))

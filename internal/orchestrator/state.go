@@ -38,7 +38,7 @@ type Conversation struct {
 	ID      string          `msgpack:"id"`
 	Status  Status          `msgpack:"status"`
 	History []agent.Message `msgpack:"history"`
-	Runs    []RunRecord     `msgpack:"runs"`
+	Runs    []*RunRecord    `msgpack:"runs"`
 	// Batch is what the current (or last) paused run waits for; nil when no
 	// deferred call is outstanding.
 	Batch  *Batch `msgpack:"batch,omitempty"`
@@ -402,15 +402,23 @@ func (r *Reply) result() deferred.Result {
 	return deferred.Value{Value: v}
 }
 
-// runRecord finds a run by id, to read (a change goes through
-// runToChange); from the newest, the one usually asked for.
+// runRecord finds a run by id, to read: a record may be shared with other
+// copies of the state, and a change goes through runToChange. It looks
+// from the newest, the one usually asked for.
 func (c *Conversation) runRecord(id string) *RunRecord {
-	for i := len(c.Runs) - 1; i >= 0; i-- {
-		if c.Runs[i].RunID == id {
-			return &c.Runs[i]
-		}
+	if i := c.runIndexOf(id); i >= 0 {
+		return c.Runs[i]
 	}
 	return nil
+}
+
+func (c *Conversation) runIndexOf(id string) int {
+	for i := len(c.Runs) - 1; i >= 0; i-- {
+		if c.Runs[i].RunID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // runIndex is the value of key run.<run_id>: the conversation it belongs to.
@@ -418,22 +426,36 @@ type runIndex struct {
 	ConversationID string `msgpack:"conversation_id"`
 }
 
-// runToChange finds a run by id, to change it in place.
+// runToChange finds a run by id, to change: a copy of its record, put in
+// its place in c's own list.
 func (c *Conversation) runToChange(id string) *RunRecord {
-	c.ownRuns(0)
-	return c.runRecord(id)
+	i := c.runIndexOf(id)
+	if i < 0 {
+		return nil
+	}
+	return c.changeRun(i)
 }
 
-// ownRuns gives c an array of runs of its own, which it may then change in
-// place and append to (appends the number it is about to append). A clone shares its source's array (copying it for
-// every clone made each change of a long conversation cost its number of
-// runs); whichever of the two changes it first copies it then.
+// changeRun makes run i c's own copy and returns it.
+func (c *Conversation) changeRun(i int) *RunRecord {
+	c.ownRuns(0)
+	rec := *c.Runs[i]
+	c.Runs[i] = &rec
+	return &rec
+}
+
+// ownRuns gives c a list of runs of its own, which it may then append to
+// and put other records in (appends: the number it is about to append).
+// The records themselves are never changed once in a list: a change
+// copies one (changeRun). Clones share the list and its records (copying
+// them for every clone made each change of a long conversation cost its
+// number of runs); whichever changes the list first copies its pointers.
 func (c *Conversation) ownRuns(appends int) {
 	if c.runsOwned {
 		return
 	}
 	// Room for what the caller appends and no more: a paused
 	// conversation's state stays in the cache with this array.
-	c.Runs = append(make([]RunRecord, 0, len(c.Runs)+appends), c.Runs...)
+	c.Runs = append(make([]*RunRecord, 0, len(c.Runs)+appends), c.Runs...)
 	c.runsOwned = true
 }
