@@ -68,9 +68,8 @@ type eventQueue struct {
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when the publisher took events
 	q    []queuedEvent
-	// taken counts the events taken and not yet published; takenAll and
-	// doneAll count those ever taken and ever published.
-	taken             int
+	// takenAll and doneAll count the events ever taken and ever
+	// published: their difference is what is being published now.
 	takenAll, doneAll uint64
 	// held counts the runs under way in this process, by conversation;
 	// released are the conversations whose last run ended since.
@@ -167,8 +166,8 @@ func (e *eventQueue) take() []queuedEvent {
 	}
 }
 
-// ready are the conversations whose events may go now, and otherwise the
-// time until the first may.
+// ready are the conversations whose events may go now (judged by the
+// oldest of each), and otherwise the time until the first may.
 func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 	all := e.closed || len(e.q) >= eventQueueMax/2
 	ready := map[string]bool{}
@@ -184,8 +183,7 @@ func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 		if e.held[id] > 0 {
 			linger = eventHoldMax
 		}
-		left := linger - now.Sub(q.at)
-		if all || e.released[id] || left <= 0 {
+		if left := linger - now.Sub(q.at); all || e.released[id] || left <= 0 {
 			ready[id] = true
 		} else {
 			wait = min(wait, left)
@@ -216,7 +214,6 @@ func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
 		delete(e.released, id)
 	}
 	n := len(out)
-	e.taken += n
 	e.takenAll += uint64(n)
 	if len(e.q) == 0 && cap(e.q) > eventQueueKeep {
 		// A burst's array is not kept for good once it is empty.
@@ -229,7 +226,6 @@ func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
 // done records that n taken events were published.
 func (e *eventQueue) done(n int) {
 	e.mu.Lock()
-	e.taken -= n
 	e.doneAll += uint64(n)
 	e.cond.Broadcast()
 	e.mu.Unlock()
@@ -253,7 +249,7 @@ func (e *eventQueue) forget(id string) {
 func (e *eventQueue) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.q) + e.taken
+	return len(e.q) + int(e.takenAll-e.doneAll)
 }
 
 func (e *eventQueue) close() {
