@@ -56,11 +56,36 @@ func TestHeldDeliveryWaitsForItsHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := bustest.Recv(t, got, "the request")
-	// Waited out well past AckWait, then looked at: one delivery, still
-	// waiting for its ack.
-	held := time.Now()
-	bustest.Poll(t, wait, "2.5 × AckWait held", func() (bool, string) {
-		return time.Since(held) > 5*ackWait/2, ""
+	// A control: a durable with the same AckWait that takes the request
+	// after the held one did and never acks it. Once the server delivers
+	// the control's copy again, AckWait has passed on the server's clock
+	// for the held one too.
+	ctl, err := b.JetStream().CreateOrUpdateConsumer(ctxT(t), bus.StreamApprovals, jetstream.ConsumerConfig{
+		Durable: "control", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func() (uint64, bool) {
+		batch, err := ctl.Fetch(1, jetstream.FetchMaxWait(ackWait/4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return meta.NumDelivered, true
+		}
+		return 0, false
+	}
+	if n, ok := fetch(); !ok || n != 1 {
+		t.Fatalf("control: delivery %d (%v); want the first", n, ok)
+	}
+	bustest.Poll(t, wait, "the control's copy delivered again after AckWait", func() (bool, string) {
+		n, ok := fetch()
+		return ok && n == 2, ""
 	})
 	select {
 	case again := <-got:

@@ -116,8 +116,10 @@ func TestEventQueueGathersAStep(t *testing.T) {
 }
 
 // While a run of a conversation is under way here, its events wait for
-// the run's end, however long past eventLinger, and then go at once; a
-// conversation with no run here is taken after eventLinger meanwhile.
+// the run's end, however long past eventLinger (at most eventHoldMax), and
+// then go at once, the whole step in one batch; a conversation with no run
+// here is ready after eventLinger meanwhile. Judged at given times, so
+// that nothing waits on the clock.
 func TestEventQueueHoldsARunsEvents(t *testing.T) {
 	q := newEventQueue()
 	push := func(conv, typ string) {
@@ -127,36 +129,35 @@ func TestEventQueueHoldsARunsEvents(t *testing.T) {
 	push("running", "reply_applied")
 	push("running", "run_started")
 	push("idle", "reply_refused")
-	got := q.take()
-	if len(got) != 1 || got[0].ev.ConversationID != "idle" {
-		t.Fatalf("took %v; want only the idle conversation's event", got)
+	at := time.Now()
+	ready, wait := q.ready(at.Add(2 * eventLinger))
+	if !ready["idle"] || ready["running"] {
+		t.Fatalf("past the linger: ready %v; want the idle conversation only", ready)
 	}
-	released := make(chan time.Time, 1)
-	go func() {
-		// Past the linger, well before eventHoldMax.
-		time.Sleep(2 * eventLinger)
-		push("running", "run_completed")
-		released <- time.Now()
-		q.release("running")
-	}()
-	got = q.take()
-	at := <-released
+	if wait <= 0 || wait > eventHoldMax-2*eventLinger {
+		t.Errorf("past the linger: next in %s; want the held events' remaining %s at most", wait, eventHoldMax-2*eventLinger)
+	}
+	if ready, _ := q.ready(at.Add(eventHoldMax)); !ready["running"] {
+		t.Errorf("past eventHoldMax: ready %v; want the held events too", ready)
+	}
+	push("running", "run_completed")
+	q.release("running")
+	if ready, _ := q.ready(at); !ready["running"] {
+		t.Fatalf("after the release, before any linger: ready %v; want the run's events", ready)
+	}
 	var types []string
-	for _, e := range got {
-		types = append(types, e.ev.Type)
+	for _, e := range q.take() {
+		if e.ev.ConversationID == "running" {
+			types = append(types, e.ev.Type)
+		}
 	}
 	if want := []string{"reply_applied", "run_started", "run_completed"}; !slices.Equal(types, want) {
 		t.Errorf("took %v; want the whole step %v in one", types, want)
 	}
-	if late := time.Since(at); late > eventHoldMax/2 {
-		t.Errorf("taken %s after the release; want at once", late)
-	}
-	// A run that does not end in time: its events go after eventHoldMax.
-	q.hold("slow")
-	push("slow", "run_started")
-	start := time.Now()
-	if got := q.take(); len(got) != 1 || time.Since(start) < eventHoldMax/2 {
-		t.Errorf("took %d events after %s; want the held one after about %s", len(got), time.Since(start), eventHoldMax)
+	// Released and taken, the conversation waits the linger again.
+	push("running", "run_started")
+	if ready, _ := q.ready(time.Now()); ready["running"] {
+		t.Error("an event after the release was ready at once")
 	}
 }
 
