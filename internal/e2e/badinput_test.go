@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -346,26 +347,14 @@ func TestHTTPBadInput(t *testing.T) {
 	contentType := map[string]string{"text/plain body": "text/plain", "form body": "application/x-www-form-urlencoded"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(clCtx(t), tc.method, hs.URL+tc.path, strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", "application/json")
+			hdr := http.Header{"Content-Type": {"application/json"}}
 			if ct, ok := contentType[tc.name]; ok {
-				req.Header.Set("Content-Type", ct)
+				hdr.Set("Content-Type", ct)
 			}
-			resp, err := hs.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var out map[string]string
-			if err := json.Unmarshal(raw, &out); err != nil {
-				t.Fatalf("not a JSON error: %q", raw)
-			}
-			if resp.StatusCode != tc.status || !strings.Contains(out["error"], tc.want) {
-				t.Errorf("%d %q, want %d and an error containing %q", resp.StatusCode, out["error"], tc.status, tc.want)
+			status, out := apitest.DoJSON(t, tc.method, hs.URL+tc.path, hdr, tc.body)
+			msg, _ := out["error"].(string)
+			if status != tc.status || !strings.Contains(msg, tc.want) {
+				t.Errorf("%d %q, want %d and an error containing %q", status, msg, tc.status, tc.want)
 			}
 		})
 	}
