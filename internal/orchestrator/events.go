@@ -44,8 +44,14 @@ const (
 // for at most eventHoldMax; otherwise for eventLinger after the first. A
 // fixed linger alone split a step whenever the run waited for a slot or
 // the machine was busy: a batch-1 call stored 2.8 event messages, with
-// the hold 2. A UI sees an event at most eventHoldMax later, well under
-// what a person notices; streamed text deltas flow at that pace.
+// the hold 2. A run that pauses on calls only machines answer (external
+// calls, no approval) does not release its events: they wait on, to at
+// most eventHoldMax after the step's first, for the follow-up that a quick
+// worker's reply starts, and the two steps go as one message (awaitReplies).
+// A pause that waits for a person (an approval) releases at once, so that
+// an inbox or a UI shows the request without delay. A UI sees an event at
+// most eventHoldMax later, well under what a person notices; streamed text
+// deltas flow at that pace.
 const (
 	eventQueueMax = 8192
 	eventBatchMax = 4096
@@ -72,16 +78,19 @@ type eventQueue struct {
 	// published: their difference is what is being published now.
 	takenAll, doneAll uint64
 	// held counts the runs under way in this process, by conversation;
-	// released are the conversations whose last run ended since.
+	// released are the conversations whose last run ended since; awaiting
+	// those whose last run paused on calls that machines answer, whose
+	// events wait for the follow-up's end (awaitReplies).
 	held     map[string]int
 	released map[string]bool
+	awaiting map[string]bool
 	closed   bool
 	wake     chan struct{}
 	stopped  chan struct{}
 }
 
 func newEventQueue() *eventQueue {
-	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}}
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -118,19 +127,37 @@ func (e *eventQueue) push(ev queuedEvent) bool {
 func (e *eventQueue) hold(id string) {
 	e.mu.Lock()
 	e.held[id]++
+	// The replies awaited came: this run's end sends what waited.
+	delete(e.awaiting, id)
 	e.mu.Unlock()
 }
 
 // release says a run of conversation id ended: once none is under way,
-// what it emitted goes out at once.
+// what it emitted goes out at once, unless the run paused awaiting
+// replies (awaitReplies).
 func (e *eventQueue) release(id string) {
 	e.mu.Lock()
 	if e.held[id]--; e.held[id] <= 0 {
 		delete(e.held, id)
-		e.released[id] = true
+		if !e.awaiting[id] {
+			e.released[id] = true
+		}
 	}
 	e.mu.Unlock()
 	e.signal()
+}
+
+// awaitReplies says the run of conversation id under way paused on calls
+// that machines answer: at its release its events keep waiting, as held
+// ones do, until the next run of it ends or the first of them is
+// eventHoldMax old, so that the follow-up a quick reply starts goes in
+// the same message. Called before the run's release.
+func (e *eventQueue) awaitReplies(id string) {
+	e.mu.Lock()
+	if e.held[id] > 0 {
+		e.awaiting[id] = true
+	}
+	e.mu.Unlock()
 }
 
 func (e *eventQueue) signal() {
@@ -180,7 +207,7 @@ func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 		}
 		seen[id] = true
 		linger := eventLinger
-		if e.held[id] > 0 {
+		if e.held[id] > 0 || e.awaiting[id] {
 			linger = eventHoldMax
 		}
 		if left := linger - now.Sub(q.at); all || e.released[id] || left <= 0 {
@@ -192,6 +219,11 @@ func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 	for id := range e.released {
 		if !seen[id] {
 			delete(e.released, id)
+		}
+	}
+	for id := range e.awaiting {
+		if !seen[id] && e.held[id] == 0 {
+			delete(e.awaiting, id)
 		}
 	}
 	return ready, wait
@@ -212,6 +244,10 @@ func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
 	e.q = rest
 	for id := range ready {
 		delete(e.released, id)
+		if e.held[id] == 0 {
+			// Waited out: later events of it linger as usual.
+			delete(e.awaiting, id)
+		}
 	}
 	n := len(out)
 	e.takenAll += uint64(n)
@@ -238,6 +274,7 @@ func (e *eventQueue) forget(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.q = slices.DeleteFunc(e.q, func(q queuedEvent) bool { return q.ev.ConversationID == id })
+	delete(e.awaiting, id)
 	for target := e.takenAll; e.doneAll < target; {
 		e.cond.Wait()
 	}

@@ -161,6 +161,68 @@ func TestEventQueueHoldsARunsEvents(t *testing.T) {
 	}
 }
 
+// A run that pauses on calls that machines answer does not release its
+// events: they wait, as held ones, for the follow-up a quick reply starts,
+// and both steps go as one batch at the follow-up's end; with no reply
+// they go once the first is eventHoldMax old, and the conversation lingers
+// as usual after. Judged at given times.
+func TestEventQueueAwaitsQuickReplies(t *testing.T) {
+	q := newEventQueue()
+	push := func(typ string) {
+		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: typ, Time: time.Now()}})
+	}
+	at := time.Now()
+	q.hold("c")
+	push("run_started")
+	push("run_paused")
+	q.awaitReplies("c")
+	q.release("c")
+	if ready, wait := q.ready(at.Add(2 * eventLinger)); ready["c"] || wait <= 0 {
+		t.Fatalf("after a pause awaiting replies, past the linger: ready %v, next in %s; want the step still waiting", ready, wait)
+	}
+	// The reply came: its follow-up's end sends both steps.
+	push("reply_applied")
+	q.hold("c")
+	push("run_started")
+	push("run_completed")
+	q.release("c")
+	if ready, _ := q.ready(at); !ready["c"] {
+		t.Fatalf("after the follow-up's release: ready %v; want both steps", ready)
+	}
+	var types []string
+	for _, e := range q.take() {
+		types = append(types, e.ev.Type)
+	}
+	if want := []string{"run_started", "run_paused", "reply_applied", "run_started", "run_completed"}; !slices.Equal(types, want) {
+		t.Errorf("took %v; want both steps %v in one", types, want)
+	}
+
+	// No reply: the step goes at eventHoldMax, not before.
+	at = time.Now()
+	q.hold("c")
+	push("run_paused")
+	q.awaitReplies("c")
+	q.release("c")
+	if ready, _ := q.ready(at.Add(eventHoldMax / 2)); ready["c"] {
+		t.Errorf("half of eventHoldMax after a pause awaiting replies: ready %v; want it waiting", ready)
+	}
+	if ready, _ := q.ready(at.Add(eventHoldMax + time.Millisecond)); !ready["c"] {
+		t.Fatalf("past eventHoldMax: ready %v; want the paused step", ready)
+	}
+	q.take()
+	if q.awaiting["c"] {
+		t.Error("still awaiting after its events were sent; later ones would wait eventHoldMax")
+	}
+
+	// A pause on an approval (no awaitReplies) is released at once.
+	q.hold("c")
+	push("run_paused")
+	q.release("c")
+	if ready, _ := q.ready(time.Now()); !ready["c"] {
+		t.Errorf("after a pause on an approval: ready %v; want it at once", ready)
+	}
+}
+
 // forget drops a conversation's queued events and returns only once the
 // events taken before it are published: a delete that purges the
 // conversation's events next leaves none behind (a queued event published

@@ -311,6 +311,9 @@ func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, 
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
 		rn.events.publish(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
+		if !c.Batch.awaitsApproval() {
+			rn.events.queue.awaitReplies(convID)
+		}
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile, which

@@ -234,6 +234,20 @@ func (b *Batch) complete() bool {
 	return true
 }
 
+// awaitsApproval reports whether a call of the batch waits for an
+// approval decision, that is for a person.
+func (b *Batch) awaitsApproval() bool {
+	if b == nil {
+		return false
+	}
+	for _, c := range b.Calls {
+		if c.Reply == nil && c.Kind == deferred.KindApproval {
+			return true
+		}
+	}
+	return false
+}
+
 // call finds a call by id.
 func (b *Batch) call(id string) *PendingCall {
 	if b == nil {
