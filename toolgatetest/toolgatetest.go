@@ -19,11 +19,9 @@ package toolgatetest
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +32,7 @@ import (
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/agentconfig"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/testkit"
 )
 
 // Timeout bounds the waits of this package (starting, stopping), generous
@@ -75,7 +73,7 @@ type System struct {
 	Client *client.Client
 
 	t      testing.TB
-	srv    *embedded.Server
+	kit    *testkit.System
 	logger *slog.Logger
 }
 
@@ -88,14 +86,12 @@ func Start(t testing.TB, opts Options) *System {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: logger})
-	if err != nil {
-		t.Fatalf("toolgatetest: start NATS: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	s := &System{t: t, srv: srv, logger: logger}
+	// The orchestrator sets the streams up, as a program embedding it
+	// does.
+	s := &System{t: t, kit: testkit.Test(t, testkit.Options{Listen: true, NoSetup: true, Logger: logger, StopTimeout: Timeout}), logger: logger}
 
 	agent, dir := opts.Agent, opts.AgentDir
+	var err error
 	if len(agent) == 0 {
 		if agent, dir, err = agentconfig.DemoSource(); err != nil {
 			t.Fatalf("toolgatetest: %v", err)
@@ -135,13 +131,13 @@ func Start(t testing.TB, opts Options) *System {
 }
 
 // NATSURL is the embedded server's client URL.
-func (s *System) NATSURL() string { return s.srv.ClientURL() }
+func (s *System) NATSURL() string { return s.kit.URL() }
 
 // Conn opens a connection to the system's NATS server, for a worker or an
 // approval bot; it is closed at cleanup.
 func (s *System) Conn() *nats.Conn {
 	s.t.Helper()
-	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("toolgatetest"))
+	nc, err := nats.Connect(s.kit.URL(), nats.Name("toolgatetest"))
 	if err != nil {
 		s.t.Fatalf("toolgatetest: connect: %v", err)
 	}
@@ -153,22 +149,11 @@ func (s *System) Conn() *nats.Conn {
 // cancels its context and waits for it; an error other than the
 // cancellation fails the test.
 func (s *System) Go(name string, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	var once sync.Once
+	p := s.kit.Go(name, nil, fn)
 	s.t.Cleanup(func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					s.t.Errorf("toolgatetest: %s: %v", name, err)
-				}
-			case <-time.After(Timeout):
-				s.t.Errorf("toolgatetest: %s did not stop within %s", name, Timeout)
-			}
-		})
+		if err := p.Stop(context.Background()); err != nil {
+			s.t.Errorf("toolgatetest: %s: %v", name, err)
+		}
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/testkit"
 )
 
 // EnvConfig configures the embedded server every target of a run shares.
@@ -26,11 +27,11 @@ type EnvConfig struct {
 
 // Env is an embedded NATS server with JetStream and a file store, served
 // only to in-process connections (as the orchestrator, workers and
-// approvers of a single-machine deployment use it).
+// approvers of a single-machine deployment use it): a system of the kit,
+// set up by each case for itself.
 type Env struct {
-	srv     *embedded.Server
-	tempDir string
-	logger  *slog.Logger
+	sys    *testkit.System
+	logger *slog.Logger
 
 	sandboxOnce sync.Once
 	sandboxDir  string
@@ -41,42 +42,28 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Env{logger: cfg.Logger}
-	dir := cfg.StoreDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "toolgate-bench-*")
-		if err != nil {
-			return nil, fmt.Errorf("bench env: %w", err)
-		}
-		dir, e.tempDir = d, d
-	}
-	srv, err := embedded.StartServer(embedded.ServerConfig{
-		StoreDir:   dir,
-		NoListen:   true,
-		ServerName: "toolgate-bench",
-		SyncAlways: cfg.SyncAlways,
-		Logger:     cfg.Logger,
+	sys, err := testkit.Start(context.Background(), testkit.Options{
+		Dir:     cfg.StoreDir,
+		Server:  embedded.ServerConfig{ServerName: "toolgate-bench", SyncAlways: cfg.SyncAlways},
+		NoSetup: true,
+		Logger:  cfg.Logger,
 	})
 	if err != nil {
-		if e.tempDir != "" {
-			os.RemoveAll(e.tempDir)
-		}
 		return nil, fmt.Errorf("bench env: %w", err)
 	}
-	e.srv = srv
-	return e, nil
+	return &Env{sys: sys, logger: cfg.Logger}, nil
 }
 
 // Server is the embedded server, for targets that start toolgate
 // components on it.
-func (e *Env) Server() *embedded.Server { return e.srv }
+func (e *Env) Server() *embedded.Server { return e.sys.Server }
 
 // Logger is the logger the env was configured with.
 func (e *Env) Logger() *slog.Logger { return e.logger }
 
 // Connect opens an in-process connection named name.
 func (e *Env) Connect(ctx context.Context, name string) (*bus.Bus, error) {
-	b, err := e.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: e.logger})
+	b, err := e.sys.Connect(ctx, bus.ConnConfig{Name: name, Logger: e.logger})
 	if err != nil {
 		return nil, fmt.Errorf("bench connect %s: %w", name, err)
 	}
@@ -98,10 +85,7 @@ func (e *Env) sandbox() string {
 
 // Close stops the server and removes a temporary store and the sandbox.
 func (e *Env) Close() {
-	e.srv.Shutdown()
-	if e.tempDir != "" {
-		os.RemoveAll(e.tempDir)
-	}
+	_ = e.sys.Close(context.Background())
 	if e.sandboxDir != "" {
 		os.RemoveAll(e.sandboxDir)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
 	"golang.org/x/sync/errgroup"
 )
@@ -215,7 +216,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 		ob.Close()
 		eb.Close()
 	}
-	o, err := orchestrator.New(orchestrator.Config{
+	o, err := t.env.sys.Orchestrator(ctx, "bench-orchestrator", orchestrator.Config{
 		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
 		OnRunEnd: r.onRunEnd,
 	})
@@ -223,11 +224,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 		closeConns()
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
-	r.orch, r.stats = o, o.Stats()
-	if err := o.Start(ctx); err != nil {
-		closeConns()
-		return r, fmt.Errorf("toolgate: start orchestrator: %w", err)
-	}
+	r.orch, r.stats = o.Orchestrator, o.Stats()
 	r.stops = append(r.stops, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -252,45 +249,23 @@ func toolgateStreams() []string {
 
 // startWorkers runs n tool-workers serving noop, one call at a time each.
 func (r *rig) startWorkers(ctx context.Context, n int, tools ...string) error {
-	builtin, err := worker.NewBuiltin(r.t.env.sandbox())
-	if err != nil {
-		return fmt.Errorf("toolgate: %w", err)
-	}
 	if len(tools) == 0 {
 		tools = []string{sampleTool}
 	}
-	var served []worker.Tool
-	for _, s := range worker.BuiltinTools() {
-		if slices.Contains(tools, s.Name) {
-			served = append(served, worker.Tool{Spec: s, Executor: builtin, Kind: "builtin"})
-		}
+	served, err := testkit.BuiltinTools(r.t.env.sandbox(), tools...)
+	if err != nil {
+		return fmt.Errorf("toolgate: %w", err)
 	}
 	for i := range n {
 		name := fmt.Sprintf("bench-worker-%d", i)
-		wb, err := r.t.env.Connect(ctx, name)
-		if err != nil {
-			return err
-		}
-		r.conns = append(r.conns, wb)
-		w, err := worker.New(worker.Config{
-			Bus: wb, ID: name, Concurrency: 1, DrainTimeout: 5 * time.Second, Logger: r.t.env.Logger(),
-			Tools: served,
+		p, err := r.t.env.sys.Worker(ctx, name, worker.Config{
+			ID: name, Concurrency: 1, DrainTimeout: 5 * time.Second, Logger: r.t.env.Logger(), Tools: served,
 		})
 		if err != nil {
-			wb.Close()
 			return fmt.Errorf("toolgate: %w", err)
 		}
-		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan error, 1)
-		go func() { done <- w.Run(wctx) }()
-		r.stops = append(r.stops, func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-			}
-			wb.Close()
-		})
+		r.conns = append(r.conns, p.Bus)
+		r.stops = append(r.stops, func() { _ = p.Stop(context.WithoutCancel(ctx)) })
 	}
 	return nil
 }

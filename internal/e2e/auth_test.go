@@ -47,7 +47,7 @@ func auditRecords(t *testing.T, b *bus.Bus) []orchestrator.AuditRecord {
 // it was refused; refused results are kept there too (D36).
 func TestDecisionsAudited(t *testing.T) {
 	t.Parallel()
-	srv := singleServer(t)
+	sys := singleServer(t)
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +56,12 @@ func TestDecisionsAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := startOrch(t, orchestrator.Config{
-		Bus: inProcess(t, srv, "orchestrator"), InstanceID: "orch",
+	o := startOrch(t, sys, orchestrator.Config{
+		Bus: inProcess(t, sys, "orchestrator"), InstanceID: "orch",
 		TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub},
 	})
-	startWorker(t, inProcess(t, srv, "worker"), "worker-1", 2, 0)
-	test := inProcess(t, srv, "test")
+	startWorker(t, sys, inProcess(t, sys, "worker"), "worker-1", 2, 0)
+	test := inProcess(t, sys, "test")
 	info, err := o.StartRun(clCtx(t), seedPrompt, "")
 	if err != nil {
 		t.Fatal(err)

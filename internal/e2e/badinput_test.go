@@ -17,29 +17,22 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 )
 
-// singleServer is one embedded server with toolgate's streams set up.
-func singleServer(t testing.TB) *embedded.Server {
+// singleServer is one embedded server with toolgate's streams set up, a
+// system of the kit that the test's parts start on.
+func singleServer(t testing.TB) *testkit.System {
 	t.Helper()
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", NoListen: true, Logger: clLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b := inProcess(t, srv, "setup")
-	if err := b.Setup(clCtx(t), bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	return testkit.Test(t, testkit.Options{Logger: clLogger(t)})
 }
 
-func inProcess(t testing.TB, srv *embedded.Server, name string) *bus.Bus {
+// inProcess opens a connection to sys, closed at cleanup.
+func inProcess(t testing.TB, sys *testkit.System, name string) *bus.Bus {
 	t.Helper()
-	b, err := srv.Connect(clCtx(t), bus.ConnConfig{Name: name, Logger: clLogger(t)})
+	b, err := sys.Connect(clCtx(t), bus.ConnConfig{Name: name, Logger: clLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +95,10 @@ func dlqReasons(t *testing.T, b *bus.Bus) []string {
 // not disturbed and completes as it would have.
 func TestBadInputDeadLettered(t *testing.T) {
 	t.Parallel()
-	srv := singleServer(t)
-	o := startOrch(t, orchestrator.Config{Bus: inProcess(t, srv, "orchestrator"), InstanceID: "orch"})
-	startWorker(t, inProcess(t, srv, "worker"), "worker-1", 4, 0)
-	test := inProcess(t, srv, "test")
+	sys := singleServer(t)
+	o := startOrch(t, sys, orchestrator.Config{Bus: inProcess(t, sys, "orchestrator"), InstanceID: "orch"})
+	startWorker(t, sys, inProcess(t, sys, "worker"), "worker-1", 4, 0)
+	test := inProcess(t, sys, "test")
 
 	// The target: the seed conversation, paused on its two approvals
 	// (there is no approver) once the worker has answered its readme call.
@@ -274,7 +267,7 @@ func containsReason(reasons []string, subject, want string) bool {
 // retry prompt naming the problem in the same run, and tries again.
 func TestSchemaFailureIsARetryPrompt(t *testing.T) {
 	t.Parallel()
-	srv := singleServer(t)
+	sys := singleServer(t)
 	var sawRetry bool
 	model := agent.FunctionModel("bad-args", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
 		last := req.Messages[len(req.Messages)-1]
@@ -286,8 +279,8 @@ func TestSchemaFailureIsARetryPrompt(t *testing.T) {
 		}
 		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "read_file", ToolCallID: "bad", Args: json.RawMessage(`{"path": 5, "mode": "x"}`)}}}, nil
 	})
-	b := inProcess(t, srv, "orchestrator")
-	o := startOrch(t, orchestrator.Config{Bus: b, Model: model})
+	b := inProcess(t, sys, "orchestrator")
+	o := startOrch(t, sys, orchestrator.Config{Bus: b, Model: model})
 	info, err := o.StartRun(clCtx(t), "read it", "")
 	if err != nil {
 		t.Fatal(err)
@@ -316,8 +309,8 @@ func TestSchemaFailureIsARetryPrompt(t *testing.T) {
 // problem, and a huge prompt with 413, whatever the route.
 func TestHTTPBadInput(t *testing.T) {
 	t.Parallel()
-	srv := singleServer(t)
-	o := startOrch(t, orchestrator.Config{Bus: inProcess(t, srv, "orchestrator")})
+	sys := singleServer(t)
+	o := startOrch(t, sys, orchestrator.Config{Bus: inProcess(t, sys, "orchestrator")})
 	hs := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(hs.Close)
 	huge := `{"prompt":"` + strings.Repeat("x", 2<<20) + `"}`
@@ -387,9 +380,9 @@ func TestHTTPBadInput(t *testing.T) {
 // fail as timed out although the tool ran. Nothing is dead-lettered.
 func TestHugeResultFailsTheCall(t *testing.T) {
 	t.Parallel()
-	srv := singleServer(t)
-	o := startOrch(t, orchestrator.Config{Bus: inProcess(t, srv, "orchestrator")})
-	test := inProcess(t, srv, "test")
+	sys := singleServer(t)
+	o := startOrch(t, sys, orchestrator.Config{Bus: inProcess(t, sys, "orchestrator")})
+	test := inProcess(t, sys, "test")
 	info, err := o.StartRun(clCtx(t), seedPrompt, "")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -195,102 +194,67 @@ func setupRetry(t *testing.T, b *bus.Bus, cfg bus.SetupConfig) {
 	})
 }
 
-// runUntilCleanup runs fn until the test ends.
-func runUntilCleanup(t *testing.T, name string, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("%s: %v", name, err)
-			}
-		case <-time.After(clWait):
-			t.Errorf("%s did not stop", name)
-		}
-	})
-}
-
 // startWorker runs the built-in tools on b in a fresh sandbox; it returns
 // the sandbox. ackWait bounds how long a call whose ack was lost (a node
 // went down) waits for its redelivery.
-func startWorker(t *testing.T, b *bus.Bus, id string, concurrency int, ackWait time.Duration) string {
+func startWorker(t *testing.T, sys *testkit.System, b *bus.Bus, id string, concurrency int, ackWait time.Duration) string {
 	t.Helper()
 	sandbox := filepath.Join(t.TempDir(), "sandbox")
-	bi, err := worker.NewBuiltin(sandbox)
+	ts, err := testkit.BuiltinTools(sandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ts []worker.Tool
-	for _, spec := range worker.BuiltinTools() {
-		ts = append(ts, worker.Tool{Spec: spec, Executor: bi, Kind: "builtin"})
-	}
-	w, err := worker.New(worker.Config{
+	p, err := sys.Worker(clCtx(t), id, worker.Config{
 		Bus: b, Tools: ts, ID: id, Concurrency: concurrency, AckWait: ackWait,
 		Logger: clLogger(t), DrainTimeout: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runUntilCleanup(t, id, w.Run)
+	stopAtCleanup(t, id, p.Stop)
 	return sandbox
 }
 
 // seedPolicy denies deletes and approves the rest (the seed's example).
-const seedPolicy = `
-rules:
-  - tool: delete_file
-    action: deny
-    message: Deleting files is not allowed
-  - action: approve
-`
+const seedPolicy = testkit.SeedPolicy
 
 const seedPrompt = "Delete `__init__.py`, write `Hello, world!` to `README.md`, and clear `.env`"
 
-func startApprover(t *testing.T, b *bus.Bus, id string, key ed25519.PrivateKey, ackWait time.Duration) {
+func startApprover(t *testing.T, sys *testkit.System, b *bus.Bus, id string, key ed25519.PrivateKey, ackWait time.Duration) {
 	t.Helper()
-	p, err := approver.ParsePolicy([]byte(seedPolicy))
+	p, err := sys.Approver(clCtx(t), approver.Config{Bus: b, ID: id, Key: key, Logger: clLogger(t),
+		Consume: bus.ConsumeConfig{AckWait: ackWait}}, seedPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := approver.New(approver.Config{Bus: b, ID: id, Policy: p, Key: key, Logger: clLogger(t),
-		Consume: bus.ConsumeConfig{AckWait: ackWait}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runUntilCleanup(t, id, a.Run)
+	stopAtCleanup(t, id, p.Stop)
 }
 
-// startOrch starts an orchestrator, stopped at cleanup.
-func startOrch(t testing.TB, cfg orchestrator.Config) *orchestrator.Orchestrator {
+// startOrch starts an orchestrator (the demo agent unless cfg has one),
+// stopped at cleanup.
+func startOrch(t testing.TB, sys *testkit.System, cfg orchestrator.Config) *orchestrator.Orchestrator {
 	t.Helper()
-	if cfg.Agent == nil {
-		a, err := agentconfig.Demo()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Agent = a
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = clLogger(t)
 	}
-	o, err := orchestrator.New(cfg)
+	o, err := sys.Orchestrator(clCtx(t), "orchestrator", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Start(clCtx(t)); err != nil {
-		t.Fatalf("start orchestrator: %v", err)
-	}
+	stopAtCleanup(t, "orchestrator", o.Stop)
+	return o.Orchestrator
+}
+
+// stopAtCleanup stops a part when the test ends, before the connections
+// it was given close, and fails the test on its error.
+func stopAtCleanup(t testing.TB, name string, stop func(context.Context) error) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), clWait)
 		defer cancel()
-		if err := o.Stop(ctx); err != nil {
-			t.Errorf("stop orchestrator: %v", err)
+		if err := stop(ctx); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	})
-	return o
 }
 
 // waitTerminal waits until the conversation is completed or failed.

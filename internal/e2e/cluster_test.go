@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 )
 
 // A 3-node cluster with R3 streams and buckets loses nothing when the
@@ -25,6 +26,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	cl := startCluster(t, 3)
 	setupRetry(t, cl.connect("setup", bus.ConnConfig{}), bus.SetupConfig{Replicas: 3})
 	t.Logf("cluster up and set up in %s", time.Since(began).Round(time.Millisecond))
+	sys := testkit.Test(t, testkit.Options{URL: cl.URL(), NoSetup: true, Logger: clLogger(t)})
 	for _, stream := range []string{bus.StreamCalls, bus.StreamReplies, bus.StreamConversations} {
 		st, err := cl.connect("check", bus.ConnConfig{}).JetStream().Stream(clCtx(t), stream)
 		if err != nil {
@@ -45,7 +47,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		conns[name] = b
 		return b
 	}
-	o := startOrch(t, orchestrator.Config{
+	o := startOrch(t, sys, orchestrator.Config{
 		Bus: conn("orchestrator"), InstanceID: "orch",
 		TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub},
 		// Short enough that a run whose result could not be stored while
@@ -58,9 +60,9 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	})
 	// A call or request whose ack was lost with the node is delivered
 	// again after AckWait.
-	startWorker(t, conn("worker-1"), "worker-1", 8, 5*time.Second)
-	startWorker(t, conn("worker-2"), "worker-2", 8, 5*time.Second)
-	startApprover(t, conn("bot"), "bot", priv, 5*time.Second)
+	startWorker(t, sys, conn("worker-1"), "worker-1", 8, 5*time.Second)
+	startWorker(t, sys, conn("worker-2"), "worker-2", 8, 5*time.Second)
+	startApprover(t, sys, conn("bot"), "bot", priv, 5*time.Second)
 
 	// Each conversation of the seed prompt makes three runs, three tool
 	// calls and four deferred calls: two approvals (one denied), a call at

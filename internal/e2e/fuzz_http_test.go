@@ -39,8 +39,8 @@ func FuzzHTTPHandlers(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.method, s.path, []byte(s.body))
 	}
-	srv := singleServer(f)
-	o := startOrch(f, orchestrator.Config{Bus: inProcess(f, srv, "orchestrator")})
+	sys := singleServer(f)
+	o := startOrch(f, sys, orchestrator.Config{Bus: inProcess(f, sys, "orchestrator")})
 	h := api.Handler(o, api.Config{})
 	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

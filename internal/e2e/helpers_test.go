@@ -22,9 +22,9 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 )
 
 // waitTimeout bounds every wait on a condition: generous, for a loaded
@@ -267,7 +267,8 @@ func newSystem(t *testing.T, agentYAML string, script []map[string]any, hosted b
 		}
 	})
 	if hosted {
-		s.natsURL = bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "nats")}).ClientURL()
+		// The binaries set the streams up, as they do in production.
+		s.natsURL = testkit.Test(t, testkit.Options{Dir: filepath.Join(dir, "nats"), Listen: true, NoSetup: true}).URL()
 	} else {
 		s.embedded = true
 		s.store = filepath.Join(dir, "data")

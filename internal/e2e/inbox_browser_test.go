@@ -20,7 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/testkit"
 
 	"github.com/chromedp/chromedp"
 
@@ -91,13 +91,12 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	log, natsLog := ibLoggers(t)
 
 	// One embedded JetStream server; each party has its own connection.
-	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Logger: natsLog})
+	sys := testkit.Test(t, testkit.Options{Logger: natsLog})
 	conn := func(name string) *bus.Bus {
 		t.Helper()
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: name, Logger: log})
+		return bustest.ConnectConfig(t, sys.Server, bus.ConnConfig{Name: name, Logger: log})
 	}
 	testBus := conn("test")
-	bustest.Setup(t, testBus)
 
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -110,43 +109,28 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	// Only carol's signed decisions count: a decision the inbox sent
 	// unsigned, or signed with another key, would be refused and the
 	// conversation would never complete.
-	o, err := orchestrator.New(orchestrator.Config{
+	o := startOrch(t, sys, orchestrator.Config{
 		Bus: conn("orchestrator"), Agent: agentCfg, Logger: log.With("component", "orchestrator"),
 		TrustedApprovers: map[string]ed25519.PublicKey{ibApprover: pub},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(bustest.Context(t)); err != nil {
-		t.Fatalf("start orchestrator: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := o.Stop(bustest.Context(t)); err != nil {
-			t.Errorf("stop orchestrator: %v", err)
-		}
 	})
 	api := httptest.NewServer(api.Handler(o, api.Config{Logger: log}))
 	t.Cleanup(api.Close)
 	cl := &client.Client{BaseURL: api.URL, HTTP: &http.Client{Timeout: 10 * time.Second}}
 
 	sandbox := filepath.Join(t.TempDir(), "sandbox")
-	bi, err := worker.NewBuiltin(sandbox)
+	tools, err := testkit.BuiltinTools(sandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(sandbox, "old.txt"), []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var tools []worker.Tool
-	for _, spec := range worker.BuiltinTools() {
-		tools = append(tools, worker.Tool{Spec: spec, Executor: bi, Kind: "builtin"})
-	}
-	w, err := worker.New(worker.Config{Bus: conn("worker"), Tools: tools, ID: "worker-1",
+	w, err := sys.Worker(bustest.Context(t), "worker", worker.Config{Bus: conn("worker"), Tools: tools, ID: "worker-1",
 		Logger: log.With("component", "worker"), DrainTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bustest.Run(t, "worker", w.Run)
+	stopAtCleanup(t, "worker", w.Stop)
 
 	in, err := inbox.New(inbox.Config{
 		Bus: conn("inbox"), ID: ibApprover, Key: key,

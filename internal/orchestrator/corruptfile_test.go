@@ -14,9 +14,8 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -32,14 +31,8 @@ import (
 // corrupt, which is audited.
 func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	e := &env{t: t, srv: srv, dir: dir}
-	bustest.Setup(t, e.connect("setup"))
+	e := newEnv(t)
+	dir := e.dir
 	o1, stop1 := e.orch(orchestrator.Config{})
 	a, bad, c := startPaused(t, o1), startPaused(t, o1), startPaused(t, o1)
 	st, err := e.connect("count").JetStream().Stream(ctxT(t), bus.StreamConversations)
@@ -48,7 +41,7 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 	}
 	stored := st.CachedInfo().State.Msgs
 	stop1()
-	srv.Shutdown()
+	e.srv().Shutdown()
 
 	blk := filepath.Join(dir, "jetstream", "$G", "streams", bus.StreamConversations, "msgs", "1.blk")
 	b, err := os.ReadFile(blk)
@@ -66,7 +59,7 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.srv = bustest.StartServer(t, embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
+	e.sys = testkit.Test(t, testkit.Options{Dir: dir, NoSetup: true, Logger: testLogger(t)})
 	var logs logBuffer
 	o2, _ := e.orch(orchestrator.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitFor(t, "a reconcile pass over the three", func() (bool, string) {

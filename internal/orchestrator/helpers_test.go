@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -36,10 +36,11 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 }
 
-// env is an embedded JetStream server with toolgate's streams set up.
+// env is a system of the kit (an embedded JetStream server with
+// toolgate's streams set up) that tests start their parts on.
 type env struct {
 	t   *testing.T
-	srv *embedded.Server
+	sys *testkit.System
 	dir string
 	// tp, when set, traces the workers and approvers the env starts.
 	tp trace.TracerProvider
@@ -47,97 +48,88 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	dir := t.TempDir()
-	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t)})
-	e := &env{t: t, srv: srv, dir: dir}
-	bustest.Setup(t, e.connect("setup"))
-	return e
+	return envWith(t, t.TempDir(), embedded.ServerConfig{})
 }
+
+// envWith is newEnv with the server storing in dir, configured by srv
+// beyond that (users, store limits).
+func envWith(t *testing.T, dir string, srv embedded.ServerConfig) *env {
+	t.Helper()
+	return &env{t: t, sys: testkit.Test(t, testkit.Options{Dir: dir, Server: srv, Logger: testLogger(t)}), dir: dir}
+}
+
+// srv is the env's server.
+func (e *env) srv() *embedded.Server { return e.sys.Server }
 
 // connect opens a connection, closed at cleanup.
 func (e *env) connect(name string) *bus.Bus {
 	e.t.Helper()
-	return bustest.ConnectConfig(e.t, e.srv, bus.ConnConfig{Name: name, Logger: testLogger(e.t)})
+	return bustest.ConnectConfig(e.t, e.srv(), bus.ConnConfig{Name: name, Logger: testLogger(e.t)})
 }
 
-// orch starts an orchestrator on its own connection; it is stopped at
-// cleanup (or earlier with the returned stop).
+// orch starts an orchestrator on its own connection (the demo agent unless
+// cfg has one); it is stopped at cleanup (or earlier with the returned
+// stop).
 func (e *env) orch(cfg orchestrator.Config) (*orchestrator.Orchestrator, func()) {
 	e.t.Helper()
-	if cfg.Bus == nil {
-		cfg.Bus = e.connect("orchestrator")
-	}
-	if cfg.Agent == nil {
-		a, err := agentconfig.Demo()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		cfg.Agent = a
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(e.t)
 	}
-	o, err := orchestrator.New(cfg)
+	if cfg.Bus == nil {
+		// Open until cleanup: a test reads through a stopped orchestrator.
+		cfg.Bus = e.connect("orchestrator")
+	}
+	o, err := e.sys.Orchestrator(ctxT(e.t), "orchestrator", cfg)
 	if err != nil {
-		e.t.Fatalf("new orchestrator: %v", err)
+		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	if err := o.Start(ctx); err != nil {
-		e.t.Fatalf("start orchestrator: %v", err)
-	}
-	var once sync.Once
 	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-			defer cancel()
-			if err := o.Stop(ctx); err != nil {
-				e.t.Errorf("stop orchestrator: %v", err)
-			}
-		})
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := o.Stop(ctx); err != nil {
+			e.t.Errorf("stop orchestrator: %v", err)
+		}
 	}
 	e.t.Cleanup(stop)
-	return o, stop
+	return o.Orchestrator, stop
 }
 
 // worker runs the built-in tools in a sandbox; returns the sandbox.
 func (e *env) worker(tools ...string) string {
 	e.t.Helper()
 	sandbox := filepath.Join(e.t.TempDir(), "sandbox")
-	bi, err := worker.NewBuiltin(sandbox)
+	ts, err := testkit.BuiltinTools(sandbox, tools...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	want := map[string]bool{}
-	for _, n := range tools {
-		want[n] = true
-	}
-	var ts []worker.Tool
-	for _, spec := range worker.BuiltinTools() {
-		if len(tools) == 0 || want[spec.Name] {
-			ts = append(ts, worker.Tool{Spec: spec, Executor: bi, Kind: "builtin"})
-		}
-	}
-	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: ts, ID: "worker-1", Logger: testLogger(e.t), DrainTimeout: 5 * time.Second, TracerProvider: e.tp})
+	p, err := e.sys.Worker(ctxT(e.t), "worker", worker.Config{Tools: ts, ID: "worker-1", Logger: testLogger(e.t), DrainTimeout: 5 * time.Second, TracerProvider: e.tp})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.run("worker", w.Run)
+	e.stopAtCleanup("worker", p)
 	return sandbox
 }
 
 // approverBot runs a policy approver; key may be nil (unsigned decisions).
 func (e *env) approverBot(id, policy string, key ed25519.PrivateKey) {
 	e.t.Helper()
-	p, err := approver.ParsePolicy([]byte(policy))
+	p, err := e.sys.Approver(ctxT(e.t), approver.Config{ID: id, Key: key, Logger: testLogger(e.t), TracerProvider: e.tp}, policy)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	a, err := approver.New(approver.Config{Bus: e.connect(id), ID: id, Policy: p, Key: key, Logger: testLogger(e.t), TracerProvider: e.tp})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.run(id, a.Run)
+	e.stopAtCleanup(id, p)
+}
+
+// stopAtCleanup stops p when the test ends, before the connections the
+// test opened after it close, and fails the test on its error.
+func (e *env) stopAtCleanup(name string, p *testkit.Part) {
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			e.t.Errorf("%s: %v", name, err)
+		}
+	})
 }
 
 // run runs fn until cleanup.
@@ -145,13 +137,8 @@ func (e *env) run(name string, fn func(context.Context) error) {
 	bustest.Run(e.t, name, fn)
 }
 
-const seedPolicy = `
-rules:
-  - tool: delete_file
-    action: deny
-    message: Deleting files is not allowed
-  - action: approve
-`
+// seedPolicy denies deletes and approves the rest (the seed's example).
+const seedPolicy = testkit.SeedPolicy
 
 func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
 	t.Helper()

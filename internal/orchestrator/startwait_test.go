@@ -26,13 +26,10 @@ func TestStartDoesNotWaitOnReadsThatHang(t *testing.T) {
 			"$JS.API.DIRECT.GET.KV_>", "$JS.API.DIRECT.GET." + bus.StreamEvents + ".>"},
 	}}
 	admin := bus.User{Name: "admin", Password: "admin-pw"}
-	dir := t.TempDir()
-	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: dir, NoListen: true, Logger: testLogger(t), Users: []bus.User{admin, blind}})
-	e := &env{t: t, srv: srv, dir: dir}
+	e := envWith(t, t.TempDir(), embedded.ServerConfig{Users: []bus.User{admin, blind}})
 	connect := func(u bus.User) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: u.Name, User: u.Name, Password: u.Password, Logger: testLogger(t)})
+		return bustest.ConnectConfig(t, e.srv(), bus.ConnConfig{Name: u.Name, User: u.Name, Password: u.Password, Logger: testLogger(t)})
 	}
-	bustest.Setup(t, connect(admin))
 	o1, stop1 := e.orch(orchestrator.Config{Bus: connect(admin)})
 	for range 3 {
 		startPaused(t, o1)

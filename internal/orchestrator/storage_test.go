@@ -31,9 +31,8 @@ import (
 // answered 500 "internal error" and /healthz stayed ok.
 func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 	dir := disktest.Tmpfs(t, "8m")
-	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t)})
-	e := &env{t: t, srv: srv, dir: dir}
-	bustest.Setup(t, e.connect("setup"))
+	e := envWith(t, filepath.Join(dir, "store"), embedded.ServerConfig{})
+	e.dir = dir
 	o, _ := e.orch(orchestrator.Config{})
 	hs := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(hs.Close)
@@ -78,10 +77,8 @@ func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 func tmpfsStore(t *testing.T, size string) (*env, string) {
 	t.Helper()
 	dir := disktest.Tmpfs(t, size)
-	srv := bustest.StartServer(t, embedded.ServerConfig{StoreDir: filepath.Join(dir, "store"), NoListen: true, Logger: testLogger(t),
-		MinFreeBytes: 4 << 20, StoreCheckInterval: 50 * time.Millisecond})
-	e := &env{t: t, srv: srv, dir: dir}
-	bustest.Setup(t, e.connect("setup"))
+	e := envWith(t, filepath.Join(dir, "store"), embedded.ServerConfig{MinFreeBytes: 4 << 20, StoreCheckInterval: 50 * time.Millisecond})
+	e.dir = dir
 	return e, dir
 }
 
@@ -118,7 +115,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.run("worker", w.Run)
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ServerWriteError: e.srv.WriteError})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ServerWriteError: e.srv().WriteError})
 	hs := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(hs.Close)
 	status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", `{"prompt":"before"}`)
@@ -168,7 +165,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 		status, body := doJSON(t, "GET", hs.URL+"/healthz", "", "")
 		return status == http.StatusOK, fmt.Sprint(status, body)
 	})
-	if n := e.srv.StoreReopens(); n != 1 {
+	if n := e.srv().StoreReopens(); n != 1 {
 		t.Errorf("the store was reopened %d times, want 1", n)
 	}
 	c := waitStatus(t, o, before, orchestrator.StatusCompleted, orchestrator.StatusFailed)
@@ -210,7 +207,7 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: answer}}}, nil
 	})
 	reg := telemetry.NewRegistry()
-	o, _ := e.orch(orchestrator.Config{Model: model, ServerWriteError: e.srv.WriteError, Metrics: telemetry.NewOrchestratorMetrics(reg),
+	o, _ := e.orch(orchestrator.Config{Model: model, ServerWriteError: e.srv().WriteError, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: 3 * time.Second, ReconcileInterval: 500 * time.Millisecond})
 	info, err := o.StartRun(ctxT(t), "hi", "")
 	if err != nil {

@@ -263,7 +263,7 @@ func (s *system) check(ctx context.Context) *Report {
 	convs := slices.Clone(s.convs)
 	orchs := slices.Clone(s.retired)
 	for _, rp := range s.replicas {
-		orchs = append(orchs, rp.orch)
+		orchs = append(orchs, rp.orch.Orchestrator)
 	}
 	s.mu.Unlock()
 	for _, n := range executed {

@@ -26,8 +26,8 @@ import (
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -156,24 +156,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		faults:    map[string]int{},
 		startedAt: time.Now(),
 	}
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: dir, Listen: "127.0.0.1:-1", NoListen: true, Logger: cfg.Logger})
+	sys, err := testkit.Start(ctx, testkit.Options{Dir: dir, Logger: cfg.Logger, StopTimeout: stopTimeout})
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Shutdown()
-	s.srv = srv
+	s.sys = sys
+	defer s.shutdown()
 	if s.ctl, err = s.connect(ctx, "soak"); err != nil {
 		return nil, err
 	}
 	defer s.ctl.Close()
-	if err := s.ctl.Setup(ctx, bus.SetupConfig{}); err != nil {
-		return nil, err
-	}
 	if s.agent, err = agentConfig(); err != nil {
 		return nil, err
 	}
 	s.script = script(cfg.Calls)
-	defer s.shutdown()
 	if err := s.startParts(ctx); err != nil {
 		return nil, err
 	}
@@ -232,7 +228,7 @@ func (s *system) play(ctx context.Context) (*Report, error) {
 type system struct {
 	cfg    Config
 	log    *slog.Logger
-	srv    *embedded.Server
+	sys    *testkit.System
 	ctl    *bus.Bus // the soak's own connection: faults, reading streams
 	agent  *orchestrator.AgentConfig
 	script []agent.ScriptResponse
@@ -242,7 +238,7 @@ type system struct {
 	replicas  []*replica
 	retired   []*orchestrator.Orchestrator // stopped replicas, for their counters
 	workers   []*workerSlot
-	approver  *component
+	approver  *testkit.Part
 	convs     []string
 	executed  map[string]int    // run:call → executor runs
 	answered  []answer          // results the executors produced, for duplicates
@@ -253,29 +249,21 @@ type system struct {
 
 type answer struct{ runID, callID string }
 
-// component is something started with a Run(ctx) on its own connection.
-type component struct {
-	bus    *bus.Bus
-	cancel context.CancelFunc
-	done   chan error
-}
-
 type replica struct {
 	name string
 	gen  int
-	orch *orchestrator.Orchestrator
-	bus  *bus.Bus
+	orch *testkit.Orchestrator
 }
 
 type workerSlot struct {
 	name     string
 	gen      int
-	c        *component // nil while killed
+	c        *testkit.Part // nil while killed
 	inflight int
 }
 
 func (s *system) connect(ctx context.Context, name string) (*bus.Bus, error) {
-	return s.srv.Connect(ctx, bus.ConnConfig{Name: name, Logger: s.log})
+	return s.sys.Connect(ctx, bus.ConnConfig{Name: name})
 }
 
 func agentConfig() (*orchestrator.AgentConfig, error) {
@@ -311,25 +299,16 @@ func script(calls int) []agent.ScriptResponse {
 }
 
 func (s *system) startReplica(ctx context.Context, r *replica) error {
-	b, err := s.connect(ctx, "orchestrator-"+r.name)
-	if err != nil {
-		return err
-	}
-	o, err := orchestrator.New(orchestrator.Config{
-		Bus: b, Agent: s.agent, Model: agent.NewScriptModel("soak", s.script),
+	o, err := s.sys.Orchestrator(ctx, "orchestrator-"+r.name, orchestrator.Config{
+		Agent: s.agent, Model: agent.NewScriptModel("soak", s.script),
 		InstanceID: fmt.Sprintf("%s-%d", r.name, r.gen), LeaseTTL: leaseTTL,
-		ReconcileInterval: reconcileInterval, ReplyAckWait: replyAckWait, Logger: s.log,
+		ReconcileInterval: reconcileInterval, ReplyAckWait: replyAckWait,
 	})
 	if err != nil {
-		b.Close()
-		return err
-	}
-	if err := o.Start(ctx); err != nil {
-		b.Close()
 		return err
 	}
 	s.mu.Lock()
-	r.orch, r.bus = o, b
+	r.orch = o
 	s.mu.Unlock()
 	return nil
 }
@@ -344,36 +323,29 @@ func (s *system) restartReplica(ctx context.Context, r *replica, grace time.Dura
 	if err != nil {
 		s.log.Info("soak: replica stopped with runs in flight", slog.String("replica", r.name), slog.String("error", err.Error()))
 	}
-	r.bus.Close()
 	s.mu.Lock()
-	s.retired = append(s.retired, r.orch)
+	s.retired = append(s.retired, r.orch.Orchestrator)
 	s.mu.Unlock()
 	r.gen++
 	return s.startReplica(ctx, r)
 }
 
 func (s *system) startWorker(ctx context.Context, w *workerSlot) error {
-	b, err := s.connect(ctx, "worker-"+w.name)
-	if err != nil {
-		return err
-	}
 	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
 		return s.execute(ctx, w, req)
 	})
-	wk, err := worker.New(worker.Config{
-		Bus: b, ID: fmt.Sprintf("%s-%d", w.name, w.gen), Concurrency: 8,
+	c, err := s.sys.Worker(ctx, "worker-"+w.name, worker.Config{
+		ID: fmt.Sprintf("%s-%d", w.name, w.gen), Concurrency: 8,
 		Tools: []worker.Tool{
 			{Spec: worker.ToolSpec{Name: toolWork}, Executor: exec},
 			{Spec: worker.ToolSpec{Name: toolGuarded}, Executor: exec},
 		},
 		AckWait: ackWait, MaxDeliver: 100, BackOff: []time.Duration{100 * time.Millisecond},
-		DrainTimeout: 2 * time.Second, PublishTimeout: 2 * time.Second, Logger: s.log,
+		DrainTimeout: 2 * time.Second, PublishTimeout: 2 * time.Second,
 	})
 	if err != nil {
-		b.Close()
 		return err
 	}
-	c := run(b, wk.Run)
 	s.mu.Lock()
 	w.c = c
 	s.mu.Unlock()
@@ -420,47 +392,13 @@ func (s *system) killWorker(w *workerSlot) {
 	c := w.c
 	w.c = nil
 	s.mu.Unlock()
-	c.bus.Conn().Close()
-	c.stop()
+	c.Kill()
 	w.gen++
 }
 
-func (s *system) startApprover(ctx context.Context) error {
-	b, err := s.connect(ctx, "approver")
-	if err != nil {
-		return err
-	}
-	p, err := approver.ParsePolicy([]byte("rules:\n  - action: approve\n"))
-	if err != nil {
-		b.Close()
-		return err
-	}
-	a, err := approver.New(approver.Config{Bus: b, ID: "soak-approver", Policy: p, Logger: s.log})
-	if err != nil {
-		b.Close()
-		return err
-	}
-	s.approver = run(b, a.Run)
-	return nil
-}
-
-func run(b *bus.Bus, fn func(context.Context) error) *component {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &component{bus: b, cancel: cancel, done: make(chan error, 1)}
-	go func() { c.done <- fn(ctx) }()
-	return c
-}
-
-// stop ends the component and closes its connection; bounded, a component
-// that does not end is left behind (and reported by the caller's leak
-// checks).
-func (c *component) stop() {
-	c.cancel()
-	select {
-	case <-c.done:
-	case <-time.After(stopTimeout + 5*time.Second):
-	}
-	c.bus.Close()
+func (s *system) startApprover(ctx context.Context) (err error) {
+	s.approver, err = s.sys.Approver(ctx, approver.Config{ID: "soak-approver"}, "rules:\n  - action: approve\n")
+	return err
 }
 
 // startConversations starts the conversations, spread over the ramp.
@@ -516,7 +454,7 @@ func (s *system) startConversation(ctx context.Context, i int) (string, error) {
 func (s *system) anyOrch() *orchestrator.Orchestrator {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.replicas[0].orch
+	return s.replicas[0].orch.Orchestrator
 }
 
 // waitEnded polls the conversations until every one is completed or failed
@@ -559,27 +497,11 @@ func (s *system) reviveAll(ctx context.Context) error {
 	return nil
 }
 
-// shutdown stops everything still running.
+// shutdown stops everything still running, each part bounded by
+// stopTimeout (a replica's runs in flight are interrupted then).
 func (s *system) shutdown() {
-	if s.approver != nil {
-		s.approver.stop()
-	}
-	for _, w := range s.workers {
-		if w.c != nil {
-			w.c.stop()
-			w.c = nil
-		}
-	}
-	for _, r := range s.replicas {
-		if r.orch == nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		if err := r.orch.Stop(ctx); err != nil {
-			s.log.Warn("soak: stop replica", slog.String("replica", r.name), slog.String("error", err.Error()))
-		}
-		cancel()
-		r.bus.Close()
+	if err := s.sys.Close(context.Background()); err != nil {
+		s.log.Warn("soak: stop", slog.String("error", err.Error()))
 	}
 }
 
