@@ -24,7 +24,9 @@ import (
 // counters, times), the batch's head, and each changed call of the batch.
 // What changed is found by comparing encodings taken before and after the
 // transition (fingerprintOf, diff), so a field added to any of these
-// structs is stored without more code.
+// structs is stored without more code; a run record, which is never
+// changed in place once in a list (a change puts a copy in its place:
+// changeRun), is compared by identity instead.
 
 // record is one entry of a conversation's log.
 type record struct {
@@ -70,20 +72,26 @@ func fullRecord(c *Conversation) *record {
 }
 
 // fingerprint is what diff compares a changed conversation with: the
-// encodings of the parts that may change in place, and the lengths of the
-// parts that only grow.
+// encodings of the parts that may change in place, the records of the
+// runs that may still change, and the lengths of the parts that only
+// grow.
 type fingerprint struct {
 	head     []byte
 	histLen  int
 	histLast []byte
 	runsLen  int
-	// openRuns are the encodings of the runs that had not ended, by index:
-	// a run that ended never changes again.
-	openRuns map[int][]byte
+	// openRuns are the runs that had not ended, with their index: a run
+	// that ended never changes again.
+	openRuns []openRun
 	decLen   int
 	batch    *Batch
 	bhead    []byte
 	calls    [][]byte
+}
+
+type openRun struct {
+	index int
+	rec   *RunRecord
 }
 
 // fingerprintOf takes c's fingerprint before a transition.
@@ -98,12 +106,9 @@ func fingerprintOf(c *Conversation) *fingerprint {
 	if n := len(c.History); n > 0 {
 		fp.histLast = encodeSorted(&c.History[n-1])
 	}
-	for i := range c.Runs {
-		if c.Runs[i].EndedAt.IsZero() {
-			if fp.openRuns == nil {
-				fp.openRuns = map[int][]byte{}
-			}
-			fp.openRuns[i] = encodeSorted(c.Runs[i])
+	for i, rec := range c.Runs {
+		if rec.EndedAt.IsZero() {
+			fp.openRuns = append(fp.openRuns, openRun{i, rec})
 		}
 	}
 	if c.Batch != nil {
@@ -133,9 +138,9 @@ func diff(fp *fingerprint, c *Conversation) *record {
 	default:
 		r.History = &historyChange{At: 0, Messages: c.History}
 	}
-	for i, old := range fp.openRuns {
-		if i < len(c.Runs) && !bytes.Equal(encodeSorted(c.Runs[i]), old) {
-			r.Runs = append(r.Runs, c.Runs[i])
+	for _, o := range fp.openRuns {
+		if o.index < len(c.Runs) && c.Runs[o.index] != o.rec {
+			r.Runs = append(r.Runs, c.Runs[o.index])
 		}
 	}
 	if len(c.Runs) > fp.runsLen {
