@@ -86,14 +86,14 @@ type System struct {
 }
 
 // Start starts a system: the server (unless Options.URL) and the set-up.
-func Start(ctx context.Context, opts Options) (_ *System, err error) {
+func Start(ctx context.Context, opts Options) (sys *System, err error) {
 	s := &System{url: opts.URL, log: opts.Logger, stopTimeout: cmp.Or(opts.StopTimeout, DefaultStopTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, s.Close(context.WithoutCancel(ctx)))
+			err, sys = errors.Join(err, s.Close(context.WithoutCancel(ctx))), nil
 		}
 	}()
 	if s.url == "" {
