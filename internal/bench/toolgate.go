@@ -535,6 +535,12 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
+	// The events of the last steps wait a quarter of a second at most
+	// for a follow-up that would join them: transient, not what a paused
+	// conversation costs.
+	if err := r.eventsPublished(ctx); err != nil {
+		return MemoryMeasurement{}, err
+	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
 	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
 	info, err := r.convs.Info(ctx)
@@ -618,6 +624,24 @@ func (r *rig) pauseAll(ctx context.Context, n int) (ids, runs []string, err erro
 	case <-time.After(conversationTimeout + time.Duration(n)*time.Millisecond):
 		return nil, nil, fmt.Errorf("toolgate memory: %d of %d conversations paused", pausedN.Load(), n)
 	}
+}
+
+// eventsPublished waits until the orchestrator has published every event
+// it queued.
+func (r *rig) eventsPublished(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(conversationTimeout)
+	for r.orch.EventsPending() > 0 {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return fmt.Errorf("toolgate memory: %d events still queued after %s", r.orch.EventsPending(), conversationTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // answers are the replies to each paused run's call, as a worker would

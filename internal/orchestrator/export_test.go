@@ -25,6 +25,3 @@ func (o *Orchestrator) FinishedBefore(ctx context.Context, t time.Time, limit in
 // StopReplies stops this replica's consumption of replies, so that another
 // replica applies them.
 func (o *Orchestrator) StopReplies(ctx context.Context) error { return o.pipe.replies.Stop(ctx) }
-
-// EventsPending is the number of events queued or being published.
-func (o *Orchestrator) EventsPending() int { return o.events.queue.pending() }

@@ -362,6 +362,12 @@ type Stats struct {
 // Stats returns the orchestrator's counters.
 func (o *Orchestrator) Stats() *Stats { return &o.stats }
 
+// EventsPending is the number of events queued for the events stream or
+// being published: a step's events wait for its run's end (and, after a
+// pause on external calls, for a quick follow-up) for at most a quarter of
+// a second before they go.
+func (o *Orchestrator) EventsPending() int { return o.events.queue.pending() }
+
 // New checks cfg and builds an Orchestrator; it does no I/O.
 func New(cfg Config) (*Orchestrator, error) {
 	cfg = cfg.withDefaults()
