@@ -84,13 +84,19 @@ type eventQueue struct {
 	held     map[string]int
 	released map[string]bool
 	awaiting map[string]bool
-	closed   bool
-	wake     chan struct{}
-	stopped  chan struct{}
+	// oldest is when the oldest queued event of each conversation with
+	// events queued was queued: what is ready is judged by it, without
+	// going over the queue, which holds a quarter of a second of a busy
+	// conversation's steps (a scan of it at every push made a long
+	// conversation's calls slower as the queue grew).
+	oldest  map[string]time.Time
+	closed  bool
+	wake    chan struct{}
+	stopped chan struct{}
 }
 
 func newEventQueue() *eventQueue {
-	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}}
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, oldest: map[string]time.Time{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -117,6 +123,9 @@ func (e *eventQueue) push(ev queuedEvent) bool {
 	}
 	ev.at = time.Now()
 	e.q = append(e.q, ev)
+	if _, ok := e.oldest[ev.ev.ConversationID]; !ok {
+		e.oldest[ev.ev.ConversationID] = ev.at
+	}
 	e.mu.Unlock()
 	e.signal()
 	return true
@@ -198,31 +207,25 @@ func (e *eventQueue) take() []queuedEvent {
 func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 	all := e.closed || len(e.q) >= eventQueueMax/2
 	ready := map[string]bool{}
-	seen := map[string]bool{}
 	wait := eventHoldMax
-	for _, q := range e.q {
-		id := q.ev.ConversationID
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
+	for id, at := range e.oldest {
 		linger := eventLinger
 		if e.held[id] > 0 || e.awaiting[id] {
 			linger = eventHoldMax
 		}
-		if left := linger - now.Sub(q.at); all || e.released[id] || left <= 0 {
+		if left := linger - now.Sub(at); all || e.released[id] || left <= 0 {
 			ready[id] = true
 		} else {
 			wait = min(wait, left)
 		}
 	}
 	for id := range e.released {
-		if !seen[id] {
+		if _, queued := e.oldest[id]; !queued {
 			delete(e.released, id)
 		}
 	}
 	for id := range e.awaiting {
-		if !seen[id] && e.held[id] == 0 {
+		if _, queued := e.oldest[id]; !queued && e.held[id] == 0 {
 			delete(e.awaiting, id)
 		}
 	}
@@ -242,6 +245,19 @@ func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
 	}
 	clear(e.q[len(rest):])
 	e.q = rest
+	for id := range ready {
+		delete(e.oldest, id)
+	}
+	if len(out) == eventBatchMax {
+		// Some of the ready ones may have events left.
+		for _, q := range rest {
+			if id := q.ev.ConversationID; ready[id] {
+				if _, ok := e.oldest[id]; !ok {
+					e.oldest[id] = q.at
+				}
+			}
+		}
+	}
 	for id := range ready {
 		delete(e.released, id)
 		if e.held[id] == 0 {
@@ -275,6 +291,7 @@ func (e *eventQueue) forget(id string) {
 	defer e.mu.Unlock()
 	e.q = slices.DeleteFunc(e.q, func(q queuedEvent) bool { return q.ev.ConversationID == id })
 	delete(e.awaiting, id)
+	delete(e.oldest, id)
 	for target := e.takenAll; e.doneAll < target; {
 		e.cond.Wait()
 	}

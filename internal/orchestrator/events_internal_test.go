@@ -223,6 +223,33 @@ func TestEventQueueAwaitsQuickReplies(t *testing.T) {
 	}
 }
 
+// A take stops at eventBatchMax events; what is left of a conversation it
+// took from keeps the queue time of its oldest, so it is ready as soon
+// after as it would have been, and pushes of it do not make it wait anew.
+func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
+	q := newEventQueue()
+	for range eventBatchMax + 10 {
+		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	}
+	at := time.Now() // after every push: all are past the linger at at+eventLinger
+	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
+		t.Fatalf("past the linger: ready %v; want the conversation", ready)
+	}
+	if got := q.take(); len(got) != eventBatchMax {
+		t.Fatalf("took %d events; want a batch of %d", len(got), eventBatchMax)
+	}
+	q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
+		t.Fatalf("the rest of a full batch, past the linger of its oldest: ready %v; want it", ready)
+	}
+	if got := q.take(); len(got) != 11 {
+		t.Errorf("took %d events; want the 10 left and the one pushed since", len(got))
+	}
+	if len(q.oldest) != 0 {
+		t.Errorf("an empty queue still dates %d conversations", len(q.oldest))
+	}
+}
+
 // forget drops a conversation's queued events and returns only once the
 // events taken before it are published: a delete that purges the
 // conversation's events next leaves none behind (a queued event published
