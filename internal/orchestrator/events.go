@@ -57,6 +57,12 @@ const (
 	eventBatchMax = 4096
 	eventLinger   = 20 * time.Millisecond
 	eventHoldMax  = 250 * time.Millisecond
+	// eventHoldCount is how many events of a conversation make it ready
+	// however young: a fast conversation's steps go a few at a time
+	// rather than all of a quarter second at once (which came as a burst
+	// of work on the calls that followed, and held their memory), while a
+	// batch-1 call's two steps, about eight events, still go as one.
+	eventHoldCount = 64
 	// eventQueueKeep is the largest queue array kept once empty.
 	eventQueueKeep = 256
 )
@@ -84,19 +90,19 @@ type eventQueue struct {
 	held     map[string]int
 	released map[string]bool
 	awaiting map[string]bool
-	// oldest is when the oldest queued event of each conversation with
-	// events queued was queued: what is ready is judged by it, without
-	// going over the queue, which holds a quarter of a second of a busy
-	// conversation's steps (a scan of it at every push made a long
-	// conversation's calls slower as the queue grew).
-	oldest  map[string]time.Time
+	// queued are, for each conversation with events queued, when its
+	// oldest was queued and how many are: what is ready is judged by
+	// them, without going over the queue, which holds a quarter of a
+	// second of a busy conversation's steps (a scan of it at every push
+	// made a long conversation's calls slower as the queue grew).
+	queued  map[string]*convEvents
 	closed  bool
 	wake    chan struct{}
 	stopped chan struct{}
 }
 
 func newEventQueue() *eventQueue {
-	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, oldest: map[string]time.Time{}}
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, queued: map[string]*convEvents{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -123,12 +129,26 @@ func (e *eventQueue) push(ev queuedEvent) bool {
 	}
 	ev.at = time.Now()
 	e.q = append(e.q, ev)
-	if _, ok := e.oldest[ev.ev.ConversationID]; !ok {
-		e.oldest[ev.ev.ConversationID] = ev.at
-	}
+	e.count(ev)
 	e.mu.Unlock()
 	e.signal()
 	return true
+}
+
+// convEvents is what is queued of one conversation.
+type convEvents struct {
+	oldest time.Time
+	n      int
+}
+
+// count counts a queued event of its conversation.
+func (e *eventQueue) count(q queuedEvent) {
+	ce := e.queued[q.ev.ConversationID]
+	if ce == nil {
+		ce = &convEvents{oldest: q.at}
+		e.queued[q.ev.ConversationID] = ce
+	}
+	ce.n++
 }
 
 // hold says a run of conversation id is under way here: its events wait
@@ -208,24 +228,24 @@ func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
 	all := e.closed || len(e.q) >= eventQueueMax/2
 	ready := map[string]bool{}
 	wait := eventHoldMax
-	for id, at := range e.oldest {
+	for id, ce := range e.queued {
 		linger := eventLinger
 		if e.held[id] > 0 || e.awaiting[id] {
 			linger = eventHoldMax
 		}
-		if left := linger - now.Sub(at); all || e.released[id] || left <= 0 {
+		if left := linger - now.Sub(ce.oldest); all || e.released[id] || left <= 0 || ce.n >= eventHoldCount {
 			ready[id] = true
 		} else {
 			wait = min(wait, left)
 		}
 	}
 	for id := range e.released {
-		if _, queued := e.oldest[id]; !queued {
+		if _, queued := e.queued[id]; !queued {
 			delete(e.released, id)
 		}
 	}
 	for id := range e.awaiting {
-		if _, queued := e.oldest[id]; !queued && e.held[id] == 0 {
+		if _, queued := e.queued[id]; !queued && e.held[id] == 0 {
 			delete(e.awaiting, id)
 		}
 	}
@@ -246,15 +266,13 @@ func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
 	clear(e.q[len(rest):])
 	e.q = rest
 	for id := range ready {
-		delete(e.oldest, id)
+		delete(e.queued, id)
 	}
 	if len(out) == eventBatchMax {
 		// Some of the ready ones may have events left.
 		for _, q := range rest {
-			if id := q.ev.ConversationID; ready[id] {
-				if _, ok := e.oldest[id]; !ok {
-					e.oldest[id] = q.at
-				}
+			if ready[q.ev.ConversationID] {
+				e.count(q)
 			}
 		}
 	}
@@ -291,7 +309,7 @@ func (e *eventQueue) forget(id string) {
 	defer e.mu.Unlock()
 	e.q = slices.DeleteFunc(e.q, func(q queuedEvent) bool { return q.ev.ConversationID == id })
 	delete(e.awaiting, id)
-	delete(e.oldest, id)
+	delete(e.queued, id)
 	for target := e.takenAll; e.doneAll < target; {
 		e.cond.Wait()
 	}

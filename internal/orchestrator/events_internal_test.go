@@ -223,6 +223,28 @@ func TestEventQueueAwaitsQuickReplies(t *testing.T) {
 	}
 }
 
+// A held (or awaiting) conversation is ready once eventHoldCount of its
+// events are queued, however young: a fast conversation's steps go a few
+// at a time, not a quarter second's worth at once.
+func TestEventQueueHoldsAFewStepsAtMost(t *testing.T) {
+	q := newEventQueue()
+	q.hold("c")
+	for range eventHoldCount - 1 {
+		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	}
+	now := time.Now()
+	if ready, _ := q.ready(now); ready["c"] {
+		t.Fatalf("%d events of a held conversation: ready %v; want them waiting", eventHoldCount-1, ready)
+	}
+	q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	if ready, _ := q.ready(now); !ready["c"] {
+		t.Fatalf("%d events of a held conversation: ready %v; want them to go", eventHoldCount, ready)
+	}
+	if got := q.take(); len(got) != eventHoldCount {
+		t.Errorf("took %d events; want %d", len(got), eventHoldCount)
+	}
+}
+
 // A take stops at eventBatchMax events; what is left of a conversation it
 // took from keeps the queue time of its oldest, so it is ready as soon
 // after as it would have been, and pushes of it do not make it wait anew.
@@ -245,8 +267,8 @@ func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
 	if got := q.take(); len(got) != 11 {
 		t.Errorf("took %d events; want the 10 left and the one pushed since", len(got))
 	}
-	if len(q.oldest) != 0 {
-		t.Errorf("an empty queue still dates %d conversations", len(q.oldest))
+	if len(q.queued) != 0 {
+		t.Errorf("an empty queue still counts %d conversations", len(q.queued))
 	}
 }
 
