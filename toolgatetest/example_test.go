@@ -25,6 +25,25 @@ func ExampleStart() {
 		Agent:    []byte(agentYAML),
 		AgentDir: fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}},
 	})
+	serveWeather(t, sys)
+
+	ctx, cancel := context.WithTimeout(context.Background(), toolgatetest.Timeout)
+	defer cancel()
+	run, err := sys.Client.Start(ctx, client.StartRequest{Prompt: "Weather in Paris? And delete /etc/passwd."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := sys.Client.Wait(ctx, run.ConversationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(conv.Status, string(conv.Output))
+	// Output: completed "It is sunny in Paris; I was not allowed to delete the file."
+}
+
+// serveWeather runs a Go worker for get_weather and an approval bot that
+// denies every call it is asked about, both stopped at t's cleanup.
+func serveWeather(t testing.TB, sys *toolgatetest.System) {
 	w, err := worker.New(sys.Conn(), worker.Config{ID: "weather"})
 	if err != nil {
 		t.Fatal(err)
@@ -41,19 +60,6 @@ func ExampleStart() {
 	sys.Approve("bot", nil, approval.DeciderFunc(func(ctx context.Context, req approval.Request) (approval.Verdict, error) {
 		return approval.Deny("not " + req.ToolName), nil
 	}))
-
-	ctx, cancel := context.WithTimeout(context.Background(), toolgatetest.Timeout)
-	defer cancel()
-	run, err := sys.Client.Start(ctx, client.StartRequest{Prompt: "Weather in Paris? And delete /etc/passwd."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv, err := sys.Client.Wait(ctx, run.ConversationID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println(conv.Status, string(conv.Output))
-	// Output: completed "It is sunny in Paris; I was not allowed to delete the file."
 }
 
 // exampleT stands in for the *testing.T an Example does not have: it

@@ -10,11 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/toolgatetest"
 	"github.com/toolgate/toolgate/wire"
-	"github.com/toolgate/toolgate/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -80,22 +78,7 @@ func TestSystemDrivesConversationToCompletion(t *testing.T) {
 		t.Errorf("pending = %v", kinds)
 	}
 
-	w, err := worker.New(sys.Conn(), worker.Config{ID: "weather"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = worker.Register(w, "get_weather", "Current weather of a city.", func(ctx context.Context, call worker.Call, a struct {
-		City string `json:"city"`
-	}) (string, error) {
-		return "sunny in " + a.City, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys.Go("worker", w.Run)
-	sys.Approve("bot", nil, approval.DeciderFunc(func(ctx context.Context, req approval.Request) (approval.Verdict, error) {
-		return approval.Deny("not " + req.ToolName), nil
-	}))
+	serveWeather(t, sys)
 
 	conv, err := sys.Client.Wait(ctx, run.ConversationID)
 	if err != nil {

@@ -238,7 +238,6 @@ type system struct {
 	replicas  []*replica
 	retired   []*orchestrator.Orchestrator // stopped replicas, for their counters
 	workers   []*workerSlot
-	approver  *testkit.Part
 	convs     []string
 	executed  map[string]int    // run:call → executor runs
 	answered  []answer          // results the executors produced, for duplicates
@@ -396,8 +395,10 @@ func (s *system) killWorker(w *workerSlot) {
 	w.gen++
 }
 
-func (s *system) startApprover(ctx context.Context) (err error) {
-	s.approver, err = s.sys.Approver(ctx, approver.Config{ID: "soak-approver"}, "rules:\n  - action: approve\n")
+// startApprover runs the approver, which approves everything; Close
+// stops it.
+func (s *system) startApprover(ctx context.Context) error {
+	_, err := s.sys.Approver(ctx, approver.Config{ID: "soak-approver"}, "rules:\n  - action: approve\n")
 	return err
 }
 

@@ -291,18 +291,13 @@ func (p *Part) Kill() {
 // the system's logger unless cfg.Logger is set.
 func (s *System) Worker(ctx context.Context, name string, cfg worker.Config) (*Part, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, s.log)
-	owned, err := s.ownBus(ctx, name, &cfg.Bus)
-	if err != nil {
-		return nil, err
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		if owned {
-			cfg.Bus.Close()
+	return s.startPart(ctx, "worker", name, &cfg.Bus, func() (func(context.Context) error, error) {
+		w, err := worker.New(cfg)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("testkit: worker %s: %w", name, err)
-	}
-	return s.goOn(name, cfg.Bus, owned, w.Run), nil
+		return w.Run, nil
+	})
 }
 
 // Approver runs an approval bot with cfg, deciding by the policy given as
@@ -317,18 +312,31 @@ func (s *System) Approver(ctx context.Context, cfg approver.Config, policy strin
 		cfg.Policy = p
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, s.log)
-	owned, err := s.ownBus(ctx, cfg.ID, &cfg.Bus)
+	return s.startPart(ctx, "approver", cfg.ID, &cfg.Bus, func() (func(context.Context) error, error) {
+		a, err := approver.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return a.Run, nil
+	})
+}
+
+// startPart runs as a part named name what build makes, on *b, which it
+// opens when nil (the part then closes it when it stops, or at once when
+// build fails). build is called once *b is set.
+func (s *System) startPart(ctx context.Context, kind, name string, b **bus.Bus, build func() (func(context.Context) error, error)) (*Part, error) {
+	owned, err := s.ownBus(ctx, name, b)
 	if err != nil {
 		return nil, err
 	}
-	a, err := approver.New(cfg)
+	run, err := build()
 	if err != nil {
 		if owned {
-			cfg.Bus.Close()
+			(*b).Close()
 		}
-		return nil, fmt.Errorf("testkit: approver %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("testkit: %s %s: %w", kind, name, err)
 	}
-	return s.goOn(cfg.ID, cfg.Bus, owned, a.Run), nil
+	return s.goOn(name, *b, owned, run), nil
 }
 
 // SeedPolicy is the approver policy of the seed's example: deletes are
