@@ -9,11 +9,13 @@ const (
 	// one change of the conversation changed.
 	StreamConversations = "TOOLGATE_CONVERSATIONS"
 	// BucketIndex indexes the conversations: due.<id> while one is not
-	// finished (what the orchestrator's reconcile goes over).
+	// finished (what the orchestrator's reconcile goes over), from when it
+	// has lasted a few seconds.
 	BucketIndex = "toolgate_index"
 	// BucketReplicas holds each orchestrator replica's advert: which
-	// agents it runs, with the digest of each one's config, and until when
-	// (key: the replica's instance id).
+	// agents it runs, with the digest of each one's config, until when,
+	// and the watermark below the conversations it has not indexed (key:
+	// the replica's instance id).
 	BucketReplicas = "toolgate_replicas"
 
 	subjectConv = "toolgate.conv"

@@ -366,3 +366,79 @@ func (b *Bus) PurgeLog(ctx context.Context, stream, subject string, keep uint64)
 	}
 	return st.Purge(ctx, opts...)
 }
+
+// LastSequence is the sequence of the last message stream holds (0 when
+// it has held none).
+func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// ScanHeaders calls fn with the subject, sequence and headers of each
+// message of stream matching filter from sequence from up to the stream's
+// last message when the scan began. Only headers travel: it is for finding
+// messages by their headers in a stretch of a stream, not for reading them.
+func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(subject string, seq uint64, h nats.Header)) error {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	if last < from || info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer func() {
+		stop()
+		it.Stop()
+	}()
+	// A consumer with nothing to deliver would wait: its pending count, as
+	// created, says whether there is anything at all.
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return nil
+	}
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("scan %s from %d: %w", stream, from, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("scan %s from %d: %w", stream, from, err)
+		}
+		if meta.Sequence.Stream > last {
+			return nil
+		}
+		fn(m.Subject(), meta.Sequence.Stream, m.Headers())
+		if meta.Sequence.Stream == last || meta.NumPending == 0 {
+			return nil
+		}
+	}
+}

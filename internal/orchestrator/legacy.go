@@ -93,7 +93,7 @@ func (s *store) migrateOne(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("move conversation %s into its log: %w", id, err)
 	}
 	if !c.Status.Terminal() {
-		if err := s.markDue(ctx, id); err != nil {
+		if _, err := s.markDue(ctx, id); err != nil {
 			return false, fmt.Errorf("move conversation %s: index: %w", id, err)
 		}
 	}

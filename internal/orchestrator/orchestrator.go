@@ -511,11 +511,17 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 	}
 	co.link.kv = replicas
 	s := &store{
-		bus: co.bus, index: index,
+		bus: co.bus, index: index, fresh: newFreshSet(), instance: co.cfg.InstanceID,
 		cache: newStateCache(co.cfg.StateCacheBytes),
 		clock: co.clock, onTooLarge: co.failTooLarge,
 		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
 	}
+	// The floor of the first conversations' watermark (fresh.go).
+	last, err := co.bus.LastSequence(ctx, bus.StreamConversations)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
+	}
+	s.fresh.saw(last)
 	if legacy, err := co.bus.KeyValue(ctx, bus.BucketRuns); err == nil {
 		s.legacy = legacy
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {

@@ -100,6 +100,12 @@ type publisher struct {
 type replicaLink struct {
 	*core
 	kv *bus.KV
+	// advertised is set once this process put its advert.
+	advertised bool
+	// dead holds the adverts of replicas that are gone, by key, until
+	// adoptOrphans takes them.
+	deadMu sync.Mutex
+	dead   map[string]deadAdvert
 	// nudged carries the conversations other replicas handed over.
 	nudged    chan string
 	nudgeSubs []*nats.Subscription

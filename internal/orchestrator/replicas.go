@@ -23,6 +23,11 @@ type replicaAdvert struct {
 	Instance string            `json:"instance"`
 	Agents   map[string]string `json:"agents"`
 	Until    time.Time         `json:"until"`
+	// Watermark is a sequence of the conversations' stream below the first
+	// record of every conversation the replica created and has not indexed
+	// (fresh.go); absent from the adverts of an earlier build, which
+	// indexed each at its start.
+	Watermark *uint64 `json:"watermark,omitempty"`
 }
 
 // replicaSet is this replica's view of the live replicas' adverts, its own
@@ -83,11 +88,25 @@ func (s *replicaSet) names(now time.Time) []string {
 	return out
 }
 
-// advertise puts this replica's advert and reads every replica's.
+// advertise puts this replica's advert and reads every replica's. The
+// adverts of replicas that are gone are kept for adoptOrphans; the first
+// advert of this process also keeps the one its instance id had before,
+// which it overwrites.
 func (l *replicaLink) advertise(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	ad := replicaAdvert{Instance: l.cfg.InstanceID, Agents: map[string]string{}, Until: l.clock().Add(l.cfg.LeaseTTL)}
+	own := replicaKeyPrefix + l.cfg.InstanceID
+	if !l.advertised {
+		if e, err := l.kv.Get(ctx, own); err == nil {
+			var a replicaAdvert
+			if json.Unmarshal(e.Value, &a) == nil && a.Watermark != nil {
+				l.addDead(deadAdvert{key: own, advert: a})
+			}
+		}
+	}
+	now := l.clock()
+	w := l.store.fresh.watermark()
+	ad := replicaAdvert{Instance: l.cfg.InstanceID, Agents: map[string]string{}, Until: now.Add(l.cfg.LeaseTTL), Watermark: &w}
 	for _, a := range l.roster.agents {
 		ad.Agents[a.name] = a.digest
 	}
@@ -95,9 +114,10 @@ func (l *replicaLink) advertise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := l.kv.Put(ctx, replicaKeyPrefix+l.cfg.InstanceID, b); err != nil {
+	if _, err := l.kv.Put(ctx, own, b); err != nil {
 		return err
 	}
+	l.advertised = true
 	adverts, err := l.kv.List(ctx, replicaKeyPrefix+">", true)
 	if err != nil {
 		return err
@@ -110,36 +130,76 @@ func (l *replicaLink) advertise(ctx context.Context) error {
 			continue
 		}
 		m[strings.TrimPrefix(e.Key, replicaKeyPrefix)] = a
+		if e.Key != own && !a.Until.After(now) {
+			l.addDead(deadAdvert{key: e.Key, revision: e.Revision, advert: a})
+		}
 	}
 	l.roster.replicas.set(m)
 	return nil
 }
 
+// addDead keeps d for the next adoptOrphans, once per key.
+func (l *replicaLink) addDead(d deadAdvert) {
+	l.deadMu.Lock()
+	defer l.deadMu.Unlock()
+	if l.dead == nil {
+		l.dead = map[string]deadAdvert{}
+	}
+	l.dead[d.key] = d
+}
+
+// takeDead returns the adverts addDead kept, and forgets them.
+func (l *replicaLink) takeDead() []deadAdvert {
+	l.deadMu.Lock()
+	defer l.deadMu.Unlock()
+	out := make([]deadAdvert, 0, len(l.dead))
+	for _, d := range l.dead {
+		out = append(out, d)
+	}
+	l.dead = nil
+	return out
+}
+
 // advertiseLoop keeps this replica's advert alive and its view of the
-// others fresh.
+// others fresh; before each advert it indexes the conversations it
+// created that have lasted a third of a lease, and after it adopts what
+// replicas that are gone left unindexed.
 func (l *replicaLink) advertiseLoop() {
-	t := newTicker(l.cfg.LeaseTTL / 3)
+	every := l.cfg.LeaseTTL / 3
+	t := newTicker(every)
 	defer t.Stop()
+	l.adoptOrphans(l.runCtx, l.takeDead())
 	for {
 		select {
 		case <-l.stopping:
 			return
 		case <-t.C:
 		}
+		if err := l.store.indexFresh(l.runCtx, l.clock().Add(-every)); err != nil && l.runCtx.Err() == nil {
+			l.log.Warn("index conversations", slog.String("error", err.Error()))
+		}
 		if err := l.advertise(l.runCtx); err != nil && l.runCtx.Err() == nil {
 			l.log.Warn("replica advert", slog.String("error", err.Error()))
 		}
+		l.adoptOrphans(l.runCtx, l.takeDead())
 	}
 }
 
-// withdraw deletes this replica's advert, so that the others see at once
-// that it no longer runs its agents (the upgrade rule needs no wait).
+// withdraw indexes the conversations this replica created and did not
+// index, then deletes its advert, so that the others see at once that it
+// no longer runs its agents (the upgrade rule needs no wait). If they
+// cannot all be indexed, the advert stays: once it has expired, another
+// replica adopts them.
 func (l *replicaLink) withdraw(ctx context.Context) {
 	if l.kv == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
 	defer cancel()
+	if err := l.store.indexFresh(ctx, time.Time{}); err != nil {
+		l.log.Warn("index conversations at stop: left to the other replicas", slog.Int("conversations", l.store.fresh.len()), slog.String("error", err.Error()))
+		return
+	}
 	if err := l.kv.Delete(ctx, replicaKeyPrefix+l.cfg.InstanceID, 0); err != nil {
 		l.log.Warn("withdraw replica advert", slog.String("error", err.Error()))
 	}

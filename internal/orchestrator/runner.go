@@ -310,6 +310,12 @@ func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, 
 		rn.events.publish(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
 	case StatusPaused:
 		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
+		if c.Batch.awaitsApproval() {
+			// Listed pending by every replica before anyone is asked.
+			if err := rn.store.indexNow(ctx, convID); err != nil {
+				log.WarnContext(ctx, "index a conversation awaiting approval: left to its creator's next advert", slog.String("error", err.Error()))
+			}
+		}
 		rn.events.publish(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
 		if !c.Batch.awaitsApproval() {
 			rn.events.queue.awaitReplies(convID)

@@ -100,8 +100,12 @@ func dueKey(id string) string { return dueKeyPrefix + id }
 // made by this process needs no read before the next one.
 type store struct {
 	bus *bus.Bus
-	// index holds due.<id> while a conversation is not finished.
+	// index holds due.<id> while a conversation is not finished, but for
+	// the first moments of those this replica created, which fresh holds.
 	index *bus.KV
+	fresh *freshSet
+	// instance is this replica's id, which a first record names.
+	instance string
 	// legacy is the bucket of an earlier build (one value per
 	// conversation), read to move its conversations into logs, and its run
 	// index; nil when absent.
@@ -237,49 +241,45 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 	return size, last, nil
 }
 
-// create stores a new conversation: its first record, written only if its
-// log is empty (errExists otherwise), and its due entry, at the same time.
+// create stores a new conversation, its first record written only if its
+// log is empty (errExists otherwise). Its due entry is put later, if it
+// lasts (fresh.go).
 func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
-	var (
-		wg    sync.WaitGroup
-		duerr error
-		rec   = fullRecord(c)
-	)
-	wg.Go(func() { duerr = s.markDue(ctx, c.ID) })
-	seq, n, apperr := s.append(ctx, c, 0, rec)
-	wg.Wait()
-	if apperr != nil {
-		if conflict(apperr) {
+	added := s.fresh.add(c.ID, s.clock())
+	seq, n, err := s.appendAs(ctx, c, 0, fullRecord(c), s.instance)
+	if err != nil {
+		if conflict(err) {
+			if added {
+				s.fresh.remove(c.ID)
+			}
 			return 0, fmt.Errorf("create conversation %s: %w", c.ID, errExists)
 		}
-		return 0, apperr
+		// Left in the fresh set: the record may have been stored all the
+		// same, which indexFresh finds out.
+		return 0, err
 	}
-	if duerr != nil {
-		// The conversation is stored but reconcile would not see it: try
-		// once more; failing that, it fails at once, so that no
-		// conversation that is not finished is ever missing from the
-		// index.
-		if duerr = s.markDue(ctx, c.ID); duerr != nil {
-			reason := fmt.Sprintf("not started: the index of conversations could not be written: %v", duerr)
-			failed := c.clone()
-			fp := fingerprintOf(failed)
-			failed.Abort(reason, s.clock())
-			if _, _, err := s.append(ctx, failed, seq, diff(fp, failed)); err != nil {
-				return 0, fmt.Errorf("create conversation %s: index: %w (and failing it: %v)", c.ID, duerr, err)
-			}
-			return 0, fmt.Errorf("create conversation %s: index: %w", c.ID, duerr)
-		}
-	}
+	s.fresh.stored(c.ID, seq)
 	s.cache.put(c.ID, c.clone(), seq, int64(n))
 	return seq, nil
 }
 
-// markDue puts the due entry of a conversation that is not finished.
-func (s *store) markDue(ctx context.Context, id string) error {
+// markDue puts the due entry of a conversation that is not finished, and
+// returns its revision.
+func (s *store) markDue(ctx context.Context, id string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	_, err := s.index.Put(ctx, dueKey(id), nil)
-	return err
+	return s.index.Put(ctx, dueKey(id), nil)
+}
+
+// indexNow puts the due entry of id at once, whoever created it: for a
+// conversation that waits for a person, whose pending calls every
+// replica's list must show.
+func (s *store) indexNow(ctx context.Context, id string) error {
+	if _, err := s.markDue(ctx, id); err != nil {
+		return err
+	}
+	s.fresh.remove(id)
+	return nil
 }
 
 // update applies fn to the stored conversation and appends what it
@@ -325,13 +325,16 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 		if wasFinished && !c.Status.Terminal() {
 			// Indexed before it can need reconciling; a finished
 			// conversation keeps its entry until reconcile removes it.
-			if err := s.markDue(ctx, id); err != nil {
+			if _, err := s.markDue(ctx, id); err != nil {
 				return nil, 0, fmt.Errorf("update conversation %s: index: %w", id, err)
 			}
 		}
 		nseq, n, err := s.append(ctx, c, seq, r)
 		if err == nil {
 			s.cache.put(id, c.clone(), nseq, s.cache.size(id)+int64(n))
+			if !wasFinished && c.Status.Terminal() {
+				s.fresh.remove(id)
+			}
 			return c, nseq, nil
 		}
 		if !conflict(err) {
@@ -366,6 +369,12 @@ func conflict(err error) bool { return errors.Is(err, bus.ErrLogConflict) }
 // last sequence and the record's size. A refused expected sequence is
 // bus.ErrLogConflict.
 func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
+	return s.appendAs(ctx, c, expect, r, "")
+}
+
+// appendAs is append naming in the record's headers the replica that
+// created the conversation (hdrOrigin), when origin is not empty.
+func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r *record, origin string) (uint64, int, error) {
 	b, err := recordEncoders.encode(r)
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
@@ -378,6 +387,9 @@ func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *r
 	if c.Agent != "" {
 		h.Set(hdrAgent, c.Agent)
 	}
+	if origin != "" {
+		h.Set(hdrOrigin, origin)
+	}
 	seq, err := s.bus.AppendLog(ctx, bus.ConversationSubject(c.ID), expect, b, h)
 	s.wrote(len(b))
 	var tl *bus.LogTooLargeError
@@ -387,6 +399,7 @@ func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *r
 	if err != nil {
 		return 0, 0, fmt.Errorf("append to conversation %s: %w", c.ID, err)
 	}
+	s.fresh.saw(seq)
 	return seq, len(b), nil
 }
 
@@ -454,22 +467,32 @@ func (s *store) conversationOf(ctx context.Context, runID string) (string, error
 	return ri.ConversationID, nil
 }
 
-// dueEntry is a conversation of the index, with the revision of its entry.
+// dueEntry is a conversation of the index, with the revision of its
+// entry, or one of this replica's fresh set (fresh.go), which has none.
 type dueEntry struct {
-	id  string
-	rev uint64
+	id    string
+	rev   uint64
+	fresh bool
 }
 
-// due lists the conversations indexed as not finished: what reconcile and
-// the pending list go over, however many finished ones are stored.
+// due lists the conversations not finished that reconcile and the pending
+// list go over, however many finished ones are stored: those indexed, and
+// those this replica created and has not indexed yet.
 func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 	entries, err := s.index.List(ctx, dueKeyPrefix+">", false)
 	if err != nil {
 		return nil, fmt.Errorf("list due conversations: %w", err)
 	}
 	out := make([]dueEntry, len(entries))
+	listed := make(map[string]bool, len(entries))
 	for i, e := range entries {
 		out[i] = dueEntry{id: strings.TrimPrefix(e.Key, dueKeyPrefix), rev: e.Revision}
+		listed[out[i].id] = true
+	}
+	for id := range s.fresh.addedBefore(time.Time{}) {
+		if !listed[id] {
+			out = append(out, dueEntry{id: id, fresh: true})
+		}
 	}
 	return out, nil
 }
@@ -477,8 +500,14 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 // undue removes the due entry of a finished (or deleted) conversation,
 // unless it was put again since it was listed at rev. It purges rather
 // than deletes: a delete leaves a marker, a stored message per
-// conversation that the bucket keeps until it is purged in turn.
+// conversation that the bucket keeps until it is purged in turn. A fresh
+// conversation has no entry, and leaves the fresh set when it finishes or
+// through indexFresh, which alone tells a log not written yet from one
+// that is gone.
 func (s *store) undue(ctx context.Context, e dueEntry) error {
+	if e.fresh {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
 	return s.index.PurgeUpTo(ctx, dueKey(e.id), e.rev)
@@ -528,7 +557,7 @@ func (s *store) watch(ctx context.Context, id string, after uint64) (<-chan stru
 // ReadConversation reads conversation id from its log, without an
 // orchestrator: what tools and tests that look at the store directly use.
 func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*Conversation, error) {
-	s := &store{bus: b, cache: newStateCache(0)}
+	s := &store{bus: b, fresh: newFreshSet(), cache: newStateCache(0)}
 	c, _, err := s.get(ctx, id)
 	return c, err
 }

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +20,7 @@ func newTestStore(t *testing.T, cacheBytes int64) *store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &store{bus: b, index: index, cache: newStateCache(cacheBytes), clock: time.Now,
+	return &store{bus: b, index: index, fresh: newFreshSet(), instance: "me", cache: newStateCache(cacheBytes), clock: time.Now,
 		writes: new(atomic.Int64), bytes: new(atomic.Int64), reads: new(atomic.Int64)}
 }
 
@@ -58,7 +57,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 	}
 
 	// Another replica, with nothing cached, reads the same state.
-	reader := &store{bus: writer.bus, index: writer.index, cache: newStateCache(64 << 20), clock: time.Now, reads: new(atomic.Int64)}
+	reader := &store{bus: writer.bus, index: writer.index, fresh: newFreshSet(), cache: newStateCache(64 << 20), clock: time.Now, reads: new(atomic.Int64)}
 	got, seq, err := reader.get(ctx, "clong")
 	if err != nil {
 		t.Fatal(err)
@@ -109,28 +108,61 @@ func TestStateCacheBudget(t *testing.T) {
 	}
 }
 
-// A conversation whose due entry cannot be written fails at once rather
-// than run unseen by reconcile: no conversation that is not finished is
-// missing from the index.
-func TestCreateWithoutIndexFails(t *testing.T) {
+// A conversation is indexed once it has lasted: the fresh set keeps it
+// until then, below the watermark, and its first record names its
+// replica; indexFresh indexes those that are not finished and forgets
+// the others.
+func TestFreshConversationsIndexedWhenOld(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	s := newTestStore(t, 1<<20)
-	if err := s.bus.JetStream().DeleteKeyValue(ctx, bus.BucketIndex); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC()
-	c := NewConversation("cnoindex", RunRecord{RunID: "r1_cnoindex", Status: StatusRunning, StartedAt: now},
-		&Lease{Owner: "me", RunID: "r1_cnoindex", Until: now.Add(time.Hour)}, now)
-	if _, err := s.create(ctx, c); err == nil {
-		t.Fatal("created a conversation that cannot be indexed")
+	start := func(id string) uint64 {
+		t.Helper()
+		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
+			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		seq, err := s.create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
 	}
-	got, _, err := s.get(ctx, "cnoindex")
-	if err != nil {
+	first := start("cfresh1")
+	second := start("cfresh2")
+	if w := s.fresh.watermark(); w != first-1 {
+		t.Errorf("watermark %d; want %d, below the first record of the oldest", w, first-1)
+	}
+	last, err := s.bus.LastLogMsgs(ctx, bus.StreamConversations, []string{bus.ConversationSubject("cfresh2")})
+	if err != nil || last[bus.ConversationSubject("cfresh2")].Header.Get(hdrOrigin) != "me" {
+		t.Errorf("the first record does not name its replica (%v)", err)
+	}
+	if _, err := s.update(ctx, "cfresh1", func(c *Conversation) error {
+		return c.Complete("me", "r1_cfresh1", nil, "done", now)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != StatusFailed || got.Lease != nil || !strings.Contains(got.Error, "index") {
-		t.Errorf("status %s, lease %v, error %q; want failed, no lease, the reason", got.Status, got.Lease, got.Error)
+	if w := s.fresh.watermark(); w != second-1 {
+		t.Errorf("watermark %d after the first finished; want %d", w, second-1)
+	}
+	if err := s.indexFresh(ctx, now.Add(-time.Hour)); err != nil || s.fresh.len() != 1 {
+		t.Fatalf("indexing nothing old: %v, %d left; want 1", err, s.fresh.len())
+	}
+	if err := s.indexFresh(ctx, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.due(ctx)
+	if err != nil || len(due) != 1 || due[0].id != "cfresh2" {
+		t.Errorf("due %+v (%v); want cfresh2 only", due, err)
+	}
+	if n := s.fresh.len(); n != 0 {
+		t.Errorf("%d conversations still fresh", n)
+	}
+	if w := s.fresh.watermark(); w != s.fresh.highest.Load() || w < second {
+		t.Errorf("watermark %d with none fresh; want the highest sequence seen (%d)", w, s.fresh.highest.Load())
+	}
+	// A conversation created again keeps its first entry.
+	if !s.fresh.add("x", now) || s.fresh.add("x", now) {
+		t.Error("add does not tell a new conversation from one it holds")
 	}
 }
 

@@ -70,15 +70,29 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.worker("calculate_answer")
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40})
+	// Indexed once they last a third of a lease: before the worker comes.
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
 	const n = 5
+	var ids []string
 	for range n {
 		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		ids = append(ids, info.ConversationID)
+	}
+	kv := e.index()
+	waitFor(t, "the paused conversations to be indexed", func() (bool, string) {
+		for _, id := range ids {
+			if !indexed(t, kv, id) {
+				return false, id + " is not"
+			}
+		}
+		return true, ""
+	})
+	e.worker("calculate_answer")
+	for _, id := range ids {
+		if c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
 			t.Fatalf("status %s: %s", c.Status, c.Error)
 		}
 	}
