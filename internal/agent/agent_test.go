@@ -548,3 +548,40 @@ func TestTextDeltasOnlyFromStreamingModels(t *testing.T) {
 		})
 	}
 }
+
+// BeforeEffects is called before a tool's body runs, and its error ends
+// the run without the body; a run that only asks its model never calls it.
+func TestBeforeEffects(t *testing.T) {
+	t.Parallel()
+	ran := 0
+	tool := must(t)(agent.NewTool("touch", "Touch", func(_ *agent.RunContext, _ struct{}) (string, error) {
+		ran++
+		return "touched", nil
+	}))
+	script := func() agent.Model {
+		return agent.NewScriptModel("", []agent.ScriptResponse{calls(call("touch", "c1", `{}`)), {Text: "done"}})
+	}
+	var order []string
+	a := mustAgent(t, agent.Config{Model: script(), Tools: []agent.Tool{tool}})
+	res, err := a.Run(context.Background(), agent.RunInput{Prompt: "go", BeforeEffects: func(context.Context) error {
+		order = append(order, "before", "ran="+string(rune('0'+ran)))
+		return nil
+	}})
+	if err != nil || res.Output != "done" || ran != 1 {
+		t.Fatalf("output %q, err %v, ran %d", res.Output, err, ran)
+	}
+	if diff := cmp.Diff([]string{"before", "ran=0"}, order); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+
+	refused := errors.New("not now")
+	a = mustAgent(t, agent.Config{Model: script(), Tools: []agent.Tool{tool}})
+	if _, err := a.Run(context.Background(), agent.RunInput{Prompt: "go", BeforeEffects: func(context.Context) error { return refused }}); !errors.Is(err, refused) || ran != 1 {
+		t.Errorf("err %v, ran %d; want the hook's error and no body run", err, ran)
+	}
+
+	a = mustAgent(t, agent.Config{Model: agent.NewScriptModel("", []agent.ScriptResponse{{Text: "hi"}}), Tools: []agent.Tool{tool}})
+	if _, err := a.Run(context.Background(), agent.RunInput{Prompt: "go", BeforeEffects: func(context.Context) error { return refused }}); err != nil {
+		t.Errorf("a run of its model alone called the hook: %v", err)
+	}
+}

@@ -57,6 +57,11 @@ type RunInput struct {
 	// Caller is what the application said of who gave the prompt, handed
 	// to tools, approval rules and handlers as RunContext.Caller.
 	Caller json.RawMessage
+	// BeforeEffects, when set, is called before the run executes a tool
+	// or asks the handlers, each time: what the run does before it has no
+	// effect outside it (model requests aside), so a caller may run it
+	// speculatively until then. An error ends the run with it.
+	BeforeEffects func(context.Context) error
 }
 
 // RunResult is what a run ends with: a text output, or a batch of deferred

@@ -79,6 +79,11 @@ func (r *run) phase(items []*callItem, withCall bool) error {
 			}
 		}
 	}
+	if r.in.BeforeEffects != nil && slices.ContainsFunc(items, func(it *callItem) bool { return it.state == stRun }) {
+		if err := r.in.BeforeEffects(r.ctx); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	var wg sync.WaitGroup
 	for _, it := range items {
@@ -264,6 +269,11 @@ func (r *run) finishStep(items []*callItem, prompt string) (*deferred.Requests, 
 			return nil, err
 		}
 		if len(r.a.cfg.Handlers) > 0 {
+			if r.in.BeforeEffects != nil {
+				if err := r.in.BeforeEffects(r.ctx); err != nil {
+					return nil, err
+				}
+			}
 			merged, err := r.askHandlers(reqs)
 			if err != nil {
 				return nil, err

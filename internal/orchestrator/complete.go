@@ -81,5 +81,5 @@ func (rn *runner) claimed(ctx context.Context, c *Conversation, rev uint64, foll
 	rn.stats.FollowUps.Add(1)
 	rn.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", c.ID),
 		slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", followUp))
-	rn.launchFrom(c.ID, followUp, c, rev)
+	rn.launchFrom(c.ID, followUp, c, rev, nil)
 }

@@ -486,6 +486,14 @@ func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID
 }
 
 func (p *eventPublisher) emit(ctx context.Context, q queuedEvent) {
+	if h, _ := ctx.Value(eventHoldKey{}).(*eventHold); h != nil && h.keep(q) {
+		return
+	}
+	p.enqueue(q)
+}
+
+// enqueue queues q, or publishes it at once if the loop has ended.
+func (p *eventPublisher) enqueue(q queuedEvent) {
 	if p.queue.push(q) {
 		return
 	}
@@ -515,4 +523,61 @@ func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, e
 		ev.Result = &r
 	}
 	p.publish(ctx, convID, runID, string(ev.Kind), callID, ev)
+}
+
+// eventHold keeps the events of a run whose claim is not stored yet
+// (tentative.go), emitted with a context withEventHold gave: they are
+// queued, in their order, when it is (flush), and never if the run is
+// dropped. Once flushed, events go to the queue as any other.
+type eventHold struct {
+	p     *eventPublisher
+	mu    sync.Mutex
+	state int // 0 holding, 1 flushed, 2 dropped
+	held  []queuedEvent
+}
+
+type eventHoldKey struct{}
+
+func (p *eventPublisher) newHold() *eventHold { return &eventHold{p: p} }
+
+// withEventHold makes the events emitted with ctx wait in h.
+func withEventHold(ctx context.Context, h *eventHold) context.Context {
+	return context.WithValue(ctx, eventHoldKey{}, h)
+}
+
+// keep holds q, or forgets it once dropped; false: q goes to the queue.
+func (h *eventHold) keep(q queuedEvent) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case 0:
+		h.held = append(h.held, q)
+		return true
+	case 2:
+		return true
+	}
+	return false
+}
+
+// flush queues what was held; what comes after goes to the queue at once,
+// behind it.
+func (h *eventHold) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != 0 {
+		return
+	}
+	h.state = 1
+	for _, q := range h.held {
+		h.p.enqueue(q)
+	}
+	h.held = nil
+}
+
+// drop forgets what was held and what comes after.
+func (h *eventHold) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.state = 2
+	h.held = nil
 }

@@ -155,6 +155,11 @@ type Config struct {
 	// reply completing a batch never waits). Defaults to 5ms; negative
 	// records each group at once.
 	ReplyLinger time.Duration
+	// ClaimWindow is how long a follow-up may run before the claim of its
+	// batch is stored: one that ends within it is stored with its claim,
+	// as one record (tentative.go). Zero means 50 ms; below zero, every
+	// claim is stored before its follow-up runs.
+	ClaimWindow time.Duration
 	// StateCacheBytes bounds the heap of the conversation states kept in
 	// memory (estimated as 1.2 times the bytes of the records folded into
 	// them); a state that is not cached is read from its log when needed.
@@ -227,6 +232,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplyAckWait <= 0 {
 		c.ReplyAckWait = 30 * time.Second
+	}
+	if c.ClaimWindow == 0 {
+		c.ClaimWindow = claimWindow
 	}
 	if c.ReplyLinger == 0 {
 		c.ReplyLinger = replyLinger
@@ -357,6 +365,12 @@ type Stats struct {
 	// ReconcileErrors counts the conversations a reconcile pass had to
 	// leave as they were (one it could not read, a change that failed).
 	ReconcileErrors atomic.Int64
+	// ClaimedWithEnd counts the follow-ups whose claim was stored with
+	// their end, as one record (tentative.go); TentativeDropped those
+	// dropped because the conversation changed before their claim was
+	// stored (their replies recorded again).
+	ClaimedWithEnd   atomic.Int64
+	TentativeDropped atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.

@@ -236,6 +236,14 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		followUp = rp.runner.claimIn(c, now)
 		return nil
 	}
+	if from != nil && rev != 0 && from.Status == StatusPaused && from.Batch != nil && !from.Batch.Inline {
+		// Replies that complete the batch: its follow-up may run before
+		// they and the claim are stored, and be stored with them.
+		claimed := from.clone()
+		if apply(claimed) == nil && followUp != "" && rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
+			return nil, 0
+		}
+	}
 	conv, rev, err := rp.store.updateFrom(ctx, convID, from, rev, apply)
 	if tl := tooLarge(err); tl != nil {
 		// The results do not fit: they are recorded as failed results,

@@ -24,14 +24,26 @@ var errLeaseLost = errors.New("lease lost")
 // lease in KV; if the orchestrator is stopping, the run is left to its lease
 // expiring, and another replica (or the next start) relaunches it. A run
 // already queued or executing here is not launched twice.
-func (rn *runner) launch(convID, runID string) { rn.launchFrom(convID, runID, nil, 0) }
+func (rn *runner) launch(convID, runID string) { rn.launchFrom(convID, runID, nil, 0, nil) }
+
+// launchTentative launches the follow-up of tc from its claimed state c,
+// before the claim is stored (tentative.go).
+func (rn *runner) launchTentative(c *Conversation, tc *tentativeClaim) {
+	rn.launchFrom(c.ID, tc.runID, c, tc.pauseRev, tc)
+}
 
 // launchFrom is launch with the conversation as this process last wrote it
 // (at revision rev), which the run starts from instead of reading it again;
-// c is handed over to the run. A nil c reads the state.
-func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64) {
+// c is handed over to the run. A nil c reads the state. A run whose claim
+// is not stored yet has tc.
+func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, tc *tentativeClaim) {
 	rn.launchMu.Lock()
 	defer rn.launchMu.Unlock()
+	if tc != nil && (rn.stopped.Load() || rn.inflight[runID]) {
+		// Nothing stored: the replies are delivered again.
+		tc.abandon()
+		return
+	}
 	if rn.stopped.Load() {
 		// Let the next replica (or start) take it at once rather than
 		// after the lease runs out.
@@ -56,12 +68,15 @@ func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64) 
 		select {
 		case rn.sem <- struct{}{}:
 		case <-rn.runCtx.Done():
+			if tc != nil {
+				tc.abandon()
+			}
 			return
 		}
 		var once sync.Once
 		release := func() { once.Do(func() { <-rn.sem }) }
 		defer release()
-		rn.execute(convID, runID, c, rev, release)
+		rn.execute(convID, runID, c, rev, release, tc)
 	})
 }
 
@@ -84,10 +99,16 @@ func (rn *runner) endSlot(ctx context.Context) (func(), error) {
 //
 // A state handed over by the launcher is as this process wrote it when it
 // took the lease; if it changed since, finish's CAS notices and re-reads.
-func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, release func()) {
+func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, release func(), tc *tentativeClaim) {
 	log := rn.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(rn.runCtx, rn.cfg.RunTimeout)
 	defer cancel()
+	if tc != nil {
+		ctx = withEventHold(ctx, tc.events)
+		if !tc.setCancel(cancel) {
+			return
+		}
+	}
 	rn.launchMu.Lock()
 	rn.executing[runID] = cancel
 	rn.launchMu.Unlock()
@@ -109,6 +130,9 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 		return
 	}
 	ag := rn.roster.runnable(c)
+	if ag == nil && tc != nil && tc.storeClaim(ctx) != nil {
+		return
+	}
 	if ag == nil {
 		// Never run with another agent than the conversation's: whatever
 		// gave this replica the lease, the run goes to the agent's
@@ -132,6 +156,9 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 		history = slices.Clip(history)
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: history, HistoryRoom: room, Deps: rn.cfg.Deps, Caller: c.Caller}
+	if tc != nil {
+		in.BeforeEffects = tc.storeClaim
+	}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
 	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
@@ -155,7 +182,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	ctx, span := telemetry.StartRun(ctx, rn.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
 	defer span.End()
-	status := rn.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release)
+	status := rn.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release, tc)
 	span.SetAttributes(attribute.String("toolgate.status", status))
 	if status == string(StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
@@ -168,15 +195,24 @@ const (
 	runInterrupted = "interrupted" // shutdown cut it short; relaunched elsewhere or later
 	runLeaseLost   = "lease_lost"  // another replica took it over
 	runNotStored   = "not_stored"  // its end could not be written; relaunched when its lease expires
+	runDropped     = "dropped"     // its claim could not be stored (tentative.go)
 )
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func()) string {
+func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func(), tc *tentativeClaim) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
+		if tc != nil {
+			// Nothing to renew before the claim is stored.
+			select {
+			case <-tc.settled:
+			case <-renewCtx.Done():
+				return
+			}
+		}
 		rn.renewLease(renewCtx, cancel, convID, runID)
 	}()
 	rn.events.publish(ctx, convID, runID, EventRunStarted, "", runStartedData{Resume: resume, Prompt: in.Prompt, Agent: ag.name, Replica: rn.cfg.InstanceID})
@@ -190,7 +226,12 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	defer fcancel()
 	if rn.runCtx.Err() != nil {
 		// Shutting down: the run did not fail, it was interrupted. Release
-		// the lease so that a replica relaunches it at once.
+		// the lease so that a replica relaunches it at once; a claim not
+		// stored leaves nothing to release.
+		if tc != nil && tc.abandon() {
+			log.InfoContext(fctx, "run interrupted by shutdown before its claim was stored")
+			return runInterrupted
+		}
 		rn.releaseLease(fctx, convID, runID)
 		log.InfoContext(fctx, "run interrupted by shutdown")
 		return runInterrupted
@@ -212,7 +253,7 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	}
 	defer done()
 	release()
-	return rn.finish(fctx, log, convID, runID, c, rev, res, runErr)
+	return rn.finish(fctx, log, convID, runID, c, rev, res, runErr, tc)
 }
 
 type runStartedData = wire.RunStarted
@@ -237,7 +278,7 @@ func (rn *runner) runAgent(ctx context.Context, a *agent.Agent, convID, runID st
 // published, then claimed at once if it is already complete (replies that
 // came while the run waited inline). ctx carries the run's span, whose
 // context the batch keeps. It returns how the run ended.
-func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error) string {
+func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error, tc *tentativeClaim) string {
 	now := rn.clock()
 	runTrace := telemetry.InjectMap(ctx)
 	var newBatchErr, tooBig error
@@ -271,6 +312,20 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		}
 		c.historyRoom = room
 		return c.Complete(owner, runID, res.AllMessages, res.Output, now)
+	}
+	if tc != nil {
+		c, done, dropped, cfrom, crev := tc.end(ctx, end)
+		switch {
+		case dropped:
+			return runDropped
+		case done:
+			if c.Status.Terminal() {
+				rn.stats.EndWrites.Add(1)
+			}
+			rn.ended(ctx, log, c, runID)
+			return string(c.Status)
+		}
+		from, rev = cfrom, crev
 	}
 	c, rev, err := rn.store.updateFrom(ctx, convID, from, rev, end)
 	if tl := tooLarge(err); tl != nil {

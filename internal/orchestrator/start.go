@@ -156,7 +156,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	}
 	// The run starts from the state just written, without reading it
 	// back.
-	o.runner.launchFrom(convID, runID, c, rev)
+	o.runner.launchFrom(convID, runID, c, rev, nil)
 	return info, nil
 }
 

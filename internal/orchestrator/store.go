@@ -360,6 +360,22 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
 }
 
+// commit appends what turned the state base fingerprints (the stored
+// state at seq) into c, only if the log is still at seq: no catch-up and
+// no retry, for a change made ahead of its record (tentative.go). c is
+// cached on success, and is the caller's no more.
+func (s *store) commit(ctx context.Context, c *Conversation, base *fingerprint, seq uint64) (uint64, error) {
+	nseq, n, err := s.append(ctx, c, seq, diff(base, c))
+	if err != nil {
+		return 0, err
+	}
+	s.cache.put(c.ID, c, nseq, s.cache.size(c.ID)+int64(n))
+	if c.Status.Terminal() {
+		s.fresh.remove(c.ID)
+	}
+	return nseq, nil
+}
+
 // conflict reports whether err is a refused expected last sequence of a
 // log.
 func conflict(err error) bool { return errors.Is(err, bus.ErrLogConflict) }

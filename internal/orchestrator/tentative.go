@@ -1,0 +1,219 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// A follow-up whose claim is not stored yet. The replies that complete a
+// paused batch are recorded with the batch's claim in one append, and the
+// follow-up's end in another; for a follow-up that ends quickly (a
+// scripted or local model, a model answering at once) the two become one.
+// The follow-up runs from the claimed state while that state is only in
+// memory, and the replies wait unacknowledged. When the run ends within
+// claimWindow, before doing anything with effects outside it, the replies,
+// the claim and the run's end are appended as one record, under the
+// sequence of the paused state the run started from. Otherwise the claim
+// is stored as it would have been (at claimWindow, or before the run's
+// first tool or handler runs: agent.RunInput.BeforeEffects), and the run
+// goes on as any other.
+//
+// Exactly-once is kept by the expected sequence: the record is written only
+// if nothing was appended to the conversation since its pause, so no other
+// replica can have claimed the batch, cancelled the conversation or
+// recorded anything the run did not see. If something was, the run is
+// dropped with the events it emitted (held until then), and the replies
+// are recorded again from the stored state as if no run had started, which
+// launches the follow-up anew if the batch is still this replica's to
+// claim. A replica that dies meanwhile has acknowledged no reply: they are
+// delivered again, and the follow-up runs where they land.
+
+// claimWindow is how long a follow-up may run before its claim is stored,
+// by default (Config.ClaimWindow). It bounds how long the completing
+// replies wait for their acknowledgement; the run's lease is not renewed
+// before its claim is stored, which a window far below a third of the
+// lease makes no matter.
+const claimWindow = 50 * time.Millisecond
+
+type tentativeState int
+
+const (
+	tentativeOpen    tentativeState = iota // claim not stored, run going
+	tentativeStored                        // claim stored; the run goes on as any other
+	tentativeEnded                         // the run's end stored with the claim
+	tentativeDropped                       // something came first; run and events dropped
+)
+
+// errTentativeDropped ends a run whose tentative claim could not be stored.
+var errTentativeDropped = errors.New("follow-up dropped: the conversation changed before its claim was stored")
+
+// tentativeClaim is the claim of a follow-up that runs before it is
+// stored.
+type tentativeClaim struct {
+	rp     *replyPipeline
+	convID string
+	runID  string
+	// base is the paused state's fingerprint, at pauseRev: what the
+	// record of the claim (or of the claim and the end) is a change of.
+	base     *fingerprint
+	pauseRev uint64
+	// claimed is the state the claim makes (not to be changed).
+	claimed *Conversation
+	jobs    []*replyJob
+	events  *eventHold
+	timer   *time.Timer
+
+	mu        sync.Mutex
+	state     tentativeState
+	claimRev  uint64
+	cancelRun context.CancelFunc
+	// settled is closed once the state is no longer open.
+	settled chan struct{}
+}
+
+// tentative starts the follow-up of the batch jobs complete in paused (the
+// stored state, at rev) before the claim is stored, and reports whether
+// it did; if not, the caller records the jobs as usual. claimed is paused
+// with the jobs applied and the batch claimed for followUp by this
+// replica, ready to run.
+func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, rev uint64, claimed *Conversation, followUp string, jobs []*replyJob) bool {
+	if rp.cfg.ClaimWindow < 0 || !claimed.leaseLive(rp.clock()) || rp.stopped.Load() {
+		return false
+	}
+	tc := &tentativeClaim{
+		rp: rp, convID: paused.ID, runID: followUp,
+		base: fingerprintOf(paused), pauseRev: rev,
+		claimed: claimed.clone(), jobs: jobs,
+		events: rp.events.newHold(), settled: make(chan struct{}),
+	}
+	hctx := withEventHold(ctx, tc.events)
+	for _, j := range jobs {
+		rp.replyEvents(hctx, paused.ID, j)
+	}
+	tc.timer = time.AfterFunc(rp.cfg.ClaimWindow, func() {
+		sctx, cancel := context.WithTimeout(rp.runCtx, replyTimeout)
+		defer cancel()
+		_ = tc.storeClaim(sctx)
+	})
+	rp.runner.launchTentative(claimed, tc)
+	return true
+}
+
+// storeClaim stores the claim, unless the run has ended or was dropped:
+// nil once it is stored, errTentativeDropped if it cannot be.
+func (tc *tentativeClaim) storeClaim(ctx context.Context) error {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	switch tc.state {
+	case tentativeStored:
+		return nil
+	case tentativeOpen:
+	default:
+		return errTentativeDropped
+	}
+	tc.timer.Stop()
+	seq, err := tc.rp.store.commit(ctx, tc.claimed.clone(), tc.base, tc.pauseRev)
+	if err != nil {
+		tc.dropLocked(ctx, err)
+		return errTentativeDropped
+	}
+	tc.claimRev = seq
+	tc.settleLocked(ctx, tentativeStored)
+	return nil
+}
+
+// end stores the run's end, which end makes in the claimed state, with
+// the claim in one record if the claim is not stored yet. It reports
+// whether it did (c: the state stored); if not, the caller stores the end
+// as usual from the stored claim (from, at rev), unless dropped is set:
+// the run is to be forgotten.
+func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error) (c *Conversation, done, dropped bool, from *Conversation, rev uint64) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	switch tc.state {
+	case tentativeStored:
+		return nil, false, false, tc.claimed.clone(), tc.claimRev
+	case tentativeOpen:
+	default:
+		return nil, false, true, nil, 0
+	}
+	tc.timer.Stop()
+	c = tc.claimed.clone()
+	err := end(c)
+	if err == nil {
+		_, err = tc.rp.store.commit(ctx, c, tc.base, tc.pauseRev)
+	}
+	if err != nil {
+		tc.dropLocked(ctx, err)
+		return nil, false, true, nil, 0
+	}
+	tc.settleLocked(ctx, tentativeEnded)
+	return c, true, false, nil, 0
+}
+
+// abandon drops the run without recording the replies: they are nakked,
+// and delivered again (the orchestrator stops). It reports whether the
+// claim was still open.
+func (tc *tentativeClaim) abandon() bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.state != tentativeOpen {
+		return false
+	}
+	tc.timer.Stop()
+	tc.state = tentativeDropped
+	tc.events.drop()
+	for _, j := range tc.jobs {
+		j.err = ErrStopped
+		close(j.done)
+	}
+	close(tc.settled)
+	return true
+}
+
+// setCancel gives the claim the run's cancel, which dropping it calls; it
+// reports false if it was dropped already.
+func (tc *tentativeClaim) setCancel(cancel context.CancelFunc) bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	tc.cancelRun = cancel
+	return tc.state != tentativeDropped
+}
+
+// settleLocked ends the open state with the claim stored: the replies are
+// acknowledged and what was held of the events goes out.
+func (tc *tentativeClaim) settleLocked(ctx context.Context, st tentativeState) {
+	tc.state = st
+	rn := tc.rp.runner
+	rn.stats.FollowUps.Add(1)
+	if st == tentativeEnded {
+		rn.stats.ClaimedWithEnd.Add(1)
+	}
+	rn.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", tc.convID),
+		slog.String("paused_run_id", tc.claimed.Batch.RunID), slog.String("run_id", tc.runID), slog.Bool("with_end", st == tentativeEnded))
+	tc.events.flush()
+	for _, j := range tc.jobs {
+		close(j.done)
+	}
+	close(tc.settled)
+}
+
+// dropLocked forgets the run and its events, and records the replies
+// again from the stored state.
+func (tc *tentativeClaim) dropLocked(ctx context.Context, err error) {
+	tc.state = tentativeDropped
+	tc.events.drop()
+	if tc.cancelRun != nil {
+		tc.cancelRun()
+	}
+	close(tc.settled)
+	tc.rp.stats.TentativeDropped.Add(1)
+	tc.rp.log.InfoContext(ctx, "follow-up dropped before its claim was stored; replies recorded again", slog.String("conversation_id", tc.convID),
+		slog.String("run_id", tc.runID), slog.String("reason", err.Error()))
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
+	defer cancel()
+	tc.rp.applyGroup(rctx, tc.convID, tc.jobs, nil, 0)
+}

@@ -1,0 +1,250 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+)
+
+// answerModel asks calculate_answer once, then answers; onFollowUp runs
+// at each request of a follow-up (after the tool's result) before it
+// answers, with the number of such requests so far.
+func answerModel(onFollowUp func(n int)) agent.Model {
+	var followUps atomic.Int32
+	return agent.FunctionModel("answer", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if !slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.Kind == agent.PartToolReturn }) {
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "calculate_answer",
+				ToolCallID: "call_1", Args: json.RawMessage(`{"question":"the answer"}`)}}}, nil
+		}
+		if onFollowUp != nil {
+			onFollowUp(int(followUps.Add(1)))
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "42"}}}, nil
+	})
+}
+
+// logLength is how many records conversation id's log holds.
+func logLength(t *testing.T, b *bus.Bus, id string) int {
+	t.Helper()
+	n := 0
+	if _, err := b.ReadLog(ctxT(t), bus.StreamConversations, bus.ConversationSubject(id), 0, func(bus.LogMsg) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A follow-up that ends at once is stored with the replies and its claim
+// as one record: a call's conversation is three records (start, pause,
+// claim with end), and its events come in their order.
+func TestFollowUpStoredWithItsClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	// A window no busy machine can outlast: the test is of the record.
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: answerModel(nil), ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
+	}
+	if n := o.Stats().ClaimedWithEnd.Load(); n != 1 {
+		t.Errorf("%d follow-ups stored with their claim, want 1", n)
+	}
+	b := e.connect("reader")
+	if n := logLength(t, b, info.ConversationID); n != 3 {
+		t.Errorf("the log holds %d records, want 3", n)
+	}
+	// A reader that never saw it folds the same state.
+	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
+	if err != nil || stored.Status != orchestrator.StatusCompleted || len(stored.History) != len(c.History) || stored.Lease != nil {
+		t.Errorf("folded from the log: %v, %s", err, describe(stored))
+	}
+	evs := collectEvents(t, b, info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	})
+	applied := slices.IndexFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyApplied })
+	followUp := slices.IndexFunc(evs, func(ev bus.Event) bool {
+		return ev.Type == orchestrator.EventRunStarted && ev.RunID == c.Runs[1].RunID
+	})
+	if applied < 0 || followUp < applied {
+		t.Errorf("events %s: want the reply applied, then the follow-up started", eventTypes(evs))
+	}
+}
+
+// A conversation that changes while its follow-up runs unstored (here a
+// prompt sent to it) drops that run and its events; the replies are
+// recorded again and a follow-up runs from what is stored, prompt and all.
+func TestTentativeFollowUpDroppedOnChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	var o *orchestrator.Orchestrator
+	var convID string
+	var prompted atomic.Bool
+	model := answerModel(func(n int) {
+		if n == 1 {
+			// The first follow-up: the conversation is still paused in
+			// the store.
+			if _, err := o.StartRun(context.Background(), "And say it twice.", convID); err == nil {
+				prompted.Store(true)
+			}
+		}
+	})
+	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, ReconcileInterval: 1 << 40, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	convID = info.ConversationID
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if !prompted.Load() {
+		t.Fatal("the prompt sent during the follow-up was refused")
+	}
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 || c.Runs[1].Prompt != "And say it twice." {
+		t.Fatalf("%s, runs %+v; want completed by one follow-up with the prompt", describe(c), c.Runs)
+	}
+	if d, w := o.Stats().TentativeDropped.Load(), o.Stats().ClaimedWithEnd.Load(); d != 1 || w != 0 {
+		t.Errorf("%d dropped, %d stored with the claim; want 1 and 0", d, w)
+	}
+	if n := o.Stats().FollowUps.Load(); n != 1 {
+		t.Errorf("%d follow-ups claimed, want 1", n)
+	}
+	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	})
+	started := 0
+	for _, ev := range evs {
+		if ev.Type == orchestrator.EventRunStarted {
+			started++
+		}
+	}
+	if started != 2 {
+		t.Errorf("events %s: %d runs started, want 2 (the dropped one's events are not published)", eventTypes(evs), started)
+	}
+}
+
+// A conversation cancelled while its follow-up runs unstored is not
+// resumed: the run is dropped, and the reply is refused as late.
+func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	var o *orchestrator.Orchestrator
+	var convID string
+	model := answerModel(func(n int) {
+		if _, err := o.Cancel(context.Background(), convID); err != nil {
+			t.Errorf("cancel: %v", err)
+		}
+	})
+	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	convID = info.ConversationID
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCancelled, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCancelled || len(c.Runs) != 1 {
+		t.Fatalf("%s, runs %+v; want cancelled, no follow-up", describe(c), c.Runs)
+	}
+	waitFor(t, "the run to be dropped", func() (bool, string) {
+		return o.Stats().TentativeDropped.Load() == 1, "not yet"
+	})
+	if n := o.Stats().FollowUps.Load(); n != 0 {
+		t.Errorf("%d follow-ups claimed, want 0", n)
+	}
+}
+
+// A follow-up that outlasts the claim window has its claim stored then,
+// and its end after as usual.
+func TestTentativeClaimStoredAtTheWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	var o *orchestrator.Orchestrator
+	var convID string
+	storedStatus := func() orchestrator.Status {
+		c, err := orchestrator.ReadConversation(context.Background(), e.connect("reader"), convID)
+		if err != nil {
+			t.Errorf("read: %v", err)
+			return ""
+		}
+		return c.Status
+	}
+	slow := answerModel(func(int) {
+		waitFor(t, "the claim to be stored at the window's end", func() (bool, string) {
+			st := storedStatus()
+			return st == orchestrator.StatusResuming, string(st)
+		})
+	})
+	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: slow, ClaimWindow: time.Millisecond})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	convID = info.ConversationID
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := waitStatus(t, o, convID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	if w, f := o.Stats().ClaimedWithEnd.Load(), o.Stats().FollowUps.Load(); w != 0 || f != 1 {
+		t.Errorf("%d stored with the end, %d follow-ups; want 0 and 1", w, f)
+	}
+	if n := logLength(t, e.connect("reader"), convID); n != 4 {
+		t.Errorf("the log holds %d records, want 4 (start, pause, claim, end)", n)
+	}
+
+}
+
+// A follow-up that runs a tool has its claim stored before the tool runs.
+func TestTentativeClaimStoredBeforeATool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.worker("calculate_answer")
+	var sawStatus atomic.Value
+	note, err := agent.NewTool("note", "Take a note", func(rc *agent.RunContext, _ struct{}) (string, error) {
+		c, err := orchestrator.ReadConversation(rc.Context(), e.connect("reader2"), rc.ConversationID)
+		if err != nil {
+			return "", err
+		}
+		sawStatus.Store(c.Status)
+		return "noted", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTool := agent.FunctionModel("with-tool", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.ToolName == "note" }):
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "42"}}}, nil
+		case slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.Kind == agent.PartToolReturn }):
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "note", ToolCallID: "note_1", Args: json.RawMessage(`{}`)}}}, nil
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "calculate_answer",
+			ToolCallID: "call_1", Args: json.RawMessage(`{"question":"the answer"}`)}}}, nil
+	})
+	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: withTool, Tools: []agent.Tool{note}, ClaimWindow: time.Hour, InstanceID: "with-tool"})
+	info, err := o2.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	if st, _ := sawStatus.Load().(orchestrator.Status); st != orchestrator.StatusResuming {
+		t.Errorf("the tool ran with the conversation %q in the store; want its claim stored (resuming)", st)
+	}
+	if w := o2.Stats().ClaimedWithEnd.Load(); w != 0 {
+		t.Errorf("%d follow-ups that ran a tool were stored with their end; want 0", w)
+	}
+}
