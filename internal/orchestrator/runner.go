@@ -65,13 +65,31 @@ func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, 
 			rn.launchMu.Unlock()
 			rn.events.queue.release(convID)
 		}()
-		select {
-		case rn.sem <- struct{}{}:
-		case <-rn.runCtx.Done():
-			if tc != nil {
-				tc.abandon()
+		slot := false
+		if tc != nil {
+			select {
+			case rn.sem <- struct{}{}:
+				slot = true
+			default:
+				// No slot: the window would pass waiting for one, with the
+				// replies held. The claim is stored now, as it was before.
+				sctx, cancel := context.WithTimeout(rn.runCtx, replyTimeout)
+				err := tc.storeClaim(sctx)
+				cancel()
+				if err != nil {
+					return
+				}
 			}
-			return
+		}
+		if !slot {
+			select {
+			case rn.sem <- struct{}{}:
+			case <-rn.runCtx.Done():
+				if tc != nil {
+					tc.abandon()
+				}
+				return
+			}
 		}
 		var once sync.Once
 		release := func() { once.Do(func() { <-rn.sem }) }
