@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -81,15 +80,7 @@ func TestInterruptedRunRelaunched(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := externalAgent(t, "")
-	entered := make(chan struct{}, 1)
-	blocking := agent.FunctionModel("blocking", func(ctx context.Context, _ agent.ModelRequest) (agent.ModelResponse, error) {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-ctx.Done()
-		return agent.ModelResponse{}, ctx.Err()
-	})
+	blocking, entered := blockingModel()
 	o1, _ := e.orch(orchestrator.Config{Agent: cfg, Model: blocking, InstanceID: "first", LeaseTTL: time.Hour})
 	info, err := o1.StartRun(ctxT(t), "What is the answer?", "")
 	if err != nil {
