@@ -540,7 +540,8 @@ type eventHoldKey struct{}
 
 func (p *eventPublisher) newHold() *eventHold { return &eventHold{p: p} }
 
-// withEventHold makes the events emitted with ctx wait in h.
+// withEventHold makes the events emitted with ctx wait in h; a nil h
+// undoes what a parent context's hold does.
 func withEventHold(ctx context.Context, h *eventHold) context.Context {
 	return context.WithValue(ctx, eventHoldKey{}, h)
 }

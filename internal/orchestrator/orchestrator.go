@@ -178,7 +178,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives the orchestrator's metrics (telemetry.
 	// OrchestratorMetrics): runs by how they ended (completed, failed,
-	// paused; interrupted, lease_lost, not_stored), replies by kind and
+	// paused; interrupted, lease_lost, not_stored, dropped), replies by kind and
 	// verdict, time to decision and to result, expiries, denials,
 	// redeliveries, dead letters, the model's requests, and the deferred
 	// calls pending by tool and kind, counted from KV at each scrape. nil

@@ -362,14 +362,14 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 
 // commit appends what turned the state base fingerprints (the stored
 // state at seq) into c, only if the log is still at seq: no catch-up and
-// no retry, for a change made ahead of its record (tentative.go). c is
-// cached on success, and is the caller's no more.
+// no retry, for a change made ahead of its record (tentative.go). A copy
+// of c is cached on success.
 func (s *store) commit(ctx context.Context, c *Conversation, base *fingerprint, seq uint64) (uint64, error) {
 	nseq, n, err := s.append(ctx, c, seq, diff(base, c))
 	if err != nil {
 		return 0, err
 	}
-	s.cache.put(c.ID, c, nseq, s.cache.size(c.ID)+int64(n))
+	s.cache.put(c.ID, c.clone(), nseq, s.cache.size(c.ID)+int64(n))
 	if c.Status.Terminal() {
 		s.fresh.remove(c.ID)
 	}

@@ -115,7 +115,7 @@ func (tc *tentativeClaim) storeClaim(ctx context.Context) error {
 		return errTentativeDropped
 	}
 	tc.timer.Stop()
-	seq, err := tc.rp.store.commit(ctx, tc.claimed.clone(), tc.base, tc.pauseRev)
+	seq, err := tc.rp.store.commit(ctx, tc.claimed, tc.base, tc.pauseRev)
 	if err != nil {
 		tc.dropLocked(ctx, err)
 		return errTentativeDropped
@@ -213,7 +213,9 @@ func (tc *tentativeClaim) dropLocked(ctx context.Context, err error) {
 	tc.rp.stats.TentativeDropped.Add(1)
 	tc.rp.log.InfoContext(ctx, "follow-up dropped before its claim was stored; replies recorded again", slog.String("conversation_id", tc.convID),
 		slog.String("run_id", tc.runID), slog.String("reason", err.Error()))
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
+	// ctx may be the dropped run's, whose events go nowhere: the replies'
+	// events are published.
+	rctx, cancel := context.WithTimeout(withEventHold(context.WithoutCancel(ctx), nil), replyTimeout)
 	defer cancel()
 	tc.rp.applyGroup(rctx, tc.convID, tc.jobs, nil, 0)
 }

@@ -123,14 +123,17 @@ func TestTentativeFollowUpDroppedOnChange(t *testing.T) {
 	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []bus.Event) bool {
 		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
-	started := 0
+	started, applied := 0, 0
 	for _, ev := range evs {
-		if ev.Type == orchestrator.EventRunStarted {
+		switch ev.Type {
+		case orchestrator.EventRunStarted:
 			started++
+		case orchestrator.EventReplyApplied:
+			applied++
 		}
 	}
-	if started != 2 {
-		t.Errorf("events %s: %d runs started, want 2 (the dropped one's events are not published)", eventTypes(evs), started)
+	if started != 2 || applied != 1 {
+		t.Errorf("events %s: %d runs started, %d replies applied; want 2 (the dropped one's events are not published) and 1 (recorded again, told once)", eventTypes(evs), started, applied)
 	}
 }
 
@@ -162,6 +165,12 @@ func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
 	})
 	if n := o.Stats().FollowUps.Load(); n != 0 {
 		t.Errorf("%d follow-ups claimed, want 0", n)
+	}
+	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyRefused })
+	})
+	if slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyApplied }) {
+		t.Errorf("events %s: the reply is told applied", eventTypes(evs))
 	}
 }
 

@@ -179,7 +179,7 @@ func (m *OrchestratorMetrics) Known(agents, tools []string) {
 		return
 	}
 	for _, a := range agents {
-		for _, st := range []string{"completed", "failed", "paused", "interrupted", "lease_lost", "not_stored"} {
+		for _, st := range []string{"completed", "failed", "paused", "interrupted", "lease_lost", "not_stored", "dropped"} {
 			m.runs.WithLabelValues(a, st)
 		}
 	}
