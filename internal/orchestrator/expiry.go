@@ -144,7 +144,7 @@ func (rc *reconciler) expiryLoop() {
 		case <-timer.C:
 		}
 		for _, id := range rc.deadlines.due(rc.clock()) {
-			ctx, cancel := context.WithTimeout(rc.runCtx, replyTimeout)
+			ctx, cancel := context.WithTimeout(rc.loopCtx, replyTimeout)
 			rc.expire(ctx, id)
 			cancel()
 		}

@@ -118,7 +118,7 @@ func (rc *reconciler) retentionLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(rc.runCtx, maxRetentionNap)
+		ctx, cancel := context.WithTimeout(rc.loopCtx, maxRetentionNap)
 		if n, err := rc.sweep(ctx, rc.clock()); err != nil {
 			rc.log.WarnContext(ctx, "retention", slog.Int("deleted", n), slog.String("error", err.Error()))
 		} else if n > 0 {

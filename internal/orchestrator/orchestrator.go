@@ -417,6 +417,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		return nil, err
 	}
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
 	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
 		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
 	o.pub.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
@@ -555,6 +556,9 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 		o.stopped.Store(true)
 		o.runner.launchMu.Unlock()
 		close(o.stopping)
+		if o.stopLoops != nil {
+			o.stopLoops()
+		}
 		if o.runner.cancelSub != nil {
 			_ = o.runner.cancelSub.Unsubscribe()
 		}

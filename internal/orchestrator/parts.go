@@ -37,13 +37,18 @@ type core struct {
 	// tracer makes the spans of runs and replies.
 	tracer trace.Tracer
 
-	loops    sync.WaitGroup
-	runCtx   context.Context // parent of every run; cancelled when Stop gives up waiting
-	cancel   context.CancelFunc
-	stopping chan struct{}
-	stopOnce sync.Once
-	started  atomic.Bool
-	stopped  atomic.Bool
+	loops  sync.WaitGroup
+	runCtx context.Context // parent of every run; cancelled when Stop gives up waiting
+	// loopCtx is the periodic loops' (reconcile, expiry, adverts,
+	// retention, nudges): cancelled as Stop begins, so that no read of
+	// theirs keeps Stop waiting.
+	loopCtx   context.Context
+	stopLoops context.CancelFunc
+	cancel    context.CancelFunc
+	stopping  chan struct{}
+	stopOnce  sync.Once
+	started   atomic.Bool
+	stopped   atomic.Bool
 
 	deadlines *deadlineIndex
 	events    *eventPublisher

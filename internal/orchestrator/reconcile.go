@@ -13,7 +13,7 @@ import (
 // be read or are slow to must not keep the API from coming up), then runs a
 // pass every interval.
 func (rc *reconciler) reconcileLoop(first []dueEntry) {
-	ctx, cancel := context.WithCancel(rc.runCtx)
+	ctx, cancel := context.WithCancel(rc.loopCtx)
 	rc.reconcileEntries(ctx, first)
 	cancel()
 	t := newTicker(rc.cfg.ReconcileInterval)
@@ -24,7 +24,7 @@ func (rc *reconciler) reconcileLoop(first []dueEntry) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(rc.runCtx, rc.cfg.ReconcileInterval)
+		ctx, cancel := context.WithTimeout(rc.loopCtx, rc.cfg.ReconcileInterval)
 		if err := rc.reconcile(ctx); err != nil {
 			rc.log.WarnContext(ctx, "reconcile", slog.String("error", err.Error()))
 		}

@@ -168,20 +168,20 @@ func (l *replicaLink) advertiseLoop() {
 	every := l.cfg.LeaseTTL / 3
 	t := newTicker(every)
 	defer t.Stop()
-	l.adoptOrphans(l.runCtx, l.takeDead())
+	l.adoptOrphans(l.loopCtx, l.takeDead())
 	for {
 		select {
 		case <-l.stopping:
 			return
 		case <-t.C:
 		}
-		if err := l.store.indexFresh(l.runCtx, l.clock().Add(-every)); err != nil && l.runCtx.Err() == nil {
+		if err := l.store.indexFresh(l.loopCtx, l.clock().Add(-every)); err != nil && l.loopCtx.Err() == nil {
 			l.log.Warn("index conversations", slog.String("error", err.Error()))
 		}
-		if err := l.advertise(l.runCtx); err != nil && l.runCtx.Err() == nil {
+		if err := l.advertise(l.loopCtx); err != nil && l.loopCtx.Err() == nil {
 			l.log.Warn("replica advert", slog.String("error", err.Error()))
 		}
-		l.adoptOrphans(l.runCtx, l.takeDead())
+		l.adoptOrphans(l.loopCtx, l.takeDead())
 	}
 }
 
@@ -231,7 +231,7 @@ func (l *replicaLink) subscribeNudges() error {
 			case <-l.stopping:
 				return
 			case id := <-l.nudged:
-				ctx, cancel := context.WithTimeout(l.runCtx, replyTimeout)
+				ctx, cancel := context.WithTimeout(l.loopCtx, replyTimeout)
 				// The state as stored now, not as this replica cached it:
 				// the claim that handed the run over was another's append.
 				if _, _, err := l.store.get(ctx, id); err == nil {
