@@ -59,13 +59,13 @@ and approval requests on NATS, and serves the HTTP API (and /metrics). Without
 }
 
 type options struct {
-	natsURL, natsListen, store, sync, httpAddr, tokenFile, logLevel string
-	agentFiles                                                      cli.Pairs
-	agentWait                                                       time.Duration
-	trust                                                           cli.Pairs
-	shutdownTimeout                                                 time.Duration
-	leaseTTL, reconcileInterval, replyAckWait, retention            time.Duration
-	maxRuns                                                         int
+	natsURL, natsListen, store, sync, httpAddr, tokenFile, logLevel   string
+	agentFiles                                                        cli.Pairs
+	agentWait                                                         time.Duration
+	trust                                                             cli.Pairs
+	shutdownTimeout                                                   time.Duration
+	leaseTTL, reconcileInterval, replyAckWait, retention, claimWindow time.Duration
+	maxRuns                                                           int
 	// storeMinFreeMiB is the embedded store's MinFreeBytes, in MiB.
 	storeMinFreeMiB int
 	replicas        int
@@ -105,6 +105,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
 	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
+	fs.DurationVar(&o.claimWindow, "claim-window", 50*time.Millisecond, "how long a follow-up may run before the claim of its batch is stored: one that ends within it is stored with its claim, one write fewer; 0 stores every claim before its follow-up runs")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
 		return o, err
@@ -124,6 +125,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--sync %q: want always or default", o.sync)
 	case o.storeMinFreeMiB < 1:
 		return o, fmt.Errorf("--store-min-free %d: want at least 1 (MiB)", o.storeMinFreeMiB)
+	case o.claimWindow < 0:
+		return o, fmt.Errorf("--claim-window %s: must not be negative (0 stores every claim first)", o.claimWindow)
 	case o.retention < 0:
 		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
 	case o.replicas < 1 || o.replicas > 5:
@@ -222,6 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 		Bus:              bs.b, EventBus: bs.events, Agents: s.agents, AgentWait: o.agentWait, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
+		ClaimWindow: claimWindowOf(o.claimWindow),
 	})
 	if err != nil {
 		return err
@@ -404,4 +408,13 @@ func loadAgents(paths []string, lookupEnv func(string) (string, bool), logger *s
 		logger.Info("agent: the built-in demo", slog.String("provider", agentconfig.ProviderScript), slog.String("hint", "set OPENAI_API_KEY for a real model"))
 	}
 	return []*orchestrator.AgentConfig{cfg}, nil
+}
+
+// claimWindowOf is the Config.ClaimWindow of --claim-window, whose 0 is
+// the Config's "none" (below zero), not its default.
+func claimWindowOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
