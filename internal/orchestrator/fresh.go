@@ -86,6 +86,14 @@ func (f *freshSet) stored(id string, seq uint64) {
 	f.mu.Unlock()
 }
 
+// has reports whether id is in the set.
+func (f *freshSet) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.m[id]
+	return ok
+}
+
 // remove takes id out of the set; it reports whether it was in it.
 func (f *freshSet) remove(id string) bool {
 	f.mu.Lock()
@@ -141,11 +149,22 @@ func (s *store) indexFresh(ctx context.Context, t time.Time) error {
 	if len(old) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(old))
+	// The cached state says it without a read: a finished conversation
+	// stays finished (a new prompt indexes it itself), and one cached as
+	// open that another replica finished meanwhile costs an entry that
+	// reconcile removes.
+	var ids, open []string
 	for id := range old {
-		ids = append(ids, id)
+		c, _, ok := s.cache.get(id)
+		switch {
+		case !ok:
+			ids = append(ids, id)
+		case c.Status.Terminal() || c.Status == StatusDeleted:
+			s.fresh.remove(id)
+		default:
+			open = append(open, id)
+		}
 	}
-	var open []string
 	now := s.clock()
 	for i := 0; i < len(ids); i += summaryChunk {
 		chunk := ids[i:min(i+summaryChunk, len(ids))]
@@ -171,12 +190,14 @@ func (s *store) indexFresh(ctx context.Context, t time.Time) error {
 			}
 		}
 	}
-	return s.markAllDue(ctx, open, func(id string, _ uint64) { s.fresh.remove(id) })
+	return s.markAllDue(ctx, open, s.fresh.has, func(id string, _ uint64) { s.fresh.remove(id) })
 }
 
 // markAllDue puts the due entries of ids, undueInFlight at once, calling
-// done with each put and its revision; it returns the first error.
-func (s *store) markAllDue(ctx context.Context, ids []string, done func(id string, rev uint64)) error {
+// done with each put and its revision; it returns the first error. An id
+// for which still (when not nil) says false as its turn comes is skipped:
+// a conversation that finished meanwhile.
+func (s *store) markAllDue(ctx context.Context, ids []string, still func(string) bool, done func(id string, rev uint64)) error {
 	var (
 		wg    sync.WaitGroup
 		sem   = make(chan struct{}, undueInFlight)
@@ -185,6 +206,10 @@ func (s *store) markAllDue(ctx context.Context, ids []string, done func(id strin
 	)
 	for _, id := range ids {
 		sem <- struct{}{}
+		if still != nil && !still(id) {
+			<-sem
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			rev, err := s.markDue(ctx, id)
@@ -240,7 +265,7 @@ func (s *store) adopt(ctx context.Context, replica string, watermark uint64) ([]
 		mu      sync.Mutex
 		entries []dueEntry
 	)
-	err = s.markAllDue(ctx, open, func(id string, rev uint64) {
+	err = s.markAllDue(ctx, open, nil, func(id string, rev uint64) {
 		mu.Lock()
 		entries = append(entries, dueEntry{id: id, rev: rev})
 		mu.Unlock()

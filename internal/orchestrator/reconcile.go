@@ -149,6 +149,9 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	// over many paused conversations then reads none of them.
 	c, _, err := rc.store.current(ctx, id)
 	if errors.Is(err, ErrNotFound) {
+		if e.fresh {
+			return nil
+		}
 		return rc.store.undue(ctx, e)
 	}
 	if err != nil {

@@ -517,11 +517,12 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 // unless it was put again since it was listed at rev. It purges rather
 // than deletes: a delete leaves a marker, a stored message per
 // conversation that the bucket keeps until it is purged in turn. A fresh
-// conversation has no entry, and leaves the fresh set when it finishes or
-// through indexFresh, which alone tells a log not written yet from one
-// that is gone.
+// conversation has no entry: it leaves the fresh set (called for one
+// known finished; one not found may be one whose first record is still
+// on its way, which only indexFresh tells from one that is gone).
 func (s *store) undue(ctx context.Context, e dueEntry) error {
 	if e.fresh {
+		s.fresh.remove(e.id)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
