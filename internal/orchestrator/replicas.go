@@ -161,10 +161,29 @@ func (l *replicaLink) takeDead() []deadAdvert {
 }
 
 // advertiseLoop keeps this replica's advert alive and its view of the
-// others fresh; before each advert it indexes the conversations it
-// created that have lasted a third of a lease, and after it adopts what
-// replicas that are gone left unindexed.
+// others fresh.
 func (l *replicaLink) advertiseLoop() {
+	t := newTicker(l.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stopping:
+			return
+		case <-t.C:
+		}
+		if err := l.advertise(l.loopCtx); err != nil && l.loopCtx.Err() == nil {
+			l.log.Warn("replica advert", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// indexLoop indexes, every third of a lease, the conversations this
+// replica created that have lasted that long, and adopts what replicas
+// that are gone left unindexed. It is apart from the advert loop, whose
+// renewals must not wait on either: after a burst, indexing is a put per
+// conversation, and an advert that waited for 100,000 of them would
+// expire, and the replica be taken for dead.
+func (l *replicaLink) indexLoop() {
 	every := l.cfg.LeaseTTL / 3
 	t := newTicker(every)
 	defer t.Stop()
@@ -177,9 +196,6 @@ func (l *replicaLink) advertiseLoop() {
 		}
 		if err := l.store.indexFresh(l.loopCtx, l.clock().Add(-every)); err != nil && l.loopCtx.Err() == nil {
 			l.log.Warn("index conversations", slog.String("error", err.Error()))
-		}
-		if err := l.advertise(l.loopCtx); err != nil && l.loopCtx.Err() == nil {
-			l.log.Warn("replica advert", slog.String("error", err.Error()))
 		}
 		l.adoptOrphans(l.loopCtx, l.takeDead())
 	}
