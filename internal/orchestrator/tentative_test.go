@@ -257,3 +257,56 @@ func TestTentativeClaimStoredBeforeATool(t *testing.T) {
 		t.Errorf("%d follow-ups that ran a tool were stored with their end; want 0", w)
 	}
 }
+
+// A follow-up that finds no run slot free has its claim stored at once,
+// rather than hold its replies while it waits for one.
+func TestTentativeClaimStoredWhenNoSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	unblock := make(chan struct{})
+	blocked := make(chan struct{}, 1)
+	inner := answerModel(nil)
+	model := agent.FunctionModel("slots", func(ctx context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+		if slices.ContainsFunc(req.Messages[0].Parts, func(p agent.Part) bool { return p.Content == "block" }) {
+			blocked <- struct{}{}
+			select {
+			case <-unblock:
+			case <-ctx.Done():
+				return agent.ModelResponse{}, ctx.Err()
+			}
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "unblocked"}}}, nil
+		}
+		return inner.Request(ctx, req)
+	})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, MaxConcurrentRuns: 1, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, o, info.ConversationID, 1)
+	// The only slot is taken; then the worker answers.
+	if _, err := o.StartRun(ctxT(t), "block", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-blocked:
+	case <-time.After(waitTimeout):
+		t.Fatal("the blocking run never started")
+	}
+	e.worker("calculate_answer")
+	reader := e.connect("reader")
+	waitFor(t, "the claim to be stored while the follow-up waits for a slot", func() (bool, string) {
+		c, err := orchestrator.ReadConversation(ctxT(t), reader, info.ConversationID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return c.Status == orchestrator.StatusResuming, describe(c)
+	})
+	close(unblock)
+	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	if w := o.Stats().ClaimedWithEnd.Load(); w != 0 {
+		t.Errorf("%d follow-ups stored with their end, want 0", w)
+	}
+}
