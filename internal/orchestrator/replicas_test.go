@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,11 +42,17 @@ func TestTwoReplicasFollowUpOnce(t *testing.T) {
 			t.Errorf("%s: runs %+v, want 2", id, c.Runs)
 		}
 	}
-	if f := o1.Stats().FollowUps.Load() + o2.Stats().FollowUps.Load(); f != n {
-		t.Errorf("follow-ups = %d, want %d", f, n)
+	// A follow-up stored with its claim is visible before its reply is
+	// acknowledged and counted: the counts are waited for, then held.
+	counts := func() (int64, int64) {
+		return o1.Stats().FollowUps.Load() + o2.Stats().FollowUps.Load(), o1.Stats().RepliesApplied.Load() + o2.Stats().RepliesApplied.Load()
 	}
-	if a := o1.Stats().RepliesApplied.Load() + o2.Stats().RepliesApplied.Load(); a != n {
-		t.Errorf("replies applied = %d, want %d", a, n)
+	waitFor(t, "every reply to be counted", func() (bool, string) {
+		f, a := counts()
+		return a >= n, fmt.Sprintf("follow-ups %d, replies applied %d", f, a)
+	})
+	if f, a := counts(); f != n || a != n {
+		t.Errorf("follow-ups = %d, replies applied = %d, want %d each", f, a, n)
 	}
 }
 

@@ -89,6 +89,10 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 		claimed: claimed.clone(), jobs: jobs,
 		events: rp.events.newHold(), settled: make(chan struct{}),
 	}
+	// Counted as it begins, so that the count is there before anything of
+	// the follow-up is seen; a dropped one is uncounted before the replies
+	// are recorded again.
+	rp.stats.FollowUps.Add(1)
 	hctx := withEventHold(ctx, tc.events)
 	for _, j := range jobs {
 		rp.replyEvents(hctx, paused.ID, j)
@@ -144,7 +148,11 @@ func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error
 	c = tc.claimed.clone()
 	err := end(c)
 	if err == nil {
-		_, err = tc.rp.store.commit(ctx, c, tc.base, tc.pauseRev)
+		// Counted before the record can be seen.
+		tc.rp.stats.ClaimedWithEnd.Add(1)
+		if _, err = tc.rp.store.commit(ctx, c, tc.base, tc.pauseRev); err != nil {
+			tc.rp.stats.ClaimedWithEnd.Add(-1)
+		}
 	}
 	if err != nil {
 		tc.dropLocked(ctx, err)
@@ -165,6 +173,7 @@ func (tc *tentativeClaim) abandon() bool {
 	}
 	tc.timer.Stop()
 	tc.state = tentativeDropped
+	tc.rp.stats.FollowUps.Add(-1)
 	tc.events.drop()
 	for _, j := range tc.jobs {
 		j.err = ErrStopped
@@ -188,10 +197,6 @@ func (tc *tentativeClaim) setCancel(cancel context.CancelFunc) bool {
 func (tc *tentativeClaim) settleLocked(ctx context.Context, st tentativeState) {
 	tc.state = st
 	rn := tc.rp.runner
-	rn.stats.FollowUps.Add(1)
-	if st == tentativeEnded {
-		rn.stats.ClaimedWithEnd.Add(1)
-	}
 	rn.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", tc.convID),
 		slog.String("paused_run_id", tc.claimed.Batch.RunID), slog.String("run_id", tc.runID), slog.Bool("with_end", st == tentativeEnded))
 	tc.events.flush()
@@ -205,6 +210,7 @@ func (tc *tentativeClaim) settleLocked(ctx context.Context, st tentativeState) {
 // again from the stored state.
 func (tc *tentativeClaim) dropLocked(ctx context.Context, err error) {
 	tc.state = tentativeDropped
+	tc.rp.stats.FollowUps.Add(-1)
 	tc.events.drop()
 	if tc.cancelRun != nil {
 		tc.cancelRun()
