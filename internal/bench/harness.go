@@ -476,6 +476,13 @@ func describe(m *Measurement) string {
 		}
 		s += fmt.Sprintf(" [stored per call %.2f: %s]", m.StoredPerCall(), strings.Join(parts, ", "))
 	}
+	if len(m.Periodic) > 0 {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(m.Periodic)) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, m.Periodic[name]))
+		}
+		s += fmt.Sprintf(" [per second, whatever the calls: %s]", strings.Join(parts, ", "))
+	}
 	if m.StateWrites > 0 {
 		s += fmt.Sprintf(" [per call: %.2f appends, %.0f B; %.2f round trips per conversation]", m.StateWrites, m.StateBytes, m.RoundTrips)
 	}

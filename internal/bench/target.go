@@ -54,6 +54,10 @@ type Measurement struct {
 	// Stored is the messages stored per measured call, by stream (a
 	// bucket's stream is KV_<bucket>).
 	Stored map[string]float64 `json:"stored_per_call,omitempty"`
+	// Periodic is the messages stored per second, over the case, in the
+	// streams written per replica as time passes rather than per call
+	// (perReplicaStreams); they are not in Stored.
+	Periodic map[string]float64 `json:"periodic_per_second,omitempty"`
 	// Events is Stored's share of the events stream.
 	Events float64 `json:"events_per_call,omitempty"`
 }
