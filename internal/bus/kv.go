@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -272,37 +274,90 @@ func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool)
 	if pattern == "" {
 		pattern = ">"
 	}
+	bucket := k.kv.Bucket()
+	fail := func(err error) ([]Entry, error) {
+		return nil, fmt.Errorf("kv list %s/%s: %w", bucket, pattern, err)
+	}
 	st, err := k.kv.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, err)
+		return fail(err)
 	}
 	if st.Values() == 0 {
 		return nil, nil
 	}
-	var opts []jetstream.WatchOpt
-	if !withValues {
-		opts = append(opts, jetstream.MetaOnly())
-	}
-	if !markers {
-		opts = append(opts, jetstream.IgnoreDeletes())
-	}
-	w, err := k.kv.WatchFiltered(ctx, []string{pattern}, opts...)
+	// The last message of each key, from a pull consumer taken until it
+	// has nothing more. A KV watcher would end its first pass only on the
+	// message it counted as last when it began; one purged meanwhile
+	// (reconcile purges due entries as others are put) never comes, and
+	// the watcher waited for it for ever.
+	prefix := "$KV." + bucket + "."
+	cons, err := k.b.js.CreateConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		FilterSubject:     prefix + pattern,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       !withValues,
+		MemoryStorage:     true,
+		InactiveThreshold: listInactive,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, err)
+		return fail(err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listInactive)
+		defer cancel()
+		_ = k.b.js.DeleteConsumer(dctx, "KV_"+bucket, cons.CachedInfo().Name)
+	}()
 	var out []Entry
 	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("kv list %s/%s: %w", k.kv.Bucket(), pattern, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok || e == nil {
-				return out, nil
+		batch, err := cons.FetchNoWait(listBatch)
+		if err != nil {
+			return fail(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return fail(err)
 			}
-			if markers == (e.Operation() != jetstream.KeyValuePut) {
-				out = append(out, entryOf(e))
+			op := OpPut
+			switch m.Headers().Get(kvOperation) {
+			case kvOpDelete:
+				op = OpDelete
+			case kvOpPurge:
+				op = OpPurge
 			}
+			if markers != (op != OpPut) {
+				continue
+			}
+			e := Entry{Key: strings.TrimPrefix(m.Subject(), prefix), Revision: meta.Sequence.Stream, Created: meta.Timestamp, Op: op}
+			if withValues {
+				e.Value = m.Data()
+			}
+			out = append(out, e)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return fail(err)
+		}
+		if n == 0 {
+			return out, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fail(err)
 		}
 	}
 }
+
+// How a KV list reads: listBatch messages a request, its consumer left to
+// the server listInactive after its last use if it could not be deleted.
+const (
+	listBatch    = 1024
+	listInactive = 10 * time.Second
+)
+
+// A KV message's operation header (a put has none).
+const (
+	kvOperation = "KV-Operation"
+	kvOpDelete  = "DEL"
+	kvOpPurge   = "PURGE"
+)

@@ -214,3 +214,60 @@ func TestKVPurgeUpToAndList(t *testing.T) {
 		t.Errorf("markers after the purge: %+v, %v", m, err)
 	}
 }
+
+// A list ends while the keys it lists are being purged: a key that was
+// there when it began and is gone when its turn comes is left out, not
+// waited for. And it leaves no consumer behind.
+func TestKVListWhileKeysArePurged(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	b := bustest.NewBus(t)
+	index, err := b.KeyValue(ctx, bus.BucketIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	revs := make([]uint64, n)
+	for i := range n {
+		if revs[i], err = index.Put(ctx, "due.c"+strconv.Itoa(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	purged := make(chan struct{})
+	go func() {
+		defer close(purged)
+		for i := range n {
+			if err := index.PurgeUpTo(ctx, "due.c"+strconv.Itoa(i), revs[i]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for lists := 0; ; lists++ {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := index.List(lctx, "due.>", false)
+		cancel()
+		if err != nil {
+			t.Fatalf("list %d while purging: %v", lists, err)
+		}
+		if len(l) > n {
+			t.Fatalf("listed %d keys of %d", len(l), n)
+		}
+		select {
+		case <-purged:
+			if l, err := index.List(ctx, "due.>", false); err != nil || len(l) != 0 {
+				t.Fatalf("after the purges: %d keys, %v", len(l), err)
+			}
+			st, err := b.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := st.ConsumerNames(ctx)
+			for name := range names.Name() {
+				t.Errorf("consumer %s left behind", name)
+			}
+			return
+		default:
+		}
+	}
+}

@@ -495,6 +495,8 @@ type dueEntry struct {
 // list go over, however many finished ones are stored: those indexed, and
 // those this replica created and has not indexed yet.
 func (s *store) due(ctx context.Context) ([]dueEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
 	entries, err := s.index.List(ctx, dueKeyPrefix+">", false)
 	if err != nil {
 		return nil, fmt.Errorf("list due conversations: %w", err)
