@@ -38,12 +38,15 @@ func (rn *runner) launchTentative(c *Conversation, tc *tentativeClaim) {
 // is not stored yet has tc.
 func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, tc *tentativeClaim) {
 	rn.launchMu.Lock()
-	defer rn.launchMu.Unlock()
 	if tc != nil && (rn.stopped.Load() || rn.inflight[runID]) {
-		// Nothing stored: the replies are delivered again.
+		rn.launchMu.Unlock()
+		// Nothing stored: the replies are delivered again. (Not under
+		// launchMu: a claim being dropped holds its lock while its replies
+		// are recorded again, which may launch a run.)
 		tc.abandon()
 		return
 	}
+	defer rn.launchMu.Unlock()
 	if rn.stopped.Load() {
 		// Let the next replica (or start) take it at once rather than
 		// after the lease runs out.

@@ -97,11 +97,15 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 	for _, j := range jobs {
 		rp.replyEvents(hctx, paused.ID, j)
 	}
+	// Set under the lock its callback takes: a window of a millisecond can
+	// end before AfterFunc returns.
+	tc.mu.Lock()
 	tc.timer = time.AfterFunc(rp.cfg.ClaimWindow, func() {
 		sctx, cancel := context.WithTimeout(rp.runCtx, replyTimeout)
 		defer cancel()
 		_ = tc.storeClaim(sctx)
 	})
+	tc.mu.Unlock()
 	rp.runner.launchTentative(claimed, tc)
 	return true
 }
