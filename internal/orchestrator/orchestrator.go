@@ -379,8 +379,17 @@ func (o *Orchestrator) Stats() *Stats { return &o.stats }
 // EventsPending is the number of events queued for the events stream or
 // being published: a step's events wait for its run's end (and, after a
 // pause on external calls, for a quick follow-up) for at most a quarter of
-// a second before they go.
-func (o *Orchestrator) EventsPending() int { return o.events.queue.pending() }
+// a second before they go. It also counts the calls whose tool_unserved
+// event may still come: those published while a look at their tool's
+// workers is under way, which takes a couple of seconds for a tool nobody
+// serves.
+func (o *Orchestrator) EventsPending() int {
+	n := o.events.queue.pending()
+	if o.pub.unserved != nil {
+		n += o.pub.unserved.pending()
+	}
+	return n
+}
 
 // New checks cfg and builds an Orchestrator; it does no I/O.
 func New(cfg Config) (*Orchestrator, error) {

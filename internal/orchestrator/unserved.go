@@ -46,6 +46,8 @@ type unservedCalls struct {
 
 	mu    sync.Mutex
 	tools map[string]*toolTakers
+	// telling counts the calls a finished look is telling about.
+	telling int
 	ctx   context.Context // cancelled when the orchestrator stops
 	wg    sync.WaitGroup
 }
@@ -133,7 +135,22 @@ func (u *unservedCalls) look(tool string) {
 				slog.String("tool", tool), slog.Int("calls", len(calls)))
 		}
 		u.tell(tool, calls)
+		u.mu.Lock()
+		u.telling -= len(calls)
+		u.mu.Unlock()
 	}
+}
+
+// pending counts the calls whose tool_unserved event may be still to come:
+// those waiting for a look under way, and those a look is telling about.
+func (u *unservedCalls) pending() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := u.telling
+	for _, t := range u.tools {
+		n += len(t.waiting)
+	}
+	return n
 }
 
 // found records what a look at tool found and returns the calls to tell
@@ -160,6 +177,7 @@ func (u *unservedCalls) found(tool string, served bool, err error) (tell []unser
 		}
 		return nil, false
 	}
+	u.telling += len(calls)
 	return calls, !was
 }
 

@@ -128,3 +128,27 @@ func TestUnservedCallsStopTellsNothing(t *testing.T) {
 		t.Errorf("told %v looks %v, want none and one", told, looks)
 	}
 }
+
+// The calls waiting for a look, and those it is telling about, are
+// pending until their events are out (Orchestrator.EventsPending).
+func TestUnservedCallsPending(t *testing.T) {
+	u, p, _ := newUnservedProbe(t)
+	p.block = make(chan struct{})
+	u.published("a", calls("a1"))
+	u.published("a", calls("a2", "a3"))
+	if n := u.pending(); n != 3 {
+		t.Errorf("pending %d during the look, want 3", n)
+	}
+	close(p.block)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		told, _ := p.state()
+		if len(told) == 3 && u.pending() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("told %v, pending %d; want 3 told and none pending", told, u.pending())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
