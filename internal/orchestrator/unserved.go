@@ -48,8 +48,8 @@ type unservedCalls struct {
 	tools map[string]*toolTakers
 	// telling counts the calls a finished look is telling about.
 	telling int
-	ctx   context.Context // cancelled when the orchestrator stops
-	wg    sync.WaitGroup
+	ctx     context.Context // cancelled when the orchestrator stops
+	wg      sync.WaitGroup
 }
 
 // toolTakers is what is known of one tool's takers.
