@@ -3,12 +3,14 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -97,11 +99,17 @@ func (l *replicaLink) advertise(ctx context.Context) error {
 	defer cancel()
 	own := replicaKeyPrefix + l.cfg.InstanceID
 	if !l.advertised {
-		if e, err := l.kv.Get(ctx, own); err == nil {
+		e, err := l.kv.Get(ctx, own)
+		switch {
+		case err == nil:
 			var a replicaAdvert
 			if json.Unmarshal(e.Value, &a) == nil && a.Watermark != nil {
 				l.addDead(deadAdvert{key: own, advert: a})
 			}
+		case !errors.Is(err, bus.ErrKeyNotFound):
+			// Not overwritten unread: its watermark is what finds the
+			// conversations the earlier process left unindexed.
+			return fmt.Errorf("read this instance's earlier advert: %w", err)
 		}
 	}
 	now := l.clock()
