@@ -85,6 +85,22 @@ func blockingModel() (agent.Model, chan struct{}) {
 	}), entered
 }
 
+// startInModel starts a run on o and waits until its model is called
+// (entered, from blockingModel).
+func startInModel(t *testing.T, o *orchestrator.Orchestrator, entered <-chan struct{}) orchestrator.RunInfo {
+	t.Helper()
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the model was never called")
+	}
+	return info
+}
+
 // killedReplica starts a replica with a stopped clock, starts a
 // conversation on it whose first run is in its model, and kills the
 // replica as a crash would (its connection first). It returns the run.
@@ -98,15 +114,7 @@ func killedReplica(t *testing.T, e *env, instance string, lease time.Duration) o
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("the model was never called")
-	}
+	info := startInModel(t, o.Orchestrator, entered)
 	b.Conn().Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -89,15 +89,7 @@ func TestInterruptedRunRelaunched(t *testing.T) {
 	cfg := externalAgent(t, "")
 	blocking, entered := blockingModel()
 	o1, _ := e.orch(orchestrator.Config{Agent: cfg, Model: blocking, InstanceID: "first", LeaseTTL: time.Hour})
-	info, err := o1.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("the model was never called")
-	}
+	info := startInModel(t, o1, entered)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := o1.Stop(ctx); err == nil {
