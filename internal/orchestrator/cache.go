@@ -131,8 +131,8 @@ func (sc *stateCache) len() int {
 
 // defaultStateCacheBytes is the cache's budget when none is configured,
 // for a Go memory limit of limit (math.MaxInt64: none): a quarter of the
-// limit, at least 64 MiB; 256 MiB (about 120,000 paused conversations of a
-// few messages) without a limit. A resume of more paused
+// limit, at least 64 MiB; 256 MiB (about 90,000 paused conversations of
+// the benchmark's, 2.4 KB of records each) without a limit. A resume of more paused
 // conversations than the cache holds reads each of the others from its
 // log, which made it several times slower past the old 64 MiB.
 func defaultStateCacheBytes(limit int64) int64 {

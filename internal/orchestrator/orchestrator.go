@@ -164,8 +164,9 @@ type Config struct {
 	// memory (estimated as 1.2 times the bytes of the records folded into
 	// them); a state that is not cached is read from its log when needed.
 	// Defaults to a quarter of the Go memory limit (GOMEMLIMIT) when one is
-	// set, else 256 MiB, which holds about 120,000 paused conversations of
-	// a few messages; never less than 64 MiB by default.
+	// set, else 256 MiB, which holds about 90,000 paused conversations of
+	// a few messages (2.4 KB of records each); never less than 64 MiB by
+	// default.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.
