@@ -17,7 +17,7 @@ import (
 
 // Conversations enter the due index only once they last (fresh.go); these
 // tests give the replica that creates them a stopped clock, so that its
-// own advert loop never finds them old enough to index, and what indexes
+// own index loop never finds them old enough to index, and what indexes
 // them is what the test is about.
 
 // stoppedClock is a clock that never moves.
@@ -165,7 +165,7 @@ func TestRestartedReplicaAdoptsItsOwn(t *testing.T) {
 	e.worker("calculate_answer")
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), InstanceID: "phoenix",
 		LeaseTTL: time.Hour, ReconcileInterval: 100 * time.Millisecond})
-	// Its advert loop indexes nothing for 20 minutes: the entry is the
+	// Its index loop indexes nothing for 20 minutes: the entry is the
 	// adoption's.
 	waitFor(t, "the conversation to be indexed", func() (bool, string) {
 		return indexed(t, kv, info.ConversationID), "not indexed"
