@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -285,75 +284,36 @@ func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool)
 	if st.Values() == 0 {
 		return nil, nil
 	}
-	// The last message of each key, from a pull consumer taken until it
-	// has nothing more. A KV watcher would end its first pass only on the
-	// message it counted as last when it began; one purged meanwhile
-	// (reconcile purges due entries as others are put) never comes, and
-	// the watcher waited for it for ever.
+	// The last message of each key (readOnce: a KV watcher waited for
+	// ever for a key purged while it listed).
 	prefix := "$KV." + bucket + "."
-	cons, err := k.b.js.CreateConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
-		FilterSubject:     prefix + pattern,
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       !withValues,
-		MemoryStorage:     true,
-		InactiveThreshold: listInactive,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listInactive)
-		defer cancel()
-		_ = k.b.js.DeleteConsumer(dctx, "KV_"+bucket, cons.CachedInfo().Name)
-	}()
 	var out []Entry
-	for {
-		batch, err := cons.FetchNoWait(listBatch)
-		if err != nil {
-			return fail(err)
+	err = k.b.readOnce(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		FilterSubject: prefix + pattern,
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:   !withValues,
+	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
+		op := OpPut
+		switch m.Headers().Get(kvOperation) {
+		case kvOpDelete:
+			op = OpDelete
+		case kvOpPurge:
+			op = OpPurge
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				return fail(err)
-			}
-			op := OpPut
-			switch m.Headers().Get(kvOperation) {
-			case kvOpDelete:
-				op = OpDelete
-			case kvOpPurge:
-				op = OpPurge
-			}
-			if markers != (op != OpPut) {
-				continue
-			}
+		if markers == (op != OpPut) {
 			e := Entry{Key: strings.TrimPrefix(m.Subject(), prefix), Revision: meta.Sequence.Stream, Created: meta.Timestamp, Op: op}
 			if withValues {
 				e.Value = m.Data()
 			}
 			out = append(out, e)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			return fail(err)
-		}
-		if n == 0 {
-			return out, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
+		return true
+	})
+	if err != nil {
+		return fail(err)
 	}
+	return out, nil
 }
-
-// How a KV list reads: listBatch messages a request, its consumer left to
-// the server listInactive after its last use if it could not be deleted.
-const (
-	listBatch    = 1024
-	listInactive = 10 * time.Second
-)
 
 // A KV message's operation header (a put has none).
 const (

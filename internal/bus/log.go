@@ -386,59 +386,84 @@ func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
 // last message when the scan began. Only headers travel: it is for finding
 // messages by their headers in a stretch of a stream, not for reading them.
 func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(subject string, seq uint64, h nats.Header)) error {
-	st, err := b.js.Stream(ctx, stream)
+	last, err := b.LastSequence(ctx, stream)
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	last := info.State.LastSeq
-	if last < from || info.State.Msgs == 0 {
+	if last < from {
 		return nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(from, 1),
-		HeadersOnly:    true,
-	})
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer func() {
-		stop()
-		it.Stop()
-	}()
-	// A consumer with nothing to deliver would wait: its pending count, as
-	// created, says whether there is anything at all.
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-		return nil
-	}
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("scan %s from %d: %w", stream, from, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("scan %s from %d: %w", stream, from, err)
-		}
+	err = b.readOnce(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   max(from, 1),
+		HeadersOnly:   true,
+	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
 		if meta.Sequence.Stream > last {
-			return nil
+			return false
 		}
 		fn(m.Subject(), meta.Sequence.Stream, m.Headers())
-		if meta.Sequence.Stream == last || meta.NumPending == 0 {
+		return meta.Sequence.Stream < last
+	})
+	if err != nil {
+		return fmt.Errorf("scan %s from %d: %w", stream, from, err)
+	}
+	return nil
+}
+
+// readOnce reads what a consumer of stream made with cfg (acks none, in
+// memory) delivers, calling fn with each message until it returns false or
+// the consumer has nothing more now, then deletes it. It asks for what is
+// there without waiting (FetchNoWait), so a message counted when it began
+// and removed since (a purged key, a deleted log) ends the read instead of
+// being waited for: an ordered consumer or a KV watcher ends its first
+// pass only on the message it counted last, and waited for ever for one
+// purged meanwhile.
+func (b *Bus) readOnce(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
+	cfg.AckPolicy = jetstream.AckNonePolicy
+	cfg.MemoryStorage = true
+	cfg.InactiveThreshold = readOnceInactive
+	cons, err := b.js.CreateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readOnceInactive)
+		defer cancel()
+		_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
+	}()
+	for {
+		batch, err := cons.FetchNoWait(readOnceBatch)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			if !fn(m, meta) {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		if n == 0 {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }
+
+// How readOnce reads: readOnceBatch messages a request, its consumer left
+// to the server readOnceInactive after its last use if it could not be
+// deleted.
+const (
+	readOnceBatch    = 1024
+	readOnceInactive = 10 * time.Second
+)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -100,5 +102,41 @@ func TestAppendLog(t *testing.T) {
 	}
 	if len(got) != 2 || string(got[0]) != "one" || !bytes.Equal(got[1], big) || last != second {
 		t.Fatalf("read %d messages (last %d, want %d)", len(got), last, second)
+	}
+}
+
+// ScanHeaders gives the headers of a stretch of a stream, from a sequence
+// to the last one when it began, leaving out what was purged, and ends
+// even when the stretch's last messages are gone.
+func TestScanHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	b := bustest.NewBus(t)
+	var seqs []uint64
+	for i, id := range []string{"sa", "sb", "sc", "sd"} {
+		seq, err := b.AppendLog(ctx, bus.ConversationSubject(id), 0, []byte("x"), nats.Header{"X-N": []string{strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := b.PurgeLog(ctx, bus.StreamConversations, bus.ConversationSubject("sd"), 0); err != nil {
+		t.Fatal(err)
+	}
+	scan := func(from uint64) []string {
+		t.Helper()
+		var got []string
+		if err := b.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from, func(subj string, seq uint64, h nats.Header) {
+			got = append(got, h.Get("X-N"))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := scan(seqs[1]); strings.Join(got, ",") != "1,2" {
+		t.Errorf("from the second: %v; want 1,2 (the fourth purged)", got)
+	}
+	if got := scan(seqs[3] + 1); len(got) != 0 {
+		t.Errorf("past the last: %v; want nothing", got)
 	}
 }
