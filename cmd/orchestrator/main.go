@@ -105,7 +105,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
 	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
-	fs.DurationVar(&o.claimWindow, "claim-window", 50*time.Millisecond, "how long a follow-up may run before the claim of its batch is stored: one that ends within it is stored with its claim, one write fewer; 0 stores every claim before its follow-up runs")
+	fs.DurationVar(&o.claimWindow, "claim-window", 50*time.Millisecond, "how long a run may go on before what it starts from is stored (a follow-up's claim of its batch, a new conversation's start): one that pauses or ends within it is stored with that, one write fewer; a start is answered once stored; 0 stores every claim and start before its run begins")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
 		return o, err

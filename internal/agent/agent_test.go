@@ -584,4 +584,14 @@ func TestBeforeEffects(t *testing.T) {
 	if _, err := a.Run(context.Background(), agent.RunInput{Prompt: "go", BeforeEffects: func(context.Context) error { return refused }}); err != nil {
 		t.Errorf("a run of its model alone called the hook: %v", err)
 	}
+
+	// A tool without effects (one that defers its calls) runs without it.
+	deferring := must(t)(agent.NewTool("later", "Later", func(_ *agent.RunContext, _ struct{}) (string, error) {
+		return "", deferred.CallDeferred(nil)
+	}, agent.WithoutEffects()))
+	a = mustAgent(t, agent.Config{Model: agent.NewScriptModel("", []agent.ScriptResponse{calls(call("later", "c2", `{}`))}), Tools: []agent.Tool{deferring}, AllowDeferred: true})
+	res, err = a.Run(context.Background(), agent.RunInput{Prompt: "go", BeforeEffects: func(context.Context) error { return refused }})
+	if err != nil || res.Deferred == nil || len(res.Deferred.Calls) != 1 {
+		t.Errorf("deferred %+v, err %v; want the call deferred without the hook", res, err)
+	}
 }

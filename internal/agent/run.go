@@ -58,7 +58,8 @@ type RunInput struct {
 	// to tools, approval rules and handlers as RunContext.Caller.
 	Caller json.RawMessage
 	// BeforeEffects, when set, is called before the run executes a tool
-	// or asks the handlers, each time: what the run does before it has no
+	// (but one built WithoutEffects) or asks the handlers, each time: what
+	// the run does before it has no
 	// effect outside it (model requests aside), so a caller may run it
 	// speculatively until then. An error ends the run with it.
 	BeforeEffects func(context.Context) error

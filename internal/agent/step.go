@@ -79,7 +79,7 @@ func (r *run) phase(items []*callItem, withCall bool) error {
 			}
 		}
 	}
-	if r.in.BeforeEffects != nil && slices.ContainsFunc(items, func(it *callItem) bool { return it.state == stRun }) {
+	if r.in.BeforeEffects != nil && slices.ContainsFunc(items, func(it *callItem) bool { return it.state == stRun && !it.tool.noEffects }) {
 		if err := r.in.BeforeEffects(r.ctx); err != nil {
 			return err
 		}

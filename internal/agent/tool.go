@@ -32,6 +32,7 @@ type Tool struct {
 	requiresApproval bool
 	approvalFunc     ApprovalFunc
 	external         bool
+	noEffects        bool
 	maxRetries       int
 	decode           func(args json.RawMessage) (any, error)
 	validate         func(ctx *RunContext, args any) error
@@ -64,6 +65,7 @@ type ToolOption func(*toolOptions) error
 
 type toolOptions struct {
 	requiresApproval bool
+	noEffects        bool
 	retries          int
 	schema           json.RawMessage
 	validator        any
@@ -74,6 +76,14 @@ type toolOptions struct {
 // set (D1).
 func RequiresApproval() ToolOption {
 	return func(o *toolOptions) error { o.requiresApproval = true; return nil }
+}
+
+// WithoutEffects declares that the tool's body has no effect outside the
+// run: it only decides what becomes of a call (defers it, asks for an
+// approval, answers from its args) and touches nothing else, so that
+// RunInput.BeforeEffects need not be called before it runs.
+func WithoutEffects() ToolOption {
+	return func(o *toolOptions) error { o.noEffects = true; return nil }
 }
 
 // WithRetries sets the tool's retry budget per run (D27): how many retry
@@ -221,6 +231,7 @@ func newTool(def ToolDef, o toolOptions, decode func(json.RawMessage) (any, erro
 		def:              def,
 		schema:           s,
 		requiresApproval: o.requiresApproval,
+		noEffects:        o.noEffects,
 		maxRetries:       o.retries,
 		decode:           decode,
 		validate:         validate,

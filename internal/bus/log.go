@@ -81,10 +81,33 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 		if unsent > 0 {
 			continue
 		}
+		if last == 0 && n == 0 {
+			// Nothing at all: a log that is not there, or one whose every
+			// message is damaged (a conversation is often one record),
+			// which the server answers as empty. Its count tells.
+			return 0, b.unreadableLog(ctx, stream, subject)
+		}
 		if n < logBatch || !more {
 			return last, nil
 		}
 	}
+}
+
+// unreadableLog is a *LogUnreadableError if stream counts messages of
+// subject, of which a read from the start got none.
+func (b *Bus) unreadableLog(ctx context.Context, stream, subject string) error {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("read %s of %s: %w", subject, stream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return fmt.Errorf("read %s of %s: count its messages: %w", subject, stream, err)
+	}
+	if n := info.State.Subjects[subject]; n > 0 {
+		return &LogUnreadableError{Stream: stream, Subject: subject, Count: n}
+	}
+	return nil
 }
 
 // LogUnreadableError says the server holds messages of a log that it cannot

@@ -22,11 +22,12 @@ import (
 // Damage on disk, as a disk does it: 32 bytes of one conversation's last
 // record flipped in the block file of TOOLGATE_CONVERSATIONS while the
 // server is stopped (its index.db left intact). nats-server restores the
-// stream without looking (6 messages, no warning) and, when the record is
-// read, fails its checksum and answers it as missing: the log silently ended
-// one record early, and the conversation read as still running with its
-// pause gone. Now the reader sees that the server counted a record it did
-// not send: the orchestrator starts, the other conversations carry on whole,
+// stream without looking (no warning) and, when the record is read, fails
+// its checksum and answers it as missing: the log silently ended one record
+// early, and the conversation read as still running with its pause gone, or
+// (a conversation stored with its first pause is one record) as not there
+// at all. Now the reader sees that the server counts a record it did not
+// send: the orchestrator starts, the other conversations carry on whole,
 // the damaged one is named (log, metric, HTTP) and can be deleted as
 // corrupt, which is audited.
 func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {

@@ -199,7 +199,7 @@ func (d *discovery) newTool(tc *ToolConfig) (agent.Tool, error) {
 			return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
 		}
 		return nil, deferred.CallDeferred(nil)
-	})
+	}, agent.WithoutEffects())
 }
 
 // staleApprovals turns the approvals of a resumed batch whose tool changed

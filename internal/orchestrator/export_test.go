@@ -25,3 +25,7 @@ func (o *Orchestrator) FinishedBefore(ctx context.Context, t time.Time, limit in
 // StopReplies stops this replica's consumption of replies, so that another
 // replica applies them.
 func (o *Orchestrator) StopReplies(ctx context.Context) error { return o.pipe.replies.Stop(ctx) }
+
+// FreshConversations is how many conversations this replica created and
+// has not indexed or seen finish (fresh.go).
+func (o *Orchestrator) FreshConversations() int { return o.store.fresh.len() }

@@ -155,10 +155,13 @@ type Config struct {
 	// reply completing a batch never waits). Defaults to 5ms; negative
 	// records each group at once.
 	ReplyLinger time.Duration
-	// ClaimWindow is how long a follow-up may run before the claim of its
-	// batch is stored: one that ends within it is stored with its claim,
-	// as one record (tentative.go). Zero means 50 ms; below zero, every
-	// claim is stored before its follow-up runs.
+	// ClaimWindow is how long a run may go on before what it starts from
+	// is stored: a follow-up's claim of its batch, a new conversation's
+	// first record. A run that pauses or ends within it is stored with
+	// that, as one record (tentative.go); a start is answered once it is
+	// stored, at most this much later than it would be otherwise. Zero
+	// means 50 ms; below zero, every claim and start is stored before its
+	// run begins.
 	ClaimWindow time.Duration
 	// StateCacheBytes bounds the heap of the conversation states kept in
 	// memory (estimated as 1.2 times the bytes of the records folded into
@@ -367,10 +370,13 @@ type Stats struct {
 	// leave as they were (one it could not read, a change that failed).
 	ReconcileErrors atomic.Int64
 	// ClaimedWithEnd counts the follow-ups whose claim was stored with
-	// their end, as one record (tentative.go); TentativeDropped those
-	// dropped because the conversation changed before their claim was
-	// stored (their replies recorded again).
+	// their end, as one record (tentative.go), and StartedWithEnd the new
+	// conversations whose first record holds their first run's pause or
+	// end; TentativeDropped the runs dropped because the conversation
+	// changed before what they started from was stored (a follow-up's
+	// replies recorded again, a start answered with the error).
 	ClaimedWithEnd   atomic.Int64
+	StartedWithEnd   atomic.Int64
 	TentativeDropped atomic.Int64
 }
 

@@ -50,6 +50,10 @@ type core struct {
 	started   atomic.Bool
 	stopped   atomic.Bool
 
+	// starting holds the new conversations whose first run goes on
+	// before they are stored, by id (tentative.go).
+	starting sync.Map
+
 	deadlines *deadlineIndex
 	events    *eventPublisher
 	observer  observer

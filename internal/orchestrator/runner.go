@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -39,11 +40,18 @@ func (rn *runner) launchTentative(c *Conversation, tc *tentativeClaim) {
 func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, tc *tentativeClaim) {
 	rn.launchMu.Lock()
 	if tc != nil && (rn.stopped.Load() || rn.inflight[runID]) {
+		stopped := rn.stopped.Load()
 		rn.launchMu.Unlock()
-		// Nothing stored: the replies are delivered again. (Not under
-		// launchMu: a claim being dropped holds its lock while its replies
-		// are recorded again, which may launch a run.)
-		tc.abandon()
+		// Nothing stored: the replies are delivered again; a start whose
+		// run is going on here already is a repeat of it (an idempotency
+		// key's), whose conversation is stored. (Not under launchMu: a
+		// claim being dropped holds its lock while its replies are
+		// recorded again, which may launch a run.)
+		err := ErrStopped
+		if !stopped {
+			err = fmt.Errorf("start conversation %s: run %s going on here: %w", convID, runID, errExists)
+		}
+		tc.abandon(err)
 		return
 	}
 	defer rn.launchMu.Unlock()
@@ -89,7 +97,7 @@ func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, 
 			case rn.sem <- struct{}{}:
 			case <-rn.runCtx.Done():
 				if tc != nil {
-					tc.abandon()
+					tc.abandon(ErrStopped)
 				}
 				return
 			}
@@ -249,7 +257,7 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 		// Shutting down: the run did not fail, it was interrupted. Release
 		// the lease so that a replica relaunches it at once; a claim not
 		// stored leaves nothing to release.
-		if tc != nil && tc.abandon() {
+		if tc != nil && tc.abandon(ErrStopped) {
 			log.InfoContext(fctx, "run interrupted by shutdown before its claim was stored")
 			return runInterrupted
 		}
@@ -259,6 +267,10 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	}
 	if runErr == nil && res == nil {
 		runErr = errors.New("run ended without a result")
+	}
+	if tc != nil && tc.dropped() {
+		// Cancelled by the drop, not by another replica.
+		return runDropped
 	}
 	if runErr != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// Cancelled without shutdown: the lease was lost to another

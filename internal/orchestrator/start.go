@@ -142,6 +142,17 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	}
 	c := NewConversation(convID, rec, lease, now)
 	c.Agent, c.AgentDigest, c.Caller = name, digest, req.Caller
+	if local != nil && o.cfg.ClaimWindow >= 0 {
+		// Stored with the run's pause or end when the run gets that far
+		// within the window (tentative.go).
+		if err := o.startTentative(c, runID); err != nil {
+			if req.IdempotencyKey != "" && errors.Is(err, errExists) {
+				return o.startedBefore(ctx, req, convID, runID)
+			}
+			return RunInfo{}, err
+		}
+		return info, nil
+	}
 	rev, err := o.store.create(ctx, c)
 	if err != nil {
 		if req.IdempotencyKey != "" && errors.Is(err, errExists) {

@@ -259,6 +259,10 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 		return 0, err
 	}
 	s.fresh.stored(c.ID, seq)
+	if c.Status.Terminal() {
+		// Stored with its first run's end (tentative.go).
+		s.fresh.remove(c.ID)
+	}
 	s.cache.put(c.ID, c.clone(), seq, int64(n))
 	return seq, nil
 }

@@ -3,12 +3,14 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// A follow-up whose claim is not stored yet. The replies that complete a
+// A run whose start is not stored yet. The replies that complete a
 // paused batch are recorded with the batch's claim in one append, and the
 // follow-up's end in another; for a follow-up that ends quickly (a
 // scripted or local model, a model answering at once) the two become one.
@@ -21,15 +23,22 @@ import (
 // first tool or handler runs: agent.RunInput.BeforeEffects), and the run
 // goes on as any other.
 //
+// A new conversation's first run starts the same way: its first record
+// waits while the run goes on, and a run that pauses (or ends) within the
+// window is stored with it as one record, under an empty log; the start is
+// answered once what holds it is stored.
+//
 // Exactly-once is kept by the expected sequence: the record is written only
-// if nothing was appended to the conversation since its pause, so no other
-// replica can have claimed the batch, cancelled the conversation or
-// recorded anything the run did not see. If something was, the run is
-// dropped with the events it emitted (held until then), and the replies
-// are recorded again from the stored state as if no run had started, which
-// launches the follow-up anew if the batch is still this replica's to
-// claim. A replica that dies meanwhile has acknowledged no reply: they are
-// delivered again, and the follow-up runs where they land.
+// if nothing was appended to the conversation since its pause (or at all,
+// for a start), so no other replica can have claimed the batch, cancelled
+// the conversation or recorded anything the run did not see. If something
+// was, the run is dropped with the events it emitted (held until then);
+// a follow-up's replies are recorded again from the stored state as if no
+// run had started, which launches the follow-up anew if the batch is still
+// this replica's to claim, and a start is answered with the error. A
+// replica that dies meanwhile has acknowledged no reply: they are
+// delivered again, and the follow-up runs where they land; a start it had
+// not answered is not stored.
 
 // claimWindow is how long a follow-up may run before its claim is stored,
 // by default (Config.ClaimWindow). It bounds how long the completing
@@ -48,19 +57,21 @@ const (
 )
 
 // errTentativeDropped ends a run whose tentative claim could not be stored.
-var errTentativeDropped = errors.New("follow-up dropped: the conversation changed before its claim was stored")
+var errTentativeDropped = errors.New("run dropped: the conversation changed before what it started from was stored")
 
-// tentativeClaim is the claim of a follow-up that runs before it is
-// stored.
+// tentativeClaim is the claim of a follow-up, or the start of a new
+// conversation, whose run goes on before it is stored.
 type tentativeClaim struct {
-	rp     *replyPipeline
+	co     *core
 	convID string
 	runID  string
 	// base is the paused state's fingerprint, at pauseRev: what the
 	// record of the claim (or of the claim and the end) is a change of.
+	// A start has none: its record is the conversation's first.
 	base     *fingerprint
 	pauseRev uint64
-	// claimed is the state the claim makes (not to be changed).
+	// claimed is the state the claim (or the start) makes (not to be
+	// changed).
 	claimed *Conversation
 	jobs    []*replyJob
 	events  *eventHold
@@ -70,8 +81,84 @@ type tentativeClaim struct {
 	state     tentativeState
 	claimRev  uint64
 	cancelRun context.CancelFunc
+	// err is why a start was dropped: what the start answers.
+	err error
 	// settled is closed once the state is no longer open.
 	settled chan struct{}
+}
+
+// start reports whether tc is a new conversation's start.
+func (tc *tentativeClaim) start() bool { return tc.base == nil }
+
+// write appends c, the claimed state or one the run changed further, as
+// one record.
+func (tc *tentativeClaim) write(ctx context.Context, c *Conversation) (uint64, error) {
+	if tc.start() {
+		return tc.co.store.create(ctx, c)
+	}
+	return tc.co.store.commit(ctx, c, tc.base, tc.pauseRev)
+}
+
+// counter is what counts tc's runs: started, or followed up.
+func (tc *tentativeClaim) counter() *atomic.Int64 {
+	if tc.start() {
+		return &tc.co.stats.RunsStarted
+	}
+	return &tc.co.stats.FollowUps
+}
+
+// arm starts the window at whose end the claim is stored.
+func (tc *tentativeClaim) arm() {
+	// Set under the lock its callback takes: a window of a millisecond can
+	// end before AfterFunc returns.
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	tc.timer = time.AfterFunc(tc.co.cfg.ClaimWindow, func() {
+		sctx, cancel := context.WithTimeout(tc.co.runCtx, replyTimeout)
+		defer cancel()
+		_ = tc.storeClaim(sctx)
+	})
+}
+
+// startTentative launches the first run of c, a new conversation whose
+// lease this replica holds, before c is stored, and returns once its first
+// record is stored (alone, or with the run's pause or end) or cannot be:
+// errExists (wrapped) when the conversation was there before, ErrStopped
+// when the orchestrator stopped first, or the append's error.
+func (co *core) startTentative(c *Conversation, runID string) error {
+	tc := &tentativeClaim{
+		co: co, convID: c.ID, runID: runID, claimed: c.clone(),
+		events: co.events.newHold(), settled: make(chan struct{}),
+	}
+	// A start of the same conversation going on here (a retry with the
+	// same idempotency key) is waited for: the conversation is there once
+	// it is stored.
+	for {
+		prev, loaded := co.starting.LoadOrStore(c.ID, tc)
+		if !loaded {
+			break
+		}
+		p := prev.(*tentativeClaim)
+		<-p.settled
+		if !p.dropped() {
+			return fmt.Errorf("start conversation %s: %w", c.ID, errExists)
+		}
+	}
+	defer co.starting.CompareAndDelete(c.ID, tc)
+	// Counted before anything of the run can be seen.
+	co.stats.RunsStarted.Add(1)
+	tc.arm()
+	co.runner.launchFrom(c.ID, runID, c, 0, tc)
+	// Not bounded by the caller's context: the run goes on, and the start
+	// is stored within the window and an append's timeout, whether or not
+	// anyone waits for its answer.
+	<-tc.settled
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.state == tentativeDropped {
+		return tc.err
+	}
+	return nil
 }
 
 // tentative starts the follow-up of the batch jobs complete in paused (the
@@ -84,7 +171,7 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 		return false
 	}
 	tc := &tentativeClaim{
-		rp: rp, convID: paused.ID, runID: followUp,
+		co: rp.core, convID: paused.ID, runID: followUp,
 		base: fingerprintOf(paused), pauseRev: rev,
 		claimed: claimed.clone(), jobs: jobs,
 		events: rp.events.newHold(), settled: make(chan struct{}),
@@ -97,15 +184,7 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 	for _, j := range jobs {
 		rp.replyEvents(hctx, paused.ID, j)
 	}
-	// Set under the lock its callback takes: a window of a millisecond can
-	// end before AfterFunc returns.
-	tc.mu.Lock()
-	tc.timer = time.AfterFunc(rp.cfg.ClaimWindow, func() {
-		sctx, cancel := context.WithTimeout(rp.runCtx, replyTimeout)
-		defer cancel()
-		_ = tc.storeClaim(sctx)
-	})
-	tc.mu.Unlock()
+	tc.arm()
 	rp.runner.launchTentative(claimed, tc)
 	return true
 }
@@ -123,7 +202,7 @@ func (tc *tentativeClaim) storeClaim(ctx context.Context) error {
 		return errTentativeDropped
 	}
 	tc.timer.Stop()
-	seq, err := tc.rp.store.commit(ctx, tc.claimed, tc.base, tc.pauseRev)
+	seq, err := tc.write(ctx, tc.claimed)
 	if err != nil {
 		tc.dropLocked(ctx, err)
 		return errTentativeDropped
@@ -153,9 +232,25 @@ func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error
 	err := end(c)
 	if err == nil {
 		// Counted before the record can be seen.
-		tc.rp.stats.ClaimedWithEnd.Add(1)
-		if _, err = tc.rp.store.commit(ctx, c, tc.base, tc.pauseRev); err != nil {
-			tc.rp.stats.ClaimedWithEnd.Add(-1)
+		merged := &tc.co.stats.ClaimedWithEnd
+		if tc.start() {
+			merged = &tc.co.stats.StartedWithEnd
+		}
+		merged.Add(1)
+		if _, err = tc.write(ctx, c); err != nil {
+			merged.Add(-1)
+		}
+		if tooLarge(err) != nil {
+			// What the run ended with does not fit with the rest: the claim
+			// is stored alone, and the caller stores the end as it would
+			// have (failing the run).
+			seq, cerr := tc.write(ctx, tc.claimed)
+			if cerr == nil {
+				tc.claimRev = seq
+				tc.settleLocked(ctx, tentativeStored)
+				return nil, false, false, tc.claimed.clone(), seq
+			}
+			err = cerr
 		}
 	}
 	if err != nil {
@@ -167,9 +262,9 @@ func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error
 }
 
 // abandon drops the run without recording the replies: they are nakked,
-// and delivered again (the orchestrator stops). It reports whether the
-// claim was still open.
-func (tc *tentativeClaim) abandon() bool {
+// and delivered again (the orchestrator stops); a start is answered with
+// err. It reports whether the claim was still open.
+func (tc *tentativeClaim) abandon(err error) bool {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.state != tentativeOpen {
@@ -177,7 +272,8 @@ func (tc *tentativeClaim) abandon() bool {
 	}
 	tc.timer.Stop()
 	tc.state = tentativeDropped
-	tc.rp.stats.FollowUps.Add(-1)
+	tc.err = err
+	tc.counter().Add(-1)
 	tc.events.drop()
 	for _, j := range tc.jobs {
 		j.err = ErrStopped
@@ -185,6 +281,13 @@ func (tc *tentativeClaim) abandon() bool {
 	}
 	close(tc.settled)
 	return true
+}
+
+// dropped reports whether the run was dropped.
+func (tc *tentativeClaim) dropped() bool {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.state == tentativeDropped
 }
 
 // setCancel gives the claim the run's cancel, which dropping it calls; it
@@ -200,9 +303,10 @@ func (tc *tentativeClaim) setCancel(cancel context.CancelFunc) bool {
 // acknowledged and what was held of the events goes out.
 func (tc *tentativeClaim) settleLocked(ctx context.Context, st tentativeState) {
 	tc.state = st
-	rn := tc.rp.runner
-	rn.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", tc.convID),
-		slog.String("paused_run_id", tc.claimed.Batch.RunID), slog.String("run_id", tc.runID), slog.Bool("with_end", st == tentativeEnded))
+	if !tc.start() {
+		tc.co.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", tc.convID),
+			slog.String("paused_run_id", tc.claimed.Batch.RunID), slog.String("run_id", tc.runID), slog.Bool("with_end", st == tentativeEnded))
+	}
 	tc.events.flush()
 	for _, j := range tc.jobs {
 		close(j.done)
@@ -214,18 +318,24 @@ func (tc *tentativeClaim) settleLocked(ctx context.Context, st tentativeState) {
 // again from the stored state.
 func (tc *tentativeClaim) dropLocked(ctx context.Context, err error) {
 	tc.state = tentativeDropped
-	tc.rp.stats.FollowUps.Add(-1)
+	tc.err = err
+	tc.counter().Add(-1)
 	tc.events.drop()
 	if tc.cancelRun != nil {
 		tc.cancelRun()
 	}
 	close(tc.settled)
-	tc.rp.stats.TentativeDropped.Add(1)
-	tc.rp.log.InfoContext(ctx, "follow-up dropped before its claim was stored; replies recorded again", slog.String("conversation_id", tc.convID),
+	tc.co.stats.TentativeDropped.Add(1)
+	if tc.start() {
+		tc.co.log.InfoContext(ctx, "start not stored; its run dropped", slog.String("conversation_id", tc.convID),
+			slog.String("run_id", tc.runID), slog.String("reason", err.Error()))
+		return
+	}
+	tc.co.log.InfoContext(ctx, "follow-up dropped before its claim was stored; replies recorded again", slog.String("conversation_id", tc.convID),
 		slog.String("run_id", tc.runID), slog.String("reason", err.Error()))
 	// ctx may be the dropped run's, whose events go nowhere: the replies'
 	// events are published.
 	rctx, cancel := context.WithTimeout(withEventHold(context.WithoutCancel(ctx), nil), replyTimeout)
 	defer cancel()
-	tc.rp.applyGroup(rctx, tc.convID, tc.jobs, nil, 0)
+	tc.co.pipe.applyGroup(rctx, tc.convID, tc.jobs, nil, 0)
 }

@@ -3,7 +3,9 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,8 +44,9 @@ func logLength(t *testing.T, b *bus.Bus, id string) int {
 }
 
 // A follow-up that ends at once is stored with the replies and its claim
-// as one record: a call's conversation is three records (start, pause,
-// claim with end), and its events come in their order.
+// as one record, and a first run that pauses at once with the start: a
+// call's conversation is two records (start with pause, claim with end),
+// and its events come in their order.
 func TestFollowUpStoredWithItsClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -61,9 +64,12 @@ func TestFollowUpStoredWithItsClaim(t *testing.T) {
 	if n := o.Stats().ClaimedWithEnd.Load(); n != 1 {
 		t.Errorf("%d follow-ups stored with their claim, want 1", n)
 	}
+	if n := o.Stats().StartedWithEnd.Load(); n != 1 {
+		t.Errorf("%d starts stored with their first run's pause, want 1", n)
+	}
 	b := e.connect("reader")
-	if n := logLength(t, b, info.ConversationID); n != 3 {
-		t.Errorf("the log holds %d records, want 3", n)
+	if n := logLength(t, b, info.ConversationID); n != 2 {
+		t.Errorf("the log holds %d records, want 2", n)
 	}
 	// A reader that never saw it folds the same state.
 	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
@@ -208,8 +214,11 @@ func TestTentativeClaimStoredAtTheWindow(t *testing.T) {
 	if w, f := o.Stats().ClaimedWithEnd.Load(), o.Stats().FollowUps.Load(); w != 0 || f != 1 {
 		t.Errorf("%d stored with the end, %d follow-ups; want 0 and 1", w, f)
 	}
-	if n := logLength(t, e.connect("reader"), convID); n != 4 {
-		t.Errorf("the log holds %d records, want 4 (start, pause, claim, end)", n)
+	// The start is stored with the pause if the first run paused within
+	// the window's millisecond.
+	want := 4 - int(o.Stats().StartedWithEnd.Load())
+	if n := logLength(t, e.connect("reader"), convID); n != want {
+		t.Errorf("the log holds %d records, want %d (start, pause, claim, end; the first two one if the start was stored with the pause)", n, want)
 	}
 
 }
@@ -284,10 +293,21 @@ func TestTentativeClaimStoredWhenNoSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPublished(t, o, info.ConversationID, 1)
-	// The only slot is taken; then the worker answers.
-	if _, err := o.StartRun(ctxT(t), "block", ""); err != nil {
-		t.Fatal(err)
-	}
+	// The only slot is taken; then the worker answers. The blocking run's
+	// start is answered once stored: at the window's end, or with its end.
+	started := make(chan error, 1)
+	go func() {
+		_, err := o.StartRun(ctxT(t), "block", "")
+		started <- err
+	}()
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(func() {
+		if err := <-started; err != nil {
+			t.Errorf("start the blocking run: %v", err)
+		}
+	})
+	t.Cleanup(release) // first, should the test end early
 	select {
 	case <-blocked:
 	case <-time.After(waitTimeout):
@@ -302,11 +322,161 @@ func TestTentativeClaimStoredWhenNoSlot(t *testing.T) {
 		}
 		return c.Status == orchestrator.StatusResuming, describe(c)
 	})
-	close(unblock)
+	release()
 	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	if w := o.Stats().ClaimedWithEnd.Load(); w != 0 {
 		t.Errorf("%d follow-ups stored with their end, want 0", w)
+	}
+}
+
+// A first run that ends at once is stored with its start: the
+// conversation is one record, which a reader folds to the same state, and
+// it is not left among the conversations to index.
+func TestStartStoredWithItsEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	text := agent.FunctionModel("text", func(context.Context, agent.ModelRequest) (agent.ModelResponse, error) {
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "hello"}}}, nil
+	})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: text, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "Hi", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.connect("reader")
+	// Stored when the start is answered.
+	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
+	if err != nil || stored.Status != orchestrator.StatusCompleted || stored.Output != "hello" || len(stored.Runs) != 1 {
+		t.Fatalf("folded from the log: %v, %s", err, describe(stored))
+	}
+	if n := logLength(t, b, info.ConversationID); n != 1 {
+		t.Errorf("the log holds %d records, want 1", n)
+	}
+	if w, s := o.Stats().StartedWithEnd.Load(), o.Stats().RunsStarted.Load(); w != 1 || s != 1 {
+		t.Errorf("%d starts stored with their end, %d started; want 1 and 1", w, s)
+	}
+	evs := collectEvents(t, b, info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	})
+	if evs[0].Type != orchestrator.EventRunStarted {
+		t.Errorf("events %s: want the run started first", eventTypes(evs))
+	}
+	if n := o.FreshConversations(); n != 0 {
+		t.Errorf("%d conversations left to index, want 0", n)
+	}
+}
+
+// A first run that outlasts the window has its start stored then: the
+// start is answered while the model still thinks.
+func TestStartStoredAtTheWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	slow := agent.FunctionModel("slow", func(ctx context.Context, _ agent.ModelRequest) (agent.ModelResponse, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return agent.ModelResponse{}, ctx.Err()
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "late"}}}, nil
+	})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: slow, ClaimWindow: 20 * time.Millisecond})
+	info, err := o.StartRun(ctxT(t), "Take your time", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.connect("reader")
+	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
+	if err != nil || stored.Status != orchestrator.StatusRunning || stored.Lease == nil {
+		t.Fatalf("answered before the start was stored: %v, %s", err, describe(stored))
+	}
+	unblock()
+	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted || c.Output != "late" {
+		t.Fatalf("%s", describe(c))
+	}
+	if n := logLength(t, b, info.ConversationID); n != 2 {
+		t.Errorf("the log holds %d records, want 2 (start, end)", n)
+	}
+	if w := o.Stats().StartedWithEnd.Load(); w != 0 {
+		t.Errorf("%d starts stored with their end, want 0", w)
+	}
+}
+
+// A first run that runs a tool has its start stored before the tool runs.
+func TestStartStoredBeforeATool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	reader := e.connect("reader")
+	var saw atomic.Value
+	peek, err := agent.NewTool("peek", "Look at the conversation", func(rc *agent.RunContext, _ struct{}) (string, error) {
+		c, err := orchestrator.ReadConversation(rc.Context(), reader, rc.ConversationID)
+		if err != nil {
+			return "", err
+		}
+		saw.Store(c.Status)
+		return "seen", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := agent.FunctionModel("peeker", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.Kind == agent.PartToolReturn }) {
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "done"}}}, nil
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "peek", ToolCallID: "p1", Args: json.RawMessage(`{}`)}}}, nil
+	})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, Tools: []agent.Tool{peek}, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "Look", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	if st, _ := saw.Load().(orchestrator.Status); st != orchestrator.StatusRunning {
+		t.Errorf("the tool found the conversation %q in the store; want its start stored (running)", st)
+	}
+	if w := o.Stats().StartedWithEnd.Load(); w != 0 {
+		t.Errorf("%d starts that ran a tool were stored with their end; want 0", w)
+	}
+}
+
+// Starts with one idempotency key, at once on two replicas, start one
+// run: those on one replica wait for the first, and a replica whose start
+// finds the conversation stored by the other drops its run and answers
+// with the stored one.
+func TestConcurrentStartsWithOneKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var o [2]*orchestrator.Orchestrator
+	for i := range o {
+		o[i], _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: answerModel(nil), InstanceID: fmt.Sprintf("orch-%d", i), ClaimWindow: time.Hour})
+	}
+	var wg sync.WaitGroup
+	infos := make([]orchestrator.RunInfo, 8)
+	errs := make([]error, len(infos))
+	for i := range infos {
+		wg.Go(func() {
+			infos[i], errs[i] = o[i%2].StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?", IdempotencyKey: "once"})
+		})
+	}
+	wg.Wait()
+	for i := range infos {
+		if errs[i] != nil || infos[i].RunID != infos[0].RunID || infos[i].ConversationID != infos[0].ConversationID {
+			t.Fatalf("start %d: %+v, %v; want the run of start 0, %+v", i, infos[i], errs[i], infos[0])
+		}
+	}
+	c := waitStatus(t, o[0], infos[0].ConversationID, orchestrator.StatusPaused)
+	if len(c.Runs) != 1 {
+		t.Errorf("%s; want one run", describe(c))
+	}
+	if n := o[0].Stats().RunsStarted.Load() + o[1].Stats().RunsStarted.Load(); n != 1 {
+		t.Errorf("%d runs counted started, want 1", n)
 	}
 }
