@@ -106,3 +106,24 @@ func TestEventBatchRefused(t *testing.T) {
 		}
 	}
 }
+
+// An encoded batch skips only the scan of its data: bad addressing is
+// refused as by EventBatchMessage, while data that is not JSON, which
+// encoding/json cannot have produced, is refused only by the full check.
+func TestEncodedEventBatchMessage(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 3} {
+		events := batchOf("conv1", n)
+		events[n-1].Data = json.RawMessage(`{not json`)
+		if _, err := bus.EventBatchMessage(events); err == nil || !strings.Contains(err.Error(), "data") {
+			t.Errorf("%d events, one with bad data: %v, want refused naming data", n, err)
+		}
+		if _, err := bus.EncodedEventBatchMessage(events); err != nil {
+			t.Errorf("%d encoded events: %v", n, err)
+		}
+		events[n-1].ConversationID = "conv 2"
+		if _, err := bus.EncodedEventBatchMessage(events); err == nil || !strings.Contains(err.Error(), "conversation_id") {
+			t.Errorf("%d encoded events, one with a bad conversation id: %v, want refused naming it", n, err)
+		}
+	}
+}

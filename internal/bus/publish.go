@@ -314,6 +314,10 @@ func EventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 	if err := e.Validate(); err != nil {
 		return Outgoing{}, err
 	}
+	return eventMessage(e, msgID, hdr...)
+}
+
+func eventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 	subj, err := EventSubject(e.ConversationID)
 	if err != nil {
 		return Outgoing{}, err
@@ -332,13 +336,28 @@ func EventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 // (marked with HeaderEventBatch); one event is sent as EventMessage sends
 // it.
 func EventBatchMessage(events []Event) (Outgoing, error) {
-	if len(events) == 1 {
-		return EventMessage(events[0], "")
-	}
-	batch := EventBatch{Events: events}
-	if err := batch.Validate(); err != nil {
+	if err := (EventBatch{Events: events}).Validate(); err != nil {
 		return Outgoing{}, err
 	}
+	return eventBatchMessage(events)
+}
+
+// EncodedEventBatchMessage is EventBatchMessage for events whose data
+// encoding/json produced: their data is not scanned again
+// (Event.ValidateEncoded).
+func EncodedEventBatchMessage(events []Event) (Outgoing, error) {
+	if err := (EventBatch{Events: events}).ValidateEncoded(); err != nil {
+		return Outgoing{}, err
+	}
+	return eventBatchMessage(events)
+}
+
+// eventBatchMessage is the Outgoing of events, which are valid.
+func eventBatchMessage(events []Event) (Outgoing, error) {
+	if len(events) == 1 {
+		return eventMessage(events[0], "")
+	}
+	batch := EventBatch{Events: events}
 	subj, err := EventSubject(events[0].ConversationID)
 	if err != nil {
 		return Outgoing{}, err

@@ -405,7 +405,8 @@ func (p *eventPublisher) publishQueued(batch []queuedEvent) {
 	msgs := make([]bus.Outgoing, 0, len(order))
 	for _, id := range order {
 		for _, chunk := range chunkEvents(byConv[id]) {
-			m, err := bus.EventBatchMessage(chunk)
+			// Their data is json.Marshal's.
+			m, err := bus.EncodedEventBatchMessage(chunk)
 			if err == nil {
 				msgs = append(msgs, m)
 				continue
