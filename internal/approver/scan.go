@@ -2,7 +2,6 @@ package approver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -85,70 +84,12 @@ func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) 
 	return out, nil
 }
 
-// scanInactive is how soon the server removes a scan's consumer that is no
-// longer pulled from. An approver may delete its consumers of the events
-// stream (which scan does when it ends) but not those of the approvals
-// stream, where the bots' durables are; those go by this threshold.
-const scanInactive = 30 * time.Second
-
-// scan feeds fn every message of stream under filter, through an ordered
-// consumer, until the one that had no successor when it was delivered.
+// scan feeds fn every message of stream under filter up to the stream's
+// last when the scan began (bus.ScanStream): a message removed meanwhile,
+// such as the events of a conversation deleted during the scan, is left
+// out rather than waited for. An approver may delete its consumers of the
+// events stream but not those of the approvals stream, where the bots'
+// durables are: there the scan's consumer expires by itself.
 func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
-	js := b.JetStream()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return err
-	}
-	var total uint64
-	for _, n := range info.State.Subjects {
-		total += n
-	}
-	if total == 0 {
-		// An ordered consumer with nothing to deliver would wait forever.
-		return nil
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{filter},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: scanInactive,
-	})
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer func() {
-		stop()
-		it.Stop()
-		if stream == bus.StreamEvents {
-			b.DropOrdered(ctx, stream, cons)
-		}
-	}()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return errors.New("message iterator closed")
-			}
-			return err
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		fn(m, meta)
-		if meta.NumPending == 0 {
-			return nil
-		}
-	}
+	return b.ScanStream(ctx, stream, filter, stream != bus.StreamEvents, fn)
 }

@@ -434,6 +434,31 @@ func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint6
 	return nil
 }
 
+// ScanStream calls fn with each message of stream matching filter, oldest
+// first, up to the stream's last message when the scan began: a one-shot
+// read that ends, where an ordered consumer follows. A message removed
+// meanwhile (a purged conversation's events) is left out, never waited
+// for. The scan's consumer is deleted after it, unless keepConsumer is set,
+// for a role that may not delete consumers of stream: the server removes
+// it once it is unused for 10 s.
+func (b *Bus) ScanStream(ctx context.Context, stream, filter string, keepConsumer bool, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	last, err := b.LastSequence(ctx, stream)
+	if err != nil {
+		return err
+	}
+	if last == 0 {
+		return nil
+	}
+	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+	return b.read(ctx, stream, cfg, keepConsumer, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
+		if meta.Sequence.Stream > last {
+			return false
+		}
+		fn(m, meta)
+		return meta.Sequence.Stream < last
+	})
+}
+
 // readOnce reads what a consumer of stream made with cfg (acks none, in
 // memory) delivers, calling fn with each message until it returns false or
 // the consumer has nothing more now, then deletes it. It asks for what is
@@ -443,6 +468,11 @@ func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint6
 // pass only on the message it counted last, and waited for ever for one
 // purged meanwhile.
 func (b *Bus) readOnce(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
+	return b.read(ctx, stream, cfg, false, fn)
+}
+
+// read is readOnce, leaving the consumer to expire if keep is set.
+func (b *Bus) read(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, keep bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.InactiveThreshold = readOnceInactive
@@ -450,11 +480,13 @@ func (b *Bus) readOnce(ctx context.Context, stream string, cfg jetstream.Consume
 	if err != nil {
 		return err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readOnceInactive)
-		defer cancel()
-		_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
-	}()
+	if !keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readOnceInactive)
+			defer cancel()
+			_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
+		}()
+	}
 	for {
 		batch, err := cons.FetchNoWait(readOnceBatch)
 		if err != nil {
