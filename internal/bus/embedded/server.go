@@ -262,20 +262,35 @@ func splitListen(listen string) (string, int, error) {
 	return host, port, nil
 }
 
+// lockBusyFor is how long a held lock of the store dir is tried again
+// before it is taken for another server's. A server of this process that
+// just shut down can still seem to hold it: a process being started
+// (fork, then exec) holds a copy of every descriptor, the lock's among
+// them, until it execs, and the lock is released only then.
+const lockBusyFor = time.Second
+
 func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "toolgate.lock")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock store dir: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+	deadline := time.Now().Add(lockBusyFor)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock store dir %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
 			return nil, fmt.Errorf("%w: %s", ErrStoreDirLocked, dir)
 		}
-		return nil, fmt.Errorf("lock store dir %s: %w", dir, err)
+		time.Sleep(10 * time.Millisecond)
 	}
-	return f, nil
 }
 
 // ClientURL is the URL other processes connect to.
