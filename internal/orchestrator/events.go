@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -71,7 +72,7 @@ const (
 // text apart so that deltas of a run queued back to back are sent as one.
 type queuedEvent struct {
 	ev    bus.Event
-	delta *agent.Event
+	delta *agentEventData
 	// at is when it was queued.
 	at time.Time
 }
@@ -502,10 +503,24 @@ func (p *eventPublisher) enqueue(q queuedEvent) {
 	p.publishQueued([]queuedEvent{q})
 }
 
-// agentEvent forwards an agent event; its JSON form is the data.
+// agentEventData is an agent event as its event's data: the agent.Event
+// less what the event itself says (its run, conversation and time), which
+// every event of a run would otherwise store twice; for a text delta, most
+// of its bytes.
+type agentEventData struct {
+	Kind     agent.EventKind    `json:"kind"`
+	Delta    string             `json:"delta,omitempty"`
+	Part     *agent.Part        `json:"part,omitempty"`
+	Message  *agent.Message     `json:"message,omitempty"`
+	Requests *deferred.Requests `json:"requests,omitempty"`
+	Results  *deferred.Results  `json:"results,omitempty"`
+	Result   *agent.RunResult   `json:"result,omitempty"`
+}
+
+// agentEvent forwards an agent event; agentEventData is the data.
 func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, ev agent.Event) {
+	d := agentEventData{Kind: ev.Kind, Delta: ev.Delta, Part: ev.Part, Message: ev.Message, Requests: ev.Requests, Results: ev.Results, Result: ev.Result}
 	if ev.Kind == agent.EventTextDelta {
-		d := ev
 		p.emit(ctx, queuedEvent{
 			ev:    bus.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: p.clock().UTC()},
 			delta: &d,
@@ -517,13 +532,13 @@ func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, e
 		callID = ev.Part.ToolCallID
 	}
 	if ev.Kind == agent.EventRunDone && ev.Result != nil {
-		// The history is in KV and in the other events; the event stays
-		// small.
+		// The history is in the log and in the other events; the event
+		// stays small.
 		r := *ev.Result
 		r.NewMessages = nil
-		ev.Result = &r
+		d.Result = &r
 	}
-	p.publish(ctx, convID, runID, string(ev.Kind), callID, ev)
+	p.publish(ctx, convID, runID, string(ev.Kind), callID, d)
 }
 
 // eventHold keeps the events of a run whose claim is not stored yet

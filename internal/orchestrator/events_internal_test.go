@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
@@ -304,5 +306,32 @@ func TestEventQueueForget(t *testing.T) {
 	}
 	if want := []string{"kept/run_started"}; !slices.Equal(left, want) {
 		t.Errorf("queued after forget: %v, want %v", left, want)
+	}
+}
+
+// An agent event's data holds every field of agent.Event but those the
+// event itself carries: a field added to agent.Event reaches the events.
+func TestAgentEventDataFields(t *testing.T) {
+	t.Parallel()
+	names := func(typ reflect.Type) []string {
+		var out []string
+		for f := range typ.Fields() {
+			out = append(out, strings.Split(f.Tag.Get("json"), ",")[0])
+		}
+		slices.Sort(out)
+		return out
+	}
+	var want []string
+	for _, n := range names(reflect.TypeFor[agent.Event]()) {
+		if n != "run_id" && n != "conversation_id" && n != "time" {
+			want = append(want, n)
+		}
+	}
+	if got := names(reflect.TypeFor[agentEventData]()); !slices.Equal(got, want) {
+		t.Errorf("agentEventData fields %v, want agent.Event's less the event's own: %v", got, want)
+	}
+	b, err := json.Marshal(agentEventData{Kind: agent.EventTextDelta, Delta: "hi"})
+	if err != nil || string(b) != `{"kind":"text_delta","delta":"hi"}` {
+		t.Errorf("a text delta's data: %s, %v", b, err)
 	}
 }
