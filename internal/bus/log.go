@@ -46,6 +46,7 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 	last := after
 	var parts []byte
 	var missing uint64 // messages the previous batch counted but did not send
+	var unreadable error // an empty log's count said it is not empty
 	for {
 		n, more, unsent, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
 			last = m.Sequence
@@ -84,8 +85,19 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 		if last == 0 && n == 0 {
 			// Nothing at all: a log that is not there, or one whose every
 			// message is damaged (a conversation is often one record),
-			// which the server answers as empty. Its count tells.
-			return 0, b.unreadableLog(ctx, stream, subject)
+			// which the server answers as empty. Its count tells, unless
+			// the log's first message came since the read: a second read
+			// tells that apart.
+			if unreadable != nil {
+				return 0, unreadable
+			}
+			if unreadable = b.unreadableLog(ctx, stream, subject); unreadable == nil {
+				return 0, nil
+			}
+			if _, ok := errors.AsType[*LogUnreadableError](unreadable); !ok {
+				return 0, unreadable
+			}
+			continue
 		}
 		if n < logBatch || !more {
 			return last, nil

@@ -140,3 +140,34 @@ func TestScanHeaders(t *testing.T) {
 		t.Errorf("past the last: %v; want nothing", got)
 	}
 }
+
+// A log read while its first message is being appended reads empty or
+// reads the message; never as damaged (the server counting a message the
+// read did not get).
+func TestReadLogWhileItsFirstMessageComes(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
+	for i := range 200 {
+		subj := bus.ConversationSubject("cnew" + strconv.Itoa(i))
+		appended := make(chan error, 1)
+		go func() {
+			_, err := b.AppendLog(ctx, subj, 0, []byte("first"), nil)
+			appended <- err
+		}()
+		for read := false; !read; {
+			n := 0
+			_, err := b.ReadLog(ctx, bus.StreamConversations, subj, 0, func(bus.LogMsg) error { n++; return nil })
+			if _, ok := errors.AsType[*bus.LogUnreadableError](err); ok {
+				t.Fatalf("log %d read while its first message came: %v", i, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			read = n == 1
+		}
+		if err := <-appended; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
