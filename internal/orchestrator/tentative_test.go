@@ -33,6 +33,26 @@ func answerModel(onFollowUp func(n int)) agent.Model {
 	})
 }
 
+// statusTool is a tool that, when it runs, reads its conversation from the
+// store through reader and keeps the status it finds, which the returned
+// value gives.
+func statusTool(t *testing.T, name string, reader *bus.Bus) (agent.Tool, *atomic.Value) {
+	t.Helper()
+	var saw atomic.Value
+	tool, err := agent.NewTool(name, "Look at the stored conversation", func(rc *agent.RunContext, _ struct{}) (string, error) {
+		c, err := orchestrator.ReadConversation(rc.Context(), reader, rc.ConversationID)
+		if err != nil {
+			return "", err
+		}
+		saw.Store(c.Status)
+		return "seen", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool, &saw
+}
+
 // logLength is how many records conversation id's log holds.
 func logLength(t *testing.T, b *bus.Bus, id string) int {
 	t.Helper()
@@ -228,18 +248,7 @@ func TestTentativeClaimStoredBeforeATool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.worker("calculate_answer")
-	var sawStatus atomic.Value
-	note, err := agent.NewTool("note", "Take a note", func(rc *agent.RunContext, _ struct{}) (string, error) {
-		c, err := orchestrator.ReadConversation(rc.Context(), e.connect("reader2"), rc.ConversationID)
-		if err != nil {
-			return "", err
-		}
-		sawStatus.Store(c.Status)
-		return "noted", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	note, sawStatus := statusTool(t, "note", e.connect("reader2"))
 	withTool := agent.FunctionModel("with-tool", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
 		last := req.Messages[len(req.Messages)-1]
 		switch {
@@ -411,19 +420,7 @@ func TestStartStoredAtTheWindow(t *testing.T) {
 func TestStartStoredBeforeATool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	reader := e.connect("reader")
-	var saw atomic.Value
-	peek, err := agent.NewTool("peek", "Look at the conversation", func(rc *agent.RunContext, _ struct{}) (string, error) {
-		c, err := orchestrator.ReadConversation(rc.Context(), reader, rc.ConversationID)
-		if err != nil {
-			return "", err
-		}
-		saw.Store(c.Status)
-		return "seen", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	peek, saw := statusTool(t, "peek", e.connect("reader"))
 	model := agent.FunctionModel("peeker", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
 		last := req.Messages[len(req.Messages)-1]
 		if slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.Kind == agent.PartToolReturn }) {
