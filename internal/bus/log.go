@@ -45,7 +45,7 @@ var errLogEnd = errors.New("end of log")
 func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64, fn func(LogMsg) error) (uint64, error) {
 	last := after
 	var parts []byte
-	var missing uint64 // messages the previous batch counted but did not send
+	var missing uint64   // messages the previous batch counted but did not send
 	var unreadable error // an empty log's count said it is not empty
 	for {
 		n, more, unsent, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
