@@ -177,6 +177,21 @@ func waitStatus(t *testing.T, o *orchestrator.Orchestrator, convID string, want 
 	return c
 }
 
+// completeRun starts a new conversation with prompt and waits for it to
+// complete; one that fails ends the test.
+func completeRun(t *testing.T, o *orchestrator.Orchestrator, prompt string) *orchestrator.Conversation {
+	t.Helper()
+	info, err := o.StartRun(ctxT(t), prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	return c
+}
+
 func describe(c *orchestrator.Conversation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status=%s error=%q runs=%d", c.Status, c.Error, len(c.Runs))

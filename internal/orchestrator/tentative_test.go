@@ -261,13 +261,7 @@ func TestTentativeClaimStoredBeforeATool(t *testing.T) {
 			ToolCallID: "call_1", Args: json.RawMessage(`{"question":"the answer"}`)}}}, nil
 	})
 	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: withTool, Tools: []agent.Tool{note}, ClaimWindow: time.Hour, InstanceID: "with-tool"})
-	info, err := o2.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
-		t.Fatalf("%s", describe(c))
-	}
+	completeRun(t, o2, "What is the answer?")
 	if st, _ := sawStatus.Load().(orchestrator.Status); st != orchestrator.StatusResuming {
 		t.Errorf("the tool ran with the conversation %q in the store; want its claim stored (resuming)", st)
 	}
@@ -429,13 +423,7 @@ func TestStartStoredBeforeATool(t *testing.T) {
 		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "peek", ToolCallID: "p1", Args: json.RawMessage(`{}`)}}}, nil
 	})
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, Tools: []agent.Tool{peek}, ClaimWindow: time.Hour})
-	info, err := o.StartRun(ctxT(t), "Look", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
-		t.Fatalf("%s", describe(c))
-	}
+	completeRun(t, o, "Look")
 	if st, _ := saw.Load().(orchestrator.Status); st != orchestrator.StatusRunning {
 		t.Errorf("the tool found the conversation %q in the store; want its start stored (running)", st)
 	}
