@@ -25,8 +25,12 @@ var ErrUnsupportedContentType = errors.New("unsupported content type")
 // (ContentTypeMsgpack or ContentTypeJSON); an empty value means msgpack,
 // the default.
 func NormalizeContentType(ct string) (string, error) {
-	if ct == "" {
+	switch ct {
+	case "":
 		return ContentTypeMsgpack, nil
+	case ContentTypeMsgpack, ContentTypeJSON:
+		// What toolgate's own clients send, on every message: no parse.
+		return ct, nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
