@@ -40,11 +40,12 @@ import (
 // delivered again, and the follow-up runs where they land; a start it had
 // not answered is not stored.
 
-// claimWindow is how long a follow-up may run before its claim is stored,
-// by default (Config.ClaimWindow). It bounds how long the completing
-// replies wait for their acknowledgement; the run's lease is not renewed
-// before its claim is stored, which a window far below a third of the
-// lease makes no matter.
+// claimWindow is how long a run may go on before what it starts from is
+// stored (a follow-up's claim, a new conversation's start), by default
+// (Config.ClaimWindow). It bounds how long the completing replies wait for
+// their acknowledgement, and a start for its answer; the run's lease is
+// not renewed before its claim is stored, which a window far below a third
+// of the lease makes no matter.
 const claimWindow = 50 * time.Millisecond
 
 type tentativeState int
@@ -142,6 +143,11 @@ func (co *core) startTentative(c *Conversation, runID string) error {
 		<-p.settled
 		if !p.dropped() {
 			return fmt.Errorf("start conversation %s: %w", c.ID, errExists)
+		}
+		// Dropped (stopped, or refused): this one takes its place, unless
+		// another retry did first.
+		if co.starting.CompareAndSwap(c.ID, p, tc) {
+			break
 		}
 	}
 	defer co.starting.CompareAndDelete(c.ID, tc)
