@@ -288,7 +288,7 @@ func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool)
 	// ever for a key purged while it listed).
 	prefix := "$KV." + bucket + "."
 	var out []Entry
-	err = k.b.readOnce(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+	err = k.b.readOnce(ctx, "KV_"+bucket, false, jetstream.ConsumerConfig{
 		FilterSubject: prefix + pattern,
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		HeadersOnly:   !withValues,

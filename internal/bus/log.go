@@ -428,7 +428,7 @@ func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint6
 	if last < from {
 		return nil
 	}
-	err = b.readOnce(ctx, stream, jetstream.ConsumerConfig{
+	err = b.readOnce(ctx, stream, false, jetstream.ConsumerConfig{
 		FilterSubject: filter,
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:   max(from, 1),
@@ -462,7 +462,7 @@ func (b *Bus) ScanStream(ctx context.Context, stream, filter string, keepConsume
 		return nil
 	}
 	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
-	return b.read(ctx, stream, cfg, keepConsumer, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
+	return b.readOnce(ctx, stream, keepConsumer, cfg, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
 		if meta.Sequence.Stream > last {
 			return false
 		}
@@ -473,18 +473,14 @@ func (b *Bus) ScanStream(ctx context.Context, stream, filter string, keepConsume
 
 // readOnce reads what a consumer of stream made with cfg (acks none, in
 // memory) delivers, calling fn with each message until it returns false or
-// the consumer has nothing more now, then deletes it. It asks for what is
-// there without waiting (FetchNoWait), so a message counted when it began
-// and removed since (a purged key, a deleted log) ends the read instead of
-// being waited for: an ordered consumer or a KV watcher ends its first
-// pass only on the message it counted last, and waited for ever for one
-// purged meanwhile.
-func (b *Bus) readOnce(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
-	return b.read(ctx, stream, cfg, false, fn)
-}
-
-// read is readOnce, leaving the consumer to expire if keep is set.
-func (b *Bus) read(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, keep bool, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
+// the consumer has nothing more now, then deletes it (unless keep is set:
+// the server removes it once unused). It asks for what is there without
+// waiting (FetchNoWait), so a message counted when it began and removed
+// since (a purged key, a deleted log) ends the read instead of being
+// waited for: an ordered consumer or a KV watcher ends its first pass
+// only on the message it counted last, and waited for ever for one purged
+// meanwhile.
+func (b *Bus) readOnce(ctx context.Context, stream string, keep bool, cfg jetstream.ConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata) bool) error {
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.InactiveThreshold = readOnceInactive

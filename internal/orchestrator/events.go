@@ -548,9 +548,17 @@ func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, e
 type eventHold struct {
 	p     *eventPublisher
 	mu    sync.Mutex
-	state int // 0 holding, 1 flushed, 2 dropped
+	state holdState
 	held  []queuedEvent
 }
+
+type holdState int
+
+const (
+	holding holdState = iota
+	holdFlushed
+	holdDropped
+)
 
 type eventHoldKey struct{}
 
@@ -567,10 +575,10 @@ func (h *eventHold) keep(q queuedEvent) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch h.state {
-	case 0:
+	case holding:
 		h.held = append(h.held, q)
 		return true
-	case 2:
+	case holdDropped:
 		return true
 	}
 	return false
@@ -581,10 +589,10 @@ func (h *eventHold) keep(q queuedEvent) bool {
 func (h *eventHold) flush() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state != 0 {
+	if h.state != holding {
 		return
 	}
-	h.state = 1
+	h.state = holdFlushed
 	for _, q := range h.held {
 		h.p.enqueue(q)
 	}
@@ -595,6 +603,6 @@ func (h *eventHold) flush() {
 func (h *eventHold) drop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.state = 2
+	h.state = holdDropped
 	h.held = nil
 }
