@@ -6,17 +6,19 @@ import (
 )
 
 // Event types of TOOLGATE_EVENTS (Event.Type). The first group is the
-// agent's own (its event kinds, Data being the agent's event in JSON); the
-// second is the orchestrator's, one for every change of a run or of a
-// deferred call's state, each with its typed Data below.
+// agent's own: Data is the agent's event in JSON, its "kind" (the type
+// again) and the one field below, without the run, conversation and time
+// the Event itself carries. The second is the orchestrator's, one for
+// every change of a run or of a deferred call's state, each with its typed
+// Data below.
 const (
-	EventTextDelta        = "text_delta"        // Data: {"delta": text} from a streaming model
-	EventModelResponse    = "model_response"    // Data: {"message": a model response}
-	EventToolCall         = "tool_call"         // Data: {"part": a validated tool-call part}
-	EventToolResult       = "tool_result"       // Data: {"part": the tool-return or retry-prompt part}
-	EventDeferredRequests = "deferred_requests" // Data: {"requests": a step's whole batch}
-	EventDeferredResults  = "deferred_results"  // Data: {"results": what inline handlers resolved}
-	EventRunDone          = "run_done"          // Data: {"result": the run's result}
+	EventTextDelta        = "text_delta"        // Data: {"kind", "delta": text} from a streaming model
+	EventModelResponse    = "model_response"    // Data: {"kind", "message": a model response}
+	EventToolCall         = "tool_call"         // Data: {"kind", "part": a validated tool-call part}
+	EventToolResult       = "tool_result"       // Data: {"kind", "part": the tool-return or retry-prompt part}
+	EventDeferredRequests = "deferred_requests" // Data: {"kind", "requests": a step's whole batch}
+	EventDeferredResults  = "deferred_results"  // Data: {"kind", "results": what inline handlers resolved}
+	EventRunDone          = "run_done"          // Data: {"kind", "result": the run's result}
 
 	EventRunStarted   = "run_started"   // Data: RunStarted
 	EventRunPaused    = "run_paused"    // Data: []PendingCall, the calls the run waits for
