@@ -64,8 +64,6 @@ const (
 	// of work on the calls that followed, and held their memory), while a
 	// batch-1 call's two steps, about eight events, still go as one.
 	eventHoldCount = 64
-	// eventQueueKeep is the largest queue array kept once empty.
-	eventQueueKeep = 256
 )
 
 // queuedEvent is an event waiting to be published. A text delta keeps its
@@ -73,14 +71,21 @@ const (
 type queuedEvent struct {
 	ev    bus.Event
 	delta *agentEventData
-	// at is when it was queued.
-	at time.Time
 }
 
 type eventQueue struct {
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when the publisher took events
-	q    []queuedEvent
+	// convs are the queued events of each conversation, in their order:
+	// taken a conversation at a time, they go to the publisher as the
+	// slice they were queued in, and what is ready is judged by each
+	// conversation's oldest without going over the events (a scan of one
+	// global queue at every push made a long conversation's calls slower
+	// as the queue grew; its copies at every take were a fifth of a
+	// resumed conversation's garbage).
+	convs map[string]*convEvents
+	// n counts the events queued, of all conversations.
+	n int
 	// takenAll and doneAll count the events ever taken and ever
 	// published: their difference is what is being published now.
 	takenAll, doneAll uint64
@@ -91,19 +96,56 @@ type eventQueue struct {
 	held     map[string]int
 	released map[string]bool
 	awaiting map[string]bool
-	// queued are, for each conversation with events queued, when its
-	// oldest was queued and how many are: what is ready is judged by
-	// them, without going over the queue, which holds a quarter of a
-	// second of a busy conversation's steps (a scan of it at every push
-	// made a long conversation's calls slower as the queue grew).
-	queued  map[string]*convEvents
-	closed  bool
-	wake    chan struct{}
-	stopped chan struct{}
+	// readyNow is ready's answer, reused from one take to the next.
+	readyNow map[string]bool
+	closed   bool
+	wake     chan struct{}
+	stopped  chan struct{}
+}
+
+// convEvents is what is queued of one conversation.
+type convEvents struct {
+	events []queuedEvent
+	// oldest is when the oldest of events was queued.
+	oldest time.Time
+}
+
+// convEventsCap is the room a conversation's queue starts with: the events
+// of a step of a batch-1 call.
+const convEventsCap = 8
+
+// The arrays of a conversation's queued events, and of the events they
+// become, are used again once published: each step of every conversation
+// needs them, and they were a tenth of a resumed conversation's garbage.
+var (
+	queuedArrays = arrayPool[queuedEvent]{pool: sync.Pool{New: func() any { return new([]queuedEvent) }}}
+	eventArrays  = arrayPool[bus.Event]{pool: sync.Pool{New: func() any { return new([]bus.Event) }}}
+)
+
+type arrayPool[T any] struct{ pool sync.Pool }
+
+// get is an empty slice with room for at least n.
+func (p *arrayPool[T]) get(n int) []T {
+	s := *p.pool.Get().(*[]T)
+	if cap(s) < n {
+		return make([]T, 0, max(n, convEventsCap))
+	}
+	return s[:0]
+}
+
+// put takes s back; nothing may use it after. A large array is let go.
+func (p *arrayPool[T]) put(s []T) {
+	if cap(s) == 0 || cap(s) > 8*convEventsCap {
+		return
+	}
+	clear(s[:cap(s)])
+	s = s[:0]
+	p.pool.Put(&s)
 }
 
 func newEventQueue() *eventQueue {
-	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, queued: map[string]*convEvents{}}
+	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), convs: map[string]*convEvents{},
+		held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, readyNow: map[string]bool{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -112,15 +154,13 @@ func newEventQueue() *eventQueue {
 // publishes the event itself.
 func (e *eventQueue) push(ev queuedEvent) bool {
 	e.mu.Lock()
-	for !e.closed && len(e.q) >= eventQueueMax {
-		e.cond.Wait()
-	}
-	if e.closed {
+	if !e.waitRoom() {
 		e.mu.Unlock()
 		return false
 	}
-	if ev.delta != nil && len(e.q) > 0 {
-		if last := &e.q[len(e.q)-1]; last.delta != nil && last.ev.ConversationID == ev.ev.ConversationID && last.ev.RunID == ev.ev.RunID {
+	ce := e.conv(ev.ev.ConversationID)
+	if n := len(ce.events); ev.delta != nil && n > 0 {
+		if last := &ce.events[n-1]; last.delta != nil && last.ev.RunID == ev.ev.RunID {
 			d := *last.delta
 			d.Delta += ev.delta.Delta
 			last.delta = &d
@@ -128,28 +168,52 @@ func (e *eventQueue) push(ev queuedEvent) bool {
 			return true
 		}
 	}
-	ev.at = time.Now()
-	e.q = append(e.q, ev)
-	e.count(ev)
+	ce.events = append(ce.events, ev)
+	e.n++
 	e.mu.Unlock()
 	e.signal()
 	return true
 }
 
-// convEvents is what is queued of one conversation.
-type convEvents struct {
-	oldest time.Time
-	n      int
+// pushAll queues the events of one conversation, in their order, taking
+// evs over; it reports false once the queue is closed.
+func (e *eventQueue) pushAll(evs []queuedEvent) bool {
+	if len(evs) == 0 {
+		return true
+	}
+	e.mu.Lock()
+	if !e.waitRoom() {
+		e.mu.Unlock()
+		return false
+	}
+	if ce := e.convs[evs[0].ev.ConversationID]; ce != nil {
+		ce.events = append(ce.events, evs...)
+	} else {
+		e.convs[evs[0].ev.ConversationID] = &convEvents{events: evs, oldest: time.Now()}
+	}
+	e.n += len(evs)
+	e.mu.Unlock()
+	e.signal()
+	return true
 }
 
-// count counts a queued event of its conversation.
-func (e *eventQueue) count(q queuedEvent) {
-	ce := e.queued[q.ev.ConversationID]
-	if ce == nil {
-		ce = &convEvents{oldest: q.at}
-		e.queued[q.ev.ConversationID] = ce
+// waitRoom waits, with e.mu held, while the queue is full; false: it is
+// closed.
+func (e *eventQueue) waitRoom() bool {
+	for !e.closed && e.n >= eventQueueMax {
+		e.cond.Wait()
 	}
-	ce.n++
+	return !e.closed
+}
+
+// conv is the queue of conversation id, made if it has none.
+func (e *eventQueue) conv(id string) *convEvents {
+	ce := e.convs[id]
+	if ce == nil {
+		ce = &convEvents{events: queuedArrays.get(convEventsCap), oldest: time.Now()}
+		e.convs[id] = ce
+	}
+	return ce
 }
 
 // hold says a run of conversation id is under way here: its events wait
@@ -198,14 +262,15 @@ func (e *eventQueue) signal() {
 }
 
 // take removes the queued events of the conversations that are ready (see
-// eventHoldMax), in their order, up to eventBatchMax; it waits until one
-// is, and returns nothing once the queue is empty. A closed or half-full
+// eventHoldMax), up to eventBatchMax in all: the events of each in their
+// order, a conversation's apart from another's. It waits until one is,
+// and returns nothing once the queue is empty. A closed or half-full
 // queue is ready at once.
-func (e *eventQueue) take() []queuedEvent {
+func (e *eventQueue) take() [][]queuedEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
-		if len(e.q) == 0 {
+		if e.n == 0 {
 			return nil
 		}
 		ready, wait := e.ready(time.Now())
@@ -224,72 +289,73 @@ func (e *eventQueue) take() []queuedEvent {
 }
 
 // ready are the conversations whose events may go now (judged by the
-// oldest of each), and otherwise the time until the first may.
+// oldest of each), and otherwise the time until the first may. The map
+// is valid until the next call.
 func (e *eventQueue) ready(now time.Time) (map[string]bool, time.Duration) {
-	all := e.closed || len(e.q) >= eventQueueMax/2
-	ready := map[string]bool{}
+	all := e.closed || e.n >= eventQueueMax/2
+	ready := e.readyNow
+	clear(ready)
 	wait := eventHoldMax
-	for id, ce := range e.queued {
+	for id, ce := range e.convs {
 		linger := eventLinger
 		if e.held[id] > 0 || e.awaiting[id] {
 			linger = eventHoldMax
 		}
-		if left := linger - now.Sub(ce.oldest); all || e.released[id] || left <= 0 || ce.n >= eventHoldCount {
+		if left := linger - now.Sub(ce.oldest); all || e.released[id] || left <= 0 || len(ce.events) >= eventHoldCount {
 			ready[id] = true
 		} else {
 			wait = min(wait, left)
 		}
 	}
 	for id := range e.released {
-		if _, queued := e.queued[id]; !queued {
+		if _, queued := e.convs[id]; !queued {
 			delete(e.released, id)
 		}
 	}
 	for id := range e.awaiting {
-		if _, queued := e.queued[id]; !queued && e.held[id] == 0 {
+		if _, queued := e.convs[id]; !queued && e.held[id] == 0 {
 			delete(e.awaiting, id)
 		}
 	}
 	return ready, wait
 }
 
-// takeOf removes the queued events of the ready conversations.
-func (e *eventQueue) takeOf(ready map[string]bool) []queuedEvent {
-	var out []queuedEvent
-	rest := e.q[:0]
-	for _, q := range e.q {
-		if ready[q.ev.ConversationID] && len(out) < eventBatchMax {
-			out = append(out, q)
-		} else {
-			rest = append(rest, q)
-		}
-	}
-	clear(e.q[len(rest):])
-	e.q = rest
+// takeOf removes the queued events of the ready conversations, the oldest
+// first, up to eventBatchMax in all: one that does not fit whole keeps
+// the rest, as old as what was taken.
+func (e *eventQueue) takeOf(ready map[string]bool) [][]queuedEvent {
+	ids := make([]string, 0, len(ready))
 	for id := range ready {
-		delete(e.queued, id)
+		ids = append(ids, id)
 	}
-	if len(out) == eventBatchMax {
-		// Some of the ready ones may have events left.
-		for _, q := range rest {
-			if ready[q.ev.ConversationID] {
-				e.count(q)
-			}
+	if e.n > eventBatchMax {
+		slices.SortFunc(ids, func(a, b string) int { return e.convs[a].oldest.Compare(e.convs[b].oldest) })
+	}
+	out := make([][]queuedEvent, 0, len(ids))
+	room := eventBatchMax
+	for _, id := range ids {
+		if room == 0 {
+			break
 		}
-	}
-	for id := range ready {
+		ce := e.convs[id]
+		if len(ce.events) > room {
+			out = append(out, ce.events[:room:room])
+			ce.events = ce.events[room:] // since ce.oldest: ready at once
+			room = 0
+			break
+		}
+		out = append(out, ce.events)
+		room -= len(ce.events)
+		delete(e.convs, id)
 		delete(e.released, id)
 		if e.held[id] == 0 {
 			// Waited out: later events of it linger as usual.
 			delete(e.awaiting, id)
 		}
 	}
-	n := len(out)
+	n := eventBatchMax - room
+	e.n -= n
 	e.takenAll += uint64(n)
-	if len(e.q) == 0 && cap(e.q) > eventQueueKeep {
-		// A burst's array is not kept for good once it is empty.
-		e.q = nil
-	}
 	e.cond.Broadcast()
 	return out
 }
@@ -308,9 +374,11 @@ func (e *eventQueue) done(n int) {
 func (e *eventQueue) forget(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.q = slices.DeleteFunc(e.q, func(q queuedEvent) bool { return q.ev.ConversationID == id })
+	if ce := e.convs[id]; ce != nil {
+		e.n -= len(ce.events)
+		delete(e.convs, id)
+	}
 	delete(e.awaiting, id)
-	delete(e.queued, id)
 	for target := e.takenAll; e.doneAll < target; {
 		e.cond.Wait()
 	}
@@ -322,7 +390,7 @@ func (e *eventQueue) forget(id string) {
 func (e *eventQueue) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.q) + int(e.takenAll-e.doneAll)
+	return e.n + int(e.takenAll-e.doneAll)
 }
 
 func (e *eventQueue) close() {
@@ -365,11 +433,15 @@ func (p *eventPublisher) loop() {
 		batch := q.take()
 		if len(batch) > 0 {
 			p.publishQueued(batch)
-			q.done(len(batch))
+			n := 0
+			for _, evs := range batch {
+				n += len(evs)
+			}
+			q.done(n)
 			continue
 		}
 		q.mu.Lock()
-		done := q.closed && len(q.q) == 0
+		done := q.closed && q.n == 0
 		q.mu.Unlock()
 		if done {
 			return
@@ -378,34 +450,38 @@ func (p *eventPublisher) loop() {
 	}
 }
 
-// publishQueued publishes what the queue held: the events of one
+// publishQueued publishes what the queue held: the events of each
 // conversation as one message (bus.EventBatch), in their order, so that a
 // busy run's events cost one stored message instead of one each.
-func (p *eventPublisher) publishQueued(batch []queuedEvent) {
+func (p *eventPublisher) publishQueued(batch [][]queuedEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 	defer cancel()
-	var (
-		order  []string
-		byConv = map[string][]bus.Event{}
-	)
-	for _, q := range batch {
-		ev := q.ev
-		if q.delta != nil {
-			b, err := json.Marshal(q.delta)
-			if err != nil {
-				p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
-				continue
+	msgs := make([]bus.Outgoing, 0, len(batch))
+	arrays := make([][]bus.Event, 0, len(batch))
+	defer func() {
+		for _, a := range arrays {
+			eventArrays.put(a)
+		}
+		for _, q := range batch {
+			queuedArrays.put(q)
+		}
+	}()
+	for _, queued := range batch {
+		events := eventArrays.get(len(queued))
+		for _, q := range queued {
+			ev := q.ev
+			if q.delta != nil {
+				b, err := json.Marshal(q.delta)
+				if err != nil {
+					p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
+					continue
+				}
+				ev.Data = b
 			}
-			ev.Data = b
+			events = append(events, ev)
 		}
-		if _, ok := byConv[ev.ConversationID]; !ok {
-			order = append(order, ev.ConversationID)
-		}
-		byConv[ev.ConversationID] = append(byConv[ev.ConversationID], ev)
-	}
-	msgs := make([]bus.Outgoing, 0, len(order))
-	for _, id := range order {
-		for _, chunk := range chunkEvents(byConv[id]) {
+		arrays = append(arrays, events)
+		for _, chunk := range chunkEvents(events) {
 			// Their data is json.Marshal's.
 			m, err := bus.EncodedEventBatchMessage(chunk)
 			if err == nil {
@@ -437,24 +513,23 @@ const eventBatchBytes = 256 << 10
 const eventOverhead = 512
 
 // chunkEvents splits events into batches of at most eventBatchBytes of
-// estimated size, keeping their order.
+// estimated size, keeping their order; the batches share events' array.
 func chunkEvents(events []bus.Event) [][]bus.Event {
 	var (
-		out  [][]bus.Event
-		cur  []bus.Event
-		size int
+		out   [][]bus.Event
+		first int
+		size  int
 	)
-	for _, e := range events {
+	for i, e := range events {
 		n := len(e.Data) + eventOverhead
-		if len(cur) > 0 && (size+n > eventBatchBytes || len(cur) == bus.MaxEventBatch) {
-			out = append(out, cur)
-			cur, size = nil, 0
+		if i > first && (size+n > eventBatchBytes || i-first == bus.MaxEventBatch) {
+			out = append(out, events[first:i:i])
+			first, size = i, 0
 		}
-		cur = append(cur, e)
 		size += n
 	}
-	if len(cur) > 0 {
-		out = append(out, cur)
+	if first < len(events) {
+		out = append(out, events[first:])
 	}
 	return out
 }
@@ -500,7 +575,16 @@ func (p *eventPublisher) enqueue(q queuedEvent) {
 		return
 	}
 	// The loop has ended (the orchestrator stopped): publish directly.
-	p.publishQueued([]queuedEvent{q})
+	p.publishQueued([][]queuedEvent{{q}})
+}
+
+// enqueueAll queues the events of one conversation (taking evs over), or
+// publishes them at once if the loop has ended.
+func (p *eventPublisher) enqueueAll(evs []queuedEvent) {
+	if p.queue.pushAll(evs) {
+		return
+	}
+	p.publishQueued([][]queuedEvent{evs})
 }
 
 // agentEventData is an agent event as its event's data: the agent.Event
@@ -576,6 +660,9 @@ func (h *eventHold) keep(q queuedEvent) bool {
 	defer h.mu.Unlock()
 	switch h.state {
 	case holding:
+		if h.held == nil {
+			h.held = queuedArrays.get(convEventsCap)
+		}
 		h.held = append(h.held, q)
 		return true
 	case holdDropped:
@@ -593,9 +680,7 @@ func (h *eventHold) flush() {
 		return
 	}
 	h.state = holdFlushed
-	for _, q := range h.held {
-		h.p.enqueue(q)
-	}
+	h.p.enqueueAll(h.held)
 	h.held = nil
 }
 
@@ -604,5 +689,6 @@ func (h *eventHold) drop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.state = holdDropped
+	queuedArrays.put(h.held)
 	h.held = nil
 }

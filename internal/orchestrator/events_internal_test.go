@@ -75,7 +75,7 @@ func TestInvalidEventDroppedAlone(t *testing.T) {
 	ev := func(typ string) queuedEvent {
 		return queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
 	}
-	p.publishQueued([]queuedEvent{ev("first"), ev(""), ev("third")})
+	p.publishQueued([][]queuedEvent{{ev("first"), ev(""), ev("third")}})
 	var got []string
 	for se, err := range b.Events(t.Context(), "c1", 0) {
 		if err != nil {
@@ -91,6 +91,15 @@ func TestInvalidEventDroppedAlone(t *testing.T) {
 	}
 }
 
+// taken is what q.take takes, one conversation's events after another's.
+func taken(q *eventQueue) []queuedEvent {
+	var out []queuedEvent
+	for _, evs := range q.take() {
+		out = append(out, evs...)
+	}
+	return out
+}
+
 // Events queued close together are taken together, the oldest having
 // waited eventLinger: what one step of a conversation emits goes out as one
 // message.
@@ -102,7 +111,7 @@ func TestEventQueueGathersAStep(t *testing.T) {
 			t.Fatal("push refused")
 		}
 	}
-	got := q.take()
+	got := taken(q)
 	if waited := time.Since(first); waited < eventLinger {
 		t.Errorf("taken after %s, before the linger of %s", waited, eventLinger)
 	}
@@ -112,7 +121,7 @@ func TestEventQueueGathersAStep(t *testing.T) {
 	// Closed, what is left goes at once.
 	q.push(queuedEvent{ev: bus.Event{ConversationID: "c1", Type: "run_completed", Time: time.Now()}})
 	q.close()
-	if got := q.take(); len(got) != 1 {
+	if got := taken(q); len(got) != 1 {
 		t.Errorf("took %d events of a closed queue, want 1", len(got))
 	}
 }
@@ -148,7 +157,7 @@ func TestEventQueueHoldsARunsEvents(t *testing.T) {
 		t.Fatalf("after the release, before any linger: ready %v; want the run's events", ready)
 	}
 	var types []string
-	for _, e := range q.take() {
+	for _, e := range taken(q) {
 		if e.ev.ConversationID == "running" {
 			types = append(types, e.ev.Type)
 		}
@@ -192,7 +201,7 @@ func TestEventQueueAwaitsQuickReplies(t *testing.T) {
 		t.Fatalf("after the follow-up's release: ready %v; want both steps", ready)
 	}
 	var types []string
-	for _, e := range q.take() {
+	for _, e := range taken(q) {
 		types = append(types, e.ev.Type)
 	}
 	if want := []string{"run_started", "run_paused", "reply_applied", "run_started", "run_completed"}; !slices.Equal(types, want) {
@@ -211,7 +220,7 @@ func TestEventQueueAwaitsQuickReplies(t *testing.T) {
 	if ready, _ := q.ready(at.Add(eventHoldMax + time.Millisecond)); !ready["c"] {
 		t.Fatalf("past eventHoldMax: ready %v; want the paused step", ready)
 	}
-	q.take()
+	taken(q)
 	if q.awaiting["c"] {
 		t.Error("still awaiting after its events were sent; later ones would wait eventHoldMax")
 	}
@@ -242,7 +251,7 @@ func TestEventQueueHoldsAFewStepsAtMost(t *testing.T) {
 	if ready, _ := q.ready(now); !ready["c"] {
 		t.Fatalf("%d events of a held conversation: ready %v; want them to go", eventHoldCount, ready)
 	}
-	if got := q.take(); len(got) != eventHoldCount {
+	if got := taken(q); len(got) != eventHoldCount {
 		t.Errorf("took %d events; want %d", len(got), eventHoldCount)
 	}
 }
@@ -259,18 +268,18 @@ func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
 	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
 		t.Fatalf("past the linger: ready %v; want the conversation", ready)
 	}
-	if got := q.take(); len(got) != eventBatchMax {
+	if got := taken(q); len(got) != eventBatchMax {
 		t.Fatalf("took %d events; want a batch of %d", len(got), eventBatchMax)
 	}
 	q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
 	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
 		t.Fatalf("the rest of a full batch, past the linger of its oldest: ready %v; want it", ready)
 	}
-	if got := q.take(); len(got) != 11 {
+	if got := taken(q); len(got) != 11 {
 		t.Errorf("took %d events; want the 10 left and the one pushed since", len(got))
 	}
-	if len(q.queued) != 0 {
-		t.Errorf("an empty queue still counts %d conversations", len(q.queued))
+	if len(q.convs) != 0 {
+		t.Errorf("an empty queue still counts %d conversations", len(q.convs))
 	}
 }
 
@@ -284,7 +293,7 @@ func TestEventQueueForget(t *testing.T) {
 		q.push(queuedEvent{ev: bus.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
 	}
 	push("gone", "run_started")
-	inFlight := q.take()
+	inFlight := taken(q)
 	push("gone", "reply_refused")
 	push("kept", "run_started")
 	forgotten := make(chan struct{})
@@ -301,7 +310,7 @@ func TestEventQueueForget(t *testing.T) {
 	<-forgotten
 	q.close()
 	var left []string
-	for _, e := range q.take() {
+	for _, e := range taken(q) {
 		left = append(left, e.ev.ConversationID+"/"+e.ev.Type)
 	}
 	if want := []string{"kept/run_started"}; !slices.Equal(left, want) {
@@ -333,5 +342,69 @@ func TestAgentEventDataFields(t *testing.T) {
 	b, err := json.Marshal(agentEventData{Kind: agent.EventTextDelta, Delta: "hi"})
 	if err != nil || string(b) != `{"kind":"text_delta","delta":"hi"}` {
 		t.Errorf("a text delta's data: %s, %v", b, err)
+	}
+}
+
+// Each conversation's events are taken as one slice, in their order, and
+// the oldest conversation goes first when a take is full; a run's text
+// deltas merge though another conversation's events came between them,
+// and a held run's events join its conversation's queue whole.
+func TestEventQueueKeepsConversationsApart(t *testing.T) {
+	q := newEventQueue()
+	push := func(conv, run, typ string) {
+		ev := queuedEvent{ev: bus.Event{ConversationID: conv, RunID: run, Type: typ, Time: time.Now()}}
+		if typ == "text_delta" {
+			ev.delta = &agentEventData{Kind: agent.EventTextDelta, Delta: conv + run}
+		}
+		if !q.push(ev) {
+			t.Fatal("push refused")
+		}
+	}
+	push("old", "r1", "run_started")
+	push("old", "r1", "text_delta")
+	push("new", "r2", "text_delta")
+	push("old", "r1", "text_delta")
+	push("old", "r3", "text_delta") // another run's delta does not merge
+	if !q.pushAll([]queuedEvent{{ev: bus.Event{ConversationID: "new", Type: "tool_call"}}, {ev: bus.Event{ConversationID: "new", Type: "run_paused"}}}) {
+		t.Fatal("pushAll refused")
+	}
+	q.close()
+	var got []string
+	for _, evs := range q.take() {
+		var s []string
+		for _, e := range evs {
+			if e.ev.ConversationID != evs[0].ev.ConversationID {
+				t.Errorf("a slice of %s holds an event of %s", evs[0].ev.ConversationID, e.ev.ConversationID)
+			}
+			d := ""
+			if e.delta != nil {
+				d = "=" + e.delta.Delta
+			}
+			s = append(s, e.ev.Type+d)
+		}
+		got = append(got, evs[0].ev.ConversationID+":"+strings.Join(s, ","))
+	}
+	slices.Sort(got)
+	want := []string{"new:text_delta=newr2,tool_call,run_paused", "old:run_started,text_delta=oldr1oldr1,text_delta=oldr3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("took %q\nwant %q", got, want)
+	}
+	if q.pending() != 6 {
+		t.Errorf("pending %d, want the 6 taken and not yet published", q.pending())
+	}
+
+	// A full take starts with the oldest conversation.
+	q = newEventQueue()
+	push("first", "r", "run_started")
+	for range eventBatchMax {
+		push("second", "r", "tool_call")
+	}
+	q.close()
+	batch := q.take()
+	if len(batch) != 2 || batch[0][0].ev.ConversationID != "first" || len(batch[1]) != eventBatchMax-1 {
+		t.Fatalf("a full take: %d conversations, the first %s", len(batch), batch[0][0].ev.ConversationID)
+	}
+	if rest := taken(q); len(rest) != 1 || rest[0].ev.ConversationID != "second" {
+		t.Errorf("left after a full take: %d events", len(rest))
 	}
 }
