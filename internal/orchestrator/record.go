@@ -74,19 +74,34 @@ func fullRecord(c *Conversation) *record {
 // fingerprint is what diff compares a changed conversation with: the
 // encodings of the parts that may change in place, the records of the
 // runs that may still change, and the lengths of the parts that only
-// grow.
+// grow. The encodings are kept one after another in one array.
 type fingerprint struct {
-	head     []byte
+	enc      []byte
+	head     span // none: compared with nothing, the head is written
 	histLen  int
-	histLast []byte
+	histLast span
 	runsLen  int
 	// openRuns are the runs that had not ended, with their index: a run
 	// that ended never changes again.
 	openRuns []openRun
 	decLen   int
 	batch    *Batch
-	bhead    []byte
-	calls    [][]byte
+	bhead    span
+	calls    []span
+}
+
+// span is where an encoding is in fingerprint.enc; the zero span is none.
+type span struct{ from, to int }
+
+func (fp *fingerprint) add(v any) span {
+	from := len(fp.enc)
+	fp.enc = sortedEncoders.appendTo(fp.enc, v)
+	return span{from, len(fp.enc)}
+}
+
+// encodes reports whether v encodes as what s spans.
+func (fp *fingerprint) encodes(s span, v any) bool {
+	return s != (span{}) && sortedEncoders.encodes(v, fp.enc[s.from:s.to])
 }
 
 type openRun struct {
@@ -97,14 +112,15 @@ type openRun struct {
 // fingerprintOf takes c's fingerprint before a transition.
 func fingerprintOf(c *Conversation) *fingerprint {
 	fp := &fingerprint{
-		head:    encodeSorted(headOf(c)),
+		enc:     make([]byte, 0, 1024),
 		histLen: len(c.History),
 		runsLen: len(c.Runs),
 		decLen:  len(c.Decisions),
 		batch:   c.Batch,
 	}
+	fp.head = fp.add(headOf(c))
 	if n := len(c.History); n > 0 {
-		fp.histLast = encodeSorted(&c.History[n-1])
+		fp.histLast = fp.add(&c.History[n-1])
 	}
 	for i, rec := range c.Runs {
 		if rec.EndedAt.IsZero() {
@@ -112,10 +128,10 @@ func fingerprintOf(c *Conversation) *fingerprint {
 		}
 	}
 	if c.Batch != nil {
-		fp.bhead = encodeSorted(batchHeadOf(c.Batch))
-		fp.calls = make([][]byte, len(c.Batch.Calls))
+		fp.bhead = fp.add(batchHeadOf(c.Batch))
+		fp.calls = make([]span, len(c.Batch.Calls))
 		for i, pc := range c.Batch.Calls {
-			fp.calls[i] = encodeSorted(pc)
+			fp.calls[i] = fp.add(pc)
 		}
 	}
 	return fp
@@ -124,14 +140,14 @@ func fingerprintOf(c *Conversation) *fingerprint {
 // diff is the record that turns the state fp was taken of into c.
 func diff(fp *fingerprint, c *Conversation) *record {
 	r := &record{}
-	if h := headOf(c); fp.head == nil || !bytes.Equal(encodeSorted(h), fp.head) {
+	if h := headOf(c); !fp.encodes(fp.head, h) {
 		r.Head = h
 	}
 	// The history grows by appends; a history that is shorter, or whose
 	// last known message changed, is written again whole.
 	n := len(c.History)
 	switch {
-	case n >= fp.histLen && (fp.histLen == 0 || bytes.Equal(encodeSorted(&c.History[fp.histLen-1]), fp.histLast)):
+	case n >= fp.histLen && (fp.histLen == 0 || fp.encodes(fp.histLast, &c.History[fp.histLen-1])):
 		if n > fp.histLen {
 			r.History = &historyChange{At: fp.histLen, Messages: c.History[fp.histLen:]}
 		}
@@ -158,11 +174,11 @@ func diff(fp *fingerprint, c *Conversation) *record {
 			r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
 		}
 	default:
-		if h := batchHeadOf(b); !bytes.Equal(encodeSorted(h), fp.bhead) {
+		if h := batchHeadOf(b); !fp.encodes(fp.bhead, h) {
 			r.Batch = h
 		}
 		for i, pc := range b.Calls {
-			if i >= len(fp.calls) || !bytes.Equal(encodeSorted(pc), fp.calls[i]) {
+			if i >= len(fp.calls) || !fp.encodes(fp.calls[i], pc) {
 				r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
 			}
 		}
@@ -279,19 +295,6 @@ func (c *Conversation) clone() *Conversation {
 	return &n
 }
 
-// encodeSorted encodes v with map keys sorted, so that equal values have
-// equal encodings.
-func encodeSorted(v any) []byte {
-	b, err := sortedEncoders.encode(v)
-	if err != nil {
-		// Every stored type encodes; a failure here is a programming
-		// error, and an encoding that compares unequal only costs a
-		// larger record.
-		return []byte(err.Error())
-	}
-	return b
-}
-
 // encoderPool keeps msgpack encoders with their buffers for reuse: an
 // encoder writing into a fresh buffer grows it by doubling, and that
 // garbage (the fingerprints and records of every change) was a large share
@@ -323,16 +326,39 @@ var (
 )
 
 func (p *encoderPool) encode(v any) ([]byte, error) {
-	e := p.pool.Get().(*pooledEncoder)
-	defer func() {
-		// A buffer grown by one large state is let go.
-		if e.buf.Cap() <= 1<<20 {
-			e.buf.Reset()
-			p.pool.Put(e)
-		}
-	}()
+	e := p.get()
+	defer p.put(e)
 	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+// appendTo appends v's encoding to dst. Every stored type encodes; should
+// one fail, a programming error, its message stands for it: an encoding
+// that compares unequal only costs a larger record.
+func (p *encoderPool) appendTo(dst []byte, v any) []byte {
+	e := p.get()
+	defer p.put(e)
+	if err := e.enc.Encode(v); err != nil {
+		return append(dst, err.Error()...)
+	}
+	return append(dst, e.buf.Bytes()...)
+}
+
+// encodes reports whether v's encoding is want, without keeping it.
+func (p *encoderPool) encodes(v any, want []byte) bool {
+	e := p.get()
+	defer p.put(e)
+	return e.enc.Encode(v) == nil && bytes.Equal(e.buf.Bytes(), want)
+}
+
+func (p *encoderPool) get() *pooledEncoder { return p.pool.Get().(*pooledEncoder) }
+
+func (p *encoderPool) put(e *pooledEncoder) {
+	// A buffer grown by one large state is let go.
+	if e.buf.Cap() <= 1<<20 {
+		e.buf.Reset()
+		p.pool.Put(e)
+	}
 }

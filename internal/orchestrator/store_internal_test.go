@@ -196,3 +196,7 @@ func TestStateCacheDropsFinishedFirst(t *testing.T) {
 		t.Error("the finished conversation stayed while paused ones were dropped")
 	}
 }
+
+// encodeSorted is v's encoding with map keys sorted: equal values, equal
+// encodings.
+func encodeSorted(v any) []byte { return sortedEncoders.appendTo(nil, v) }
