@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +81,23 @@ func encodeWith(t *testing.T, compactInts bool, v any) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// Every field of Event is written by EventBatch's encoding when set: a
+// field added to Event and not to it fails here.
+func TestEventMsgpackWritesEveryField(t *testing.T) {
+	t.Parallel()
+	e := Event{ConversationID: "c", RunID: "r", Type: "t", ToolCallID: "i", Data: json.RawMessage(`1`), Time: time.Now()}
+	var got struct {
+		Events []map[string]msgpack.RawMessage `msgpack:"events"`
+	}
+	if err := msgpack.Unmarshal(encodeWith(t, false, EventBatch{Events: []Event{e}}), &got); err != nil {
+		t.Fatal(err)
+	}
+	for f := range reflect.TypeFor[Event]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
+		if _, ok := got.Events[0][name]; !ok && f.IsExported() && name != "-" {
+			t.Errorf("Event.%s (%q) set is not written by EventBatch's EncodeMsgpack", f.Name, name)
+		}
+	}
 }

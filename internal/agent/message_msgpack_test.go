@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +91,35 @@ func encodeMsgpack(t *testing.T, compactInts bool, v any) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// Every stored field of Message and Part is written by the encoding when
+// set: a field added to either struct and not to it fails here.
+func TestMessageMsgpackWritesEveryField(t *testing.T) {
+	t.Parallel()
+	m := Message{Kind: KindResponse, RunID: "r", ConversationID: "c", Timestamp: time.Now(), ModelName: "m", Usage: &Usage{},
+		Parts: []Part{{Kind: PartToolReturn, Content: "c", ToolName: "t", ToolCallID: "i", Args: json.RawMessage(`1`), Value: json.RawMessage(`2`),
+			Outcome: OutcomeSuccess, Metadata: json.RawMessage(`3`)}}}
+	var got struct {
+		Message map[string]msgpack.RawMessage   `msgpack:"m"`
+		Parts   []map[string]msgpack.RawMessage `msgpack:"p"`
+	}
+	enc := encodeMsgpack(t, false, m)
+	if err := msgpack.Unmarshal(enc, &got.Message); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgpack.Unmarshal(got.Message["parts"], &got.Parts); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		typ reflect.Type
+		m   map[string]msgpack.RawMessage
+	}{{reflect.TypeFor[Message](), got.Message}, {reflect.TypeFor[Part](), got.Parts[0]}} {
+		for f := range c.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
+			if _, ok := c.m[name]; !ok && f.IsExported() && name != "-" {
+				t.Errorf("%s.%s (%q) set is not written by Message's EncodeMsgpack", c.typ.Name(), f.Name, name)
+			}
+		}
+	}
 }
