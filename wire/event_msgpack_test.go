@@ -4,18 +4,31 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/msgpackmap/msgpackmaptest"
 )
 
-// reflectedEvent is Event without its EncodeMsgpack: encoded by reflection.
+// reflectedEvent is Event as reflection encodes it (Event has no method,
+// but a batch of them does).
 type reflectedEvent Event
 
 type reflectedBatch struct {
 	Events []reflectedEvent `msgpack:"events"`
+}
+
+func reflected(events []Event) reflectedBatch {
+	if events == nil {
+		return reflectedBatch{}
+	}
+	out := reflectedBatch{Events: []reflectedEvent{}}
+	for _, e := range events {
+		out.Events = append(out.Events, reflectedEvent(e))
+	}
+	return out
 }
 
 // EventBatch's own encoding is reflection's, byte for byte, for every
@@ -23,13 +36,7 @@ type reflectedBatch struct {
 func TestEventMsgpackAsReflection(t *testing.T) {
 	t.Parallel()
 	for _, events := range [][]Event{nil, {}} {
-		var refl []reflectedEvent
-		if events != nil {
-			refl = []reflectedEvent{}
-		}
-		if got, want := encodeWith(t, false, EventBatch{Events: events}), encodeWith(t, false, reflectedBatch{Events: refl}); !bytes.Equal(got, want) {
-			t.Errorf("%#v encodes as %x; reflection gives %x", events, got, want)
-		}
+		msgpackmaptest.Same(t, EventBatch{Events: events}, reflected(events))
 	}
 	for i := range 16 {
 		e := Event{ConversationID: "c1", Type: "tool_call", Time: time.Date(2026, 12, 4, 10, 0, 0, 123456789, time.UTC)}
@@ -59,45 +66,24 @@ func FuzzEventMsgpackAsReflection(f *testing.F) {
 
 func checkEventEncoding(t *testing.T, e Event) {
 	t.Helper()
-	for _, compact := range []bool{false, true} {
-		got, want := encodeWith(t, compact, EventBatch{Events: []Event{e, e}}), encodeWith(t, compact, reflectedBatch{Events: []reflectedEvent{reflectedEvent(e), reflectedEvent(e)}})
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%+v in a batch encodes as\n%x\nreflection gives\n%x", e, got, want)
-		}
-	}
+	events := []Event{e, e}
+	msgpackmaptest.Same(t, EventBatch{Events: events}, reflected(events))
 	var back EventBatch
-	if err := msgpack.Unmarshal(encodeWith(t, false, EventBatch{Events: []Event{e}}), &back); err != nil || len(back.Events) != 1 ||
+	if err := msgpack.Unmarshal(msgpackmaptest.Encode(t, EventBatch{Events: events}, false, true), &back); err != nil || len(back.Events) != 2 ||
 		back.Events[0].ConversationID != e.ConversationID || !back.Events[0].Time.Equal(e.Time) || !bytes.Equal(back.Events[0].Data, e.Data) {
 		t.Fatalf("%+v decodes as %+v, %v", e, back, err)
 	}
 }
 
-func encodeWith(t *testing.T, compactInts bool, v any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(compactInts)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// Every field of Event is written by EventBatch's encoding when set: a
-// field added to Event and not to it fails here.
+// Every field of Event is written by EventBatch's encoding when set.
 func TestEventMsgpackWritesEveryField(t *testing.T) {
 	t.Parallel()
 	e := Event{ConversationID: "c", RunID: "r", Type: "t", ToolCallID: "i", Data: json.RawMessage(`1`), Time: time.Now()}
 	var got struct {
-		Events []map[string]msgpack.RawMessage `msgpack:"events"`
+		Events []msgpack.RawMessage `msgpack:"events"`
 	}
-	if err := msgpack.Unmarshal(encodeWith(t, false, EventBatch{Events: []Event{e}}), &got); err != nil {
-		t.Fatal(err)
+	if err := msgpack.Unmarshal(msgpackmaptest.Encode(t, EventBatch{Events: []Event{e}}, false, true), &got); err != nil || len(got.Events) != 1 {
+		t.Fatalf("%+v: %v", got, err)
 	}
-	for f := range reflect.TypeFor[Event]().Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
-		if _, ok := got.Events[0][name]; !ok && f.IsExported() && name != "-" {
-			t.Errorf("Event.%s (%q) set is not written by EventBatch's EncodeMsgpack", f.Name, name)
-		}
-	}
+	msgpackmaptest.EveryField(t, reflect.TypeFor[Event](), got.Events[0])
 }

@@ -1,16 +1,16 @@
 package agent
 
-import "github.com/vmihailenco/msgpack/v5"
+import (
+	"github.com/vmihailenco/msgpack/v5"
 
-// EncodeMsgpack writes m as msgpack's reflection would (fields in the
-// struct's order, the empty optional ones left out) without what
-// reflection costs for each optional field of each part: a boxed copy of
-// its value to test it for emptiness, and a list of the fields kept. Every
-// stored change of a conversation encodes its new messages, and that
-// garbage was a visible share of the orchestrator's.
-// TestMessageMsgpackAsReflection holds both to the same bytes. (The method
-// is on Message, not on *Part: reflection cannot address a Part value
-// encoded alone, and a method on *Part would refuse it.)
+	"github.com/toolgate/toolgate/internal/msgpackmap"
+)
+
+// EncodeMsgpack writes m as msgpack's reflection would, without its
+// garbage (package msgpackmap): every stored change of a conversation
+// encodes its new messages. The method is on Message, not on *Part:
+// reflection cannot address a Part value encoded alone, and a method on
+// *Part would refuse it.
 func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error {
 	n := 5
 	if m.ModelName != "" {
@@ -19,24 +19,22 @@ func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if m.Usage != nil {
 		n++
 	}
-	w := msgpackMap{enc: enc}
-	w.len(n)
-	w.str("kind", string(m.Kind))
-	if w.key("parts") {
-		w.err = encodeParts(enc, m.Parts)
+	w := msgpackmap.Writer{Enc: enc}
+	w.Len(n)
+	w.Str("kind", string(m.Kind))
+	if w.Key("parts") {
+		w.Err = encodeParts(enc, m.Parts)
 	}
-	w.str("run_id", m.RunID)
-	w.str("conversation_id", m.ConversationID)
-	if w.key("timestamp") {
-		w.err = enc.EncodeTime(m.Timestamp)
-	}
+	w.Str("run_id", m.RunID)
+	w.Str("conversation_id", m.ConversationID)
+	w.Time("timestamp", m.Timestamp)
 	if m.ModelName != "" {
-		w.str("model_name", m.ModelName)
+		w.Str("model_name", m.ModelName)
 	}
-	if m.Usage != nil && w.key("usage") {
-		w.err = enc.Encode(m.Usage)
+	if m.Usage != nil {
+		w.Value("usage", m.Usage)
 	}
-	return w.err
+	return w.Err
 }
 
 func encodeParts(enc *msgpack.Encoder, parts []Part) error {
@@ -61,61 +59,29 @@ func encodePart(enc *msgpack.Encoder, p *Part) error {
 			n++
 		}
 	}
-	w := msgpackMap{enc: enc}
-	w.len(n)
-	w.str("part_kind", string(p.Kind))
+	w := msgpackmap.Writer{Enc: enc}
+	w.Len(n)
+	w.Str("part_kind", string(p.Kind))
 	if p.Content != "" {
-		w.str("content", p.Content)
+		w.Str("content", p.Content)
 	}
 	if p.ToolName != "" {
-		w.str("tool_name", p.ToolName)
+		w.Str("tool_name", p.ToolName)
 	}
 	if p.ToolCallID != "" {
-		w.str("tool_call_id", p.ToolCallID)
+		w.Str("tool_call_id", p.ToolCallID)
 	}
 	if len(p.Args) > 0 {
-		w.bin("args", p.Args)
+		w.Bin("args", p.Args)
 	}
 	if len(p.Value) > 0 {
-		w.bin("value", p.Value)
+		w.Bin("value", p.Value)
 	}
 	if p.Outcome != "" {
-		w.str("outcome", string(p.Outcome))
+		w.Str("outcome", string(p.Outcome))
 	}
 	if len(p.Metadata) > 0 {
-		w.bin("metadata", p.Metadata)
+		w.Bin("metadata", p.Metadata)
 	}
-	return w.err
-}
-
-// msgpackMap writes a map's entries, keeping the first error.
-type msgpackMap struct {
-	enc *msgpack.Encoder
-	err error
-}
-
-func (w *msgpackMap) len(n int) {
-	if w.err == nil {
-		w.err = w.enc.EncodeMapLen(n)
-	}
-}
-
-// key writes k and reports whether its value is to follow.
-func (w *msgpackMap) key(k string) bool {
-	if w.err == nil {
-		w.err = w.enc.EncodeString(k)
-	}
-	return w.err == nil
-}
-
-func (w *msgpackMap) str(k, v string) {
-	if w.key(k) {
-		w.err = w.enc.EncodeString(v)
-	}
-}
-
-func (w *msgpackMap) bin(k string, v []byte) {
-	if w.key(k) {
-		w.err = w.enc.EncodeBytes(v)
-	}
+	return w.Err
 }

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolgate/toolgate/internal/msgpackmap/msgpackmaptest"
 )
 
 // reflectedMessage is Message without its EncodeMsgpack: encoded by
@@ -17,8 +18,8 @@ import (
 type reflectedMessage Message
 
 // Message's own encoding is reflection's, byte for byte, for every
-// optional field of a message and of a part set or not, with and without
-// compact ints; and it decodes back to the message.
+// optional field of a message and of a part set or not; and it decodes
+// back to the message.
 func TestMessageMsgpackAsReflection(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 4, 10, 0, 0, 123456789, time.UTC)
@@ -65,16 +66,10 @@ func FuzzMessageMsgpackAsReflection(f *testing.F) {
 
 func checkMessageEncoding(t *testing.T, m Message) {
 	t.Helper()
-	for _, compact := range []bool{false, true} {
-		if got, want := encodeMsgpack(t, compact, []Message{m}), encodeMsgpack(t, compact, []reflectedMessage{reflectedMessage(m)}); !bytes.Equal(got, want) {
-			t.Fatalf("%+v encodes as\n%x\nreflection gives\n%x", m, got, want)
-		}
-		if got, want := encodeMsgpack(t, compact, m), encodeMsgpack(t, compact, reflectedMessage(m)); !bytes.Equal(got, want) {
-			t.Fatalf("%+v alone encodes as\n%x\nreflection gives\n%x", m, got, want)
-		}
-	}
+	msgpackmaptest.Same(t, []Message{m}, []reflectedMessage{reflectedMessage(m)})
+	msgpackmaptest.Same(t, m, reflectedMessage(m))
 	var back Message
-	if err := msgpack.Unmarshal(encodeMsgpack(t, false, &m), &back); err != nil {
+	if err := msgpack.Unmarshal(msgpackmaptest.Encode(t, &m, false, false), &back); err != nil {
 		t.Fatal(err)
 	}
 	if d := cmp.Diff(m, back, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) }), cmp.Comparer(func(a, b json.RawMessage) bool { return bytes.Equal(a, b) })); d != "" && !(len(m.Parts) == 0 && len(back.Parts) == 0) {
@@ -82,44 +77,20 @@ func checkMessageEncoding(t *testing.T, m Message) {
 	}
 }
 
-func encodeMsgpack(t *testing.T, compactInts bool, v any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(compactInts)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // Every stored field of Message and Part is written by the encoding when
-// set: a field added to either struct and not to it fails here.
+// set.
 func TestMessageMsgpackWritesEveryField(t *testing.T) {
 	t.Parallel()
 	m := Message{Kind: KindResponse, RunID: "r", ConversationID: "c", Timestamp: time.Now(), ModelName: "m", Usage: &Usage{},
 		Parts: []Part{{Kind: PartToolReturn, Content: "c", ToolName: "t", ToolCallID: "i", Args: json.RawMessage(`1`), Value: json.RawMessage(`2`),
 			Outcome: OutcomeSuccess, Metadata: json.RawMessage(`3`)}}}
-	var got struct {
-		Message map[string]msgpack.RawMessage   `msgpack:"m"`
-		Parts   []map[string]msgpack.RawMessage `msgpack:"p"`
+	enc := msgpackmaptest.Encode(t, m, false, false)
+	msgpackmaptest.EveryField(t, reflect.TypeFor[Message](), enc)
+	var parts struct {
+		Parts []msgpack.RawMessage `msgpack:"parts"`
 	}
-	enc := encodeMsgpack(t, false, m)
-	if err := msgpack.Unmarshal(enc, &got.Message); err != nil {
-		t.Fatal(err)
+	if err := msgpack.Unmarshal(enc, &parts); err != nil || len(parts.Parts) != 1 {
+		t.Fatalf("parts of %x: %v", enc, err)
 	}
-	if err := msgpack.Unmarshal(got.Message["parts"], &got.Parts); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		typ reflect.Type
-		m   map[string]msgpack.RawMessage
-	}{{reflect.TypeFor[Message](), got.Message}, {reflect.TypeFor[Part](), got.Parts[0]}} {
-		for f := range c.typ.Fields() {
-			name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
-			if _, ok := c.m[name]; !ok && f.IsExported() && name != "-" {
-				t.Errorf("%s.%s (%q) set is not written by Message's EncodeMsgpack", c.typ.Name(), f.Name, name)
-			}
-		}
-	}
+	msgpackmaptest.EveryField(t, reflect.TypeFor[Part](), parts.Parts[0])
 }

@@ -1,16 +1,13 @@
 package orchestrator
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/msgpackmap/msgpackmaptest"
 )
 
 // reflectedConversation is Conversation without its EncodeMsgpack: encoded
@@ -18,7 +15,7 @@ import (
 type reflectedConversation Conversation
 
 // Conversation's own encoding is reflection's, byte for byte, for every
-// optional field set or not, sorted or not, alone and behind a pointer.
+// optional field set or not, alone and behind a pointer.
 func TestConversationMsgpackAsReflection(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 4, 10, 0, 0, 123456789, time.UTC)
@@ -49,57 +46,18 @@ func TestConversationMsgpackAsReflection(t *testing.T) {
 				set(&c)
 			}
 		}
-		for _, sorted := range []bool{false, true} {
-			for _, compact := range []bool{false, true} {
-				for _, v := range [][2]any{{c, reflectedConversation(c)}, {&c, (*reflectedConversation)(&c)}} {
-					got, want := encodeAs(t, sorted, compact, v[0]), encodeAs(t, sorted, compact, v[1])
-					if !bytes.Equal(got, want) {
-						t.Fatalf("%+v (sorted %v, compact %v) encodes as\n%x\nreflection gives\n%x", c, sorted, compact, got, want)
-					}
-				}
-			}
-		}
+		msgpackmaptest.Same(t, c, reflectedConversation(c))
+		msgpackmaptest.Same(t, &c, (*reflectedConversation)(&c))
 	}
-}
-
-func encodeAs(t *testing.T, sorted, compact bool, v any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.SetSortMapKeys(sorted)
-	enc.UseCompactInts(compact)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // Every stored field of Conversation is written by its EncodeMsgpack when
-// set: a field added to the struct and not to the method fails here.
+// set.
 func TestConversationMsgpackWritesEveryField(t *testing.T) {
 	t.Parallel()
 	at := time.Now()
 	c := Conversation{ID: "c", Status: StatusPaused, History: []agent.Message{{}}, Runs: []*RunRecord{{}}, Batch: &Batch{}, Output: "o",
 		Error: "e", Lease: &Lease{}, StaleReplies: 1, Decisions: []DecisionRecord{{}}, Agent: "a", AgentDigest: "d",
 		Caller: json.RawMessage(`1`), Unserved: "u", UnservedSince: at, CreatedAt: at, UpdatedAt: at}
-	checkEveryField(t, reflect.TypeFor[Conversation](), encodeAs(t, false, false, c))
-}
-
-// checkEveryField fails unless the msgpack map enc holds every field of
-// struct type typ that has a msgpack name.
-func checkEveryField(t *testing.T, typ reflect.Type, enc []byte) {
-	t.Helper()
-	var m map[string]msgpack.RawMessage
-	if err := msgpack.Unmarshal(enc, &m); err != nil {
-		t.Fatal(err)
-	}
-	for f := range typ.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
-		if !f.IsExported() || name == "-" {
-			continue
-		}
-		if _, ok := m[name]; !ok {
-			t.Errorf("%s.%s (%q) set is not written by its EncodeMsgpack", typ.Name(), f.Name, name)
-		}
-	}
+	msgpackmaptest.EveryField(t, reflect.TypeFor[Conversation](), msgpackmaptest.Encode(t, c, false, false))
 }
