@@ -374,7 +374,8 @@ var memoryMetrics = []string{
 
 // reconcileMetrics are the reconcile rows of a memory case, in order.
 var reconcileMetrics = []string{
-	MetricReconcileNone, MetricReconcileFinished, MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileReads,
+	MetricReconcileNone, MetricReconcileFinished, MetricReconcileRequestNone, MetricReconcileRequestFinished,
+	MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileReads,
 }
 
 func memoryRows(c MemoryCase, raw MemoryMeasurement, tg *MemoryMeasurement) []Row {

@@ -535,7 +535,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	defer r.tearDown(ctx)
 
-	none, _, err := r.timeReconcile(ctx, reconcilePasses)
+	none, noneReq, _, err := r.timeReconcile(ctx, reconcilePasses)
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
@@ -573,7 +573,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 	resumeWrites := float64(r.stats.StateWrites.Load()-writes0) / float64(n)
 
-	cleanup, _, err := r.timeReconcile(ctx, 1)
+	cleanup, _, _, err := r.timeReconcile(ctx, 1)
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
@@ -582,7 +582,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if err := r.eventsPublished(ctx); err != nil {
 		return MemoryMeasurement{}, err
 	}
-	finished, reads, err := r.timeReconcile(ctx, reconcilePasses)
+	finished, finishedReq, reads, err := r.timeReconcile(ctx, reconcilePasses)
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
@@ -597,7 +597,9 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricResumeWrites:         resumeWrites,
 			MetricReconcileNone:        ms(none),
 			MetricReconcileFinished:    ms(finished),
-			MetricReconcileGrowth:      float64(finished) / float64(max(none, time.Microsecond)),
+			MetricReconcileRequestNone:     ms(noneReq),
+			MetricReconcileRequestFinished: ms(finishedReq),
+			MetricReconcileGrowth:          inRequests(finished, finishedReq) / inRequests(none, noneReq),
 			MetricReconcileCleanup:     ms(cleanup),
 			MetricReconcileReads:       reads,
 		},
@@ -705,20 +707,45 @@ const memProfileRate = 32 << 10
 const reconcilePasses = 21
 
 // timeReconcile runs n reconcile passes after a collection (the garbage of
-// what ran before is not theirs) and returns the median time of one and
-// the state reads per pass.
-func (r *rig) timeReconcile(ctx context.Context, n int) (time.Duration, float64, error) {
+// what ran before is not theirs), each just after a bare request (the
+// status of the harness's empty reference bucket), and returns the median
+// time of a pass and of a request, and the state reads per pass.
+func (r *rig) timeReconcile(ctx context.Context, n int) (pass, request time.Duration, reads float64, err error) {
+	ref, err := r.referenceBucket(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	runtime.GC()
-	times := make([]time.Duration, n)
+	passes, requests := make([]time.Duration, n), make([]time.Duration, n)
 	reads0 := r.stats.StateReads.Load()
 	for i := range n {
 		start := time.Now()
-		if err := r.orch.Reconcile(ctx); err != nil {
-			return 0, 0, fmt.Errorf("toolgate: reconcile: %w", err)
+		if _, err := ref.Status(ctx); err != nil {
+			return 0, 0, 0, fmt.Errorf("toolgate: reference request: %w", err)
 		}
-		times[i] = time.Since(start)
+		requests[i] = time.Since(start)
+		start = time.Now()
+		if err := r.orch.Reconcile(ctx); err != nil {
+			return 0, 0, 0, fmt.Errorf("toolgate: reconcile: %w", err)
+		}
+		passes[i] = time.Since(start)
 	}
-	return Summarize(times).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
+	return Summarize(passes).P50, Summarize(requests).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
+}
+
+// referenceBucket is an empty KV bucket of the harness's own: the status
+// of a bucket is the request a reconcile pass with nothing due makes.
+func (r *rig) referenceBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := r.bus.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_reference", Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("toolgate: reference bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// inRequests is d in units of request (at least a microsecond).
+func inRequests(d, request time.Duration) float64 {
+	return float64(d) / float64(max(request, time.Microsecond))
 }
 
 func heapAfterGC() uint64 {
