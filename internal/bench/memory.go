@@ -63,8 +63,8 @@ const (
 	MetricReconcileRequestNone     = "reconcile_request_ms_none_stored"
 	MetricReconcileRequestFinished = "reconcile_request_ms_finished_stored"
 	MetricReconcileGrowth          = "reconcile_finished_over_none"
-	MetricReconcileCleanup  = "reconcile_ms_first_after_finish"
-	MetricReconcileReads    = "reconcile_state_reads_per_pass"
+	MetricReconcileCleanup         = "reconcile_ms_first_after_finish"
+	MetricReconcileReads           = "reconcile_state_reads_per_pass"
 )
 
 const (
