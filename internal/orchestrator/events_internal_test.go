@@ -1,12 +1,14 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -406,5 +408,120 @@ func TestEventQueueKeepsConversationsApart(t *testing.T) {
 	}
 	if rest := taken(q); len(rest) != 1 || rest[0].ev.ConversationID != "second" {
 		t.Errorf("left after a full take: %d events", len(rest))
+	}
+}
+
+// Events emitted at once by many runs of many conversations, some held
+// and flushed, some held and dropped, text deltas among them, are each
+// published once, in their conversation's order, and a dropped hold's
+// never: the arrays that queue them are used again, and one used again
+// too early would show here as a lost, repeated or foreign event.
+func TestEventPublisherUnderLoad(t *testing.T) {
+	t.Parallel()
+	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p := newEventPublisher(b, slog.New(slog.DiscardHandler), time.Now)
+	go p.loop()
+
+	const convs, steps = 40, 30
+	var wg sync.WaitGroup
+	for c := range convs {
+		wg.Go(func() {
+			conv := fmt.Sprintf("load%02d", c)
+			ctx := t.Context()
+			for s := range steps {
+				run := fmt.Sprintf("r%d_%s", s, conv)
+				emit := func(ctx context.Context, typ string) {
+					p.publish(ctx, conv, run, typ, "", map[string]int{"step": s})
+				}
+				switch s % 3 {
+				case 0: // straight to the queue
+					emit(ctx, "run_started")
+					p.agentEvent(ctx, conv, run, agent.Event{Kind: agent.EventTextDelta, Delta: "a"})
+					p.agentEvent(ctx, conv, run, agent.Event{Kind: agent.EventTextDelta, Delta: "b"})
+					emit(ctx, "run_completed")
+				case 1: // held, then flushed
+					h := p.newHold()
+					hctx := withEventHold(ctx, h)
+					emit(hctx, "run_started")
+					emit(hctx, "run_paused")
+					h.flush()
+					emit(hctx, "run_completed")
+				case 2: // held, then dropped
+					h := p.newHold()
+					hctx := withEventHold(ctx, h)
+					emit(hctx, "dropped")
+					h.drop()
+					emit(hctx, "dropped")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	p.stop(t.Context())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for c := range convs {
+		conv := fmt.Sprintf("load%02d", c)
+		var want []string
+		for s := range steps {
+			switch s % 3 {
+			case 0:
+				want = append(want, fmt.Sprintf("%d:run_started", s), fmt.Sprintf("%d:text_delta=ab", s), fmt.Sprintf("%d:run_completed", s))
+			case 1:
+				want = append(want, fmt.Sprintf("%d:run_started", s), fmt.Sprintf("%d:run_paused", s), fmt.Sprintf("%d:run_completed", s))
+			}
+		}
+		// Deltas queued back to back merge when the publisher has not
+		// taken the first yet: however they were split, their text is one.
+		var got []string
+		others := 0
+		for se, err := range b.Events(ctx, conv, 0) {
+			if err != nil {
+				t.Fatalf("%s: %v; published so far %v", conv, err, got)
+			}
+			ev := se.Event
+			if ev.ConversationID != conv {
+				t.Fatalf("%s: an event of %s", conv, ev.ConversationID)
+			}
+			var d struct {
+				Step  int    `json:"step"`
+				Delta string `json:"delta"`
+			}
+			if err := json.Unmarshal(ev.Data, &d); err != nil {
+				t.Fatalf("%s: %s data %s: %v", conv, ev.Type, ev.Data, err)
+			}
+			if ev.Type != "text_delta" {
+				got = append(got, fmt.Sprintf("%d:%s", d.Step, ev.Type))
+				if others++; others == len(want)-steps/3 {
+					break
+				}
+				continue
+			}
+			if _, err := fmt.Sscanf(ev.RunID, "r%d_", &d.Step); err != nil {
+				t.Fatalf("%s: a delta of run %s", conv, ev.RunID)
+			}
+			key := fmt.Sprintf("%d:text_delta=", d.Step)
+			if n := len(got); n > 0 && strings.HasPrefix(got[n-1], key) {
+				got[n-1] += d.Delta
+			} else {
+				got = append(got, key+d.Delta)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s published\n%v\nwant\n%v", conv, got, want)
+		}
 	}
 }
