@@ -188,6 +188,7 @@ func (e *eventQueue) pushAll(evs []queuedEvent) bool {
 	}
 	if ce := e.convs[evs[0].ev.ConversationID]; ce != nil {
 		ce.events = append(ce.events, evs...)
+		queuedArrays.put(evs)
 	} else {
 		e.convs[evs[0].ev.ConversationID] = &convEvents{events: evs, oldest: time.Now()}
 	}
