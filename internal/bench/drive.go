@@ -134,6 +134,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	failed := bg.failed()
+	alloc0 := allocated()
 	start := time.Now()
 	for conv := range c.Conversations() {
 		conversation := fmt.Sprintf("conv_%s%06d", prefix, conv)
@@ -194,11 +195,12 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 	}
 	elapsed := time.Since(start)
 	return Measurement{
-		Calls:   len(latencies),
-		Elapsed: elapsed,
-		Latency: Summarize(latencies),
-		Reply:   Summarize(replies),
-		Gap:     longestGap(start, done),
+		Calls:      len(latencies),
+		Elapsed:    elapsed,
+		Latency:    Summarize(latencies),
+		Reply:      Summarize(replies),
+		Gap:        longestGap(start, done),
+		AllocBytes: allocatedPer(alloc0, len(latencies)),
 	}, nil
 }
 

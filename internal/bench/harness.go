@@ -336,6 +336,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 		{MetricThroughput, Measurement.Throughput},
 		{MetricP50, func(m Measurement) float64 { return ms(m.Latency.P50) }},
 		{MetricP99, func(m Measurement) float64 { return ms(m.Latency.P99) }},
+		{MetricAllocBytes, func(m Measurement) float64 { return m.AllocBytes }},
 	}
 	rows := make([]Row, 0, len(figs)+2)
 	for _, f := range figs {
@@ -369,7 +370,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
 	MetricHeapPerConversation, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
-	MetricResumeReads, MetricResumeWrites, MetricReplyPublishSeconds, MetricKVCreateSeconds,
+	MetricResumeAllocBytes, MetricResumeReads, MetricResumeWrites, MetricReplyPublishSeconds, MetricKVCreateSeconds,
 }
 
 // reconcileMetrics are the reconcile rows of a memory case, in order.

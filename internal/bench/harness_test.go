@@ -55,10 +55,10 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 4 cases × 4 round-trip metrics and a round-trip count for the 2 of
-	// batch 1, 8 + 3 long-conversation metrics, 8 memory and 7 reconcile
+	// 4 cases × 5 round-trip metrics and a round-trip count for the 2 of
+	// batch 1, 8 + 3 long-conversation metrics, 9 memory and 7 reconcile
 	// metrics, 5 messages × 2 ops × 3 codec metrics + 5 sizes.
-	if want := 4*4 + 2 + 8 + 3 + 8 + 7 + 5*2*3 + 5; len(res.Cases) != want {
+	if want := 4*5 + 2 + 8 + 3 + 9 + 7 + 5*2*3 + 5; len(res.Cases) != want {
 		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
 	}
 	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {
@@ -114,7 +114,8 @@ func TestRunSmall(t *testing.T) {
 			}
 			continue
 		}
-		if row.Toolgate == nil || row.Ratio == nil || row.Pass == nil {
+		// Every round-trip figure has a target but the allocations.
+		if row.Toolgate == nil || row.Ratio == nil || (row.Pass == nil) != (row.Metric == bench.MetricAllocBytes) {
 			t.Fatalf("%s %s: toolgate %v ratio %v pass %v, want all set", row.Name, row.Metric, row.Toolgate, row.Ratio, row.Pass)
 		}
 		if got, want := *row.Ratio, *row.Toolgate / *row.Raw; got != want {

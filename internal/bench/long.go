@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -136,9 +137,16 @@ func (t *ToolgateTarget) RunLong(ctx context.Context, c LongCase) (LongMeasureme
 		defer mu.Unlock()
 		return LongMeasurement{}, fmt.Errorf("toolgate %s: %d pauses, want one per call", c.Name(), len(pauses))
 	}
+	sizes, err := r.callBytes(ctx, info.ConversationID)
+	if err != nil {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: %w", c.Name(), err)
+	}
+	if len(sizes) != c.Calls+1 {
+		return LongMeasurement{}, fmt.Errorf("toolgate %s: the log holds %d calls' records and an end, want %d", c.Name(), len(sizes)-1, c.Calls)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	figs := longFigures(c, pauses, start, bytes0)
+	figs := longFigures(c, pauses, start, sizes)
 	figs[MetricSeconds] = total.Seconds()
 	figs[MetricStateBytes] = float64(r.stats.StateBytes.Load() - bytes0)
 	figs[MetricHistoryBytes] = float64(end.historyBytes)
@@ -169,19 +177,44 @@ func (t *ToolgateTarget) longAgent(c LongCase) (*orchestrator.AgentConfig, strin
 	return a, tool, err
 }
 
-// longFigures are the per-call figures of the long case from its pauses:
-// the time and state bytes of each call, compared between the first and
-// the last LongWindow calls (the first call, which starts the
-// conversation, left out).
-func longFigures(c LongCase, pauses []runEnd, start time.Time, bytes0 int64) map[string]float64 {
+// callBytes is the bytes of the records of conversation id by call, read
+// from its log once it finished: a call's records run up to the one that
+// leaves the conversation paused (the last, finished). Read from the log
+// rather than from the orchestrator's byte counter at each pause's
+// OnRunEnd: that is told once the calls' publication is acknowledged, by
+// when a quick worker's reply may have had the next call's records
+// written, and a loaded machine counted a call's bytes for the one before.
+func (r *rig) callBytes(ctx context.Context, id string) ([]float64, error) {
+	var (
+		out []float64
+		cur float64
+	)
+	_, err := r.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
+		cur += float64(len(m.Data))
+		switch orchestrator.Status(m.Header.Get(orchestrator.RecordStatusHeader)) {
+		case orchestrator.StatusPaused, orchestrator.StatusCompleted, orchestrator.StatusFailed:
+			out, cur = append(out, cur), 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the log of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// longFigures are the per-call figures of the long case from its pauses
+// and the bytes of each call's records: the time and state bytes of each
+// call, compared between the first and the last LongWindow calls (the
+// first call, which starts the conversation, left out).
+func longFigures(c LongCase, pauses []runEnd, start time.Time, sizes []float64) map[string]float64 {
 	// Ends of different runs may be seen out of order.
 	slices.SortFunc(pauses, func(a, b runEnd) int { return a.runs - b.runs })
 	times := make([]time.Duration, c.Calls)
-	sizes := make([]float64, c.Calls)
-	prevAt, prevBytes := start, bytes0
+	prevAt := start
 	for i, p := range pauses {
-		times[i], sizes[i] = p.endedAt.Sub(prevAt), float64(p.stateBytes-prevBytes)
-		prevAt, prevBytes = p.endedAt, p.stateBytes
+		times[i] = p.endedAt.Sub(prevAt)
+		prevAt = p.endedAt
 	}
 	figs := map[string]float64{}
 	if c.ResultBytes == 0 {

@@ -29,6 +29,11 @@ const (
 	// conversation's entry by revision (CAS): the bare JetStream work of a
 	// resume, the yardstick.
 	MetricResumeSeconds = "resume_seconds"
+	// MetricResumeAllocBytes is the bytes the process allocated per
+	// resumed conversation: for toolgate over the resume (the replies'
+	// publication included, as in its time), for raw over the replies'
+	// publication and its consume and CAS.
+	MetricResumeAllocBytes = "resume_alloc_bytes_per_conversation"
 	// MetricKVCreateSeconds is the raw side's time to create one KV entry
 	// per paused conversation.
 	MetricKVCreateSeconds = "kv_create_seconds"
@@ -213,6 +218,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	storePer := float64(status.Bytes()) / float64(n)
 
 	// The replies arrive: the yardstick is the time to publish them.
+	alloc0 := allocated()
 	start = time.Now()
 	err = publishAll(ctx, js, n, "publish reply", nil, rawReplyOf(prefix))
 	if err != nil {
@@ -224,12 +230,14 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	if err != nil {
 		return mm, err
 	}
+	resumeAlloc := allocatedPer(alloc0, n)
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
 			MetricHeapPerConversation:  heapPer,
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resumeSeconds,
+			MetricResumeAllocBytes:     resumeAlloc,
 			MetricKVCreateSeconds:      createSeconds,
 			MetricReplyPublishSeconds:  publishSeconds,
 		},

@@ -18,6 +18,9 @@ const (
 	MetricThroughput = "throughput_calls_per_s"
 	MetricP50        = "p50_ms"
 	MetricP99        = "p99_ms"
+	// MetricAllocBytes is the bytes the whole process allocated per
+	// measured call (Measurement.AllocBytes).
+	MetricAllocBytes = "alloc_bytes_per_call"
 	// MetricStoredMessages is the messages stored per call in every stream
 	// and bucket of the side (toolgate: records, events, calls, replies,
 	// index entries; raw: calls and replies).

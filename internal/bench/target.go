@@ -41,6 +41,9 @@ type Measurement struct {
 	// completed: a stall the client did not report shows here (see
 	// StallGap).
 	Gap time.Duration `json:"longest_gap_ns,omitempty"`
+	// AllocBytes is the bytes the process allocated per measured call
+	// (allocated): the garbage a call costs, whatever the machine's speed.
+	AllocBytes float64 `json:"alloc_bytes_per_call,omitempty"`
 	// StateWrites and StateBytes are the orchestrator's appends to
 	// conversation logs per measured call, and their bytes: where its
 	// overhead over the baseline goes. Zero for the baseline.

@@ -112,9 +112,6 @@ type runEnd struct {
 	pausedAt, resumedAt time.Time
 	// endedAt is the end of the run that ended.
 	endedAt time.Time
-	// stateBytes is the orchestrator's Stats().StateBytes when the end
-	// was seen.
-	stateBytes int64
 	// historyBytes is the JSON size of the history, measured only for a
 	// finished conversation of a rig that asks for it.
 	historyBytes int
@@ -279,7 +276,7 @@ func (r *rig) startWorkers(ctx context.Context, n int, tools ...string) error {
 // onRunEnd is the orchestrator's OnRunEnd: it keeps a few figures of the
 // run's end and hands a finished conversation's to whoever waits for it.
 func (r *rig) onRunEnd(c *orchestrator.Conversation) {
-	e := runEnd{id: c.ID, status: c.Status, err: c.Error, runs: len(c.Runs), stateBytes: r.stats.StateBytes.Load()}
+	e := runEnd{id: c.ID, status: c.Status, err: c.Error, runs: len(c.Runs)}
 	if n := len(c.Runs); n > 0 {
 		e.endedAt = c.Runs[n-1].EndedAt
 	}
@@ -387,6 +384,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
+	alloc0 := allocated()
 	start := time.Now()
 	for range c.Conversations() {
 		g.Go(func() error {
@@ -422,7 +420,8 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err := g.Wait(); err != nil {
 		return Measurement{}, err
 	}
-	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0}
+	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0,
+		AllocBytes: allocatedPer(alloc0, len(latencies))}
 	m.Gap = longestGap(start, done)
 	if m.Calls > 0 {
 		calls := float64(m.Calls)
@@ -565,11 +564,13 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 	reads0, writes0 := r.stats.StateReads.Load(), r.stats.StateWrites.Load()
+	alloc0 := allocated()
 	start := time.Now()
 	if err := r.resumeAll(ctx, ids, replies); err != nil {
 		return MemoryMeasurement{}, err
 	}
 	resume := time.Since(start).Seconds()
+	resumeAlloc := allocatedPer(alloc0, n)
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 	resumeWrites := float64(r.stats.StateWrites.Load()-writes0) / float64(n)
 
@@ -593,6 +594,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricOrchestratorHeap:         ownPer,
 			MetricStorePerConversation:     storePer,
 			MetricResumeSeconds:            resume,
+			MetricResumeAllocBytes:         resumeAlloc,
 			MetricResumeReads:              resumeReads,
 			MetricResumeWrites:             resumeWrites,
 			MetricReconcileNone:            ms(none),

@@ -85,6 +85,10 @@ const (
 	hdrPart    = "Toolgate-Part" // "i/n"
 )
 
+// RecordStatusHeader is the header of every record of a conversation's
+// log that holds the conversation's status after the record.
+const RecordStatusHeader = hdrStatus
+
 // Keys of the index bucket (bus.BucketIndex).
 const dueKeyPrefix = "due."
 
