@@ -298,8 +298,8 @@ func (c *Conversation) clone() *Conversation {
 // encoderPool keeps msgpack encoders with their buffers for reuse: an
 // encoder writing into a fresh buffer grows it by doubling, and that
 // garbage (the fingerprints and records of every change) was a large share
-// of what the orchestrator allocated. A fingerprint's encodings are
-// appended to its own array; a record is appended from the buffer itself.
+// of what the orchestrator allocated. An encoding is copied out at its
+// exact size.
 type encoderPool struct{ pool sync.Pool }
 
 type pooledEncoder struct {
@@ -324,6 +324,15 @@ var (
 	sortedEncoders = newEncoderPool(true)
 	recordEncoders = newEncoderPool(false)
 )
+
+func (p *encoderPool) encode(v any) ([]byte, error) {
+	e := p.get()
+	defer p.put(e)
+	if err := e.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.buf.Bytes()), nil
+}
 
 // appendTo appends v's encoding to dst. Every stored type encodes; should
 // one fail, a programming error, its message stands for it: an encoding

@@ -96,7 +96,7 @@ func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
 			enc := msgpack.NewEncoder(&buf)
 			enc.SetSortMapKeys(sorted)
 			werr := enc.Encode(v)
-			got, err := encodeCopy(pool, v)
+			got, err := pool.encode(v)
 			if _, isMap := v.(map[string]string); isMap && !sorted {
 				// Unsorted, a map's keys come in any order.
 				continue
@@ -114,7 +114,7 @@ func TestPooledEncodersEncodeAsFreshOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := encodeCopy(recordEncoders, rec); !bytes.Equal(got, want) {
+	if got, _ := recordEncoders.encode(rec); !bytes.Equal(got, want) {
 		t.Error("a record encodes differently from msgpack.Marshal")
 	}
 }
@@ -138,14 +138,4 @@ func TestHistoryRoomGoesToOneRun(t *testing.T) {
 	if folded.historyRoom != nil || cap(folded.clone().History) != len(folded.History) {
 		t.Error("a history a record appended to kept a room flag")
 	}
-}
-
-// encodeCopy is v encoded by an encoder of pool, copied out.
-func encodeCopy(pool *encoderPool, v any) ([]byte, error) {
-	e := pool.get()
-	defer pool.put(e)
-	if err := e.enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.Clone(e.buf.Bytes()), nil
 }

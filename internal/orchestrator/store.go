@@ -399,15 +399,10 @@ func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *r
 // appendAs is append naming in the record's headers the replica that
 // created the conversation (hdrOrigin), when origin is not empty.
 func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r *record, origin string) (uint64, int, error) {
-	// Encoded into a pooled buffer, not copied out: the append is
-	// synchronous, and the client has copied the bytes out by the time it
-	// returns.
-	e := recordEncoders.get()
-	defer recordEncoders.put(e)
-	if err := e.enc.Encode(r); err != nil {
+	b, err := recordEncoders.encode(r)
+	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
-	b := e.buf.Bytes()
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
 	h := nats.Header{}
