@@ -201,9 +201,17 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	// relaunched when its lease runs out. So a follow-up is counted either
 	// as launched or as relaunched, never twice; the histories checked
 	// above are what says that each batch was followed up exactly once.
+	// Except for a follow-up run before its claim was stored (tentative)
+	// and dropped because that write failed: it is uncounted, though the
+	// write may have landed with the run's end in it (the run then needs
+	// no relaunch, and is counted nowhere) or with the claim alone (and it
+	// is launched again here or relaunched). Each such drop moves the
+	// count by one at most.
 	st := o.Stats()
-	if f, r := st.FollowUps.Load(), st.RunsRelaunched.Load(); f > 2*n || f+r < 2*n {
-		t.Errorf("follow-ups launched %d and relaunched %d; want at most %d launched and %d in all", f, r, 2*n, 2*n)
+	dropped := st.TentativeDropped.Load()
+	if f, r := st.FollowUps.Load(), st.RunsRelaunched.Load(); f > 2*n+dropped || f+r < 2*n-dropped {
+		t.Errorf("follow-ups launched %d and relaunched %d, %d dropped before their claim was stored; want at most %d launched and %d in all, give or take the dropped",
+			f, r, dropped, 2*n, 2*n)
 	}
 	if leader := cl.streamLeader(bus.StreamReplies); leader < 0 || leader == victim {
 		t.Errorf("replies stream leader after the kill: %d", leader)
