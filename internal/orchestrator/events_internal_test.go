@@ -14,7 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 // Events are batched in order, within the size bound; a large event goes
@@ -60,19 +60,7 @@ func TestChunkEvents(t *testing.T) {
 // An invalid event is dropped alone: the valid events queued with it are
 // still published, in order.
 func TestInvalidEventDroppedAlone(t *testing.T) {
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	b := bustest.NewBus(t)
 	p := newEventPublisher(b, slog.New(slog.DiscardHandler), time.Now)
 	ev := func(typ string) queuedEvent {
 		return queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
@@ -418,19 +406,7 @@ func TestEventQueueKeepsConversationsApart(t *testing.T) {
 // too early would show here as a lost, repeated or foreign event.
 func TestEventPublisherUnderLoad(t *testing.T) {
 	t.Parallel()
-	srv, err := embedded.StartServer(embedded.ServerConfig{StoreDir: t.TempDir(), NoListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	b, err := srv.Connect(t.Context(), bus.ConnConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.Setup(t.Context(), bus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	b := bustest.NewBus(t)
 	p := newEventPublisher(b, slog.New(slog.DiscardHandler), time.Now)
 	go p.loop()
 
