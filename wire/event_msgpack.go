@@ -32,14 +32,8 @@ func (b EventBatch) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 func encodeEvent(enc *msgpack.Encoder, e *Event) error {
-	n := 3
-	for _, set := range [...]bool{e.RunID != "", e.ToolCallID != "", len(e.Data) > 0} {
-		if set {
-			n++
-		}
-	}
 	w := msgpackmap.Writer{Enc: enc}
-	w.Len(n)
+	w.Len(3 + msgpackmap.Count(e.RunID != "", e.ToolCallID != "", len(e.Data) > 0))
 	w.Str("conversation_id", e.ConversationID)
 	if e.RunID != "" {
 		w.Str("run_id", e.RunID)

@@ -12,15 +12,8 @@ import (
 // reflection cannot address a Part value encoded alone, and a method on
 // *Part would refuse it.
 func (m Message) EncodeMsgpack(enc *msgpack.Encoder) error {
-	n := 5
-	if m.ModelName != "" {
-		n++
-	}
-	if m.Usage != nil {
-		n++
-	}
 	w := msgpackmap.Writer{Enc: enc}
-	w.Len(n)
+	w.Len(5 + msgpackmap.Count(m.ModelName != "", m.Usage != nil))
 	w.Str("kind", string(m.Kind))
 	if w.Key("parts") {
 		w.Err = encodeParts(enc, m.Parts)
@@ -53,14 +46,8 @@ func encodeParts(enc *msgpack.Encoder, parts []Part) error {
 }
 
 func encodePart(enc *msgpack.Encoder, p *Part) error {
-	n := 1
-	for _, set := range [...]bool{p.Content != "", p.ToolName != "", p.ToolCallID != "", len(p.Args) > 0, len(p.Value) > 0, p.Outcome != "", len(p.Metadata) > 0} {
-		if set {
-			n++
-		}
-	}
 	w := msgpackmap.Writer{Enc: enc}
-	w.Len(n)
+	w.Len(1 + msgpackmap.Count(p.Content != "", p.ToolName != "", p.ToolCallID != "", len(p.Args) > 0, len(p.Value) > 0, p.Outcome != "", len(p.Metadata) > 0))
 	w.Str("part_kind", string(p.Kind))
 	if p.Content != "" {
 		w.Str("content", p.Content)

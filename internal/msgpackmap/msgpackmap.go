@@ -19,6 +19,18 @@ type Writer struct {
 	Err error
 }
 
+// Count is how many of present are true: the entries of a map whose
+// optional ones are written only when set.
+func Count(present ...bool) int {
+	n := 0
+	for _, p := range present {
+		if p {
+			n++
+		}
+	}
+	return n
+}
+
 // Len starts a map of n entries.
 func (w *Writer) Len(n int) {
 	if w.Err == nil {

@@ -11,17 +11,9 @@ import (
 // stored change encodes the head of its conversation up to three times
 // (its fingerprint, diff's comparison, the record).
 func (c Conversation) EncodeMsgpack(enc *msgpack.Encoder) error {
-	n := 6
-	for _, set := range [...]bool{
-		c.Batch != nil, c.Output != "", c.Error != "", c.Lease != nil, c.StaleReplies != 0, len(c.Decisions) > 0,
-		c.Agent != "", c.AgentDigest != "", len(c.Caller) > 0, c.Unserved != "", !c.UnservedSince.IsZero(),
-	} {
-		if set {
-			n++
-		}
-	}
 	w := msgpackmap.Writer{Enc: enc}
-	w.Len(n)
+	w.Len(6 + msgpackmap.Count(c.Batch != nil, c.Output != "", c.Error != "", c.Lease != nil, c.StaleReplies != 0, len(c.Decisions) > 0,
+		c.Agent != "", c.AgentDigest != "", len(c.Caller) > 0, c.Unserved != "", !c.UnservedSince.IsZero()))
 	w.Str("id", c.ID)
 	w.Str("status", string(c.Status))
 	w.Value("history", c.History)
