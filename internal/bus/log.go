@@ -2,9 +2,11 @@ package bus
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -261,39 +263,223 @@ func (b *Bus) LogPartSize() int {
 	return max(int(b.nc.MaxPayload())-logPartHeadroom, 1024)
 }
 
-// AppendLog appends data with header to subject if the subject's last
-// message is at sequence expect, and returns the new last sequence. The
-// subject's stream must allow atomic publish for data over LogPartSize.
-func (b *Bus) AppendLog(ctx context.Context, subject string, expect uint64, data []byte, header nats.Header) (uint64, error) {
-	part := b.LogPartSize()
-	expectHdr := strconv.FormatUint(expect, 10)
-	if len(data) <= part {
-		m := &nats.Msg{Subject: subject, Data: data, Header: cloneHeader(header)}
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
-		ack, err := b.js.PublishMsg(ctx, m)
-		if err != nil {
-			return 0, logAppendError(err)
+// AppendLog appends data with header to subject, a subject of stream, if
+// the subject's last message is at sequence expect, and returns the new
+// last sequence. The append is a compare-and-set: a refused expected
+// sequence is ErrLogConflict.
+//
+// An append whose answer is lost (a timeout, a connection that dropped,
+// a stream leader that went away) may have been stored or not. Each
+// message it writes carries an id of this call (HeaderLogAppend); on a
+// lost answer, and on a conflict that may be the append's own earlier
+// attempt, the subject's first message after expect is read from the
+// stream's leader: the append's own is its success, another's a conflict,
+// none a reason to send it again (an attempt still in flight is then
+// refused by its expected sequence, and found). Within ctx; an outcome
+// still unknown when ctx ends is an error that says so.
+func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint64, data []byte, header nats.Header) (uint64, error) {
+	id := rand.Text()
+	msgs, err := b.logMessages(subject, expect, data, header, id)
+	if err != nil {
+		return 0, err
+	}
+	wait := logRetryWait
+	lost := false // an attempt's answer was lost: the log may hold it
+	for {
+		seq, err := b.appendAttempt(ctx, msgs)
+		if err == nil {
+			return seq, nil
 		}
-		return ack.Sequence, nil
+		conflicted := errors.Is(err, ErrLogConflict)
+		if conflicted && !lost || !conflicted && !answerLost(err) || b.nc.IsClosed() {
+			return 0, err
+		}
+		lost = true
+		if ctx.Err() != nil {
+			return 0, &LogOutcomeError{Subject: subject, Err: err}
+		}
+		seq, there, cerr := b.appendedAs(ctx, stream, subject, expect, id, len(msgs))
+		switch {
+		case cerr != nil && ctx.Err() != nil:
+			return 0, &LogOutcomeError{Subject: subject, Err: err}
+		case cerr != nil:
+			err = cerr
+		case there == appendStored:
+			return seq, nil
+		case there == appendOther:
+			return 0, fmt.Errorf("%w (after an attempt whose answer was lost: %v)", ErrLogConflict, err)
+		}
+		b.logger.WarnContext(ctx, "append's answer lost and not in the log; sending it again",
+			slog.String("subject", subject), slog.Uint64("expect", expect), slog.String("append_id", id), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return 0, &LogOutcomeError{Subject: subject, Err: err}
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, logRetryWaitMax)
 	}
-	n := (len(data) + part - 1) / part
+}
+
+// How AppendLog waits between attempts whose answer was lost.
+var (
+	logRetryWait    = 50 * time.Millisecond
+	logRetryWaitMax = time.Second
+)
+
+// HeaderLogAppend is on every message AppendLog writes: an id of that
+// call, by which an append whose answer was lost is found in the log.
+const HeaderLogAppend = "Toolgate-Append"
+
+// LogOutcomeError says an append's answer was lost and the context ended
+// before the log said whether it was stored.
+type LogOutcomeError struct {
+	Subject string
+	Err     error
+}
+
+func (e *LogOutcomeError) Error() string {
+	return fmt.Sprintf("append to %s: no answer, and whether it was stored is unknown: %v", e.Subject, e.Err)
+}
+
+func (e *LogOutcomeError) Unwrap() error { return e.Err }
+
+// logMessages is the one message, or the parts, that append data.
+func (b *Bus) logMessages(subject string, expect uint64, data []byte, header nats.Header, id string) ([]*nats.Msg, error) {
+	part := b.LogPartSize()
+	n := max((len(data)+part-1)/part, 1)
 	if n > logMaxParts {
-		return 0, &LogTooLargeError{Bytes: len(data), Limit: logMaxParts * part}
+		return nil, &LogTooLargeError{Bytes: len(data), Limit: logMaxParts * part}
 	}
+	expectHdr := strconv.FormatUint(expect, 10)
 	msgs := make([]*nats.Msg, n)
 	for i := range n {
 		m := &nats.Msg{Subject: subject, Data: data[i*part : min((i+1)*part, len(data))], Header: cloneHeader(header)}
-		m.Header.Set(HeaderLogPart, fmt.Sprintf("%d/%d", i+1, n))
+		m.Header.Set(HeaderLogAppend, id)
+		if n > 1 {
+			m.Header.Set(HeaderLogPart, fmt.Sprintf("%d/%d", i+1, n))
+		}
 		if i == 0 {
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectHdr)
 		}
 		msgs[i] = m
 	}
-	ack, err := jetstreamext.PublishMsgBatch(ctx, b.js, msgs)
+	return msgs, nil
+}
+
+// appendAttempt sends msgs once, bounded by the connection's publish
+// timeout and by three quarters of what ctx has left: the rest is for
+// finding out whether a lost answer's append was stored.
+func (b *Bus) appendAttempt(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	d := b.cfg.PublishTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)*3/4)
+	}
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if len(msgs) == 1 {
+		ack, err := b.js.PublishMsg(actx, msgs[0])
+		if err != nil {
+			return 0, logAppendError(err)
+		}
+		return ack.Sequence, nil
+	}
+	ack, err := jetstreamext.PublishMsgBatch(actx, b.js, msgs)
 	if err != nil {
 		return 0, logAppendError(err)
 	}
 	return ack.Sequence, nil
+}
+
+// answerLost reports whether err leaves unknown whether a publish was
+// stored: anything but the stream's own answer.
+func answerLost(err error) bool {
+	var apiErr *jetstream.APIError
+	return !errors.As(err, &apiErr) && !errors.Is(err, context.Canceled)
+}
+
+// What appendedAs finds after the expected sequence.
+const (
+	appendNone   = iota // no message: the append was not stored
+	appendStored        // the append's own
+	appendOther         // another's: the append was refused, or will be
+)
+
+// appendedAs looks for the append id (of n messages) as the first message
+// of subject after expect, asking the stream's leader (a direct get may be
+// answered by a replica behind it). When it is there, seq is the sequence
+// of its last message.
+func (b *Bus) appendedAs(ctx context.Context, stream, subject string, expect uint64, id string, n int) (seq uint64, there int, err error) {
+	first, ok, err := b.leaderMsg(ctx, stream, expect+1, subject)
+	switch {
+	case err != nil:
+		return 0, appendNone, err
+	case !ok:
+		return 0, appendNone, nil
+	case first.Header.Get(HeaderLogAppend) != id:
+		return 0, appendOther, nil
+	case n == 1:
+		return first.Sequence, appendStored, nil
+	}
+	// An atomic batch is stored in consecutive sequences.
+	at := first.Sequence + uint64(n) - 1
+	last, ok, err := b.leaderMsg(ctx, stream, at, "")
+	if err != nil {
+		return 0, appendNone, err
+	}
+	if !ok || last.Header.Get(HeaderLogAppend) != id || last.Header.Get(HeaderLogPart) != fmt.Sprintf("%d/%d", n, n) {
+		return 0, appendNone, fmt.Errorf("append %s to %s: its first part is at %d, its last not at %d", id, subject, first.Sequence, at)
+	}
+	return last.Sequence, appendStored, nil
+}
+
+// leaderMsg gets the message of stream at seq (the first of subject from
+// seq, when subject is set) from the stream's leader; ok is false when
+// there is none.
+func (b *Bus) leaderMsg(ctx context.Context, stream string, seq uint64, subject string) (m LogMsg, ok bool, err error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj,omitempty"`
+	}{seq, subject})
+	if err != nil {
+		return LogMsg{}, false, err
+	}
+	prefix := b.js.Options().APIPrefix
+	if prefix == "" {
+		prefix = "$JS.API."
+	}
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	reply, err := b.nc.RequestWithContext(rctx, prefix+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return LogMsg{}, false, fmt.Errorf("get message %d of %s: %w", seq, stream, err)
+	}
+	var resp struct {
+		Message *struct {
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return LogMsg{}, false, fmt.Errorf("get message %d of %s: %w", seq, stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return LogMsg{}, false, nil
+	case resp.Error != nil:
+		return LogMsg{}, false, fmt.Errorf("get message %d of %s: %w", seq, stream, resp.Error)
+	case resp.Message == nil:
+		return LogMsg{}, false, fmt.Errorf("get message %d of %s: an answer without a message", seq, stream)
+	}
+	h := nats.Header{}
+	if len(resp.Message.Header) > 0 {
+		if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return LogMsg{}, false, fmt.Errorf("get message %d of %s: headers: %w", seq, stream, err)
+		}
+	}
+	return LogMsg{Sequence: resp.Message.Sequence, Header: h, Data: resp.Message.Data, Time: resp.Message.Time}, true, nil
 }
 
 func cloneHeader(h nats.Header) nats.Header {

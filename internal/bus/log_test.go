@@ -74,19 +74,19 @@ func TestAppendLog(t *testing.T) {
 	b := bustest.NewBus(t)
 	ctx := bustest.Context(t)
 	subj := bus.ConversationSubject("cappend")
-	first, err := b.AppendLog(ctx, subj, 0, []byte("one"), nil)
+	first, err := b.AppendLog(ctx, bus.StreamConversations, subj, 0, []byte("one"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AppendLog(ctx, subj, 0, []byte("again"), nil); !errors.Is(err, bus.ErrLogConflict) {
+	if _, err := b.AppendLog(ctx, bus.StreamConversations, subj, 0, []byte("again"), nil); !errors.Is(err, bus.ErrLogConflict) {
 		t.Fatalf("a second first message: %v; want ErrLogConflict", err)
 	}
 	big := bytes.Repeat([]byte("0123456789"), b.LogPartSize()/4) // 2.5 parts
-	second, err := b.AppendLog(ctx, subj, first, big, nats.Header{"X-Kept": []string{"yes"}})
+	second, err := b.AppendLog(ctx, bus.StreamConversations, subj, first, big, nats.Header{"X-Kept": []string{"yes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AppendLog(ctx, subj, first, []byte("stale"), nil); !errors.Is(err, bus.ErrLogConflict) {
+	if _, err := b.AppendLog(ctx, bus.StreamConversations, subj, first, []byte("stale"), nil); !errors.Is(err, bus.ErrLogConflict) {
 		t.Fatalf("an append from a stale sequence: %v; want ErrLogConflict", err)
 	}
 	var got [][]byte
@@ -114,7 +114,7 @@ func TestScanHeaders(t *testing.T) {
 	b := bustest.NewBus(t)
 	var seqs []uint64
 	for i, id := range []string{"sa", "sb", "sc", "sd"} {
-		seq, err := b.AppendLog(ctx, bus.ConversationSubject(id), 0, []byte("x"), nats.Header{"X-N": []string{strconv.Itoa(i)}})
+		seq, err := b.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, []byte("x"), nats.Header{"X-N": []string{strconv.Itoa(i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestReadLogWhileItsFirstMessageComes(t *testing.T) {
 		subj := bus.ConversationSubject("cnew" + strconv.Itoa(i))
 		appended := make(chan error, 1)
 		go func() {
-			_, err := b.AppendLog(ctx, subj, 0, []byte("first"), nil)
+			_, err := b.AppendLog(ctx, bus.StreamConversations, subj, 0, []byte("first"), nil)
 			appended <- err
 		}()
 		for read := false; !read; {

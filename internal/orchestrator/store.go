@@ -414,7 +414,7 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	if origin != "" {
 		h.Set(hdrOrigin, origin)
 	}
-	seq, err := s.bus.AppendLog(ctx, bus.ConversationSubject(c.ID), expect, b, h)
+	seq, err := s.bus.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject(c.ID), expect, b, h)
 	s.wrote(len(b))
 	var tl *bus.LogTooLargeError
 	if errors.As(err, &tl) {

@@ -1,0 +1,263 @@
+package bus_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+// cutProxy passes TCP between NATS clients and a server. Armed with a
+// pattern, it mutes the connection on which a client sends it: nothing
+// the server says reaches that client any more, as on a network that
+// failed right after a request left. Whether the request itself reaches
+// the server is the arm's choice. cut then drops the muted connection and
+// the client reconnects through the proxy, unharmed.
+type cutProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	pattern []byte
+	forward bool // the request that sends pattern reaches the server
+	fired   chan struct{}
+	muted   []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{t: t, ln: ln, target: target}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			var muted sync.Once
+			mute := make(chan struct{})
+			wg.Go(func() { p.toServer(c, s, func() { muted.Do(func() { close(mute) }) }) })
+			wg.Go(func() { p.toClient(s, c, mute) })
+		}
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+// arm mutes the next connection that sends pattern; forward says whether
+// the write that holds it reaches the server. The returned channel is
+// closed when that happens.
+func (p *cutProxy) arm(pattern string, forward bool) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pattern, p.forward, p.fired = []byte(pattern), forward, make(chan struct{})
+	return p.fired
+}
+
+// cut drops the muted connections.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.muted {
+		c.Close()
+	}
+	p.muted = nil
+}
+
+func (p *cutProxy) toServer(c, s net.Conn, mute func()) {
+	defer s.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			forward := true
+			p.mu.Lock()
+			if p.pattern != nil && bytes.Contains(buf[:n], p.pattern) {
+				mute()
+				forward = p.forward
+				p.pattern = nil
+				p.muted = append(p.muted, c, s)
+				close(p.fired)
+			}
+			p.mu.Unlock()
+			if forward {
+				if _, err := s.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) toClient(s, c net.Conn, mute <-chan struct{}) {
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		select {
+		case <-mute:
+			// Whatever the server says is lost; keep reading so that it
+			// is not held up writing.
+			if err != nil {
+				return
+			}
+			continue
+		default:
+		}
+		if n > 0 {
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// An append whose answer is lost is neither reported as failed when it
+// was stored nor stored twice when it was not: AppendLog finds it in the
+// log, or sends it again, and a message of another writer that came first
+// is a conflict.
+func TestAppendLogAnswerLost(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	direct := bustest.Connect(t, srv, "direct")
+	bustest.Setup(t, direct)
+	proxy := newCutProxy(t, srv.ClientURL()[len("nats://"):])
+	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.url(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx := bustest.Context(t)
+
+	// appendCut appends data to conversation id at expect through the
+	// proxy, muting the connection as the append goes; during runs once the
+	// append was stored (forward) or dropped, and the connection is cut.
+	appendCut := func(id string, expect uint64, data []byte, forward bool, during func()) (uint64, error) {
+		t.Helper()
+		subj := bus.ConversationSubject(id)
+		pattern := subj
+		if len(data) > b.LogPartSize() {
+			// Muted at the last part: the first's answer lets the rest go.
+			n := (len(data) + b.LogPartSize() - 1) / b.LogPartSize()
+			pattern = fmt.Sprintf("%s: %d/%d", bus.HeaderLogPart, n, n)
+		}
+		fired := proxy.arm(pattern, forward)
+		type result struct {
+			seq uint64
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			seq, err := b.AppendLog(ctx, bus.StreamConversations, subj, expect, data, nil)
+			done <- result{seq, err}
+		}()
+		bustest.Recv(t, fired, "the append to reach the proxy")
+		if forward {
+			bustest.WaitFor(t, "the append stored", func() bool {
+				return bustest.SubjectMsgs(t, direct, bus.StreamConversations, subj) > expectMsgs(expect)
+			})
+		}
+		if during != nil {
+			during()
+		}
+		proxy.cut()
+		r := bustest.Recv(t, done, "the append to return")
+		return r.seq, r.err
+	}
+	read := func(id string) []string {
+		t.Helper()
+		var got []string
+		if _, err := direct.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
+			got = append(got, string(m.Data))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	t.Run("stored", func(t *testing.T) {
+		seq, err := appendCut("lost1", 0, []byte("one"), true, nil)
+		if err != nil {
+			t.Fatalf("an append stored whose answer was lost: %v", err)
+		}
+		if got := read("lost1"); len(got) != 1 || got[0] != "one" {
+			t.Fatalf("log %q; want the one message", got)
+		}
+		// The sequence returned is the one to expect next.
+		if _, err := direct.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject("lost1"), seq, []byte("two"), nil); err != nil {
+			t.Fatalf("append after the sequence returned (%d): %v", seq, err)
+		}
+	})
+	t.Run("stored in parts", func(t *testing.T) {
+		big := bytes.Repeat([]byte("0123456789"), b.LogPartSize()/4) // 2.5 parts
+		seq, err := appendCut("lost2", 0, big, true, nil)
+		if err != nil {
+			t.Fatalf("an append in parts stored whose answer was lost: %v", err)
+		}
+		if got := read("lost2"); len(got) != 1 || got[0] != string(big) {
+			t.Fatalf("log of %d messages; want the one", len(got))
+		}
+		if _, err := direct.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject("lost2"), seq, []byte("two"), nil); err != nil {
+			t.Fatalf("append after the sequence returned (%d): %v", seq, err)
+		}
+	})
+	t.Run("never arrived", func(t *testing.T) {
+		if _, err := appendCut("lost3", 0, []byte("one"), false, nil); err != nil {
+			t.Fatalf("an append lost on its way: %v", err)
+		}
+		if got := read("lost3"); len(got) != 1 || got[0] != "one" {
+			t.Fatalf("log %q; want the one message, once", got)
+		}
+	})
+	t.Run("another came first", func(t *testing.T) {
+		_, err := appendCut("lost4", 0, []byte("mine"), false, func() {
+			if _, err := direct.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject("lost4"), 0, []byte("theirs"), nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if !errors.Is(err, bus.ErrLogConflict) {
+			t.Fatalf("err = %v; want ErrLogConflict", err)
+		}
+		if got := read("lost4"); len(got) != 1 || got[0] != "theirs" {
+			t.Fatalf("log %q; want theirs alone", got)
+		}
+	})
+}
+
+// expectMsgs is how many messages a fresh test log holds when its last
+// is at sequence expect: none or one, in these tests.
+func expectMsgs(expect uint64) uint64 {
+	if expect == 0 {
+		return 0
+	}
+	return 1
+}
