@@ -54,10 +54,22 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: build binaries:", err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(serverLeaks, goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
-	}))
+	}))...)
+}
+
+// serverLeaks are goroutines nats-server leaves behind: in a cluster
+// whose node is killed under load, a stream store now and then outlives
+// every node's Shutdown (its state-flush loop, and the access-time ticker
+// it keeps registered). Seen in about one run of TestClusterLeaderKilledUnderLoad
+// in ten with nats-server 2.15.2 and 2.15.3 alike, some stores created
+// seconds into a run, none by toolgate (it opens no store). Only these
+// two functions are ignored; any other goroutine left is still a failure.
+var serverLeaks = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+	goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
 }
 
 // build compiles the commands the tests run, without the race detector
