@@ -4,141 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
-
-// cutProxy passes TCP between NATS clients and a server. Armed with a
-// pattern, it mutes the connection on which a client sends it: nothing
-// the server says reaches that client any more, as on a network that
-// failed right after a request left. Whether the request itself reaches
-// the server is the arm's choice. cut then drops the muted connection and
-// the client reconnects through the proxy, unharmed.
-type cutProxy struct {
-	t      *testing.T
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex
-	pattern []byte
-	forward bool // the request that sends pattern reaches the server
-	fired   chan struct{}
-	muted   []net.Conn
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{t: t, ln: ln, target: target}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			var muted sync.Once
-			mute := make(chan struct{})
-			wg.Go(func() { p.toServer(c, s, func() { muted.Do(func() { close(mute) }) }) })
-			wg.Go(func() { p.toClient(s, c, mute) })
-		}
-	})
-	return p
-}
-
-func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-// arm mutes the next connection that sends pattern; forward says whether
-// the write that holds it reaches the server. The returned channel is
-// closed when that happens.
-func (p *cutProxy) arm(pattern string, forward bool) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pattern, p.forward, p.fired = []byte(pattern), forward, make(chan struct{})
-	return p.fired
-}
-
-// cut drops the muted connections.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.muted {
-		c.Close()
-	}
-	p.muted = nil
-}
-
-func (p *cutProxy) toServer(c, s net.Conn, mute func()) {
-	defer s.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			forward := true
-			p.mu.Lock()
-			if p.pattern != nil && bytes.Contains(buf[:n], p.pattern) {
-				mute()
-				forward = p.forward
-				p.pattern = nil
-				p.muted = append(p.muted, c, s)
-				close(p.fired)
-			}
-			p.mu.Unlock()
-			if forward {
-				if _, err := s.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *cutProxy) toClient(s, c net.Conn, mute <-chan struct{}) {
-	defer c.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := s.Read(buf)
-		select {
-		case <-mute:
-			// Whatever the server says is lost; keep reading so that it
-			// is not held up writing.
-			if err != nil {
-				return
-			}
-			continue
-		default:
-		}
-		if n > 0 {
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // An append whose answer is lost is neither reported as failed when it
 // was stored nor stored twice when it was not: AppendLog finds it in the
@@ -149,8 +20,8 @@ func TestAppendLogAnswerLost(t *testing.T) {
 	srv := bustest.NewServer(t)
 	direct := bustest.Connect(t, srv, "direct")
 	bustest.Setup(t, direct)
-	proxy := newCutProxy(t, srv.ClientURL()[len("nats://"):])
-	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.url(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
+	proxy := bustest.NewCutProxy(t, srv.ClientURL())
+	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.URL(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +40,7 @@ func TestAppendLogAnswerLost(t *testing.T) {
 			n := (len(data) + b.LogPartSize() - 1) / b.LogPartSize()
 			pattern = fmt.Sprintf("%s: %d/%d", bus.HeaderLogPart, n, n)
 		}
-		fired := proxy.arm(pattern, forward)
+		fired := proxy.Arm(pattern, forward)
 		type result struct {
 			seq uint64
 			err error
@@ -188,7 +59,7 @@ func TestAppendLogAnswerLost(t *testing.T) {
 		if during != nil {
 			during()
 		}
-		proxy.cut()
+		proxy.Cut()
 		r := bustest.Recv(t, done, "the append to return")
 		return r.seq, r.err
 	}

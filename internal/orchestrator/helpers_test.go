@@ -58,6 +58,14 @@ func envWith(t *testing.T, dir string, srv embedded.ServerConfig) *env {
 	return &env{t: t, sys: testkit.Test(t, testkit.Options{Dir: dir, Server: srv, Logger: testLogger(t)}), dir: dir}
 }
 
+// newEnvListening is newEnv with the server listening on a loopback port
+// too, for connections through a proxy.
+func newEnvListening(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	return &env{t: t, sys: testkit.Test(t, testkit.Options{Dir: dir, Listen: true, Logger: testLogger(t)}), dir: dir}
+}
+
 // srv is the env's server.
 func (e *env) srv() *embedded.Server { return e.sys.Server }
 

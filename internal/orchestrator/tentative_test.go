@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -463,5 +464,63 @@ func TestConcurrentStartsWithOneKey(t *testing.T) {
 	}
 	if n := o[0].Stats().RunsStarted.Load() + o[1].Stats().RunsStarted.Load(); n != 1 {
 		t.Errorf("%d runs counted started, want 1", n)
+	}
+}
+
+// A follow-up whose record (the replies, the claim and the run's end) was
+// stored but whose answer was lost with the connection is not dropped as
+// if it had failed: its events are published, nothing is recorded twice,
+// and nothing waits for the lease to run out.
+func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	e := newEnvListening(t)
+	e.worker("calculate_answer")
+	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
+	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Close)
+	var convID atomic.Value
+	fired := make(chan (<-chan struct{}), 1)
+	model := answerModel(func(n int) {
+		if n == 1 {
+			// The next append to the log is the follow-up's record.
+			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(convID.Load().(string))+" ", true)
+		}
+	})
+	o, _ := e.orch(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour})
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	convID.Store(info.ConversationID)
+	reader := e.connect("reader")
+	bustest.Recv(t, bustest.Recv(t, fired, "the follow-up"), "the follow-up's record to leave")
+	waitFor(t, "the follow-up's record stored", func() (bool, string) {
+		n := logLength(t, reader, info.ConversationID)
+		return n == 2, fmt.Sprintf("%d records", n)
+	})
+	proxy.Cut()
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
+	}
+	st := o.Stats()
+	if d, w, f := st.TentativeDropped.Load(), st.ClaimedWithEnd.Load(), st.FollowUps.Load(); d != 0 || w != 1 || f != 1 {
+		t.Errorf("%d dropped, %d stored with the claim, %d follow-ups; want 0, 1 and 1", d, w, f)
+	}
+	if n := logLength(t, reader, info.ConversationID); n != 2 {
+		t.Errorf("the log holds %d records, want 2", n)
+	}
+	evs := collectEvents(t, reader, info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	})
+	counts := map[string]int{}
+	for _, ev := range evs {
+		counts[ev.Type]++
+	}
+	if counts[orchestrator.EventRunStarted] != 2 || counts[orchestrator.EventReplyApplied] != 1 || counts[orchestrator.EventRunCompleted] != 1 {
+		t.Errorf("events %s; want two runs started, the reply applied once, completed once", eventTypes(evs))
 	}
 }
