@@ -155,11 +155,7 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 		return 0, false, 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	prefix := b.js.Options().APIPrefix
-	if prefix == "" {
-		prefix = "$JS.API."
-	}
-	if err := b.nc.PublishRequest(prefix+"DIRECT.GET."+stream, inbox, req); err != nil {
+	if err := b.nc.PublishRequest(b.apiPrefix()+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return 0, false, 0, err
 	}
 	timer := time.NewTimer(readLogStall)
@@ -193,6 +189,15 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 			}
 		}
 	}
+}
+
+// apiPrefix is the subject prefix of the JetStream API requests made by
+// hand (those the client has no call for).
+func (b *Bus) apiPrefix() string {
+	if p := b.js.Options().APIPrefix; p != "" {
+		return p
+	}
+	return "$JS.API."
 }
 
 func partOf(h string) (i, n int, ok bool) {
@@ -266,7 +271,8 @@ func (b *Bus) LogPartSize() int {
 // AppendLog appends data with header to subject, a subject of stream, if
 // the subject's last message is at sequence expect, and returns the new
 // last sequence. The append is a compare-and-set: a refused expected
-// sequence is ErrLogConflict.
+// sequence is ErrLogConflict. header is AppendLog's once given: its own
+// headers are added to it.
 //
 // An append whose answer is lost (a timeout, a connection that dropped,
 // a stream leader that went away) may have been stored or not. Each
@@ -353,7 +359,11 @@ func (b *Bus) logMessages(subject string, expect uint64, data []byte, header nat
 	expectHdr := strconv.FormatUint(expect, 10)
 	msgs := make([]*nats.Msg, n)
 	for i := range n {
-		m := &nats.Msg{Subject: subject, Data: data[i*part : min((i+1)*part, len(data))], Header: cloneHeader(header)}
+		h := header
+		if h == nil || n > 1 {
+			h = cloneHeader(header)
+		}
+		m := &nats.Msg{Subject: subject, Data: data[i*part : min((i+1)*part, len(data))], Header: h}
 		m.Header.Set(HeaderLogAppend, id)
 		if n > 1 {
 			m.Header.Set(HeaderLogPart, fmt.Sprintf("%d/%d", i+1, n))
@@ -391,10 +401,12 @@ func (b *Bus) appendAttempt(ctx context.Context, msgs []*nats.Msg) (uint64, erro
 }
 
 // answerLost reports whether err leaves unknown whether a publish was
-// stored: anything but the stream's own answer.
+// stored: anything but the stream's own answer, or the server's that no
+// stream took the subject.
 func answerLost(err error) bool {
 	var apiErr *jetstream.APIError
-	return !errors.As(err, &apiErr) && !errors.Is(err, context.Canceled)
+	return !errors.As(err, &apiErr) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders)
 }
 
 // What appendedAs finds after the expected sequence.
@@ -443,13 +455,9 @@ func (b *Bus) leaderMsg(ctx context.Context, stream string, seq uint64, subject 
 	if err != nil {
 		return LogMsg{}, false, err
 	}
-	prefix := b.js.Options().APIPrefix
-	if prefix == "" {
-		prefix = "$JS.API."
-	}
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
-	reply, err := b.nc.RequestWithContext(rctx, prefix+"STREAM.MSG.GET."+stream, req)
+	reply, err := b.nc.RequestWithContext(rctx, b.apiPrefix()+"STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return LogMsg{}, false, fmt.Errorf("get message %d of %s: %w", seq, stream, err)
 	}

@@ -2,11 +2,14 @@ package bus
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A message its constructor validated is encoded without validating it
@@ -50,5 +53,28 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 	b := &Bus{cfg: ConnConfig{ContentType: ContentTypeMsgpack}}
 	if _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: Event{}, Header: nats.Header{}}); err == nil {
 		t.Error("an invalid event made by hand was encoded")
+	}
+}
+
+// An append is looked up in the log only when its answer may have been
+// lost: not when the stream answered, when no stream took it, or when the
+// caller gave up.
+func TestAnswerLost(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		err  error
+		lost bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("publish: %w", nats.ErrTimeout), true},
+		{nats.ErrConnectionClosed, true},
+		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{fmt.Errorf("publish: %w", jetstream.ErrNoStreamResponse), false},
+		{nats.ErrNoResponders, false},
+		{context.Canceled, false},
+	} {
+		if got := answerLost(tt.err); got != tt.lost {
+			t.Errorf("answerLost(%v) = %v, want %v", tt.err, got, tt.lost)
+		}
 	}
 }
