@@ -284,7 +284,9 @@ func (b *Bus) LogPartSize() int {
 // refused by its expected sequence, and found). Within ctx; an outcome
 // still unknown when ctx ends is an error that says so.
 func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint64, data []byte, header nats.Header) (uint64, error) {
-	id := rand.Text()
+	// 80 bits: it is told apart only from the appends to one subject at
+	// one expected sequence.
+	id := rand.Text()[:16]
 	msgs, err := b.logMessages(subject, expect, data, header, id)
 	if err != nil {
 		return 0, err
@@ -311,6 +313,8 @@ func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint
 		case cerr != nil:
 			err = cerr
 		case there == appendStored:
+			b.logger.InfoContext(ctx, "append's answer lost; found in the log",
+				slog.String("subject", subject), slog.Uint64("seq", seq), slog.String("append_id", id))
 			return seq, nil
 		case there == appendOther:
 			return 0, fmt.Errorf("%w (after an attempt whose answer was lost: %v)", ErrLogConflict, err)
