@@ -57,6 +57,19 @@ func (sc *stateCache) get(id string) (*Conversation, uint64, bool) {
 	return e.c, e.seq, true
 }
 
+// unfinished reports whether id's state is cached and not finished (nor
+// deleted), without counting it as used.
+func (sc *stateCache) unfinished(id string) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	el, ok := sc.m[id]
+	if !ok {
+		return false
+	}
+	st := el.Value.(*cacheEntry).c.Status
+	return !st.Terminal() && st != StatusDeleted
+}
+
 // size is the size of id's cached state, 0 when not cached.
 func (sc *stateCache) size(id string) int64 {
 	sc.mu.Lock()

@@ -66,22 +66,38 @@ func (rc *reconciler) reconcile(ctx context.Context) error {
 // the last record of each log, summaryChunk logs a request, and removed
 // without their logs being read: after many conversations finish at once,
 // a pass costs a few requests for them, not a read of each.
+//
+// A conversation whose state is cached here unfinished is reconciled from
+// that state without its last record being read, as reconcileOne does in
+// any case: with 100,000 paused conversations each pass read 100,000 last
+// records to learn what the cache said (with the server's direct gets,
+// about 7 % of the CPU of a resume of them going on meanwhile). Should another replica have finished it, the stale state
+// costs a refused append and a catch-up when it is acted on (its deadline,
+// a claim, a relaunch), which removes its entry then.
 func (rc *reconciler) reconcileEntries(ctx context.Context, due []dueEntry) {
 	for i := 0; i < len(due); i += summaryChunk {
 		chunk := due[i:min(i+summaryChunk, len(due))]
-		ids := make([]string, len(chunk))
-		for j, e := range chunk {
-			ids[j] = e.id
+		var open, unknown []dueEntry
+		for _, e := range chunk {
+			if rc.store.cache.unfinished(e.id) {
+				open = append(open, e)
+			} else {
+				unknown = append(unknown, e)
+			}
 		}
-		sums, err := rc.store.summaries(ctx, ids)
-		if err != nil {
-			// Each is read on its own below, as if nothing was known.
-			rc.log.WarnContext(ctx, "reconcile: read the last records", slog.String("error", err.Error()))
-			sums = nil
-		}
-		open := chunk
-		if sums != nil {
-			open = rc.dropFinished(ctx, chunk, sums)
+		if len(unknown) > 0 {
+			ids := make([]string, len(unknown))
+			for j, e := range unknown {
+				ids[j] = e.id
+			}
+			sums, err := rc.store.summaries(ctx, ids)
+			if err != nil {
+				// Each is read on its own below, as if nothing was known.
+				rc.log.WarnContext(ctx, "reconcile: read the last records", slog.String("error", err.Error()))
+				open = append(open, unknown...)
+			} else {
+				open = append(open, rc.dropFinished(ctx, unknown, sums)...)
+			}
 		}
 		rc.reconcileEach(ctx, open)
 	}

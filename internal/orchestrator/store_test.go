@@ -121,6 +121,57 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	}
 }
 
+// A reconcile pass over paused conversations this replica has cached reads
+// none of their logs, not even their last records; one that is not cached
+// (another replica's, or evicted) is read.
+func TestReconcileReadsNoCachedPausedConversation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Indexed once they last a third of a lease; no worker: they stay
+	// paused.
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	const n = 5
+	var ids []string
+	for range n {
+		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ConversationID)
+	}
+	kv := e.index()
+	waitFor(t, "the paused conversations to be indexed", func() (bool, string) {
+		for _, id := range ids {
+			if !indexed(t, kv, id) {
+				return false, id + " is not"
+			}
+		}
+		return true, ""
+	})
+	before := o.Stats().StateReads.Load()
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if reads := o.Stats().StateReads.Load() - before; reads != 0 {
+		t.Errorf("a reconcile pass over %d cached paused conversations read %d times; want 0", n, reads)
+	}
+	// A second replica has none of them cached: it reads their last
+	// records (one request), and leaves them paused and indexed.
+	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	before = o2.Stats().StateReads.Load()
+	if err := o2.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if reads := o2.Stats().StateReads.Load() - before; reads == 0 {
+		t.Error("a reconcile pass of a replica that cached none of the paused conversations read nothing")
+	}
+	for _, id := range ids {
+		if !indexed(t, kv, id) {
+			t.Errorf("%s left the index, though paused", id)
+		}
+	}
+}
+
 // The store lists conversations from the last record of each log, in id
 // order, a page at a time, filtered by status; finds finished ones by age;
 // and deletes a conversation's log whole.
