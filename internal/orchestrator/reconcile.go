@@ -163,7 +163,7 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	// refused append and a catch-up, never a wrong change, since every
 	// change goes through the store's expected-sequence append; and a pass
 	// over many paused conversations then reads none of them.
-	c, _, err := rc.store.current(ctx, id)
+	c, err := rc.store.peek(ctx, id) // not to be changed: copied where it is handed on
 	if errors.Is(err, ErrNotFound) {
 		if e.fresh {
 			return nil
@@ -183,7 +183,7 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 			return nil
 		}
 		if unpublished(c.Batch) && rc.publishDue(c, now) {
-			if err := rc.pub.publishBatch(ctx, c); err != nil {
+			if err := rc.pub.publishBatch(ctx, c.clone()); err != nil {
 				return err
 			}
 		}
@@ -199,7 +199,7 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	case StatusRunning, StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
 			if ok, _ := rc.roster.mayRun(c); !ok {
-				return rc.link.awaitAgent(ctx, c)
+				return rc.link.awaitAgent(ctx, c.clone())
 			}
 			rc.runner.relaunch(ctx, id)
 			return nil

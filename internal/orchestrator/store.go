@@ -171,6 +171,20 @@ func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, 
 	return s.get(ctx, id)
 }
 
+// peek is current without the copy: the cached state, not to be changed,
+// for a reader that only looks (reconcile's pass over every paused
+// conversation copied each of them).
+func (s *store) peek(ctx context.Context, id string) (*Conversation, error) {
+	if c, _, ok := s.cache.get(id); ok {
+		if c.Status == StatusDeleted {
+			return nil, fmt.Errorf("conversation %s: %w", id, errDeleted)
+		}
+		return c, nil
+	}
+	c, _, err := s.get(ctx, id)
+	return c, err
+}
+
 // refresh brings the cached state of id up to date, loading it whole on a
 // miss, and returns it (the cache's: not to be changed).
 func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, error) {
