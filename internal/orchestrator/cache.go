@@ -57,17 +57,21 @@ func (sc *stateCache) get(id string) (*Conversation, uint64, bool) {
 	return e.c, e.seq, true
 }
 
+// peek is get without counting id's state as used.
+func (sc *stateCache) peek(id string) (*Conversation, bool) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if el, ok := sc.m[id]; ok {
+		return el.Value.(*cacheEntry).c, true
+	}
+	return nil, false
+}
+
 // unfinished reports whether id's state is cached and not finished (nor
 // deleted), without counting it as used.
 func (sc *stateCache) unfinished(id string) bool {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	el, ok := sc.m[id]
-	if !ok {
-		return false
-	}
-	st := el.Value.(*cacheEntry).c.Status
-	return !st.Terminal() && st != StatusDeleted
+	c, ok := sc.peek(id)
+	return ok && !c.Status.Terminal() && c.Status != StatusDeleted
 }
 
 // size is the size of id's cached state, 0 when not cached.
