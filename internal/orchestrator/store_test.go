@@ -64,15 +64,11 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 	}
 }
 
-// Reconcile goes over the conversations that are not finished only: once
-// a pass has dropped the finished ones from the index, a pass reads no
-// log, however many finished conversations are stored.
-func TestReconcileSkipsFinishedConversations(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	// Indexed once they last a third of a lease: before the worker comes.
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
-	const n = 5
+// startIndexed starts n conversations that pause on a call (no worker
+// for it yet) and waits until each has its entry in the due index, which
+// it returns with their ids.
+func startIndexed(t *testing.T, e *env, o *orchestrator.Orchestrator, n int) ([]string, jetstream.KeyValue) {
+	t.Helper()
 	var ids []string
 	for range n {
 		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
@@ -90,6 +86,19 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 		}
 		return true, ""
 	})
+	return ids, kv
+}
+
+// Reconcile goes over the conversations that are not finished only: once
+// a pass has dropped the finished ones from the index, a pass reads no
+// log, however many finished conversations are stored.
+func TestReconcileSkipsFinishedConversations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Indexed once they last a third of a lease: before the worker comes.
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	const n = 5
+	ids, _ := startIndexed(t, e, o, n)
 	e.worker("calculate_answer")
 	for _, id := range ids {
 		if c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
@@ -131,23 +140,7 @@ func TestReconcileReadsNoCachedPausedConversation(t *testing.T) {
 	// paused.
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
 	const n = 5
-	var ids []string
-	for range n {
-		info, err := o.StartRun(ctxT(t), "What is the answer?", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, info.ConversationID)
-	}
-	kv := e.index()
-	waitFor(t, "the paused conversations to be indexed", func() (bool, string) {
-		for _, id := range ids {
-			if !indexed(t, kv, id) {
-				return false, id + " is not"
-			}
-		}
-		return true, ""
-	})
+	ids, kv := startIndexed(t, e, o, n)
 	before := o.Stats().StateReads.Load()
 	if err := o.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
