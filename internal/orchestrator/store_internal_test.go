@@ -197,6 +197,29 @@ func TestStateCacheDropsFinishedFirst(t *testing.T) {
 	}
 }
 
+// A look at a cached state (reconcile's) does not count as a use: the
+// state looked at is still the first out, and unfinished says what the
+// cache holds.
+func TestStateCachePeekIsNoUse(t *testing.T) {
+	sc := newStateCache(cacheHeap(70))
+	sc.put("old", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("new", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 5)
+	if c, ok := sc.peek("old"); !ok || c.Status != StatusPaused {
+		t.Fatalf("peek old: %v, %v", c, ok)
+	}
+	if !sc.unfinished("old") || sc.unfinished("done") || sc.unfinished("absent") {
+		t.Errorf("unfinished: old %v, done %v, absent %v; want true, false, false", sc.unfinished("old"), sc.unfinished("done"), sc.unfinished("absent"))
+	}
+	sc.put("newer", &Conversation{Status: StatusPaused}, 1, 30)
+	if _, ok := sc.peek("old"); ok {
+		t.Error("the state only looked at stayed; the least recently used should have gone")
+	}
+	if _, ok := sc.peek("new"); !ok {
+		t.Error("a state used after the one looked at was dropped")
+	}
+}
+
 // encodeSorted is v's encoding with map keys sorted: equal values, equal
 // encodings.
 func encodeSorted(v any) []byte { return sortedEncoders.appendTo(nil, v) }
