@@ -58,19 +58,20 @@ func (sc *stateCache) get(id string) (*Conversation, uint64, bool) {
 }
 
 // peek is get without counting id's state as used.
-func (sc *stateCache) peek(id string) (*Conversation, bool) {
+func (sc *stateCache) peek(id string) (*Conversation, uint64, bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if el, ok := sc.m[id]; ok {
-		return el.Value.(*cacheEntry).c, true
+		e := el.Value.(*cacheEntry)
+		return e.c, e.seq, true
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 // unfinished reports whether id's state is cached and not finished (nor
 // deleted), without counting it as used.
 func (sc *stateCache) unfinished(id string) bool {
-	c, ok := sc.peek(id)
+	c, _, ok := sc.peek(id)
 	return ok && !c.Status.Terminal() && c.Status != StatusDeleted
 }
 

@@ -71,9 +71,10 @@ func (rc *reconciler) reconcile(ctx context.Context) error {
 // that state without its last record being read, as reconcileOne does in
 // any case: with 100,000 paused conversations each pass read 100,000 last
 // records to learn what the cache said (with the server's direct gets,
-// about 7 % of the CPU of a resume of them going on meanwhile). Should another replica have finished it, the stale state
-// costs a refused append and a catch-up when it is acted on (its deadline,
-// a claim, a relaunch), which removes its entry then.
+// about 7 % of the CPU of a resume of them going on meanwhile). Should
+// another replica have finished it, the stale state costs a refused append
+// and a catch-up when it is acted on (its deadline, a claim, a relaunch),
+// which removes its entry then.
 func (rc *reconciler) reconcileEntries(ctx context.Context, due []dueEntry) {
 	for i := 0; i < len(due); i += summaryChunk {
 		chunk := due[i:min(i+summaryChunk, len(due))]

@@ -178,37 +178,35 @@ func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, 
 // pass copied every state, and read the rest into the cache, evicting as
 // many others, which the next pass read again.
 func (s *store) peek(ctx context.Context, id string) (*Conversation, error) {
-	if c, ok := s.cache.peek(id); ok {
+	if c, _, ok := s.cache.peek(id); ok {
 		if c.Status == StatusDeleted {
 			return nil, fmt.Errorf("conversation %s: %w", id, errDeleted)
 		}
 		return c, nil
 	}
-	if err := bus.ValidateToken("conversation id", id); err != nil {
-		return nil, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
-	}
-	c := &Conversation{}
-	_, last, err := s.fold(ctx, id, c, 0)
-	switch {
-	case err != nil:
-		return nil, err
-	case last == 0:
-		// Not there, or stored by an earlier build: get tells.
-		c, _, err := s.get(ctx, id)
-		return c, err
-	case c.Status == StatusDeleted:
-		return nil, fmt.Errorf("conversation %s: %w", id, errDeleted)
-	}
-	return c, nil
+	c, _, err := s.load(ctx, id, false)
+	return c, err
 }
 
 // refresh brings the cached state of id up to date, loading it whole on a
 // miss, and returns it (the cache's: not to be changed).
 func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, error) {
+	return s.load(ctx, id, true)
+}
+
+// load is id's state brought up to date from its cached state (or from
+// nothing) with the records after it. keep caches the result and counts
+// the state as used; without it the cache is left as it was, and the
+// state returned is the caller's.
+func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, uint64, error) {
 	if err := bus.ValidateToken("conversation id", id); err != nil {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
-	c, seq, ok := s.cache.get(id)
+	lookup := s.cache.get
+	if !keep {
+		lookup = s.cache.peek
+	}
+	c, seq, ok := lookup(id)
 	size := int64(0)
 	if ok {
 		c = c.clone()
@@ -222,11 +220,11 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 	}
 	if last == 0 {
 		if legacy, lerr := s.migrateOne(ctx, id); lerr == nil && legacy {
-			return s.refresh(ctx, id)
+			return s.load(ctx, id, keep)
 		}
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
-	if last != seq {
+	if keep && last != seq {
 		s.cache.put(id, c, last, size+n)
 	}
 	if c.Status == StatusDeleted {

@@ -205,17 +205,17 @@ func TestStateCachePeekIsNoUse(t *testing.T) {
 	sc.put("old", &Conversation{Status: StatusPaused}, 1, 30)
 	sc.put("new", &Conversation{Status: StatusPaused}, 1, 30)
 	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 5)
-	if c, ok := sc.peek("old"); !ok || c.Status != StatusPaused {
+	if c, _, ok := sc.peek("old"); !ok || c.Status != StatusPaused {
 		t.Fatalf("peek old: %v, %v", c, ok)
 	}
 	if !sc.unfinished("old") || sc.unfinished("done") || sc.unfinished("absent") {
 		t.Errorf("unfinished: old %v, done %v, absent %v; want true, false, false", sc.unfinished("old"), sc.unfinished("done"), sc.unfinished("absent"))
 	}
 	sc.put("newer", &Conversation{Status: StatusPaused}, 1, 30)
-	if _, ok := sc.peek("old"); ok {
+	if _, _, ok := sc.peek("old"); ok {
 		t.Error("the state only looked at stayed; the least recently used should have gone")
 	}
-	if _, ok := sc.peek("new"); !ok {
+	if _, _, ok := sc.peek("new"); !ok {
 		t.Error("a state used after the one looked at was dropped")
 	}
 }
