@@ -23,6 +23,9 @@ type CutProxy struct {
 	forward bool // the request that sends pattern reaches the server
 	fired   chan struct{}
 	muted   []net.Conn
+	// all are every connection the proxy made, closed at cleanup: one
+	// left open would keep its copiers, and the cleanup, waiting.
+	all []net.Conn
 }
 
 // NewCutProxy listens on a loopback port and passes what comes to
@@ -37,7 +40,11 @@ func NewCutProxy(t testing.TB, target string) *CutProxy {
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
-		p.Cut()
+		p.mu.Lock()
+		for _, c := range p.all {
+			c.Close()
+		}
+		p.mu.Unlock()
 		wg.Wait()
 	})
 	wg.Go(func() {
@@ -51,6 +58,9 @@ func NewCutProxy(t testing.TB, target string) *CutProxy {
 				c.Close()
 				continue
 			}
+			p.mu.Lock()
+			p.all = append(p.all, c, s)
+			p.mu.Unlock()
 			var muted sync.Once
 			mute := make(chan struct{})
 			wg.Go(func() { p.toServer(c, s, func() { muted.Do(func() { close(mute) }) }) })
