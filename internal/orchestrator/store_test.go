@@ -64,6 +64,13 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 	}
 }
 
+// passConfig is the seed's external agent with reconcile passes only when
+// a test runs one, and a lease short enough that a paused conversation is
+// indexed (once it lasted a third of it) in a fraction of a second.
+func passConfig(t *testing.T) orchestrator.Config {
+	return orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond}
+}
+
 // passReads runs a reconcile pass of o and returns the reads of
 // conversation logs it made.
 func passReads(t *testing.T, o *orchestrator.Orchestrator) int64 {
@@ -106,8 +113,8 @@ func startIndexed(t *testing.T, e *env, o *orchestrator.Orchestrator, n int) ([]
 func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	// Indexed once they last a third of a lease: before the worker comes.
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	// Indexed before the worker comes.
+	o, _ := e.orch(passConfig(t))
 	const n = 5
 	ids, _ := startIndexed(t, e, o, n)
 	e.worker("calculate_answer")
@@ -141,9 +148,8 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 func TestReconcileReadsNoCachedPausedConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	// Indexed once they last a third of a lease; no worker: they stay
-	// paused.
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	// No worker: they stay paused.
+	o, _ := e.orch(passConfig(t))
 	const n = 5
 	ids, kv := startIndexed(t, e, o, n)
 	if reads := passReads(t, o); reads != 0 {
@@ -151,7 +157,7 @@ func TestReconcileReadsNoCachedPausedConversation(t *testing.T) {
 	}
 	// A second replica has none of them cached: it reads their last
 	// records (one request), and leaves them paused and indexed.
-	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), ReconcileInterval: 1 << 40, LeaseTTL: 600 * time.Millisecond})
+	o2, _ := e.orch(passConfig(t))
 	if reads := passReads(t, o2); reads == 0 {
 		t.Error("a reconcile pass of a replica that cached none of the paused conversations read nothing")
 	}
