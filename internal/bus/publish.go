@@ -43,12 +43,8 @@ func (w validated) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode
 func (w validated) MarshalJSON() ([]byte, error)             { return json.Marshal(w.v) }
 
 func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
-	m := nats.NewMsg(o.Subject)
-	for k, vs := range o.Header {
-		for _, v := range vs {
-			m.Header.Add(k, v)
-		}
-	}
+	m := &nats.Msg{Subject: o.Subject, Header: make(nats.Header, len(o.Header)+2)}
+	addHeaders(m.Header, o.Header)
 	ct := m.Header.Get(HeaderContentType)
 	if ct == "" {
 		ct = b.cfg.ContentType
@@ -80,7 +76,12 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
 // message the stream already had.
 func (b *Bus) Publish(ctx context.Context, subject, msgID string, v any, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o := Outgoing{Subject: subject, MsgID: msgID, Value: v}
-	if len(hdr) > 0 {
+	switch len(hdr) {
+	case 0:
+	case 1:
+		// message copies it.
+		o.Header = hdr[0]
+	default:
 		o.Header = mergeHeaders(hdr...)
 	}
 	m, err := b.message(o)
@@ -96,14 +97,19 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, v any, hdr ...
 
 func mergeHeaders(hs ...nats.Header) nats.Header {
 	out := nats.Header{}
-	for _, h := range hs {
-		for k, vs := range h {
+	addHeaders(out, hs...)
+	return out
+}
+
+// addHeaders adds the values of hs to h, in their order.
+func addHeaders(h nats.Header, hs ...nats.Header) {
+	for _, x := range hs {
+		for k, vs := range x {
 			for _, v := range vs {
-				out.Add(k, v)
+				h.Add(k, v)
 			}
 		}
 	}
-	return out
 }
 
 func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
@@ -212,8 +218,11 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 	return errors.Join(errs...)
 }
 
-func idHeaders(runID, conversationID, toolCallID string) nats.Header {
-	h := nats.Header{}
+// idHeaders is the header of a message of a run: its ids, then extra's
+// headers, in one map (a message's header was built as three maps, one
+// copied into the next).
+func idHeaders(runID, conversationID, toolCallID string, extra ...nats.Header) nats.Header {
+	h := make(nats.Header, 4)
 	if runID != "" {
 		h.Set(HeaderRun, runID)
 	}
@@ -223,6 +232,7 @@ func idHeaders(runID, conversationID, toolCallID string) nats.Header {
 	if toolCallID != "" {
 		h.Set(HeaderCall, toolCallID)
 	}
+	addHeaders(h, extra...)
 	return h
 }
 
@@ -240,7 +250,7 @@ func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
 		Subject:  subj,
 		MsgID:    r.MsgID(),
 		Value:    r,
-		Header:   mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		Header:   idHeaders(r.RunID, r.ConversationID, r.ToolCallID, hdr...),
 		callTool: r.ToolName,
 		valid:    true,
 	}, nil
@@ -260,7 +270,7 @@ func ApprovalMessage(r ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
 		Subject: subj,
 		MsgID:   r.MsgID(),
 		Value:   r,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, r.ConversationID, r.ToolCallID)}, hdr...)...),
+		Header:  idHeaders(r.RunID, r.ConversationID, r.ToolCallID, hdr...),
 		valid:   true,
 	}, nil
 }
@@ -279,7 +289,7 @@ func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
 		Subject: subj,
 		MsgID:   r.MsgID(),
 		Value:   r,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(r.RunID, "", r.ToolCallID)}, hdr...)...),
+		Header:  idHeaders(r.RunID, "", r.ToolCallID, hdr...),
 		valid:   true,
 	}, nil
 }
@@ -302,7 +312,7 @@ func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 		Subject: subj,
 		MsgID:   id,
 		Value:   d,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(d.RunID, "", d.ToolCallID)}, hdr...)...),
+		Header:  idHeaders(d.RunID, "", d.ToolCallID, hdr...),
 		valid:   true,
 	}, nil
 }
@@ -326,7 +336,7 @@ func eventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 		Subject: subj,
 		MsgID:   msgID,
 		Value:   e,
-		Header:  mergeHeaders(append([]nats.Header{idHeaders(e.RunID, e.ConversationID, e.ToolCallID)}, hdr...)...),
+		Header:  idHeaders(e.RunID, e.ConversationID, e.ToolCallID, hdr...),
 		valid:   true,
 	}, nil
 }
@@ -430,5 +440,5 @@ func (b *Bus) PublishAudit(ctx context.Context, runID, msgID string, v any, hdr 
 	if err != nil {
 		return nil, fmt.Errorf("publish audit: %w", err)
 	}
-	return b.Publish(ctx, subj, msgID, v, append([]nats.Header{idHeaders(runID, "", "")}, hdr...)...)
+	return b.Publish(ctx, subj, msgID, v, idHeaders(runID, "", "", hdr...))
 }
