@@ -31,11 +31,15 @@ const replyPrefetch = 64
 
 // replyPullExpiry bounds how long a stalled pull holds the replies back:
 // in the benchmark's resume of 5,000 paused conversations, about one run in
-// five had nats.go's consume loop wait on a pull the server no longer had
+// five had nats.go's consume loop wait with no pull on the server
 // (consumer info: 2,830 replies pending, 0 pulls waiting, 0 unacked) until
-// it expired, 10 s after it was sent with the default of AckWait/3; the
-// resume took 10.9 s instead of 1.5 (with 2 s, 2.6-2.9 s; nats.go allows no less than 1 s). An idle orchestrator pulls again every
-// replyPullExpiry instead, which costs nothing worth counting.
+// two heartbeats were missed, 10 s with the default expiry of AckWait/3;
+// the resume took 10.9 s instead of 1.5 (with 2 s, 2.6-2.9 s; nats.go
+// allows no less than 1 s). The loop skips its next pull while the last is
+// still being sent, and a batch handled within that moment leaves it with
+// none (bus.singlePullHeartbeat, where the same bounds the calls). An idle
+// orchestrator pulls again every replyPullExpiry instead, which costs
+// nothing worth counting.
 const replyPullExpiry = time.Second
 
 func (rp *replyPipeline) consumeReplies(ctx context.Context) error {
