@@ -598,7 +598,7 @@ func pullExpiry(cfg ConsumeConfig) time.Duration {
 // for the length of a handler) leaves no pull on the server, and the loop
 // waits until it misses two heartbeats, by default half the expiry each:
 // 10 s for calls, during which a worker of concurrency 1 takes nothing
-// (3 of 8 benchmark runs of 100 calls a batch to one such worker). A larger
+// (4 of 11 benchmark runs of 100 calls a batch to one such worker). A larger
 // prefetch asks again before it runs out; replies pull with a short expiry
 // for the same reason. A heartbeat a second costs a waiting pull one small
 // message a second.
