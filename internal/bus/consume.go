@@ -481,11 +481,8 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 	lost := make(chan lostConsumer, 2*loops)
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(cfg.PullMaxMessages),
-		jetstream.PullExpiry(pullExpiry(cfg)),
+		pullExpiry(cfg),
 		consumeErrors(b, logger, lost),
-	}
-	if cfg.PullMaxMessages == 1 {
-		opts = append(opts, jetstream.PullHeartbeat(singlePullHeartbeat(pullExpiry(cfg))))
 	}
 	start := func(cons jetstream.Consumer) ([]jetstream.ConsumeContext, error) {
 		var ccs []jetstream.ConsumeContext
@@ -582,28 +579,12 @@ func consumeErrors(b *Bus, logger *slog.Logger, lost chan<- lostConsumer) jetstr
 // requests of a client that stalls (a frozen process, a long GC pause) are
 // gone by the time its message is redelivered, so the redelivery goes to a
 // live consumer instead of burning MaxDeliver on the stalled one.
-func pullExpiry(cfg ConsumeConfig) time.Duration {
+func pullExpiry(cfg ConsumeConfig) jetstream.PullConsumeOpt {
+	exp := min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires)
 	if cfg.PullExpiry > 0 {
-		return cfg.PullExpiry
+		exp = cfg.PullExpiry
 	}
-	return min(max(cfg.AckWait/3, time.Second), jetstream.DefaultExpires)
-}
-
-// singlePullHeartbeat is the idle heartbeat of a loop that pulls one
-// message at a time (calls; an approver that asks people), which bounds
-// how long the loop can sit with no pull on the server: twice this. nats.go
-// asks for the next message when the handler returns, unless its previous
-// pull request is still being sent; a message delivered and handled within
-// that moment (a busy machine that leaves the sending goroutine unscheduled
-// for the length of a handler) leaves no pull on the server, and the loop
-// waits until it misses two heartbeats, by default half the expiry each:
-// 10 s for calls, during which a worker of concurrency 1 takes nothing
-// (4 of 11 benchmark runs of 100 calls a batch to one such worker). A larger
-// prefetch asks again before it runs out; replies pull with a short expiry
-// for the same reason. A heartbeat a second costs a waiting pull one small
-// message a second.
-func singlePullHeartbeat(expiry time.Duration) time.Duration {
-	return min(time.Second, expiry/2)
+	return jetstream.PullExpiry(exp)
 }
 
 type lostConsumer struct {

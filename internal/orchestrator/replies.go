@@ -37,9 +37,8 @@ const replyPrefetch = 64
 // the resume took 10.9 s instead of 1.5 (with 2 s, 2.6-2.9 s; nats.go
 // allows no less than 1 s). The loop skips its next pull while the last is
 // still being sent, and a batch handled within that moment leaves it with
-// none (bus.singlePullHeartbeat, where the same bounds the calls). An idle
-// orchestrator pulls again every replyPullExpiry instead, which costs
-// nothing worth counting.
+// none. An idle orchestrator pulls again every replyPullExpiry instead,
+// which costs nothing worth counting.
 const replyPullExpiry = time.Second
 
 func (rp *replyPipeline) consumeReplies(ctx context.Context) error {
