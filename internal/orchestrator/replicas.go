@@ -310,7 +310,14 @@ func (l *replicaLink) awaitAgent(ctx context.Context, c *Conversation) error {
 	reason := fmt.Sprintf("no replica runs agent %q", c.Agent)
 	var noted, failed bool
 	var runID string
-	_, err := l.store.update(ctx, c.ID, func(c *Conversation) error {
+	// Not bounded by the pass: the event below goes out only after the
+	// write that notes (or fails) the wait, and a write cut short by the
+	// pass's end may be stored with an error, which no later pass undoes
+	// (it finds the note there and sends nothing). With the append's own
+	// timeout, a lost answer is looked up in the log instead.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
+	defer cancel()
+	_, err := l.store.update(wctx, c.ID, func(c *Conversation) error {
 		noted, failed, runID = c.WaitForAgent(reason, l.clock(), l.cfg.AgentWait)
 		if !noted && !failed {
 			return errUnchanged
