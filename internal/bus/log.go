@@ -282,7 +282,7 @@ func (b *Bus) LogPartSize() int {
 // stream's leader: the append's own is its success, another's a conflict,
 // none a reason to send it again (an attempt still in flight is then
 // refused by its expected sequence, and found). Within ctx; an outcome
-// still unknown when ctx ends is an error that says so.
+// still unknown when ctx ends is a *LogOutcomeError.
 func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint64, data []byte, header nats.Header) (uint64, error) {
 	// 80 bits: it is told apart only from the appends to one subject at
 	// one expected sequence.
@@ -291,10 +291,37 @@ func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint
 	if err != nil {
 		return 0, err
 	}
+	return b.appendLog(ctx, &logAppend{stream: stream, subject: subject, expect: expect, id: id, msgs: msgs}, false)
+}
+
+// ResumeAppend goes on with the append whose outcome e left unknown, as
+// AppendLog would have had its context not ended: it finds the append in
+// the log, or learns that another's came first, or sends it again. A
+// caller that acts on what it stored (an event, a launch) learns here
+// whether to: a record stored whose append returned an error would
+// otherwise leave that undone for good.
+func (b *Bus) ResumeAppend(ctx context.Context, e *LogOutcomeError) (uint64, error) {
+	if e.append == nil {
+		return 0, e
+	}
+	return b.appendLog(ctx, e.append, true)
+}
+
+// logAppend is one append's messages, kept by a LogOutcomeError so that it
+// can be followed up.
+type logAppend struct {
+	stream, subject string
+	expect          uint64
+	id              string
+	msgs            []*nats.Msg
+}
+
+// appendLog sends a until its outcome is known; lost says an earlier
+// attempt's answer was lost, so that the log may hold it.
+func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, error) {
 	wait := logRetryWait
-	lost := false // an attempt's answer was lost: the log may hold it
 	for {
-		seq, err := b.appendAttempt(ctx, msgs)
+		seq, err := b.appendAttempt(ctx, a.msgs)
 		if err == nil {
 			return seq, nil
 		}
@@ -303,27 +330,28 @@ func (b *Bus) AppendLog(ctx context.Context, stream, subject string, expect uint
 			return 0, err
 		}
 		lost = true
+		unknown := &LogOutcomeError{Subject: a.subject, Err: err, append: a}
 		if ctx.Err() != nil {
-			return 0, &LogOutcomeError{Subject: subject, Err: err}
+			return 0, unknown
 		}
-		seq, there, cerr := b.appendedAs(ctx, stream, subject, expect, id, len(msgs))
+		seq, there, cerr := b.appendedAs(ctx, a.stream, a.subject, a.expect, a.id, len(a.msgs))
 		switch {
 		case cerr != nil && ctx.Err() != nil:
-			return 0, &LogOutcomeError{Subject: subject, Err: err}
+			return 0, unknown
 		case cerr != nil:
 			err = cerr
 		case there == appendStored:
 			b.logger.InfoContext(ctx, "append's answer lost; found in the log",
-				slog.String("subject", subject), slog.Uint64("seq", seq), slog.String("append_id", id))
+				slog.String("subject", a.subject), slog.Uint64("seq", seq), slog.String("append_id", a.id))
 			return seq, nil
 		case there == appendOther:
 			return 0, fmt.Errorf("%w (after an attempt whose answer was lost: %v)", ErrLogConflict, err)
 		}
 		b.logger.WarnContext(ctx, "append's answer lost and not in the log; sending it again",
-			slog.String("subject", subject), slog.Uint64("expect", expect), slog.String("append_id", id), slog.String("error", err.Error()))
+			slog.String("subject", a.subject), slog.Uint64("expect", a.expect), slog.String("append_id", a.id), slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():
-			return 0, &LogOutcomeError{Subject: subject, Err: err}
+			return 0, unknown
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, logRetryWaitMax)
@@ -341,10 +369,11 @@ var (
 const HeaderLogAppend = "Toolgate-Append"
 
 // LogOutcomeError says an append's answer was lost and the context ended
-// before the log said whether it was stored.
+// before the log said whether it was stored; ResumeAppend follows it up.
 type LogOutcomeError struct {
 	Subject string
 	Err     error
+	append  *logAppend
 }
 
 func (e *LogOutcomeError) Error() string {

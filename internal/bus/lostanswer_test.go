@@ -2,8 +2,10 @@ package bus_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +122,86 @@ func TestAppendLogAnswerLost(t *testing.T) {
 			t.Fatalf("err = %v; want ErrLogConflict", err)
 		}
 		if got := read("lost4"); len(got) != 1 || got[0] != "theirs" {
+			t.Fatalf("log %q; want theirs alone", got)
+		}
+	})
+}
+
+// An append whose outcome is still unknown when its context ends says
+// so (*LogOutcomeError), and ResumeAppend learns it later: the append
+// found stored, sent again when it never arrived, or refused when
+// another's came first; never stored twice.
+func TestResumeAppendAfterItsContextEnded(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	direct := bustest.Connect(t, srv, "direct")
+	bustest.Setup(t, direct)
+	proxy := bustest.NewCutProxy(t, srv.ClientURL())
+	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.URL(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx := bustest.Context(t)
+
+	// unknown appends data as the first message of id's log through the
+	// muted proxy, within a context that ends while no answer can come.
+	unknown := func(id string, forward bool) *bus.LogOutcomeError {
+		t.Helper()
+		subj := bus.ConversationSubject(id)
+		fired := proxy.Arm(subj, forward)
+		actx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		_, err := b.AppendLog(actx, bus.StreamConversations, subj, 0, []byte("mine"), nil)
+		bustest.Recv(t, fired, "the append to reach the proxy")
+		var oe *bus.LogOutcomeError
+		if !errors.As(err, &oe) {
+			t.Fatalf("err = %v; want a *LogOutcomeError", err)
+		}
+		return oe
+	}
+	read := func(id string) []string {
+		t.Helper()
+		var got []string
+		if _, err := direct.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
+			got = append(got, string(m.Data))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	for _, tc := range []struct {
+		name    string
+		forward bool
+	}{{"stored", true}, {"never arrived", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "unknown-" + strings.ReplaceAll(tc.name, " ", "-")
+			oe := unknown(id, tc.forward)
+			proxy.Cut()
+			seq, err := b.ResumeAppend(ctx, oe)
+			if err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			if got := read(id); len(got) != 1 || got[0] != "mine" {
+				t.Fatalf("log %q; want the one message, once", got)
+			}
+			if _, err := direct.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), seq, []byte("next"), nil); err != nil {
+				t.Fatalf("append after the sequence returned (%d): %v", seq, err)
+			}
+		})
+	}
+	t.Run("another came first", func(t *testing.T) {
+		oe := unknown("unknown-other", false)
+		if _, err := direct.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject("unknown-other"), 0, []byte("theirs"), nil); err != nil {
+			t.Fatal(err)
+		}
+		proxy.Cut()
+		if _, err := b.ResumeAppend(ctx, oe); !errors.Is(err, bus.ErrLogConflict) {
+			t.Fatalf("err = %v; want ErrLogConflict", err)
+		}
+		if got := read("unknown-other"); len(got) != 1 || got[0] != "theirs" {
 			t.Fatalf("log %q; want theirs alone", got)
 		}
 	})

@@ -24,6 +24,7 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 	if o.stopped.Load() {
 		return nil, ErrStopped
 	}
+	ctx = answersRequest(ctx)
 	var (
 		settled []*PendingCall
 		runs    []string

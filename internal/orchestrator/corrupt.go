@@ -32,6 +32,7 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
+	ctx = answersRequest(ctx)
 	// From the start, not from the cache: a state cached before the damage
 	// would hide it.
 	c := &Conversation{}

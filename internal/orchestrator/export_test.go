@@ -29,3 +29,11 @@ func (o *Orchestrator) StopReplies(ctx context.Context) error { return o.pipe.re
 // FreshConversations is how many conversations this replica created and
 // has not indexed or seen finish (fresh.go).
 func (o *Orchestrator) FreshConversations() int { return o.store.fresh.len() }
+
+// WithAppendTimeout is cfg with the store's timeout for one round of an
+// append shortened to d, so that a test reaches an outcome left unknown
+// without waiting the 10 s of storeOpTimeout.
+func WithAppendTimeout(cfg Config, d time.Duration) Config {
+	cfg.appendTimeout = d
+	return cfg
+}

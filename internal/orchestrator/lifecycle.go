@@ -80,7 +80,9 @@ func validStatus(s Status) bool {
 // It is safe against a change made meanwhile by another replica (see
 // store.delete); deleting a deleted conversation answers ErrNotFound, after
 // finishing what a delete that stopped half-way left.
-func (o *Orchestrator) Delete(ctx context.Context, id string) error { return o.remove(ctx, id) }
+func (o *Orchestrator) Delete(ctx context.Context, id string) error {
+	return o.remove(answersRequest(ctx), id)
+}
 
 // remove is Delete, for the retention sweep too.
 func (co *core) remove(ctx context.Context, id string) error {

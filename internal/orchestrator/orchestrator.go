@@ -210,6 +210,10 @@ type Config struct {
 	// refused with it instead of waiting for an answer that the server
 	// will not give while it keeps the error.
 	ServerWriteError func() error
+
+	// appendTimeout shortens the store's timeout for appends, for tests
+	// (export_test.go).
+	appendTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -378,6 +382,11 @@ type Stats struct {
 	ClaimedWithEnd   atomic.Int64
 	StartedWithEnd   atomic.Int64
 	TentativeDropped atomic.Int64
+	// AppendsUnresolved counts the rounds of the store's timeout (10 s)
+	// that ended with an append's outcome still unknown: its answer lost
+	// and the log not reachable to say whether it was stored. Each is
+	// also logged; the append is followed up until the log answers.
+	AppendsUnresolved atomic.Int64
 }
 
 // Stats returns the orchestrator's counters.
@@ -547,6 +556,7 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 		cache: newStateCache(co.cfg.StateCacheBytes),
 		clock: co.clock, onTooLarge: co.failTooLarge,
 		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
+		life: co.loopCtx, log: co.log, unresolved: &co.stats.AppendsUnresolved, appendTimeout: co.cfg.appendTimeout,
 	}
 	// The floor of the first conversations' watermark (fresh.go).
 	last, err := co.bus.LastSequence(ctx, bus.StreamConversations)

@@ -311,10 +311,9 @@ func (l *replicaLink) awaitAgent(ctx context.Context, c *Conversation) error {
 	var noted, failed bool
 	var runID string
 	// Not bounded by the pass: the event below goes out only after the
-	// write that notes (or fails) the wait, and a write cut short by the
-	// pass's end may be stored with an error, which no later pass undoes
-	// (it finds the note there and sends nothing). With the append's own
-	// timeout, a lost answer is looked up in the log instead.
+	// write that notes (or fails) the wait, which a later pass finds and
+	// takes as done. A write whose answer is lost is followed up by the
+	// store until the log says whether it was stored (store.appendLog).
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
 	defer cancel()
 	_, err := l.store.update(wctx, c.ID, func(c *Conversation) error {

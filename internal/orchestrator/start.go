@@ -93,6 +93,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	if o.stopped.Load() {
 		return RunInfo{}, ErrStopped
 	}
+	ctx = answersRequest(ctx)
 	if string(req.Caller) == "null" {
 		req.Caller = nil
 	}

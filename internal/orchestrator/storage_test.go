@@ -186,10 +186,14 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 // A run under way when the disk fills cannot store its end (its answer
 // needs room the disk no longer has). While the disk is full the
 // conversation keeps its last stored status, running, since nothing can be
-// stored, a failure neither, and /healthz says why. Once room is back the
-// store is reopened, reconcile relaunches the run whose lease expired, and
-// the conversation completes. Before, the server kept its write error until
-// a restart, and the conversation stayed running for good.
+// stored, a failure neither, and /healthz says why; the run's end is
+// followed up, its outcome unknown (the server answers no publish of the
+// stream). Once room is back the store is reopened and the conversation
+// completes with the run's answer: its end stored by the follow-up, or by
+// the run that reconcile relaunched once the lease expired, whichever
+// comes first (the other finds the log moved). Before, the server kept its
+// write error until a restart, and the conversation stayed running for
+// good.
 func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 	e, dir := tmpfsStore(t, "16m")
 	answer := strings.Repeat("a", 64<<10)
@@ -218,8 +222,9 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 	filler := filepath.Join(dir, "filler")
 	disktest.Fill(t, filler)
 	close(gate)
-	waitMetrics(t, telemetry.Handler(reg), []series{
-		{name: "toolgate_runs_total", labels: []string{"status", "not_stored"}, want: 1},
+	waitFor(t, "the run's end followed up, its outcome unknown", func() (bool, string) {
+		n := o.Stats().AppendsUnresolved.Load()
+		return n >= 1, fmt.Sprintf("%d rounds", n)
 	})
 	if c, err := o.Conversation(ctxT(t), info.ConversationID); err != nil || c.Status != orchestrator.StatusRunning {
 		t.Fatalf("the conversation on a full disk: %v %v, want running as last stored", c, err)
@@ -234,9 +239,6 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	if c.Status != orchestrator.StatusCompleted || c.Output != answer {
 		t.Errorf("the conversation once room is back: status %s, error %q, output of %d bytes", c.Status, c.Error, len(c.Output))
-	}
-	if n := o.Stats().RunsRelaunched.Load(); n < 1 {
-		t.Errorf("runs relaunched: %d, want the run whose end was not stored", n)
 	}
 	if err := o.Health(ctxT(t)); err != nil {
 		t.Errorf("health once room is back: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,16 @@ type store struct {
 	writes, bytes *atomic.Int64
 	// reads counts the reads of logs (requests of records), for Stats.
 	reads *atomic.Int64
+	// life ends when the orchestrator begins to stop; an append whose
+	// outcome is unknown is followed up until then (appendLog), and no
+	// longer: Stop waits for the loops, and a run's end not known to be
+	// stored is left to the next replica's reconcile, as a run cut short. log tells of it and
+	// unresolved counts it (Stats.AppendsUnresolved); appendTimeout, when
+	// set, is a test's shorter storeOpTimeout for appends.
+	life          context.Context
+	log           *slog.Logger
+	unresolved    *atomic.Int64
+	appendTimeout time.Duration
 	// markersPurged is set once the delete markers an earlier build left
 	// in the index are gone (purgeDueMarkers): this build leaves none.
 	markersPurged atomic.Bool
@@ -432,8 +443,6 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-	defer cancel()
 	h := nats.Header{}
 	h.Set(hdrStatus, string(c.Status))
 	h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
@@ -443,7 +452,7 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	if origin != "" {
 		h.Set(hdrOrigin, origin)
 	}
-	seq, err := s.bus.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject(c.ID), expect, b, h)
+	seq, err := s.appendLog(ctx, c.ID, expect, b, h)
 	s.wrote(len(b))
 	var tl *bus.LogTooLargeError
 	if errors.As(err, &tl) {
@@ -454,6 +463,71 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	}
 	s.fresh.saw(seq)
 	return seq, len(b), nil
+}
+
+// appendLog appends b to conversation id's log within the store's
+// timeout, and follows up an append whose outcome is still unknown then
+// until the log says what became of it, its caller's context is cancelled
+// (not merely past its deadline) or the orchestrator begins to stop: its
+// caller acts on what it stored (an event, a run's launch, OnRunEnd), and
+// a record stored whose append returned an error would leave that undone
+// for good, since the passes that come later find the record and take it
+// as done. Each round without an answer is logged and counted
+// (Stats.AppendsUnresolved): the orchestrator is cut off from the stream,
+// and nothing else of it goes on meanwhile either.
+func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byte, h nats.Header) (uint64, error) {
+	actx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	seq, err := s.bus.AppendLog(actx, bus.StreamConversations, bus.ConversationSubject(id), expect, b, h)
+	cancel()
+	var unknown *bus.LogOutcomeError
+	if !errors.As(err, &unknown) || s.life == nil || answeringRequest(ctx) {
+		return seq, err
+	}
+	// What the caller's context carries (its trace), and its cancellation
+	// (a loop's at Stop), but not its deadline.
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	defer context.AfterFunc(s.life, stop)()
+	defer context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			stop()
+		}
+	})()
+	for since := s.clock(); errors.As(err, &unknown) && rctx.Err() == nil; {
+		if s.unresolved != nil {
+			s.unresolved.Add(1)
+		}
+		if s.log != nil {
+			s.log.WarnContext(ctx, "append to a conversation's log: no answer yet, and whether it was stored is unknown; still asking",
+				slog.String("conversation_id", id), slog.Uint64("expect", expect),
+				slog.Duration("for", s.clock().Sub(since)), slog.String("error", unknown.Err.Error()))
+		}
+		actx, cancel := context.WithTimeout(rctx, s.opTimeout())
+		seq, err = s.bus.ResumeAppend(actx, unknown)
+		cancel()
+	}
+	return seq, err
+}
+
+// answersRequest marks ctx as a client's request's, which waits for the
+// answer (a start, a cancel, a delete): an append of it whose outcome is
+// still unknown at the store's timeout fails the request, as before,
+// rather than hold it for as long as the outage lasts. The client's retry
+// finds what was stored.
+func answersRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, requestKey{}, true)
+}
+
+type requestKey struct{}
+
+func answeringRequest(ctx context.Context) bool { return ctx.Value(requestKey{}) != nil }
+
+// opTimeout is storeOpTimeout, or the shorter one a test gave.
+func (s *store) opTimeout() time.Duration {
+	if s.appendTimeout > 0 {
+		return s.appendTimeout
+	}
+	return storeOpTimeout
 }
 
 // runCacheMax bounds the run → conversation cache of run ids of the

@@ -95,7 +95,8 @@ func (tc *tentativeClaim) start() bool { return tc.base == nil }
 // one record.
 func (tc *tentativeClaim) write(ctx context.Context, c *Conversation) (uint64, error) {
 	if tc.start() {
-		return tc.co.store.create(ctx, c)
+		// The start's client waits for this record.
+		return tc.co.store.create(answersRequest(ctx), c)
 	}
 	return tc.co.store.commit(ctx, c, tc.base, tc.pauseRev)
 }

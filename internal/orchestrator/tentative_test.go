@@ -523,3 +523,64 @@ func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 		t.Errorf("events %s; want two runs started, the reply applied once, completed once", eventTypes(evs))
 	}
 }
+
+// A record whose append's outcome stays unknown past the store's timeout
+// (the connection mute for longer) is followed up until the log says it
+// was stored: the run's end is then told (its events, the completion) as
+// if the answer had come. Taken as failed, the conversation would be
+// completed in its log with no run_completed event ever, and no later
+// pass would send it (they find the record and take it as done).
+func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
+	t.Parallel()
+	e := newEnvListening(t)
+	e.worker("calculate_answer")
+	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
+	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Close)
+	fired := make(chan (<-chan struct{}), 1)
+	model := answerModel(func(n int) {
+		if n == 1 {
+			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(""), true)
+		}
+	})
+	cfg := orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour}, time.Second)
+	o, _ := e.orch(cfg)
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := e.connect("reader")
+	bustest.Recv(t, bustest.Recv(t, fired, "the follow-up"), "the follow-up's record to leave")
+	waitFor(t, "the follow-up's record stored", func() (bool, string) {
+		n := logLength(t, reader, info.ConversationID)
+		return n == 2, fmt.Sprintf("%d records", n)
+	})
+	waitFor(t, "a round of the store's timeout to end with the outcome unknown", func() (bool, string) {
+		n := o.Stats().AppendsUnresolved.Load()
+		return n >= 2, fmt.Sprintf("%d rounds", n)
+	})
+	proxy.Cut()
+	evs := collectEvents(t, reader, info.ConversationID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	})
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
+	}
+	if n := logLength(t, reader, info.ConversationID); n != 2 {
+		t.Errorf("the log holds %d records, want 2", n)
+	}
+	if d, w := o.Stats().TentativeDropped.Load(), o.Stats().ClaimedWithEnd.Load(); d != 0 || w != 1 {
+		t.Errorf("%d dropped, %d stored with the claim; want 0 and 1", d, w)
+	}
+	counts := map[string]int{}
+	for _, ev := range evs {
+		counts[ev.Type]++
+	}
+	if counts[orchestrator.EventReplyApplied] != 1 || counts[orchestrator.EventRunCompleted] != 1 {
+		t.Errorf("events %s; want the reply applied once, completed once", eventTypes(evs))
+	}
+}
