@@ -18,6 +18,9 @@ type observer interface {
 	unservedCall(tool string)
 	reconcileError()
 	runFinished(agent, status string)
+	// appendUnresolved is told of each round of the store's timeout that
+	// left an append's outcome unknown.
+	appendUnresolved()
 }
 
 // replyObservation is what became of one reply.
@@ -106,3 +109,8 @@ func (c counters) reconcileError() {
 }
 
 func (c counters) runFinished(agent, status string) { c.m.RunFinished(agent, status) }
+
+func (c counters) appendUnresolved() {
+	c.stats.AppendsUnresolved.Add(1)
+	c.m.AppendUnresolved()
+}

@@ -556,7 +556,7 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 		cache: newStateCache(co.cfg.StateCacheBytes),
 		clock: co.clock, onTooLarge: co.failTooLarge,
 		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
-		life: co.loopCtx, log: co.log, unresolved: &co.stats.AppendsUnresolved, appendTimeout: co.cfg.appendTimeout,
+		life: co.loopCtx, log: co.log, unresolved: func() { co.observer.appendUnresolved() }, appendTimeout: co.cfg.appendTimeout,
 	}
 	// The floor of the first conversations' watermark (fresh.go).
 	last, err := co.bus.LastSequence(ctx, bus.StreamConversations)

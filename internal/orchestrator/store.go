@@ -131,11 +131,11 @@ type store struct {
 	// outcome is unknown is followed up until then (appendLog), and no
 	// longer: Stop waits for the loops, and a run's end not known to be
 	// stored is left to the next replica's reconcile, as a run cut short. log tells of it and
-	// unresolved counts it (Stats.AppendsUnresolved); appendTimeout, when
+	// unresolved counts it (observer.appendUnresolved); appendTimeout, when
 	// set, is a test's shorter storeOpTimeout for appends.
 	life          context.Context
 	log           *slog.Logger
-	unresolved    *atomic.Int64
+	unresolved    func()
 	appendTimeout time.Duration
 	// markersPurged is set once the delete markers an earlier build left
 	// in the index are gone (purgeDueMarkers): this build leaves none.
@@ -495,7 +495,7 @@ func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byt
 	})()
 	for since := s.clock(); errors.As(err, &unknown) && rctx.Err() == nil; {
 		if s.unresolved != nil {
-			s.unresolved.Add(1)
+			s.unresolved()
 		}
 		if s.log != nil {
 			s.log.WarnContext(ctx, "append to a conversation's log: no answer yet, and whether it was stored is unknown; still asking",

@@ -14,6 +14,8 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 )
 
 // answerModel asks calculate_answer once, then answers; onFollowUp runs
@@ -546,7 +548,9 @@ func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(""), true)
 		}
 	})
-	cfg := orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour}, time.Second)
+	reg := telemetry.NewRegistry()
+	cfg := orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour,
+		Metrics: telemetry.NewOrchestratorMetrics(reg)}, time.Second)
 	o, _ := e.orch(cfg)
 	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
 	if err != nil {
@@ -582,5 +586,9 @@ func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 	}
 	if counts[orchestrator.EventReplyApplied] != 1 || counts[orchestrator.EventRunCompleted] != 1 {
 		t.Errorf("events %s; want the reply applied once, completed once", eventTypes(evs))
+	}
+	rounds := o.Stats().AppendsUnresolved.Load()
+	if v, ok := telemetrytest.Scrape(t, telemetry.Handler(reg)).Value("toolgate_append_outcome_unknown_total"); !ok || v != float64(rounds) {
+		t.Errorf("toolgate_append_outcome_unknown_total = %v (present %v), want the %d rounds counted", v, ok, rounds)
 	}
 }

@@ -30,6 +30,7 @@ const (
 //	toolgate_dead_letters_total{component="orchestrator",reason}
 //	toolgate_reconcile_errors_total
 //	toolgate_calls_unserved_total{tool}          calls published while no worker took calls of their tool
+//	toolgate_append_outcome_unknown_total        rounds of the store's timeout that left a log append's outcome unknown
 //
 // kind is "call" or "approval". toolgate_deferred_pending comes either from
 // PendingAdd/PendingDone, counted by this process (sum over replicas; a
@@ -51,6 +52,7 @@ type OrchestratorMetrics struct {
 	deadLetters  *prometheus.CounterVec
 	reconcile    prometheus.Counter
 	unserved     *prometheus.CounterVec
+	unresolved   prometheus.Counter
 }
 
 // NewOrchestratorMetrics registers the orchestrator's collectors on reg.
@@ -105,7 +107,20 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 			Name: "toolgate_calls_unserved_total",
 			Help: "External calls published while no worker took calls of their tool (none pulled them, none held one); each also has a tool_unserved event.",
 		}, []string{"tool"})),
+		unresolved: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_append_outcome_unknown_total",
+			Help: "Rounds of the store's timeout (10 s) that ended with an append to a conversation's log unanswered and its outcome unknown: the server or the stream cannot be reached. The append is followed up until the log answers (see the log).",
+		})),
 	}
+}
+
+// AppendUnresolved counts a round of the store's timeout that left an
+// append's outcome unknown.
+func (m *OrchestratorMetrics) AppendUnresolved() {
+	if m == nil {
+		return
+	}
+	m.unresolved.Inc()
 }
 
 // UnservedCall counts a call of tool published while no worker took its
