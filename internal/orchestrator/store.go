@@ -473,9 +473,9 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 // a record stored whose append returned an error would leave that undone
 // for good, since the passes that come later find the record and take it
 // as done. Each round without an answer is logged and counted
-// (Stats.AppendsUnresolved): the orchestrator is cut off from the stream,
-// and nothing else of it goes on meanwhile either.
+// (Stats.AppendsUnresolved, toolgate_append_outcome_unknown_total).
 func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byte, h nats.Header) (uint64, error) {
+	since := time.Now()
 	actx, cancel := context.WithTimeout(ctx, s.opTimeout())
 	seq, err := s.bus.AppendLog(actx, bus.StreamConversations, bus.ConversationSubject(id), expect, b, h)
 	cancel()
@@ -493,14 +493,14 @@ func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byt
 			stop()
 		}
 	})()
-	for since := s.clock(); errors.As(err, &unknown) && rctx.Err() == nil; {
+	for errors.As(err, &unknown) && rctx.Err() == nil {
 		if s.unresolved != nil {
 			s.unresolved()
 		}
 		if s.log != nil {
 			s.log.WarnContext(ctx, "append to a conversation's log: no answer yet, and whether it was stored is unknown; still asking",
 				slog.String("conversation_id", id), slog.Uint64("expect", expect),
-				slog.Duration("for", s.clock().Sub(since)), slog.String("error", unknown.Err.Error()))
+				slog.Duration("for", time.Since(since)), slog.String("error", unknown.Err.Error()))
 		}
 		actx, cancel := context.WithTimeout(rctx, s.opTimeout())
 		seq, err = s.bus.ResumeAppend(actx, unknown)
