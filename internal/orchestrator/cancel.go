@@ -41,8 +41,18 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 			ce.Op = opCancel
 		}
 		o.storage.failed(err)
+		// The client hears of the failure; a cancel stored all the same
+		// still tells its runs, workers and watchers.
+		o.store.followUpRequest(ctx, id, o.runner.goUnlessStopped, err, func() { o.cancelled(ctx, id, runs, settled) })
 		return nil, err
 	}
+	o.cancelled(ctx, id, runs, settled)
+	return c, nil
+}
+
+// cancelled tells what a stored cancel did: a notice to each run that may
+// still be working, and the conversation_cancelled event.
+func (o *Orchestrator) cancelled(ctx context.Context, id string, runs []string, settled []*PendingCall) {
 	for _, r := range runs {
 		if err := o.bus.PublishCancel(r); err != nil {
 			o.log.WarnContext(ctx, "cancel notice", slog.String("conversation_id", id), slog.String("run_id", r), slog.String("error", err.Error()))
@@ -58,7 +68,6 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 	}
 	o.log.InfoContext(ctx, "conversation cancelled", slog.String("conversation_id", id), slog.Int("calls", len(ids)))
 	o.events.publish(ctx, id, runID, EventConversationCancelled, "", cancelledData{Reason: CancelledMessage, ToolCallIDs: ids})
-	return c, nil
 }
 
 // workingRuns lists the runs of an unfinished conversation that may still

@@ -9,12 +9,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A paused conversation is cancelled over HTTP: its approvals are denied
@@ -250,5 +253,65 @@ func TestCancelStopsWorkerCall(t *testing.T) {
 	})
 	if n := o.Stats().Late.Load(); n != 0 {
 		t.Errorf("%d late replies, want none (the call stopped without one)", n)
+	}
+}
+
+// A cancel whose write got no answer fails its request at the store's
+// timeout, as a request must not wait out an outage; but the write was
+// stored, and once the log says so the cancel is told as if the answer had
+// come: the conversation_cancelled event, once, and a retry refused as a
+// cancel of a finished conversation. Before, the event never came.
+func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnvListening(t)
+	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
+	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Close)
+	o, _ := e.orch(orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events")}, time.Second))
+	c := startPaused(t, o)
+	reader := e.connect("reader")
+	before := logLength(t, reader, c.ID)
+	waitFor(t, "the pause's events published", func() (bool, string) {
+		n := o.EventsPending()
+		return n == 0, fmt.Sprintf("%d pending", n)
+	})
+	eventSubject := wire.PrefixEvent + "." + c.ID
+	eventMsgs := bustest.SubjectMsgs(t, reader, bus.StreamEvents, eventSubject)
+
+	fired := proxy.Arm("HPUB "+bus.ConversationSubject(c.ID), true)
+	_, err = o.Cancel(ctxT(t), c.ID)
+	var unknown *bus.LogOutcomeError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("cancel with its answer lost: %v, want the outcome unknown", err)
+	}
+	bustest.Recv(t, fired, "the cancel's record to leave")
+	if n := logLength(t, reader, c.ID); n != before+1 {
+		t.Fatalf("the log holds %d records, want the cancel's after %d", n, before)
+	}
+	proxy.Cut()
+
+	evs := collectEvents(t, reader, c.ID, hasEvent(orchestrator.EventConversationCancelled, ""))
+	ev, _ := event(evs, orchestrator.EventConversationCancelled, "")
+	if ev.RunID != c.Batch.RunID || len(eventData(t, ev)["tool_call_ids"].([]any)) != len(c.Batch.Calls) {
+		t.Errorf("event %+v, want the paused run and its %d calls", ev, len(c.Batch.Calls))
+	}
+	var ce *orchestrator.ConflictError
+	if _, err := o.Cancel(ctxT(t), c.ID); !errors.As(err, &ce) || ce.Status != orchestrator.StatusCancelled {
+		t.Fatalf("the retry: %v, want refused as already cancelled", err)
+	}
+	waitFor(t, "the events published", func() (bool, string) {
+		n := o.EventsPending()
+		return n == 0, fmt.Sprintf("%d pending", n)
+	})
+	// The cancel's event message, and no other: neither told twice nor by
+	// the retry.
+	if n := bustest.SubjectMsgs(t, reader, bus.StreamEvents, eventSubject); n != eventMsgs+1 {
+		t.Errorf("%d event messages after the pause's %d, want the cancel's alone", n, eventMsgs)
+	}
+	if n := logLength(t, reader, c.ID); n != before+1 {
+		t.Errorf("the log holds %d records, want the one cancel after %d", n, before)
 	}
 }

@@ -33,6 +33,16 @@ func (rn *runner) launchTentative(c *Conversation, tc *tentativeClaim) {
 	rn.launchFrom(c.ID, tc.runID, c, tc.pauseRev, tc)
 }
 
+// goUnlessStopped runs f on a goroutine that Stop waits for, as it waits
+// for runs, unless the orchestrator is stopping.
+func (rn *runner) goUnlessStopped(f func()) {
+	rn.launchMu.Lock()
+	defer rn.launchMu.Unlock()
+	if !rn.stopped.Load() {
+		rn.runs.Go(f)
+	}
+}
+
 // launchFrom is launch with the conversation as this process last wrote it
 // (at revision rev), which the run starts from instead of reading it again;
 // c is handed over to the run. A nil c reads the state. A run whose claim

@@ -483,6 +483,16 @@ func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byt
 	if !errors.As(err, &unknown) || s.life == nil || answeringRequest(ctx) {
 		return seq, err
 	}
+	return s.followUp(ctx, id, since, unknown)
+}
+
+// followUp is appendLog's follow-up of the append unknown left, which was
+// sent at since.
+func (s *store) followUp(ctx context.Context, id string, since time.Time, unknown *bus.LogOutcomeError) (uint64, error) {
+	var (
+		seq uint64
+		err error = unknown
+	)
 	// What the caller's context carries (its trace), and its cancellation
 	// (a loop's at Stop), but not its deadline.
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -499,8 +509,7 @@ func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byt
 		}
 		if s.log != nil {
 			s.log.WarnContext(ctx, "append to a conversation's log: no answer yet, and whether it was stored is unknown; still asking",
-				slog.String("conversation_id", id), slog.Uint64("expect", expect),
-				slog.Duration("for", time.Since(since)), slog.String("error", unknown.Err.Error()))
+				slog.String("conversation_id", id), slog.Duration("for", time.Since(since)), slog.String("error", unknown.Err.Error()))
 		}
 		actx, cancel := context.WithTimeout(rctx, s.opTimeout())
 		seq, err = s.bus.ResumeAppend(actx, unknown)
@@ -513,7 +522,8 @@ func (s *store) appendLog(ctx context.Context, id string, expect uint64, b []byt
 // answer (a start, a cancel, a delete): an append of it whose outcome is
 // still unknown at the store's timeout fails the request, as before,
 // rather than hold it for as long as the outage lasts. The client's retry
-// finds what was stored.
+// finds what was stored; what must follow a stored one is the caller's to
+// follow up (followUpRequest).
 func answersRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, requestKey{}, true)
 }
@@ -521,6 +531,27 @@ func answersRequest(ctx context.Context) context.Context {
 type requestKey struct{}
 
 func answeringRequest(ctx context.Context) bool { return ctx.Value(requestKey{}) != nil }
+
+// followUpRequest follows up, off the request's way, the append whose
+// outcome err (a request's, which failed at the store's timeout) left
+// unknown, and calls stored if the log then says it was stored, once;
+// errors of another kind are left alone. spawn runs the follow-up on a
+// goroutine Stop waits for. An append of the request's retry and this one
+// expect the same
+// sequence, so at most one of them is stored, and what follows it is done
+// once: by the retry, or here.
+func (s *store) followUpRequest(ctx context.Context, id string, spawn func(func()), err error, stored func()) {
+	var unknown *bus.LogOutcomeError
+	if s.life == nil || !errors.As(err, &unknown) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	spawn(func() {
+		if _, err := s.followUp(ctx, id, time.Now(), unknown); err == nil {
+			stored()
+		}
+	})
+}
 
 // opTimeout is storeOpTimeout, or the shorter one a test gave.
 func (s *store) opTimeout() time.Duration {
