@@ -19,15 +19,7 @@ import (
 // is a conflict.
 func TestAppendLogAnswerLost(t *testing.T) {
 	t.Parallel()
-	srv := bustest.NewServer(t)
-	direct := bustest.Connect(t, srv, "direct")
-	bustest.Setup(t, direct)
-	proxy := bustest.NewCutProxy(t, srv.ClientURL())
-	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.URL(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	direct, proxy, b := cutSetup(t)
 	ctx := bustest.Context(t)
 
 	// appendCut appends data as the first message of conversation id's
@@ -66,17 +58,7 @@ func TestAppendLogAnswerLost(t *testing.T) {
 		r := bustest.Recv(t, done, "the append to return")
 		return r.seq, r.err
 	}
-	read := func(id string) []string {
-		t.Helper()
-		var got []string
-		if _, err := direct.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
-			got = append(got, string(m.Data))
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	read := func(id string) []string { return readLog(t, direct, id) }
 
 	t.Run("stored", func(t *testing.T) {
 		seq, err := appendCut("lost1", []byte("one"), true, nil)
@@ -133,15 +115,7 @@ func TestAppendLogAnswerLost(t *testing.T) {
 // another's came first; never stored twice.
 func TestResumeAppendAfterItsContextEnded(t *testing.T) {
 	t.Parallel()
-	srv := bustest.NewServer(t)
-	direct := bustest.Connect(t, srv, "direct")
-	bustest.Setup(t, direct)
-	proxy := bustest.NewCutProxy(t, srv.ClientURL())
-	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.URL(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	direct, proxy, b := cutSetup(t)
 	ctx := bustest.Context(t)
 
 	// unknown appends data as the first message of id's log through the
@@ -160,17 +134,7 @@ func TestResumeAppendAfterItsContextEnded(t *testing.T) {
 		}
 		return oe
 	}
-	read := func(id string) []string {
-		t.Helper()
-		var got []string
-		if _, err := direct.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
-			got = append(got, string(m.Data))
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	read := func(id string) []string { return readLog(t, direct, id) }
 
 	for _, tc := range []struct {
 		name    string
@@ -205,4 +169,33 @@ func TestResumeAppendAfterItsContextEnded(t *testing.T) {
 			t.Fatalf("log %q; want theirs alone", got)
 		}
 	})
+}
+
+// cutSetup is a server set up for toolgate, a connection to it (direct)
+// and one through a CutProxy (b).
+func cutSetup(t *testing.T) (direct *bus.Bus, proxy *bustest.CutProxy, b *bus.Bus) {
+	t.Helper()
+	srv := bustest.NewServer(t)
+	direct = bustest.Connect(t, srv, "direct")
+	bustest.Setup(t, direct)
+	proxy = bustest.NewCutProxy(t, srv.ClientURL())
+	b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: proxy.URL(), Name: "cut", PublishTimeout: time.Second, Logger: bustest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return direct, proxy, b
+}
+
+// readLog is the messages of conversation id's log.
+func readLog(t *testing.T, b *bus.Bus, id string) []string {
+	t.Helper()
+	var got []string
+	if _, err := b.ReadLog(bustest.Context(t), bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
+		got = append(got, string(m.Data))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -264,12 +264,7 @@ func TestCancelStopsWorkerCall(t *testing.T) {
 func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
 	t.Parallel()
 	e := newEnvListening(t)
-	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
-	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ob.Close)
+	proxy, ob := cutBus(t, e)
 	o, _ := e.orch(orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events")}, time.Second))
 	c := startPaused(t, o)
 	reader := e.connect("reader")
@@ -282,7 +277,7 @@ func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
 	eventMsgs := bustest.SubjectMsgs(t, reader, bus.StreamEvents, eventSubject)
 
 	fired := proxy.Arm("HPUB "+bus.ConversationSubject(c.ID), true)
-	_, err = o.Cancel(ctxT(t), c.ID)
+	_, err := o.Cancel(ctxT(t), c.ID)
 	var unknown *bus.LogOutcomeError
 	if !errors.As(err, &unknown) {
 		t.Fatalf("cancel with its answer lost: %v, want the outcome unknown", err)

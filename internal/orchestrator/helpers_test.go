@@ -365,3 +365,16 @@ func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conve
 	})
 	return c
 }
+
+// cutBus is an orchestrator's connection to e's server through a
+// CutProxy, which the test arms and cuts.
+func cutBus(t *testing.T, e *env) (*bustest.CutProxy, *bus.Bus) {
+	t.Helper()
+	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
+	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Close)
+	return proxy, ob
+}

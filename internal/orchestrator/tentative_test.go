@@ -475,35 +475,9 @@ func TestConcurrentStartsWithOneKey(t *testing.T) {
 // and nothing waits for the lease to run out.
 func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 	t.Parallel()
-	e := newEnvListening(t)
-	e.worker("calculate_answer")
-	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
-	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ob.Close)
-	fired := make(chan (<-chan struct{}), 1)
-	model := answerModel(func(n int) {
-		if n == 1 {
-			// The test's one conversation: the next append to a log is
-			// the follow-up's record.
-			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(""), true)
-		}
-	})
-	o, _ := e.orch(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour})
-	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := e.connect("reader")
-	bustest.Recv(t, bustest.Recv(t, fired, "the follow-up"), "the follow-up's record to leave")
-	waitFor(t, "the follow-up's record stored", func() (bool, string) {
-		n := logLength(t, reader, info.ConversationID)
-		return n == 2, fmt.Sprintf("%d records", n)
-	})
+	o, proxy, reader, id := followUpMuted(t, func(cfg orchestrator.Config) orchestrator.Config { return cfg })
 	proxy.Cut()
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
 		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
 	}
@@ -511,10 +485,10 @@ func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 	if d, w, f := st.TentativeDropped.Load(), st.ClaimedWithEnd.Load(), st.FollowUps.Load(); d != 0 || w != 1 || f != 1 {
 		t.Errorf("%d dropped, %d stored with the claim, %d follow-ups; want 0, 1 and 1", d, w, f)
 	}
-	if n := logLength(t, reader, info.ConversationID); n != 2 {
+	if n := logLength(t, reader, id); n != 2 {
 		t.Errorf("the log holds %d records, want 2", n)
 	}
-	evs := collectEvents(t, reader, info.ConversationID, func(evs []bus.Event) bool {
+	evs := collectEvents(t, reader, id, func(evs []bus.Event) bool {
 		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
 	counts := map[string]int{}
@@ -534,47 +508,24 @@ func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 // pass would send it (they find the record and take it as done).
 func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 	t.Parallel()
-	e := newEnvListening(t)
-	e.worker("calculate_answer")
-	proxy := bustest.NewCutProxy(t, e.srv().ClientURL())
-	ob, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: proxy.URL(), Name: "orchestrator", PublishTimeout: time.Second, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ob.Close)
-	fired := make(chan (<-chan struct{}), 1)
-	model := answerModel(func(n int) {
-		if n == 1 {
-			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(""), true)
-		}
-	})
 	reg := telemetry.NewRegistry()
-	cfg := orchestrator.WithAppendTimeout(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour,
-		Metrics: telemetry.NewOrchestratorMetrics(reg)}, time.Second)
-	o, _ := e.orch(cfg)
-	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := e.connect("reader")
-	bustest.Recv(t, bustest.Recv(t, fired, "the follow-up"), "the follow-up's record to leave")
-	waitFor(t, "the follow-up's record stored", func() (bool, string) {
-		n := logLength(t, reader, info.ConversationID)
-		return n == 2, fmt.Sprintf("%d records", n)
+	o, proxy, reader, id := followUpMuted(t, func(cfg orchestrator.Config) orchestrator.Config {
+		cfg.Metrics = telemetry.NewOrchestratorMetrics(reg)
+		return orchestrator.WithAppendTimeout(cfg, time.Second)
 	})
 	waitFor(t, "a round of the store's timeout to end with the outcome unknown", func() (bool, string) {
 		n := o.Stats().AppendsUnresolved.Load()
 		return n >= 2, fmt.Sprintf("%d rounds", n)
 	})
 	proxy.Cut()
-	evs := collectEvents(t, reader, info.ConversationID, func(evs []bus.Event) bool {
+	evs := collectEvents(t, reader, id, func(evs []bus.Event) bool {
 		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
 		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
 	}
-	if n := logLength(t, reader, info.ConversationID); n != 2 {
+	if n := logLength(t, reader, id); n != 2 {
 		t.Errorf("the log holds %d records, want 2", n)
 	}
 	if d, w := o.Stats().TentativeDropped.Load(), o.Stats().ClaimedWithEnd.Load(); d != 0 || w != 1 {
@@ -591,4 +542,35 @@ func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 	if v, ok := telemetrytest.Scrape(t, telemetry.Handler(reg)).Value("toolgate_append_outcome_unknown_total"); !ok || v != float64(rounds) {
 		t.Errorf("toolgate_append_outcome_unknown_total = %v (present %v), want the %d rounds counted", v, ok, rounds)
 	}
+}
+
+// followUpMuted runs a conversation to its follow-up and stores the
+// follow-up's record (the reply, the claim and the run's end, as one)
+// while the orchestrator's connection is mute, which the test then cuts.
+// adjust changes the orchestrator's config.
+func followUpMuted(t *testing.T, adjust func(orchestrator.Config) orchestrator.Config) (o *orchestrator.Orchestrator, proxy *bustest.CutProxy, reader *bus.Bus, id string) {
+	t.Helper()
+	e := newEnvListening(t)
+	e.worker("calculate_answer")
+	proxy, ob := cutBus(t, e)
+	fired := make(chan (<-chan struct{}), 1)
+	model := answerModel(func(n int) {
+		if n == 1 {
+			// The test's one conversation: the next append to a log is
+			// the follow-up's record.
+			fired <- proxy.Arm("HPUB "+bus.ConversationSubject(""), true)
+		}
+	})
+	o, _ = e.orch(adjust(orchestrator.Config{Bus: ob, EventBus: e.connect("events"), Agent: externalAgent(t, ""), Model: model, ClaimWindow: time.Hour}))
+	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader = e.connect("reader")
+	bustest.Recv(t, bustest.Recv(t, fired, "the follow-up"), "the follow-up's record to leave")
+	waitFor(t, "the follow-up's record stored", func() (bool, string) {
+		n := logLength(t, reader, info.ConversationID)
+		return n == 2, fmt.Sprintf("%d records", n)
+	})
+	return o, proxy, reader, info.ConversationID
 }
