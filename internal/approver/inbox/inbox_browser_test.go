@@ -119,6 +119,13 @@ func TestBrowserInbox(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(editor), "{\n  \"path\": \"build/cache\",\n  \"force\": true\n}"),
 		chromedp.Click(chromedp.CSS(card("run-2/call-7")+` button[data-action="approve-edited"]`)),
 		chromedp.WaitNotPresent(chromedp.CSS(card("run-2/call-7"))),
+		// The card may leave by the event stream before the decision's
+		// answer comes, whose flash would then cover the next one's.
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Poll[chromedp.Void](`document.querySelector('#flash').textContent.includes("Approved delete_file (call-7)")`,
+				chromedp.WithPollingTimeout(10*time.Second))(ctx, tg)
+			return err
+		}),
 	)
 	d = waitDecision(t, b, "run-2")
 	if !d.Approved || string(d.OverrideArgs) != `{"force":true,"path":"build/cache"}` || d.ArgsDigest != edit.ArgsDigest {
