@@ -310,13 +310,11 @@ func (l *replicaLink) awaitAgent(ctx context.Context, c *Conversation) error {
 	reason := fmt.Sprintf("no replica runs agent %q", c.Agent)
 	var noted, failed bool
 	var runID string
-	// Not bounded by the pass: the event below goes out only after the
-	// write that notes (or fails) the wait, which a later pass finds and
-	// takes as done. A write whose answer is lost is followed up by the
-	// store until the log says whether it was stored (store.appendLog).
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeOpTimeout)
-	defer cancel()
-	_, err := l.store.update(wctx, c.ID, func(c *Conversation) error {
+	// The event below goes out only after the write that notes (or fails)
+	// the wait, which a later pass finds and takes as done: a write cut
+	// short by the pass's deadline is followed up by the store until the
+	// log says whether it was stored (store.appendLog).
+	_, err := l.store.update(ctx, c.ID, func(c *Conversation) error {
 		noted, failed, runID = c.WaitForAgent(reason, l.clock(), l.cfg.AgentWait)
 		if !noted && !failed {
 			return errUnchanged

@@ -130,9 +130,9 @@ type store struct {
 	// life ends when the orchestrator begins to stop; an append whose
 	// outcome is unknown is followed up until then (appendLog), and no
 	// longer: Stop waits for the loops, and a run's end not known to be
-	// stored is left to the next replica's reconcile, as a run cut short. log tells of it and
-	// unresolved counts it (observer.appendUnresolved); appendTimeout, when
-	// set, is a test's shorter storeOpTimeout for appends.
+	// stored is left to the next replica's reconcile, as a run cut short.
+	// log tells of it and unresolved counts it (observer.appendUnresolved);
+	// appendTimeout, when set, is a test's shorter storeOpTimeout.
 	life          context.Context
 	log           *slog.Logger
 	unresolved    func()
@@ -537,9 +537,8 @@ func answeringRequest(ctx context.Context) bool { return ctx.Value(requestKey{})
 // unknown, and calls stored if the log then says it was stored, once;
 // errors of another kind are left alone. spawn runs the follow-up on a
 // goroutine Stop waits for. An append of the request's retry and this one
-// expect the same
-// sequence, so at most one of them is stored, and what follows it is done
-// once: by the retry, or here.
+// expect the same sequence, so at most one of them is stored, and what
+// follows it is done once: by the retry, or here.
 func (s *store) followUpRequest(ctx context.Context, id string, spawn func(func()), err error, stored func()) {
 	var unknown *bus.LogOutcomeError
 	if s.life == nil || !errors.As(err, &unknown) {
