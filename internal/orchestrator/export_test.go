@@ -37,3 +37,8 @@ func WithAppendTimeout(cfg Config, d time.Duration) Config {
 	cfg.appendTimeout = d
 	return cfg
 }
+
+// OnRestartIndexed has fn called when the due entry of a finished
+// conversation has been put and the record that restarts it is yet to be
+// appended.
+func (o *Orchestrator) OnRestartIndexed(fn func(id string)) { o.store.restartIndexed = fn }

@@ -227,3 +227,55 @@ func TestApprovalsAndStopIndex(t *testing.T) {
 		t.Error("a paused conversation was not indexed when its replica stopped")
 	}
 }
+
+// A reconcile pass that lists a restarted conversation's new entry and
+// reads its log before the record of the restart is stored takes it for
+// finished and removes the entry. The restart indexes it once more after
+// its record, so the run stays where every replica's reconcile finds it.
+func TestRestartIndexedThoughAPassPurgedItsEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Answered with text first (completed), then with an external call no
+	// worker takes: the restarted run pauses and stays paused.
+	cfg := scriptedExternalAgent(t, `
+- text: Hello.
+- calls:
+    - tool: calculate_answer
+      args: {question: again}
+- text: Done.
+`)
+	o, _ := e.orch(orchestrator.Config{Agent: cfg, Clock: stoppedClock()})
+	c := completeRun(t, o, "Hi")
+	kv := e.index()
+
+	var purged, calls int
+	o.OnRestartIndexed(func(id string) {
+		if id != c.ID {
+			return
+		}
+		calls++
+		if err := o.Reconcile(ctxT(t)); err != nil {
+			t.Errorf("reconcile: %v", err)
+		}
+		if !indexed(t, kv, c.ID) {
+			purged++
+		}
+	})
+	if _, err := o.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "Again", ConversationID: c.ID}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, o, c.ID, orchestrator.StatusPaused)
+	o.OnRestartIndexed(nil)
+	if calls != 1 || purged != 1 {
+		t.Fatalf("the pass ran %d times between the entry and the record and removed it %d times; want 1 and 1", calls, purged)
+	}
+	if !indexed(t, kv, c.ID) {
+		t.Fatal("the restarted conversation is not in the due index")
+	}
+	if err := o.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !indexed(t, kv, c.ID) {
+		t.Fatal("a pass over the paused conversation removed its entry")
+	}
+}

@@ -221,18 +221,30 @@ func ctxT(t *testing.T) context.Context { return bustest.Context(t) }
 // YAML appended to its tool (e.g. a short deadline).
 func externalAgent(t *testing.T, toolExtra string) *orchestrator.AgentConfig {
 	t.Helper()
-	data, err := os.ReadFile("../../examples/agent-seed-external.yaml")
+	script, err := os.ReadFile("../../examples/seed-external-script.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile("../../examples/seed-external-script.yaml")
+	return seedExternal(t, toolExtra, string(script))
+}
+
+// scriptedExternalAgent is the seed's external example with its model
+// playing script instead.
+func scriptedExternalAgent(t *testing.T, script string) *orchestrator.AgentConfig {
+	t.Helper()
+	return seedExternal(t, "", script)
+}
+
+func seedExternal(t *testing.T, toolExtra, script string) *orchestrator.AgentConfig {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/agent-seed-external.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if toolExtra != "" {
 		data = []byte(strings.Replace(string(data), "    deadline: 5m\n", toolExtra, 1))
 	}
-	cfg, err := agentconfig.Parse(data, fstest.MapFS{"seed-external-script.yaml": {Data: script}})
+	cfg, err := agentconfig.Parse(data, fstest.MapFS{"seed-external-script.yaml": {Data: []byte(script)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,6 +137,10 @@ type store struct {
 	log           *slog.Logger
 	unresolved    func()
 	appendTimeout time.Duration
+	// restartIndexed, when set, is told that the due entry of a finished
+	// conversation was put before the record that restarts it is
+	// appended: a test's way into that moment.
+	restartIndexed func(id string)
 	// markersPurged is set once the delete markers an earlier build left
 	// in the index are gone (purgeDueMarkers): this build leaves none.
 	markersPurged atomic.Bool
@@ -319,6 +323,24 @@ func (s *store) markDue(ctx context.Context, id string) (uint64, error) {
 	return s.index.Put(ctx, dueKey(id), nil)
 }
 
+// reindex puts the due entry of a conversation once more after the record
+// that restarted it is stored. The entry put before that record may be
+// gone: a reconcile pass that listed it and read the log before the record
+// came took the conversation for finished and purged the entry up to the
+// revision it listed, which is that put's. The pass cannot tell it apart
+// from the entry of the finished conversation, and nothing else would
+// index it again: a replica that then died would leave the run unseen by
+// every reconcile (TestRestartIndexedThoughAPassPurgedItsEntry). A put
+// after the record is listed by a pass only after the record is stored, so
+// no pass removes it while the conversation runs. It fails only when the
+// index cannot be written, which is logged: the earlier put most likely
+// stands.
+func (s *store) reindex(ctx context.Context, id string) {
+	if _, err := s.markDue(ctx, id); err != nil && s.log != nil {
+		s.log.WarnContext(ctx, "index a restarted conversation again", slog.String("conversation_id", id), slog.String("error", err.Error()))
+	}
+}
+
 // indexNow puts the due entry of id at once, whoever created it: for a
 // conversation that waits for a person, whose pending calls every
 // replica's list must show.
@@ -370,11 +392,15 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 		if r.empty() {
 			return c, seq, nil
 		}
-		if wasFinished && !c.Status.Terminal() {
+		restart := wasFinished && !c.Status.Terminal()
+		if restart {
 			// Indexed before it can need reconciling; a finished
 			// conversation keeps its entry until reconcile removes it.
 			if _, err := s.markDue(ctx, id); err != nil {
 				return nil, 0, fmt.Errorf("update conversation %s: index: %w", id, err)
+			}
+			if s.restartIndexed != nil {
+				s.restartIndexed(id)
 			}
 		}
 		nseq, n, err := s.append(ctx, c, seq, r)
@@ -382,6 +408,9 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 			s.cache.put(id, c.clone(), nseq, s.cache.size(id)+int64(n))
 			if !wasFinished && c.Status.Terminal() {
 				s.fresh.remove(id)
+			}
+			if restart {
+				s.reindex(ctx, id)
 			}
 			return c, nseq, nil
 		}
