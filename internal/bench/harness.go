@@ -376,7 +376,7 @@ var memoryMetrics = []string{
 // reconcileMetrics are the reconcile rows of a memory case, in order.
 var reconcileMetrics = []string{
 	MetricReconcileNone, MetricReconcileFinished, MetricReconcileRequestNone, MetricReconcileRequestFinished,
-	MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileReads,
+	MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileCleanupEntries, MetricReconcileReads,
 }
 
 func memoryRows(c MemoryCase, raw MemoryMeasurement, tg *MemoryMeasurement) []Row {

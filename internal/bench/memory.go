@@ -69,7 +69,13 @@ const (
 	MetricReconcileRequestFinished = "reconcile_request_ms_finished_stored"
 	MetricReconcileGrowth          = "reconcile_finished_over_none"
 	MetricReconcileCleanup         = "reconcile_ms_first_after_finish"
-	MetricReconcileReads           = "reconcile_state_reads_per_pass"
+	// MetricReconcileCleanupEntries is the due entries that first pass
+	// found: those of the conversations that lasted past a tick of the
+	// index loop (10 s) before they finished, the others never indexed.
+	// How many they are depends on how long the pauses took, so the
+	// pass's time is read with it.
+	MetricReconcileCleanupEntries = "reconcile_entries_first_after_finish"
+	MetricReconcileReads          = "reconcile_state_reads_per_pass"
 )
 
 const (

@@ -574,6 +574,10 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 	resumeWrites := float64(r.stats.StateWrites.Load()-writes0) / float64(n)
 
+	entries, err := r.dueEntries(ctx)
+	if err != nil {
+		return MemoryMeasurement{}, err
+	}
 	cleanup, _, _, err := r.timeReconcile(ctx, 1)
 	if err != nil {
 		return MemoryMeasurement{}, err
@@ -603,6 +607,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricReconcileRequestFinished: ms(finishedReq),
 			MetricReconcileGrowth:          inRequests(finished, finishedReq) / inRequests(none, noneReq),
 			MetricReconcileCleanup:         ms(cleanup),
+			MetricReconcileCleanupEntries:  float64(entries),
 			MetricReconcileReads:           reads,
 		},
 	}, nil
@@ -733,6 +738,20 @@ func (r *rig) timeReconcile(ctx context.Context, n int) (pass, request time.Dura
 		passes[i] = time.Since(start)
 	}
 	return Summarize(passes).P50, Summarize(requests).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
+}
+
+// dueEntries counts the entries of the due index: the messages of its
+// bucket, as a removed entry is purged, not marked.
+func (r *rig) dueEntries(ctx context.Context) (uint64, error) {
+	st, err := r.bus.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
+	if err != nil {
+		return 0, fmt.Errorf("toolgate: due index: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("toolgate: due index: %w", err)
+	}
+	return info.State.Msgs, nil
 }
 
 // referenceBucket is an empty KV bucket of the harness's own: the status

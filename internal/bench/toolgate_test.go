@@ -55,7 +55,7 @@ func TestToolgateTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, metric := range []string{bench.MetricHeapPerConversation, bench.MetricStorePerConversation, bench.MetricResumeSeconds,
-		bench.MetricReconcileNone, bench.MetricReconcileFinished, bench.MetricReconcileCleanup} {
+		bench.MetricReconcileNone, bench.MetricReconcileFinished, bench.MetricReconcileCleanup, bench.MetricReconcileCleanupEntries} {
 		if _, ok := mm.Figures[metric]; !ok {
 			t.Errorf("memory figures lack %s: %v", metric, mm.Figures)
 		}
