@@ -643,11 +643,21 @@ func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// ScanHeaders calls fn with the subject, sequence and headers of each
-// message of stream matching filter from sequence from up to the stream's
-// last message when the scan began. Only headers travel: it is for finding
-// messages by their headers in a stretch of a stream, not for reading them.
-func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(subject string, seq uint64, h nats.Header)) error {
+// HeaderMsg is a message of a stretch of a stream as ScanHeaders gives it:
+// where it is, when it was stored, and its headers.
+type HeaderMsg struct {
+	Subject string
+	Seq     uint64
+	Time    time.Time
+	Header  nats.Header
+}
+
+// ScanHeaders calls fn with each message of stream matching filter from
+// sequence from up to the stream's last message when the scan began, in
+// order, until fn returns false. Only headers travel: it is for finding
+// messages by their headers or their age in a stretch of a stream, not for
+// reading them.
+func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(HeaderMsg) bool) error {
 	last, err := b.LastSequence(ctx, stream)
 	if err != nil {
 		return err
@@ -664,7 +674,9 @@ func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint6
 		if meta.Sequence.Stream > last {
 			return false
 		}
-		fn(m.Subject(), meta.Sequence.Stream, m.Headers())
+		if !fn(HeaderMsg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Time: meta.Timestamp, Header: m.Headers()}) {
+			return false
+		}
 		return meta.Sequence.Stream < last
 	})
 	if err != nil {

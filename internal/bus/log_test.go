@@ -126,8 +126,9 @@ func TestScanHeaders(t *testing.T) {
 	scan := func(from uint64) []string {
 		t.Helper()
 		var got []string
-		if err := b.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from, func(subj string, seq uint64, h nats.Header) {
-			got = append(got, h.Get("X-N"))
+		if err := b.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from, func(m bus.HeaderMsg) bool {
+			got = append(got, m.Header.Get("X-N"))
+			return true
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,8 @@ import (
 // KeyedID lets tests name the ids an idempotency key gives.
 var KeyedID = keyedID
 
-// ListConversations, DeleteConversation and FinishedBefore reach the
-// store's listing and deletion.
+// ListConversations and DeleteConversation reach the store's listing and
+// deletion.
 func (o *Orchestrator) ListConversations(ctx context.Context, status Status, limit int, cursor string) ([]ConversationSummary, string, error) {
 	return o.store.list(ctx, listFilter{Status: status, Limit: limit, Cursor: cursor})
 }
@@ -18,8 +18,19 @@ func (o *Orchestrator) DeleteConversation(ctx context.Context, id string) error 
 	return o.store.delete(ctx, id)
 }
 
-func (o *Orchestrator) FinishedBefore(ctx context.Context, t time.Time, limit int) ([]string, error) {
-	return o.store.finishedBefore(ctx, t, limit)
+// FinishedBefore lists the conversations finished before t that a sweep
+// by age reads past the cursor named key (each key its own sweep).
+func (o *Orchestrator) FinishedBefore(ctx context.Context, key string, t time.Time) ([]string, error) {
+	var ids []string
+	err := o.store.sweepAged(ctx, key, t, nil, func(sums []ConversationSummary) error {
+		for _, s := range sums {
+			if s.Status.Terminal() && s.UpdatedAt.Before(t) {
+				ids = append(ids, s.ID)
+			}
+		}
+		return nil
+	})
+	return ids, err
 }
 
 // StopReplies stops this replica's consumption of replies, so that another

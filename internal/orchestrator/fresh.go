@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolgate/toolgate/internal/bus"
 )
 
@@ -236,15 +234,16 @@ func (s *store) markAllDue(ctx context.Context, ids []string, still func(string)
 func (s *store) adopt(ctx context.Context, replica string, watermark uint64) ([]dueEntry, error) {
 	seen := map[string]bool{}
 	var ids []string
-	err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, watermark+1, func(subject string, _ uint64, h nats.Header) {
-		if h.Get(hdrOrigin) != replica {
-			return
+	err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, watermark+1, func(m bus.HeaderMsg) bool {
+		if m.Header.Get(hdrOrigin) != replica {
+			return true
 		}
-		id := strings.TrimPrefix(subject, convSubjectPrefix)
+		id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
 		if !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)
 		}
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("find the conversations of replica %s: %w", replica, err)

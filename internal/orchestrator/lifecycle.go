@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // Page sizes of a conversation list.
@@ -101,18 +103,21 @@ func (co *core) remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// retentionBatch is how many conversations one round of the retention
-// sweep deletes before it looks again.
-const retentionBatch = 256
-
 // maxRetentionNap bounds the wait between sweeps.
 const maxRetentionNap = 10 * time.Minute
 
 // retentionLoop deletes finished conversations older than Config.Retention,
-// looking every tenth of it (at most every maxRetentionNap). Every replica
-// sweeps; one that finds a conversation another deleted moves on.
+// looking every tenth of it (at most every maxRetentionNap), and the
+// tombstones of deleted conversations older than a day (with no
+// retention too: a DELETE leaves one). Every replica sweeps; the sweeps go
+// on from where the last one ended, whichever replica it was, and one that
+// finds a conversation another deleted moves on.
 func (rc *reconciler) retentionLoop() {
-	t := newTicker(min(rc.cfg.Retention/10, maxRetentionNap))
+	every := maxRetentionNap
+	if rc.cfg.Retention > 0 {
+		every = min(rc.cfg.Retention/10, maxRetentionNap)
+	}
+	t := newTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -132,36 +137,45 @@ func (rc *reconciler) retentionLoop() {
 
 // sweep deletes the conversations that finished before now - Retention
 // and returns how many it deleted; it also removes the tombstones of
-// conversations deleted more than tombstoneLife ago.
+// conversations deleted more than tombstoneLife ago. What it reads is the
+// stretch of the conversations' stream that aged past those times since
+// the last sweep (store.sweepAged), not every stored conversation.
 func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
-	if rc.cfg.Retention <= 0 {
-		return 0, nil
-	}
 	n := 0
-	for {
-		ids, err := rc.store.finishedBefore(ctx, now.Add(-rc.cfg.Retention), retentionBatch)
-		if err != nil {
-			return n, err
-		}
-		deleted := 0
-		for _, id := range ids {
-			if rc.stopped.Load() {
-				return n, nil
-			}
-			switch err := rc.remove(ctx, id); {
-			case err == nil:
-				n++
-				deleted++
-			case errors.Is(err, ErrNotFound):
-			default:
-				var ce *ConflictError
-				if !errors.As(err, &ce) {
-					return n, err
+	if rc.cfg.Retention > 0 {
+		cutoff := now.Add(-rc.cfg.Retention)
+		// Only a record that ends a run can be a conversation's last
+		// one if it is finished: tombstones, pauses and the like are not
+		// read for.
+		ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
+		err := rc.store.sweepAged(ctx, cursorFinished, cutoff, ends, func(sums []ConversationSummary) error {
+			for _, sum := range sums {
+				if !sum.Status.Terminal() || !sum.UpdatedAt.Before(cutoff) {
+					// Under way, or changed since: its later record
+					// comes past the cutoff in its turn.
+					continue
+				}
+				if rc.stopped.Load() {
+					return ErrStopped
+				}
+				switch err := rc.remove(ctx, sum.ID); {
+				case err == nil:
+					n++
+				case errors.Is(err, ErrNotFound):
+				default:
+					var ce *ConflictError
+					if !errors.As(err, &ce) {
+						return err
+					}
 				}
 			}
+			return nil
+		})
+		if errors.Is(err, ErrStopped) {
+			return n, nil
 		}
-		if len(ids) < retentionBatch || deleted == 0 {
-			break
+		if err != nil {
+			return n, err
 		}
 	}
 	gone, err := rc.store.sweepTombstones(ctx, now)

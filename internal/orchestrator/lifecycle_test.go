@@ -374,3 +374,83 @@ func TestClientLifecycle(t *testing.T) {
 		t.Errorf("delete again: %v, want 404", err)
 	}
 }
+
+// A retention sweep reads only what aged past its cutoff since the last
+// sweep: nothing of the conversations younger than the retention, however
+// many are stored, and nothing it went through before. A backlog of more
+// than a batch goes in one sweep, and the tombstones the deletes leave go
+// a day later.
+func TestRetentionReadsOnlyWhatAged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour})
+	const n = 600 // over two batches of a sweep
+	ids := make([]string, n)
+	for i := range ids {
+		info, err := o.StartRun(ctxT(t), "done", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.ConversationID
+	}
+	for _, id := range ids {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+	}
+	paused := startAll(t, o, "pause")[0]
+	reads := o.Stats().StateReads.Load
+	var now time.Time
+	// sweep runs a sweep at now+after that should delete want finished
+	// conversations, and returns the logs' reads it made.
+	sweep := func(after time.Duration, want int) int64 {
+		t.Helper()
+		r0 := reads()
+		k, err := o.Sweep(ctxT(t), now.Add(after))
+		if err != nil || k != want {
+			t.Fatalf("sweep %s on: %d deleted, %v; want %d", after, k, err, want)
+		}
+		return reads() - r0
+	}
+	now = time.Now()
+	if r := sweep(0, 0); r != 0 {
+		t.Errorf("a sweep with all %d conversations younger than the retention read %d times", n+1, r)
+	}
+	if r := sweep(2*time.Hour, n); r != (n+255)/256 {
+		t.Errorf("the sweep of %d read %d times; want one a batch", n, r)
+	}
+	if _, err := o.Conversation(ctxT(t), ids[n-1]); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("a finished one read %v after the sweep", err)
+	}
+	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != orchestrator.StatusPaused {
+		t.Fatalf("the paused one: %v, %v", c, err)
+	}
+	// Past what it went through: the deletes' tombstones, the paused
+	// conversation's records.
+	if r := sweep(3*time.Hour, 0); r != 0 {
+		t.Errorf("a sweep after the one that deleted all read %d times", r)
+	}
+
+	index := e.index()
+	convs, err := e.connect("conversations").JetStream().Stream(ctxT(t), bus.StreamConversations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() uint64 {
+		info, err := convs.Info(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if got := stored(); got < n {
+		t.Fatalf("%d records stored; want the %d tombstones at least", got, n)
+	}
+	sweep(25*time.Hour, 0)
+	if got := stored(); got > 2 {
+		t.Errorf("%d records stored a day after the deletes; want the paused conversation's only", got)
+	}
+	for _, key := range []string{"sweep.finished", "sweep.tombstones"} {
+		if _, err := index.Get(ctxT(t), key); err != nil {
+			t.Errorf("cursor %s: %v", key, err)
+		}
+	}
+}

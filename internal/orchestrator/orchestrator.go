@@ -529,9 +529,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.loops.Go(o.link.advertiseLoop)
 	o.loops.Go(o.link.indexLoop)
 	o.loops.Go(func() { o.rec.reconcileLoop(first) })
-	if o.cfg.Retention > 0 {
-		o.loops.Go(o.rec.retentionLoop)
-	}
+	o.loops.Go(o.rec.retentionLoop)
 	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.roster.names), slog.Int("tools", len(tools)))
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,19 +143,6 @@ func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSumm
 	return page, next, nil
 }
 
-// finishedBefore lists up to limit finished conversations whose last change
-// is before t.
-func (s *store) finishedBefore(ctx context.Context, t time.Time, limit int) ([]string, error) {
-	var ids []string
-	err := s.scan(ctx, "", func(sum ConversationSummary) bool {
-		if sum.Status.Terminal() && sum.UpdatedAt.Before(t) {
-			ids = append(ids, sum.ID)
-		}
-		return len(ids) < limit
-	})
-	return ids, err
-}
-
 // delete removes a finished conversation's history and state, and its due
 // entry, and returns ErrNotFound when it has none; one under way is refused
 // (*ConflictError). The tombstone is appended like any change — after the
@@ -186,33 +175,162 @@ func (s *store) delete(ctx context.Context, id string) error {
 // from its cache.
 const tombstoneLife = 24 * time.Hour
 
+// Sweeps by age. The conversations stream holds records in the order they
+// were stored, so a conversation whose last change is older than a cutoff
+// has a record in the stretch of the stream stored before it. A sweep reads
+// the headers of that stretch from where the last sweep ended, its cursor
+// kept in the index for every replica and every start: each record is read
+// once, as it ages past the cutoff, and a sweep costs what was stored in
+// the time it covers instead of a look at every stored conversation (which
+// each sweep made, every tenth of the retention and at most ten minutes
+// apart, on every replica: a summary of each conversation ever kept, and
+// for a backlog a scan from the first one again after each batch deleted).
+const (
+	cursorFinished   = "sweep.finished"
+	cursorTombstones = "sweep.tombstones"
+)
+
+// sweepBatch is how many conversations a sweep reads the last records of
+// and acts on before its cursor moves past them.
+const sweepBatch = summaryChunk
+
+// sweepAged calls act with the summaries of the conversations that have a
+// record matching match (every record when nil) stored before cutoff, past
+// the cursor named key, sweepBatch conversations at a time, and moves the
+// cursor past each batch act returned nil for. A summary may be of a
+// conversation changed since cutoff: act decides. What act fails on is read
+// again by the next sweep.
+func (s *store) sweepAged(ctx context.Context, key string, cutoff time.Time, match func(bus.HeaderMsg) bool, act func([]ConversationSummary) error) error {
+	from, err := s.sweepCursor(ctx, key)
+	if err != nil {
+		return err
+	}
+	for {
+		var (
+			ids  []string
+			seen = map[string]bool{}
+			upTo = from
+			more bool
+		)
+		err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from+1, func(m bus.HeaderMsg) bool {
+			if !m.Time.Before(cutoff) {
+				return false
+			}
+			if match == nil || match(m) {
+				id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
+				if !seen[id] {
+					if len(ids) == sweepBatch {
+						more = true
+						return false
+					}
+					seen[id] = true
+					ids = append(ids, id)
+				}
+			}
+			upTo = m.Seq
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		if len(ids) > 0 {
+			sums, err := s.summaries(ctx, ids)
+			if err != nil {
+				return fmt.Errorf("sweep: %w", err)
+			}
+			if err := act(sums); err != nil {
+				return err
+			}
+		}
+		if upTo > from {
+			if err := s.moveSweepCursor(ctx, key, upTo); err != nil {
+				return err
+			}
+			from = upTo
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// sweepCursor is the sequence a sweep by age goes on after: 0 before the
+// first, or when the stream is behind it (made again since).
+func (s *store) sweepCursor(ctx context.Context, key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	e, err := s.index.Get(ctx, key)
+	if errors.Is(err, bus.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sweep: cursor %s: %w", key, err)
+	}
+	seq, err := strconv.ParseUint(string(e.Value), 10, 64)
+	if err != nil {
+		// Written by nothing but moveSweepCursor: sweep from the start
+		// rather than never.
+		if s.log != nil {
+			s.log.WarnContext(ctx, "sweep: cursor unreadable, sweeping from the start", slog.String("key", key), slog.String("error", err.Error()))
+		}
+		return 0, nil
+	}
+	last, err := s.bus.LastSequence(ctx, bus.StreamConversations)
+	if err != nil {
+		return 0, fmt.Errorf("sweep: %w", err)
+	}
+	if seq > last {
+		return 0, nil
+	}
+	return seq, nil
+}
+
+// moveSweepCursor sets the cursor named key to seq unless another sweep
+// took it further.
+func (s *store) moveSweepCursor(ctx context.Context, key string, seq uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	defer cancel()
+	_, err := s.index.Mutate(ctx, key, func(v []byte, _ uint64) ([]byte, error) {
+		if cur, err := strconv.ParseUint(string(v), 10, 64); err == nil && cur >= seq {
+			return nil, errUnchanged
+		}
+		return strconv.AppendUint(nil, seq, 10), nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return fmt.Errorf("sweep: move cursor %s: %w", key, err)
+	}
+	return nil
+}
+
 // sweepTombstones removes the tombstones older than tombstoneLife at now
 // (and the conversations whose delete stopped before its purge) and returns
 // how many.
 func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
-	var old []string
-	if err := s.scan(ctx, "", func(sum ConversationSummary) bool {
-		if sum.Status == StatusDeleted && sum.UpdatedAt.Before(now.Add(-tombstoneLife)) {
-			old = append(old, sum.ID)
+	cutoff := now.Add(-tombstoneLife)
+	n := 0
+	isTombstone := func(m bus.HeaderMsg) bool { return m.Header.Get(hdrStatus) == string(StatusDeleted) }
+	err := s.sweepAged(ctx, cursorTombstones, cutoff, isTombstone, func(sums []ConversationSummary) error {
+		for _, sum := range sums {
+			if sum.Status != StatusDeleted || !sum.UpdatedAt.Before(cutoff) {
+				continue
+			}
+			// A log that is more than its tombstone is a delete that
+			// stopped before its purge: finish that first. Nothing is
+			// appended after a tombstone, so the last purge removes only
+			// it.
+			if err := s.delete(ctx, sum.ID); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+			err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(sum.ID), 0)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("remove the tombstone of conversation %s: %w", sum.ID, err)
+			}
+			s.cache.drop(sum.ID)
+			n++
 		}
-		return true
-	}); err != nil {
-		return 0, err
-	}
-	for i, id := range old {
-		// A log that is more than its tombstone is a delete that stopped
-		// before its purge: finish that first. Nothing is appended after
-		// a tombstone, so the last purge removes only it.
-		if err := s.delete(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-			return i, err
-		}
-		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-		err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 0)
-		cancel()
-		if err != nil {
-			return i, fmt.Errorf("remove the tombstone of conversation %s: %w", id, err)
-		}
-		s.cache.drop(id)
-	}
-	return len(old), nil
+		return nil
+	})
+	return n, err
 }

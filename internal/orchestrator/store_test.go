@@ -225,12 +225,16 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		t.Errorf("paused: %v, %v; want none", page, err)
 	}
 
-	old, err := o.FinishedBefore(ctxT(t), started, 10)
+	old, err := o.FinishedBefore(ctxT(t), "sweep.test", started)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(old) != 3 || slices.Contains(old, third.ConversationID) {
 		t.Errorf("finished before the last start: %v; want the three others", old)
+	}
+	// The next sweep goes on from where that one ended.
+	if old, err = o.FinishedBefore(ctxT(t), "sweep.test", time.Now()); err != nil || !slices.Equal(old, []string{third.ConversationID}) {
+		t.Errorf("finished since: %v, %v; want the last one only", old, err)
 	}
 
 	if err := o.DeleteConversation(ctxT(t), third.ConversationID); err != nil {
