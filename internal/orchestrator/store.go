@@ -141,6 +141,8 @@ type store struct {
 	// conversation was put before the record that restarts it is
 	// appended: a test's way into that moment.
 	restartIndexed func(id string)
+	// sweepScan, when set, is a test's smaller sweepScan.
+	sweepScan int
 	// markersPurged is set once the delete markers an earlier build left
 	// in the index are gone (purgeDueMarkers): this build leaves none.
 	markersPurged atomic.Bool

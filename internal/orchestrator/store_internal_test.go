@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -223,3 +224,78 @@ func TestStateCachePeekIsNoUse(t *testing.T) {
 // encodeSorted is v's encoding with map keys sorted: equal values, equal
 // encodings.
 func encodeSorted(v any) []byte { return sortedEncoders.appendTo(nil, v) }
+
+// A sweep by age goes through a long stretch in steps of at most sweepScan
+// records, its cursor moved after each, whether or not the step found
+// anything to act on.
+func TestSweepGoesThroughALongStretchInSteps(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	s := newTestStore(t, 64<<20)
+	s.sweepScan = 3
+	now := time.Now().UTC()
+	var last uint64
+	for i := range 10 {
+		id := fmt.Sprintf("c%02d", i)
+		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
+			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		seq, err := s.create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq
+	}
+	cutoff := time.Now().Add(time.Hour)
+	var batches [][]string
+	collect := func(sums []ConversationSummary) error {
+		var ids []string
+		for _, sum := range sums {
+			ids = append(ids, sum.ID)
+		}
+		batches = append(batches, ids)
+		return nil
+	}
+	if err := s.sweepAged(ctx, "sweep.steps", cutoff, nil, collect); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(batches); got != "[[c00 c01 c02] [c03 c04 c05] [c06 c07 c08] [c09]]" {
+		t.Errorf("batches %s; want steps of 3", got)
+	}
+	if cur, err := s.sweepCursor(ctx, "sweep.steps"); err != nil || cur != last {
+		t.Errorf("cursor %d, %v; want %d", cur, err, last)
+	}
+
+	// Nothing to act on: the steps move the cursor all the same.
+	never := func(bus.HeaderMsg) bool { return false }
+	err := s.sweepAged(ctx, "sweep.none", cutoff, never, func([]ConversationSummary) error {
+		t.Error("acted on nothing")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := s.sweepCursor(ctx, "sweep.none"); err != nil || cur != last {
+		t.Errorf("cursor %d, %v; want %d", cur, err, last)
+	}
+	// A failed act leaves the cursor before its batch.
+	failed := errors.New("failed")
+	err = s.sweepAged(ctx, "sweep.failed", cutoff, nil, func(sums []ConversationSummary) error {
+		if sums[0].ID == "c03" {
+			return failed
+		}
+		return nil
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("sweep: %v; want the act's error", err)
+	}
+	again := 0
+	if err := s.sweepAged(ctx, "sweep.failed", cutoff, nil, func(sums []ConversationSummary) error {
+		if again == 0 && sums[0].ID != "c03" {
+			t.Errorf("the next sweep began at %s; want c03", sums[0].ID)
+		}
+		again++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

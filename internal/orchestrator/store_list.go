@@ -191,8 +191,23 @@ const (
 )
 
 // sweepBatch is how many conversations a sweep reads the last records of
-// and acts on before its cursor moves past them.
-const sweepBatch = summaryChunk
+// and acts on before its cursor moves past them, and sweepScan how many
+// records' headers at most: a long stretch with few of the records looked
+// for (the first sweep of a store that had none, a day of records for one
+// tombstone) is gone through in steps the cursor keeps, not in one that
+// the sweep's time might end before it is done, to begin again the next
+// time.
+const (
+	sweepBatch = summaryChunk
+	sweepScan  = 1 << 16
+)
+
+func (s *store) sweepScanLimit() int {
+	if s.sweepScan > 0 {
+		return s.sweepScan
+	}
+	return sweepScan
+}
 
 // sweepAged calls act with the summaries of the conversations that have a
 // record matching match (every record when nil) stored before cutoff, past
@@ -207,15 +222,21 @@ func (s *store) sweepAged(ctx context.Context, key string, cutoff time.Time, mat
 	}
 	for {
 		var (
-			ids  []string
-			seen = map[string]bool{}
-			upTo = from
-			more bool
+			ids     []string
+			seen    = map[string]bool{}
+			upTo    = from
+			more    bool
+			scanned int
 		)
 		err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from+1, func(m bus.HeaderMsg) bool {
 			if !m.Time.Before(cutoff) {
 				return false
 			}
+			if scanned == s.sweepScanLimit() {
+				more = true
+				return false
+			}
+			scanned++
 			if match == nil || match(m) {
 				id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
 				if !seen[id] {
