@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -135,5 +136,81 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 		if got, err := o2.Conversation(ctxT(t), want.ID); err != nil || got.Status != orchestrator.StatusPaused {
 			t.Errorf("conversation %s after the delete: %v %v", want.ID, describe(got), err)
 		}
+	}
+	// A day later the sweep of tombstones goes past this one, which it
+	// could not read as it reads the others.
+	if _, err := o2.Sweep(ctxT(t), time.Now().Add(25*time.Hour)); err != nil {
+		t.Errorf("sweep a day after: %v", err)
+	}
+	if !strings.Contains(logs.String(), "tombstones of deleted conversations removed") {
+		t.Errorf("the sweep a day after did not remove the tombstone:\n%s", logs.String())
+	}
+}
+
+// Retention leaves a finished conversation whose log cannot be read to an
+// operator, says so once, and goes on with the others: it used to stop
+// there, every sweep, and never delete what came after it.
+func TestRetentionGoesPastADamagedConversation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := e.dir
+	o1, stop1 := e.orch(orchestrator.Config{Model: pauseModel})
+	ids := startAll(t, o1, "done", "done")
+	bad, good := ids[0], ids[1]
+	// A second run, so that the damaged record is not the last one, whose
+	// headers say the conversation is finished.
+	if _, err := o1.StartRun(ctxT(t), "done again", bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second run to complete", func() (bool, string) {
+		c, err := o1.Conversation(ctxT(t), bad)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(c.Runs) == 2 && c.Status == orchestrator.StatusCompleted, describe(c)
+	})
+	stop1()
+	e.srv().Shutdown()
+
+	blk := filepath.Join(dir, "jetstream", "$G", "streams", bus.StreamConversations, "msgs", "1.blk")
+	b, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := []byte(bus.ConversationSubject(bad))
+	i, j := bytes.Index(b, subj), bytes.LastIndex(b, subj)
+	if i < 0 || i == j {
+		t.Fatalf("%s has fewer than two records in %s", bad, blk)
+	}
+	// The first record's headers, past its subject.
+	for k := i + len(subj) + 8; k < i+len(subj)+40; k++ {
+		b[k] ^= 0xff
+	}
+	if err := os.WriteFile(blk, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e.sys = testkit.Test(t, testkit.Options{Dir: dir, NoSetup: true, Logger: testLogger(t)})
+	var logs logBuffer
+	o2, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var corrupt *orchestrator.CorruptError
+	if _, err := o2.Conversation(ctxT(t), bad); !errors.As(err, &corrupt) {
+		t.Fatalf("reading the damaged conversation: %v, want a CorruptError", err)
+	}
+	if n, err := o2.Sweep(ctxT(t), time.Now().Add(2*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("sweep: %d deleted, %v; want the undamaged one", n, err)
+	}
+	if _, err := o2.Conversation(ctxT(t), good); !errors.Is(err, orchestrator.ErrNotFound) {
+		t.Errorf("the undamaged one after the sweep: %v", err)
+	}
+	left := "retention: conversation left as it is"
+	if got := strings.Count(logs.String(), left); got != 1 || !strings.Contains(logs.String(), "conversation_id="+bad) {
+		t.Errorf("the sweep told of the damaged one %d times:\n%s", got, logs.String())
+	}
+	if n, err := o2.Sweep(ctxT(t), time.Now().Add(3*time.Hour)); err != nil || n != 0 {
+		t.Errorf("the next sweep: %d deleted, %v", n, err)
+	}
+	if got := strings.Count(logs.String(), left); got != 1 {
+		t.Errorf("the next sweep told of it again (%d in all)", got)
 	}
 }

@@ -158,15 +158,22 @@ func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 				if rc.stopped.Load() {
 					return ErrStopped
 				}
+				var (
+					ce      *ConflictError
+					corrupt *CorruptError
+				)
 				switch err := rc.remove(ctx, sum.ID); {
 				case err == nil:
 					n++
-				case errors.Is(err, ErrNotFound):
+				case errors.Is(err, ErrNotFound), errors.As(err, &ce):
+				case errors.As(err, &corrupt):
+					// Left to an operator, and past: stopping here
+					// would stop every later deletion with it.
+					rc.observer.reconcileError()
+					rc.log.ErrorContext(ctx, "retention: conversation left as it is: its log cannot be read (DELETE ?corrupt=true removes it)",
+						slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
 				default:
-					var ce *ConflictError
-					if !errors.As(err, &ce) {
-						return err
-					}
+					return err
 				}
 			}
 			return nil

@@ -370,8 +370,9 @@ type Stats struct {
 	// UnservedCalls counts the external calls published while no worker
 	// took calls of their tool (each told by a tool_unserved event).
 	UnservedCalls atomic.Int64
-	// ReconcileErrors counts the conversations a reconcile pass had to
-	// leave as they were (one it could not read, a change that failed).
+	// ReconcileErrors counts the conversations a reconcile pass (or a
+	// retention sweep) had to leave as they were (one it could not read, a
+	// change that failed).
 	ReconcileErrors atomic.Int64
 	// ClaimedWithEnd counts the follow-ups whose claim was stored with
 	// their end, as one record (tentative.go), and StartedWithEnd the new

@@ -412,7 +412,9 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 				s.fresh.remove(id)
 			}
 			if restart {
-				s.reindex(ctx, id)
+				// The record is stored: its index entry is owed whatever
+				// becomes of the request that made it.
+				s.reindex(context.WithoutCancel(ctx), id)
 			}
 			return c, nseq, nil
 		}

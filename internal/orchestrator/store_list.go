@@ -339,12 +339,21 @@ func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error)
 			// stopped before its purge: finish that first. Nothing is
 			// appended after a tombstone, so the last purge removes only
 			// it.
-			if err := s.delete(ctx, sum.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			var corrupt *CorruptError
+			if err := s.delete(ctx, sum.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &corrupt) {
 				return err
 			}
+			// A log that cannot be read (a damaged record that DELETE
+			// ?corrupt=true could not purge either) goes all the same.
 			pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 			err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(sum.ID), 0)
 			cancel()
+			if err != nil && corrupt != nil {
+				if s.log != nil {
+					s.log.WarnContext(ctx, "sweep: the tombstone of a conversation whose log cannot be read stays", slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
+				}
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("remove the tombstone of conversation %s: %w", sum.ID, err)
 			}

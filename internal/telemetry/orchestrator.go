@@ -101,7 +101,7 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 		deadLetters:  deadLetters(reg),
 		reconcile: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "toolgate_reconcile_errors_total",
-			Help: "Conversations a reconcile pass had to leave as they were: a record it could not read, a change that failed (see the log).",
+			Help: "Conversations a reconcile pass or a retention sweep had to leave as they were: a record it could not read, a change that failed (see the log).",
 		})),
 		unserved: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_calls_unserved_total",
@@ -132,7 +132,8 @@ func (m *OrchestratorMetrics) UnservedCall(tool string) {
 	m.unserved.WithLabelValues(tool).Inc()
 }
 
-// ReconcileError counts a conversation a reconcile pass had to leave.
+// ReconcileError counts a conversation a reconcile pass or a retention
+// sweep had to leave.
 func (m *OrchestratorMetrics) ReconcileError() {
 	if m == nil {
 		return
