@@ -126,7 +126,8 @@ func (rc *reconciler) retentionLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(rc.loopCtx, maxRetentionNap)
-		if n, err := rc.sweep(ctx, rc.clock()); err != nil {
+		if n, err := rc.sweep(ctx, rc.clock()); err != nil && rc.loopCtx.Err() == nil {
+			// Where it stopped, the next sweep goes on.
 			rc.log.WarnContext(ctx, "retention", slog.Int("deleted", n), slog.String("error", err.Error()))
 		} else if n > 0 {
 			rc.log.InfoContext(ctx, "retention: finished conversations deleted", slog.Int("deleted", n), slog.Duration("retention", rc.cfg.Retention))

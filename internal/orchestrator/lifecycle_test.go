@@ -383,7 +383,9 @@ func TestClientLifecycle(t *testing.T) {
 func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	o, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour})
+	// Stopped clocks: no replica's index loop indexes the paused one, whose
+	// reads would be a reconcile pass's, not a sweep's.
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour, Clock: stoppedClock()})
 	const n = 600 // over two batches of a sweep
 	ids := make([]string, n)
 	for i := range ids {
@@ -427,6 +429,11 @@ func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 	// conversation's records.
 	if r := sweep(3*time.Hour, 0); r != 0 {
 		t.Errorf("a sweep after the one that deleted all read %d times", r)
+	}
+	// Another replica goes on from there too.
+	other, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour, Clock: stoppedClock()})
+	if k, err := other.Sweep(ctxT(t), now.Add(3*time.Hour)); err != nil || k != 0 || other.Stats().StateReads.Load() != 0 {
+		t.Errorf("another replica's sweep: %d deleted, %v, %d reads; want none", k, err, other.Stats().StateReads.Load())
 	}
 
 	index := e.index()
