@@ -20,6 +20,25 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
+// damage stops the orchestrator (stop) and the server, has flip change the
+// bytes of TOOLGATE_CONVERSATIONS's block file, and starts the server again
+// on the same directory.
+func (e *env) damage(stop func(), flip func([]byte)) {
+	e.t.Helper()
+	stop()
+	e.srv().Shutdown()
+	blk := filepath.Join(e.dir, "jetstream", "$G", "streams", bus.StreamConversations, "msgs", "1.blk")
+	b, err := os.ReadFile(blk)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	flip(b)
+	if err := os.WriteFile(blk, b, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	e.sys = testkit.Test(e.t, testkit.Options{Dir: e.dir, NoSetup: true, Logger: testLogger(e.t)})
+}
+
 // Damage on disk, as a disk does it: 32 bytes of one conversation's last
 // record flipped in the block file of TOOLGATE_CONVERSATIONS while the
 // server is stopped (its index.db left intact). nats-server restores the
@@ -34,7 +53,6 @@ import (
 func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := e.dir
 	o1, stop1 := e.orch(orchestrator.Config{})
 	a, bad, c := startPaused(t, o1), startPaused(t, o1), startPaused(t, o1)
 	st, err := e.connect("count").JetStream().Stream(ctxT(t), bus.StreamConversations)
@@ -42,26 +60,15 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := st.CachedInfo().State.Msgs
-	stop1()
-	e.srv().Shutdown()
-
-	blk := filepath.Join(dir, "jetstream", "$G", "streams", bus.StreamConversations, "msgs", "1.blk")
-	b, err := os.ReadFile(blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.LastIndex(b, []byte(bus.ConversationSubject(bad.ID)))
-	if i < 0 || i+332 > len(b) {
-		t.Fatalf("the last record of %s is not in %s (%d bytes)", bad.ID, blk, len(b))
-	}
-	for j := i + 300; j < i+332; j++ {
-		b[j] ^= 0xff
-	}
-	if err := os.WriteFile(blk, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	e.sys = testkit.Test(t, testkit.Options{Dir: dir, NoSetup: true, Logger: testLogger(t)})
+	e.damage(stop1, func(b []byte) {
+		i := bytes.LastIndex(b, []byte(bus.ConversationSubject(bad.ID)))
+		if i < 0 || i+332 > len(b) {
+			t.Fatalf("the last record of %s is not in the block file (%d bytes)", bad.ID, len(b))
+		}
+		for j := i + 300; j < i+332; j++ {
+			b[j] ^= 0xff
+		}
+	})
 	var logs logBuffer
 	o2, _ := e.orch(orchestrator.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitFor(t, "a reconcile pass over the three", func() (bool, string) {
@@ -153,7 +160,6 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 func TestRetentionGoesPastADamagedConversation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dir := e.dir
 	o1, stop1 := e.orch(orchestrator.Config{Model: pauseModel})
 	ids := startAll(t, o1, "done", "done")
 	bad, good := ids[0], ids[1]
@@ -169,28 +175,17 @@ func TestRetentionGoesPastADamagedConversation(t *testing.T) {
 		}
 		return len(c.Runs) == 2 && c.Status == orchestrator.StatusCompleted, describe(c)
 	})
-	stop1()
-	e.srv().Shutdown()
-
-	blk := filepath.Join(dir, "jetstream", "$G", "streams", bus.StreamConversations, "msgs", "1.blk")
-	b, err := os.ReadFile(blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj := []byte(bus.ConversationSubject(bad))
-	i, j := bytes.Index(b, subj), bytes.LastIndex(b, subj)
-	if i < 0 || i == j {
-		t.Fatalf("%s has fewer than two records in %s", bad, blk)
-	}
-	// The first record's headers, past its subject.
-	for k := i + len(subj) + 8; k < i+len(subj)+40; k++ {
-		b[k] ^= 0xff
-	}
-	if err := os.WriteFile(blk, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	e.sys = testkit.Test(t, testkit.Options{Dir: dir, NoSetup: true, Logger: testLogger(t)})
+	e.damage(stop1, func(b []byte) {
+		subj := []byte(bus.ConversationSubject(bad))
+		i, j := bytes.Index(b, subj), bytes.LastIndex(b, subj)
+		if i < 0 || i == j {
+			t.Fatalf("%s has fewer than two records in the block file", bad)
+		}
+		// The first record's headers, past its subject.
+		for k := i + len(subj) + 8; k < i+len(subj)+40; k++ {
+			b[k] ^= 0xff
+		}
+	})
 	var logs logBuffer
 	o2, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	var corrupt *orchestrator.CorruptError
