@@ -145,8 +145,9 @@ func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	if rc.cfg.Retention > 0 {
 		cutoff := now.Add(-rc.cfg.Retention)
-		// Only a record that ends a run can be a conversation's last
-		// one if it is finished: tombstones, pauses and the like are not
+		// Every record carries the status the conversation is left in,
+		// so a finished conversation's last record says finished: the
+		// records of conversations under way, and tombstones, are not
 		// read for.
 		ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
 		err := rc.store.sweepAged(ctx, cursorFinished, cutoff, ends, func(sums []ConversationSummary) error {
