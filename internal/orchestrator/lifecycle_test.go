@@ -461,3 +461,54 @@ func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 		}
 	}
 }
+
+// A list of conversations under way goes over the due index (and the
+// replica's own fresh conversations), not over every stored conversation:
+// what it reads does not grow with the finished ones. Another replica
+// lists a conversation once it is indexed.
+func TestListUnderWayReadsOnlyTheIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A short lease: the index loop runs every third of it.
+	cfg := orchestrator.Config{Model: pauseModel, LeaseTTL: 3 * time.Second}
+	o, _ := e.orch(cfg)
+	const n = 600 // over two requests of last records
+	ids := make([]string, n)
+	for i := range ids {
+		info, err := o.StartRun(ctxT(t), "done", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.ConversationID
+	}
+	for _, id := range ids {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+	}
+	paused := startAll(t, o, "pause")[0]
+	list := func(o *orchestrator.Orchestrator, status orchestrator.Status) ([]string, int64) {
+		t.Helper()
+		r0 := o.Stats().StateReads.Load()
+		page, err := o.Conversations(ctxT(t), orchestrator.ListRequest{Status: status, Limit: orchestrator.MaxListLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range page.Conversations {
+			got = append(got, c.ID)
+		}
+		return got, o.Stats().StateReads.Load() - r0
+	}
+	got, reads := list(o, orchestrator.StatusPaused)
+	if !slices.Equal(got, []string{paused}) || reads != 1 {
+		t.Errorf("paused: %v in %d reads; want %s in 1", got, reads, paused)
+	}
+	if got, reads := list(o, orchestrator.StatusCompleted); len(got) != n || reads != (n+255)/256 {
+		t.Errorf("completed: %d in %d reads; want %d in one a 256", len(got), reads, n)
+	}
+
+	other, _ := e.orch(cfg)
+	waitFor(t, "the other replica to list the paused one", func() (bool, string) {
+		got, _ := list(other, orchestrator.StatusPaused)
+		return slices.Equal(got, []string{paused}), fmt.Sprint(got)
+	})
+}

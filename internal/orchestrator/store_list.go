@@ -91,10 +91,27 @@ func (s *store) summaries(ctx context.Context, ids []string) ([]ConversationSumm
 	return out, nil
 }
 
-// scan calls keep for the conversations after cursor, in id order, until it
-// returns false.
-func (s *store) scan(ctx context.Context, cursor string, keep func(ConversationSummary) bool) error {
-	ids, err := s.conversationIDs(ctx)
+// openIDs lists the conversations that may be under way, sorted: the due
+// index's and this replica's fresh ones (store.due). Another replica's
+// fresh conversations are not among them until it indexes them, 10–20 s
+// after their start if they last.
+func (s *store) openIDs(ctx context.Context) ([]string, error) {
+	due, err := s.due(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(due))
+	for i, e := range due {
+		ids[i] = e.id
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// scan calls keep for the conversations of ids (conversationIDs or
+// openIDs) after cursor, in id order, until it returns false.
+func (s *store) scan(ctx context.Context, list func(context.Context) ([]string, error), cursor string, keep func(ConversationSummary) bool) error {
+	ids, err := list(ctx)
 	if err != nil {
 		return err
 	}
@@ -117,13 +134,22 @@ func (s *store) scan(ctx context.Context, cursor string, keep func(ConversationS
 }
 
 // list returns a page of conversations in id order, and the cursor of the
-// next page ("" after the last).
+// next page ("" after the last). A page of conversations under way (a
+// status filter of running, paused or resuming) goes over the due index
+// instead of every stored conversation: listing the conversations that
+// wait for something is what a client polls, and its cost must not grow
+// with the finished ones (155–230 ms a page with 100,000 stored, for the
+// list of subjects alone).
 func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSummary, next string, err error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	ids := s.conversationIDs
+	if f.Status != "" && !f.Status.ended() {
+		ids = s.openIDs
+	}
 	more := false
-	err = s.scan(ctx, f.Cursor, func(sum ConversationSummary) bool {
+	err = s.scan(ctx, ids, f.Cursor, func(sum ConversationSummary) bool {
 		if sum.Status == StatusDeleted || f.Status != "" && sum.Status != f.Status {
 			return true
 		}
