@@ -54,6 +54,24 @@ func startAll(t *testing.T, o *orchestrator.Orchestrator, prompts ...string) []s
 	return ids
 }
 
+// completeMany starts n conversations that complete at once, all before
+// waiting for any, and returns their ids once all have completed.
+func completeMany(t *testing.T, o *orchestrator.Orchestrator, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		info, err := o.StartRun(ctxT(t), "done", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.ConversationID
+	}
+	for _, id := range ids {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+	}
+	return ids
+}
+
 // Pages of a conversation list cover every conversation once, in id order;
 // a status filter keeps only those in it; bad parameters are refused.
 func TestListConversations(t *testing.T) {
@@ -387,17 +405,7 @@ func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 	// reads would be a reconcile pass's, not a sweep's.
 	o, _ := e.orch(orchestrator.Config{Model: pauseModel, Retention: time.Hour, Clock: stoppedClock()})
 	const n = 600 // over two batches of a sweep
-	ids := make([]string, n)
-	for i := range ids {
-		info, err := o.StartRun(ctxT(t), "done", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = info.ConversationID
-	}
-	for _, id := range ids {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
-	}
+	ids := completeMany(t, o, n)
 	paused := startAll(t, o, "pause")[0]
 	reads := o.Stats().StateReads.Load
 	var now time.Time
@@ -476,17 +484,7 @@ func TestListUnderWayReadsOnlyTheIndex(t *testing.T) {
 	cfg := orchestrator.Config{Model: pauseModel, LeaseTTL: 3 * time.Second, ReconcileInterval: time.Hour}
 	o, _ := e.orch(cfg)
 	const n = 600 // over two requests of last records
-	ids := make([]string, n)
-	for i := range ids {
-		info, err := o.StartRun(ctxT(t), "done", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = info.ConversationID
-	}
-	for _, id := range ids {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
-	}
+	completeMany(t, o, n)
 	paused := startAll(t, o, "pause")[0]
 	if err := o.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
