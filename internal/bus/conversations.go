@@ -10,7 +10,9 @@ const (
 	StreamConversations = "TOOLGATE_CONVERSATIONS"
 	// BucketIndex indexes the conversations: due.<id> while one is not
 	// finished (what the orchestrator's reconcile goes over), from when it
-	// has lasted a few seconds.
+	// has lasted a few seconds; and the cursors of the retention sweeps
+	// (sweep.finished, sweep.tombstones), the sequence of the
+	// conversations' stream each went on to.
 	BucketIndex = "toolgate_index"
 	// BucketReplicas holds each orchestrator replica's advert: which
 	// agents it runs, with the digest of each one's config, until when,

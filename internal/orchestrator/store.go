@@ -90,7 +90,8 @@ const (
 // log that holds the conversation's status after the record.
 const RecordStatusHeader = hdrStatus
 
-// Keys of the index bucket (bus.BucketIndex).
+// Keys of the index bucket (bus.BucketIndex): the due entries, and the
+// sweeps' cursors (cursorFinished, cursorTombstones).
 const dueKeyPrefix = "due."
 
 func dueKey(id string) string { return dueKeyPrefix + id }
