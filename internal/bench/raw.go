@@ -128,7 +128,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	}
 	send := func(ctx context.Context, b *batch) error { return sendRawBatch(ctx, js, b) }
 	streams := []string{callsCfg.Name, repliesCfg.Name}
-	seqs0, err := lastSequences(ctx, js, streams)
+	seqs0, err := lastSequences(ctx, orch, streams)
 	if err != nil {
 		return Measurement{}, fmt.Errorf("raw: %w", err)
 	}
@@ -137,7 +137,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		return Measurement{}, fmt.Errorf("raw %s: %w", c.Name(), err)
 	}
 	// Over the warm-up and the measured calls, as both are the same.
-	if seqs, err := lastSequences(ctx, js, streams); err == nil {
+	if seqs, err := lastSequences(ctx, orch, streams); err == nil {
 		calls := float64(m.Calls + c.WarmupBatches()*c.Batch)
 		m.Stored = map[string]float64{}
 		for _, name := range streams {

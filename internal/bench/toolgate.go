@@ -380,7 +380,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	st := r.stats
 	writes0, bytes0, reads0, ends0 := st.StateWrites.Load(), st.StateBytes.Load(), st.StateReads.Load(), st.EndWrites.Load()
 	stalls0 := r.stalledPulls()
-	seqs0, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams())
+	seqs0, err := lastSequences(ctx, r.bus, toolgateStreams())
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -430,7 +430,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		m.RoundTrips = float64(st.StateWrites.Load()-writes0-(st.EndWrites.Load()-ends0)+st.StateReads.Load()-reads0) / float64(n)
 		// Events are published in the background; those of the last
 		// conversations may not be in yet, a negligible share.
-		if seqs, err := lastSequences(ctx, r.bus.JetStream(), toolgateStreams()); err == nil {
+		if seqs, err := lastSequences(ctx, r.bus, toolgateStreams()); err == nil {
 			m.Stored, m.Periodic = map[string]float64{}, map[string]float64{}
 			for name, s := range seqs {
 				d := s - seqs0[name]
@@ -451,18 +451,14 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 // lastSequences is the last sequence of each named stream: its growth over
 // a case is the messages stored meanwhile, whether or not they were removed
 // since (a work queue's acknowledged calls, a deleted key).
-func lastSequences(ctx context.Context, js jetstream.JetStream, names []string) (map[string]uint64, error) {
+func lastSequences(ctx context.Context, b *bus.Bus, names []string) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(names))
 	for _, name := range names {
-		s, err := js.Stream(ctx, name)
+		seq, err := b.LastSequence(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
+			return nil, err
 		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		out[name] = info.State.LastSeq
+		out[name] = seq
 	}
 	return out, nil
 }
@@ -743,15 +739,11 @@ func (r *rig) timeReconcile(ctx context.Context, n int) (pass, request time.Dura
 // dueEntries counts the entries of the due index: the messages of its
 // bucket, as a removed entry is purged, not marked.
 func (r *rig) dueEntries(ctx context.Context) (uint64, error) {
-	st, err := r.bus.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
+	st, err := r.bus.StreamState(ctx, "KV_"+bus.BucketIndex)
 	if err != nil {
 		return 0, fmt.Errorf("toolgate: due index: %w", err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("toolgate: due index: %w", err)
-	}
-	return info.State.Msgs, nil
+	return st.Msgs, nil
 }
 
 // referenceBucket is an empty KV bucket of the harness's own: the status

@@ -629,18 +629,25 @@ func (b *Bus) PurgeLog(ctx context.Context, stream, subject string, keep uint64)
 	return st.Purge(ctx, opts...)
 }
 
-// LastSequence is the sequence of the last message stream holds (0 when
-// it has held none).
-func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
+// StreamState is what stream holds now: its messages, bytes, first and
+// last sequences.
+func (b *Bus) StreamState(ctx context.Context, stream string) (jetstream.StreamState, error) {
 	st, err := b.js.Stream(ctx, stream)
 	if err != nil {
-		return 0, err
+		return jetstream.StreamState{}, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, err
+		return jetstream.StreamState{}, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	return info.State.LastSeq, nil
+	return info.State, nil
+}
+
+// LastSequence is the sequence of the last message stream holds (0 when
+// it has held none).
+func (b *Bus) LastSequence(ctx context.Context, stream string) (uint64, error) {
+	st, err := b.StreamState(ctx, stream)
+	return st.LastSeq, err
 }
 
 // HeaderMsg is a message of a stretch of a stream as ScanHeaders gives it:

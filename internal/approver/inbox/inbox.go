@@ -206,15 +206,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 // eventsEnd is the last sequence of TOOLGATE_EVENTS now: the replay has
 // caught up when it has passed it.
 func (in *Inbox) eventsEnd(ctx context.Context) (uint64, error) {
-	s, err := in.cfg.Bus.JetStream().Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("events stream: %w", err)
-	}
-	return info.State.LastSeq, nil
+	return in.cfg.Bus.LastSequence(ctx, bus.StreamEvents)
 }
 
 // followEvents replays every conversation's events and follows new ones,
