@@ -377,6 +377,7 @@ var memoryMetrics = []string{
 var reconcileMetrics = []string{
 	MetricReconcileNone, MetricReconcileFinished, MetricReconcileRequestNone, MetricReconcileRequestFinished,
 	MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileCleanupEntries, MetricReconcileReads,
+	MetricListPage, MetricListAll,
 }
 
 func memoryRows(c MemoryCase, raw MemoryMeasurement, tg *MemoryMeasurement) []Row {

@@ -78,6 +78,17 @@ const (
 	MetricReconcileReads          = "reconcile_state_reads_per_pass"
 )
 
+// Metrics of listing the conversations once they are all finished
+// (toolgate only), through the orchestrator's list (GET
+// /v1/conversations): the median time of the first page of 100 of all
+// conversations (listPages of them), and the time to go through every
+// conversation in pages of the most a page holds, per conversation listed.
+// Neither should grow with the conversations stored.
+const (
+	MetricListPage = "list_first_page_ms"
+	MetricListAll  = "list_all_us_per_conversation"
+)
+
 const (
 	rawBucket      = "bench_runs"
 	pipelineDepth  = 2048

@@ -587,6 +587,10 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
+	page, all, err := r.timeList(ctx, n)
+	if err != nil {
+		return MemoryMeasurement{}, err
+	}
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
@@ -605,6 +609,8 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricReconcileCleanup:         ms(cleanup),
 			MetricReconcileCleanupEntries:  float64(entries),
 			MetricReconcileReads:           reads,
+			MetricListPage:                 ms(page),
+			MetricListAll:                  float64(all.Microseconds()) / float64(n),
 		},
 	}, nil
 }
@@ -734,6 +740,42 @@ func (r *rig) timeReconcile(ctx context.Context, n int) (pass, request time.Dura
 		passes[i] = time.Since(start)
 	}
 	return Summarize(passes).P50, Summarize(requests).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
+}
+
+// listPages is how many first pages MetricListPage is the median of.
+const listPages = 21
+
+// timeList returns the median time of the first page of 100 of all
+// conversations, and the time to list all of them, n, in pages of the
+// most a page holds; it fails unless it listed n.
+func (r *rig) timeList(ctx context.Context, n int) (page, all time.Duration, err error) {
+	runtime.GC()
+	pages := make([]time.Duration, listPages)
+	for i := range pages {
+		start := time.Now()
+		if _, err := r.orch.Conversations(ctx, orchestrator.ListRequest{Limit: 100}); err != nil {
+			return 0, 0, fmt.Errorf("toolgate: list: %w", err)
+		}
+		pages[i] = time.Since(start)
+	}
+	listed := 0
+	start := time.Now()
+	for req := (orchestrator.ListRequest{Limit: orchestrator.MaxListLimit}); ; {
+		l, err := r.orch.Conversations(ctx, req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("toolgate: list: %w", err)
+		}
+		listed += len(l.Conversations)
+		if l.NextCursor == "" {
+			break
+		}
+		req.Cursor = l.NextCursor
+	}
+	all = time.Since(start)
+	if listed != n {
+		return 0, 0, fmt.Errorf("toolgate: list: %d conversations listed, want %d", listed, n)
+	}
+	return Summarize(pages).P50, all, nil
 }
 
 // dueEntries counts the entries of the due index: the messages of its
