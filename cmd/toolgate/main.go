@@ -164,7 +164,7 @@ var commands = map[string]subcommand{
 	},
 	"list": {
 		synopsis: "[--status S] [--limit N] [--cursor C]", args: 0,
-		about: "Prints a page of conversations in id order; pass its next_cursor as --cursor for the next.",
+		about: "Prints a page of conversations, in the order they were created (in id order with --status running, paused or resuming); pass its next_cursor as --cursor for the next.",
 		flags: func(fs *cli.FlagSet) any {
 			o := &client.ListOptions{}
 			fs.StringVar(&o.Status, "status", "", "only conversations in this status (running, paused, resuming, completed, failed, cancelled)")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -574,24 +575,6 @@ func (b *Bus) WatchLog(ctx context.Context, stream, subject string, after uint64
 	return ch, nil
 }
 
-// LogSubjects lists the subjects of stream that match filter and hold
-// messages.
-func (b *Bus) LogSubjects(ctx context.Context, stream, filter string) ([]string, error) {
-	st, err := b.js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
-		out = append(out, subj)
-	}
-	return out, nil
-}
-
 // LastLogMsgs returns the last message of each of subjects that has one, by
 // subject, in one batched direct get. A message written in parts is
 // represented by its last part (its headers; not its data).
@@ -632,15 +615,21 @@ func (b *Bus) PurgeLog(ctx context.Context, stream, subject string, keep uint64)
 // StreamState is what stream holds now: its messages, bytes, first and
 // last sequences.
 func (b *Bus) StreamState(ctx context.Context, stream string) (jetstream.StreamState, error) {
-	st, err := b.js.Stream(ctx, stream)
+	info, err := b.streamInfo(ctx, stream)
 	if err != nil {
-		return jetstream.StreamState{}, fmt.Errorf("stream %s: %w", stream, err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return jetstream.StreamState{}, fmt.Errorf("stream %s: %w", stream, err)
+		return jetstream.StreamState{}, err
 	}
 	return info.State, nil
+}
+
+// streamInfo is stream's configuration and state, in one request: the
+// lookup of a stream reads its info.
+func (b *Bus) streamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	return st.CachedInfo(), nil
 }
 
 // LastSequence is the sequence of the last message stream holds (0 when
@@ -659,18 +648,34 @@ type HeaderMsg struct {
 	Header  nats.Header
 }
 
+// StartsLog reports whether m is the first message of its subject's log:
+// AppendLog sends a log's first message expecting no message before it,
+// and the server stores that header with it. A scan of headers finds the
+// logs created in a stretch of the stream by it, in the order they were.
+func (m HeaderMsg) StartsLog() bool {
+	return m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0"
+}
+
 // ScanHeaders calls fn with each message of stream matching filter from
 // sequence from up to the stream's last message when the scan began, in
 // order, until fn returns false. Only headers travel: it is for finding
 // messages by their headers or their age in a stretch of a stream, not for
-// reading them.
+// reading them. A filter that is the stream's one subject is left out of
+// the scan's consumer: the server would go over every subject of the
+// stream to count what a filtered consumer has pending when making it
+// (2.5–3 ms with 100,000 subjects, 0.2 ms without the filter), a cost that
+// grew with the stream on every scan.
 func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(HeaderMsg) bool) error {
-	last, err := b.LastSequence(ctx, stream)
+	info, err := b.streamInfo(ctx, stream)
 	if err != nil {
 		return err
 	}
+	last := info.State.LastSeq
 	if last < from {
 		return nil
+	}
+	if slices.Equal(info.Config.Subjects, []string{filter}) {
+		filter = ""
 	}
 	err = b.readOnce(ctx, stream, false, jetstream.ConsumerConfig{
 		FilterSubject: filter,
@@ -741,8 +746,8 @@ func (b *Bus) readOnce(ctx context.Context, stream string, keep bool, cfg jetstr
 			_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
 		}()
 	}
-	for {
-		batch, err := cons.FetchNoWait(readOnceBatch)
+	for size := readOnceFirst; ; size = min(2*size, readOnceBatch) {
+		batch, err := cons.FetchNoWait(size)
 		if err != nil {
 			return err
 		}
@@ -769,10 +774,13 @@ func (b *Bus) readOnce(ctx context.Context, stream string, keep bool, cfg jetstr
 	}
 }
 
-// How readOnce reads: readOnceBatch messages a request, its consumer left
-// to the server readOnceInactive after its last use if it could not be
-// deleted.
+// How readOnce reads: readOnceFirst messages in its first request, twice
+// as many in each next one up to readOnceBatch (a read that stops early,
+// as a page of a list does, is not sent a thousand messages it stops
+// before), its consumer left to the server readOnceInactive after its
+// last use if it could not be deleted.
 const (
+	readOnceFirst    = 128
 	readOnceBatch    = 1024
 	readOnceInactive = 10 * time.Second
 )

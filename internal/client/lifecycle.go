@@ -33,7 +33,10 @@ type ConversationSummary struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 }
 
-// ConversationPage is a page of conversations, in id order.
+// ConversationPage is a page of conversations: in the order they were
+// created, or in id order with a status of conversations under way
+// (running, paused, resuming). A page may hold fewer than the limit, even
+// none, and still have a NextCursor: go on until it is empty.
 type ConversationPage struct {
 	Conversations []ConversationSummary `json:"conversations"`
 	// NextCursor asks for the next page; empty after the last.

@@ -16,7 +16,9 @@ const (
 	MaxListLimit     = 1000
 )
 
-// ListRequest asks for a page of conversations, in id order.
+// ListRequest asks for a page of conversations: in the order they were
+// created, or in id order with a status of conversations under way
+// (running, paused, resuming), which are listed from the due index.
 type ListRequest struct {
 	// Status keeps only conversations in it; empty keeps all.
 	Status Status
@@ -53,10 +55,11 @@ func (o *Orchestrator) Conversations(ctx context.Context, req ListRequest) (Conv
 	if req.Limit == 0 {
 		req.Limit = DefaultListLimit
 	}
-	if req.Cursor != "" && !ValidID(req.Cursor) {
-		return ConversationList{}, &BadRequestError{fmt.Sprintf("cursor: %q is not a cursor this API gave", req.Cursor)}
+	f := listFilter{Status: req.Status, Limit: req.Limit, Cursor: req.Cursor}
+	if err := f.checkCursor(); err != nil {
+		return ConversationList{}, err
 	}
-	page, next, err := o.store.list(ctx, listFilter{Status: req.Status, Limit: req.Limit, Cursor: req.Cursor})
+	page, next, err := o.store.list(ctx, f)
 	if err != nil {
 		return ConversationList{}, err
 	}

@@ -72,8 +72,9 @@ func completeMany(t *testing.T, o *orchestrator.Orchestrator, n int) []string {
 	return ids
 }
 
-// Pages of a conversation list cover every conversation once, in id order;
-// a status filter keeps only those in it; bad parameters are refused.
+// Pages of a conversation list cover every conversation once, in the order
+// they were created (those under way: in id order); a status filter keeps
+// only those in it; bad parameters are refused.
 func TestListConversations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -82,7 +83,6 @@ func TestListConversations(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ids := startAll(t, o, "a", "pause b", "c", "pause d", "e")
 	paused := []string{ids[1], ids[3]}
-	slices.Sort(ids)
 	slices.Sort(paused)
 
 	list := func(query string) ([]string, []map[string]any) {
@@ -127,7 +127,7 @@ func TestListConversations(t *testing.T) {
 	if got, _ := list("status=completed"); len(got) != 3 {
 		t.Errorf("completed ones: %v, want 3", got)
 	}
-	for _, q := range []string{"status=sleeping", "limit=0", "limit=x", "limit=100000", "cursor=a.b"} {
+	for _, q := range []string{"status=sleeping", "limit=0", "limit=x", "limit=100000", "cursor=a.b", "cursor=" + ids[0], "status=paused&cursor=a.b"} {
 		if status, body := doJSON(t, "GET", srv.URL+"/v1/conversations?"+q, "", ""); status != 400 {
 			t.Errorf("list %s: %d %v, want 400", q, status, body)
 		}

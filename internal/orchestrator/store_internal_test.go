@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +298,67 @@ func TestSweepGoesThroughALongStretchInSteps(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A list of every conversation comes in the order they were created, not
+// in id order, however many records each has; a request goes through at
+// most sweepScan records, so a filter that nothing passes gives empty
+// pages with cursors that go on, not one request over the whole stream.
+func TestListGoesOverTheStreamInCreationOrder(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	s := newTestStore(t, 64<<20)
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 10 {
+		id := fmt.Sprintf("c%02d", 9-i) // created in reverse id order
+		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
+			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		seq, err := s.create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			// A second record, between the first records of others.
+			if _, _, err := s.append(ctx, c, seq, fullRecord(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, id)
+	}
+	pages := func(f listFilter) (got []string, sizes []int) {
+		t.Helper()
+		for n := 0; ; n++ {
+			if n > 20 {
+				t.Fatalf("%+v: the pages do not end", f)
+			}
+			page, next, err := s.list(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sum := range page {
+				got = append(got, sum.ID)
+			}
+			sizes = append(sizes, len(page))
+			if next == "" {
+				return got, sizes
+			}
+			f.Cursor = next
+		}
+	}
+	if got, sizes := pages(listFilter{Limit: 3}); !slices.Equal(got, ids) || fmt.Sprint(sizes) != "[3 3 3 1]" {
+		t.Errorf("pages of 3: %v in pages of %v; want %v in [3 3 3 1]", got, sizes, ids)
+	}
+	s.sweepScan = 4
+	if got, _ := pages(listFilter{Limit: 3}); !slices.Equal(got, ids) {
+		t.Errorf("pages of 3, 4 records a request: %v; want %v", got, ids)
+	}
+	// 14 records, 4 a request.
+	if got, sizes := pages(listFilter{Status: StatusCompleted, Limit: 3}); len(got) != 0 || fmt.Sprint(sizes) != "[0 0 0 0]" {
+		t.Errorf("completed ones, 4 records a request: %v in pages of %v; want none in [0 0 0 0]", got, sizes)
+	}
+	if _, _, err := s.list(ctx, listFilter{Cursor: "c00"}); err == nil {
+		t.Error("an id as the cursor of a list of all: no error")
 	}
 }

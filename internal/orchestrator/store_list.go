@@ -23,8 +23,8 @@ type listFilter struct {
 	Status Status
 	// Limit is the page size.
 	Limit int
-	// Cursor is the id the previous page ended with; the page starts
-	// after it.
+	// Cursor is where the previous page ended (checkCursor): the page
+	// starts after it.
 	Cursor string
 }
 
@@ -40,22 +40,6 @@ type ConversationSummary struct {
 // summaryChunk is how many conversations one request of last records
 // covers.
 const summaryChunk = 256
-
-// conversationIDs lists every stored conversation, sorted.
-func (s *store) conversationIDs(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-	defer cancel()
-	subjects, err := s.bus.LogSubjects(ctx, bus.StreamConversations, bus.ConversationSubjects)
-	if err != nil {
-		return nil, fmt.Errorf("list conversations: %w", err)
-	}
-	ids := make([]string, len(subjects))
-	for i, subj := range subjects {
-		ids[i] = strings.TrimPrefix(subj, convSubjectPrefix)
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
 
 var convSubjectPrefix = strings.TrimSuffix(bus.ConversationSubjects, ">")
 
@@ -108,65 +92,146 @@ func (s *store) openIDs(ctx context.Context) ([]string, error) {
 	return slices.Compact(ids), nil
 }
 
-// scan calls keep for the conversations of ids (conversationIDs or
-// openIDs) after cursor, in id order, until it returns false.
-func (s *store) scan(ctx context.Context, list func(context.Context) ([]string, error), cursor string, keep func(ConversationSummary) bool) error {
-	ids, err := list(ctx)
-	if err != nil {
-		return err
+// list returns a page of conversations, and the cursor of the next page
+// ("" after the last). A page of conversations under way (a status filter
+// of running, paused or resuming) goes over the due index, in id order:
+// listing the conversations that wait for something is what a client
+// polls, and its cost must not grow with the finished ones. Any other page
+// goes over the conversations in the order they were created (listCreated).
+func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSummary, next string, err error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
 	}
-	start, _ := slices.BinarySearch(ids, cursor)
-	if start < len(ids) && ids[start] == cursor {
+	if f.byCreation() {
+		return s.listCreated(ctx, f)
+	}
+	ids, err := s.openIDs(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	start, _ := slices.BinarySearch(ids, f.Cursor)
+	if start < len(ids) && ids[start] == f.Cursor {
 		start++
 	}
 	for i := start; i < len(ids); i += summaryChunk {
 		sums, err := s.summaries(ctx, ids[i:min(i+summaryChunk, len(ids))])
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		for _, sum := range sums {
-			if !keep(sum) {
-				return nil
+			if !f.keeps(sum) {
+				continue
 			}
+			if len(page) == f.Limit {
+				return page, page[len(page)-1].ID, nil
+			}
+			page = append(page, sum)
 		}
+	}
+	return page, "", nil
+}
+
+// byCreation reports whether a page of f goes over every conversation in
+// the order they were created (listCreated), its cursor a sequence,
+// rather than over the due index in id order, its cursor an id.
+func (f listFilter) byCreation() bool { return f.Status == "" || f.Status.ended() }
+
+// checkCursor says what is wrong with f's cursor, if anything.
+func (f listFilter) checkCursor() error {
+	if f.Cursor == "" {
+		return nil
+	}
+	if f.byCreation() {
+		_, err := parseListCursor(f.Cursor)
+		return err
+	}
+	if !ValidID(f.Cursor) {
+		return &BadRequestError{fmt.Sprintf("cursor: %q is not a cursor a list of that status gave", f.Cursor)}
 	}
 	return nil
 }
 
-// list returns a page of conversations in id order, and the cursor of the
-// next page ("" after the last). A page of conversations under way (a
-// status filter of running, paused or resuming) goes over the due index
-// instead of every stored conversation: listing the conversations that
-// wait for something is what a client polls, and its cost must not grow
-// with the finished ones (155–230 ms a page with 100,000 stored, for the
-// list of subjects alone).
-func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSummary, next string, err error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
-	ids := s.conversationIDs
-	if f.Status != "" && !f.Status.ended() {
-		ids = s.openIDs
-	}
-	more := false
-	err = s.scan(ctx, ids, f.Cursor, func(sum ConversationSummary) bool {
-		if sum.Status == StatusDeleted || f.Status != "" && sum.Status != f.Status {
-			return true
-		}
-		if len(page) == f.Limit {
-			more = true
-			return false
-		}
-		page = append(page, sum)
-		return true
-	})
+// keeps reports whether sum belongs on a page of f.
+func (f listFilter) keeps(sum ConversationSummary) bool {
+	return sum.Status != StatusDeleted && (f.Status == "" || sum.Status == f.Status)
+}
+
+// listCreated is list over every stored conversation, in the order they
+// were created: it reads the headers of the conversations stream from the
+// cursor (the sequence of the first record of the conversation the last
+// page ended with) and takes the conversations whose first record it
+// meets (bus.HeaderMsg.StartsLog). A page costs the records stored between
+// its first and its last conversation's start, however many are stored;
+// listing every subject cost 155–230 ms a page at 100,000 stored, the
+// list of subjects alone, and grew with every conversation ever kept. A
+// request goes through at most sweepScan records: a filter that few
+// conversations pass gives a shorter page, even an empty one, with a
+// cursor to go on from.
+func (s *store) listCreated(ctx context.Context, f listFilter) ([]ConversationSummary, string, error) {
+	from, err := parseListCursor(f.Cursor)
 	if err != nil {
 		return nil, "", err
 	}
-	if more {
-		next = page[len(page)-1].ID
+	var (
+		page   []ConversationSummary
+		last   uint64 // the first record of the page's last conversation
+		budget = s.sweepScanLimit()
+	)
+	starts := bus.HeaderMsg.StartsLog
+	for {
+		st, err := s.scanStep(ctx, from, budget, min(summaryChunk, f.Limit+1-len(page)), nil, starts)
+		if err != nil {
+			return nil, "", fmt.Errorf("list conversations: %w", err)
+		}
+		var sums []ConversationSummary
+		if len(st.ids) > 0 {
+			if sums, err = s.summaries(ctx, st.ids); err != nil {
+				return nil, "", err
+			}
+		}
+		byID := make(map[string]ConversationSummary, len(sums))
+		for _, sum := range sums {
+			byID[sum.ID] = sum
+		}
+		for i, id := range st.ids {
+			sum, ok := byID[id]
+			if !ok || !f.keeps(sum) {
+				continue
+			}
+			if len(page) == f.Limit {
+				return page, listCursor(last), nil
+			}
+			page = append(page, sum)
+			last = st.seqs[i]
+		}
+		budget -= st.records
+		switch {
+		case !st.more:
+			return page, "", nil
+		case budget <= 0 && len(page) == f.Limit:
+			return page, listCursor(last), nil
+		case budget <= 0:
+			return page, listCursor(st.upTo), nil
+		}
+		from = st.upTo
 	}
-	return page, next, nil
+}
+
+// listCursor is the cursor of a page of listCreated that goes on after
+// sequence seq of the conversations stream.
+func listCursor(seq uint64) string { return strconv.FormatUint(seq, 10) }
+
+// parseListCursor is the sequence a listCreated cursor goes on after (0:
+// from the start).
+func parseListCursor(cursor string) (uint64, error) {
+	if cursor == "" {
+		return 0, nil
+	}
+	seq, err := strconv.ParseUint(cursor, 10, 64)
+	if err != nil {
+		return 0, &BadRequestError{fmt.Sprintf("cursor: %q is not a cursor a list of that status gave", cursor)}
+	}
+	return seq, nil
 }
 
 // delete removes a finished conversation's history and state, and its due
@@ -246,42 +311,14 @@ func (s *store) sweepAged(ctx context.Context, key string, cutoff time.Time, mat
 	if err != nil {
 		return err
 	}
+	aged := func(m bus.HeaderMsg) bool { return m.Time.Before(cutoff) }
 	for {
-		var (
-			ids     []string
-			seen    = map[string]bool{}
-			upTo    = from
-			more    bool
-			scanned int
-		)
-		err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from+1, func(m bus.HeaderMsg) bool {
-			if !m.Time.Before(cutoff) {
-				return false
-			}
-			if scanned == s.sweepScanLimit() {
-				more = true
-				return false
-			}
-			scanned++
-			if match == nil || match(m) {
-				id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
-				if !seen[id] {
-					if len(ids) == sweepBatch {
-						more = true
-						return false
-					}
-					seen[id] = true
-					ids = append(ids, id)
-				}
-			}
-			upTo = m.Seq
-			return true
-		})
+		st, err := s.scanStep(ctx, from, s.sweepScanLimit(), sweepBatch, aged, match)
 		if err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}
-		if len(ids) > 0 {
-			sums, err := s.summaries(ctx, ids)
+		if len(st.ids) > 0 {
+			sums, err := s.summaries(ctx, st.ids)
 			if err != nil {
 				return fmt.Errorf("sweep: %w", err)
 			}
@@ -289,16 +326,65 @@ func (s *store) sweepAged(ctx context.Context, key string, cutoff time.Time, mat
 				return err
 			}
 		}
-		if upTo > from {
-			if err := s.moveSweepCursor(ctx, key, upTo); err != nil {
+		if st.upTo > from {
+			if err := s.moveSweepCursor(ctx, key, st.upTo); err != nil {
 				return err
 			}
-			from = upTo
+			from = st.upTo
 		}
-		if !more {
+		if !st.more {
 			return nil
 		}
 	}
+}
+
+// scanned is what one step of a scan of the conversations stream found.
+type scanned struct {
+	// ids are the conversations found, each once, in the order of the
+	// records that matched, and seqs those records' sequences.
+	ids  []string
+	seqs []uint64
+	// upTo is the last sequence gone past: the next step begins after it.
+	upTo uint64
+	// records is how many records the step went through.
+	records int
+	// more says the step stopped at one of its bounds, not at the end of
+	// the stretch.
+	more bool
+}
+
+// scanStep goes through the headers of the conversations stream after
+// from, while within (nil: to the stream's end) holds, at most limit
+// records, and collects the conversations of the records match keeps
+// (every record when nil), at most n of them.
+func (s *store) scanStep(ctx context.Context, from uint64, limit, n int, within, match func(bus.HeaderMsg) bool) (scanned, error) {
+	st := scanned{upTo: from}
+	seen := map[string]bool{}
+	err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, from+1, func(m bus.HeaderMsg) bool {
+		if within != nil && !within(m) {
+			return false
+		}
+		if st.records == limit {
+			st.more = true
+			return false
+		}
+		if match == nil || match(m) {
+			id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
+			if !seen[id] {
+				if len(st.ids) == n {
+					st.more = true
+					return false
+				}
+				seen[id] = true
+				st.ids = append(st.ids, id)
+				st.seqs = append(st.seqs, m.Seq)
+			}
+		}
+		st.records++
+		st.upTo = m.Seq
+		return true
+	})
+	return st, err
 }
 
 // sweepCursor is the sequence a sweep by age goes on after: 0 before the

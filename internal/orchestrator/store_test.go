@@ -168,8 +168,8 @@ func TestReconcileReadsNoCachedPausedConversation(t *testing.T) {
 	}
 }
 
-// The store lists conversations from the last record of each log, in id
-// order, a page at a time, filtered by status; finds finished ones by age;
+// The store lists conversations from the last record of each log, in the
+// order they were created, a page at a time, filtered by status; finds finished ones by age;
 // and deletes a conversation's log whole.
 func TestStoreListsAndDeletes(t *testing.T) {
 	t.Parallel()
@@ -195,7 +195,6 @@ func TestStoreListsAndDeletes(t *testing.T) {
 	}
 	waitStatus(t, o, third.ConversationID, orchestrator.StatusCompleted)
 	ids = append(ids, third.ConversationID)
-	slices.Sort(ids)
 
 	var seen []string
 	cursor := ""
