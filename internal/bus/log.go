@@ -660,22 +660,14 @@ func (m HeaderMsg) StartsLog() bool {
 // sequence from up to the stream's last message when the scan began, in
 // order, until fn returns false. Only headers travel: it is for finding
 // messages by their headers or their age in a stretch of a stream, not for
-// reading them. A filter that is the stream's one subject is left out of
-// the scan's consumer: the server would go over every subject of the
-// stream to count what a filtered consumer has pending when making it
-// (2.5–3 ms with 100,000 subjects, 0.2 ms without the filter), a cost that
-// grew with the stream on every scan.
+// reading them.
 func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint64, fn func(HeaderMsg) bool) error {
-	info, err := b.streamInfo(ctx, stream)
+	last, filter, err := b.scanBounds(ctx, stream, filter)
 	if err != nil {
 		return err
 	}
-	last := info.State.LastSeq
 	if last < from {
 		return nil
-	}
-	if slices.Equal(info.Config.Subjects, []string{filter}) {
-		filter = ""
 	}
 	err = b.readOnce(ctx, stream, false, jetstream.ConsumerConfig{
 		FilterSubject: filter,
@@ -705,7 +697,7 @@ func (b *Bus) ScanHeaders(ctx context.Context, stream, filter string, from uint6
 // for a role that may not delete consumers of stream: the server removes
 // it once it is unused for 10 s.
 func (b *Bus) ScanStream(ctx context.Context, stream, filter string, keepConsumer bool, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
-	last, err := b.LastSequence(ctx, stream)
+	last, filter, err := b.scanBounds(ctx, stream, filter)
 	if err != nil {
 		return err
 	}
@@ -720,6 +712,23 @@ func (b *Bus) ScanStream(ctx context.Context, stream, filter string, keepConsume
 		fn(m, meta)
 		return meta.Sequence.Stream < last
 	})
+}
+
+// scanBounds is where a scan of stream under filter ends, the stream's
+// last sequence now, and the filter its consumer is made with: none for a
+// filter that is the stream's one subject. The server goes over every
+// subject of a stream to count what a consumer with a wildcard filter has
+// pending when making it (2.5–3 ms with 100,000 subjects, 0.2 ms without
+// the filter), a cost that grew with the stream on every scan.
+func (b *Bus) scanBounds(ctx context.Context, stream, filter string) (uint64, string, error) {
+	info, err := b.streamInfo(ctx, stream)
+	if err != nil {
+		return 0, "", err
+	}
+	if slices.Equal(info.Config.Subjects, []string{filter}) {
+		filter = ""
+	}
+	return info.State.LastSeq, filter, nil
 }
 
 // readOnce reads what a consumer of stream made with cfg (acks none, in
