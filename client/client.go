@@ -1,7 +1,8 @@
 // Package client drives toolgate conversations from Go through the
 // orchestrator's HTTP API: start a run (idempotently), read a
 // conversation, follow its events as they happen, list the calls waiting
-// for approvers and workers, cancel, and wait for a status.
+// for approvers and workers, cancel, wait for a status, and list and
+// delete conversations.
 //
 //	c, _ := client.New(client.Config{BaseURL: "http://127.0.0.1:8080"})
 //	run, _ := c.Start(ctx, client.StartRequest{Prompt: "What is the weather in Paris?"})
@@ -48,6 +49,16 @@ type (
 	PendingCall = wire.PendingCall
 	// APIError is an answer other than 2xx.
 	APIError = iclient.APIError
+	// ListOptions selects a page of conversations: a status (empty: all),
+	// a page size (0: the orchestrator's default, 100; at most 1,000) and
+	// the previous page's NextCursor.
+	ListOptions = iclient.ListOptions
+	// ConversationPage is a page of conversations. A page may hold fewer
+	// than asked for, even none, and still have a NextCursor.
+	ConversationPage = iclient.ConversationPage
+	// ConversationSummary is a conversation as a list shows it: its id,
+	// status, agent and times.
+	ConversationSummary = iclient.ConversationSummary
 )
 
 // Event is one event of a conversation, with the ID to resume after it.
@@ -120,6 +131,43 @@ func (c *Client) Pending(ctx context.Context) ([]PendingCall, error) { return c.
 // Cancel cancels a conversation: its pending calls are settled and no
 // further run starts.
 func (c *Client) Cancel(ctx context.Context, id string) error { return c.c.Cancel(ctx, id) }
+
+// List returns a page of conversations: in the order they were created,
+// or in id order with a status of conversations under way (running,
+// paused, resuming). Conversations goes through every page.
+func (c *Client) List(ctx context.Context, opts ListOptions) (ConversationPage, error) {
+	return c.c.List(ctx, opts)
+}
+
+// Conversations yields every conversation in status (empty: all), as List
+// orders them, a page at a time, until the last page or the caller stops.
+// An error ends the sequence.
+func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[ConversationSummary, error] {
+	return func(yield func(ConversationSummary, error) bool) {
+		opts := ListOptions{Status: status}
+		for {
+			page, err := c.c.List(ctx, opts)
+			if err != nil {
+				yield(ConversationSummary{}, err)
+				return
+			}
+			for _, s := range page.Conversations {
+				if !yield(s, nil) {
+					return
+				}
+			}
+			if page.NextCursor == "" {
+				return
+			}
+			opts.Cursor = page.NextCursor
+		}
+	}
+}
+
+// Delete deletes a finished conversation: its state, history and events
+// (its audit records stay). One under way is an *APIError with status
+// 409: cancel it first.
+func (c *Client) Delete(ctx context.Context, id string) error { return c.c.Delete(ctx, id) }
 
 // Events follows a conversation's events from the first kept (after "")
 // or after the event with ID after, as they happen, until ctx ends or the

@@ -114,3 +114,40 @@ func TestStartNamesTheAgent(t *testing.T) {
 		t.Errorf("start without an agent sent %s (key %q)", bodies[1], keys[1])
 	}
 }
+
+// Go through every finished conversation, page after page, and delete
+// those that completed. (The orchestrator here is a stand-in with two
+// pages; toolgatetest starts a real one.)
+func ExampleClient_Conversations() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Query().Get("cursor") == "":
+			fmt.Fprint(w, `{"conversations":[{"conversation_id":"c1","status":"completed"},{"conversation_id":"c2","status":"failed"}],"next_cursor":"7"}`)
+		case r.Method == http.MethodGet:
+			fmt.Fprint(w, `{"conversations":[{"conversation_id":"c3","status":"completed"}]}`)
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer api.Close()
+
+	c, _ := client.New(client.Config{BaseURL: api.URL})
+	ctx := context.Background()
+	for conv, err := range c.Conversations(ctx, "") {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if conv.Status != client.StatusCompleted {
+			continue
+		}
+		if err := c.Delete(ctx, conv.ConversationID); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("deleted", conv.ConversationID)
+	}
+	// Output:
+	// deleted c1
+	// deleted c3
+}

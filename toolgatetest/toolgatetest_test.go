@@ -3,6 +3,8 @@ package toolgatetest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -112,5 +114,69 @@ func TestSystemDrivesConversationToCompletion(t *testing.T) {
 	}
 	if denied.Approved == nil || *denied.Approved || denied.ApproverID != "bot" || denied.Message != "not delete_file" {
 		t.Errorf("the denial's event = %+v", denied)
+	}
+}
+
+// The client lists conversations page by page, in the order they were
+// created, and deletes a finished one; one under way is refused until it
+// is cancelled.
+func TestClientListsAndDeletes(t *testing.T) {
+	sys := toolgatetest.Start(t, toolgatetest.Options{
+		Agent:    []byte(agentYAML),
+		AgentDir: fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), toolgatetest.Timeout)
+	defer cancel()
+	var ids []string
+	for range 3 {
+		run, err := sys.Client.Start(ctx, client.StartRequest{Prompt: "Weather in Paris? And delete /etc/passwd."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sys.Client.Wait(ctx, run.ConversationID, client.StatusPaused); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ConversationID)
+	}
+	all := func(status string) []string {
+		t.Helper()
+		var got []string
+		for s, err := range sys.Client.Conversations(ctx, status) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s.ConversationID)
+		}
+		return got
+	}
+	if got := all(""); !slices.Equal(got, ids) {
+		t.Errorf("all: %v; want %v, in the order they were created", got, ids)
+	}
+	page, err := sys.Client.List(ctx, client.ListOptions{Limit: 2})
+	if err != nil || len(page.Conversations) != 2 || page.NextCursor == "" {
+		t.Errorf("a page of 2: %+v, %v; want 2 and a cursor", page, err)
+	}
+
+	var apiErr *client.APIError
+	if err := sys.Client.Delete(ctx, ids[1]); !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+		t.Fatalf("delete of a paused conversation: %v; want a 409", err)
+	}
+	if err := sys.Client.Cancel(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Client.Wait(ctx, ids[1], client.StatusCancelled); err != nil {
+		t.Fatal(err)
+	}
+	if got := all(client.StatusCancelled); !slices.Equal(got, ids[1:2]) {
+		t.Errorf("cancelled: %v; want %v", got, ids[1:2])
+	}
+	if err := sys.Client.Delete(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := all(""); !slices.Equal(got, []string{ids[0], ids[2]}) {
+		t.Errorf("after the delete: %v; want %v", got, []string{ids[0], ids[2]})
+	}
+	if _, err := sys.Client.Conversation(ctx, ids[1]); !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
+		t.Errorf("read of the deleted conversation: %v; want a 404", err)
 	}
 }
