@@ -88,6 +88,12 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 			t.Errorf("conversation %s after the damage: %v %v, want paused with %d messages", want.ID, describe(got), err, len(want.History))
 		}
 	}
+	// A list of all goes past the damaged record, which the server does
+	// not send, and lists the others.
+	if l, err := o2.Conversations(ctxT(t), orchestrator.ListRequest{}); err != nil || len(l.Conversations) != 2 ||
+		l.Conversations[0].ID != a.ID || l.Conversations[1].ID != c.ID {
+		t.Errorf("list after the damage: %+v, %v; want %s and %s", l, err, a.ID, c.ID)
+	}
 	if st, err := e.connect("count").JetStream().Stream(ctxT(t), bus.StreamConversations); err != nil || st.CachedInfo().State.Msgs < stored {
 		t.Errorf("messages stored: %v (%v), want at least the %d before the damage", st, err, stored)
 	}
