@@ -92,9 +92,7 @@ type Bus struct {
 	// callConsumers holds the tools whose call_<tool> consumer this
 	// connection has made sure of (EnsureCallConsumer).
 	callConsumers sync.Map
-	// streams caches handles of streams purged by name (KV.PurgeUpTo): a
-	// purge needs only the name, and looking the stream up each time
-	// would double the requests.
+	// streams caches handles of streams purged by name (Bus.stream).
 	streams sync.Map
 	// borrowed: the connection is the caller's (FromConn); Close leaves
 	// it open.

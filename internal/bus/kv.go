@@ -236,20 +236,15 @@ func (k *KV) Watch(ctx context.Context, pattern string) iter.Seq2[Entry, error] 
 // that is put and removed again, and listing the bucket goes over the
 // markers until they are purged.
 func (k *KV) PurgeUpTo(ctx context.Context, key string, upTo uint64) error {
-	name := "KV_" + k.kv.Bucket()
-	st, ok := k.b.streams.Load(name)
-	if !ok {
-		s, err := k.b.js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("kv purge %s/%s: %w", k.kv.Bucket(), key, err)
-		}
-		st, _ = k.b.streams.LoadOrStore(name, s)
+	st, err := k.b.stream(ctx, "KV_"+k.kv.Bucket())
+	if err != nil {
+		return fmt.Errorf("kv purge %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject("$KV." + k.kv.Bucket() + "." + key)}
 	if upTo > 0 {
 		opts = append(opts, jetstream.WithPurgeSequence(upTo+1))
 	}
-	if err := st.(jetstream.Stream).Purge(ctx, opts...); err != nil {
+	if err := st.Purge(ctx, opts...); err != nil {
 		return fmt.Errorf("kv purge %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return nil
