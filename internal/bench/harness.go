@@ -377,7 +377,7 @@ var memoryMetrics = []string{
 var reconcileMetrics = []string{
 	MetricReconcileNone, MetricReconcileFinished, MetricReconcileRequestNone, MetricReconcileRequestFinished,
 	MetricReconcileGrowth, MetricReconcileCleanup, MetricReconcileCleanupEntries, MetricReconcileReads,
-	MetricListPage, MetricListAll,
+	MetricListPage, MetricListAll, MetricSweepNone, MetricSweepAll,
 }
 
 func memoryRows(c MemoryCase, raw MemoryMeasurement, tg *MemoryMeasurement) []Row {

@@ -56,10 +56,10 @@ func TestRunSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 4 cases × 5 round-trip metrics and a round-trip count for the 2 of
-	// batch 1, 8 + 3 long-conversation metrics, 9 memory and 10 reconcile
-	// metrics (list ones among them), 5 messages × 2 ops × 3 codec metrics
+	// batch 1, 8 + 3 long-conversation metrics, 9 memory and 12 reconcile
+	// metrics (list and retention ones among them), 5 messages × 2 ops × 3 codec metrics
 	// + 5 sizes.
-	if want := 4*5 + 2 + 8 + 3 + 9 + 10 + 5*2*3 + 5; len(res.Cases) != want {
+	if want := 4*5 + 2 + 8 + 3 + 9 + 12 + 5*2*3 + 5; len(res.Cases) != want {
 		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
 	}
 	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {

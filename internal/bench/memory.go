@@ -89,6 +89,16 @@ const (
 	MetricListAll  = "list_all_us_per_conversation"
 )
 
+// Metrics of the retention sweep (toolgate only), last in the case: the
+// median time of a sweep with none of the finished conversations aged
+// past the retention (sweepPasses of them), which should not grow with
+// the conversations stored, and the time of the sweep that deletes all of
+// them, per conversation deleted.
+const (
+	MetricSweepNone = "retention_sweep_ms_none_aged"
+	MetricSweepAll  = "retention_sweep_us_per_conversation_deleted"
+)
+
 const (
 	rawBucket      = "bench_runs"
 	pipelineDepth  = 2048

@@ -215,7 +215,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 	}
 	o, err := t.env.sys.Orchestrator(ctx, "bench-orchestrator", orchestrator.Config{
 		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
-		OnRunEnd: r.onRunEnd,
+		OnRunEnd: r.onRunEnd, Retention: benchRetention,
 	})
 	if err != nil {
 		closeConns()
@@ -591,6 +591,10 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
+	sweepNone, sweepAll, err := r.timeSweeps(ctx, n)
+	if err != nil {
+		return MemoryMeasurement{}, err
+	}
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
@@ -611,6 +615,8 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricReconcileReads:           reads,
 			MetricListPage:                 ms(page),
 			MetricListAll:                  float64(all.Microseconds()) / float64(n),
+			MetricSweepNone:                ms(sweepNone),
+			MetricSweepAll:                 float64(sweepAll.Microseconds()) / float64(n),
 		},
 	}, nil
 }
@@ -776,6 +782,38 @@ func (r *rig) timeList(ctx context.Context, n int) (page, all time.Duration, err
 		return 0, 0, fmt.Errorf("toolgate: list: %d conversations listed, want %d", listed, n)
 	}
 	return Summarize(pages).P50, all, nil
+}
+
+// benchRetention is the orchestrator's retention in the benchmark: longer
+// than any case, so that only the sweeps timed delete.
+const benchRetention = time.Hour
+
+// sweepPasses is how many sweeps MetricSweepNone is the median of.
+const sweepPasses = 21
+
+// timeSweeps returns the median time of a retention sweep with none of the
+// n finished conversations aged, and the time of the sweep that deletes
+// all of them (a retention later); it fails unless that one deleted n.
+func (r *rig) timeSweeps(ctx context.Context, n int) (none, all time.Duration, err error) {
+	runtime.GC()
+	passes := make([]time.Duration, sweepPasses)
+	for i := range passes {
+		start := time.Now()
+		if _, err := r.orch.Sweep(ctx, start); err != nil {
+			return 0, 0, fmt.Errorf("toolgate: sweep: %w", err)
+		}
+		passes[i] = time.Since(start)
+	}
+	start := time.Now()
+	deleted, err := r.orch.Sweep(ctx, start.Add(benchRetention+time.Minute))
+	if err != nil {
+		return 0, 0, fmt.Errorf("toolgate: sweep: %w", err)
+	}
+	all = time.Since(start)
+	if deleted != n {
+		return 0, 0, fmt.Errorf("toolgate: sweep: %d conversations deleted, want %d", deleted, n)
+	}
+	return Summarize(passes).P50, all, nil
 }
 
 // dueEntries counts the entries of the due index: the messages of its

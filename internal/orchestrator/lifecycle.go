@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -106,6 +109,17 @@ func (co *core) remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// Sweep runs one retention sweep as if it were now, as the retention loop
+// does every tenth of Config.Retention (at most ten minutes apart): it
+// deletes the conversations that finished before now less the retention
+// (none when it is 0) and removes the tombstones of those deleted more
+// than a day before now, and returns how many conversations it deleted.
+// It reads what aged since the last sweep of any replica, not every stored
+// conversation.
+func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) {
+	return o.rec.sweep(ctx, now)
+}
+
 // maxRetentionNap bounds the wait between sweeps.
 const maxRetentionNap = 10 * time.Minute
 
@@ -145,7 +159,7 @@ func (rc *reconciler) retentionLoop() {
 // stretch of the conversations' stream that aged past those times since
 // the last sweep (store.sweepAged), not every stored conversation.
 func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
-	n := 0
+	var n atomic.Int64
 	if rc.cfg.Retention > 0 {
 		cutoff := now.Add(-rc.cfg.Retention)
 		// Every record carries the status the conversation is left in,
@@ -154,6 +168,8 @@ func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 		// read for.
 		ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
 		err := rc.store.sweepAged(ctx, cursorFinished, cutoff, ends, func(sums []ConversationSummary) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(deleteInFlight)
 			for _, sum := range sums {
 				if !sum.Status.Terminal() || !sum.UpdatedAt.Before(cutoff) {
 					// Under way, or changed since: its later record
@@ -161,38 +177,48 @@ func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 					continue
 				}
 				if rc.stopped.Load() {
-					return ErrStopped
+					g.Go(func() error { return ErrStopped })
+					break
 				}
-				var (
-					ce      *ConflictError
-					corrupt *CorruptError
-				)
-				switch err := rc.remove(ctx, sum.ID); {
-				case err == nil:
-					n++
-				case errors.Is(err, ErrNotFound), errors.As(err, &ce):
-				case errors.As(err, &corrupt):
-					// Left to an operator, and past: stopping here
-					// would stop every later deletion with it.
-					rc.observer.reconcileError()
-					rc.log.ErrorContext(ctx, "retention: conversation left as it is: its log cannot be read (DELETE ?corrupt=true removes it)",
-						slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
-				default:
-					return err
-				}
+				g.Go(func() error {
+					var (
+						ce      *ConflictError
+						corrupt *CorruptError
+					)
+					switch err := rc.remove(gctx, sum.ID); {
+					case err == nil:
+						n.Add(1)
+					case errors.Is(err, ErrNotFound), errors.As(err, &ce):
+					case errors.As(err, &corrupt):
+						// Left to an operator, and past: stopping here
+						// would stop every later deletion with it.
+						rc.observer.reconcileError()
+						rc.log.ErrorContext(ctx, "retention: conversation left as it is: its log cannot be read (DELETE ?corrupt=true removes it)",
+							slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
+					default:
+						return err
+					}
+					return nil
+				})
 			}
-			return nil
+			return g.Wait()
 		})
 		if errors.Is(err, ErrStopped) {
-			return n, nil
+			return int(n.Load()), nil
 		}
 		if err != nil {
-			return n, err
+			return int(n.Load()), err
 		}
 	}
 	gone, err := rc.store.sweepTombstones(ctx, now)
 	if gone > 0 {
 		rc.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
 	}
-	return n, err
+	return int(n.Load()), err
 }
+
+// deleteInFlight bounds the deletions of a retention sweep in flight at
+// once: one after another, each a few round trips (the tombstone, the
+// purges of the log, the due entry and the events), a sweep deleted about
+// 1,500 conversations a second, fewer than a busy system finishes.
+const deleteInFlight = 32
