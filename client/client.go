@@ -143,25 +143,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ConversationPage, 
 // orders them, a page at a time, until the last page or the caller stops.
 // An error ends the sequence.
 func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[ConversationSummary, error] {
-	return func(yield func(ConversationSummary, error) bool) {
-		opts := ListOptions{Status: status}
-		for {
-			page, err := c.c.List(ctx, opts)
-			if err != nil {
-				yield(ConversationSummary{}, err)
-				return
-			}
-			for _, s := range page.Conversations {
-				if !yield(s, nil) {
-					return
-				}
-			}
-			if page.NextCursor == "" {
-				return
-			}
-			opts.Cursor = page.NextCursor
-		}
-	}
+	return c.c.Conversations(ctx, status)
 }
 
 // Delete deletes a finished conversation: its state, history and events

@@ -112,6 +112,12 @@ type subcommand struct {
 
 func noFlags(*cli.FlagSet) any { return nil }
 
+// listOptions are list's flags.
+type listOptions struct {
+	client.ListOptions
+	all bool
+}
+
 type runOpts struct {
 	conversation, agent, caller string
 	follow                      bool
@@ -163,17 +169,34 @@ var commands = map[string]subcommand{
 		},
 	},
 	"list": {
-		synopsis: "[--status S] [--limit N] [--cursor C]", args: 0,
-		about: "Prints a page of conversations, in the order they were created (in id order with --status running, paused or resuming); pass its next_cursor as --cursor for the next.",
+		synopsis: "[--status S] [--limit N] [--cursor C] [--all]", args: 0,
+		about: "Prints a page of conversations, in the order they were created (in id order with --status running, paused or resuming); pass its next_cursor as --cursor for the next. With --all, prints every conversation, one JSON object a line, going through the pages itself.",
 		flags: func(fs *cli.FlagSet) any {
-			o := &client.ListOptions{}
+			o := &listOptions{}
 			fs.StringVar(&o.Status, "status", "", "only conversations in this status (running, paused, resuming, completed, failed, cancelled)")
 			fs.IntVar(&o.Limit, "limit", 0, "page size (default: the orchestrator's, 100)")
 			fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
+			fs.BoolVar(&o.all, "all", false, "every page, one conversation a line (with --status only)")
 			return o
 		},
 		run: func(ctx context.Context, c *client.Client, _ time.Duration, opts any, _ []string, stdout io.Writer) error {
-			page, err := c.List(ctx, *opts.(*client.ListOptions))
+			o := opts.(*listOptions)
+			if o.all {
+				if o.Limit != 0 || o.Cursor != "" {
+					return &cli.UsageError{Command: "list", Err: errors.New("--all goes through every page itself: give it no --limit or --cursor")}
+				}
+				enc := json.NewEncoder(stdout)
+				for s, err := range c.Conversations(ctx, o.Status) {
+					if err != nil {
+						return err
+					}
+					if err := enc.Encode(s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			page, err := c.List(ctx, o.ListOptions)
 			if err != nil {
 				return err
 			}

@@ -41,6 +41,17 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"run_id":"r1","conversation_id":"c1","status":"running"}`))
 	case r.URL.Path == "/v1/conversations/c1":
 		_, _ = w.Write([]byte(`{"conversation_id":"c1","status":"completed","output":"done","runs":[],"pending":[],"messages":[]}`))
+	case r.URL.Path == "/v1/conversations":
+		// Three pages, the second empty, as a page of a sparse status
+		// may be.
+		switch r.URL.Query().Get("cursor") {
+		case "":
+			_, _ = w.Write([]byte(`{"conversations":[{"conversation_id":"c1","status":"completed"}],"next_cursor":"5"}`))
+		case "5":
+			_, _ = w.Write([]byte(`{"conversations":[],"next_cursor":"9"}`))
+		default:
+			_, _ = w.Write([]byte(`{"conversations":[{"conversation_id":"c2","status":"completed"}]}`))
+		}
 	case r.URL.Path == "/healthz":
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "pid": f.pid})
 	default:
@@ -129,8 +140,31 @@ func TestHealthPIDRefusesAnotherOrchestrator(t *testing.T) {
 	}
 }
 
+// list --all goes through every page, empty ones too, a conversation a
+// line.
+func TestListAllGoesThroughThePages(t *testing.T) {
+	_, url := start(t)
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"list", "--all", "--status", "completed", "--addr", url}, &out, &out); err != nil {
+		t.Fatalf("list --all: %v\n%s", err, out.String())
+	}
+	var ids []string
+	for line := range strings.Lines(out.String()) {
+		var s struct {
+			ConversationID string `json:"conversation_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		ids = append(ids, s.ConversationID)
+	}
+	if strings.Join(ids, " ") != "c1 c2" {
+		t.Errorf("list --all printed %q, want c1 and c2 a line each", out.String())
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"nope"}, {"run"}, {"watch"}, {"watch", "a", "b"}, {"pending", "x"}, {"run", "--nope", "p"}} {
+	for _, args := range [][]string{{}, {"nope"}, {"run"}, {"watch"}, {"watch", "a", "b"}, {"pending", "x"}, {"run", "--nope", "p"}, {"list", "--all", "--limit", "5"}} {
 		err := run(t.Context(), args, new(bytes.Buffer), new(bytes.Buffer))
 		var ue *cli.UsageError
 		if !errors.As(err, &ue) {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -62,4 +63,30 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ConversationPage, 
 	var out ConversationPage
 	err := c.do(ctx, http.MethodGet, path, nil, &out)
 	return out, err
+}
+
+// Conversations yields every conversation in status (empty: all), as List
+// orders them, a page at a time, until the last page or the caller stops;
+// an error ends the sequence. Pages may be short, even empty, before the
+// last: only an empty NextCursor ends it.
+func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[ConversationSummary, error] {
+	return func(yield func(ConversationSummary, error) bool) {
+		opts := ListOptions{Status: status}
+		for {
+			page, err := c.List(ctx, opts)
+			if err != nil {
+				yield(ConversationSummary{}, err)
+				return
+			}
+			for _, s := range page.Conversations {
+				if !yield(s, nil) {
+					return
+				}
+			}
+			if page.NextCursor == "" {
+				return
+			}
+			opts.Cursor = page.NextCursor
+		}
+	}
 }
