@@ -62,6 +62,14 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 	if _, err := kv.Get(ctxT(t), "conv."+info.ConversationID); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the earlier store's value: %v; want it deleted", err)
 	}
+	// Its log begins with the record it was moved in: a list of all
+	// conversations, which goes by first records, has it.
+	for _, status := range []orchestrator.Status{"", orchestrator.StatusCompleted} {
+		page, _, err := o2.ListConversations(ctxT(t), status, 10, "")
+		if err != nil || len(page) != 1 || page[0].ID != info.ConversationID {
+			t.Errorf("list %q: %+v, %v; want the moved conversation", status, page, err)
+		}
+	}
 }
 
 // passConfig is the seed's external agent with reconcile passes only when
