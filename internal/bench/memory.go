@@ -81,7 +81,7 @@ const (
 // Metrics of listing the conversations once they are all finished
 // (toolgate only), through the orchestrator's list (GET
 // /v1/conversations): the median time of the first page of 100 of all
-// conversations (listPages of them), and the time to go through every
+// conversations (medianPasses of them), and the time to go through every
 // conversation in pages of the most a page holds, per conversation listed.
 // Neither should grow with the conversations stored.
 const (
@@ -91,7 +91,7 @@ const (
 
 // Metrics of the retention sweep (toolgate only), last in the case: the
 // median time of a sweep with none of the finished conversations aged
-// past the retention (sweepPasses of them), which should not grow with
+// past the retention (medianPasses of them), which should not grow with
 // the conversations stored, and the time of the sweep that deletes all of
 // them, per conversation deleted.
 const (

@@ -748,21 +748,34 @@ func (r *rig) timeReconcile(ctx context.Context, n int) (pass, request time.Dura
 	return Summarize(passes).P50, Summarize(requests).P50, float64(r.stats.StateReads.Load()-reads0) / float64(n), nil
 }
 
-// listPages is how many first pages MetricListPage is the median of.
-const listPages = 21
+// medianPasses is how many times medianTime runs what it times.
+const medianPasses = 21
+
+// medianTime runs op medianPasses times, after a collection (the garbage
+// of what ran before is not op's), and returns the median time of one.
+func medianTime(op func(start time.Time) error) (time.Duration, error) {
+	runtime.GC()
+	times := make([]time.Duration, medianPasses)
+	for i := range times {
+		start := time.Now()
+		if err := op(start); err != nil {
+			return 0, err
+		}
+		times[i] = time.Since(start)
+	}
+	return Summarize(times).P50, nil
+}
 
 // timeList returns the median time of the first page of 100 of all
 // conversations, and the time to list all of them, n, in pages of the
 // most a page holds; it fails unless it listed n.
 func (r *rig) timeList(ctx context.Context, n int) (page, all time.Duration, err error) {
-	runtime.GC()
-	pages := make([]time.Duration, listPages)
-	for i := range pages {
-		start := time.Now()
-		if _, err := r.orch.Conversations(ctx, orchestrator.ListRequest{Limit: 100}); err != nil {
-			return 0, 0, fmt.Errorf("toolgate: list: %w", err)
-		}
-		pages[i] = time.Since(start)
+	page, err = medianTime(func(time.Time) error {
+		_, err := r.orch.Conversations(ctx, orchestrator.ListRequest{Limit: 100})
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("toolgate: list: %w", err)
 	}
 	listed := 0
 	start := time.Now()
@@ -781,28 +794,23 @@ func (r *rig) timeList(ctx context.Context, n int) (page, all time.Duration, err
 	if listed != n {
 		return 0, 0, fmt.Errorf("toolgate: list: %d conversations listed, want %d", listed, n)
 	}
-	return Summarize(pages).P50, all, nil
+	return page, all, nil
 }
 
 // benchRetention is the orchestrator's retention in the benchmark: longer
 // than any case, so that only the sweeps timed delete.
 const benchRetention = time.Hour
 
-// sweepPasses is how many sweeps MetricSweepNone is the median of.
-const sweepPasses = 21
-
 // timeSweeps returns the median time of a retention sweep with none of the
 // n finished conversations aged, and the time of the sweep that deletes
 // all of them (a retention later); it fails unless that one deleted n.
 func (r *rig) timeSweeps(ctx context.Context, n int) (none, all time.Duration, err error) {
-	runtime.GC()
-	passes := make([]time.Duration, sweepPasses)
-	for i := range passes {
-		start := time.Now()
-		if _, err := r.orch.Sweep(ctx, start); err != nil {
-			return 0, 0, fmt.Errorf("toolgate: sweep: %w", err)
-		}
-		passes[i] = time.Since(start)
+	none, err = medianTime(func(start time.Time) error {
+		_, err := r.orch.Sweep(ctx, start)
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("toolgate: sweep: %w", err)
 	}
 	start := time.Now()
 	deleted, err := r.orch.Sweep(ctx, start.Add(benchRetention+time.Minute))
@@ -813,7 +821,7 @@ func (r *rig) timeSweeps(ctx context.Context, n int) (none, all time.Duration, e
 	if deleted != n {
 		return 0, 0, fmt.Errorf("toolgate: sweep: %d conversations deleted, want %d", deleted, n)
 	}
-	return Summarize(passes).P50, all, nil
+	return none, all, nil
 }
 
 // dueEntries counts the entries of the due index: the messages of its
