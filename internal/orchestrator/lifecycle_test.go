@@ -266,10 +266,18 @@ func TestDeleteAgainstOtherReplicas(t *testing.T) {
 	}
 	t.Logf("of %d races: %v", rounds, wins)
 
-	// A delete that stopped after its tombstone.
+	// Deletes that stopped after their tombstones: the first is finished
+	// by a delete, the second by the sweep of tombstones.
 	id = startAll(t, o1, "done")[0]
 	if err := o1.Tombstone(ctxT(t), id); err != nil {
 		t.Fatal(err)
+	}
+	left := startAll(t, o1, "done")[0]
+	if err := o1.Tombstone(ctxT(t), left); err != nil {
+		t.Fatal(err)
+	}
+	if n := messages(left); n < 2 {
+		t.Fatalf("%d records of the delete left to the sweep", n)
 	}
 	if _, err := o2.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
 		t.Errorf("a tombstoned one reads %v, want not found", err)
@@ -303,6 +311,9 @@ func TestDeleteAgainstOtherReplicas(t *testing.T) {
 	}
 	if n := messages(id); n != 0 {
 		t.Errorf("%d records of a day-old tombstone left", n)
+	}
+	if n := messages(left); n != 0 {
+		t.Errorf("%d records of a day-old tombstone of a delete that stopped before its purge left", n)
 	}
 }
 
@@ -459,7 +470,15 @@ func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 	if got := stored(); got < n {
 		t.Fatalf("%d records stored; want the %d tombstones at least", got, n)
 	}
-	sweep(25*time.Hour, 0)
+	// A day later the tombstones go, swept by a replica that has none of
+	// them cached: their logs are not read, one read a batch.
+	r0 := other.Stats().StateReads.Load()
+	if k, err := other.Sweep(ctxT(t), now.Add(25*time.Hour)); err != nil || k != 0 {
+		t.Fatalf("the sweep a day later: %d deleted, %v; want none", k, err)
+	}
+	if r := other.Stats().StateReads.Load() - r0; r != (n+255)/256 {
+		t.Errorf("the sweep of %d tombstones read %d times; want one a batch", n, r)
+	}
 	if got := stored(); got > 2 {
 		t.Errorf("%d records stored a day after the deletes; want the paused conversation's only", got)
 	}

@@ -246,19 +246,28 @@ func parseListCursor(cursor string) (uint64, error) {
 // answers ErrNotFound, after finishing a delete that stopped after its
 // tombstone.
 func (s *store) delete(ctx context.Context, id string) error {
-	_, _, err := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error { return c.Delete(s.clock()) })
-	if err != nil && !errors.Is(err, errDeleted) {
+	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error { return c.Delete(s.clock()) })
+	if gone != nil && !errors.Is(gone, errDeleted) {
+		return gone
+	}
+	if err := s.purge(ctx, id, 1); err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+	return gone
+}
+
+// purge removes the records of conversation id but its last keep (0: all
+// of them), and its due entry.
+func (s *store) purge(ctx context.Context, id string, keep uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	if err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(id), 1); err != nil {
+	if err := s.bus.PurgeLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), keep); err != nil {
 		return fmt.Errorf("delete conversation %s: %w", id, err)
 	}
-	if err := s.index.PurgeUpTo(pctx, dueKey(id), 0); err != nil {
+	if err := s.index.PurgeUpTo(ctx, dueKey(id), 0); err != nil {
 		return fmt.Errorf("delete conversation %s: index: %w", id, err)
 	}
-	return err
+	return nil
 }
 
 // tombstoneLife is how long the tombstone of a deleted conversation stays:
@@ -447,26 +456,13 @@ func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error)
 			if sum.Status != StatusDeleted || !sum.UpdatedAt.Before(cutoff) {
 				continue
 			}
-			// A log that is more than its tombstone is a delete that
-			// stopped before its purge: finish that first. Nothing is
-			// appended after a tombstone, so the last purge removes only
-			// it.
-			var corrupt *CorruptError
-			if err := s.delete(ctx, sum.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &corrupt) {
-				return err
-			}
-			// A log that cannot be read (a damaged record that DELETE
-			// ?corrupt=true could not purge either) goes all the same.
-			pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-			err := s.bus.PurgeLog(pctx, bus.StreamConversations, bus.ConversationSubject(sum.ID), 0)
-			cancel()
-			if err != nil && corrupt != nil {
-				if s.log != nil {
-					s.log.WarnContext(ctx, "sweep: the tombstone of a conversation whose log cannot be read stays", slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
-				}
-				continue
-			}
-			if err != nil {
+			// Nothing is appended after a tombstone, so one purge of
+			// the whole log removes it, with what a delete that stopped
+			// before its purge left before it (a damaged record too) and
+			// that delete's due entry, without reading the log. Each
+			// tombstone was a read of the log, two purges of it and one
+			// of the due entry.
+			if err := s.purge(ctx, sum.ID, 0); err != nil {
 				return fmt.Errorf("remove the tombstone of conversation %s: %w", sum.ID, err)
 			}
 			s.cache.drop(sum.ID)
