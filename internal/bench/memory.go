@@ -23,13 +23,11 @@ const (
 	// conversation, by allocation site (toolgateHeap): without the
 	// embedded server's caches of its streams.
 	MetricOrchestratorHeap = "orchestrator_heap_bytes_per_conversation"
-	// MetricResumeSeconds is the time from one reply per paused
-	// conversation waiting in the replies stream until every one is
-	// applied: for toolgate, until every follow-up has finished (its
-	// reply consumer was paused while they were published); for raw,
-	// the time to consume every reply and update its conversation's entry
-	// by revision (CAS): the bare JetStream work of a resume, the
-	// yardstick.
+	// MetricResumeSeconds is, for toolgate, the time from publishing one
+	// reply per paused conversation until every follow-up has finished;
+	// for raw, the time to consume every reply and update its
+	// conversation's entry by revision (CAS): the bare JetStream work of a
+	// resume, the yardstick.
 	MetricResumeSeconds = "resume_seconds"
 	// MetricResumeAllocBytes is the bytes the process allocated per
 	// resumed conversation: for toolgate over the resume (the replies'
@@ -39,9 +37,9 @@ const (
 	// MetricKVCreateSeconds is the raw side's time to create one KV entry
 	// per paused conversation.
 	MetricKVCreateSeconds = "kv_create_seconds"
-	// MetricReplyPublishSeconds is the time to publish one reply per
-	// paused conversation, before the resume: JetStream's floor under a
-	// resume, the yardstick of earlier results.
+	// MetricReplyPublishSeconds is the raw side's time to publish one
+	// reply per paused conversation: JetStream's floor under a resume,
+	// the yardstick of earlier results.
 	MetricReplyPublishSeconds = "reply_publish_seconds"
 	// MetricResumeReads is toolgate's reads of conversation logs per
 	// conversation during the resume: the states its cache did not hold.

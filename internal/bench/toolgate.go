@@ -215,7 +215,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 	}
 	o, err := t.env.sys.Orchestrator(ctx, "bench-orchestrator", orchestrator.Config{
 		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
-		OnRunEnd: r.onRunEnd, Retention: benchRetention, ReplyConsumer: replyConsumer,
+		OnRunEnd: r.onRunEnd, Retention: benchRetention,
 	})
 	if err != nil {
 		closeConns()
@@ -561,8 +561,8 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	reads0, writes0 := r.stats.StateReads.Load(), r.stats.StateWrites.Load()
 	alloc0 := allocated()
-	publish, start, err := r.resumeAll(ctx, ids, replies)
-	if err != nil {
+	start := time.Now()
+	if err := r.resumeAll(ctx, ids, replies); err != nil {
 		return MemoryMeasurement{}, err
 	}
 	resume := time.Since(start).Seconds()
@@ -602,7 +602,6 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricOrchestratorHeap:         ownPer,
 			MetricStorePerConversation:     storePer,
 			MetricResumeSeconds:            resume,
-			MetricReplyPublishSeconds:      publish.Seconds(),
 			MetricResumeAllocBytes:         resumeAlloc,
 			MetricResumeReads:              resumeReads,
 			MetricResumeWrites:             resumeWrites,
@@ -695,65 +694,24 @@ func answers(runs []string) ([]bus.Outgoing, error) {
 }
 
 // resumeAll publishes the replies and waits for every conversation's
-// follow-up. The orchestrator's reply consumer is paused (a JetStream
-// consumer pause, on the server) while they are published, as raw's
-// replies are all stored before its consume and CAS start: the resume is
-// timed from the moment the pause ends, with every reply waiting, and
-// the harness's own publishing is not in it. It returns the time the
-// publication took and the moment the pause ended.
-func (r *rig) resumeAll(ctx context.Context, ids []string, replies []bus.Outgoing) (publish time.Duration, start time.Time, err error) {
-	js := r.bus.JetStream()
-	if _, err := js.PauseConsumer(ctx, bus.StreamReplies, replyConsumer, time.Now().Add(time.Hour)); err != nil {
-		return 0, start, fmt.Errorf("toolgate memory: pause the reply consumer: %w", err)
-	}
-	// Unpaused whatever happens: a failed case must not leave the
-	// orchestrator deaf to replies while it is torn down.
-	defer func() {
-		if start.IsZero() {
-			_, _ = js.ResumeConsumer(context.WithoutCancel(ctx), bus.StreamReplies, replyConsumer)
-		}
-	}()
-	publishStart := time.Now()
+// follow-up.
+func (r *rig) resumeAll(ctx context.Context, ids []string, replies []bus.Outgoing) error {
 	for i := 0; i < len(replies); i += pipelineDepth {
 		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
-			return 0, start, fmt.Errorf("toolgate memory: publish replies: %w", err)
-		}
-	}
-	publish = time.Since(publishStart)
-	// The pause ends by a deadline, not by a resume request: the server
-	// wakes the consumer's waiting pulls when a deadline passes, and
-	// after a resume request (or a deadline already past when the
-	// request reached it) only once a message or a pull comes.
-	for delay := unpauseDelay; ; delay *= 2 {
-		until := time.Now().Add(delay)
-		resp, err := js.PauseConsumer(ctx, bus.StreamReplies, replyConsumer, until)
-		if err != nil {
-			return publish, start, fmt.Errorf("toolgate memory: unpause the reply consumer: %w", err)
-		}
-		if resp.Paused {
-			start = until
-			break
+			return fmt.Errorf("toolgate memory: publish replies: %w", err)
 		}
 	}
 	for _, id := range ids {
 		e, err := r.await(ctx, id)
 		if err != nil {
-			return publish, start, fmt.Errorf("toolgate memory: %w", err)
+			return fmt.Errorf("toolgate memory: %w", err)
 		}
 		if _, err := followUpLatency(e); err != nil {
-			return publish, start, fmt.Errorf("toolgate memory: %w", err)
+			return fmt.Errorf("toolgate memory: %w", err)
 		}
 	}
-	return publish, start, nil
+	return nil
 }
-
-// replyConsumer is the orchestrator's durable consumer of replies, which
-// the memory case pauses.
-const replyConsumer = "orchestrator"
-
-// unpauseDelay is how long after the request to end the pause it ends,
-// doubled while the request comes too late: the timed resume starts then.
-const unpauseDelay = 10 * time.Millisecond
 
 // memProfileRate is the heap sampling rate of the memory case.
 const memProfileRate = 32 << 10

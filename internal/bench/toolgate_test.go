@@ -54,7 +54,7 @@ func TestToolgateTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, metric := range []string{bench.MetricHeapPerConversation, bench.MetricStorePerConversation, bench.MetricResumeSeconds, bench.MetricReplyPublishSeconds,
+	for _, metric := range []string{bench.MetricHeapPerConversation, bench.MetricStorePerConversation, bench.MetricResumeSeconds,
 		bench.MetricReconcileNone, bench.MetricReconcileFinished, bench.MetricReconcileCleanup, bench.MetricReconcileCleanupEntries} {
 		if _, ok := mm.Figures[metric]; !ok {
 			t.Errorf("memory figures lack %s: %v", metric, mm.Figures)
