@@ -39,8 +39,11 @@ func decisionSubject(t *testing.T, runID string) string {
 	return s
 }
 
-// A result delivered twice is applied once; the second is counted as a
-// duplicate and acked (D35).
+// A result delivered twice is applied once; the other is counted as a
+// duplicate and acked (D35). Which one is applied depends on when their
+// handlers reach the conversation's group: the first stored when they meet
+// in one, else whichever is recorded first (a handler for the second may
+// commit alone before the first's joins, on a loaded machine).
 func TestDuplicateReplyAppliedOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -57,8 +60,8 @@ func TestDuplicateReplyAppliedOnce(t *testing.T) {
 		return pc.Duplicates == 1
 	})
 	pc := pendingCall(t, c, "update_file_readme")
-	if pc.Reply == nil || string(pc.Reply.Value) != `"first"` {
-		t.Errorf("reply = %+v, want the first", pc.Reply)
+	if pc.Reply == nil || (string(pc.Reply.Value) != `"first"` && string(pc.Reply.Value) != `"second"`) {
+		t.Errorf("reply = %+v, want one of the two sent", pc.Reply)
 	}
 	// The counter moves once the handler has its verdict, just after the
 	// write that recorded both.

@@ -13,8 +13,12 @@ type replyJob struct {
 	in   incoming
 	done chan struct{}
 	// seq is the reply's stream sequence: a group applies its replies in
-	// the order they were stored, so that of two answers to one call the
-	// first stored wins, whichever handler joined first.
+	// the order they were stored, so that of two answers to one call that
+	// meet in a group the first stored wins, whichever handler joined
+	// first. Answers recorded apart (one handler late to join, behind a
+	// group that lingered out, or a redelivery after a nak) are applied in
+	// the order they are recorded: either may win, and the other is a
+	// duplicate. D35 promises one applied answer, not which.
 	seq uint64
 
 	v      verdict
