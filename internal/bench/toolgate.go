@@ -520,9 +520,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, errors.New("toolgate memory: conversations must be at least 1")
 	}
 	// Finer heap samples than the default 512 KiB, so that the estimate of
-	// toolgate's own heap holds at a thousand conversations; only here, as
-	// sampling costs the allocation-heavy round trips a few per cent.
-	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	// toolgate's own heap holds at a thousand conversations; only until
+	// that is measured, as sampling costs the allocation-heavy resume a few
+	// per cent, which raw's is not charged.
+	defaultRate := runtime.MemProfileRate
+	defer func() { runtime.MemProfileRate = defaultRate }()
 	runtime.MemProfileRate = memProfileRate
 	r, err := t.setUp(ctx, 1, memoryStarters)
 	if err != nil {
@@ -549,6 +551,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
 	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
+	runtime.MemProfileRate = defaultRate
 	info, err := r.convs.Info(ctx)
 	if err != nil {
 		return MemoryMeasurement{}, fmt.Errorf("toolgate memory: stream info: %w", err)
