@@ -212,6 +212,26 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 	}
 }
 
+// applyJobs applies jobs to c in the order their replies were stored,
+// whatever order their handlers joined in, and gives each its verdict and
+// what it answered.
+func applyJobs(c *Conversation, jobs []*replyJob, now time.Time) {
+	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
+	for _, j := range jobs {
+		pc := c.Batch.call(j.in.callID)
+		if c.Batch == nil || c.Batch.RunID != j.in.runID {
+			pc = nil
+		}
+		settled := pc != nil && pc.Reply != nil
+		j.v, j.reason = c.Apply(j.in, now)
+		j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
+		if pc != nil {
+			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
+			j.expired = j.v == verdictLate && !settled
+		}
+	}
+}
+
 // applyGroup records jobs in the conversation by one CAS, starting from
 // from (at rev; nil reads it) and, in the same write, claims the batch if
 // they completed it; then it hands every job its verdict and moves the
@@ -219,23 +239,10 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 // scheduled). It returns the state it wrote while it is still the caller's
 // to reuse, else nil.
 func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
-	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	var followUp string
 	apply := func(c *Conversation) error {
 		now := rp.clock()
-		for _, j := range jobs {
-			pc := c.Batch.call(j.in.callID)
-			if c.Batch == nil || c.Batch.RunID != j.in.runID {
-				pc = nil
-			}
-			settled := pc != nil && pc.Reply != nil
-			j.v, j.reason = c.Apply(j.in, now)
-			j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
-			if pc != nil {
-				j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
-				j.expired = j.v == verdictLate && !settled
-			}
-		}
+		applyJobs(c, jobs, now)
 		c.UpdatedAt = now
 		followUp = rp.runner.claimIn(c, now)
 		return nil

@@ -2,12 +2,15 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // groupProbe is a groupCommit whose state and commits a test sets and
@@ -143,6 +146,28 @@ func TestGroupCommitLingerEnds(t *testing.T) {
 	recordAll(t, p.g, job("other", "x", 2))
 	if commits, _ := p.seen(); len(commits) != 2 || !slices.Equal(commits[0], []string{"a"}) || !slices.Equal(commits[1], []string{"x"}) {
 		t.Errorf("commits %v, want [a] after the linger, then [x]", commits)
+	}
+}
+
+// Of two answers to one call in a group, the first stored is applied and
+// the other is a duplicate, whichever handler joined first.
+func TestGroupAppliesInStreamOrder(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := pausedOn("r", "a")
+	c.Batch.Calls[0].Kind, c.Batch.Calls[0].Deadline = deferred.KindCall, now.Add(time.Hour)
+	answer := func(value string, seq uint64) *replyJob {
+		j := job("r", "a", seq)
+		j.in.kind = deferred.KindCall
+		j.in.result = &bus.CallReply{RunID: "r", ToolCallID: "a", Outcome: bus.OutcomeReturn, Value: json.RawMessage(value)}
+		return j
+	}
+	second, first := answer(`"second"`, 8), answer(`"first"`, 7)
+	applyJobs(c, []*replyJob{second, first}, now)
+	if r := c.Batch.Calls[0].Reply; r == nil || string(r.Value) != `"first"` {
+		t.Errorf("reply = %+v, want the first stored", r)
+	}
+	if first.v != verdictApplied || second.v != verdictDuplicate {
+		t.Errorf("verdicts: first %v, second %v (%s); want applied, duplicate", first.v, second.v, second.reason)
 	}
 }
 
