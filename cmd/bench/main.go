@@ -6,7 +6,7 @@
 //
 //	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
-//	      [-paused 1000,10000,100000] [-long-calls N] [-large-mib N]
+//	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
 package main
 
 import (
@@ -109,6 +109,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
 	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
+	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
@@ -122,7 +123,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.cfg = bench.Config{
 		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
-		LongCalls: *longCalls, LargeHistory: *largeMiB << 20,
+		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor,
 		Note: *note, Progress: os.Stdout,
 	}
 	if *paused == "-1" {

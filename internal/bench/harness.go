@@ -34,6 +34,10 @@ type Config struct {
 	// measurement each. Default to 1000, 10000 and 100000; quick: 500 and
 	// 2000. A single value below 1 skips the memory case.
 	Paused []int
+	// Settle is the memory case's wait for the server's caches to expire
+	// before each heap measurement (MemoryCase.Settle). Defaults to
+	// CacheSettle; negative measures at once.
+	Settle time.Duration
 	// LongCalls is the number of calls of the long-conversation case.
 	// Defaults to 300; quick: 100. Negative skips it.
 	LongCalls int
@@ -85,6 +89,9 @@ func (c Config) withDefaults() Config {
 		if c.Quick {
 			c.Paused = []int{500, 2000}
 		}
+	}
+	if c.Settle == 0 {
+		c.Settle = CacheSettle
 	}
 	if len(c.Paused) == 1 && c.Paused[0] < 1 {
 		c.Paused = nil
@@ -245,7 +252,7 @@ func (h *harnessRun) memory(ctx context.Context) error {
 	cfg := h.cfg
 	var reconciles []Row
 	for _, size := range cfg.Paused {
-		mc := MemoryCase{Conversations: size}
+		mc := MemoryCase{Conversations: size, Settle: max(cfg.Settle, 0)}
 		rmm, err := NewRawMemoryTarget(h.env).RunMemory(ctx, mc)
 		if err != nil {
 			return err
@@ -369,7 +376,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 
 // memoryMetrics are the memory case's rows, in order.
 var memoryMetrics = []string{
-	MetricHeapPerConversation, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
+	MetricHeapPerConversation, MetricHeapAtPause, MetricOrchestratorHeap, MetricStorePerConversation, MetricResumeSeconds,
 	MetricResumeAllocBytes, MetricResumeReads, MetricResumeWrites, MetricReplyPublishSeconds, MetricKVCreateSeconds,
 }
 

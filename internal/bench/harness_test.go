@@ -45,6 +45,7 @@ func TestRunSmall(t *testing.T) {
 		Workers: []int{1, 2}, Batches: []int{1, 5},
 		Window: 5, Calls: 20, Warmup: 5,
 		Paused:    []int{100},
+		Settle:    -1,
 		LongCalls: 6, LargeHistory: 400 << 10,
 		CodecTime: time.Millisecond,
 		Env:       env,
@@ -56,19 +57,19 @@ func TestRunSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 4 cases × 5 round-trip metrics and a round-trip count for the 2 of
-	// batch 1, 8 + 3 long-conversation metrics, 9 memory and 12 reconcile
+	// batch 1, 8 + 3 long-conversation metrics, 10 memory and 12 reconcile
 	// metrics (list and retention ones among them), 5 messages × 2 ops × 3 codec metrics
 	// + 5 sizes.
-	if want := 4*5 + 2 + 8 + 3 + 9 + 12 + 5*2*3 + 5; len(res.Cases) != want {
+	if want := 4*5 + 2 + 8 + 3 + 10 + 12 + 5*2*3 + 5; len(res.Cases) != want {
 		t.Fatalf("got %d rows, want %d", len(res.Cases), want)
 	}
 	if got := res.Errors["toolgate"]; got != bench.ErrOrchestratorUnavailable.Error() {
 		t.Errorf("toolgate error = %q, want %q", got, bench.ErrOrchestratorUnavailable)
 	}
 	for _, row := range res.Cases {
-		if row.Metric == bench.MetricHeapPerConversation {
+		if row.Metric == bench.MetricHeapPerConversation || row.Metric == bench.MetricHeapAtPause {
 			if row.Raw == nil {
-				t.Errorf("raw heap per conversation not measured")
+				t.Errorf("raw %s not measured", row.Metric)
 			}
 			continue // a heap difference may be negative after a GC
 		}
@@ -107,7 +108,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	for _, row := range res2.Cases {
 		if !strings.HasPrefix(row.Name, "roundtrip/") {
-			if (row.Metric == bench.MetricHeapPerConversation || toolgateOnly(row)) && row.Toolgate == nil {
+			if (row.Metric == bench.MetricHeapPerConversation || row.Metric == bench.MetricHeapAtPause || toolgateOnly(row)) && row.Toolgate == nil {
 				t.Errorf("%s %s: toolgate not measured", row.Name, row.Metric)
 			}
 			if row.Metric == bench.MetricHistoryBytes && strings.HasPrefix(row.Name, "large/") && (row.Pass == nil || row.Toolgate == nil || *row.Toolgate < 400<<10) {

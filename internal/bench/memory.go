@@ -17,7 +17,11 @@ import (
 
 // Metrics of the memory case.
 const (
-	MetricHeapPerConversation  = "heap_bytes_per_conversation"
+	MetricHeapPerConversation = "heap_bytes_per_conversation"
+	// MetricHeapAtPause is the same heap measured as soon as every
+	// conversation has paused, with the embedded server's caches of the
+	// last writes still held (see CacheSettle).
+	MetricHeapAtPause          = "heap_bytes_per_conversation_at_pause"
 	MetricStorePerConversation = "store_bytes_per_conversation"
 	// MetricOrchestratorHeap is toolgate's share of the heap per paused
 	// conversation, by allocation site (toolgateHeap): without the
@@ -214,6 +218,9 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	// call for a worker (none runs).
 	kvSubject := "$KV." + rawBucket + "_" + prefix + ".conv."
 	revisions := make([]uint64, n)
+	if err := settle(ctx, c.Settle); err != nil {
+		return mm, err
+	}
 	heapBefore := heapAfterGC()
 	start := time.Now()
 	err = publishAll(ctx, js, n, "create entry", func(i int, ack *jetstream.PubAck) { revisions[i] = ack.Sequence },
@@ -233,7 +240,11 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	if err != nil {
 		return mm, err
 	}
-	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
+	atPause := heapPer(heapBefore, n)
+	if err := settle(ctx, c.Settle); err != nil {
+		return mm, err
+	}
+	settled := heapPer(heapBefore, n)
 
 	status, err := kv.Status(ctx)
 	if err != nil {
@@ -261,7 +272,8 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
-			MetricHeapPerConversation:  heapPer,
+			MetricHeapPerConversation:  settled,
+			MetricHeapAtPause:          atPause,
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resumeSeconds,
 			MetricResumeAllocBytes:     resumeAlloc,

@@ -102,6 +102,35 @@ func (m Measurement) Throughput() float64 {
 type MemoryCase struct {
 	// Conversations paused at once, each waiting for one external call.
 	Conversations int `json:"conversations"`
+	// Settle is how long the case waits, before the heap's baseline and
+	// again before the heap is measured, for the embedded server to drop
+	// its caches of what was last written (CacheSettle); 0 measures at
+	// once.
+	Settle time.Duration `json:"-"`
+}
+
+// CacheSettle is how long nats-server's file store keeps a message
+// block's cache after its last read or write (10 s, its
+// defaultCacheBufferExpiration, checked on a 100 ms tick), with a margin.
+// Measured before that, a heap holds the server's copies of the last
+// seconds' writes: a cost of the write rate, which a conversation paused
+// for minutes does not keep, and which made raw's own figure 6 KB per
+// conversation at 1,000 and 0.4 KB at 100,000.
+const CacheSettle = 11 * time.Second
+
+// settle waits d for the server's caches to expire (see CacheSettle).
+func settle(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Name identifies the case in results.

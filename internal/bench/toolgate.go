@@ -537,6 +537,9 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 
+	if err := settle(ctx, c.Settle); err != nil {
+		return MemoryMeasurement{}, err
+	}
 	heapBefore := heapAfterGC()
 	ownBefore := toolgateHeap()
 	ids, runs, err := r.pauseAll(ctx, n)
@@ -549,7 +552,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	if err := r.eventsPublished(ctx); err != nil {
 		return MemoryMeasurement{}, err
 	}
-	heapPer := float64(int64(heapAfterGC())-int64(heapBefore)) / float64(n)
+	atPause := heapPer(heapBefore, n)
+	if err := settle(ctx, c.Settle); err != nil {
+		return MemoryMeasurement{}, err
+	}
+	settled := heapPer(heapBefore, n)
 	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
 	runtime.MemProfileRate = defaultRate
 	info, err := r.convs.Info(ctx)
@@ -601,7 +608,8 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
-			MetricHeapPerConversation:      heapPer,
+			MetricHeapPerConversation:      settled,
+			MetricHeapAtPause:              atPause,
 			MetricOrchestratorHeap:         ownPer,
 			MetricStorePerConversation:     storePer,
 			MetricResumeSeconds:            resume,
@@ -850,6 +858,11 @@ func (r *rig) referenceBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // inRequests is d in units of request (at least a microsecond).
 func inRequests(d, request time.Duration) float64 {
 	return float64(d) / float64(max(request, time.Microsecond))
+}
+
+// heapPer is the live heap added since before, per conversation of n.
+func heapPer(before uint64, n int) float64 {
+	return float64(int64(heapAfterGC())-int64(before)) / float64(n)
 }
 
 func heapAfterGC() uint64 {
