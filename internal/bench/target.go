@@ -104,8 +104,10 @@ type MemoryCase struct {
 	Conversations int `json:"conversations"`
 	// Settle is how long the case waits, before the heap's baseline and
 	// again before the heap is measured, for the embedded server to drop
-	// its caches of what was last written (CacheSettle); 0 measures at
-	// once.
+	// its caches of what was last written (CacheSettle): raw writes nothing
+	// meanwhile and waits that long; toolgate waits until it has stored
+	// nothing for that long, as its index and reconcile write for a paused
+	// conversation 10 to 30 s after it paused. 0 measures at once.
 	Settle time.Duration `json:"-"`
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -448,6 +449,53 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	return m, nil
 }
 
+// quiet waits until toolgate has stored nothing for d (CacheSettle) in
+// any stream but the replicas' adverts, whose few bytes a replica renews
+// every ten seconds, and so the server has dropped its caches of what was
+// written. It fails after quietMax: something that writes on is a fault
+// worth seeing, not a figure to take.
+func (r *rig) quiet(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	var names []string
+	for _, name := range toolgateStreams() {
+		if !perReplicaStreams[name] {
+			names = append(names, name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, quietMax)
+	defer cancel()
+	t := time.NewTicker(quietPoll)
+	defer t.Stop()
+	var last map[string]uint64
+	since := time.Now()
+	for {
+		seqs, err := lastSequences(ctx, r.bus, names)
+		if err != nil {
+			return fmt.Errorf("toolgate memory: wait for a quiet store: %w", err)
+		}
+		if !maps.Equal(seqs, last) {
+			last, since = seqs, time.Now()
+		} else if time.Since(since) >= d {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("toolgate memory: still storing after %s: %w", quietMax, ctx.Err())
+		}
+	}
+}
+
+// quietPoll and quietMax are how often quiet looks at the streams, and
+// how long it waits at most (paused conversations are marked published by
+// reconcile within 30 s of their pause, and then nothing else is due).
+const (
+	quietPoll = 250 * time.Millisecond
+	quietMax  = 3 * time.Minute
+)
+
 // lastSequences is the last sequence of each named stream: its growth over
 // a case is the messages stored meanwhile, whether or not they were removed
 // since (a work queue's acknowledged calls, a deleted key).
@@ -537,7 +585,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 
-	if err := settle(ctx, c.Settle); err != nil {
+	if err := r.quiet(ctx, c.Settle); err != nil {
 		return MemoryMeasurement{}, err
 	}
 	heapBefore := heapAfterGC()
@@ -553,7 +601,11 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 	atPause := heapPer(heapBefore, n)
-	if err := settle(ctx, c.Settle); err != nil {
+	// What a paused conversation costs once nothing is on its way: the
+	// index puts its entry a tick after it paused, reconcile marks its
+	// calls published a pass after that (or later), and the server holds
+	// the copies of those writes for a while too.
+	if err := r.quiet(ctx, c.Settle); err != nil {
 		return MemoryMeasurement{}, err
 	}
 	settled := heapPer(heapBefore, n)

@@ -8,6 +8,14 @@ import (
 // KeyedID lets tests name the ids an idempotency key gives.
 var KeyedID = keyedID
 
+// IndexNow puts the due entry of id now, as the index loop's next tick
+// would, so that every replica's reconcile goes over it.
+func (o *Orchestrator) IndexNow(ctx context.Context, id string) error { return o.store.indexNow(ctx, id) }
+
+// StoredRuns is the number of runs o saw its calls stored for and has not
+// marked yet.
+func StoredRuns(o *Orchestrator) int { return o.pub.stored.len() }
+
 // ListConversations and DeleteConversation reach the store's listing and
 // deletion.
 func (o *Orchestrator) ListConversations(ctx context.Context, status Status, limit int, cursor string) ([]ConversationSummary, string, error) {

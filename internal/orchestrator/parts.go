@@ -101,6 +101,9 @@ type runner struct {
 type publisher struct {
 	*core
 	unserved *unservedCalls
+	// stored are the runs whose unmarked calls this replica published and
+	// saw stored (publish.go).
+	stored storedRuns
 }
 
 // replicaLink is this replica among the others: its advert, the nudges

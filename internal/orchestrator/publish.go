@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -15,13 +17,26 @@ import (
 // publishBatch publishes every call of the conversation's batch not yet
 // marked published, then marks them. Calls are published before they are
 // marked, so a crash in between publishes them again: the message id, from
-// (run, call, kind), lets the stream drop the repeat (D35).
+// (run, call, kind), lets the stream drop the repeat (D35). Calls this
+// replica saw stored already (storedRuns) are marked without being
+// published again.
 func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
-	ids, err := p.publishCalls(ctx, c)
+	b := c.Batch
+	if b == nil {
+		return nil
+	}
+	var (
+		ids []string
+		err error
+	)
+	if p.stored.take(b.RunID) {
+		ids = unmarked(b)
+	} else {
+		ids, err = p.publishCalls(ctx, c)
+	}
 	if len(ids) == 0 {
 		return err
 	}
-	b := c.Batch
 	now := p.clock()
 	_, merr := p.store.update(ctx, c.ID, func(c *Conversation) error {
 		if !c.MarkPublished(b.RunID, ids, now) {
@@ -72,6 +87,9 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 		// Which ones failed is not told apart: none counts as published,
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
+	}
+	if len(errs) == 0 {
+		p.stored.add(b.RunID, p.clock())
 	}
 	p.stats.Published.Add(int64(len(msgs)))
 	p.stats.CallBatches.Add(1)
@@ -216,4 +234,61 @@ func orEmpty(r json.RawMessage) json.RawMessage {
 		return json.RawMessage("{}")
 	}
 	return r
+}
+
+// storedRuns are the runs whose calls, all those not marked published nor
+// answered at the time, this replica published and saw stored by the
+// stream (their acks came). A paused run publishes its batch without
+// marking it, and reconcile marks it a pass later (publishDue): for these
+// it writes the mark without publishing the calls again, a repeat the
+// stream would only drop (for a paused conversation waiting on a person,
+// every call was published twice). Another replica, or this one after a
+// restart, does not know and publishes again, as before. Entries are
+// taken by the mark, or forgotten after storedRunsKeep: reconcile marks a
+// batch within publishAfterMax of its pause, and one not marked by then
+// (a failed mark, a slow pass) is published again, which is what a
+// forgotten entry costs. So the set holds the runs paused within about a
+// minute, a few dozen bytes each.
+type storedRuns struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// storedRunsKeep is how long a run's entry is kept untaken.
+const storedRunsKeep = 2 * publishAfterMax
+
+func (s *storedRuns) add(runID string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]time.Time{}
+	}
+	s.m[runID] = now
+}
+
+// take forgets runID and reports whether its calls were seen stored.
+func (s *storedRuns) take(runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[runID]
+	delete(s.m, runID)
+	return ok
+}
+
+// prune forgets the entries added before cutoff.
+func (s *storedRuns) prune(cutoff time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, at := range s.m {
+		if at.Before(cutoff) {
+			delete(s.m, id)
+		}
+	}
+}
+
+// len is the number of entries, for tests.
+func (s *storedRuns) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
 }

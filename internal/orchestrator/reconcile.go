@@ -57,6 +57,7 @@ func (rc *reconciler) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rc.pub.stored.prune(rc.clock().Add(-storedRunsKeep))
 	rc.reconcileEntries(ctx, due)
 	return ctx.Err()
 }
@@ -240,4 +241,15 @@ func unpublished(b *Batch) bool {
 		}
 	}
 	return false
+}
+
+// unmarked are the ids of b's calls neither marked published nor answered.
+func unmarked(b *Batch) []string {
+	var ids []string
+	for _, pc := range b.Calls {
+		if !pc.Published && pc.Reply == nil {
+			ids = append(ids, pc.ToolCallID)
+		}
+	}
+	return ids
 }

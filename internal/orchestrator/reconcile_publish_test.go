@@ -12,8 +12,10 @@ import (
 // it: it neither publishes it again nor appends a mark, a write that would
 // race the replies on their way (a refused append and a catch-up for each
 // it met). Once the batch has waited a reconcile interval (at most 30 s),
-// a pass publishes and marks what is unmarked, within the stream's 2-minute
-// duplicate window. Before, every pass marked every fresh batch.
+// a pass marks what is unmarked, within the stream's 2-minute duplicate
+// window; the replica that saw the calls stored does not publish them
+// again. Before, every pass marked every fresh batch, and the mark came
+// with a publication the stream dropped.
 func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -51,7 +53,50 @@ func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
 	if c, err = o.Conversation(ctxT(t), info.ConversationID); err != nil || !pendingCall(t, c, call).Published {
 		t.Fatalf("30 s after the pause the pass did not mark the batch: %v %s", err, describe(c))
 	}
-	if p := o.Stats().Published.Load() - published; p != 1 {
-		t.Errorf("%d publications 30 s after the pause, want 1 (a repeat the stream drops)", p)
+	if p := o.Stats().Published.Load() - published; p != 0 {
+		t.Errorf("%d publications 30 s after the pause, want none (the calls were seen stored)", p)
+	}
+}
+
+// A replica that did not see a batch's calls stored (another ran it, or
+// it restarted since) publishes them again before marking them, under the
+// same message ids: the stream drops the repeat, and a call whose first
+// publication was lost is delivered now.
+func TestReconcileRepublishesWhatItDidNotSeeStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var (
+		mu  sync.Mutex
+		now = time.Now()
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	cfg := orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock, ReconcileInterval: time.Hour}
+	ran, _ := e.orch(cfg)
+	other, _ := e.orch(cfg)
+	info, err := ran.StartRun(ctxT(t), "What is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitPublished(t, ran, info.ConversationID, 1)
+	call := c.Batch.Calls[0].ToolCallID
+	if err := ran.IndexNow(ctxT(t), info.ConversationID); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	now = now.Add(30 * time.Second)
+	mu.Unlock()
+	published := other.Stats().Published.Load()
+	if err := other.Reconcile(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if p := other.Stats().Published.Load() - published; p != 1 {
+		t.Errorf("the other replica published %d calls, want 1 (a repeat the stream drops)", p)
+	}
+	if c, err = other.Conversation(ctxT(t), info.ConversationID); err != nil || !pendingCall(t, c, call).Published {
+		t.Fatalf("the other replica's pass did not mark the batch: %v %s", err, describe(c))
+	}
+	if n := orchestrator.StoredRuns(ran); n != 1 {
+		t.Errorf("the replica that ran it holds %d runs seen stored, want 1", n)
 	}
 }
