@@ -10,7 +10,9 @@ var KeyedID = keyedID
 
 // IndexNow puts the due entry of id now, as the index loop's next tick
 // would, so that every replica's reconcile goes over it.
-func (o *Orchestrator) IndexNow(ctx context.Context, id string) error { return o.store.indexNow(ctx, id) }
+func (o *Orchestrator) IndexNow(ctx context.Context, id string) error {
+	return o.store.indexNow(ctx, id)
+}
 
 // StoredRuns is the number of runs o saw its calls stored for and has not
 // marked yet.
