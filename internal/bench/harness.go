@@ -253,12 +253,12 @@ func (h *harnessRun) memory(ctx context.Context) error {
 	var reconciles []Row
 	for _, size := range cfg.Paused {
 		mc := MemoryCase{Conversations: size, Settle: max(cfg.Settle, 0)}
-		rmm, err := NewRawMemoryTarget(h.env).RunMemory(ctx, mc)
+		rmm, err := measureMemory(ctx, h.res, cfg.Progress, mc, NewRawMemoryTarget(h.env))
 		if err != nil {
 			return err
 		}
 		var tmm *MemoryMeasurement
-		if m, err := cfg.ToolgateMemory.RunMemory(ctx, mc); err == nil {
+		if m, err := measureMemory(ctx, h.res, cfg.Progress, mc, cfg.ToolgateMemory); err == nil {
 			tmm = &m
 		} else if ctx.Err() != nil {
 			return ctx.Err()
@@ -295,6 +295,39 @@ func measure(ctx context.Context, res *Results, progress io.Writer, c Case, t Ta
 			return m, err
 		}
 		why := m.Stalled()
+		if why == "" {
+			if len(earlier) > 0 {
+				if res.Remeasured == nil {
+					res.Remeasured = map[string]string{}
+				}
+				res.Remeasured[key] = strings.Join(earlier, "; ")
+			}
+			return m, nil
+		}
+		earlier = append(earlier, fmt.Sprintf("attempt %d: %s", attempt+1, why))
+		if attempt == maxRemeasure {
+			if res.Unreliable == nil {
+				res.Unreliable = map[string]string{}
+			}
+			res.Unreliable[key] = strings.Join(earlier, "; ")
+			return m, nil
+		}
+		fmt.Fprintf(progress, "%-30s %s: %s; measuring again\n", c.Name(), t.Name(), why)
+	}
+}
+
+// measureMemory runs memory case c on t, again while its heap figure is
+// implausible (up to maxRemeasure times), and records what it re-measured
+// and what stayed implausible, as measure does for stalls.
+func measureMemory(ctx context.Context, res *Results, progress io.Writer, c MemoryCase, t MemoryTarget) (MemoryMeasurement, error) {
+	key := c.Name() + " " + t.Name()
+	var earlier []string
+	for attempt := 0; ; attempt++ {
+		m, err := t.RunMemory(ctx, c)
+		if err != nil {
+			return m, err
+		}
+		why := m.Implausible()
 		if why == "" {
 			if len(earlier) > 0 {
 				if res.Remeasured == nil {

@@ -207,3 +207,26 @@ func TestToolgateOnlyGoals(t *testing.T) {
 		}
 	}
 }
+
+// A heap figure that is not positive, or well below the side's own share,
+// is measured again.
+func TestMemoryMeasurementImplausible(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		figures map[string]float64
+		want    bool
+	}{
+		{"no heap measured", map[string]float64{bench.MetricResumeSeconds: 1}, false},
+		{"raw", map[string]float64{bench.MetricHeapPerConversation: 300}, false},
+		{"negative", map[string]float64{bench.MetricHeapPerConversation: -1347, bench.MetricOrchestratorHeap: 2033}, true},
+		{"zero", map[string]float64{bench.MetricHeapPerConversation: 0}, true},
+		{"above its own share", map[string]float64{bench.MetricHeapPerConversation: 2900, bench.MetricOrchestratorHeap: 2000}, false},
+		{"within the sampling's error", map[string]float64{bench.MetricHeapPerConversation: 1600, bench.MetricOrchestratorHeap: 2000}, false},
+		{"far below its own share", map[string]float64{bench.MetricHeapPerConversation: 1000, bench.MetricOrchestratorHeap: 2000}, true},
+	} {
+		got := bench.MemoryMeasurement{Conversations: 10, Figures: tc.figures}.Implausible()
+		if (got != "") != tc.want {
+			t.Errorf("%s: Implausible() = %q, want implausible %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -148,6 +148,15 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 // sent again synchronously with the same id. The error joins the failures,
 // each naming its index and subject.
 func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
+	_, err := b.PublishBatchRepeats(ctx, msgs)
+	return err
+}
+
+// PublishBatchRepeats is PublishBatch, and tells which messages the stream
+// acknowledged as repeats of one it holds under the same Nats-Msg-Id
+// (stored before, within its duplicate window): repeats[i] for msgs[i].
+func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) (repeats []bool, err error) {
+	repeats = make([]bool, len(msgs))
 	type pending struct {
 		i   int
 		m   *nats.Msg
@@ -181,7 +190,8 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 		var err error
 		if timedOut {
 			select {
-			case <-p.fut.Ok():
+			case ack := <-p.fut.Ok():
+				repeats[p.i] = ack.Duplicate
 				continue
 			case err = <-p.fut.Err():
 			default:
@@ -189,7 +199,8 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 			}
 		} else {
 			select {
-			case <-p.fut.Ok():
+			case ack := <-p.fut.Ok():
+				repeats[p.i] = ack.Duplicate
 				continue
 			case err = <-p.fut.Err():
 			case <-timer.C:
@@ -209,13 +220,15 @@ func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
 		if retryable && p.m.Header.Get(HeaderMsgID) != "" && ctx.Err() == nil {
 			m := nats.NewMsg(p.m.Subject)
 			m.Header, m.Data = p.m.Header, p.m.Data
+			// Not counted a repeat: its ack would say so if the first
+			// send, of this batch, was stored after all.
 			if _, err = b.publishMsg(ctx, m); err == nil {
 				continue
 			}
 		}
 		errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, err))
 	}
-	return errors.Join(errs...)
+	return repeats, errors.Join(errs...)
 }
 
 // idHeaders is the header of a message of a run: its ids, then extra's

@@ -14,6 +14,10 @@ func (o *Orchestrator) IndexNow(ctx context.Context, id string) error {
 	return o.store.indexNow(ctx, id)
 }
 
+// UnservedPending is the number of o's calls whose tool_unserved event
+// may be still to come.
+func UnservedPending(o *Orchestrator) int { return o.pub.unserved.pending() }
+
 // StoredRuns is the number of runs o saw its calls stored for and has not
 // marked yet.
 func StoredRuns(o *Orchestrator) int { return o.pub.stored.len() }

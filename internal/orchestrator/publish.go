@@ -83,7 +83,8 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 	if len(msgs) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	if err := p.bus.PublishBatch(ctx, msgs); err != nil {
+	repeats, err := p.bus.PublishBatchRepeats(ctx, msgs)
+	if err != nil {
 		// Which ones failed is not told apart: none counts as published,
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
@@ -93,7 +94,15 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 	}
 	p.stats.Published.Add(int64(len(msgs)))
 	p.stats.CallBatches.Add(1)
-	p.tellUnserved(c.ID, b, ids)
+	// A call the stream already held was told about when it was stored
+	// (by the replica that published it first).
+	var fresh []string
+	for i, id := range ids {
+		if !repeats[i] {
+			fresh = append(fresh, id)
+		}
+	}
+	p.tellUnserved(c.ID, b, fresh)
 	p.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
 	return ids, errors.Join(errs...)

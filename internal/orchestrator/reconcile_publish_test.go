@@ -96,6 +96,11 @@ func TestReconcileRepublishesWhatItDidNotSeeStored(t *testing.T) {
 	if c, err = other.Conversation(ctxT(t), info.ConversationID); err != nil || !pendingCall(t, c, call).Published {
 		t.Fatalf("the other replica's pass did not mark the batch: %v %s", err, describe(c))
 	}
+	// The call was a repeat the stream dropped: its tool_unserved event
+	// (no worker runs) is the first replica's to tell, not told again.
+	if n, w := other.Stats().UnservedCalls.Load(), orchestrator.UnservedPending(other); n != 0 || w != 0 {
+		t.Errorf("the other replica told %d calls unserved and has %d waiting to be, want none", n, w)
+	}
 	if n := orchestrator.StoredRuns(ran); n != 1 {
 		t.Errorf("the replica that ran it holds %d runs seen stored, want 1", n)
 	}
