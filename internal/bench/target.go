@@ -127,9 +127,10 @@ const implausibleShare = 0.75
 type MemoryCase struct {
 	// Conversations paused at once, each waiting for one external call.
 	Conversations int `json:"conversations"`
-	// Settle is how long the case waits, before the heap's baseline and
-	// again before the heap is measured, for the embedded server to drop
-	// its caches of what was last written (CacheSettle): raw writes nothing
+	// Settle is how long the case waits, before the heap is measured (at
+	// the start and after each half of the conversations paused, see
+	// heapSlope), for the embedded server to drop its caches of what was
+	// last written (CacheSettle): raw writes nothing
 	// meanwhile and waits that long; toolgate waits until it has stored
 	// nothing for that long, as its index and reconcile write for a paused
 	// conversation 10 to 30 s after it paused. 0 measures at once.

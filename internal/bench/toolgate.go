@@ -552,9 +552,8 @@ func (r *rig) awaitFor(ctx context.Context, id string, timeout time.Duration) (r
 }
 
 // RunMemory pauses c.Conversations conversations with no worker running,
-// measures the heap they cost (live heap after a GC, against the same
-// before the first; the harness's own share is two id strings each) and the
-// conversations stream's bytes per conversation, then publishes one reply
+// measures the heap they cost (heapSlope; the harness's own share is two
+// id strings each) and the conversations stream's bytes per conversation, then publishes one reply
 // per conversation, as workers would, and measures the time until every
 // conversation has finished its follow-up (MetricResumeSeconds). Around
 // that it times reconcile passes: one before any conversation is stored,
@@ -585,31 +584,28 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 		return MemoryMeasurement{}, err
 	}
 
-	if err := r.quiet(ctx, c.Settle); err != nil {
-		return MemoryMeasurement{}, err
+	// Each half is paused, its events published (the events of the last
+	// steps wait a quarter of a second at most for a follow-up that would
+	// join them: transient, not what a paused conversation costs), and
+	// then the store left until quiet: the index puts a conversation's
+	// entry a tick after it paused, reconcile marks its calls published a
+	// pass after that (or later), and the server holds the copies of those
+	// writes for a while too.
+	ids, runs := make([]string, n), make([]string, n)
+	hold := func(from, to int) error {
+		someIDs, someRuns, err := r.pauseAll(ctx, to-from)
+		if err != nil {
+			return err
+		}
+		copy(ids[from:], someIDs)
+		copy(runs[from:], someRuns)
+		return r.eventsPublished(ctx)
 	}
-	heapBefore := heapAfterGC()
-	ownBefore := toolgateHeap()
-	ids, runs, err := r.pauseAll(ctx, n)
+	quiet := func(ctx context.Context) error { return r.quiet(ctx, c.Settle) }
+	atPause, settled, ownPer, err := heapSlope(ctx, n, hold, quiet, toolgateHeap)
 	if err != nil {
 		return MemoryMeasurement{}, err
 	}
-	// The events of the last steps wait a quarter of a second at most
-	// for a follow-up that would join them: transient, not what a paused
-	// conversation costs.
-	if err := r.eventsPublished(ctx); err != nil {
-		return MemoryMeasurement{}, err
-	}
-	atPause := heapPer(heapBefore, n)
-	// What a paused conversation costs once nothing is on its way: the
-	// index puts its entry a tick after it paused, reconcile marks its
-	// calls published a pass after that (or later), and the server holds
-	// the copies of those writes for a while too.
-	if err := r.quiet(ctx, c.Settle); err != nil {
-		return MemoryMeasurement{}, err
-	}
-	settled := heapPer(heapBefore, n)
-	ownPer := float64(toolgateHeap()-ownBefore) / float64(n)
 	runtime.MemProfileRate = defaultRate
 	info, err := r.convs.Info(ctx)
 	if err != nil {
