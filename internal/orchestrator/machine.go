@@ -359,7 +359,9 @@ func (c *Conversation) TakeInline(runID string, req *deferred.Requests, now time
 }
 
 // MarkPublished records that the calls ids of run runID's batch were
-// published; it reports whether anything changed.
+// published; it reports whether anything changed. It is the store's own
+// account of what it sent, not a change the conversation's users see, so
+// the conversation's UpdatedAt stays (and the record holds only the marks).
 func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) bool {
 	if c.Batch == nil || c.Batch.RunID != runID {
 		return false
@@ -373,9 +375,6 @@ func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) 
 			}
 			changed = true
 		}
-	}
-	if changed {
-		c.UpdatedAt = now
 	}
 	return changed
 }
