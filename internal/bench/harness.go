@@ -287,47 +287,27 @@ const maxRemeasure = 2
 // maxRemeasure times), and records what it re-measured and what stayed
 // distorted.
 func measure(ctx context.Context, res *Results, progress io.Writer, c Case, t Target) (Measurement, error) {
-	key := c.Name() + " " + t.Name()
-	var earlier []string
-	for attempt := 0; ; attempt++ {
-		m, err := t.Run(ctx, c)
-		if err != nil {
-			return m, err
-		}
-		why := m.Stalled()
-		if why == "" {
-			if len(earlier) > 0 {
-				if res.Remeasured == nil {
-					res.Remeasured = map[string]string{}
-				}
-				res.Remeasured[key] = strings.Join(earlier, "; ")
-			}
-			return m, nil
-		}
-		earlier = append(earlier, fmt.Sprintf("attempt %d: %s", attempt+1, why))
-		if attempt == maxRemeasure {
-			if res.Unreliable == nil {
-				res.Unreliable = map[string]string{}
-			}
-			res.Unreliable[key] = strings.Join(earlier, "; ")
-			return m, nil
-		}
-		fmt.Fprintf(progress, "%-30s %s: %s; measuring again\n", c.Name(), t.Name(), why)
-	}
+	return remeasured(res, progress, c.Name(), t.Name(), func() (Measurement, error) { return t.Run(ctx, c) }, Measurement.Stalled)
 }
 
 // measureMemory runs memory case c on t, again while its heap figure is
-// implausible (up to maxRemeasure times), and records what it re-measured
-// and what stayed implausible, as measure does for stalls.
+// implausible, as measure does for stalls.
 func measureMemory(ctx context.Context, res *Results, progress io.Writer, c MemoryCase, t MemoryTarget) (MemoryMeasurement, error) {
-	key := c.Name() + " " + t.Name()
+	return remeasured(res, progress, c.Name(), t.Name(), func() (MemoryMeasurement, error) { return t.RunMemory(ctx, c) }, MemoryMeasurement.Implausible)
+}
+
+// remeasured runs a case on a side, again while distorted says why its
+// figures are not to be taken (up to maxRemeasure times), and records in
+// res what it measured again and what stayed distorted.
+func remeasured[M any](res *Results, progress io.Writer, name, side string, run func() (M, error), distorted func(M) string) (M, error) {
+	key := name + " " + side
 	var earlier []string
 	for attempt := 0; ; attempt++ {
-		m, err := t.RunMemory(ctx, c)
+		m, err := run()
 		if err != nil {
 			return m, err
 		}
-		why := m.Implausible()
+		why := distorted(m)
 		if why == "" {
 			if len(earlier) > 0 {
 				if res.Remeasured == nil {
@@ -345,7 +325,7 @@ func measureMemory(ctx context.Context, res *Results, progress io.Writer, c Memo
 			res.Unreliable[key] = strings.Join(earlier, "; ")
 			return m, nil
 		}
-		fmt.Fprintf(progress, "%-30s %s: %s; measuring again\n", c.Name(), t.Name(), why)
+		fmt.Fprintf(progress, "%-30s %s: %s; measuring again\n", name, side, why)
 	}
 }
 

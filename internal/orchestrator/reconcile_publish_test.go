@@ -8,6 +8,16 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
+// steppedClock is a clock that moves only when a test steps it.
+type steppedClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *steppedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *steppedClock) step(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
+
 // A reconcile pass leaves a batch just paused to the run that published
 // it: it neither publishes it again nor appends a mark, a write that would
 // race the replies on their way (a refused append and a catch-up for each
@@ -19,12 +29,8 @@ import (
 func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var (
-		mu  sync.Mutex
-		now = time.Now()
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock, ReconcileInterval: time.Hour})
+	clock := &steppedClock{now: time.Now()}
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock.Now, ReconcileInterval: time.Hour})
 	info, err := o.StartRun(ctxT(t), "What is the answer?", "")
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +50,7 @@ func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
 		t.Fatalf("after a pass right after the pause: %v, published %v", err, c != nil && pendingCall(t, c, call).Published)
 	}
 
-	mu.Lock()
-	now = now.Add(30 * time.Second)
-	mu.Unlock()
+	clock.step(30 * time.Second)
 	if err := o.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +69,8 @@ func TestReconcileLeavesAFreshBatchToItsRun(t *testing.T) {
 func TestReconcileRepublishesWhatItDidNotSeeStored(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var (
-		mu  sync.Mutex
-		now = time.Now()
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	cfg := orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock, ReconcileInterval: time.Hour}
+	clock := &steppedClock{now: time.Now()}
+	cfg := orchestrator.Config{Agent: externalAgent(t, ""), Clock: clock.Now, ReconcileInterval: time.Hour}
 	ran, _ := e.orch(cfg)
 	other, _ := e.orch(cfg)
 	info, err := ran.StartRun(ctxT(t), "What is the answer?", "")
@@ -83,9 +83,7 @@ func TestReconcileRepublishesWhatItDidNotSeeStored(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mu.Lock()
-	now = now.Add(30 * time.Second)
-	mu.Unlock()
+	clock.step(30 * time.Second)
 	published := other.Stats().Published.Load()
 	if err := other.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
