@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/bus"
 	"io"
 	"maps"
 	"os"
@@ -291,9 +292,9 @@ func (h *harnessRun) memory(ctx context.Context) error {
 // large, and well within a reply's limit.
 const LargeResultBytes = 180 << 10
 
-// duplicatesGone is the streams' duplicate window (bus.SetupConfig's
-// default) and a margin.
-const duplicatesGone = 2*time.Minute + 5*time.Second
+// duplicatesGone is the streams' duplicate window, as toolgate's set-up
+// configures it, and a margin.
+var duplicatesGone = (bus.SetupConfig{}).StreamConfigs()[0].Duplicates + 5*time.Second
 
 // maxRemeasure is how many times a side whose figures a stall distorted is
 // measured again.

@@ -238,7 +238,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 		call := rawCallOf(prefix)
 		return publishAll(ctx, js, to-from, "publish call", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) { return call(from + i) })
 	}
-	quiet := func(context.Context) error { return settle(ctx, c.Settle) }
+	quiet := func(ctx context.Context) error { return settle(ctx, c.Settle) }
 	atPause, settled, _, err := heapSlope(ctx, n, hold, quiet, nil)
 	if err != nil {
 		return mm, err

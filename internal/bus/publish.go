@@ -148,15 +148,20 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 // sent again synchronously with the same id. The error joins the failures,
 // each naming its index and subject.
 func (b *Bus) PublishBatch(ctx context.Context, msgs []Outgoing) error {
-	_, err := b.PublishBatchRepeats(ctx, msgs)
-	return err
+	return b.publishBatch(ctx, msgs, nil)
 }
 
 // PublishBatchRepeats is PublishBatch, and tells which messages the stream
 // acknowledged as repeats of one it holds under the same Nats-Msg-Id
 // (stored before, within its duplicate window): repeats[i] for msgs[i].
-func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) (repeats []bool, err error) {
-	repeats = make([]bool, len(msgs))
+func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) ([]bool, error) {
+	repeats := make([]bool, len(msgs))
+	return repeats, b.publishBatch(ctx, msgs, repeats)
+}
+
+// publishBatch is PublishBatch, setting repeats[i] for msgs[i] unless
+// repeats is nil (events and replies have no use for it).
+func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool) error {
 	type pending struct {
 		i   int
 		m   *nats.Msg
@@ -191,7 +196,9 @@ func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) (repeats
 		if timedOut {
 			select {
 			case ack := <-p.fut.Ok():
-				repeats[p.i] = ack.Duplicate
+				if repeats != nil {
+					repeats[p.i] = ack.Duplicate
+				}
 				continue
 			case err = <-p.fut.Err():
 			default:
@@ -200,7 +207,9 @@ func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) (repeats
 		} else {
 			select {
 			case ack := <-p.fut.Ok():
-				repeats[p.i] = ack.Duplicate
+				if repeats != nil {
+					repeats[p.i] = ack.Duplicate
+				}
 				continue
 			case err = <-p.fut.Err():
 			case <-timer.C:
@@ -228,7 +237,7 @@ func (b *Bus) PublishBatchRepeats(ctx context.Context, msgs []Outgoing) (repeats
 		}
 		errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, err))
 	}
-	return repeats, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // idHeaders is the header of a message of a run: its ids, then extra's

@@ -30,7 +30,7 @@ func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
 		err error
 	)
 	if p.stored.take(b.RunID) {
-		ids = unmarked(b)
+		ids = unmarkedIDs(b)
 	} else {
 		ids, err = p.publishCalls(ctx, c)
 	}
@@ -69,7 +69,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 		errs []error
 	)
 	for _, pc := range b.Calls {
-		if pc.Published || pc.Reply != nil {
+		if !pc.unmarked() {
 			continue
 		}
 		m, err := p.outgoing(c, b.RunID, pc, b.Trace)

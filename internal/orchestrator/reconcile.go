@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -235,21 +236,20 @@ func (rc *reconciler) publishDue(c *Conversation, now time.Time) bool {
 }
 
 func unpublished(b *Batch) bool {
-	for _, pc := range b.Calls {
-		if !pc.Published && pc.Reply == nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.Calls, (*PendingCall).unmarked)
 }
 
-// unmarked are the ids of b's calls neither marked published nor answered.
-func unmarked(b *Batch) []string {
+// unmarkedIDs are the ids of b's unmarked calls.
+func unmarkedIDs(b *Batch) []string {
 	var ids []string
 	for _, pc := range b.Calls {
-		if !pc.Published && pc.Reply == nil {
+		if pc.unmarked() {
 			ids = append(ids, pc.ToolCallID)
 		}
 	}
 	return ids
 }
+
+// unmarked reports whether pc is neither marked published nor answered
+// (an answered call was published).
+func (pc *PendingCall) unmarked() bool { return !pc.Published && pc.Reply == nil }
