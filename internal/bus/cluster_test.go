@@ -2,11 +2,16 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -37,11 +42,18 @@ func TestClusterConfigErrors(t *testing.T) {
 	}
 }
 
-// Three embedded nodes with authenticated routes form one JetStream
-// cluster: Setup makes R3 streams, and a message stored before a node goes
-// down is still there, and new ones are accepted, with two nodes left.
-func TestClusterR3SurvivesANode(t *testing.T) {
-	t.Parallel()
+// r3 is three embedded nodes with authenticated routes, one JetStream
+// cluster.
+type r3 struct {
+	t     *testing.T
+	nodes []*embedded.Server
+	cfgs  []embedded.ServerConfig
+}
+
+// startR3 starts an r3 and returns it with a connection to all of its
+// nodes, cfg's URL set, on which Setup has made R3 streams.
+func startR3(t *testing.T, cfg bus.ConnConfig) (*r3, *bus.Bus) {
+	t.Helper()
 	var ports []int
 	var lns []net.Listener
 	for range 3 {
@@ -59,9 +71,9 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	var nodes []*embedded.Server
+	cl := &r3{t: t}
 	for i, p := range ports {
-		nodes = append(nodes, startServerCfg(t, embedded.ServerConfig{
+		c := embedded.ServerConfig{
 			StoreDir:   t.TempDir(),
 			Listen:     "127.0.0.1:-1",
 			ServerName: fmt.Sprintf("n%d", i), Logger: testLogger(t),
@@ -69,28 +81,58 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 				Name: "tg", Listen: fmt.Sprintf("127.0.0.1:%d", p), Routes: routes,
 				User: "route", Password: "route-pw",
 			},
-		}))
+		}
+		cl.cfgs = append(cl.cfgs, c)
+		cl.nodes = append(cl.nodes, startServerCfg(t, c))
 	}
-	if got, want := nodes[0].ClusterURL(), routes[0]; got != want {
+	if got, want := cl.nodes[0].ClusterURL(), routes[0]; got != want {
 		t.Errorf("ClusterURL = %q, want %q", got, want)
 	}
 	var urls []string
-	for _, n := range nodes {
+	for _, n := range cl.nodes {
 		urls = append(urls, n.ClientURL())
 	}
-	b, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: strings.Join(urls, ","), Logger: testLogger(t)})
+	cfg.URL = strings.Join(urls, ",")
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	b, err := bus.Connect(ctxT(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
 	// Setup itself waits (bounded by its ctx) for the meta leader and the
 	// peers a cluster that has just started does not have yet.
-	deadline := time.Now().Add(wait)
-	sctx, cancel := context.WithDeadline(t.Context(), deadline)
+	sctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 	if err := b.Setup(sctx, bus.SetupConfig{Replicas: 3}); err != nil {
 		t.Fatalf("setup R3: %v", err)
 	}
+	return cl, b
+}
+
+// leader is the index of the node that leads stream, or -1.
+func (c *r3) leader(stream string) int {
+	for i, n := range c.nodes {
+		if n.NATSServer().JetStreamIsStreamLeader("$G", stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// restart starts node i again, on its store and routes.
+func (c *r3) restart(i int) {
+	c.t.Helper()
+	c.nodes[i] = startServerCfg(c.t, c.cfgs[i])
+}
+
+// Three embedded nodes with authenticated routes form one JetStream
+// cluster: Setup makes R3 streams, and a message stored before a node goes
+// down is still there, and new ones are accepted, with two nodes left.
+func TestClusterR3SurvivesANode(t *testing.T) {
+	t.Parallel()
+	cl, b := startR3(t, bus.ConnConfig{})
 	st, err := b.JetStream().Stream(ctxT(t), bus.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
@@ -105,13 +147,8 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	if _, err := b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
-	for i, n := range nodes {
-		if n.NATSServer().JetStreamIsStreamLeader("$G", bus.StreamCalls) {
-			nodes[i].Shutdown()
-			break
-		}
-	}
-	deadline = time.Now().Add(wait)
+	cl.nodes[cl.leader(bus.StreamCalls)].Shutdown()
+	deadline := time.Now().Add(wait)
 	for {
 		_, err = b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c2"))
 		if err == nil {
@@ -125,4 +162,117 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	if n := streamMsgs(t, b, bus.StreamCalls); n != 2 {
 		t.Errorf("calls stream holds %d messages, want 2", n)
 	}
+}
+
+// An append made while its stream has no leader (two of its three nodes
+// down) is sent again until a leader is elected, once a node is back, and
+// is stored once, without its caller trying again; one with ElectionWait
+// disabled fails at once with the server's answer that no stream took
+// it. Both are connected to the node that stays up.
+func TestClusterAppendWaitsForALeader(t *testing.T) {
+	t.Parallel()
+	cl, b := startR3(t, bus.ConnConfig{})
+	ctx := ctxT(t)
+	subj := bus.ConversationSubject("celect")
+	first, err := b.AppendLog(ctx, bus.StreamConversations, subj, 0, []byte("one"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := cl.leader(bus.StreamConversations)
+	if leader < 0 {
+		t.Fatal("the conversations stream has no leader")
+	}
+	survivor, back := (leader+1)%3, (leader+2)%3
+	resent := make(chan struct{}, 1)
+	connect := func(electionWait time.Duration) *bus.Bus {
+		logger := slog.New(&signalHandler{Handler: testLogger(t).Handler(), msg: "no stream took the append", ch: resent})
+		c, err := bus.Connect(ctx, bus.ConnConfig{URL: cl.nodes[survivor].ClientURL(), ElectionWait: electionWait, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	patient, impatient := connect(0), connect(-1)
+	cl.nodes[leader].Shutdown()
+	cl.nodes[back].Shutdown()
+
+	// Right after the shutdown the node may still route the append to the
+	// old leader, whose answer never comes (an append whose outcome is
+	// unknown); what is tested begins once it knows that no stream takes
+	// it.
+	bustest.Poll(t, wait, "the node that stays up answers that no stream takes the append", func() (bool, string) {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		began := time.Now()
+		_, err := impatient.AppendLog(actx, bus.StreamConversations, subj, first, []byte("impatient"), nil)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			t.Logf("with ElectionWait disabled: %v after %s", err, time.Since(began).Round(time.Millisecond))
+			return true, ""
+		}
+		if err == nil {
+			t.Fatal("an append was stored by a stream with one node of three")
+		}
+		return false, err.Error()
+	})
+	select {
+	case <-resent:
+		t.Fatal("an append with ElectionWait disabled was sent again for want of a leader")
+	default:
+	}
+
+	type result struct {
+		seq uint64
+		err error
+	}
+	done := make(chan result, 1)
+	began := time.Now()
+	go func() {
+		seq, err := patient.AppendLog(ctx, bus.StreamConversations, subj, first, []byte("two"), nil)
+		done <- result{seq, err}
+	}()
+	bustest.Recv(t, resent, "the append sent again for want of a leader")
+	cl.restart(back)
+	r := bustest.Recv(t, done, "the append once a leader is elected")
+	if r.err != nil {
+		t.Fatalf("append while the stream had no leader: %v (after %s)", r.err, time.Since(began).Round(time.Millisecond))
+	}
+	t.Logf("stored %s after it was first sent", time.Since(began).Round(time.Millisecond))
+	var got []string
+	last, err := patient.ReadLog(ctx, bus.StreamConversations, subj, 0, func(m bus.LogMsg) error {
+		got = append(got, string(m.Data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "one,two" || last != r.seq {
+		t.Errorf("log %v (last %d, want %d), want one,two", got, last, r.seq)
+	}
+}
+
+// signalHandler sends on ch, without blocking, each time a message that
+// begins with msg is logged.
+type signalHandler struct {
+	slog.Handler
+	msg string
+	ch  chan<- struct{}
+}
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.msg) {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &signalHandler{Handler: h.Handler.WithAttrs(as), msg: h.msg, ch: h.ch}
+}
+
+func (h *signalHandler) WithGroup(name string) slog.Handler {
+	return &signalHandler{Handler: h.Handler.WithGroup(name), msg: h.msg, ch: h.ch}
 }

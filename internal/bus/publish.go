@@ -130,7 +130,7 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		if derr != nil {
 			return nil, derr
 		}
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if noStreamTook(err) {
 			return nil, fmt.Errorf("%w: %w", ErrNotCaptured, err)
 		}
 		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
@@ -220,7 +220,7 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 				continue
 			}
 		}
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if noStreamTook(err) {
 			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w: %w", p.i, p.m.Subject, ErrNotCaptured, err))
 			continue
 		}
