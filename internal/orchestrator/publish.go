@@ -89,9 +89,6 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
-	if len(errs) == 0 {
-		p.stored.add(b.RunID, p.clock())
-	}
 	p.stats.Published.Add(int64(len(msgs)))
 	p.stats.CallBatches.Add(1)
 	// A call the stream already held was told about when it was stored
@@ -106,6 +103,18 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 	p.log.DebugContext(ctx, "batch published", slog.String("conversation_id", c.ID),
 		slog.String("run_id", b.RunID), slog.Int("messages", len(msgs)))
 	return ids, errors.Join(errs...)
+}
+
+// publishPaused publishes a paused run's calls (publishCalls) and, once
+// the stream has stored every one of them, remembers the run (storedRuns),
+// so that reconcile marks them without publishing them again. Reconcile's
+// own publication is marked at once and needs no such entry.
+func (p *publisher) publishPaused(ctx context.Context, c *Conversation) error {
+	ids, err := p.publishCalls(ctx, c)
+	if err == nil && len(ids) > 0 {
+		p.stored.add(c.Batch.RunID, p.clock())
+	}
+	return err
 }
 
 // tellUnserved hands the external calls just published (ids) to the look

@@ -102,4 +102,9 @@ func TestReconcileRepublishesWhatItDidNotSeeStored(t *testing.T) {
 	if n := orchestrator.StoredRuns(ran); n != 1 {
 		t.Errorf("the replica that ran it holds %d runs seen stored, want 1", n)
 	}
+	// What reconcile publishes it marks at once: nothing is left for a
+	// later pass to take.
+	if n := orchestrator.StoredRuns(other); n != 0 {
+		t.Errorf("the replica whose pass published the batch holds %d runs seen stored, want 0", n)
+	}
 }

@@ -427,7 +427,7 @@ func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, 
 		rn.runs.Go(func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 			defer cancel()
-			if _, err := rn.pub.publishCalls(pctx, c); err != nil {
+			if err := rn.pub.publishPaused(pctx, c); err != nil {
 				log.WarnContext(pctx, "publish batch", slog.String("error", err.Error()))
 			}
 			if rn.cfg.OnRunEnd != nil {
