@@ -164,12 +164,13 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	}
 }
 
-// An append made while its stream has no leader (two of its three nodes
-// down) is sent again until a leader is elected, once a node is back, and
-// is stored once, without its caller trying again; one with ElectionWait
+// An append, and a batch of events, made while their streams have no
+// leader (two of their three nodes down) are sent again until a leader is
+// elected, once a node is back, and stored once, without their caller
+// trying again; one with ElectionWait
 // disabled fails at once with the server's answer that no stream took
 // it. Both are connected to the node that stays up.
-func TestClusterAppendWaitsForALeader(t *testing.T) {
+func TestClusterWritesWaitForALeader(t *testing.T) {
 	t.Parallel()
 	cl, b := startR3(t, bus.ConnConfig{})
 	ctx := ctxT(t)
@@ -185,7 +186,7 @@ func TestClusterAppendWaitsForALeader(t *testing.T) {
 	survivor, back := (leader+1)%3, (leader+2)%3
 	resent := make(chan struct{}, 1)
 	connect := func(electionWait time.Duration) *bus.Bus {
-		logger := slog.New(&signalHandler{Handler: testLogger(t).Handler(), msg: "no stream took the append", ch: resent})
+		logger := slog.New(&signalHandler{Handler: testLogger(t).Handler(), msg: "no stream took the message", ch: resent})
 		c, err := bus.Connect(ctx, bus.ConnConfig{URL: cl.nodes[survivor].ClientURL(), ElectionWait: electionWait, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
@@ -236,11 +237,28 @@ func TestClusterAppendWaitsForALeader(t *testing.T) {
 		seq, err := patient.AppendLog(bustest.Context(t), bus.StreamConversations, other, 0, []byte("two"), nil)
 		done <- result{seq, err}
 	}()
-	bustest.Recv(t, resent, "the append sent again for want of a leader")
+	var events []bus.Outgoing
+	for _, typ := range []string{"first", "second"} {
+		o, err := bus.EventMessage(bus.Event{ConversationID: "celect2", Type: typ, Time: time.Now()}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, o)
+	}
+	published := make(chan error, 1)
+	go func() { published <- patient.PublishBatch(bustest.Context(t), events) }()
+	bustest.Recv(t, resent, "a message sent again for want of a leader")
 	cl.restart(back)
 	r := bustest.Recv(t, done, "the append once a leader is elected")
 	if r.err != nil {
 		t.Fatalf("append while the stream had no leader: %v (after %s)", r.err, time.Since(began).Round(time.Millisecond))
+	}
+	if err := bustest.Recv(t, published, "the events once a leader is elected"); err != nil {
+		t.Fatalf("events published while their stream had no leader: %v", err)
+	}
+	eventSubj, _ := bus.EventSubject("celect2")
+	if n := len(bustest.Messages(t, patient, bus.StreamEvents, eventSubj)); n != 2 {
+		t.Errorf("%d events stored, want 2", n)
 	}
 	t.Logf("stored %s after it was first sent", time.Since(began).Round(time.Millisecond))
 	var got []string

@@ -49,11 +49,12 @@ type ConnConfig struct {
 	// PublishRetries is how many times a publish whose ack timed out is
 	// sent again with the same Nats-Msg-Id. Defaults to 3; -1 disables.
 	PublishRetries int
-	// ElectionWait is how long a log append that no stream took is sent
-	// again: a replicated stream elects a new leader within some 10
-	// seconds of its leader's server going away, and has none meanwhile.
-	// Defaults to 15s; -1 disables (the append fails at once, as it does
-	// when no stream captures the subject at all).
+	// ElectionWait is how long a publish or a log append that no stream
+	// took is sent again, when a stream captures its subject: a
+	// replicated stream elects a new leader within some 10 seconds of its
+	// leader's server going away, and has none meanwhile. Defaults to
+	// 15s; -1 disables (it fails at once, as it does when no stream
+	// captures the subject).
 	ElectionWait time.Duration
 	// Logger for connection and consumer errors. nil discards.
 	Logger *slog.Logger

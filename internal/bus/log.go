@@ -321,13 +321,13 @@ type logAppend struct {
 // attempt's answer was lost, so that the log may hold it.
 func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, error) {
 	wait := logRetryWait
-	var leaderless time.Time // since when no stream took the append
+	var leaderless noLeader
 	for {
 		seq, err := b.appendAttempt(ctx, a.msgs)
 		if err == nil {
 			return seq, nil
 		}
-		if !lost && noStreamTook(err) && b.awaitLeader(ctx, a, err, &leaderless, wait) {
+		if !lost && b.awaitLeader(ctx, a.subject, err, &leaderless, wait) {
 			wait = min(2*wait, logRetryWaitMax)
 			continue
 		}
@@ -362,39 +362,6 @@ func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, e
 		}
 		wait = min(2*wait, logRetryWaitMax)
 	}
-}
-
-// awaitLeader reports, after a pause of wait, whether an append that no
-// stream took (err) is to be sent again: a replicated stream has no leader
-// for the few seconds after its leader's server went away, and a write
-// of a conversation that failed then would fail the run or its request
-// for a moment the cluster rides out. leaderless is when this began; an
-// append that still finds no stream after ConnConfig.ElectionWait fails
-// as it is, as does one whose context ends first.
-func (b *Bus) awaitLeader(ctx context.Context, a *logAppend, err error, leaderless *time.Time, wait time.Duration) bool {
-	if leaderless.IsZero() {
-		*leaderless = time.Now()
-	}
-	if b.nc.IsClosed() || time.Since(*leaderless)+wait > b.cfg.ElectionWait {
-		return false
-	}
-	b.logger.WarnContext(ctx, "no stream took the append (its leader may be being elected); sending it again",
-		slog.String("subject", a.subject), slog.Duration("for", time.Since(*leaderless)), slog.String("error", err.Error()))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// noStreamTook reports whether err is the server's answer that no stream
-// took a publish: none captures its subject, or the one that does has no
-// leader now.
-func noStreamTook(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // How AppendLog waits between attempts whose answer was lost.

@@ -16,8 +16,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// ErrNotCaptured is returned when no stream captures a published subject:
-// the message would otherwise be silently dropped.
+// ErrNotCaptured is returned when no stream captures a published subject
+// (the message would otherwise be silently dropped), or when the one that
+// does has had no leader for ConnConfig.ElectionWait.
 var ErrNotCaptured = errors.New("no stream captures the subject")
 
 // Outgoing is one message to publish.
@@ -117,7 +118,11 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 	if m.Header.Get(HeaderMsgID) != "" {
 		retries = b.cfg.PublishRetries
 	}
-	for attempt := 0; ; attempt++ {
+	var (
+		nl   noLeader
+		wait = logRetryWait
+	)
+	for attempt := 0; ; {
 		gctx, release := b.deny.guard(ctx, exactSubject(m.Subject))
 		actx, cancel := context.WithTimeout(gctx, b.cfg.PublishTimeout)
 		ack, err := b.js.PublishMsg(actx, m)
@@ -130,6 +135,10 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		if derr != nil {
 			return nil, derr
 		}
+		if b.awaitLeader(ctx, m.Subject, err, &nl, wait) {
+			wait = min(2*wait, logRetryWaitMax)
+			continue
+		}
 		if noStreamTook(err) {
 			return nil, fmt.Errorf("%w: %w", ErrNotCaptured, err)
 		}
@@ -137,6 +146,7 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		if !timedOut || ctx.Err() != nil || attempt >= retries {
 			return nil, err
 		}
+		attempt++
 		b.logger.WarnContext(ctx, "publish timed out, sending again with the same id",
 			slog.String("subject", m.Subject), slog.String("msg_id", m.Header.Get(HeaderMsgID)),
 			slog.Int("attempt", attempt+1))
@@ -220,13 +230,13 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 				continue
 			}
 		}
-		if noStreamTook(err) {
-			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w: %w", p.i, p.m.Subject, ErrNotCaptured, err))
-			continue
-		}
-		retryable := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-			errors.Is(err, jetstream.ErrAsyncPublishTimeout)
-		if retryable && p.m.Header.Get(HeaderMsgID) != "" && ctx.Err() == nil {
+		// No stream took it (not stored: sent again whatever its id, and
+		// publishMsg waits for a leader, or says that none captures it),
+		// or its ack did not come in time (sent again only with an id,
+		// which makes the stream drop it if it was stored after all).
+		retryable := noStreamTook(err) || (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, jetstream.ErrAsyncPublishTimeout)) && p.m.Header.Get(HeaderMsgID) != ""
+		if retryable && ctx.Err() == nil {
 			m := nats.NewMsg(p.m.Subject)
 			m.Header, m.Data = p.m.Header, p.m.Data
 			// Not counted a repeat: its ack would say so if the first

@@ -1,0 +1,61 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// noStreamTook reports whether err is the server's answer that no stream
+// took a publish: none captures its subject, or the one that does has no
+// leader now.
+func noStreamTook(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// noLeader is what awaitLeader keeps of one publish's attempts that no
+// stream took.
+type noLeader struct {
+	since    time.Time // the first of them
+	captured bool      // a stream captures the subject, or that cannot be told
+}
+
+// awaitLeader reports, after a pause of wait, whether a publish to subject
+// that failed with err is to be sent again: err says that no stream took
+// it, and its stream may be electing a leader. A replicated stream has
+// none for the seconds after its leader's node went away, or while it
+// lacks a quorum; a write that failed then would fail a run, a start or
+// a reply for a moment the cluster rides out. A subject that no stream
+// captures fails at once (asked of the meta leader once; when it cannot
+// answer, being elected too, or the user may not ask, the publish waits);
+// one still without a leader after ConnConfig.ElectionWait fails as it is,
+// as does one whose context ends first.
+func (b *Bus) awaitLeader(ctx context.Context, subject string, err error, nl *noLeader, wait time.Duration) bool {
+	if !noStreamTook(err) || b.cfg.ElectionWait <= 0 || b.nc.IsClosed() {
+		return false
+	}
+	if nl.since.IsZero() {
+		nl.since = time.Now()
+		lctx, cancel := context.WithTimeout(ctx, max(wait, time.Second))
+		_, lerr := b.js.StreamNameBySubject(lctx, subject)
+		cancel()
+		nl.captured = !errors.Is(lerr, jetstream.ErrStreamNotFound)
+	}
+	if !nl.captured || time.Since(nl.since)+wait > b.cfg.ElectionWait {
+		return false
+	}
+	b.logger.WarnContext(ctx, "no stream took the message (its leader may be being elected); sending it again",
+		slog.String("subject", subject), slog.Duration("for", time.Since(nl.since)), slog.String("error", err.Error()))
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
