@@ -202,25 +202,22 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 	defer timer.Stop()
 	timedOut := false
 	for _, p := range futs {
-		var err error
-		if timedOut {
-			select {
-			case ack := <-p.fut.Ok():
-				if repeats != nil {
-					repeats[p.i] = ack.Duplicate
-				}
-				continue
-			case err = <-p.fut.Err():
-			default:
+		var (
+			ack *jetstream.PubAck
+			err error
+		)
+		// An answer that is there is taken before the timer, which may
+		// have run out while an earlier message was sent again.
+		select {
+		case ack = <-p.fut.Ok():
+		case err = <-p.fut.Err():
+		default:
+			if timedOut {
 				err = context.DeadlineExceeded
+				break
 			}
-		} else {
 			select {
-			case ack := <-p.fut.Ok():
-				if repeats != nil {
-					repeats[p.i] = ack.Duplicate
-				}
-				continue
+			case ack = <-p.fut.Ok():
 			case err = <-p.fut.Err():
 			case <-timer.C:
 				timedOut = true
@@ -229,6 +226,12 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 				errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, ctx.Err()))
 				continue
 			}
+		}
+		if ack != nil {
+			if repeats != nil {
+				repeats[p.i] = ack.Duplicate
+			}
+			continue
 		}
 		// No stream took it (not stored: sent again whatever its id, and
 		// publishMsg waits for a leader, or says that none captures it),
