@@ -225,6 +225,15 @@ func TestClusterWritesWaitForALeader(t *testing.T) {
 		t.Fatal("an append with ElectionWait disabled was sent again for want of a leader")
 	default:
 	}
+	// One that waits less than the election takes says why it failed.
+	brief := connect(1500 * time.Millisecond)
+	if _, err := brief.AppendLog(bustest.Context(t), bus.StreamConversations, subj, first, []byte("brief"), nil); !errors.Is(err, bus.ErrNoLeader) {
+		t.Fatalf("append with a short ElectionWait: %v, want ErrNoLeader", err)
+	}
+	select { // what it logged is not the patient append's
+	case <-resent:
+	default:
+	}
 
 	type result struct {
 		seq uint64

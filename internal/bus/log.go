@@ -331,6 +331,9 @@ func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, e
 			wait = min(2*wait, logRetryWaitMax)
 			continue
 		}
+		if !lost && noStreamTook(err) && leaderless.captured {
+			return 0, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		}
 		conflicted := errors.Is(err, ErrLogConflict)
 		if conflicted && !lost || !conflicted && !answerLost(err) && !(lost && noStreamTook(err)) || b.nc.IsClosed() {
 			return 0, err

@@ -16,10 +16,14 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// ErrNotCaptured is returned when no stream captures a published subject
-// (the message would otherwise be silently dropped), or when the one that
-// does has had no leader for ConnConfig.ElectionWait.
+// ErrNotCaptured is returned when no stream captures a published subject:
+// the message would otherwise be silently dropped.
 var ErrNotCaptured = errors.New("no stream captures the subject")
+
+// ErrNoLeader is returned when the stream that captures a published
+// subject had no leader for as long as the publish could wait
+// (ConnConfig.ElectionWait, or the caller's deadline).
+var ErrNoLeader = errors.New("the stream that captures the subject has no leader")
 
 // Outgoing is one message to publish.
 type Outgoing struct {
@@ -138,6 +142,9 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		if b.awaitLeader(ctx, m.Subject, err, &nl, wait) {
 			wait = min(2*wait, logRetryWaitMax)
 			continue
+		}
+		if noStreamTook(err) && nl.captured {
+			return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
 		}
 		if noStreamTook(err) {
 			return nil, fmt.Errorf("%w: %w", ErrNotCaptured, err)
