@@ -104,9 +104,20 @@ func TestDecisionsAudited(t *testing.T) {
 	decide("delete_file", "bot", true, strings.Repeat("0", 64), priv)
 	waitCallRefusals(t, o, conv.ID, "delete_file", 4)
 	// A result for a call that was never issued is audited as refused.
+	// Awaited before the decisions that end the batch: replies are handled
+	// concurrently, and one for a run no longer waiting is taken for a
+	// harmless repeat (its calls are not kept once the batch is over).
 	if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: "ghost", Outcome: bus.OutcomeReturn, Value: []byte(`1`), WorkerID: "mallory"}); err != nil {
 		t.Fatal(err)
 	}
+	clWaitFor(t, "the refused result audited", func() (bool, string) {
+		for _, r := range auditRecords(t, test) {
+			if r.Kind == "call" && r.ToolCallID == "ghost" {
+				return r.Verdict == "refused" && r.WorkerID == "mallory", fmt.Sprintf("%+v", r)
+			}
+		}
+		return false, "none"
+	})
 	// Applied.
 	decide("delete_file", "bot", false, digest["delete_file"], priv)
 	decide("update_file_dotenv", "bot", true, digest["update_file_dotenv"], priv)
@@ -146,14 +157,6 @@ func TestDecisionsAudited(t *testing.T) {
 		t.Errorf("audited decisions:\n got %v\nwant %v", got, want)
 	}
 
-	clWaitFor(t, "the refused result audited", func() (bool, string) {
-		for _, r := range auditRecords(t, test) {
-			if r.Kind == "call" && r.ToolCallID == "ghost" {
-				return r.Verdict == "refused" && r.WorkerID == "mallory", fmt.Sprintf("%+v", r)
-			}
-		}
-		return false, "none"
-	})
 }
 
 func waitCallRefusals(t *testing.T, o *orchestrator.Orchestrator, convID, callID string, n int) {
