@@ -38,6 +38,9 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		// The run's batch is over: its calls were all answered and its
 		// follow-up has taken them (or the run never paused).
 		c.StaleReplies++
+		if untrusted(in) {
+			return verdictRefused, in.trustErr.Error()
+		}
 		return verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
 	}
 	pc := b.call(in.callID)
@@ -69,6 +72,9 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 			pc.LastRefusal = reason
 			return verdictLate, reason
 		}
+		if untrusted(in) {
+			return refuse(in.trustErr.Error())
+		}
 		pc.Duplicates++
 		return verdictDuplicate, fmt.Sprintf("call %s already answered", pc.ToolCallID)
 	}
@@ -76,7 +82,7 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		if in.decision.ArgsDigest != pc.ArgsDigest {
 			return refuse(fmt.Sprintf("args digest of call %s does not match", pc.ToolCallID))
 		}
-		if in.trustErr != nil {
+		if untrusted(in) {
 			return refuse(in.trustErr.Error())
 		}
 	}
@@ -99,6 +105,12 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	}
 	return verdictApplied, ""
 }
+
+// untrusted reports whether in is a decision whose signer is not trusted:
+// it is refused whatever became of its call, so that the audit, which
+// keeps refusals and not repeats, shows who tried, even after the call
+// was answered or its batch ended.
+func untrusted(in incoming) bool { return in.decision != nil && in.trustErr != nil }
 
 func replyOf(in incoming, now time.Time) *Reply {
 	if d := in.decision; d != nil {

@@ -75,6 +75,10 @@ func TestTransitions(t *testing.T) {
 	result := func(call string) incoming {
 		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindCall, result: &bus.CallReply{ToolCallID: call, Value: json.RawMessage(`1`)}}
 	}
+	untrustedDecision := func(call string) incoming {
+		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindApproval, decision: &bus.Decision{ToolCallID: call, Approved: true, ApproverID: "mallory"},
+			trustErr: errors.New(`approver "mallory" is not trusted`)}
+	}
 	conflict := func(err error) bool { var ce *ConflictError; return errors.As(err, &ce) }
 
 	type check func(t *testing.T, c *Conversation)
@@ -350,6 +354,35 @@ func TestTransitions(t *testing.T) {
 			}
 			return nil
 		}, nil},
+		{"apply an untrusted decision to an answered call", func() *Conversation { return paused(true, false) }, func(c *Conversation) error {
+			if v, why := c.Apply(untrustedDecision("a"), now); v != verdictRefused || !strings.Contains(why, "not trusted") {
+				return errors.New(v.String() + ": " + why)
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if pc := c.Batch.call("a"); pc.Refused != 1 || pc.Duplicates != 0 {
+				t.Errorf("call %+v", pc)
+			}
+		}}},
+		{"apply an untrusted decision to a batch that is over", func() *Conversation {
+			c := resuming()
+			if err := c.Complete(me, "r2_c1", hist, "out", now); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, func(c *Conversation) error {
+			if v, why := c.Apply(untrustedDecision("a"), now); v != verdictRefused || !strings.Contains(why, "not trusted") {
+				return errors.New(v.String() + ": " + why)
+			}
+			if v, _ := c.Apply(result("b"), now); v != verdictDuplicate {
+				return errors.New("a repeated result: " + v.String())
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if c.StaleReplies != 2 {
+				t.Errorf("%d stale replies, want 2", c.StaleReplies)
+			}
+		}}},
 		{"apply after the deadline", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
 			if v, _ := c.Apply(result("b"), now.Add(2*time.Hour)); v != verdictLate {
 				return errors.New(v.String())
