@@ -103,21 +103,25 @@ func TestDecisionsAudited(t *testing.T) {
 	decide("delete_file", "mallory", true, digest["delete_file"], otherPriv)
 	decide("delete_file", "bot", true, strings.Repeat("0", 64), priv)
 	waitCallRefusals(t, o, conv.ID, "delete_file", 4)
-	// A result for a call that was never issued is audited as refused.
-	// Awaited before the decisions that end the batch: replies are handled
-	// concurrently, and one for a run no longer waiting is taken for a
-	// harmless repeat (its calls are not kept once the batch is over).
-	if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: "ghost", Outcome: bus.OutcomeReturn, Value: []byte(`1`), WorkerID: "mallory"}); err != nil {
-		t.Fatal(err)
-	}
-	clWaitFor(t, "the refused result audited", func() (bool, string) {
-		for _, r := range auditRecords(t, test) {
-			if r.Kind == "call" && r.ToolCallID == "ghost" {
-				return r.Verdict == "refused" && r.WorkerID == "mallory", fmt.Sprintf("%+v", r)
-			}
+	// A result for a call that was never issued is audited as refused,
+	// while the run waits (here) and after its batch is over (below);
+	// awaited before the decisions that end the batch, as replies are
+	// handled concurrently.
+	ghost := func(call string) {
+		t.Helper()
+		if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: call, Outcome: bus.OutcomeReturn, Value: []byte(`1`), WorkerID: "mallory"}); err != nil {
+			t.Fatal(err)
 		}
-		return false, "none"
-	})
+		clWaitFor(t, "the refused result audited", func() (bool, string) {
+			for _, r := range auditRecords(t, test) {
+				if r.Kind == "call" && r.ToolCallID == call {
+					return r.Verdict == "refused" && r.WorkerID == "mallory" && r.Reason == "run "+run+" issued no call "+call, fmt.Sprintf("%+v", r)
+				}
+			}
+			return false, "none"
+		})
+	}
+	ghost("ghost")
 	// Applied.
 	decide("delete_file", "bot", false, digest["delete_file"], priv)
 	decide("update_file_dotenv", "bot", true, digest["update_file_dotenv"], priv)
@@ -125,6 +129,7 @@ func TestDecisionsAudited(t *testing.T) {
 	if c.Status != orchestrator.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, c.Error)
 	}
+	ghost("ghost-after")
 
 	type row struct{ call, approver, verdict, reason string }
 	var got []row

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
@@ -40,6 +41,9 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		c.StaleReplies++
 		if untrusted(in) {
 			return verdictRefused, in.trustErr.Error()
+		}
+		if c.calledNot(in.runID, in.callID) {
+			return verdictRefused, fmt.Sprintf("run %s issued no call %s", in.runID, in.callID)
 		}
 		return verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
 	}
@@ -104,6 +108,30 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		})
 	}
 	return verdictApplied, ""
+}
+
+// calledNot reports whether the history holds the model responses of run
+// and none of them calls callID: a reply to it, once the run's batch is
+// over, is no repeat of an answer but one for a call never made, refused
+// (and so audited) as it would have been while the batch waited. When the
+// history holds no response of the run it cannot be told, and a repeat is
+// assumed. Only replies to a run no longer waiting come here, rarely: the
+// history is not indexed for them.
+func (c *Conversation) calledNot(runID, callID string) bool {
+	responded := false
+	for i := range c.History {
+		m := &c.History[i]
+		if m.Kind != agent.KindResponse || m.RunID != runID {
+			continue
+		}
+		responded = true
+		for j := range m.Parts {
+			if p := &m.Parts[j]; p.Kind == agent.PartToolCall && p.ToolCallID == callID {
+				return false
+			}
+		}
+	}
+	return responded
 }
 
 // untrusted reports whether in is a decision whose signer is not trusted:

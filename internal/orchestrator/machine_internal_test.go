@@ -383,6 +383,24 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("%d stale replies, want 2", c.StaleReplies)
 			}
 		}}},
+		{"apply a result for a call never made to a batch that is over", func() *Conversation {
+			c := resuming()
+			calls := []agent.Message{{Kind: agent.KindResponse, RunID: "r1_c1", Parts: []agent.Part{
+				{Kind: agent.PartToolCall, ToolCallID: "a"}, {Kind: agent.PartToolCall, ToolCallID: "b"},
+			}}}
+			if err := c.Complete(me, "r2_c1", calls, "out", now); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, func(c *Conversation) error {
+			if v, why := c.Apply(result("ghost"), now); v != verdictRefused || why != "run r1_c1 issued no call ghost" {
+				return errors.New(v.String() + ": " + why)
+			}
+			if v, _ := c.Apply(result("b"), now); v != verdictDuplicate {
+				return errors.New("a repeated result: " + v.String())
+			}
+			return nil
+		}, nil},
 		{"apply after the deadline", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
 			if v, _ := c.Apply(result("b"), now.Add(2*time.Hour)); v != verdictLate {
 				return errors.New(v.String())
