@@ -32,8 +32,8 @@ type noLeader struct {
 // a reply for a moment the cluster rides out. A subject that no stream
 // captures fails at once (asked of the meta leader once; when it cannot
 // answer, being elected too, or the user may not ask, the publish waits);
-// one still without a leader after ConnConfig.ElectionWait fails as it is,
-// as does one whose context ends first.
+// one still without a leader after ConnConfig.ElectionWait, or whose
+// context ends first, fails (its caller says ErrNoLeader when nl.captured).
 func (b *Bus) awaitLeader(ctx context.Context, subject string, err error, nl *noLeader, wait time.Duration) bool {
 	if !noStreamTook(err) || b.cfg.ElectionWait <= 0 || b.nc.IsClosed() {
 		return false
