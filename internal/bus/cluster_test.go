@@ -206,8 +206,9 @@ func TestClusterWritesWaitForALeader(t *testing.T) {
 	// unknown: one may be stored once a quorum is back, which is why the
 	// append tested below is to another conversation). What is tested
 	// begins once the node answers that no stream takes the append.
+	pctx := bustest.Context(t) // ctx's time went on the cluster's start
 	bustest.Poll(t, wait, "the node that stays up answers that no stream takes the append", func() (bool, string) {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		actx, cancel := context.WithTimeout(pctx, 3*time.Second)
 		defer cancel()
 		began := time.Now()
 		_, err := impatient.AppendLog(actx, bus.StreamConversations, subj, first, []byte("impatient"), nil)

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,11 +21,22 @@ func noStreamTook(err error) bool {
 // noLeader is what awaitLeader keeps of one publish's attempts that no
 // stream took.
 type noLeader struct {
-	since    time.Time // the first of them
-	captured bool      // a stream captures the subject, or that cannot be told
+	since    time.Time     // the first of them
+	captured bool          // a stream captures the subject, or that cannot be told
+	wait     time.Duration // the pause before the next attempt
 }
 
-// awaitLeader reports, after a pause of wait, whether a publish to subject
+// failure is the error of a publish that no stream took (err) and that
+// awaitLeader no longer sends again: ErrNoLeader when a stream captures
+// its subject, ErrNotCaptured otherwise.
+func (nl *noLeader) failure(err error) error {
+	if nl.captured {
+		return fmt.Errorf("%w: %w", ErrNoLeader, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNotCaptured, err)
+}
+
+// awaitLeader reports, after a pause, whether a publish to subject
 // that failed with err is to be sent again: err says that no stream took
 // it, and its stream may be electing a leader. A replicated stream has
 // none for the seconds after its leader's node went away, or while it
@@ -33,21 +45,24 @@ type noLeader struct {
 // captures fails at once (asked of the meta leader once; when it cannot
 // answer, being elected too, or the user may not ask, the publish waits);
 // one still without a leader after ConnConfig.ElectionWait, or whose
-// context ends first, fails (its caller says ErrNoLeader when nl.captured).
-func (b *Bus) awaitLeader(ctx context.Context, subject string, err error, nl *noLeader, wait time.Duration) bool {
+// context ends first, fails (nl.failure). The pauses are the log append's
+// backoff: logRetryWait, doubling to logRetryWaitMax.
+func (b *Bus) awaitLeader(ctx context.Context, subject string, err error, nl *noLeader) bool {
 	if !noStreamTook(err) || b.cfg.ElectionWait <= 0 || b.nc.IsClosed() {
 		return false
 	}
 	if nl.since.IsZero() {
-		nl.since = time.Now()
-		lctx, cancel := context.WithTimeout(ctx, max(wait, time.Second))
+		nl.since, nl.wait = time.Now(), logRetryWait
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, lerr := b.js.StreamNameBySubject(lctx, subject)
 		cancel()
 		nl.captured = !errors.Is(lerr, jetstream.ErrStreamNotFound)
 	}
+	wait := nl.wait
 	if !nl.captured || time.Since(nl.since)+wait > b.cfg.ElectionWait {
 		return false
 	}
+	nl.wait = min(2*wait, logRetryWaitMax)
 	b.logger.WarnContext(ctx, "no stream took the message (its leader may be being elected); sending it again",
 		slog.String("subject", subject), slog.Duration("for", time.Since(nl.since)), slog.String("error", err.Error()))
 	t := time.NewTimer(wait)

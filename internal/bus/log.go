@@ -327,12 +327,11 @@ func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, e
 		if err == nil {
 			return seq, nil
 		}
-		if !lost && b.awaitLeader(ctx, a.subject, err, &leaderless, wait) {
-			wait = min(2*wait, logRetryWaitMax)
+		if !lost && b.awaitLeader(ctx, a.subject, err, &leaderless) {
 			continue
 		}
-		if !lost && noStreamTook(err) && leaderless.captured {
-			return 0, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		if !lost && noStreamTook(err) {
+			return 0, leaderless.failure(err)
 		}
 		conflicted := errors.Is(err, ErrLogConflict)
 		if conflicted && !lost || !conflicted && !answerLost(err) && !(lost && noStreamTook(err)) || b.nc.IsClosed() {

@@ -122,10 +122,7 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 	if m.Header.Get(HeaderMsgID) != "" {
 		retries = b.cfg.PublishRetries
 	}
-	var (
-		nl   noLeader
-		wait = logRetryWait
-	)
+	var nl noLeader
 	for attempt := 0; ; {
 		gctx, release := b.deny.guard(ctx, exactSubject(m.Subject))
 		actx, cancel := context.WithTimeout(gctx, b.cfg.PublishTimeout)
@@ -139,15 +136,11 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		if derr != nil {
 			return nil, derr
 		}
-		if b.awaitLeader(ctx, m.Subject, err, &nl, wait) {
-			wait = min(2*wait, logRetryWaitMax)
+		if b.awaitLeader(ctx, m.Subject, err, &nl) {
 			continue
 		}
-		if noStreamTook(err) && nl.captured {
-			return nil, fmt.Errorf("%w: %w", ErrNoLeader, err)
-		}
 		if noStreamTook(err) {
-			return nil, fmt.Errorf("%w: %w", ErrNotCaptured, err)
+			return nil, nl.failure(err)
 		}
 		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if !timedOut || ctx.Err() != nil || attempt >= retries {
