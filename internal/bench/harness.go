@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/bus"
 	"io"
 	"maps"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // Config configures a harness run. Zero values take the defaults of the
@@ -292,9 +293,15 @@ func (h *harnessRun) memory(ctx context.Context) error {
 // large, and well within a reply's limit.
 const LargeResultBytes = 180 << 10
 
-// duplicatesGone is the streams' duplicate window, as toolgate's set-up
-// configures it, and a margin.
-var duplicatesGone = (bus.SetupConfig{}).StreamConfigs()[0].Duplicates + 5*time.Second
+// duplicatesGone is the longest duplicate window of the streams
+// toolgate's set-up configures, and a margin.
+var duplicatesGone = func() time.Duration {
+	var longest time.Duration
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		longest = max(longest, sc.Duplicates)
+	}
+	return longest + 5*time.Second
+}()
 
 // maxRemeasure is how many times a side whose figures a stall distorted is
 // measured again.

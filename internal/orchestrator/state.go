@@ -47,8 +47,9 @@ type Conversation struct {
 	// Lease is held by the replica executing a run; it is renewed while the
 	// run lasts, and a run whose lease expired may be relaunched elsewhere.
 	Lease *Lease `msgpack:"lease,omitempty"`
-	// StaleReplies counts replies to runs that no longer wait (duplicates
-	// of answers a follow-up has already taken).
+	// StaleReplies counts replies to runs that no longer wait: repeats of
+	// answers a follow-up has already taken, and the ones refused there (a
+	// decision from a signer not trusted, a reply for a call never made).
 	StaleReplies int `msgpack:"stale_replies,omitempty"`
 	// Decisions records every applied decision with who made it; the
 	// batch that held them is dropped once its follow-up has run, this
