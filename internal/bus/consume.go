@@ -387,10 +387,20 @@ func (s *Subscription) closeIdle() {
 // the handlers' context is cancelled and ctx's error returned.
 func (s *Subscription) Stop(ctx context.Context) error {
 	s.markStopped()
-	for _, cc := range s.consumeContexts() {
-		cc.Stop()
-	}
+	s.endPulls()
 	return s.wait(ctx)
+}
+
+// endPulls ends the consume loops' pulls. The loops are drained, not
+// stopped: a stopped loop's client drops what reaches it afterwards, and a
+// message a handler of this subscription has just handed back can reach
+// it, since the server may send the redelivery to one of its pulls still
+// waiting; dropped, it stayed unacked until AckWait. Drained, it reaches
+// onMsg, which hands it back again until the server knows the pulls gone.
+func (s *Subscription) endPulls() {
+	for _, cc := range s.consumeContexts() {
+		cc.Drain()
+	}
 }
 
 // consumeContexts are the running consume loops; recreate replaces them.
@@ -414,9 +424,7 @@ func (s *Subscription) Drain(ctx context.Context) error {
 		}
 	}
 	s.markStopped()
-	for _, cc := range s.consumeContexts() {
-		cc.Stop()
-	}
+	s.endPulls() // loops a recreate started meanwhile
 	return s.wait(ctx)
 }
 
@@ -507,8 +515,12 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 		for {
 			select {
 			case <-ctx.Done():
+				// Fetching ends before the handlers are cancelled: what
+				// they hand back then goes to another consumer.
+				s.markStopped()
+				s.endPulls()
 				cancel()
-				_ = s.Stop(context.Background())
+				_ = s.wait(context.Background())
 				return
 			case <-s.watchEnd:
 				return

@@ -329,7 +329,8 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		if err == nil {
 			unbind()
 			// If ctx ended meanwhile, cancel has stopped the consumer (or
-			// will); Run drains it like any other.
+			// will): its calls in flight are cancelled without waiting
+			// for DrainTimeout, and handed back to another worker.
 			return sub, nil
 		}
 		unbind()
