@@ -327,14 +327,16 @@ func (b *Bus) appendLog(ctx context.Context, a *logAppend, lost bool) (uint64, e
 		if err == nil {
 			return seq, nil
 		}
-		if !lost && b.awaitLeader(ctx, a.subject, err, &leaderless) {
-			continue
-		}
-		if !lost && noStreamTook(err) {
+		// Not stored: sent again while a leader may be elected, unless an
+		// earlier attempt's answer was lost, which the log must tell.
+		if noStreamTook(err) && !lost {
+			if b.awaitLeader(ctx, a.subject, err, &leaderless) {
+				continue
+			}
 			return 0, leaderless.failure(err)
 		}
 		conflicted := errors.Is(err, ErrLogConflict)
-		if conflicted && !lost || !conflicted && !answerLost(err) && !(lost && noStreamTook(err)) || b.nc.IsClosed() {
+		if conflicted && !lost || !conflicted && !answerLost(err) && !noStreamTook(err) || b.nc.IsClosed() {
 			return 0, err
 		}
 		lost = true
