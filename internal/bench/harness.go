@@ -315,9 +315,9 @@ func measure(ctx context.Context, res *Results, progress io.Writer, c Case, t Ta
 }
 
 // measureMemory runs memory case c on t, again while its heap figure is
-// implausible, as measure does for stalls.
+// implausible or its resume stalled, as measure does for stalls.
 func measureMemory(ctx context.Context, res *Results, progress io.Writer, c MemoryCase, t MemoryTarget) (MemoryMeasurement, error) {
-	return remeasured(res, progress, c.Name(), t.Name(), func() (MemoryMeasurement, error) { return t.RunMemory(ctx, c) }, MemoryMeasurement.Implausible)
+	return remeasured(res, progress, c.Name(), t.Name(), func() (MemoryMeasurement, error) { return t.RunMemory(ctx, c) }, MemoryMeasurement.Distorted)
 }
 
 // remeasured runs a case on a side, again while distorted says why its

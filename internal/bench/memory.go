@@ -262,7 +262,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	}
 	publishSeconds := time.Since(start).Seconds()
 
-	resumeSeconds, err := t.applyReplies(ctx, js, prefix, n, revisions)
+	resume, err := t.applyReplies(ctx, js, prefix, n, revisions)
 	if err != nil {
 		return mm, err
 	}
@@ -273,11 +273,12 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 			MetricHeapPerConversation:  settled,
 			MetricHeapAtPause:          atPause,
 			MetricStorePerConversation: storePer,
-			MetricResumeSeconds:        resumeSeconds,
+			MetricResumeSeconds:        resume.elapsed.Seconds(),
 			MetricResumeAllocBytes:     resumeAlloc,
 			MetricKVCreateSeconds:      createSeconds,
 			MetricReplyPublishSeconds:  publishSeconds,
 		},
+		ResumeGap: resume.gap,
 	}, nil
 }
 
@@ -371,7 +372,7 @@ func publishAll(ctx context.Context, js jetstream.JetStream, n int, what string,
 
 // applyReplies consumes the n replies and updates each conversation's entry
 // with the reply, by revision, and times it.
-func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (float64, error) {
+func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (resumeRun, error) {
 	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream+"_"+prefix, jetstream.ConsumerConfig{
 		Durable:       rawReplyConsumer,
 		FilterSubject: rawReplyPrefix + ">",
@@ -380,7 +381,7 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 		MaxAckPending: 2 * pipelineDepth,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("raw memory: create reply consumer: %w", err)
+		return resumeRun{}, fmt.Errorf("raw memory: create reply consumer: %w", err)
 	}
 	var (
 		bg      failure
@@ -393,7 +394,11 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	}
 	kvSubject := "$KV." + rawBucket + "_" + prefix + "."
 	start := time.Now()
+	// Acks arrive on the pipeline's one goroutine, in order.
+	last, gap := start, time.Duration(0)
 	p := newPipeline(ctx, js, pipelineDepth, func(int, *jetstream.PubAck) {
+		now := time.Now()
+		gap, last = max(gap, now.Sub(last)), now
 		if applied.Add(1) == int64(n) {
 			close(all)
 		}
@@ -427,7 +432,7 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	}, jetstream.ConsumeErrHandler(consumeErrHandler(&bg)))
 	if err != nil {
 		p.wait()
-		return 0, fmt.Errorf("raw memory: consume replies: %w", err)
+		return resumeRun{}, fmt.Errorf("raw memory: consume replies: %w", err)
 	}
 	var waitErr error
 	select {
@@ -439,12 +444,19 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	}
-	elapsed := time.Since(start).Seconds()
+	elapsed := time.Since(start)
 	stopConsume(cc)
 	if err := errors.Join(waitErr, p.wait()); err != nil {
-		return 0, fmt.Errorf("raw memory: apply replies: %w", err)
+		return resumeRun{}, fmt.Errorf("raw memory: apply replies: %w", err)
 	}
-	return elapsed, nil
+	return resumeRun{elapsed: elapsed, gap: gap}, nil
+}
+
+// resumeRun is how a resume went: how long it took, and the longest time
+// in which no conversation finished resuming (MemoryMeasurement.Distorted).
+type resumeRun struct {
+	elapsed time.Duration
+	gap     time.Duration
 }
 
 func conversationID(prefix string, i int) string { return fmt.Sprintf("conv_%s%012d", prefix, i) }

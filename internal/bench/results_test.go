@@ -230,3 +230,27 @@ func TestMemoryMeasurementImplausible(t *testing.T) {
 		}
 	}
 }
+
+// A memory case is measured again when its heap figure cannot be, or when
+// its resume stalled: a second or more in which no conversation finished
+// resuming (a raw resume once took 33 s instead of 3 and read as toolgate
+// passing).
+func TestMemoryMeasurementDistorted(t *testing.T) {
+	heap := map[string]float64{bench.MetricHeapPerConversation: 300, bench.MetricResumeSeconds: 3}
+	for _, tc := range []struct {
+		name    string
+		figures map[string]float64
+		gap     time.Duration
+		want    string
+	}{
+		{"steady", heap, 40 * time.Millisecond, ""},
+		{"just under a second", heap, bench.StallGap - time.Millisecond, ""},
+		{"a second without a resume", heap, bench.StallGap, "no batch completed for 1.0 s"},
+		{"heap not positive", map[string]float64{bench.MetricHeapPerConversation: 0}, 0, "heap per conversation 0 B, not positive"},
+	} {
+		m := bench.MemoryMeasurement{Conversations: 10, Figures: tc.figures, ResumeGap: tc.gap}
+		if got := m.Distorted(); got != tc.want {
+			t.Errorf("%s: Distorted() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

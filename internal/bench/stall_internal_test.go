@@ -68,3 +68,41 @@ func TestLongestGap(t *testing.T) {
 		t.Errorf("longest gap of nothing = %s, want 0", got)
 	}
 }
+
+// stallingMemoryTarget's resume stalls in its first stalls runs.
+type stallingMemoryTarget struct {
+	stalls, runs int
+}
+
+func (t *stallingMemoryTarget) Name() string { return "raw" }
+
+func (t *stallingMemoryTarget) RunMemory(context.Context, MemoryCase) (MemoryMeasurement, error) {
+	t.runs++
+	m := MemoryMeasurement{Conversations: 10, Figures: map[string]float64{MetricHeapPerConversation: 300, MetricResumeSeconds: 3}, ResumeGap: 2 * time.Millisecond}
+	if t.runs <= t.stalls {
+		m.Figures[MetricResumeSeconds], m.ResumeGap = 33, 30*time.Second
+	}
+	return m, nil
+}
+
+// A resume that stalled is measured again, and the figures kept are the
+// attempt's without a stall.
+func TestMeasureMemoryAgainAfterResumeStall(t *testing.T) {
+	t.Parallel()
+	c := MemoryCase{Conversations: 10}
+	target := &stallingMemoryTarget{stalls: 1}
+	res := &Results{}
+	m, err := measureMemory(context.Background(), res, io.Discard, c, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.runs != 2 {
+		t.Errorf("ran %d times, want 2", target.runs)
+	}
+	if got := m.Figures[MetricResumeSeconds]; got != 3 {
+		t.Errorf("resume_seconds = %v, want the attempt without a stall's 3", got)
+	}
+	if got, want := res.Remeasured[c.Name()+" raw"], "attempt 1: no batch completed for 30.0 s"; got != want {
+		t.Errorf("remeasured = %q, want %q", got, want)
+	}
+}

@@ -180,4 +180,22 @@ type MemoryTarget interface {
 type MemoryMeasurement struct {
 	Conversations int                `json:"conversations"`
 	Figures       map[string]float64 `json:"figures"`
+	// ResumeGap is the longest time during the resume in which no
+	// conversation finished resuming. A stall of either side moves the
+	// ratio as much as anything measured, raw's in toolgate's favour.
+	// Pulls the client gave up on are not counted, as Measurement.Stalls
+	// counts them: toolgate's idle consumers miss heartbeats while a
+	// resume keeps its client busy, and the resume goes on (1 to 5 such
+	// pulls in each resume of 20,000, the longest gap 25 to 770 ms).
+	ResumeGap time.Duration `json:"resume_longest_gap_ns,omitempty"`
+}
+
+// Distorted says why the figures are not to be taken, or "" if they are:
+// a heap figure that cannot be (Implausible), or a resume in which nothing
+// finished for StallGap or longer.
+func (m MemoryMeasurement) Distorted() string {
+	if why := m.Implausible(); why != "" {
+		return why
+	}
+	return Measurement{Gap: m.ResumeGap}.Stalled()
 }

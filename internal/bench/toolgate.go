@@ -619,11 +619,10 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 	}
 	reads0, writes0 := r.stats.StateReads.Load(), r.stats.StateWrites.Load()
 	alloc0 := allocated()
-	start := time.Now()
-	if err := r.resumeAll(ctx, ids, replies); err != nil {
+	resume, err := r.resumeAll(ctx, ids, replies)
+	if err != nil {
 		return MemoryMeasurement{}, err
 	}
-	resume := time.Since(start).Seconds()
 	resumeAlloc := allocatedPer(alloc0, n)
 	resumeReads := float64(r.stats.StateReads.Load()-reads0) / float64(n)
 	resumeWrites := float64(r.stats.StateWrites.Load()-writes0) / float64(n)
@@ -660,7 +659,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricHeapAtPause:              atPause,
 			MetricOrchestratorHeap:         ownPer,
 			MetricStorePerConversation:     storePer,
-			MetricResumeSeconds:            resume,
+			MetricResumeSeconds:            resume.elapsed.Seconds(),
 			MetricResumeAllocBytes:         resumeAlloc,
 			MetricResumeReads:              resumeReads,
 			MetricResumeWrites:             resumeWrites,
@@ -677,6 +676,7 @@ func (t *ToolgateTarget) RunMemory(ctx context.Context, c MemoryCase) (MemoryMea
 			MetricSweepNone:                ms(sweepNone),
 			MetricSweepAll:                 float64(sweepAll.Microseconds()) / float64(n),
 		},
+		ResumeGap: resume.gap,
 	}, nil
 }
 
@@ -754,22 +754,25 @@ func answers(runs []string) ([]bus.Outgoing, error) {
 
 // resumeAll publishes the replies and waits for every conversation's
 // follow-up.
-func (r *rig) resumeAll(ctx context.Context, ids []string, replies []bus.Outgoing) error {
+func (r *rig) resumeAll(ctx context.Context, ids []string, replies []bus.Outgoing) (resumeRun, error) {
+	start := time.Now()
 	for i := 0; i < len(replies); i += pipelineDepth {
 		if err := r.bus.PublishBatch(ctx, replies[i:min(i+pipelineDepth, len(replies))]); err != nil {
-			return fmt.Errorf("toolgate memory: publish replies: %w", err)
+			return resumeRun{}, fmt.Errorf("toolgate memory: publish replies: %w", err)
 		}
 	}
+	done := make([]time.Time, 0, len(ids))
 	for _, id := range ids {
 		e, err := r.await(ctx, id)
 		if err != nil {
-			return fmt.Errorf("toolgate memory: %w", err)
+			return resumeRun{}, fmt.Errorf("toolgate memory: %w", err)
 		}
 		if _, err := followUpLatency(e); err != nil {
-			return fmt.Errorf("toolgate memory: %w", err)
+			return resumeRun{}, fmt.Errorf("toolgate memory: %w", err)
 		}
+		done = append(done, e.endedAt)
 	}
-	return nil
+	return resumeRun{elapsed: time.Since(start), gap: longestGap(start, done)}, nil
 }
 
 // memProfileRate is the heap sampling rate of the memory case.
