@@ -70,27 +70,6 @@ func (e env) publish(t *testing.T, call wire.CallRequest, ct string) {
 	}
 }
 
-// advertised waits for the advertisement of tool and returns it. A worker
-// advertises once its consumers are in place, so a call published after
-// this is taken at once.
-func (e env) advertised(t *testing.T, tool string) []byte {
-	t.Helper()
-	kv, err := e.bus.Tools(bustest.Context(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var value []byte
-	bustest.Poll(t, bustest.Timeout, "the advertisement of "+tool, func() (bool, string) {
-		entry, err := kv.Get(bustest.Context(t), tool)
-		if err != nil {
-			return false, err.Error()
-		}
-		value = entry.Value
-		return true, ""
-	})
-	return value
-}
-
 // reply waits for the reply to run/call and checks it as any other
 // party's reply would be checked on the wire: its subject, its message id,
 // its content type, and its body against schemas/call_reply.
@@ -223,7 +202,7 @@ func TestAdvertisesToolWithSchema(t *testing.T) {
 		Executor    string          `json:"executor"`
 		WorkerID    string          `json:"worker_id"`
 	}
-	if err := json.Unmarshal(e.advertised(t, "get_weather"), &adv); err != nil {
+	if err := json.Unmarshal(bustest.Advertised(t, e.bus, "get_weather"), &adv); err != nil {
 		t.Fatal(err)
 	}
 	var schema struct {
@@ -269,7 +248,7 @@ func TestMiddlewareWrapsInOrderAndDeadlineFails(t *testing.T) {
 	// would then be answered "timed out" without any middleware): the
 	// clock starts once the worker consumes, and leaves a loaded machine
 	// time to deliver.
-	e.advertised(t, "slow")
+	bustest.Advertised(t, e.bus, "slow")
 	e.publish(t, wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "a", ToolName: "slow", Args: json.RawMessage(`{}`),
 		Deadline: time.Now().Add(3 * time.Second)}, wire.ContentTypeMsgpack)
 	if r := e.reply(t, "r1", "a"); r.Outcome != wire.OutcomeFailed || r.Message != "timed out" {

@@ -113,19 +113,13 @@ func TestDiscoveredMCPToolsEndToEnd(t *testing.T) {
 `)
 	// The adverts are in the bucket before the orchestrator starts: its
 	// first run sees them.
-	kv, err := e.connect("reader").Tools(ctxT(t))
+	reader := e.connect("reader")
+	for _, name := range []string{"ev_echo", "ev_trigger-long-running-operation", "cr_crash"} {
+		bustest.Advertised(t, reader, name)
+	}
+	sum, err := bus.DecodeToolAdvert(bustest.Advertised(t, reader, "ev_get-sum"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var sum bus.ToolAdvert
-	for _, name := range []string{"ev_echo", "ev_get-sum", "ev_trigger-long-running-operation", "cr_crash"} {
-		bustest.WaitFor(t, "advert of "+name, func() bool {
-			en, err := kv.Get(ctxT(t), name)
-			if err == nil && name == "ev_get-sum" {
-				sum, err = bus.DecodeToolAdvert(en.Value)
-			}
-			return err == nil
-		})
 	}
 	o, _ := e.orch(orchestrator.Config{Agent: cfg, Model: model, TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub}})
 

@@ -97,22 +97,6 @@ func (e *env) publish(t *testing.T, req bus.CallRequest) {
 	}
 }
 
-// advertised waits for the advertisement of tool, which a worker makes
-// once it serves every tool.
-func (e *env) advertised(t *testing.T, tool string) bus.Entry {
-	t.Helper()
-	kv, err := e.bus.Tools(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entry bus.Entry
-	bustest.WaitFor(t, "the advertisement of "+tool, func() bool {
-		entry, err = kv.Get(t.Context(), tool)
-		return err == nil
-	})
-	return entry
-}
-
 func newWorker(t *testing.T, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	w, err := worker.New(cfg)
@@ -502,7 +486,7 @@ func TestWorkerDrainTimeoutHandsCallsBack(t *testing.T) {
 	}))
 	// Served before the call comes: a worker stopped while it still starts
 	// cancels its calls without a drain (they are handed back all the same).
-	e.advertised(t, "job")
+	bustest.Advertised(t, e.bus, "job")
 	e.publish(t, call("job", "c1", `{}`))
 	<-started
 	if err := stop(); err != nil {
@@ -543,7 +527,7 @@ func TestWorkerAdvertisesTools(t *testing.T) {
 	}
 	run(t, w)
 	var a bus.ToolAdvert
-	if err := json.Unmarshal(e.advertised(t, "update_file").Value, &a); err != nil {
+	if err := json.Unmarshal(bustest.Advertised(t, e.bus, "update_file"), &a); err != nil {
 		t.Fatal(err)
 	}
 	if a.Name != "update_file" || a.Kind != "call" || a.Executor != "builtin" || a.WorkerID != "w1" || len(a.Parameters) == 0 {

@@ -137,3 +137,24 @@ func DeadLetters(t testing.TB, b *bus.Bus) []bus.DeadLetter {
 	}
 	return out
 }
+
+// Advertised waits until tool's advert is in the tools bucket and returns
+// it as stored. A worker advertises once its consumers are in place, so a
+// call published after this is taken at once.
+func Advertised(t testing.TB, b *bus.Bus, tool string) []byte {
+	t.Helper()
+	kv, err := b.Tools(Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var value []byte
+	Poll(t, Timeout, "the advert of "+tool, func() (bool, string) {
+		entry, err := kv.Get(Context(t), tool)
+		if err != nil {
+			return false, err.Error()
+		}
+		value = entry.Value
+		return true, ""
+	})
+	return value
+}
