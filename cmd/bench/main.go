@@ -7,6 +7,7 @@
 //	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
+//	      [-transport in-process|tcp]
 package main
 
 import (
@@ -52,7 +53,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 			return fmt.Errorf("-log: %w", err)
 		}
-		env, err := bench.NewEnv(bench.EnvConfig{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
+		env, err := bench.NewEnv(bench.EnvConfig{
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+			Transport: cfg.Transport,
+		})
 		if err != nil {
 			return err
 		}
@@ -110,6 +114,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
+	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")
 	codecTime := fs.Duration("codec-time", 0, "duration of each codec benchmark (default 1s; quick 50ms; -1ns skips)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (e.g. bench/cpu.pprof)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile to this file (e.g. bench/mem.pprof)")
@@ -125,6 +130,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
 		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor,
 		Note: *note, Progress: os.Stdout,
+	}
+	if o.cfg.Transport, err = bench.ParseTransport(*transport); err != nil {
+		return nil, fmt.Errorf("-transport: %w", err)
 	}
 	if *paused == "-1" {
 		o.cfg.Paused = []int{-1}

@@ -23,15 +23,40 @@ type EnvConfig struct {
 	SyncAlways bool
 	// Logger receives the server's log. nil discards it.
 	Logger *slog.Logger
+	// Transport is how every side connects to the server. Defaults to
+	// TransportInProcess.
+	Transport Transport
 }
 
-// Env is an embedded NATS server with JetStream and a file store, served
-// only to in-process connections (as the orchestrator, workers and
-// approvers of a single-machine deployment use it): a system of the kit,
-// set up by each case for itself.
+// Transport is how the sides of a run connect to the server.
+type Transport string
+
+const (
+	// TransportInProcess connects without TCP, as an orchestrator
+	// connects to the server it embeds.
+	TransportInProcess Transport = "in-process"
+	// TransportTCP connects over loopback TCP, as every part in a process
+	// of its own does (the workers and approvers of `make run`, and every
+	// part of a deployment on a NATS of its own).
+	TransportTCP Transport = "tcp"
+)
+
+// ParseTransport reads a Transport by its name.
+func ParseTransport(s string) (Transport, error) {
+	switch t := Transport(s); t {
+	case TransportInProcess, TransportTCP:
+		return t, nil
+	}
+	return "", fmt.Errorf("unknown transport %q (want %s or %s)", s, TransportInProcess, TransportTCP)
+}
+
+// Env is an embedded NATS server with JetStream and a file store, reached
+// in-process or over loopback TCP (EnvConfig.Transport): a system of the
+// kit, set up by each case for itself.
 type Env struct {
-	sys    *testkit.System
-	logger *slog.Logger
+	sys       *testkit.System
+	logger    *slog.Logger
+	transport Transport
 
 	sandboxOnce sync.Once
 	sandboxDir  string
@@ -42,16 +67,23 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportInProcess
+	}
+	if _, err := ParseTransport(string(cfg.Transport)); err != nil {
+		return nil, fmt.Errorf("bench env: %w", err)
+	}
 	sys, err := testkit.Start(context.Background(), testkit.Options{
 		Dir:     cfg.StoreDir,
 		Server:  embedded.ServerConfig{ServerName: "toolgate-bench", SyncAlways: cfg.SyncAlways},
+		TCP:     cfg.Transport == TransportTCP,
 		NoSetup: true,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench env: %w", err)
 	}
-	return &Env{sys: sys, logger: cfg.Logger}, nil
+	return &Env{sys: sys, logger: cfg.Logger, transport: cfg.Transport}, nil
 }
 
 // Server is the embedded server, for targets that start toolgate
@@ -61,7 +93,10 @@ func (e *Env) Server() *embedded.Server { return e.sys.Server }
 // Logger is the logger the env was configured with.
 func (e *Env) Logger() *slog.Logger { return e.logger }
 
-// Connect opens an in-process connection named name.
+// Transport is how the env's connections reach the server.
+func (e *Env) Transport() Transport { return e.transport }
+
+// Connect opens a connection named name, by the env's transport.
 func (e *Env) Connect(ctx context.Context, name string) (*bus.Bus, error) {
 	b, err := e.sys.Connect(ctx, bus.ConnConfig{Name: name, Logger: e.logger})
 	if err != nil {

@@ -51,8 +51,11 @@ type Config struct {
 	// quick: 50ms. Negative skips the codec case.
 	CodecTime time.Duration
 	// Env is the server the targets share. nil: a new one on a temporary
-	// file store, closed at the end.
+	// file store, reached by Transport, closed at the end.
 	Env *Env
+	// Transport is how the sides connect to a server the run starts
+	// (Env nil). Defaults to TransportInProcess.
+	Transport Transport
 	// Toolgate and ToolgateMemory are the toolgate side. nil: a
 	// ToolgateTarget on Env.
 	Toolgate       Target
@@ -129,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	env := cfg.Env
 	if env == nil {
 		var err error
-		if env, err = NewEnv(EnvConfig{}); err != nil {
+		if env, err = NewEnv(EnvConfig{Transport: cfg.Transport}); err != nil {
 			return nil, err
 		}
 		defer env.Close()
@@ -144,6 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		cfg.ToolgateLong = NewToolgateTarget(env)
 	}
 	h := &harnessRun{cfg: cfg, env: env, res: newResults(cfg)}
+	h.res.Transport = env.Transport()
 	if err := h.roundTrips(ctx); err != nil {
 		return nil, err
 	}
@@ -557,7 +561,7 @@ const (
 )
 
 // Save compares r with the previous results.json in dir (when it exists
-// and has the same mode), records the regressions in r, and writes
+// and has the same mode and transport), records the regressions in r, and writes
 // results.json, results.md and plot.png. It returns the previous results.
 func Save(dir string, r *Results) (*Results, error) {
 	prev, err := ReadJSON(filepath.Join(dir, FileJSON))
@@ -565,7 +569,7 @@ func Save(dir string, r *Results) (*Results, error) {
 		return nil, err
 	}
 	r.Regressions, r.Previous = nil, ""
-	if prev != nil && prev.Mode == r.Mode {
+	if prev != nil && prev.Mode == r.Mode && prev.transport() == r.transport() {
 		r.Regressions = Compare(prev, r, RegressionThreshold)
 		r.Previous = fmt.Sprintf("%s (%s)", FileJSON, prev.Started.UTC().Format(time.RFC3339))
 	}

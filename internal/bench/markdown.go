@@ -65,7 +65,7 @@ func section(r Row) string {
 // WriteMarkdown writes the results as Markdown tables.
 func WriteMarkdown(w io.Writer, r *Results) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# toolgate benchmark results (%s mode)\n\n", r.Mode)
+	fmt.Fprintf(&b, "# toolgate benchmark results (%s mode, %s connections)\n\n", r.Mode, r.transport())
 	fmt.Fprintf(&b, "%s, %.0f s; %s %s/%s, %d CPUs (GOMAXPROCS %d). ",
 		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Seconds, r.Host.GoVersion, r.Host.OS, r.Host.Arch,
 		r.Host.CPUs, r.Host.GOMAXPROCS)

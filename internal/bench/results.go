@@ -38,8 +38,11 @@ const (
 type Results struct {
 	Cases []Row `json:"cases"`
 	// Mode is "quick" or "full".
-	Mode    string    `json:"mode"`
-	Started time.Time `json:"started"`
+	Mode string `json:"mode"`
+	// Transport is how every side connected to the server; results
+	// without one were measured in-process.
+	Transport Transport `json:"transport,omitempty"`
+	Started   time.Time `json:"started"`
 	// Seconds the whole run took.
 	Seconds float64 `json:"seconds"`
 	Host    Host    `json:"host"`
@@ -96,6 +99,15 @@ type Row struct {
 }
 
 // key identifies a row across runs.
+// transport is the results' Transport, in-process for results of the
+// builds that did not record one.
+func (r *Results) transport() Transport {
+	if r.Transport == "" {
+		return TransportInProcess
+	}
+	return r.Transport
+}
+
 func (r Row) key() string { return fmt.Sprintf("%s|%s|%d|%d", r.Name, r.Metric, r.Workers, r.Batch) }
 
 func num(v float64) *float64 {

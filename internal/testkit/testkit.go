@@ -49,6 +49,9 @@ type Options struct {
 	// connections from other processes; otherwise it serves in-process
 	// connections only.
 	Listen bool
+	// TCP connects every part over loopback TCP, as parts in processes
+	// of their own connect, instead of in-process; it implies Listen.
+	TCP bool
 	// Server configures the embedded server beyond the above (users,
 	// store limits, fault injection); its StoreDir, Listen, NoListen and
 	// Logger are set from the above.
@@ -71,6 +74,7 @@ type System struct {
 	Server *embedded.Server
 
 	url         string
+	tcp         bool
 	log         *slog.Logger
 	tmp         string
 	stopTimeout time.Duration
@@ -87,7 +91,7 @@ type System struct {
 
 // Start starts a system: the server (unless Options.URL) and the set-up.
 func Start(ctx context.Context, opts Options) (sys *System, err error) {
-	s := &System{url: opts.URL, log: opts.Logger, stopTimeout: cmp.Or(opts.StopTimeout, DefaultStopTimeout)}
+	s := &System{url: opts.URL, tcp: opts.TCP, log: opts.Logger, stopTimeout: cmp.Or(opts.StopTimeout, DefaultStopTimeout)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -105,7 +109,7 @@ func Start(ctx context.Context, opts Options) (sys *System, err error) {
 			dir = s.tmp
 		}
 		cfg := opts.Server
-		cfg.StoreDir, cfg.Listen, cfg.NoListen, cfg.Logger = dir, "127.0.0.1:-1", !opts.Listen, s.log
+		cfg.StoreDir, cfg.Listen, cfg.NoListen, cfg.Logger = dir, "127.0.0.1:-1", !opts.Listen && !opts.TCP, s.log
 		if s.Server, err = embedded.StartServer(cfg); err != nil {
 			return s, fmt.Errorf("testkit: start NATS: %w", err)
 		}
@@ -149,10 +153,10 @@ func (s *System) Connect(ctx context.Context, cfg bus.ConnConfig) (*bus.Bus, err
 		b   *bus.Bus
 		err error
 	)
-	if s.Server != nil {
+	if s.Server != nil && !s.tcp {
 		b, err = s.Server.Connect(ctx, cfg)
 	} else {
-		cfg.URL = s.url
+		cfg.URL = s.URL()
 		b, err = bus.Connect(ctx, cfg)
 	}
 	if err != nil {
