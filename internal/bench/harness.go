@@ -561,8 +561,9 @@ const (
 )
 
 // Save compares r with the previous results.json in dir (when it exists
-// and has the same mode and transport), records the regressions in r, and writes
-// results.json, results.md and plot.png. It returns the previous results.
+// and has the same mode and transport), records the regressions in r,
+// and writes results.json, results.md and plot.png. It returns the
+// previous results.
 func Save(dir string, r *Results) (*Results, error) {
 	prev, err := ReadJSON(filepath.Join(dir, FileJSON))
 	if err != nil {

@@ -98,7 +98,6 @@ type Row struct {
 	Pass   *bool  `json:"pass,omitempty"`
 }
 
-// key identifies a row across runs.
 // transport is the results' Transport, in-process for results of the
 // builds that did not record one.
 func (r *Results) transport() Transport {
@@ -108,6 +107,7 @@ func (r *Results) transport() Transport {
 	return r.Transport
 }
 
+// key identifies a row across runs.
 func (r Row) key() string { return fmt.Sprintf("%s|%s|%d|%d", r.Name, r.Metric, r.Workers, r.Batch) }
 
 func num(v float64) *float64 {
