@@ -18,7 +18,7 @@ func TestTransport(t *testing.T) {
 	for _, tr := range []bench.Transport{bench.TransportInProcess, bench.TransportTCP} {
 		t.Run(string(tr), func(t *testing.T) {
 			t.Parallel()
-			env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Transport: tr})
+			env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Transport: tr, Logger: warnings(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
