@@ -12,19 +12,15 @@ import (
 
 func newEnv(t *testing.T) *bench.Env {
 	t.Helper()
-	env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Logger: warnings(t)})
+	// Warnings into the test's log: the server answers a stream it could
+	// not create with "error creating store for stream" and logs only
+	// there why.
+	env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Logger: bustest.LevelLogger(t, slog.LevelWarn)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Close)
 	return env
-}
-
-// warnings logs the server's and the sides' warnings and errors into the
-// test's log: the server answers a stream it could not create with
-// "error creating store for stream" and logs only there why.
-func warnings(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(bustest.NewLogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func TestTargetsRoundTrip(t *testing.T) {

@@ -2,12 +2,14 @@ package bench_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/toolgate/toolgate/internal/bench"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
 // TestTransport runs a batch-1 round trip on both sides over each
@@ -18,7 +20,7 @@ func TestTransport(t *testing.T) {
 	for _, tr := range []bench.Transport{bench.TransportInProcess, bench.TransportTCP} {
 		t.Run(string(tr), func(t *testing.T) {
 			t.Parallel()
-			env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Transport: tr, Logger: warnings(t)})
+			env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Transport: tr, Logger: bustest.LevelLogger(t, slog.LevelWarn)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,9 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every blocking wait in these tests.
 const wait = bustest.Timeout
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(bustest.NewLogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
+func testLogger(t *testing.T) *slog.Logger { return bustest.LevelLogger(t, slog.LevelWarn) }
 
 func ctxT(t *testing.T) context.Context { return bustest.Context(t) }
 

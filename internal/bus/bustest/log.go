@@ -12,8 +12,13 @@ import (
 // this call and is stopped at cleanup still logs while it stops; lines
 // written later are dropped, since testing panics on a log of a finished
 // test.
-func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(NewLogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
+func Logger(t testing.TB) *slog.Logger { return LevelLogger(t, slog.LevelInfo) }
+
+// LevelLogger is Logger at level: slog.LevelWarn keeps a busy test's log
+// to what went wrong (an embedded server logs why it refused a request
+// only there).
+func LevelLogger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(NewLogWriter(t), &slog.HandlerOptions{Level: level}))
 }
 
 // NewLogWriter returns a writer into the test's log that drops what is
