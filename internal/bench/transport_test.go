@@ -60,7 +60,8 @@ func TestTransport(t *testing.T) {
 			}
 		})
 	}
-	if _, err := bench.NewEnv(bench.EnvConfig{Transport: "udp"}); err == nil {
+	if env, err := bench.NewEnv(bench.EnvConfig{StoreDir: t.TempDir(), Transport: "udp"}); err == nil {
+		env.Close()
 		t.Error("an env on transport udp started")
 	}
 }
