@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
@@ -83,7 +86,34 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench env: %w", err)
 	}
-	return &Env{sys: sys, logger: cfg.Logger, transport: cfg.Transport}, nil
+	e := &Env{sys: sys, logger: cfg.Logger, transport: cfg.Transport}
+	if err := e.holdStreamsDir(); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("bench env: %w", err)
+	}
+	return e, nil
+}
+
+// holdStreamsDir creates a file-stored stream that lives as long as the env.
+// Targets delete the streams they create when a case ends, and the server,
+// on deleting an account's last stream, removes the account's streams
+// directory in a goroutine of its own; a stream the next case creates at that
+// moment fails with "error creating store for stream" (mkdir: no such file or
+// directory). One stream that is never deleted keeps the directory non-empty,
+// so that removal never happens.
+func (e *Env) holdStreamsDir() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := e.Connect(ctx, "bench-env")
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	sc := jetstream.StreamConfig{Name: "BENCH_ENV", Subjects: []string{"bench.env"}, Storage: jetstream.FileStorage, MaxMsgs: 1}
+	if _, err := b.JetStream().CreateStream(ctx, sc); err != nil {
+		return fmt.Errorf("create stream %s: %w", sc.Name, err)
+	}
+	return nil
 }
 
 // Server is the embedded server, for targets that start toolgate
