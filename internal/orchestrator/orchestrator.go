@@ -169,7 +169,7 @@ type Config struct {
 	// Defaults to a quarter of the Go memory limit (GOMEMLIMIT) when one is
 	// set, else 256 MiB, which holds about 90,000 paused conversations of
 	// a few messages (2.4 KB of records each); never less than 64 MiB by
-	// default.
+	// default. Finished conversations take at most a sixty-fourth of it.
 	StateCacheBytes int64
 	// Clock is the time source for deadlines and leases. Defaults to
 	// time.Now.

@@ -184,11 +184,16 @@ func TestDefaultStateCacheBytes(t *testing.T) {
 // A finished conversation is the first out of a full cache: the paused
 // ones put before it stay.
 func TestStateCacheDropsFinishedFirst(t *testing.T) {
-	sc := newStateCache(cacheHeap(100))
-	sc.put("paused1", &Conversation{Status: StatusPaused}, 1, 30)
-	sc.put("paused2", &Conversation{Status: StatusPaused}, 1, 30)
-	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 30)
-	sc.put("paused3", &Conversation{Status: StatusPaused}, 1, 30)
+	// Room for the three paused and, within its share, the finished one;
+	// not for all four.
+	sc := newStateCache(cacheHeap(6400))
+	sc.put("paused1", &Conversation{Status: StatusPaused}, 1, 2120)
+	sc.put("paused2", &Conversation{Status: StatusPaused}, 1, 2120)
+	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 90)
+	if _, _, ok := sc.peek("done"); !ok {
+		t.Fatal("the finished conversation was dropped while there was room")
+	}
+	sc.put("paused3", &Conversation{Status: StatusPaused}, 1, 2120)
 	for _, id := range []string{"paused1", "paused2", "paused3"} {
 		if _, _, ok := sc.get(id); !ok {
 			t.Errorf("%s was dropped", id)
@@ -196,6 +201,35 @@ func TestStateCacheDropsFinishedFirst(t *testing.T) {
 	}
 	if _, _, ok := sc.get("done"); ok {
 		t.Error("the finished conversation stayed while paused ones were dropped")
+	}
+}
+
+// Finished conversations keep to their share of the budget, the least
+// recently used out first, however much room the unfinished leave; one
+// that finishes joins them.
+func TestStateCacheFinishedKeepToTheirShare(t *testing.T) {
+	sc := newStateCache(cacheHeap(100) * finishedShare) // finished: 100 bytes
+	sc.put("paused", &Conversation{Status: StatusPaused}, 1, 30)
+	for i := range 10 {
+		sc.put(fmt.Sprint("done", i), &Conversation{Status: StatusCompleted}, 1, 30)
+	}
+	cached := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, _, ok := sc.peek(id); !ok {
+				t.Errorf("%s is not cached", id)
+			}
+		}
+	}
+	cached("paused", "done7", "done8", "done9")
+	if sc.len() != 4 || sc.doneUsed != 90 {
+		t.Errorf("%d states cached, %d bytes finished; want 4, 90", sc.len(), sc.doneUsed)
+	}
+	sc.get("done7") // used again: done8 is now the least recently used
+	sc.put("paused", &Conversation{Status: StatusFailed}, 2, 30)
+	cached("paused", "done7", "done9")
+	if _, _, ok := sc.peek("done8"); ok || sc.len() != 3 || sc.used != 90 {
+		t.Errorf("done8 cached %v, %d states, %d bytes; want it out, 3 states, 90 bytes", ok, sc.len(), sc.used)
 	}
 }
 
