@@ -14,6 +14,7 @@ func (rp *replyPipeline) afterApply(ctx context.Context, c *Conversation) {
 		return
 	}
 	if c.Status == StatusPaused && !c.Batch.Inline && c.Batch.complete() {
+		rp.deadlines.forget(c.ID)
 		rp.runner.claim(ctx, c.ID)
 		return
 	}

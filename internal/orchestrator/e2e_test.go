@@ -91,6 +91,10 @@ func TestSeedExternalEndToEnd(t *testing.T) {
 	if len(c.Runs) != 2 || c.Runs[0].RunID == c.Runs[1].RunID {
 		t.Errorf("runs = %+v, want the paused run and one follow-up", c.Runs)
 	}
+	// Its batch answered, the conversation has nothing left to expire.
+	if n := orchestrator.ScheduledDeadlines(o); n != 0 {
+		t.Errorf("%d conversations scheduled for expiry, want none", n)
+	}
 	var got string
 	for _, m := range c.History {
 		for _, p := range m.Parts {

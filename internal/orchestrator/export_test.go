@@ -67,3 +67,7 @@ func WithAppendTimeout(cfg Config, d time.Duration) Config {
 // conversation has been put and the record that restarts it is yet to be
 // appended.
 func (o *Orchestrator) OnRestartIndexed(fn func(id string)) { o.store.restartIndexed = fn }
+
+// ScheduledDeadlines is the number of conversations o's expiry index
+// holds.
+func ScheduledDeadlines(o *Orchestrator) int { return o.deadlines.len() }

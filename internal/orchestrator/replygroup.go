@@ -251,8 +251,15 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		// Replies that complete the batch: its follow-up may run before
 		// they and the claim are stored, and be stored with them.
 		claimed := from.clone()
-		if apply(claimed) == nil && followUp != "" && rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
-			return nil, 0
+		if apply(claimed) == nil && followUp != "" {
+			// Complete: nothing of the batch is left to expire. Taken out
+			// before the follow-up starts, which may end at once; should
+			// the replies be recorded apart after all, they schedule again
+			// what they leave waiting.
+			rp.deadlines.forget(convID)
+			if rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
+				return nil, 0
+			}
 		}
 	}
 	conv, rev, err := rp.store.updateFrom(ctx, convID, from, rev, apply)
@@ -284,6 +291,7 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		return nil, 0
 	}
 	if followUp != "" {
+		rp.deadlines.forget(convID)
 		rp.runner.claimed(ctx, conv, rev, followUp)
 		return nil, 0
 	}
