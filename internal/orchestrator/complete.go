@@ -14,11 +14,23 @@ func (rp *replyPipeline) afterApply(ctx context.Context, c *Conversation) {
 		return
 	}
 	if c.Status == StatusPaused && !c.Batch.Inline && c.Batch.complete() {
-		rp.deadlines.forget(c.ID)
+		rp.batchDone(c.ID, c.Batch.RunID)
 		rp.runner.claim(ctx, c.ID)
 		return
 	}
 	rp.deadlines.schedule(c)
+}
+
+// batchDone forgets what this replica keeps in memory about the batch of
+// run runID of convID, now complete: its deadline and that its calls were
+// seen stored (nothing of it is left to expire or to mark). Kept, each
+// stayed until due (ten minutes, a minute) after its conversation had
+// finished, growing with the rate of calls. A batch answered before this
+// replica saw its calls' acks is remembered as stored after this, and
+// forgotten by reconcile's prune, as before.
+func (co *core) batchDone(convID, runID string) {
+	co.deadlines.forget(convID)
+	co.pub.stored.take(runID)
 }
 
 // claim takes a complete batch for its follow-up: one CAS moves the

@@ -252,11 +252,10 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		// they and the claim are stored, and be stored with them.
 		claimed := from.clone()
 		if apply(claimed) == nil && followUp != "" {
-			// Complete: nothing of the batch is left to expire. Taken out
-			// before the follow-up starts, which may end at once; should
+			// Before the follow-up starts, which may end at once; should
 			// the replies be recorded apart after all, they schedule again
 			// what they leave waiting.
-			rp.deadlines.forget(convID)
+			rp.batchDone(convID, from.Batch.RunID)
 			if rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
 				return nil, 0
 			}
@@ -291,7 +290,7 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		return nil, 0
 	}
 	if followUp != "" {
-		rp.deadlines.forget(convID)
+		rp.batchDone(convID, conv.Batch.RunID)
 		rp.runner.claimed(ctx, conv, rev, followUp)
 		return nil, 0
 	}
