@@ -191,6 +191,7 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 			}
 		}
 		if c.Batch.complete() {
+			rc.batchDone(id, c.Batch.RunID)
 			rc.runner.claim(ctx, id)
 			return nil
 		}
