@@ -418,6 +418,11 @@ func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, 
 		if !c.Batch.awaitsApproval() {
 			rn.events.queue.awaitReplies(convID)
 		}
+		// Before the calls go out: the batch's deadline is then scheduled
+		// before a reply can complete the batch and take it out again;
+		// scheduled after, a batch answered at once kept its entry until
+		// the deadline.
+		rn.pipe.afterApply(ctx, c)
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile, which
@@ -434,7 +439,6 @@ func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, 
 				rn.cfg.OnRunEnd(c)
 			}
 		})
-		rn.pipe.afterApply(ctx, c)
 		return
 	}
 	if rn.cfg.OnRunEnd != nil {
