@@ -177,19 +177,12 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 	r.stops = append(r.stops, func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		// Emptied, not deleted: nats-server removes a deleted stream's store
-		// in the background, and the next case's Setup creating one of the
-		// same name at once can fail ("error creating store for stream").
+		// Deleted, with their consumers; the next case's Setup creates
+		// them again (the env keeps the server from removing the directory
+		// under it: Env.holdStreamsDir).
 		js := b.JetStream()
 		for _, name := range toolgateStreams() {
-			s, err := js.Stream(dctx, name)
-			if err != nil {
-				continue
-			}
-			for cname := range s.ConsumerNames(dctx).Name() {
-				_ = s.DeleteConsumer(dctx, cname)
-			}
-			_ = s.Purge(dctx)
+			_ = js.DeleteStream(dctx, name)
 		}
 		b.Close()
 	})
