@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // Config configures a harness run. Zero values take the defaults of the
@@ -160,18 +158,6 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// The cases so far left message ids in toolgate's streams' duplicate
-	// windows (the streams are emptied between cases, not deleted, and an
-	// emptied stream keeps them until the window passes): released during
-	// the first memory case, they read as memory its first paused
-	// conversations gave back (-77,600 B per conversation at 1,000, the
-	// same in two full runs). The memory cases start once they are gone.
-	if len(cfg.Paused) > 0 && cfg.Settle > 0 {
-		fmt.Fprintf(cfg.Progress, "waiting %s for the message ids of the cases so far to leave the duplicate windows\n", duplicatesGone)
-		if err := settle(ctx, duplicatesGone); err != nil {
-			return nil, err
-		}
-	}
 	if err := h.memory(ctx); err != nil {
 		return nil, err
 	}
@@ -296,16 +282,6 @@ func (h *harnessRun) memory(ctx context.Context) error {
 // LargeResultBytes is the size of each result of the large conversation:
 // large, and well within a reply's limit.
 const LargeResultBytes = 180 << 10
-
-// duplicatesGone is the longest duplicate window of the streams
-// toolgate's set-up configures, and a margin.
-var duplicatesGone = func() time.Duration {
-	var longest time.Duration
-	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-		longest = max(longest, sc.Duplicates)
-	}
-	return longest + 5*time.Second
-}()
 
 // maxRemeasure is how many times a side whose figures a stall distorted is
 // measured again.
