@@ -47,7 +47,12 @@ func NormalizeContentType(ct string) (string, error) {
 
 // Encode marshals v as contentType ("" means msgpack). A Validator is
 // validated first, so a malformed message is refused at the sender.
-func Encode(v any, contentType string) ([]byte, error) {
+func Encode(v any, contentType string) ([]byte, error) { return AppendEncode(nil, v, contentType) }
+
+// AppendEncode is Encode appending v's encoding to dst, for a sender that
+// reuses its buffers: a message published is copied into the connection's
+// buffer, and its bytes are free once the stream has acknowledged it.
+func AppendEncode(dst []byte, v any, contentType string) ([]byte, error) {
 	ct, err := NormalizeContentType(contentType)
 	if err != nil {
 		return nil, err
@@ -62,14 +67,17 @@ func Encode(v any, contentType string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode json: %w", err)
 		}
-		return b, nil
+		if dst == nil {
+			return b, nil
+		}
+		return append(dst, b...), nil
 	}
 	e := msgpackEncoders.Get().(*pooledEncoder)
 	defer e.put()
 	if err := e.enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encode msgpack: %w", err)
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	return append(dst, e.buf.Bytes()...), nil
 }
 
 // pooledEncoder is a msgpack encoder with its buffer, kept for reuse: an

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -181,6 +182,33 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 	c := bustest.SampleCall("run1", "c1")
 	c.Args = json.RawMessage(`"no"`)
 	if _, err := wire.Encode(c, ""); err == nil || !strings.Contains(err.Error(), "args") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// AppendEncode writes what Encode returns after what dst holds, and
+// refuses what Encode refuses.
+func TestAppendEncode(t *testing.T) {
+	t.Parallel()
+	c := bustest.SampleCall("run1", "c1")
+	for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
+		want, err := wire.Encode(c, ct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, 3, 8)
+		copy(dst, "abc")
+		got, err := wire.AppendEncode(dst, c, ct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[:3]) != "abc" || !bytes.Equal(got[3:], want) {
+			t.Errorf("%s: %q, want abc + %q", ct, got, want)
+		}
+	}
+	bad := c
+	bad.Args = json.RawMessage(`"no"`)
+	if _, err := wire.AppendEncode(nil, bad, ""); err == nil || !strings.Contains(err.Error(), "args") {
 		t.Errorf("err = %v", err)
 	}
 }

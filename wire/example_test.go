@@ -27,6 +27,23 @@ func Example() {
 	// Output: toolgate.call.get_weather r1/call_1/call.1 {"city":"Paris"}
 }
 
+// A sender that publishes many messages encodes each into a buffer it
+// reuses once the message is sent.
+func ExampleAppendEncode() {
+	var buf []byte
+	for _, city := range []string{"Paris", "Oslo"} {
+		reply := wire.CallReply{RunID: "r1", ToolCallID: "call_" + city, Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"sunny"`)}
+		var err error
+		if buf, err = wire.AppendEncode(buf[:0], reply, wire.ContentTypeJSON); err != nil {
+			fmt.Println(err)
+		}
+		fmt.Println(string(buf))
+	}
+	// Output:
+	// {"run_id":"r1","tool_call_id":"call_Paris","outcome":"return","value":"sunny"}
+	// {"run_id":"r1","tool_call_id":"call_Oslo","outcome":"return","value":"sunny"}
+}
+
 // Decode names the field that is wrong.
 func ExampleDecode() {
 	var r wire.CallReply

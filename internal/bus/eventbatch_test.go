@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -125,5 +127,74 @@ func TestEncodedEventBatchMessage(t *testing.T) {
 		if _, err := bus.EncodedEventBatchMessage(events); err == nil || !strings.Contains(err.Error(), "conversation_id") {
 			t.Errorf("%d encoded events, one with a bad conversation id: %v, want refused naming it", n, err)
 		}
+	}
+}
+
+// The bytes of a message published are used again for later messages once
+// its publication is over: batches published at once from several
+// goroutines, of sizes that differ (one past what is kept for reuse), are
+// stored each as it was sent.
+func TestPublishedBytesReusedOnlyWhenDone(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{})
+	b := bustest.Connect(t, srv, "events")
+	bustest.Setup(t, b)
+	const senders, rounds = 4, 25
+	want := map[string][]bus.Event{}
+	var mu sync.Mutex
+	var g errgroup.Group
+	for s := range senders {
+		g.Go(func() error {
+			for r := range rounds {
+				var msgs []bus.Outgoing
+				var sent []bus.Event
+				for c := range 3 {
+					conv := fmt.Sprintf("conv-%d-%d-%d", s, r, c)
+					events := batchOf(conv, 1+(s+r+c)%5)
+					pad := strings.Repeat(string(rune('a'+c)), (s*rounds+r)*17%900)
+					if s == 0 && r == rounds/2 && c == 0 {
+						pad = strings.Repeat("x", 80<<10)
+					}
+					for i := range events {
+						events[i].Data = json.RawMessage(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))
+					}
+					m, err := bus.EventBatchMessage(events)
+					if err != nil {
+						return err
+					}
+					msgs = append(msgs, m)
+					sent = append(sent, events...)
+				}
+				if err := b.PublishBatch(ctxT(t), msgs); err != nil {
+					return err
+				}
+				mu.Lock()
+				for _, e := range sent {
+					want[e.ConversationID] = append(want[e.ConversationID], e)
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]bus.Event{}
+	n := 0
+	for _, events := range want {
+		n += len(events)
+	}
+	for se, err := range b.Events(ctxT(t), "", 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[se.Event.ConversationID] = append(got[se.Event.ConversationID], se.Event)
+		if n--; n == 0 {
+			break
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stored events (-sent +stored):\n%s", diff)
 	}
 }

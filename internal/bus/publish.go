@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +48,9 @@ type validated struct{ v any }
 func (w validated) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode(w.v) }
 func (w validated) MarshalJSON() ([]byte, error)             { return json.Marshal(w.v) }
 
-func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
+// message is o as a nats.Msg, its data in a buffer from msgBuffers that
+// the caller gives back with releaseData once the publication is over.
+func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	m := &nats.Msg{Subject: o.Subject, Header: make(nats.Header, len(o.Header)+2)}
 	addHeaders(m.Header, o.Header)
 	ct := m.Header.Get(HeaderContentType)
@@ -56,22 +59,46 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, error) {
 	}
 	ct, err := normalizeContentType(ct)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m.Header.Set(HeaderContentType, ct)
 	v := o.Value
 	if o.valid {
 		v = validated{o.Value}
 	}
-	data, err := Encode(v, ct)
+	buf := msgBuffers.Get().(*[]byte)
+	data, err := wire.AppendEncode((*buf)[:0], v, ct)
 	if err != nil {
-		return nil, err
+		msgBuffers.Put(buf)
+		return nil, nil, err
 	}
 	m.Data = data
 	if o.MsgID != "" {
 		m.Header.Set(HeaderMsgID, o.MsgID)
 	}
-	return m, nil
+	return m, buf, nil
+}
+
+// msgBuffers hold the bytes of messages under publication. The client
+// copies a message into its connection's buffer as it sends it, so its
+// bytes are free once its publication has its answer (or has failed for
+// good), unless the client may still send it again: an asynchronous
+// publication whose answer was not seen. The encoded event batches were
+// the largest share of what the bus allocated per call.
+var msgBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledMessage bounds the buffers kept: one large message must not
+// keep its size in the pool.
+const maxPooledMessage = 64 << 10
+
+// releaseData gives m's data back to buf's pool; m is not used again.
+func releaseData(buf *[]byte, m *nats.Msg) {
+	if cap(m.Data) > maxPooledMessage {
+		return
+	}
+	*buf = m.Data[:0]
+	m.Data = nil
+	msgBuffers.Put(buf)
 }
 
 // Publish encodes v (msgpack unless a Content-Type header says JSON),
@@ -89,11 +116,12 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, v any, hdr ...
 	default:
 		o.Header = mergeHeaders(hdr...)
 	}
-	m, err := b.message(o)
+	m, buf, err := b.message(o)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	ack, err := b.publishMsg(ctx, m)
+	releaseData(buf, m)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
@@ -175,6 +203,7 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 	type pending struct {
 		i   int
 		m   *nats.Msg
+		buf *[]byte
 		fut jetstream.PubAckFuture
 	}
 	var errs []error
@@ -186,7 +215,7 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 				continue
 			}
 		}
-		m, err := b.message(o)
+		m, buf, err := b.message(o)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
 			continue
@@ -196,61 +225,74 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", i, o.Subject, err))
 			continue
 		}
-		futs = append(futs, pending{i: i, m: m, fut: fut})
+		futs = append(futs, pending{i: i, m: m, buf: buf, fut: fut})
 	}
 	timer := time.NewTimer(b.cfg.PublishTimeout)
 	defer timer.Stop()
 	timedOut := false
 	for _, p := range futs {
-		var (
-			ack *jetstream.PubAck
-			err error
-		)
-		// An answer that is there is taken before the timer, which may
-		// have run out while an earlier message was sent again.
-		select {
-		case ack = <-p.fut.Ok():
-		case err = <-p.fut.Err():
-		default:
-			if timedOut {
-				err = context.DeadlineExceeded
-				break
-			}
-			select {
-			case ack = <-p.fut.Ok():
-			case err = <-p.fut.Err():
-			case <-timer.C:
-				timedOut = true
-				err = context.DeadlineExceeded
-			case <-ctx.Done():
-				errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, ctx.Err()))
-				continue
-			}
+		answered, repeat, err := b.awaitBatchAck(ctx, p.m, p.fut, timer, &timedOut)
+		if answered {
+			releaseData(p.buf, p.m)
 		}
-		if ack != nil {
-			if repeats != nil {
-				repeats[p.i] = ack.Duplicate
-			}
-			continue
+		if repeats != nil {
+			repeats[p.i] = repeat
 		}
-		// No stream took it (not stored: sent again whatever its id, and
-		// publishMsg waits for a leader, or says that none captures it),
-		// or its ack did not come in time (sent again only with an id,
-		// which makes the stream drop it if it was stored after all).
-		retryable := noStreamTook(err) || (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-			errors.Is(err, jetstream.ErrAsyncPublishTimeout)) && p.m.Header.Get(HeaderMsgID) != ""
-		if retryable && ctx.Err() == nil {
-			m := nats.NewMsg(p.m.Subject)
-			m.Header, m.Data = p.m.Header, p.m.Data
-			// Not counted a repeat: its ack would say so if the first
-			// send, of this batch, was stored after all.
-			if _, err = b.publishMsg(ctx, m); err == nil {
-				continue
-			}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, err))
 		}
-		errs = append(errs, fmt.Errorf("publish batch [%d] %s: %w", p.i, p.m.Subject, err))
 	}
 	return errors.Join(errs...)
+}
+
+// awaitBatchAck waits for the ack of m, published asynchronously with fut,
+// until timer fires (timedOut records it for the messages after m), and
+// sends m again synchronously if it may (publishBatch). answered says
+// whether fut had its answer, after which the client does not send m
+// again and its bytes are free; repeat, whether the stream acknowledged m
+// as a repeat of one it holds.
+func (b *Bus) awaitBatchAck(ctx context.Context, m *nats.Msg, fut jetstream.PubAckFuture, timer *time.Timer, timedOut *bool) (answered, repeat bool, err error) {
+	var ack *jetstream.PubAck
+	answered = true
+	// An answer that is there is taken before the timer, which may have
+	// run out while an earlier message was sent again.
+	select {
+	case ack = <-fut.Ok():
+	case err = <-fut.Err():
+	default:
+		if *timedOut {
+			answered, err = false, context.DeadlineExceeded
+			break
+		}
+		select {
+		case ack = <-fut.Ok():
+		case err = <-fut.Err():
+		case <-timer.C:
+			*timedOut = true
+			answered, err = false, context.DeadlineExceeded
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		}
+	}
+	if ack != nil {
+		return true, ack.Duplicate, nil
+	}
+	// No stream took it (not stored: sent again whatever its id, and
+	// publishMsg waits for a leader, or says that none captures it), or its
+	// ack did not come in time (sent again only with an id, which makes
+	// the stream drop it if it was stored after all).
+	retryable := noStreamTook(err) || (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout)) && m.Header.Get(HeaderMsgID) != ""
+	if retryable && ctx.Err() == nil {
+		again := nats.NewMsg(m.Subject)
+		again.Header, again.Data = m.Header, m.Data
+		// Not counted a repeat: its ack would say so if the first send, of
+		// this batch, was stored after all.
+		if _, err = b.publishMsg(ctx, again); err == nil {
+			return answered, false, nil
+		}
+	}
+	return answered, false, err
 }
 
 // idHeaders is the header of a message of a run: its ids, then extra's
@@ -427,11 +469,12 @@ func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err 
 			return nil, fmt.Errorf("publish %s: %w", what, err)
 		}
 	}
-	m, err := b.message(o)
+	m, buf, err := b.message(o)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", what, err)
 	}
 	ack, err := b.publishMsg(ctx, m)
+	releaseData(buf, m)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s %s: %w", what, o.MsgID, err)
 	}

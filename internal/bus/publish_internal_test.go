@@ -36,7 +36,7 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 			if !o.valid {
 				t.Fatalf("%s: not marked validated", o.Subject)
 			}
-			m, err := b.message(o)
+			m, _, err := b.message(o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 	}
 	// An Outgoing made by hand is still validated.
 	b := &Bus{cfg: ConnConfig{ContentType: ContentTypeMsgpack}}
-	if _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: Event{}, Header: nats.Header{}}); err == nil {
+	if _, _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: Event{}, Header: nats.Header{}}); err == nil {
 		t.Error("an invalid event made by hand was encoded")
 	}
 }

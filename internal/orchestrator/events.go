@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -71,6 +72,54 @@ const (
 type queuedEvent struct {
 	ev    bus.Event
 	delta *agentEventData
+	// data holds ev.Data, given back once the event is published.
+	data *eventJSON
+}
+
+// eventJSON is an event's data encoded into a buffer that is used again
+// once the event is published: the data of a call's dozen events were,
+// after the message that carries them, the largest garbage of its events.
+type eventJSON struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var eventJSONs = sync.Pool{New: func() any {
+	e := &eventJSON{}
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// maxPooledEventData bounds the buffers kept: a large tool result's must
+// not stay in the pool.
+const maxPooledEventData = 64 << 10
+
+// encodeEventData is json.Marshal(v), in a buffer that release gives back.
+func encodeEventData(v any) (*eventJSON, json.RawMessage, error) {
+	e := eventJSONs.Get().(*eventJSON)
+	if err := e.enc.Encode(v); err != nil {
+		return nil, nil, err
+	}
+	b := e.buf.Bytes()
+	// The encoder ends a value with a newline, which Marshal does not.
+	return e, b[:len(b)-1], nil
+}
+
+// release gives e back to the pool; the data it held is not used again.
+func (e *eventJSON) release() {
+	if e == nil || e.buf.Cap() > maxPooledEventData {
+		return
+	}
+	e.buf.Reset()
+	eventJSONs.Put(e)
+}
+
+// releaseData gives back the data of events that will not be published
+// or have been.
+func releaseData(events []queuedEvent) {
+	for _, q := range events {
+		q.data.release()
+	}
 }
 
 type eventQueue struct {
@@ -464,20 +513,22 @@ func (p *eventPublisher) publishQueued(batch [][]queuedEvent) {
 			eventArrays.put(a)
 		}
 		for _, q := range batch {
+			releaseData(q)
 			queuedArrays.put(q)
 		}
 	}()
 	for _, queued := range batch {
 		events := eventArrays.get(len(queued))
-		for _, q := range queued {
+		for i := range queued {
+			q := &queued[i]
 			ev := q.ev
 			if q.delta != nil {
-				b, err := json.Marshal(q.delta)
+				e, b, err := encodeEventData(q.delta)
 				if err != nil {
 					p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 					continue
 				}
-				ev.Data = b
+				q.data, ev.Data = e, b
 			}
 			events = append(events, ev)
 		}
@@ -551,16 +602,18 @@ func (p *eventPublisher) stop(ctx context.Context) {
 // publish publishes one event on toolgate.event.<conversation>. Events
 // are for UIs: a failure is logged and the work goes on.
 func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID string, data any) {
-	var raw json.RawMessage
+	var (
+		raw json.RawMessage
+		buf *eventJSON
+	)
 	if data != nil {
-		b, err := json.Marshal(data)
-		if err != nil {
+		var err error
+		if buf, raw, err = encodeEventData(data); err != nil {
 			p.log.WarnContext(ctx, "encode event", slog.String("type", typ), slog.String("error", err.Error()))
 			return
 		}
-		raw = b
 	}
-	p.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}})
+	p.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}, data: buf})
 }
 
 func (p *eventPublisher) emit(ctx context.Context, q queuedEvent) {
@@ -667,6 +720,7 @@ func (h *eventHold) keep(q queuedEvent) bool {
 		h.held = append(h.held, q)
 		return true
 	case holdDropped:
+		q.data.release()
 		return true
 	}
 	return false
@@ -690,6 +744,7 @@ func (h *eventHold) drop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.state = holdDropped
+	releaseData(h.held)
 	queuedArrays.put(h.held)
 	h.held = nil
 }

@@ -501,3 +501,35 @@ func TestEventPublisherUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// An event's data is json.Marshal's bytes, from a buffer used again once
+// given back: a value encoded after a large one and after a release holds
+// only its own bytes.
+func TestEncodeEventDataIsMarshal(t *testing.T) {
+	t.Parallel()
+	part := &agent.Part{Kind: agent.PartToolCall, ToolName: "noop", ToolCallID: "call_1", Args: json.RawMessage(`{"q": "<a & b>"}`)}
+	values := []any{
+		agentEventData{Kind: agent.EventToolCall, Part: part},
+		map[string]any{"output": strings.Repeat("x", maxPooledEventData+1)},
+		agentEventData{Kind: agent.EventTextDelta, Delta: "a <b> & \u2028"},
+		json.RawMessage(`{ "spaced" : [1, 2] }`),
+		nil,
+	}
+	for i, v := range values {
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, got, err := encodeEventData(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("value %d: %s, want %s", i, got, want)
+		}
+		e.release()
+	}
+	if _, _, err := encodeEventData(func() {}); err == nil {
+		t.Error("a value JSON cannot hold was encoded")
+	}
+}
