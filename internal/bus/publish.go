@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -52,7 +53,9 @@ func (w validated) MarshalJSON() ([]byte, error)             { return json.Marsh
 // the caller gives back with releaseData once the publication is over.
 func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	m := &nats.Msg{Subject: o.Subject, Header: make(nats.Header, len(o.Header)+2)}
-	addHeaders(m.Header, o.Header)
+	// The values are shared, not copied: a message's header is only read,
+	// and Set replaces a value rather than changing it.
+	maps.Copy(m.Header, o.Header)
 	ct := m.Header.Get(HeaderContentType)
 	if ct == "" {
 		ct = b.cfg.ContentType
