@@ -62,37 +62,37 @@ func AppendEncode(dst []byte, v any, contentType string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	e := encoders.Get().(*pooledEncoder)
+	defer e.put()
 	if ct == ContentTypeJSON {
-		b, err := json.Marshal(v)
-		if err != nil {
+		if err := e.json.Encode(v); err != nil {
 			return nil, fmt.Errorf("encode json: %w", err)
 		}
-		if dst == nil {
-			return b, nil
-		}
-		return append(dst, b...), nil
+		// json.Marshal's bytes: the encoder ends a value with a newline.
+		b := e.buf.Bytes()
+		return append(dst, b[:len(b)-1]...), nil
 	}
-	e := msgpackEncoders.Get().(*pooledEncoder)
-	defer e.put()
-	if err := e.enc.Encode(v); err != nil {
+	if err := e.msgpack.Encode(v); err != nil {
 		return nil, fmt.Errorf("encode msgpack: %w", err)
 	}
 	return append(dst, e.buf.Bytes()...), nil
 }
 
-// pooledEncoder is a msgpack encoder with its buffer, kept for reuse: an
-// encoder writing into a fresh buffer grows it by doubling, and that
-// garbage was a fifth of the bytes the orchestrator allocated. The message
-// is copied out at its exact size.
+// pooledEncoder is a msgpack and a JSON encoder writing into one buffer,
+// kept for reuse: an encoder writing into a fresh buffer grows it by
+// doubling, and that garbage was a fifth of the bytes the orchestrator
+// allocated. The message is copied out, to dst.
 type pooledEncoder struct {
-	buf bytes.Buffer
-	enc *msgpack.Encoder
+	buf     bytes.Buffer
+	msgpack *msgpack.Encoder
+	json    *json.Encoder
 }
 
-var msgpackEncoders = sync.Pool{New: func() any {
+var encoders = sync.Pool{New: func() any {
 	e := &pooledEncoder{}
-	e.enc = msgpack.NewEncoder(&e.buf)
-	e.enc.UseCompactInts(true)
+	e.msgpack = msgpack.NewEncoder(&e.buf)
+	e.msgpack.UseCompactInts(true)
+	e.json = json.NewEncoder(&e.buf)
 	return e
 }}
 
@@ -103,7 +103,7 @@ func (e *pooledEncoder) put() {
 		return
 	}
 	e.buf.Reset()
-	msgpackEncoders.Put(e)
+	encoders.Put(e)
 }
 
 // DecodeError is an undecodable body (as opposed to a decodable but invalid

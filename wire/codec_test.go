@@ -186,30 +186,46 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 	}
 }
 
-// AppendEncode writes what Encode returns after what dst holds, and
-// refuses what Encode refuses.
+// AppendEncode writes after what dst holds json.Marshal's bytes, or
+// msgpack that decodes to the same message, from encoders it uses again;
+// and refuses what Encode refuses.
 func TestAppendEncode(t *testing.T) {
 	t.Parallel()
 	c := bustest.SampleCall("run1", "c1")
-	for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
-		want, err := wire.Encode(c, ct)
-		if err != nil {
-			t.Fatal(err)
-		}
+	c.Args = json.RawMessage(`{"q": "<a & b>", "n": [1, 2]}`)
+	wantJSON, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
 		dst := make([]byte, 3, 8)
 		copy(dst, "abc")
-		got, err := wire.AppendEncode(dst, c, ct)
+		got, err := wire.AppendEncode(dst, c, wire.ContentTypeJSON)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got[:3]) != "abc" || !bytes.Equal(got[3:], want) {
-			t.Errorf("%s: %q, want abc + %q", ct, got, want)
+		if string(got[:3]) != "abc" || !bytes.Equal(got[3:], wantJSON) {
+			t.Errorf("json: %q, want abc + %q", got, wantJSON)
+		}
+		got, err = wire.AppendEncode(dst, c, wire.ContentTypeMsgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back wire.CallRequest
+		if err := wire.Decode(got[3:], wire.ContentTypeMsgpack, &back); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(c, back); string(got[:3]) != "abc" || diff != "" {
+			t.Errorf("msgpack: prefix %q, message (-sent +decoded):\n%s", got[:3], diff)
 		}
 	}
 	bad := c
 	bad.Args = json.RawMessage(`"no"`)
 	if _, err := wire.AppendEncode(nil, bad, ""); err == nil || !strings.Contains(err.Error(), "args") {
 		t.Errorf("err = %v", err)
+	}
+	if _, err := wire.AppendEncode(nil, func() {}, wire.ContentTypeJSON); err == nil {
+		t.Error("a value JSON cannot hold was encoded")
 	}
 }
 

@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -73,52 +72,45 @@ type queuedEvent struct {
 	ev    bus.Event
 	delta *agentEventData
 	// data holds ev.Data, given back once the event is published.
-	data *eventJSON
+	data *[]byte
 }
 
-// eventJSON is an event's data encoded into a buffer that is used again
-// once the event is published: the data of a call's dozen events were,
-// after the message that carries them, the largest garbage of its events.
-type eventJSON struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-}
-
-var eventJSONs = sync.Pool{New: func() any {
-	e := &eventJSON{}
-	e.enc = json.NewEncoder(&e.buf)
-	return e
-}}
+// eventBuffers hold events' JSON data, used again once the event is
+// published: the data of a call's dozen events were, after the message
+// that carries them, the largest garbage of its events.
+var eventBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxPooledEventData bounds the buffers kept: a large tool result's must
 // not stay in the pool.
 const maxPooledEventData = 64 << 10
 
-// encodeEventData is json.Marshal(v), in a buffer that release gives back.
-func encodeEventData(v any) (*eventJSON, json.RawMessage, error) {
-	e := eventJSONs.Get().(*eventJSON)
-	if err := e.enc.Encode(v); err != nil {
+// encodeEventData is json.Marshal(v), in a buffer that releaseBuffer gives
+// back.
+func encodeEventData(v any) (*[]byte, json.RawMessage, error) {
+	buf := eventBuffers.Get().(*[]byte)
+	b, err := wire.AppendEncode((*buf)[:0], v, wire.ContentTypeJSON)
+	if err != nil {
+		eventBuffers.Put(buf)
 		return nil, nil, err
 	}
-	b := e.buf.Bytes()
-	// The encoder ends a value with a newline, which Marshal does not.
-	return e, b[:len(b)-1], nil
+	*buf = b
+	return buf, b, nil
 }
 
-// release gives e back to the pool; the data it held is not used again.
-func (e *eventJSON) release() {
-	if e == nil || e.buf.Cap() > maxPooledEventData {
+// releaseBuffer gives buf back to the pool; the data it held is not used
+// again.
+func releaseBuffer(buf *[]byte) {
+	if buf == nil || cap(*buf) > maxPooledEventData {
 		return
 	}
-	e.buf.Reset()
-	eventJSONs.Put(e)
+	eventBuffers.Put(buf)
 }
 
 // releaseData gives back the data of events that will not be published
 // or have been.
 func releaseData(events []queuedEvent) {
 	for _, q := range events {
-		q.data.release()
+		releaseBuffer(q.data)
 	}
 }
 
@@ -604,7 +596,7 @@ func (p *eventPublisher) stop(ctx context.Context) {
 func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID string, data any) {
 	var (
 		raw json.RawMessage
-		buf *eventJSON
+		buf *[]byte
 	)
 	if data != nil {
 		var err error
@@ -720,7 +712,7 @@ func (h *eventHold) keep(q queuedEvent) bool {
 		h.held = append(h.held, q)
 		return true
 	case holdDropped:
-		q.data.release()
+		releaseBuffer(q.data)
 		return true
 	}
 	return false

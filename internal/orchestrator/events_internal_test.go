@@ -527,7 +527,7 @@ func TestEncodeEventDataIsMarshal(t *testing.T) {
 		if string(got) != string(want) {
 			t.Errorf("value %d: %s, want %s", i, got, want)
 		}
-		e.release()
+		releaseBuffer(e)
 	}
 	if _, _, err := encodeEventData(func() {}); err == nil {
 		t.Error("a value JSON cannot hold was encoded")
