@@ -113,8 +113,8 @@ func (sc *stateCache) size(id string) int64 {
 }
 
 // put caches c as id's state at seq, unless a later one is cached; c is the
-// cache's from now on. A finished conversation is among the first out when
-// room is needed, and never pushes out an unfinished one: put first, the
+// cache's from now on. A finished conversation (or a deleted one's
+// tombstone) is among the first out when room is needed, and never pushes out an unfinished one: put first, the
 // conversations a resume of 100,000 had finished pushed out the paused
 // ones still waiting (0.76 log reads per conversation with room for all of
 // them).
@@ -124,7 +124,7 @@ func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 	c.runsOwned = false
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	finished := c.Status.Terminal()
+	finished := c.Status.ended()
 	if el, ok := sc.m[id]; ok {
 		e := el.Value.(*cacheEntry)
 		if e.seq >= seq {

@@ -151,7 +151,7 @@ func (d *deadlineIndex) schedule(c *Conversation) {
 		return
 	}
 	next := c.Batch.nextDeadline()
-	if next.IsZero() || c.Status.Terminal() || c.Status == StatusDeleted {
+	if next.IsZero() || c.Status.ended() {
 		d.forget(c.ID)
 		return
 	}
