@@ -49,8 +49,12 @@ type validated struct{ v any }
 func (w validated) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode(w.v) }
 func (w validated) MarshalJSON() ([]byte, error)             { return json.Marshal(w.v) }
 
-// message is o as a nats.Msg, its data in a buffer from msgBuffers that
-// the caller gives back with releaseData once the publication is over.
+// message is o as a nats.Msg, its data in a buffer of EncodePooled that
+// the caller gives back with ReleaseEncoded once the publication is over:
+// the client copies a message into its connection's buffer as it sends
+// it, so its bytes are free once its publication has its answer (or has
+// failed for good), unless the client may still send it again, an
+// asynchronous publication whose answer was not seen.
 func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	m := &nats.Msg{Subject: o.Subject, Header: make(nats.Header, len(o.Header)+2)}
 	// The values are shared, not copied: a message's header is only read,
@@ -69,10 +73,8 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	if o.valid {
 		v = validated{o.Value}
 	}
-	buf := msgBuffers.Get().(*[]byte)
-	data, err := wire.AppendEncode((*buf)[:0], v, ct)
+	data, buf, err := EncodePooled(v, ct)
 	if err != nil {
-		msgBuffers.Put(buf)
 		return nil, nil, err
 	}
 	m.Data = data
@@ -82,26 +84,36 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	return m, buf, nil
 }
 
-// msgBuffers hold the bytes of messages under publication. The client
-// copies a message into its connection's buffer as it sends it, so its
-// bytes are free once its publication has its answer (or has failed for
-// good), unless the client may still send it again: an asynchronous
-// publication whose answer was not seen. The encoded event batches were
-// the largest share of what the bus allocated per call.
-var msgBuffers = sync.Pool{New: func() any { return new([]byte) }}
+// encodedBuffers hold encodings whose use ends at a known moment: a
+// message under publication, an event's data until its batch is
+// published. The encoded event batches and the events' data were the
+// largest garbage of a call's events.
+var encodedBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// maxPooledMessage bounds the buffers kept: one large message must not
+// maxPooledEncoding bounds the buffers kept: one large message must not
 // keep its size in the pool.
-const maxPooledMessage = 64 << 10
+const maxPooledEncoding = 64 << 10
 
-// releaseData gives m's data back to buf's pool; m is not used again.
-func releaseData(buf *[]byte, m *nats.Msg) {
-	if cap(m.Data) > maxPooledMessage {
+// EncodePooled is Encode into a buffer from a pool, for bytes whose use
+// ends at a known moment: ReleaseEncoded(buf) gives the buffer back, after
+// which data must not be read.
+func EncodePooled(v any, contentType string) (data []byte, buf *[]byte, err error) {
+	buf = encodedBuffers.Get().(*[]byte)
+	data, err = wire.AppendEncode((*buf)[:0], v, contentType)
+	if err != nil {
+		encodedBuffers.Put(buf)
+		return nil, nil, err
+	}
+	*buf = data
+	return data, buf, nil
+}
+
+// ReleaseEncoded gives back a buffer of EncodePooled; nil is none.
+func ReleaseEncoded(buf *[]byte) {
+	if buf == nil || cap(*buf) > maxPooledEncoding {
 		return
 	}
-	*buf = m.Data[:0]
-	m.Data = nil
-	msgBuffers.Put(buf)
+	encodedBuffers.Put(buf)
 }
 
 // Publish encodes v (msgpack unless a Content-Type header says JSON),
@@ -124,7 +136,7 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, v any, hdr ...
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	ack, err := b.publishMsg(ctx, m)
-	releaseData(buf, m)
+	ReleaseEncoded(buf)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
@@ -236,7 +248,7 @@ func (b *Bus) publishBatch(ctx context.Context, msgs []Outgoing, repeats []bool)
 	for _, p := range futs {
 		answered, repeat, err := b.awaitBatchAck(ctx, p.m, p.fut, timer, &timedOut)
 		if answered {
-			releaseData(p.buf, p.m)
+			ReleaseEncoded(p.buf)
 		}
 		if repeats != nil {
 			repeats[p.i] = repeat
@@ -477,7 +489,7 @@ func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err 
 		return nil, fmt.Errorf("publish %s: %w", what, err)
 	}
 	ack, err := b.publishMsg(ctx, m)
-	releaseData(buf, m)
+	ReleaseEncoded(buf)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s %s: %w", what, o.MsgID, err)
 	}

@@ -71,46 +71,16 @@ const (
 type queuedEvent struct {
 	ev    bus.Event
 	delta *agentEventData
-	// data holds ev.Data, given back once the event is published.
+	// data holds ev.Data (bus.EncodePooled), given back once the event
+	// is published.
 	data *[]byte
-}
-
-// eventBuffers hold events' JSON data, used again once the event is
-// published: the data of a call's dozen events were, after the message
-// that carries them, the largest garbage of its events.
-var eventBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooledEventData bounds the buffers kept: a large tool result's must
-// not stay in the pool.
-const maxPooledEventData = 64 << 10
-
-// encodeEventData is json.Marshal(v), in a buffer that releaseBuffer gives
-// back.
-func encodeEventData(v any) (*[]byte, json.RawMessage, error) {
-	buf := eventBuffers.Get().(*[]byte)
-	b, err := wire.AppendEncode((*buf)[:0], v, wire.ContentTypeJSON)
-	if err != nil {
-		eventBuffers.Put(buf)
-		return nil, nil, err
-	}
-	*buf = b
-	return buf, b, nil
-}
-
-// releaseBuffer gives buf back to the pool; the data it held is not used
-// again.
-func releaseBuffer(buf *[]byte) {
-	if buf == nil || cap(*buf) > maxPooledEventData {
-		return
-	}
-	eventBuffers.Put(buf)
 }
 
 // releaseData gives back the data of events that will not be published
 // or have been.
 func releaseData(events []queuedEvent) {
 	for _, q := range events {
-		releaseBuffer(q.data)
+		bus.ReleaseEncoded(q.data)
 	}
 }
 
@@ -515,7 +485,7 @@ func (p *eventPublisher) publishQueued(batch [][]queuedEvent) {
 			q := &queued[i]
 			ev := q.ev
 			if q.delta != nil {
-				e, b, err := encodeEventData(q.delta)
+				b, e, err := bus.EncodePooled(q.delta, bus.ContentTypeJSON)
 				if err != nil {
 					p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 					continue
@@ -600,7 +570,7 @@ func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID
 	)
 	if data != nil {
 		var err error
-		if buf, raw, err = encodeEventData(data); err != nil {
+		if raw, buf, err = bus.EncodePooled(data, bus.ContentTypeJSON); err != nil {
 			p.log.WarnContext(ctx, "encode event", slog.String("type", typ), slog.String("error", err.Error()))
 			return
 		}
@@ -712,7 +682,7 @@ func (h *eventHold) keep(q queuedEvent) bool {
 		h.held = append(h.held, q)
 		return true
 	case holdDropped:
-		releaseBuffer(q.data)
+		bus.ReleaseEncoded(q.data)
 		return true
 	}
 	return false

@@ -502,15 +502,16 @@ func TestEventPublisherUnderLoad(t *testing.T) {
 	}
 }
 
-// An event's data is json.Marshal's bytes, from a buffer used again once
-// given back: a value encoded after a large one and after a release holds
-// only its own bytes.
-func TestEncodeEventDataIsMarshal(t *testing.T) {
+// An event's data (bus.EncodePooled) is json.Marshal's bytes, from a
+// buffer used again once given back: a value encoded after a large one
+// (past what the pool keeps, 64 KiB) and after a release holds only its
+// own bytes.
+func TestEventDataIsMarshal(t *testing.T) {
 	t.Parallel()
 	part := &agent.Part{Kind: agent.PartToolCall, ToolName: "noop", ToolCallID: "call_1", Args: json.RawMessage(`{"q": "<a & b>"}`)}
 	values := []any{
 		agentEventData{Kind: agent.EventToolCall, Part: part},
-		map[string]any{"output": strings.Repeat("x", maxPooledEventData+1)},
+		map[string]any{"output": strings.Repeat("x", 64<<10+1)},
 		agentEventData{Kind: agent.EventTextDelta, Delta: "a <b> & \u2028"},
 		json.RawMessage(`{ "spaced" : [1, 2] }`),
 		nil,
@@ -520,16 +521,16 @@ func TestEncodeEventDataIsMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, got, err := encodeEventData(v)
+		got, e, err := bus.EncodePooled(v, bus.ContentTypeJSON)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(got) != string(want) {
 			t.Errorf("value %d: %s, want %s", i, got, want)
 		}
-		releaseBuffer(e)
+		bus.ReleaseEncoded(e)
 	}
-	if _, _, err := encodeEventData(func() {}); err == nil {
+	if _, _, err := bus.EncodePooled(func() {}, bus.ContentTypeJSON); err == nil {
 		t.Error("a value JSON cannot hold was encoded")
 	}
 }
