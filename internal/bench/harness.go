@@ -245,8 +245,21 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 				h.toolgateDown = errors.Is(err, ErrOrchestratorUnavailable)
 			}
 		}
-		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm)...)
+		// The storage floor stores what toolgate stored in this run, so it
+		// runs after it.
+		var sm *Measurement
+		if c.Batch == 1 {
+			m, err := measure(ctx, h.res, cfg.Progress, c, NewStorageTarget(h.env, StorageSizesOf(tm)))
+			if err != nil {
+				return err
+			}
+			sm = &m
+		}
+		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm)...)
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
+		if sm != nil {
+			fmt.Fprintf(cfg.Progress, "%-30s storage floor %s\n", "", describe(sm))
+		}
 	}
 	return nil
 }
@@ -352,7 +365,7 @@ func runLong(ctx context.Context, res *Results, cfg Config, c LongCase, down boo
 	fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", c.Name(), describeFigures(figs, longMetrics(c)))
 }
 
-func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
+func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []Row {
 	figs := []struct {
 		metric string
 		f      func(Measurement) float64
@@ -369,6 +382,9 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 		if tg != nil {
 			row.Toolgate = num(f.f(*tg))
 		}
+		if storage != nil {
+			row.Storage = num(f.f(*storage))
+		}
 		rows = append(rows, row)
 	}
 	stored := Row{Name: c.Name(), Metric: MetricStoredMessages, Workers: c.Workers, Batch: c.Batch}
@@ -377,6 +393,9 @@ func roundTripRows(c Case, raw, floor Measurement, tg *Measurement) []Row {
 	}
 	if tg != nil && tg.Stored != nil {
 		stored.Toolgate = num(tg.StoredPerCall())
+	}
+	if storage != nil && storage.Stored != nil {
+		stored.Storage = num(storage.StoredPerCall())
 	}
 	rows = append(rows, stored)
 	if c.Batch == 1 {
@@ -499,7 +518,11 @@ func describe(m *Measurement) string {
 	if m.Stored != nil {
 		var parts []string
 		for _, name := range slices.Sorted(maps.Keys(m.Stored)) {
-			parts = append(parts, fmt.Sprintf("%s %.2f", name, m.Stored[name]))
+			part := fmt.Sprintf("%s %.2f", name, m.Stored[name])
+			if n := m.StoredBytes[name]; n > 0 {
+				part += fmt.Sprintf(" (%.0f B)", n)
+			}
+			parts = append(parts, part)
 		}
 		s += fmt.Sprintf(" [stored per call %.2f: %s]", m.StoredPerCall(), strings.Join(parts, ", "))
 	}
@@ -593,6 +616,7 @@ func Headline(w io.Writer, r *Results) {
 		fmt.Fprintf(&b, "%-32s %-28s %12s %12s %8s  %s: %s\n", row.Name, row.Metric,
 			fmtPtr(row.Raw), fmtPtr(row.Toolgate), fmtPtr(row.Ratio), row.Target, strings.Trim(result, "*"))
 	}
+	storageLines(&b, r.Cases)
 	switch {
 	case r.Previous == "":
 		b.WriteString("regressions: no previous results of this mode to compare with\n")
@@ -609,4 +633,23 @@ func Headline(w io.Writer, r *Results) {
 		}
 	}
 	io.WriteString(w, b.String())
+}
+
+// storageLines tells, for each batch-1 throughput row with a storage
+// floor, what toolgate's storage alone leaves of raw's throughput and what
+// toolgate reaches of that.
+func storageLines(b *strings.Builder, rows []Row) {
+	for _, row := range rows {
+		if row.Metric != MetricThroughput || row.Storage == nil || *row.Storage == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "%-32s storage floor %s calls/s", row.Name, fmtNum(*row.Storage))
+		if row.Raw != nil && *row.Raw != 0 {
+			fmt.Fprintf(b, " = %s x raw", fmtNum(*row.Storage / *row.Raw))
+		}
+		if row.Toolgate != nil {
+			fmt.Fprintf(b, "; toolgate = %s x the storage floor", fmtNum(*row.Toolgate / *row.Storage))
+		}
+		b.WriteString("\n")
+	}
 }

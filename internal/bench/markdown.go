@@ -100,16 +100,16 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 		if s := section(row); s != current {
 			current = s
 			fmt.Fprintf(&b, "## %s\n\n", s)
-			b.WriteString("| name | metric | workers | batch | raw | toolgate | ratio | core NATS | target | result |\n")
-			b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+			b.WriteString("| name | metric | workers | batch | raw | toolgate | ratio | core NATS | storage floor | target | result |\n")
+			b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 		}
 		target := row.Target
 		if target == "" {
 			target = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n",
 			row.Name, row.Metric, row.Workers, row.Batch, fmtPtr(row.Raw), fmtPtr(row.Toolgate),
-			fmtPtr(row.Ratio), fmtPtr(row.Floor), target, fmtPass(row.Pass))
+			fmtPtr(row.Ratio), fmtPtr(row.Floor), fmtPtr(row.Storage), target, fmtPass(row.Pass))
 		if i == len(r.Cases)-1 || section(r.Cases[i+1]) != current {
 			b.WriteString("\n")
 		}

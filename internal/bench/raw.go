@@ -43,13 +43,20 @@ const (
 type RawTarget struct {
 	env *Env
 	seq atomic.Int64
+	// storage makes it the storage floor (NewStorageTarget).
+	storage *StorageSizes
 }
 
 // NewRawTarget returns the JetStream baseline on env.
 func NewRawTarget(env *Env) *RawTarget { return &RawTarget{env: env} }
 
-// Name is "raw".
-func (t *RawTarget) Name() string { return "raw" }
+// Name is "raw", or "storage" for the storage floor.
+func (t *RawTarget) Name() string {
+	if t.storage != nil {
+		return "storage"
+	}
+	return "raw"
+}
 
 // rawPullExpiry matches the pull expiry toolgate's consumers use (AckWait/3
 // of their 30 s), so both sides pull the same way; with the library's 30 s a
@@ -83,7 +90,10 @@ func rawStreams(gen string) (calls, replies jetstream.StreamConfig, err error) {
 // Run measures one case on fresh streams, deleted afterwards.
 func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) {
 	if err := c.validate(); err != nil {
-		return Measurement{}, fmt.Errorf("raw: %w", err)
+		return Measurement{}, fmt.Errorf("%s: %w", t.Name(), err)
+	}
+	if t.storage != nil && c.Batch != 1 {
+		return Measurement{}, fmt.Errorf("storage: batch %d: the storage floor is of batch-1 calls", c.Batch)
 	}
 	gen := strconv.FormatInt(t.seq.Add(1), 10)
 	prefix := "j" + gen
@@ -98,7 +108,15 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	if err != nil {
 		return Measurement{}, err
 	}
-	for _, sc := range []jetstream.StreamConfig{callsCfg, repliesCfg} {
+	configs := []jetstream.StreamConfig{callsCfg, repliesCfg}
+	if t.storage != nil {
+		logCfg, eventsCfg, err := storageStreams(prefix)
+		if err != nil {
+			return Measurement{}, err
+		}
+		configs = append(configs, logCfg, eventsCfg)
+	}
+	for _, sc := range configs {
 		if _, err := js.CreateStream(ctx, sc); err != nil {
 			return Measurement{}, fmt.Errorf("raw: create stream %s: %w", sc.Name, err)
 		}
@@ -113,7 +131,12 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	var bg failure
 	var redelivered atomic.Int64
 	reg := &registry{}
-	collect, err := collectRawReplies(ctx, js, callsCfg.Name, repliesCfg.Name, c, reg, &bg, &redelivered)
+	var st *storageRun
+	if t.storage != nil {
+		st = newStorageRun(js, prefix, *t.storage, &bg)
+		defer st.pending.Wait()
+	}
+	collect, err := collectRawReplies(ctx, js, callsCfg.Name, repliesCfg.Name, c, reg, st, &bg, &redelivered)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -126,23 +149,29 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 		}
 		defer stop()
 	}
-	send := func(ctx context.Context, b *batch) error { return sendRawBatch(ctx, js, b) }
-	streams := []string{callsCfg.Name, repliesCfg.Name}
-	seqs0, err := lastSequences(ctx, orch, streams)
+	send := func(ctx context.Context, b *batch) error {
+		if st != nil {
+			if err := st.start(ctx, b); err != nil {
+				return err
+			}
+		}
+		return sendRawBatch(ctx, js, b)
+	}
+	streams := make([]string, len(configs))
+	for i, sc := range configs {
+		streams[i] = sc.Name
+	}
+	states0, err := streamStates(ctx, orch, streams)
 	if err != nil {
-		return Measurement{}, fmt.Errorf("raw: %w", err)
+		return Measurement{}, fmt.Errorf("%s: %w", t.Name(), err)
 	}
 	m, err = warmAndMeasure(ctx, c, prefix, send, reg, &bg)
 	if err != nil {
-		return Measurement{}, fmt.Errorf("raw %s: %w", c.Name(), err)
+		return Measurement{}, fmt.Errorf("%s %s: %w", t.Name(), c.Name(), err)
 	}
 	// Over the warm-up and the measured calls, as both are the same.
-	if seqs, err := lastSequences(ctx, orch, streams); err == nil {
-		calls := float64(m.Calls + c.WarmupBatches()*c.Batch)
-		m.Stored = map[string]float64{}
-		for _, name := range streams {
-			m.Stored[name] = float64(seqs[name]-seqs0[name]) / calls
-		}
+	if states, err := streamStates(ctx, orch, streams); err == nil {
+		m.Stored, m.StoredBytes = storedPer(float64(m.Calls+c.WarmupBatches()*c.Batch), configs, states0, states)
 	}
 	m.Redelivered = redelivered.Load()
 	m.Stalls = bg.stalls.Load()
@@ -152,7 +181,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 // collectRawReplies creates the raw case's call consumer (which its
 // workers pull from) and its reply consumer, and consumes the replies into
 // reg.
-func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, replies string, c Case, reg *registry, bg *failure, redelivered *atomic.Int64) (jetstream.ConsumeContext, error) {
+func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, replies string, c Case, reg *registry, st *storageRun, bg *failure, redelivered *atomic.Int64) (jetstream.ConsumeContext, error) {
 	if _, err := js.CreateOrUpdateConsumer(ctx, calls, jetstream.ConsumerConfig{
 		Durable:       rawCallConsumer,
 		FilterSubject: rawCallPrefix + sampleTool,
@@ -181,6 +210,10 @@ func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, repli
 			_ = msg.Term()
 			return
 		}
+		if st != nil {
+			st.reply(ctx, msg, rep, reg)
+			return
+		}
 		reg.arrive(rep.ToolCallID, at)
 		_ = msg.Ack()
 	}, rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
@@ -195,7 +228,9 @@ func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, repli
 func sendRawBatch(ctx context.Context, js jetstream.JetStream, b *batch) error {
 	futures := make([]jetstream.PubAckFuture, len(b.calls))
 	for i, id := range b.calls {
-		b.sent[i] = time.Now()
+		if b.sent[i].IsZero() {
+			b.sent[i] = time.Now()
+		}
 		data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
 		if err != nil {
 			return err

@@ -3,6 +3,8 @@ package bench_test
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ func TestTargetsRoundTrip(t *testing.T) {
 		{"raw batch 1", bench.NewRawTarget(env), bench.Case{Workers: 2, Batch: 1, Window: 4, Calls: 40, Warmup: 4}},
 		{"raw batch 7", bench.NewRawTarget(env), bench.Case{Workers: 3, Batch: 7, Window: 14, Calls: 50, Warmup: 0}},
 		{"core nats batch 5", bench.NewFloorTarget(env), bench.Case{Workers: 2, Batch: 5, Window: 10, Calls: 40, Warmup: 5}},
+		{"storage floor", bench.NewStorageTarget(env, bench.StorageSizes{Record: 1500, Event: 5000}), bench.Case{Workers: 2, Batch: 1, Window: 6, Calls: 40, Warmup: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,6 +66,65 @@ func TestTargetsRoundTrip(t *testing.T) {
 				t.Errorf("max latency %s exceeds elapsed %s", m.Latency.Max, m.Elapsed)
 			}
 		})
+	}
+}
+
+// The storage floor stores, beside raw's call and reply, two records in a
+// log and an event message per call, at the sizes it is given as the
+// streams count them; and it refuses a batch it cannot store as toolgate.
+func TestStorageFloorStoresToolgatesMessages(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sizes := bench.StorageSizes{Record: 1200, Event: 6000}
+	target := bench.NewStorageTarget(env, sizes)
+	if target.Name() != "storage" {
+		t.Errorf("name %q, want storage", target.Name())
+	}
+	m, err := target.Run(ctx, bench.Case{Workers: 1, Batch: 1, Window: 3, Calls: 30, Warmup: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"BENCH_CALLS": 1, "BENCH_REPLIES": 1, "BENCH_LOG": 2, "BENCH_EVENTS": 1}
+	got := map[string]float64{}
+	for name, n := range m.Stored {
+		got[name[:strings.LastIndex(name, "_")]] += n
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("stored per call %v, want %v", m.Stored, want)
+	}
+	for name, n := range m.StoredBytes {
+		var per float64
+		switch {
+		case strings.HasPrefix(name, "BENCH_LOG"):
+			per = n / 2 / float64(sizes.Record)
+		case strings.HasPrefix(name, "BENCH_EVENTS"):
+			per = n / float64(sizes.Event)
+		default:
+			continue
+		}
+		// Within the bytes of a header value whose length varies.
+		if per < 0.98 || per > 1.02 {
+			t.Errorf("%s stored %.0f B per call, %.3f of the size given", name, n, per)
+		}
+	}
+	if _, err := target.Run(ctx, bench.Case{Workers: 1, Batch: 2, Window: 2, Calls: 4}); err == nil {
+		t.Error("a batch of 2 measured; want it refused")
+	}
+}
+
+// Toolgate's stored sizes are the floor's, where it measured them.
+func TestStorageSizesOf(t *testing.T) {
+	m := &bench.Measurement{
+		Stored:      map[string]float64{"TOOLGATE_CONVERSATIONS": 2, "TOOLGATE_EVENTS": 1.25},
+		StoredBytes: map[string]float64{"TOOLGATE_CONVERSATIONS": 3000, "TOOLGATE_EVENTS": 5000},
+	}
+	if got, want := bench.StorageSizesOf(m), (bench.StorageSizes{Record: 1500, Event: 4000}); got != want {
+		t.Errorf("sizes %+v, want %+v", got, want)
+	}
+	if got := bench.StorageSizesOf(nil); got.Record <= 0 || got.Event <= 0 {
+		t.Errorf("default sizes %+v, want positive", got)
 	}
 }
 

@@ -92,6 +92,10 @@ type Row struct {
 	Ratio    *float64 `json:"ratio"`
 	// Floor is core NATS request-reply for the round-trip metrics.
 	Floor *float64 `json:"floor,omitempty"`
+	// Storage is the storage floor's, for the round-trip metrics of batch
+	// 1: raw JetStream storing what toolgate stores for a call
+	// (NewStorageTarget).
+	Storage *float64 `json:"storage,omitempty"`
 	// Target is the issue's goal for this row, Pass whether it is met
 	// (null while the toolgate side is not measured).
 	Target string `json:"target,omitempty"`

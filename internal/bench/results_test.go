@@ -153,7 +153,7 @@ func TestMarkdown(t *testing.T) {
 	r := &bench.Results{
 		Mode: "full",
 		Cases: []bench.Row{
-			{Name: "roundtrip/workers=1/batch=1", Metric: bench.MetricP99, Workers: 1, Batch: 1, Raw: f(0.25), Toolgate: f(1)},
+			{Name: "roundtrip/workers=1/batch=1", Metric: bench.MetricP99, Workers: 1, Batch: 1, Raw: f(0.25), Toolgate: f(1), Storage: f(0.5)},
 			{Name: "codec/Event/encode", Metric: bench.MetricCodecNsPerOp, Raw: f(2000), Toolgate: f(1500)},
 		},
 		Regressions: []bench.Regression{{Name: "roundtrip/workers=1/batch=1", Metric: bench.MetricP99, Side: "toolgate", Previous: 0.5, Current: 1, Worse: 1}},
@@ -168,8 +168,8 @@ func TestMarkdown(t *testing.T) {
 	md := b.String()
 	for _, want := range []string{
 		"## Round trip", "## Codec",
-		"| roundtrip/workers=1/batch=1 | p99_ms | 1 | 1 | 0.25 | 1.00 | 4.00 | — | ratio <= 3 | **FAIL** |",
-		"| codec/Event/encode | codec_ns_per_op | 0 | 0 | 2000 | 1500 | 0.75 | — | — | — |",
+		"| roundtrip/workers=1/batch=1 | p99_ms | 1 | 1 | 0.25 | 1.00 | 4.00 | — | 0.5 | ratio <= 3 | **FAIL** |",
+		"| codec/Event/encode | codec_ns_per_op | 0 | 0 | 2000 | 1500 | 0.75 | — | — | — | — |",
 		"toolgate: toolgate target: orchestrator not available",
 		"roundtrip/workers=1/batch=1 p99_ms (toolgate): 0.5 -> 1.00, 100 % worse",
 	} {
@@ -252,5 +252,25 @@ func TestMemoryMeasurementDistorted(t *testing.T) {
 		if got := m.Distorted(); got != tc.want {
 			t.Errorf("%s: Distorted() = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The headline tells what the storage floor leaves of raw's batch-1
+// throughput and what toolgate reaches of it.
+func TestHeadlineStorageFloor(t *testing.T) {
+	t.Parallel()
+	r := &bench.Results{Cases: []bench.Row{
+		{Name: "roundtrip/workers=2/batch=1", Metric: bench.MetricThroughput, Workers: 2, Batch: 1, Raw: f(10000), Toolgate: f(3000), Storage: f(6000)},
+		{Name: "roundtrip/workers=2/batch=10", Metric: bench.MetricThroughput, Workers: 2, Batch: 10, Raw: f(10000), Toolgate: f(5000)},
+	}}
+	bench.FinishRows(r)
+	var b strings.Builder
+	bench.Headline(&b, r)
+	want := "roundtrip/workers=2/batch=1      storage floor 6000 calls/s = 0.6 x raw; toolgate = 0.5 x the storage floor\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("headline lacks %q:\n%s", want, b.String())
+	}
+	if n := strings.Count(b.String(), "x the storage floor"); n != 1 {
+		t.Errorf("%d storage floor lines, want 1 (batch 10 has none):\n%s", n, b.String())
 	}
 }

@@ -57,6 +57,11 @@ type Measurement struct {
 	// Stored is the messages stored per measured call, by stream (a
 	// bucket's stream is KV_<bucket>).
 	Stored map[string]float64 `json:"stored_per_call,omitempty"`
+	// StoredBytes is the bytes stored per measured call, by stream, in the
+	// streams that keep what they store (not a work queue, whose messages
+	// go once acknowledged), as the streams count them: payload, subject
+	// and headers.
+	StoredBytes map[string]float64 `json:"stored_bytes_per_call,omitempty"`
 	// Periodic is the messages stored per second, over the case, in the
 	// streams written per replica as time passes rather than per call
 	// (perReplicaStreams); they are not in Stored.

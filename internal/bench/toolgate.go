@@ -374,7 +374,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	st := r.stats
 	writes0, bytes0, reads0, ends0 := st.StateWrites.Load(), st.StateBytes.Load(), st.StateReads.Load(), st.EndWrites.Load()
 	stalls0 := r.stalledPulls()
-	seqs0, err := lastSequences(ctx, r.bus, toolgateStreams())
+	states0, err := streamStates(ctx, r.bus, toolgateStreams())
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -424,18 +424,15 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		m.RoundTrips = float64(st.StateWrites.Load()-writes0-(st.EndWrites.Load()-ends0)+st.StateReads.Load()-reads0) / float64(n)
 		// Events are published in the background; those of the last
 		// conversations may not be in yet, a negligible share.
-		if seqs, err := lastSequences(ctx, r.bus, toolgateStreams()); err == nil {
-			m.Stored, m.Periodic = map[string]float64{}, map[string]float64{}
-			for name, s := range seqs {
-				d := s - seqs0[name]
-				switch {
-				case d == 0:
-				case perReplicaStreams[name]:
+		if states, err := streamStates(ctx, r.bus, toolgateStreams()); err == nil {
+			m.Periodic = map[string]float64{}
+			for name := range perReplicaStreams {
+				if d := states[name].LastSeq - states0[name].LastSeq; d > 0 {
 					m.Periodic[name] = float64(d) / m.Elapsed.Seconds()
-				default:
-					m.Stored[name] = float64(d) / calls
 				}
+				delete(states, name)
 			}
+			m.Stored, m.StoredBytes = storedPer(calls, (bus.SetupConfig{}).StreamConfigs(), states0, states)
 			m.Events = m.Stored[bus.StreamEvents]
 		}
 	}
@@ -464,9 +461,13 @@ func (r *rig) quiet(ctx context.Context, d time.Duration) error {
 	var last map[string]uint64
 	since := time.Now()
 	for {
-		seqs, err := lastSequences(ctx, r.bus, names)
+		states, err := streamStates(ctx, r.bus, names)
 		if err != nil {
 			return fmt.Errorf("toolgate memory: wait for a quiet store: %w", err)
+		}
+		seqs := make(map[string]uint64, len(states))
+		for name, st := range states {
+			seqs[name] = st.LastSeq
 		}
 		if !maps.Equal(seqs, last) {
 			last, since = seqs, time.Now()
@@ -489,19 +490,43 @@ const (
 	quietMax  = 3 * time.Minute
 )
 
-// lastSequences is the last sequence of each named stream: its growth over
-// a case is the messages stored meanwhile, whether or not they were removed
-// since (a work queue's acknowledged calls, a deleted key).
-func lastSequences(ctx context.Context, b *bus.Bus, names []string) (map[string]uint64, error) {
-	out := make(map[string]uint64, len(names))
+// streamStates are the states of the named streams: the growth of a
+// stream's last sequence over a case is the messages stored meanwhile,
+// whether or not they were removed since (a work queue's acknowledged
+// calls, a deleted key).
+func streamStates(ctx context.Context, b *bus.Bus, names []string) (map[string]jetstream.StreamState, error) {
+	out := make(map[string]jetstream.StreamState, len(names))
 	for _, name := range names {
-		seq, err := b.LastSequence(ctx, name)
+		st, err := b.StreamState(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		out[name] = seq
+		out[name] = st
 	}
 	return out, nil
+}
+
+// storedPer is what each stream of after stored since before, per call:
+// messages (those it stored nothing omitted), and bytes for the streams
+// of configs that keep what they store (limits retention: a work queue's
+// bytes go as its messages are acknowledged).
+func storedPer(calls float64, configs []jetstream.StreamConfig, before, after map[string]jetstream.StreamState) (msgs, bytes map[string]float64) {
+	keeps := map[string]bool{}
+	for _, sc := range configs {
+		keeps[sc.Name] = sc.Retention == jetstream.LimitsPolicy
+	}
+	msgs, bytes = map[string]float64{}, map[string]float64{}
+	for name, st := range after {
+		n := st.LastSeq - before[name].LastSeq
+		if n == 0 {
+			continue
+		}
+		msgs[name] = float64(n) / calls
+		if keeps[name] && st.Bytes > before[name].Bytes {
+			bytes[name] = float64(st.Bytes-before[name].Bytes) / calls
+		}
+	}
+	return msgs, bytes
 }
 
 func (r *rig) stalledPulls() int64 {

@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// Streams and subjects the storage floor adds to the raw baseline's.
+const (
+	storageLogStream    = "BENCH_LOG"
+	storageEventsStream = "BENCH_EVENTS"
+	storageLogPrefix    = "bench.log."
+	storageEventPrefix  = "bench.event."
+)
+
+// StorageSizes are the bytes the storage floor stores per message in its
+// log and events streams, as the stream counts them (payload, subject and
+// headers): toolgate's own, measured in the same run (StorageSizesOf), so
+// that the floor stores what toolgate stores.
+type StorageSizes struct {
+	// Record is a conversation log record's.
+	Record int `json:"record"`
+	// Event is an event message's.
+	Event int `json:"event"`
+}
+
+// defaultStorageSizes are toolgate's sizes at a batch-1 call, for a run
+// whose toolgate side could not be measured: two records of about 1,250
+// bytes of payload and an event message of about 4,000 (2,500 of its
+// events' data; bench/results.json of 2026-12).
+var defaultStorageSizes = StorageSizes{Record: 1400, Event: 4300}
+
+// StorageSizesOf are the sizes toolgate's measurement m stored per
+// message, or the defaults where it did not say.
+func StorageSizesOf(m *Measurement) StorageSizes {
+	s := defaultStorageSizes
+	if m == nil {
+		return s
+	}
+	per := func(stream string) int {
+		if n := m.Stored[stream]; n > 0 && m.StoredBytes[stream] > 0 {
+			return int(m.StoredBytes[stream] / n)
+		}
+		return 0
+	}
+	if n := per(bus.StreamConversations); n > 0 {
+		s.Record = n
+	}
+	if n := per(bus.StreamEvents); n > 0 {
+		s.Event = n
+	}
+	return s
+}
+
+// NewStorageTarget is the raw baseline storing what toolgate stores for a
+// batch-1 call beside its call and reply, and nothing else of toolgate's:
+// before a conversation publishes its call, a record appended to a log
+// subject of its own under Nats-Expected-Last-Subject-Sequence 0 and
+// awaited (toolgate's one synchronous round trip: its first record); when
+// the reply is in, a second record under the first's sequence, awaited,
+// then an event message published without waiting for its ack (toolgate's
+// record of the reply, claim and follow-up's end, and its events); the
+// reply is acknowledged and the batch complete after the second record, as
+// toolgate's. The log and events streams have toolgate's configurations.
+// Its throughput over raw's is what toolgate's storage alone leaves of the
+// raw round trip; toolgate's over it, what toolgate's own code costs. Batch
+// 1 only: a larger batch's records depend on when its replies come.
+func NewStorageTarget(env *Env, sizes StorageSizes) *RawTarget {
+	return &RawTarget{env: env, storage: &sizes}
+}
+
+// storageStreams are toolgate's conversations and events streams under
+// other names and subjects.
+func storageStreams(gen string) (log, events jetstream.StreamConfig, err error) {
+	var found int
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		switch sc.Name {
+		case bus.StreamConversations:
+			log = sc
+			log.Name, log.Subjects = storageLogStream+"_"+gen, []string{storageLogPrefix + gen + ".>"}
+			found++
+		case bus.StreamEvents:
+			events = sc
+			events.Name, events.Subjects = storageEventsStream+"_"+gen, []string{storageEventPrefix + gen + ".>"}
+			found++
+		}
+	}
+	if found != 2 {
+		return log, events, fmt.Errorf("bus stream configs lack the conversations or events stream")
+	}
+	return log, events, nil
+}
+
+// storageRun is one measurement's storage: the streams' subjects, the
+// payloads, and the first record's sequence of each conversation in flight.
+type storageRun struct {
+	js            jetstream.JetStream
+	logPrefix     string
+	eventPrefix   string
+	record, event []byte
+	first         sync.Map // run id → uint64
+	bg            *failure
+	// pending are the goroutines completing conversations and checking
+	// their events' acks: Run waits for them before it deletes the streams.
+	pending sync.WaitGroup
+}
+
+func newStorageRun(js jetstream.JetStream, gen string, sizes StorageSizes, bg *failure) *storageRun {
+	s := &storageRun{js: js, logPrefix: storageLogPrefix + gen + ".", eventPrefix: storageEventPrefix + gen + ".", bg: bg}
+	// A run id of the measured calls, for the subject and headers' size.
+	run := runID(gen+"m", 1)
+	s.record = payload(sizes.Record - storedOverhead(s.logPrefix+run, s.recordHeader(run, 0)))
+	s.event = payload(sizes.Event - storedOverhead(s.eventPrefix+run, s.eventHeader(run)))
+	return s
+}
+
+// payload is n bytes of msgpack-like content (at least 1).
+func payload(n int) []byte {
+	b := make([]byte, max(n, 1))
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+// storedOverhead is what a stream stores of a message beside its payload:
+// nats-server's file store record header and checksum (30 bytes), the
+// subject and the headers as sent.
+func storedOverhead(subject string, h nats.Header) int {
+	n := 30 + len(subject) + len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+// recordHeader is a record's headers, as toolgate's appends carry them:
+// the conversation's status and creation time, the append's id, and the
+// sequence expected last.
+func (s *storageRun) recordHeader(run string, expect uint64) nats.Header {
+	h := nats.Header{}
+	h.Set("Toolgate-Status", "paused")
+	h.Set("Toolgate-Created", time.Now().UTC().Format(time.RFC3339Nano))
+	h.Set(bus.HeaderLogAppend, run[len(run)-16:])
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	return h
+}
+
+func (s *storageRun) eventHeader(run string) nats.Header {
+	h := nats.Header{}
+	h.Set(hdrContentType, bus.ContentTypeMsgpack)
+	h.Set(hdrConversation, run)
+	return h
+}
+
+// appendRecord appends a record to run's log, expecting expect last.
+func (s *storageRun) appendRecord(ctx context.Context, run string, expect uint64) (uint64, error) {
+	m := &nats.Msg{Subject: s.logPrefix + run, Data: s.record, Header: s.recordHeader(run, expect)}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("append to %s after %d: %w", m.Subject, expect, err)
+	}
+	return ack.Sequence, nil
+}
+
+// start stores a conversation's first record, before its call; the
+// call's time runs from before it.
+func (s *storageRun) start(ctx context.Context, b *batch) error {
+	now := time.Now()
+	for i := range b.sent {
+		b.sent[i] = now
+	}
+	seq, err := s.appendRecord(ctx, b.run, 0)
+	if err != nil {
+		return err
+	}
+	s.first.Store(b.run, seq)
+	return nil
+}
+
+// reply completes the conversation of a reply on a goroutine of its own,
+// as toolgate's replies are recorded concurrently: the reply is
+// acknowledged and its batch complete once the second record is stored.
+func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep bus.CallReply, reg *registry) {
+	s.pending.Go(func() {
+		if err := s.complete(ctx, rep.RunID); err != nil {
+			s.bg.set(err)
+			_ = msg.Nak()
+			return
+		}
+		reg.arrive(rep.ToolCallID, time.Now())
+		_ = msg.Ack()
+	})
+}
+
+// complete stores what a batch-1 conversation stores once its reply is
+// in: the second record, awaited, and its event message, whose ack is
+// checked off the conversation's way.
+func (s *storageRun) complete(ctx context.Context, run string) error {
+	v, ok := s.first.LoadAndDelete(run)
+	if !ok {
+		return fmt.Errorf("reply of %s before its first record", run)
+	}
+	if _, err := s.appendRecord(ctx, run, v.(uint64)); err != nil {
+		return err
+	}
+	ev := &nats.Msg{Subject: s.eventPrefix + run, Data: s.event, Header: s.eventHeader(run)}
+	f, err := s.js.PublishMsgAsync(ev)
+	if err != nil {
+		return fmt.Errorf("publish event of %s: %w", run, err)
+	}
+	s.pending.Go(func() {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			s.bg.set(fmt.Errorf("publish event of %s: %w", run, err))
+		case <-ctx.Done():
+		}
+	})
+	return nil
+}
