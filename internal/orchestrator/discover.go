@@ -98,10 +98,11 @@ func (rt *runTools) tool(name string) *ToolConfig {
 
 // toolsForRun takes the run's snapshot of the catalogue.
 func (d *discovery) toolsForRun(cfg *AgentConfig) *runTools {
-	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{}}
+	rt := &runTools{configured: cfg}
 	if len(cfg.Discover) == 0 || d.catalogue == nil {
 		return rt
 	}
+	rt.discovered = map[string]*ToolConfig{}
 	for name, t := range d.catalogue.Snapshot() {
 		if slices.ContainsFunc(d.inProcess, func(g agent.Tool) bool { return g.Name() == name }) {
 			continue // an in-process tool of that name is the agent's
