@@ -283,7 +283,7 @@ func (h *harnessRun) memory(ctx context.Context) error {
 			h.toolgateErr(mc.Name(), err)
 		}
 		h.res.Cases = append(h.res.Cases, memoryRows(mc, rmm, tmm)...)
-		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, memoryMetrics), describeFigures(tmm, memoryMetrics))
+		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, slices.Concat(memoryMetrics, []string{MetricResumeStorageSeconds})), describeFigures(tmm, memoryMetrics))
 		rows := reconcileRows(mc, tmm)
 		reconciles = append(reconciles, rows...)
 		fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", rows[0].Name, describeFigures(tmm, reconcileMetrics))
@@ -444,6 +444,11 @@ func figureRows(name string, metrics []string, raw, tg *MemoryMeasurement) []Row
 		if tg != nil {
 			if v, ok := tg.Figures[m]; ok {
 				row.Toolgate = num(v)
+			}
+		}
+		if raw != nil && m == MetricResumeSeconds {
+			if v, ok := raw.Figures[MetricResumeStorageSeconds]; ok {
+				row.Storage = num(v)
 			}
 		}
 		rows = append(rows, row)
@@ -635,15 +640,22 @@ func Headline(w io.Writer, r *Results) {
 	io.WriteString(w, b.String())
 }
 
-// storageLines tells, for each batch-1 throughput row with a storage
-// floor, what toolgate's storage alone leaves of raw's throughput and what
-// toolgate reaches of that.
+// storageLines tells, for each row with a storage floor (batch-1
+// throughput, resume), what toolgate's storage alone makes of raw's figure
+// and what toolgate makes of the floor's.
 func storageLines(b *strings.Builder, rows []Row) {
 	for _, row := range rows {
-		if row.Metric != MetricThroughput || row.Storage == nil || *row.Storage == 0 {
+		if row.Storage == nil || *row.Storage == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "%-32s storage floor %s calls/s", row.Name, fmtNum(*row.Storage))
+		switch row.Metric {
+		case MetricThroughput:
+			fmt.Fprintf(b, "%-32s storage floor %s calls/s", row.Name, fmtNum(*row.Storage))
+		case MetricResumeSeconds:
+			fmt.Fprintf(b, "%-32s storage floor of the resume %s s", row.Name, fmtNum(*row.Storage))
+		default:
+			continue
+		}
 		if row.Raw != nil && *row.Raw != 0 {
 			fmt.Fprintf(b, " = %s x raw", fmtNum(*row.Storage / *row.Raw))
 		}

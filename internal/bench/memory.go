@@ -33,6 +33,12 @@ const (
 	// conversation's entry by revision (CAS): the bare JetStream work of a
 	// resume, the yardstick.
 	MetricResumeSeconds = "resume_seconds"
+	// MetricResumeStorageSeconds is the raw side's resume storing what
+	// toolgate's stores per conversation: its consume and CAS, and an event
+	// message (resumeEventBytes) published through the same pipeline ahead
+	// of each CAS; the storage floor of a resume, in the storage column of
+	// the resume_seconds row.
+	MetricResumeStorageSeconds = "resume_storage_seconds"
 	// MetricResumeAllocBytes is the bytes the process allocated per
 	// resumed conversation: for toolgate over the resume (the replies'
 	// publication included, as in its time), for raw over the replies'
@@ -262,11 +268,18 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 	}
 	publishSeconds := time.Since(start).Seconds()
 
-	resume, err := t.applyReplies(ctx, js, prefix, n, revisions)
+	resume, err := t.applyReplies(ctx, js, prefix, rawReplyConsumer, n, revisions, nil)
 	if err != nil {
 		return mm, err
 	}
 	resumeAlloc := allocatedPer(alloc0, n)
+
+	// The storage floor of a resume: the replies again, now applied with
+	// an event message each.
+	storage, err := t.resumeStorage(ctx, js, prefix, n, revisions)
+	if err != nil {
+		return mm, err
+	}
 	return MemoryMeasurement{
 		Conversations: n,
 		Figures: map[string]float64{
@@ -275,6 +288,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 			MetricStorePerConversation: storePer,
 			MetricResumeSeconds:        resume.elapsed.Seconds(),
 			MetricResumeAllocBytes:     resumeAlloc,
+			MetricResumeStorageSeconds: storage.elapsed.Seconds(),
 			MetricKVCreateSeconds:      createSeconds,
 			MetricReplyPublishSeconds:  publishSeconds,
 		},
@@ -326,6 +340,10 @@ func rawMemoryStore(ctx context.Context, js jetstream.JetStream, prefix string) 
 	if err != nil {
 		return nil, nil, err
 	}
+	_, eventsCfg, err := storageStreams(prefix)
+	if err != nil {
+		return nil, nil, err
+	}
 	var made []func(context.Context) error
 	cleanup := func() error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -341,7 +359,7 @@ func rawMemoryStore(ctx context.Context, js jetstream.JetStream, prefix string) 
 		return nil, nil, fmt.Errorf("raw memory: create bucket: %w", err)
 	}
 	made = append(made, func(ctx context.Context) error { return js.DeleteKeyValue(ctx, kvCfg.Bucket) })
-	for _, sc := range []jetstream.StreamConfig{repliesCfg, callsCfg} {
+	for _, sc := range []jetstream.StreamConfig{repliesCfg, callsCfg, eventsCfg} {
 		if _, err := js.CreateStream(ctx, sc); err != nil {
 			return nil, nil, errors.Join(fmt.Errorf("raw memory: create stream: %w", err), cleanup())
 		}
@@ -370,21 +388,68 @@ func publishAll(ctx context.Context, js jetstream.JetStream, n int, what string,
 	return nil
 }
 
-// applyReplies consumes the n replies and updates each conversation's entry
-// with the reply, by revision, and times it.
-func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (resumeRun, error) {
-	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream+"_"+prefix, jetstream.ConsumerConfig{
-		Durable:       rawReplyConsumer,
+// resumeEventBytes is the size of the storage floor's event message per
+// resumed conversation, as the events stream counts it: about a follow-up's
+// events in toolgate (a reply applied, the run's start, its tool call and
+// result, its model response and end, the conversation's completion). The
+// round trip's storage floor found an event message's size immaterial
+// (docs/architecture.md).
+const resumeEventBytes = 3000
+
+// resumeStorage times the storage floor of a resume: a reply published
+// again for every conversation (new message ids) and consumed from where
+// they start, each applied by CAS as applyReplies does after an event
+// message of resumeEventBytes on the events stream's configuration.
+func (t *RawMemoryTarget) resumeStorage(ctx context.Context, js jetstream.JetStream, prefix string, n int, revisions []uint64) (resumeRun, error) {
+	st, err := js.Stream(ctx, rawRepliesStream+"_"+prefix)
+	if err != nil {
+		return resumeRun{}, fmt.Errorf("raw memory: replies stream: %w", err)
+	}
+	// Looked up just now: its info is the stream's state.
+	from := st.CachedInfo().State.LastSeq + 1
+	reply := rawReplyOf(prefix)
+	if err := publishAll(ctx, js, n, "publish reply again", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
+		m, _, err := reply(i)
+		return m, []jetstream.PublishOpt{jetstream.WithMsgID(m.Header.Get(hdrRun) + ".again")}, err
+	}); err != nil {
+		return resumeRun{}, err
+	}
+	subject := storageEventPrefix + prefix + ".resume"
+	event := &nats.Msg{Subject: subject, Header: nats.Header{}}
+	event.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+	event.Header.Set(hdrConversation, conversationID(prefix, 0))
+	event.Data = payload(resumeEventBytes - storedOverhead(subject, event.Header))
+	return t.applyReplies(ctx, js, prefix, rawReplyConsumer+"_storage", n, revisions, &storageResume{event: event, from: from})
+}
+
+// storageResume is what applyReplies does for the storage floor: the
+// replies from sequence from on, and an event message before each CAS.
+type storageResume struct {
+	event *nats.Msg
+	from  uint64
+}
+
+// applyReplies consumes the n replies with consumer name and updates each
+// conversation's entry with the reply, by revision (revisions, which it
+// moves on to the entries' new ones), and times it.
+func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStream, prefix, name string, n int, revisions []uint64, storage *storageResume) (resumeRun, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       name,
 		FilterSubject: rawReplyPrefix + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 		MaxAckPending: 2 * pipelineDepth,
-	})
+	}
+	if storage != nil {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, storage.from
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, rawRepliesStream+"_"+prefix, cfg)
 	if err != nil {
 		return resumeRun{}, fmt.Errorf("raw memory: create reply consumer: %w", err)
 	}
 	var (
 		bg      failure
+		events  atomic.Int64 // the storage floor's event messages stored
 		applied atomic.Int64
 		all     = make(chan struct{})
 		index   = make(map[string]int, n)
@@ -396,7 +461,12 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	start := time.Now()
 	// Acks arrive on the pipeline's one goroutine, in order.
 	last, gap := start, time.Duration(0)
-	p := newPipeline(ctx, js, pipelineDepth, func(int, *jetstream.PubAck) {
+	p := newPipeline(ctx, js, pipelineDepth, func(i int, ack *jetstream.PubAck) {
+		if i < 0 {
+			events.Add(1)
+			return
+		}
+		revisions[i] = ack.Sequence
 		now := time.Now()
 		gap, last = max(gap, now.Sub(last)), now
 		if applied.Add(1) == int64(n) {
@@ -421,6 +491,12 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 		if err != nil {
 			bg.set(fmt.Errorf("encode record: %w", err))
 			return
+		}
+		if storage != nil {
+			if err := p.publish(ctx, storage.event, -1); err != nil {
+				bg.set(err)
+				return
+			}
 		}
 		out := &nats.Msg{Subject: kvSubject + "conv." + conv, Data: data, Header: nats.Header{}}
 		out.Header.Set(hdrExpectedSeq, strconv.FormatUint(revisions[i], 10))
@@ -448,6 +524,9 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 	stopConsume(cc)
 	if err := errors.Join(waitErr, p.wait()); err != nil {
 		return resumeRun{}, fmt.Errorf("raw memory: apply replies: %w", err)
+	}
+	if storage != nil && events.Load() != int64(n) {
+		return resumeRun{}, fmt.Errorf("raw memory: storage floor: %d event messages stored for %d conversations", events.Load(), n)
 	}
 	return resumeRun{elapsed: elapsed, gap: gap}, nil
 }

@@ -146,7 +146,7 @@ func TestRawMemory(t *testing.T) {
 		if got := mm.Figures[bench.MetricStorePerConversation]; got < 300 || got > 8192 {
 			t.Errorf("store bytes per conversation = %f, want a few hundred to a few thousand", got)
 		}
-		for _, m := range []string{bench.MetricResumeSeconds, bench.MetricKVCreateSeconds, bench.MetricReplyPublishSeconds} {
+		for _, m := range []string{bench.MetricResumeSeconds, bench.MetricResumeStorageSeconds, bench.MetricKVCreateSeconds, bench.MetricReplyPublishSeconds} {
 			if got := mm.Figures[m]; got <= 0 {
 				t.Errorf("%s = %f, want positive", m, got)
 			}
