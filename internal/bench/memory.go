@@ -414,19 +414,30 @@ func (t *RawMemoryTarget) resumeStorage(ctx context.Context, js jetstream.JetStr
 	}); err != nil {
 		return resumeRun{}, err
 	}
-	subject := storageEventPrefix + prefix + ".resume"
-	event := &nats.Msg{Subject: subject, Header: nats.Header{}}
-	event.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
-	event.Header.Set(hdrConversation, conversationID(prefix, 0))
-	event.Data = payload(resumeEventBytes - storedOverhead(subject, event.Header))
-	return t.applyReplies(ctx, js, prefix, rawReplyConsumer+"_storage", n, revisions, &storageResume{event: event, from: from})
+	sr := &storageResume{subject: storageEventPrefix + prefix + ".", from: from}
+	sr.data = payload(resumeEventBytes - storedOverhead(sr.subject+conversationID(prefix, 0), sr.header(conversationID(prefix, 0))))
+	return t.applyReplies(ctx, js, prefix, rawReplyConsumer+"_storage", n, revisions, sr)
 }
 
 // storageResume is what applyReplies does for the storage floor: the
-// replies from sequence from on, and an event message before each CAS.
+// replies from sequence from on, and before each CAS an event message on
+// the conversation's own subject, as toolgate's.
 type storageResume struct {
-	event *nats.Msg
-	from  uint64
+	subject string
+	data    []byte
+	from    uint64
+}
+
+func (sr *storageResume) header(conv string) nats.Header {
+	h := nats.Header{}
+	h.Set(hdrContentType, bus.ContentTypeMsgpack)
+	h.Set(hdrConversation, conv)
+	return h
+}
+
+// event is conversation conv's event message.
+func (sr *storageResume) event(conv string) *nats.Msg {
+	return &nats.Msg{Subject: sr.subject + conv, Data: sr.data, Header: sr.header(conv)}
 }
 
 // applyReplies consumes the n replies with consumer name and updates each
@@ -493,7 +504,7 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 			return
 		}
 		if storage != nil {
-			if err := p.publish(ctx, storage.event, -1); err != nil {
+			if err := p.publish(ctx, storage.event(conv), -1); err != nil {
 				bg.set(err)
 				return
 			}

@@ -68,23 +68,23 @@ var rawPullExpiry = jetstream.PullExpiry(10 * time.Second)
 // store in the background, and creating one of the same name at once can
 // fail ("error creating store for stream").
 func rawStreams(gen string) (calls, replies jetstream.StreamConfig, err error) {
-	var found int
+	if calls, err = streamAs(bus.StreamCalls, rawCallsStream+"_"+gen, rawCallPrefix+">"); err != nil {
+		return calls, replies, err
+	}
+	replies, err = streamAs(bus.StreamReplies, rawRepliesStream+"_"+gen, rawReplyPrefix+">")
+	return calls, replies, err
+}
+
+// streamAs is toolgate's stream name configured as bus.Setup configures
+// it, under another name and subjects.
+func streamAs(name, as string, subjects ...string) (jetstream.StreamConfig, error) {
 	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-		switch sc.Name {
-		case bus.StreamCalls:
-			calls = sc
-			calls.Name, calls.Subjects = rawCallsStream+"_"+gen, []string{rawCallPrefix + ">"}
-			found++
-		case bus.StreamReplies:
-			replies = sc
-			replies.Name, replies.Subjects = rawRepliesStream+"_"+gen, []string{rawReplyPrefix + ">"}
-			found++
+		if sc.Name == name {
+			sc.Name, sc.Subjects = as, subjects
+			return sc, nil
 		}
 	}
-	if found != 2 {
-		return calls, replies, errors.New("bus stream configs lack the calls or replies stream")
-	}
-	return calls, replies, nil
+	return jetstream.StreamConfig{}, fmt.Errorf("bus stream configs lack stream %s", name)
 }
 
 // Run measures one case on fresh streams, deleted afterwards.

@@ -79,23 +79,11 @@ func NewStorageTarget(env *Env, sizes StorageSizes) *RawTarget {
 // storageStreams are toolgate's conversations and events streams under
 // other names and subjects.
 func storageStreams(gen string) (log, events jetstream.StreamConfig, err error) {
-	var found int
-	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-		switch sc.Name {
-		case bus.StreamConversations:
-			log = sc
-			log.Name, log.Subjects = storageLogStream+"_"+gen, []string{storageLogPrefix + gen + ".>"}
-			found++
-		case bus.StreamEvents:
-			events = sc
-			events.Name, events.Subjects = storageEventsStream+"_"+gen, []string{storageEventPrefix + gen + ".>"}
-			found++
-		}
+	if log, err = streamAs(bus.StreamConversations, storageLogStream+"_"+gen, storageLogPrefix+gen+".>"); err != nil {
+		return log, events, err
 	}
-	if found != 2 {
-		return log, events, fmt.Errorf("bus stream configs lack the conversations or events stream")
-	}
-	return log, events, nil
+	events, err = streamAs(bus.StreamEvents, storageEventsStream+"_"+gen, storageEventPrefix+gen+".>")
+	return log, events, err
 }
 
 // storageRun is one measurement's storage: the streams' subjects, the
