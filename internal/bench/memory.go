@@ -415,7 +415,7 @@ func (t *RawMemoryTarget) resumeStorage(ctx context.Context, js jetstream.JetStr
 		return resumeRun{}, err
 	}
 	sr := &storageResume{subject: storageEventPrefix + prefix + ".", from: from}
-	sr.data = payload(resumeEventBytes - storedOverhead(sr.subject+conversationID(prefix, 0), sr.header(conversationID(prefix, 0))))
+	sr.data = payload(resumeEventBytes - storedOverhead(sr.subject+conversationID(prefix, 0), eventHeader(conversationID(prefix, 0))))
 	return t.applyReplies(ctx, js, prefix, rawReplyConsumer+"_storage", n, revisions, sr)
 }
 
@@ -428,16 +428,9 @@ type storageResume struct {
 	from    uint64
 }
 
-func (sr *storageResume) header(conv string) nats.Header {
-	h := nats.Header{}
-	h.Set(hdrContentType, bus.ContentTypeMsgpack)
-	h.Set(hdrConversation, conv)
-	return h
-}
-
 // event is conversation conv's event message.
 func (sr *storageResume) event(conv string) *nats.Msg {
-	return &nats.Msg{Subject: sr.subject + conv, Data: sr.data, Header: sr.header(conv)}
+	return &nats.Msg{Subject: sr.subject + conv, Data: sr.data, Header: eventHeader(conv)}
 }
 
 // applyReplies consumes the n replies with consumer name and updates each

@@ -105,7 +105,7 @@ func newStorageRun(js jetstream.JetStream, gen string, sizes StorageSizes, bg *f
 	// A run id of the measured calls, for the subject and headers' size.
 	run := runID(gen+"m", 1)
 	s.record = payload(sizes.Record - storedOverhead(s.logPrefix+run, s.recordHeader(run, 0)))
-	s.event = payload(sizes.Event - storedOverhead(s.eventPrefix+run, s.eventHeader(run)))
+	s.event = payload(sizes.Event - storedOverhead(s.eventPrefix+run, eventHeader(run)))
 	return s
 }
 
@@ -143,10 +143,12 @@ func (s *storageRun) recordHeader(run string, expect uint64) nats.Header {
 	return h
 }
 
-func (s *storageRun) eventHeader(run string) nats.Header {
+// eventHeader is the headers of the storage floor's event message of
+// conversation conv.
+func eventHeader(conv string) nats.Header {
 	h := nats.Header{}
 	h.Set(hdrContentType, bus.ContentTypeMsgpack)
-	h.Set(hdrConversation, run)
+	h.Set(hdrConversation, conv)
 	return h
 }
 
@@ -201,7 +203,7 @@ func (s *storageRun) complete(ctx context.Context, run string) error {
 	if _, err := s.appendRecord(ctx, run, v.(uint64)); err != nil {
 		return err
 	}
-	ev := &nats.Msg{Subject: s.eventPrefix + run, Data: s.event, Header: s.eventHeader(run)}
+	ev := &nats.Msg{Subject: s.eventPrefix + run, Data: s.event, Header: eventHeader(run)}
 	f, err := s.js.PublishMsgAsync(ev)
 	if err != nil {
 		return fmt.Errorf("publish event of %s: %w", run, err)
