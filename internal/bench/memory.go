@@ -245,7 +245,7 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 		return publishAll(ctx, js, to-from, "publish call", nil, func(i int) (*nats.Msg, []jetstream.PublishOpt, error) { return call(from + i) })
 	}
 	quiet := func(ctx context.Context) error { return settle(ctx, c.Settle) }
-	atPause, settled, _, err := heapSlope(ctx, n, hold, quiet, nil)
+	atPause, settled, _, err := heapSlope(ctx, n, hold, quiet, heapAfterGC, nil)
 	if err != nil {
 		return mm, err
 	}
@@ -556,14 +556,16 @@ func conversationID(prefix string, i int) string { return fmt.Sprintf("conv_%s%0
 // earlier figure: the heap as soon as all n have paused, against the heap
 // before the first, per conversation.
 //
-// own, when not nil, is a side's own share of the heap as of the last
+// heap is the live heap after a collection (heapAfterGC, or a side's
+// own way of taking it: toolgate's outside its reconcile passes). own,
+// when not nil, is a side's own share of the heap as of the last
 // collection (toolgateHeap), measured the same way: ownPer.
-func heapSlope(ctx context.Context, n int, hold func(from, to int) error, quiet func(context.Context) error, own func() int64) (atPause, settled, ownPer float64, err error) {
+func heapSlope(ctx context.Context, n int, hold func(from, to int) error, quiet func(context.Context) error, heap func() uint64, own func() int64) (atPause, settled, ownPer float64, err error) {
 	half := n / 2
 	if err := quiet(ctx); err != nil {
 		return 0, 0, 0, err
 	}
-	before := heapAfterGC()
+	before := heap()
 	if half > 0 {
 		if err := hold(0, half); err != nil {
 			return 0, 0, 0, err
@@ -572,7 +574,7 @@ func heapSlope(ctx context.Context, n int, hold func(from, to int) error, quiet 
 			return 0, 0, 0, err
 		}
 	}
-	mid := heapAfterGC()
+	mid := heap()
 	var ownMid int64
 	if own != nil {
 		ownMid = own()
@@ -580,11 +582,11 @@ func heapSlope(ctx context.Context, n int, hold func(from, to int) error, quiet 
 	if err := hold(half, n); err != nil {
 		return 0, 0, 0, err
 	}
-	atPause = heapPer(before, n)
+	atPause = heapPer(heap(), before, n)
 	if err := quiet(ctx); err != nil {
 		return 0, 0, 0, err
 	}
-	settled = heapPer(mid, n-half)
+	settled = heapPer(heap(), mid, n-half)
 	if own != nil {
 		ownPer = float64(own()-ownMid) / float64(n-half)
 	}

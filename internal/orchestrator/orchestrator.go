@@ -370,6 +370,11 @@ type Stats struct {
 	// UnservedCalls counts the external calls published while no worker
 	// took calls of their tool (each told by a tool_unserved event).
 	UnservedCalls atomic.Int64
+	// ReconcilesStarted and ReconcilesEnded count reconcile passes (the
+	// loop's and Reconcile's): a pass over many due conversations holds
+	// their index entries while it runs, which a heap measurement taken
+	// meanwhile counts (the benchmark waits until the two are equal).
+	ReconcilesStarted, ReconcilesEnded atomic.Int64
 	// ReconcileErrors counts the conversations a reconcile pass (or a
 	// retention sweep) had to leave as they were (one it could not read, a
 	// change that failed).
