@@ -31,11 +31,10 @@ type StorageSizes struct {
 	Event int `json:"event"`
 }
 
-// defaultStorageSizes are toolgate's sizes at a batch-1 call, for a run
-// whose toolgate side could not be measured: two records of about 1,250
-// bytes of payload and an event message of about 4,000 (2,500 of its
-// events' data; bench/results.json of 2026-12).
-var defaultStorageSizes = StorageSizes{Record: 1400, Event: 4300}
+// defaultStorageSizes are toolgate's sizes at a batch-1 call as stored
+// (3,051 bytes of records and 5,802 of events per call in bench/results.json
+// of 2026-12-06), for a run whose toolgate side could not be measured.
+var defaultStorageSizes = StorageSizes{Record: 1525, Event: 5800}
 
 // StorageSizesOf are the sizes toolgate's measurement m stored per
 // message, or the defaults where it did not say.
@@ -104,12 +103,13 @@ func newStorageRun(js jetstream.JetStream, gen string, sizes StorageSizes, bg *f
 	s := &storageRun{js: js, logPrefix: storageLogPrefix + gen + ".", eventPrefix: storageEventPrefix + gen + ".", bg: bg}
 	// A run id of the measured calls, for the subject and headers' size.
 	run := runID(gen+"m", 1)
-	s.record = payload(sizes.Record - storedOverhead(s.logPrefix+run, s.recordHeader(run, 0)))
+	s.record = payload(sizes.Record - storedOverhead(s.logPrefix+run, recordHeader(run, 0)))
 	s.event = payload(sizes.Event - storedOverhead(s.eventPrefix+run, eventHeader(run)))
 	return s
 }
 
-// payload is n bytes of msgpack-like content (at least 1).
+// payload is n bytes of filler (at least 1): what is stored, not what it
+// says, is the floor's cost.
 func payload(n int) []byte {
 	b := make([]byte, max(n, 1))
 	for i := range b {
@@ -134,7 +134,7 @@ func storedOverhead(subject string, h nats.Header) int {
 // recordHeader is a record's headers, as toolgate's appends carry them:
 // the conversation's status and creation time, the append's id, and the
 // sequence expected last.
-func (s *storageRun) recordHeader(run string, expect uint64) nats.Header {
+func recordHeader(run string, expect uint64) nats.Header {
 	h := nats.Header{}
 	h.Set("Toolgate-Status", "paused")
 	h.Set("Toolgate-Created", time.Now().UTC().Format(time.RFC3339Nano))
@@ -154,7 +154,7 @@ func eventHeader(conv string) nats.Header {
 
 // appendRecord appends a record to run's log, expecting expect last.
 func (s *storageRun) appendRecord(ctx context.Context, run string, expect uint64) (uint64, error) {
-	m := &nats.Msg{Subject: s.logPrefix + run, Data: s.record, Header: s.recordHeader(run, expect)}
+	m := &nats.Msg{Subject: s.logPrefix + run, Data: s.record, Header: recordHeader(run, expect)}
 	ack, err := s.js.PublishMsg(ctx, m)
 	if err != nil {
 		return 0, fmt.Errorf("append to %s after %d: %w", m.Subject, expect, err)
@@ -194,11 +194,14 @@ func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep bus.CallR
 
 // complete stores what a batch-1 conversation stores once its reply is
 // in: the second record, awaited, and its event message, whose ack is
-// checked off the conversation's way.
+// checked off the conversation's way. A reply delivered again stores
+// nothing.
 func (s *storageRun) complete(ctx context.Context, run string) error {
 	v, ok := s.first.LoadAndDelete(run)
 	if !ok {
-		return fmt.Errorf("reply of %s before its first record", run)
+		// A reply delivered again: its conversation is complete, as
+		// raw's registry ignores a second reply.
+		return nil
 	}
 	if _, err := s.appendRecord(ctx, run, v.(uint64)); err != nil {
 		return err
