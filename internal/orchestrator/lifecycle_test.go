@@ -194,6 +194,30 @@ func TestDeleteConversation(t *testing.T) {
 	}
 }
 
+// A delete of a finished conversation puts no due entry: a deleted
+// conversation is no more under way than the finished one it was. Before,
+// the tombstone's write took the change from finished to "deleted", which
+// Terminal() did not count as finished, for a restart, and put the entry
+// (removed again by the delete's purge, or left behind when that failed).
+func TestDeleteWritesNoDueEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
+	id := startAll(t, o, "hello")[0]
+	var puts []string
+	o.OnRestartIndexed(func(id string) { puts = append(puts, id) })
+	if err := o.Delete(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	o.OnRestartIndexed(nil)
+	if len(puts) != 0 {
+		t.Errorf("the delete put the due entries of %v, want none", puts)
+	}
+	if indexed(t, e.index(), id) {
+		t.Error("the deleted conversation is in the due index")
+	}
+}
+
 // A delete is a change like any other: a replica that still caches the
 // conversation reads it as gone and cannot start a run on it, a new prompt
 // and a delete racing on two replicas never both win, and a delete that

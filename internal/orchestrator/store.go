@@ -395,7 +395,9 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 		if r.empty() {
 			return c, seq, nil
 		}
-		restart := wasFinished && !c.Status.Terminal()
+		// A delete leaves a finished conversation no more under way:
+		// deleted is not a restart.
+		restart := wasFinished && !c.Status.ended()
 		if restart {
 			// Indexed before it can need reconciling; a finished
 			// conversation keeps its entry until reconcile removes it.
