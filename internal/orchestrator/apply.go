@@ -45,6 +45,9 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		if c.calledNot(in.runID, in.callID) {
 			return verdictRefused, fmt.Sprintf("run %s issued no call %s", in.runID, in.callID)
 		}
+		if reason := c.settledUnanswered(in.runID, in.callID); reason != "" {
+			return verdictLate, reason
+		}
 		return verdictDuplicate, fmt.Sprintf("run %s is no longer waiting", in.runID)
 	}
 	pc := b.call(in.callID)

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -198,4 +200,56 @@ func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *repl
 	case verdictRefused, verdictLate:
 		rp.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
 	}
+}
+
+// settledUnanswered says why a reply to call callID of run runID, whose
+// batch is over, is late (D37): the result the history holds for the call
+// is the orchestrator's own, the call having expired or its conversation
+// been cancelled, so the reply came after the call was settled without it.
+// Such a reply is refused and recorded as a late one is while the batch
+// waits; counting it a repeat, as before, left no event, dead letter nor
+// audit record of it. It returns "" when the call was answered by a reply
+// (a later one is a repeat) or the history holds no result for it. Only
+// replies to a run no longer waiting come here, rarely: the history is not
+// indexed for them.
+func (c *Conversation) settledUnanswered(runID, callID string) string {
+	called := false
+	for i := range c.History {
+		m := &c.History[i]
+		for j := range m.Parts {
+			p := &m.Parts[j]
+			if p.ToolCallID != callID {
+				continue
+			}
+			switch {
+			case m.Kind == agent.KindResponse && m.RunID == runID && p.Kind == agent.PartToolCall:
+				called = true
+			case called && p.Kind == agent.PartToolReturn:
+				return settledReason(c, p)
+			case called && p.Kind == agent.PartRetryPrompt:
+				return ""
+			}
+		}
+	}
+	return ""
+}
+
+// settledReason is why a reply after the result p is late, or "" when p
+// is an answer that came.
+func settledReason(c *Conversation, p *agent.Part) string {
+	var msg string
+	_ = json.Unmarshal(p.Value, &msg)
+	var meta struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(p.Metadata, &meta)
+	switch {
+	case p.Outcome == agent.OutcomeDenied && meta.Reason == "cancelled",
+		p.Outcome == agent.OutcomeFailed && msg == CancelledMessage:
+		return cancelledReason(c)
+	case p.Outcome == agent.OutcomeDenied && meta.Reason == "expired",
+		p.Outcome == agent.OutcomeFailed && msg == ExpiredCallMessage:
+		return fmt.Sprintf("call %s expired before this reply came", p.ToolCallID)
+	}
+	return ""
 }

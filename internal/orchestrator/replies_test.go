@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -242,5 +243,58 @@ func TestExpiryCompletesConversation(t *testing.T) {
 	}
 	if n := o.Stats().Expired.Load(); n != 3 {
 		t.Errorf("expired %d calls, want 3", n)
+	}
+}
+
+// A result that comes after its call expired and after the follow-up took
+// the batch (the conversation has completed) is refused as late and
+// recorded, as D37 says of every late answer: a dead letter, a
+// reply_refused event with verdict late, an audit record. Before, a reply
+// to a run whose batch was over was counted as a repeat and acked with no
+// trace of it.
+func TestLateReplyRecordedAfterTheBatchEnded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, "    deadline: 300ms\n")})
+	info, err := o.StartRun(ctxT(t), "what is the answer?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted {
+		t.Fatalf("%s", describe(c))
+	}
+	const callID = "pyd_ai_tool_call_id"
+	runID := ""
+	for _, m := range c.History {
+		for _, p := range m.Parts {
+			if p.Kind == "tool-call" && p.ToolCallID == callID {
+				runID = m.RunID
+			}
+		}
+	}
+	if runID == "" || c.Batch != nil && c.Batch.RunID == runID {
+		t.Fatalf("the paused run %q, batch %+v: want a run whose batch is over", runID, c.Batch)
+	}
+	b := e.connect("test")
+	publishRaw(t, b, callSubject(t, runID), "late-after-the-end", bus.CallReply{
+		RunID: runID, ToolCallID: callID, Outcome: bus.OutcomeReturn, Value: json.RawMessage(`42`), WorkerID: "w",
+	})
+	waitDeadLetter(t, b, "expired before this reply came")
+	evs := collectEvents(t, b, c.ID, hasEvent(orchestrator.EventReplyRefused, callID))
+	ev, _ := event(evs, orchestrator.EventReplyRefused, callID)
+	if v := eventData(t, ev)["verdict"]; v != "late" {
+		t.Errorf("reply_refused verdict %v, want late", v)
+	}
+	auditSubj, err := bus.AuditSubject(runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the late reply's audit record", func() (bool, string) {
+		n := bustest.SubjectMsgs(t, b, bus.StreamAudit, auditSubj)
+		return n > 0, fmt.Sprint(n)
+	})
+	if n := o.Stats().Late.Load(); n != 1 {
+		t.Errorf("%d late replies counted, want 1", n)
 	}
 }
