@@ -178,6 +178,7 @@ func TestGoValuesValidate(t *testing.T) {
 		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
 		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"value":1}`), Time: local}},
 		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},
+		{"tool advert go", "tool_advert", bus.ToolAdvert{Name: "get_weather", Description: "Weather", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "go", WorkerID: "w1", At: now}},
 		{"tool advert mcp", "tool_advert", bus.ToolAdvert{Name: "ev_echo", Description: "Echoes", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "mcp", MCPServer: "ev", MCPTool: "echo", Annotations: raw(`{"readOnlyHint":true}`), WorkerID: "w1", At: local}},
 		{"requests empty", "requests", deferred.Requests{}},
 		{"requests", "requests", deferred.Requests{

@@ -6,7 +6,9 @@
 // stored, keeps long calls alive with in-progress acks, and on shutdown
 // drains: it stops fetching, lets calls in flight finish and hands the rest
 // back for another worker. It advertises its tools, with their JSON Schemas,
-// in the toolgate_tools bucket.
+// in the toolgate_tools bucket (executor "go"), so an agent's discover:
+// entries offer them to the model without the schemas repeated in the
+// agent file.
 //
 //	w, _ := worker.New(nc, worker.Config{ID: "weather-1"})
 //	worker.Register(w, "get_weather", "Current weather of a city",

@@ -202,8 +202,17 @@ func TestAdvertisesToolWithSchema(t *testing.T) {
 		Executor    string          `json:"executor"`
 		WorkerID    string          `json:"worker_id"`
 	}
-	if err := json.Unmarshal(bustest.Advertised(t, e.bus, "get_weather"), &adv); err != nil {
+	doc := bustest.Advertised(t, e.bus, "get_weather")
+	if err := json.Unmarshal(doc, &adv); err != nil {
 		t.Fatal(err)
+	}
+	// Readers (the orchestrator's discover:, the approval inbox) ignore an
+	// advert off the schema.
+	if err := schemas.Validate("tool_advert", doc); err != nil {
+		t.Errorf("advert does not fit schemas/tool_advert: %v\n%s", err, doc)
+	}
+	if _, err := bus.DecodeToolAdvert(doc); err != nil {
+		t.Errorf("advert is refused by its readers: %v", err)
 	}
 	var schema struct {
 		Type       string                     `json:"type"`

@@ -9,7 +9,7 @@ import (
 )
 
 // Executors a tool advert may name.
-var advertExecutors = []string{"builtin", "exec", "http", "mcp", "custom"}
+var advertExecutors = []string{"builtin", "exec", "http", "mcp", "go", "custom"}
 
 // ToolAdvert is the value a worker puts under its tool's name in the
 // toolgate_tools bucket (schemas/tool_advert.schema.json), as JSON. Workers
@@ -24,7 +24,8 @@ type ToolAdvert struct {
 	Parameters json.RawMessage `json:"parameters,omitempty"`
 	// Kind is "call": the tool's calls are external (kind=call deferrals).
 	Kind string `json:"kind"`
-	// Executor is "builtin", "exec", "http", "mcp" or "custom".
+	// Executor is "builtin", "exec", "http", "mcp", "go" (a handler of
+	// the public worker package) or "custom".
 	Executor string `json:"executor"`
 	// MCPServer names the MCP server the tool comes from (tool-worker
 	// --mcp NAME=…), MCPTool the tool's name on it (without the prefix),

@@ -2,13 +2,17 @@ package orchestrator_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agentconfig"
@@ -17,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
+	goworker "github.com/toolgate/toolgate/worker"
 )
 
 // discoverAgent is an agent with only discover: entries, played by a
@@ -168,6 +173,79 @@ func TestDiscoveredMCPToolsEndToEnd(t *testing.T) {
 	}
 	if len(c.Decisions) != 1 || c.Decisions[0].ToolCallID != "s1" || !c.Decisions[0].Approved || c.Decisions[0].ApproverID != "bot" {
 		t.Errorf("decisions = %+v, want s1 approved by bot", c.Decisions)
+	}
+}
+
+// A tool served by the public Go worker package is discovered as
+// tool-worker's are: offered with its advertised schema (args that do not
+// fit it go back to the model as a retry, without reaching the worker), and
+// a call runs on the Go handler, whose result the model reads.
+func TestDiscoveredGoWorkerTool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// The user's own connection, as a Go program would open it.
+	nc, err := nats.Connect("", nats.InProcessServer(e.srv().NATSServer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w, err := goworker.New(nc, goworker.Config{ID: "go-worker", Logger: testLogger(t), DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int32
+	err = goworker.Register(w, "get_weather", "Current weather of a city",
+		func(_ context.Context, _ goworker.Call, a struct {
+			City string `json:"city"`
+		}) (string, error) {
+			handled.Add(1)
+			return "sunny in " + a.City, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("go-worker", w.Run)
+	var advert bus.ToolAdvert
+	if err := json.Unmarshal(bustest.Advertised(t, e.connect("reader"), "get_weather"), &advert); err != nil {
+		t.Fatal(err)
+	}
+	if advert.Executor != "go" {
+		t.Errorf("executor %q, want go", advert.Executor)
+	}
+	cfg := discoverAgent(t, "  - tools: \"get_*\"\n")
+	model := scriptModel(t, `
+- calls: [{tool: get_weather, id: w0, args: {town: Paris}}]
+- calls: [{tool: get_weather, id: w1, args: {city: Paris}}]
+- text: done
+`)
+	o, _ := e.orch(orchestrator.Config{Agent: cfg, Model: model})
+	if _, ok := o.Catalogue().Lookup("get_weather"); !ok {
+		t.Fatal("the Go worker's tool is not in the catalogue")
+	}
+	info, err := o.StartRun(ctxT(t), "weather in Paris", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || c.Output != "done" {
+		t.Fatalf("conversation %s (%q): %s", c.Status, c.Output, describe(c))
+	}
+	var retry *agent.Part
+	for _, m := range c.History {
+		for i, p := range m.Parts {
+			if p.Kind == agent.PartRetryPrompt && p.ToolCallID == "w0" {
+				retry = &m.Parts[i]
+			}
+		}
+	}
+	if retry == nil || strings.Contains(retry.Content, "Unknown tool") {
+		t.Errorf("w0 (args off the schema) answered %+v, want a retry about its args: %s", retry, describe(c))
+	}
+	if p := returnOf(c, "w1"); p == nil || p.Outcome != agent.OutcomeSuccess || !strings.Contains(string(p.Value), "sunny in Paris") {
+		t.Errorf("w1 return = %+v, want success with \"sunny in Paris\": %s", p, describe(c))
+	}
+	if n := handled.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want once (w1 only)", n)
 	}
 }
 
