@@ -9,6 +9,25 @@ cd "$(dirname "$0")/.."
 HTTP="${HTTP:-127.0.0.1:8080}"
 NATS_LISTEN="${NATS_LISTEN:-127.0.0.1:4222}"
 RUN_DIR="${RUN_DIR:-.run}"
+
+# A port already taken makes the orchestrator exit before it logs anything,
+# or lets the demo talk to whatever holds the port: refuse up front, saying
+# which port and how to choose another.
+port_taken() {
+	local host=${1%:*} port=${1##*:}
+	if [[ -z "$host" || "$host" == "0.0.0.0" || "$host" == "[::]" ]]; then host=127.0.0.1; fi
+	host=${host#[} host=${host%]}
+	timeout 2 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null
+}
+for var in HTTP NATS_LISTEN; do
+	addr=${!var}
+	if port_taken "$addr"; then
+		port=${addr##*:}
+		echo "port $port ($var=$addr) is already in use by another program; stop it, or run on another port: make run $var=${addr%:*}:$((port + 1))" >&2
+		exit 1
+	fi
+done
+
 mkdir -p "$RUN_DIR"
 pids=()
 cleanup() {
@@ -34,8 +53,12 @@ bin/orchestrator --store "$RUN_DIR/data" --nats-listen "$NATS_LISTEN" --http "$H
 orch=$!
 pids+=("$orch")
 fail() {
-	echo "$1; its log:" >&2
-	tail -n 30 "$RUN_DIR/orchestrator.log" >&2
+	if [[ -s "$RUN_DIR/orchestrator.log" ]]; then
+		echo "$1; the orchestrator's log ($RUN_DIR/orchestrator.log):" >&2
+		tail -n 30 "$RUN_DIR/orchestrator.log" >&2
+	else
+		echo "$1; the orchestrator logged nothing ($RUN_DIR/orchestrator.log is empty)" >&2
+	fi
 	exit 1
 }
 # Workers and approvers attach to the streams the orchestrator sets up. The

@@ -2,7 +2,10 @@
 //
 //	toolgate run [--conversation ID] [--agent NAME] [--caller JSON] [--follow] PROMPT
 //	toolgate watch CONVERSATION_ID
-//	toolgate pending
+//	toolgate pending [--json]
+//	toolgate list [--status S] [--limit N] [--cursor C] [--all] [--json]
+//	toolgate dlq [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C] [--json]
+//	toolgate audit [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C] [--json]
 //	toolgate health [--pid PID]  # wait until the orchestrator answers
 //	toolgate demo                # the seed's approval conversation, printed as it unfolds
 //
@@ -38,8 +41,10 @@ var command = cli.Command{
 	Usage: []string{
 		"toolgate [flags] run [--conversation ID] [--agent NAME] [--caller JSON] [--follow] PROMPT   start a run (and print its events)",
 		"toolgate [flags] watch CONVERSATION_ID                       print a conversation's events until it ends",
-		"toolgate [flags] pending                                     the deferred calls waiting for a reply",
+		"toolgate [flags] pending [--json]                            the deferred calls waiting for a reply",
 		"toolgate [flags] list [--status S] [--limit N] [--cursor C]  a page of conversations",
+		"toolgate [flags] dlq [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C]    dead letters, newest first",
+		"toolgate [flags] audit [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C]  audit records, newest first",
 		"toolgate [flags] cancel CONVERSATION_ID                      cancel a conversation under way",
 		"toolgate [flags] delete CONVERSATION_ID                      delete a finished conversation",
 		"toolgate [flags] health [--pid PID]                          wait until the orchestrator answers",
@@ -69,7 +74,7 @@ func (g *global) client() (*client.Client, error) {
 	return &client.Client{BaseURL: g.addr, Token: tok}, nil
 }
 
-func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g := &global{addr: cli.EnvOr("TOOLGATE_ADDR", "http://127.0.0.1:8080"), tokenFile: os.Getenv("TOOLGATE_TOKEN_FILE"), wait: 2 * time.Minute}
 	top := cli.NewFlagSet(command)
 	g.register(top)
@@ -98,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return cmd.run(ctx, c, g.wait, opts, pos, stdout)
+	return cmd.run(ctx, c, g.wait, opts, pos, stdout, stderr)
 }
 
 // subcommand is one command of toolgate.
@@ -107,7 +112,7 @@ type subcommand struct {
 	// args is the number of positional arguments; -1: one or more.
 	args  int
 	flags func(*cli.FlagSet) any
-	run   func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout io.Writer) error
+	run   func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout, stderr io.Writer) error
 }
 
 func noFlags(*cli.FlagSet) any { return nil }
@@ -115,7 +120,7 @@ func noFlags(*cli.FlagSet) any { return nil }
 // listOptions are list's flags.
 type listOptions struct {
 	client.ListOptions
-	all bool
+	all, json bool
 }
 
 type runOpts struct {
@@ -135,7 +140,7 @@ var commands = map[string]subcommand{
 			fs.BoolVar(&o.follow, "follow", false, "print events until the conversation ends")
 			return o
 		},
-		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout io.Writer) error {
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, args []string, stdout, stderr io.Writer) error {
 			o := opts.(*runOpts)
 			if o.caller != "" && !json.Valid([]byte(o.caller)) {
 				return fmt.Errorf("--caller: %q is not JSON (give an object, e.g. {\"user\":\"ann\"})", o.caller)
@@ -147,67 +152,80 @@ var commands = map[string]subcommand{
 			if !o.follow {
 				return json.NewEncoder(stdout).Encode(rs)
 			}
-			return watch(ctx, c, rs.ConversationID, wait, stdout)
+			return watch(ctx, c, rs.ConversationID, wait, stdout, stderr)
 		},
 	},
 	"watch": {
 		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
-		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, args []string, stdout io.Writer) error {
-			return watch(ctx, c, args[0], wait, stdout)
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, args []string, stdout, stderr io.Writer) error {
+			return watch(ctx, c, args[0], wait, stdout, stderr)
 		},
 	},
 	"pending": {
-		flags: noFlags,
-		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, _ []string, stdout io.Writer) error {
+		synopsis: "[--json]", args: 0,
+		about: "Prints the deferred calls waiting for a reply, as a table (--json: as JSON).",
+		flags: jsonFlag,
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, opts any, _ []string, stdout, _ io.Writer) error {
 			p, err := c.Pending(ctx)
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(p)
+			if *opts.(*bool) {
+				return writeJSON(stdout, p)
+			}
+			return pendingTable(stdout, p, time.Now())
 		},
 	},
 	"list": {
 		synopsis: "[--status S] [--limit N] [--cursor C] [--all]", args: 0,
-		about: "Prints a page of conversations, in the order they were created (in id order with --status running, paused or resuming); pass its next_cursor as --cursor for the next. With --all, prints every conversation, one JSON object a line, going through the pages itself.",
+		about: "Prints a page of conversations as a table, in the order they were created (in id order with --status running, paused or resuming); pass the next cursor it prints as --cursor for the next page. With --all, prints every conversation, going through the pages itself. --json prints JSON instead (with --all, one object a line).",
 		flags: func(fs *cli.FlagSet) any {
 			o := &listOptions{}
 			fs.StringVar(&o.Status, "status", "", "only conversations in this status (running, paused, resuming, completed, failed, cancelled)")
 			fs.IntVar(&o.Limit, "limit", 0, "page size (default: the orchestrator's, 100)")
 			fs.StringVar(&o.Cursor, "cursor", "", "the next_cursor of the previous page")
 			fs.BoolVar(&o.all, "all", false, "every page, one conversation a line (with --status only)")
+			fs.BoolVar(&o.json, "json", false, "print JSON (the API's answer; with --all, one object a line) instead of a table")
 			return o
 		},
-		run: func(ctx context.Context, c *client.Client, _ time.Duration, opts any, _ []string, stdout io.Writer) error {
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, opts any, _ []string, stdout, stderr io.Writer) error {
 			o := opts.(*listOptions)
 			if o.all {
 				if o.Limit != 0 || o.Cursor != "" {
 					return &cli.UsageError{Command: "list", Err: errors.New("--all goes through every page itself: give it no --limit or --cursor")}
 				}
 				enc := json.NewEncoder(stdout)
+				var all []client.ConversationSummary
 				for s, err := range c.Conversations(ctx, o.Status) {
 					if err != nil {
 						return err
 					}
-					if err := enc.Encode(s); err != nil {
+					if !o.json {
+						all = append(all, s)
+					} else if err := enc.Encode(s); err != nil {
 						return err
 					}
 				}
-				return nil
+				if o.json {
+					return nil
+				}
+				return conversationTable(stdout, all, "")
 			}
 			page, err := c.List(ctx, o.ListOptions)
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(page)
+			if o.json {
+				return writeJSON(stdout, page)
+			}
+			return conversationTable(stdout, page.Conversations, page.NextCursor)
 		},
 	},
+	"dlq":   recordsCommand("dlq"),
+	"audit": recordsCommand("audit"),
 	"cancel": {
 		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
-		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout io.Writer) error {
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout, stderr io.Writer) error {
 			if err := c.Cancel(ctx, args[0]); err != nil {
 				return err
 			}
@@ -217,7 +235,7 @@ var commands = map[string]subcommand{
 	},
 	"delete": {
 		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
-		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout io.Writer) error {
+		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout, stderr io.Writer) error {
 			if err := c.Delete(ctx, args[0]); err != nil {
 				return err
 			}
@@ -229,7 +247,7 @@ var commands = map[string]subcommand{
 		synopsis: "[--pid PID]",
 		about:    "Waits until the orchestrator answers /healthz. With --pid, the one answering must be that process, and health fails at once when that process has exited.",
 		flags:    func(fs *cli.FlagSet) any { return fs.Int("pid", 0, "the orchestrator's process id") },
-		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, _ []string, _ io.Writer) error {
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, opts any, _ []string, _, _ io.Writer) error {
 			hctx, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
 			pid := *opts.(*int)
@@ -242,23 +260,31 @@ var commands = map[string]subcommand{
 	"demo": {
 		about: "Starts the seed's approval conversation (" + demoPrompt + ") and prints it as it unfolds.",
 		flags: noFlags,
-		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, _ []string, stdout io.Writer) error {
-			return demo(ctx, c, wait, stdout)
+		run: func(ctx context.Context, c *client.Client, wait time.Duration, _ any, _ []string, stdout, stderr io.Writer) error {
+			return demo(ctx, c, wait, stdout, stderr)
 		},
 	},
 }
 
-func watch(ctx context.Context, c *client.Client, id string, wait time.Duration, stdout io.Writer) error {
+func watch(ctx context.Context, c *client.Client, id string, wait time.Duration, stdout, stderr io.Writer) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	conv, err := c.Follow(wctx, id, stdout)
+	conv, err := c.Follow(wctx, id, stdout, stderr)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		// The wait ran out, not the conversation: say so in words.
+		state := "not answering"
+		if conv != nil {
+			state = "still " + conv.Status
+		}
+		return fmt.Errorf("gave up waiting after %s; conversation %s is %s (wait longer with --wait, or watch it again: toolgate watch %s)", wait, id, state, id)
+	}
 	if err != nil {
 		return err
 	}
 	return printConversation(conv, stdout)
 }
 
-func demo(ctx context.Context, c *client.Client, wait time.Duration, stdout io.Writer) error {
+func demo(ctx context.Context, c *client.Client, wait time.Duration, stdout, stderr io.Writer) error {
 	hctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := c.WaitHealthy(hctx); err != nil {
@@ -270,7 +296,7 @@ func demo(ctx context.Context, c *client.Client, wait time.Duration, stdout io.W
 		return err
 	}
 	fmt.Fprintf(stdout, "▶ conversation %s, run %s\n", rs.ConversationID, rs.RunID)
-	return watch(ctx, c, rs.ConversationID, wait, stdout)
+	return watch(ctx, c, rs.ConversationID, wait, stdout, stderr)
 }
 
 func printConversation(conv *client.Conversation, stdout io.Writer) error {
@@ -278,8 +304,21 @@ func printConversation(conv *client.Conversation, stdout io.Writer) error {
 	if err := client.WriteTranscript(stdout, conv.Messages); err != nil {
 		return err
 	}
-	if conv.Error != "" {
-		return errors.New("conversation failed: " + conv.Error)
+	switch {
+	case conv.Status == "cancelled":
+		return fmt.Errorf("conversation %s cancelled", conv.ConversationID)
+	case conv.Error != "":
+		return fmt.Errorf("conversation %s failed: %s", conv.ConversationID, conv.Error)
 	}
 	return nil
+}
+
+func jsonFlag(fs *cli.FlagSet) any {
+	return fs.Bool("json", false, "print JSON (the API's answer) instead of a table")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

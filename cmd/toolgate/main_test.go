@@ -21,6 +21,7 @@ type fakeAPI struct {
 	mu      sync.Mutex
 	prompts []string
 	callers []string
+	queries []string
 	pid     int
 }
 
@@ -52,6 +53,19 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			_, _ = w.Write([]byte(`{"conversations":[{"conversation_id":"c2","status":"completed"}]}`))
 		}
+	case r.URL.Path == "/v1/conversations/paused":
+		_, _ = w.Write([]byte(`{"conversation_id":"paused","status":"paused","output":null,"runs":[],"pending":[],"messages":[]}`))
+	case r.URL.Path == "/v1/conversations/stopped":
+		_, _ = w.Write([]byte(`{"conversation_id":"stopped","status":"cancelled","error":"cancelled","output":null,"runs":[],"pending":[],"messages":[]}`))
+	case r.URL.Path == "/v1/pending":
+		_, _ = w.Write([]byte(`{"pending":[{"conversation_id":"c1","run_id":"r1","tool_call_id":"g1","tool_name":"delete_file","kind":"approval","args":{"path":"a.txt"},"deadline":"2099-01-01T00:00:00Z"}]}`))
+	case r.URL.Path == "/v1/dlq":
+		f.mu.Lock()
+		f.queries = append(f.queries, r.URL.RawQuery)
+		f.mu.Unlock()
+		_, _ = w.Write([]byte(`{"dead_letters":[{"seq":7,"time":"2026-12-07T13:00:00Z","kind":"handler","reason":"unknown run","subject":"toolgate.reply.r1.decision","stream":"TOOLGATE_REPLIES","stream_seq":3,"conversation_id":"c1","tool_call_id":"g1"}],"next_cursor":"7"}`))
+	case r.URL.Path == "/v1/audit":
+		_, _ = w.Write([]byte(`{"records":[{"seq":4,"kind":"approval","verdict":"refused","reason":"wrong digest","conversation_id":"c1","run_id":"r1","tool_call_id":"g1","tool_name":"delete_file","approver_id":"ann","approved":true,"reply_seq":3,"time":"2026-12-07T13:00:00Z"}]}`))
 	case r.URL.Path == "/healthz":
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "pid": f.pid})
 	default:
@@ -145,7 +159,7 @@ func TestHealthPIDRefusesAnotherOrchestrator(t *testing.T) {
 func TestListAllGoesThroughThePages(t *testing.T) {
 	_, url := start(t)
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"list", "--all", "--status", "completed", "--addr", url}, &out, &out); err != nil {
+	if err := run(t.Context(), []string{"list", "--all", "--json", "--status", "completed", "--addr", url}, &out, &out); err != nil {
 		t.Fatalf("list --all: %v\n%s", err, out.String())
 	}
 	var ids []string
@@ -177,4 +191,77 @@ func TestHelpAndVersion(t *testing.T) {
 	clitest.CheckHelp(t, "toolgate", func(args []string, stdout *bytes.Buffer) error {
 		return run(t.Context(), args, stdout, stdout)
 	}, "TOOLGATE_ADDR", "TOOLGATE_TOKEN_FILE")
+}
+
+// pending, list, dlq and audit print tables, and JSON with --json.
+func TestCommandsPrintTables(t *testing.T) {
+	f, url := start(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"pending"}, []string{"TOOL CALL ID", "g1", "approval", "delete_file", `{"path":"a.txt"}`}},
+		{[]string{"list"}, []string{"CONVERSATION", "STATUS", "c1", "completed", "more: --cursor 5"}},
+		{[]string{"list", "--all"}, []string{"CONVERSATION", "c1", "c2"}},
+		{[]string{"dlq", "--conversation", "c1", "--tool-call-id", "g1", "--since", "1h", "--limit", "5", "--cursor", "9"}, []string{"SEQ", "KIND", "handler", "toolgate.reply.r1.decision", "unknown run", "more: --cursor 7"}},
+		{[]string{"audit"}, []string{"VERDICT", "refused", "ann", "approved wrong digest"}},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(t.Context(), append(tc.args, "--addr", url), &out, &errOut); err != nil {
+			t.Fatalf("%q: %v\n%s", tc.args, err, errOut.String())
+		}
+		if strings.Contains(out.String(), "{\"") && tc.args[0] != "pending" {
+			t.Errorf("%q printed JSON:\n%s", tc.args, out.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%q printed\n%s\nwant it to hold %q", tc.args, out.String(), w)
+			}
+		}
+		var js bytes.Buffer
+		if err := run(t.Context(), append(tc.args, "--json", "--addr", url), &js, &errOut); err != nil {
+			t.Fatalf("%q --json: %v", tc.args, err)
+		}
+		dec := json.NewDecoder(&js)
+		for dec.More() {
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				t.Errorf("%q --json: not JSON: %v\n%s", tc.args, err, js.String())
+				break
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queries) == 0 || f.queries[0] != "conversation=c1&cursor=9&limit=5&since=1h&tool_call_id=g1" {
+		t.Errorf("dlq asked %q, want every filter passed on", f.queries)
+	}
+}
+
+// watch --wait that runs out says so in words, on stderr's error, with
+// the conversation's status; a cancelled conversation reads "cancelled",
+// not "failed"; nothing of an error goes to stdout.
+func TestWatchEndsInWords(t *testing.T) {
+	_, url := start(t)
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"watch", "paused", "--addr", url, "--wait", "300ms"}, &out, &errOut)
+	want := "gave up waiting after 300ms; conversation paused is still paused"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "deadline exceeded") {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+	if strings.Contains(out.String(), "events:") || strings.Contains(out.String(), "404") {
+		t.Errorf("an error on stdout:\n%s", out.String())
+	}
+	if !strings.Contains(errOut.String(), "events:") {
+		t.Errorf("stderr = %q, want the broken event stream told there", errOut.String())
+	}
+
+	err = run(t.Context(), []string{"watch", "stopped", "--addr", url}, new(bytes.Buffer), new(bytes.Buffer))
+	if err == nil || err.Error() != "conversation stopped cancelled" {
+		t.Errorf("err = %v, want conversation stopped cancelled", err)
+	}
+	var stderr bytes.Buffer
+	if code := cli.ExitCode("toolgate", err, &stderr); code == 0 || !strings.Contains(stderr.String(), "cancelled") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
 }

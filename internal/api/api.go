@@ -71,6 +71,8 @@ type Config struct {
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
 //	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
 //	GET  /v1/pending                       every pending deferred call
+//	GET  /v1/dlq                           dead letters, newest first (ops.go)
+//	GET  /v1/audit                         audit records, newest first (ops.go)
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
 func Handler(e Engine, cfg Config) http.Handler {
@@ -87,11 +89,14 @@ func Handler(e Engine, cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
 	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
 	mux.HandleFunc("GET /v1/pending", h.pending)
+	mux.HandleFunc("GET /v1/dlq", h.deadLetters)
+	mux.HandleFunc("GET /v1/audit", h.auditRecords)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations": "GET", "/v1/conversations/{id}": "GET, DELETE",
 		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
 		"/v1/pending": "GET", "/healthz": "GET",
+		"/v1/dlq": "GET", "/v1/audit": "GET",
 	}
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)

@@ -306,10 +306,16 @@ func (c *Client) WaitHealthyPID(ctx context.Context, pid int, alive func() bool)
 func (c *Client) WaitTerminal(ctx context.Context, id string, every time.Duration) (*Conversation, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// The last state read: a read that the end of ctx cut short says
+	// nothing of where the conversation stands.
+	var last *Conversation
 	for {
 		conv, err := c.Conversation(ctx, id)
 		if err == nil && conv.Terminal() {
 			return conv, nil
+		}
+		if err == nil {
+			last = conv
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusTooManyRequests {
@@ -317,10 +323,10 @@ func (c *Client) WaitTerminal(ctx context.Context, id string, every time.Duratio
 		}
 		select {
 		case <-ctx.Done():
-			if err == nil {
-				err = fmt.Errorf("conversation %s still %s", id, conv.Status)
+			if last != nil {
+				err = fmt.Errorf("conversation %s still %s", id, last.Status)
 			}
-			return conv, errors.Join(ctx.Err(), err)
+			return last, errors.Join(ctx.Err(), err)
 		case <-t.C:
 		}
 	}

@@ -12,8 +12,9 @@ import (
 )
 
 // Follow prints a conversation's events to w as they arrive and returns the
-// conversation once it is completed or failed (or ctx ends).
-func (c *Client) Follow(ctx context.Context, conversationID string, w io.Writer) (*Conversation, error) {
+// conversation once it is completed or failed (or ctx ends). A broken
+// event stream is told on errw, not among the events.
+func (c *Client) Follow(ctx context.Context, conversationID string, w, errw io.Writer) (*Conversation, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
@@ -22,7 +23,9 @@ func (c *Client) Follow(ctx context.Context, conversationID string, w io.Writer)
 		defer close(done)
 		for ev, err := range c.Events(ctx, conversationID, "") {
 			if err != nil {
-				fmt.Fprintf(w, "events: %v\n", err)
+				if ctx.Err() == nil {
+					fmt.Fprintf(errw, "events: %v\n", err)
+				}
 				return
 			}
 			fmt.Fprint(w, r.Render(ev))
