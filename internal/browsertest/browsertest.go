@@ -29,7 +29,9 @@ type Browser struct {
 }
 
 // Start opens the browser; everything it does must finish within timeout.
-func Start(t testing.TB, timeout time.Duration) *Browser {
+// opts are added to the defaults, e.g. chromedp.Flag("host-resolver-rules",
+// …) to send a name to a local test server.
+func Start(t testing.TB, timeout time.Duration, opts ...chromedp.ExecAllocatorOption) *Browser {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -44,13 +46,13 @@ func Start(t testing.TB, timeout time.Duration) *Browser {
 	t.Logf("screenshots in %s", shots)
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+	all := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox, // root in CI containers
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1100, 1300),
 	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	actx, acancel := chromedp.NewExecAllocator(ctx, append(all, opts...)...)
 	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	t.Cleanup(func() {
 		bcancel()

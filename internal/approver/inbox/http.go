@@ -86,12 +86,22 @@ func (in *Inbox) Handler() http.Handler {
 
 // guard lets a request through with the token (bearer header or login
 // cookie); without a configured token, only from loopback. /healthz,
-// /login and the static assets are open.
+// /login and the static assets are open. A POST, DELETE or PUT a browser
+// sends from another site is refused 403 (Sec-Fetch-Site, else Origin
+// against Host), the sign-in and sign-out forms included.
 func (in *Inbox) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	csrf := http.NewCrossOriginProtection()
+	csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		web.WriteError(w, http.StatusForbidden, fmt.Sprintf("cross-origin %s %s refused", r.Method, r.URL.Path))
+	}))
+	return csrf.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("X-Frame-Options", "DENY")
-		w.Header().Set("Referrer-Policy", "no-referrer")
+		// same-origin, not no-referrer: with no-referrer a browser posts
+		// the sign-in and sign-out forms with Origin: null, which no
+		// origin check (the loopback guard's, csrf's) can tell from a
+		// cross-site post. Other sites still get no referrer.
+		w.Header().Set("Referrer-Policy", "same-origin")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
 		open := r.URL.Path == "/healthz" || r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
 		if open {
@@ -116,7 +126,7 @@ func (in *Inbox) guard(next http.Handler) http.Handler {
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate-inbox"`)
 		web.WriteError(w, http.StatusUnauthorized, "missing or wrong token")
-	})
+	}))
 }
 
 func (in *Inbox) authorized(r *http.Request) bool {
@@ -353,9 +363,32 @@ func (in *Inbox) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// safeNext keeps a post-login redirect on this site.
+// safeNext keeps a post-login redirect on this site: a path of this
+// origin, or "/". It is judged as a browser reads a Location: a browser
+// drops tabs and newlines and reads a backslash as a slash, so that
+// "/\t/evil.example" or "/\\evil.example" leads to another host. So a next
+// with any byte that is not printable ASCII, a backslash, a scheme or host,
+// or that starts "//" once percent-decoded, is refused.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !strings.HasPrefix(next, "/") {
+		return "/"
+	}
+	decoded, err := url.PathUnescape(next)
+	if err != nil {
+		return "/"
+	}
+	for _, s := range []string{next, decoded} {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+				return "/"
+			}
+		}
+		if strings.HasPrefix(s, "//") {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
 		return "/"
 	}
 	return next
