@@ -169,6 +169,15 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 }
 
+func TestRunRefusesAnExecProgramThatCannotRun(t *testing.T) {
+	// Refused before connecting: no server answers on this URL, and the
+	// error names the program rather than NATS.
+	err := run(t.Context(), []string{"--exec", "t=/no/such/program --x", "--nats", "nats://127.0.0.1:1", "--connect-timeout", "100ms"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--exec t") || !strings.Contains(err.Error(), "/no/such/program") {
+		t.Errorf("run = %v, want --exec t refused for its missing program", err)
+	}
+}
+
 func TestHelpAndVersion(t *testing.T) {
 	clitest.CheckHelp(t, "tool-worker", func(args []string, stdout *bytes.Buffer) error {
 		return run(t.Context(), args, stdout, io.Discard)

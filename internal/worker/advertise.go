@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -21,9 +22,8 @@ type advertiser interface {
 // logged, never fatal. A tool its executor withdraws has its entry deleted,
 // once.
 func (w *Worker) advertise(ctx context.Context) {
-	kv, err := w.cfg.Bus.Tools(ctx)
-	if err != nil {
-		w.log.WarnContext(ctx, "tool advertisements disabled", slog.Any("error", err))
+	kv := w.openTools(ctx)
+	if kv == nil {
 		return
 	}
 	t := time.NewTicker(w.cfg.AdvertiseEvery)
@@ -72,5 +72,48 @@ func (w *Worker) advertise(ctx context.Context) {
 		case <-t.C:
 		case <-w.dyn.readvertise:
 		}
+	}
+}
+
+// Bounds of the pause between attempts to open the toolgate_tools bucket.
+const (
+	openToolsRetryMin = 250 * time.Millisecond
+	openToolsRetryMax = 30 * time.Second
+)
+
+// openTools opens the toolgate_tools bucket, trying again with growing
+// pauses while it cannot: a worker may start on an external server before
+// the orchestrator has set it up, and its tools are to be advertised once
+// the bucket exists. Only a permission error (the user may not write
+// adverts) gives up. nil when it gave up or ctx ended.
+func (w *Worker) openTools(ctx context.Context) *bus.KV {
+	pause := openToolsRetryMin
+	for attempt := 1; ; attempt++ {
+		kv, err := w.cfg.Bus.Tools(ctx)
+		if err == nil {
+			if attempt > 1 {
+				w.log.InfoContext(ctx, "tool advertisements enabled", slog.Int("attempt", attempt))
+			}
+			return kv
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, bus.ErrPermissionDenied) {
+			w.log.WarnContext(ctx, "tool advertisements disabled", slog.Any("error", err))
+			return nil
+		}
+		if attempt == 1 || pause == openToolsRetryMax {
+			w.log.WarnContext(ctx, "tool advertisements not possible yet; retrying", slog.Int("attempt", attempt),
+				slog.Duration("retry_in", pause), slog.Any("error", err))
+		}
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		pause = min(pause*2, openToolsRetryMax)
 	}
 }

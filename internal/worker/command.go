@@ -49,7 +49,9 @@ const (
 )
 
 // NewCommand splits command into words (see SplitWords) and returns a
-// Command running them.
+// Command running them. A program that cannot be found or run (not on PATH,
+// no such file, not executable) is refused here: otherwise every call would
+// fail, showing the model the worker's paths.
 func NewCommand(command string) (*Command, error) {
 	argv, err := SplitWords(command)
 	if err != nil {
@@ -57,6 +59,9 @@ func NewCommand(command string) (*Command, error) {
 	}
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("command %q: empty", command)
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return nil, fmt.Errorf("command %q: %w", command, err)
 	}
 	return &Command{Argv: argv}, nil
 }

@@ -215,6 +215,19 @@ func TestNewCommand(t *testing.T) {
 	}
 }
 
+func TestNewCommandRefusesAProgramThatCannotRun(t *testing.T) {
+	t.Parallel()
+	notExecutable := filepath.Join(t.TempDir(), "tool.sh")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\necho {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, command := range []string{"/no/such/program", "no-such-program-on-path --flag", notExecutable} {
+		if _, err := worker.NewCommand(command); err == nil {
+			t.Errorf("NewCommand(%q) = nil error, want the program refused", command)
+		}
+	}
+}
+
 func TestCommandDoesNotLeakWorkerSettings(t *testing.T) {
 	t.Setenv("TOOLGATE_NATS_PASSWORD", "secret")
 	t.Setenv("TOOLGATE_TEST_KEPT_OUT", "x")

@@ -54,10 +54,11 @@ type MCPConfig struct {
 // one client session, turns each call into tools/call, and follows the
 // server's tool list.
 //
-// A stdio server that exits is started again for the next call; the call
-// in flight when it exited fails with a message saying so (it is not
-// retried: the server may have done part of the work, and a call that
-// crashes the server would crash it again). A call's deadline cancels the
+// A stdio server that exits is started again for the next call; the calls
+// in flight when the session broke (the server exited, or sent a frame
+// that is not JSON-RPC or is over the frame limit) fail with a message
+// saying so (they are not retried: the server may have done part of the
+// work, and a call that breaks the server would break it again). A call's deadline cancels the
 // tools/call (notifications/cancelled) and fails the call with "timed out".
 // Progress notifications renew the call's lease (in-progress acks). On
 // notifications/tools/list_changed the list is read again: new tools are
@@ -495,35 +496,47 @@ func (s *MCPServer) Execute(ctx context.Context, req bus.CallRequest) (bus.CallR
 			// params, an unknown tool, a failure inside the handler.
 			return Failed("MCP server %s: %s", s.cfg.Name, rpcErr.Message), nil
 		}
-		if s.sessionLost(sess, err) {
-			msg := fmt.Sprintf("MCP server %s stopped during the call", s.cfg.Name)
-			if tail := sess.stderr.String(); tail != "" {
-				msg += ": " + lastLine(tail)
-			}
-			return Failed("%s; it is started again for the next call", msg), nil
+		// Anything else broke the session (the server exited, sent a frame
+		// that is not JSON-RPC or one over the size limit) after the
+		// request went out: the server may have done the call's work, so
+		// the call fails rather than being handed back to run again, and
+		// so does every other call in flight on the session.
+		s.log.Warn("MCP session broken during a call; the call fails and is not run again",
+			slog.String("tool", req.ToolName), slog.String("tool_call_id", req.ToolCallID), slog.Any("error", err))
+		s.endBroken(sess)
+		msg := fmt.Sprintf("MCP server %s: session lost during the call (%s)", s.cfg.Name, brokenReason(err))
+		if tail := sess.stderr.String(); tail != "" {
+			msg += ": " + lastLine(tail)
 		}
-		return bus.CallReply{}, fmt.Errorf("MCP server %s: tools/call %s: %w", s.cfg.Name, t.Name, err)
+		return Failed("%s; the call is not run again, since the server may have done part of it; the server is started again for the next call", msg), nil
 	}
 	return mcpReply(res), nil
 }
 
-// sessionLost reports whether err came from the session ending under the
-// call. The session's end is noticed by its reader a moment after the call
-// fails, so a closed-connection error waits briefly for it.
-func (s *MCPServer) sessionLost(sess *mcpSession, err error) bool {
-	if sess.ended() {
-		return true
-	}
-	if !errors.Is(err, mcp.ErrConnectionClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return false
-	}
+// endBroken waits briefly for a broken session to end (its reader notices
+// a moment after the call fails) and closes it if it has not, so that the
+// next call starts a new one.
+func (s *MCPServer) endBroken(sess *mcpSession) {
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
 	case <-sess.done:
 	case <-t.C:
+		_ = sess.cs.Close()
 	}
-	return true
+}
+
+// brokenReason is what ended a session, without the SDK's layers of
+// context ("connection closed: calling \"tools/call\": client is closing:").
+func brokenReason(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "its output ended"
+	}
+	msg := err.Error()
+	for _, layer := range []string{"connection closed: ", `calling "tools/call": `, "client is closing: "} {
+		msg = strings.TrimPrefix(msg, layer)
+	}
+	return msg
 }
 
 // mcpDescription is the tool's description, or its title when it has none.

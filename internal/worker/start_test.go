@@ -112,3 +112,34 @@ func TestWorkerPermissionDeniedFailsAtOnce(t *testing.T) {
 		t.Fatalf("Run returned only when its context ended: %v", err)
 	}
 }
+
+// A worker started before the toolgate_tools bucket exists (an external
+// server the orchestrator has not finished setting up) advertises its
+// tools once the bucket is made.
+func TestWorkerAdvertisesOnceTheBucketExists(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := bustest.Context(t)
+	if err := e.bus.JetStream().DeleteKeyValue(ctx, bus.BucketTools); err != nil {
+		t.Fatal(err)
+	}
+	retrying := newLogSignal("tool advertisements not possible yet; retrying")
+	run(t, newWorker(t, worker.Config{
+		Bus: e.bus, Tools: []worker.Tool{echoTool("echo")}, ID: "w1", Logger: retrying.logger(), Advertise: true,
+	}))
+	bustest.Recv(t, retrying.seen, "a retried opening of the bucket")
+
+	bustest.Setup(t, e.bus)
+	kv, err := e.bus.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.WaitFor(t, "the worker's advert", func() bool {
+		entry, err := kv.Get(ctx, "echo")
+		if err != nil {
+			return false
+		}
+		a, err := bus.DecodeToolAdvert(entry.Value)
+		return err == nil && a.WorkerID == "w1"
+	})
+}
