@@ -60,6 +60,7 @@ and approval requests on NATS, and serves the HTTP API (and /metrics). Without
 
 type options struct {
 	natsURL, natsListen, store, sync, httpAddr, tokenFile, logLevel   string
+	httpUsers                                                         string
 	agentFiles                                                        cli.Pairs
 	agentWait                                                         time.Duration
 	trust                                                             cli.Pairs
@@ -91,6 +92,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.DurationVar(&o.agentWait, "agent-wait", 10*time.Minute, "how long a conversation that needs a run waits for a replica running its agent (an agent_unavailable event says it waits) before it fails")
 	fs.Var(&o.trust, "trust-approver", "NAME=PUBKEY: accept decisions of approver NAME only when signed by this base64 ed25519 key (repeatable; none: decisions are not signature-checked)")
 	fs.StringVar(&o.tokenFile, "http-token-file", "", "file holding the bearer token the HTTP API requires")
+	fs.StringVar(&o.httpUsers, "http-users", "", "users file (YAML: users: [{name, token_sha256}]): the HTTP API admits each user's bearer token and records the user's name on the decisions it gives")
 	fs.StringVar(&o.natsUsers, "nats-users", "", "users file (YAML: users: [{name, password, role}], role orchestrator, worker or approver): the embedded server admits only these users, each limited to its role's subjects; required to listen beyond loopback")
 	fs.StringVar(&o.writeNATSConfig, "write-nats-config", "", "write the --nats-users users as a nats-server authorization block to this file (for the servers of a cluster) and exit")
 	fs.StringVar(&o.user, "user", "", "NATS user: with --nats, or which orchestrator user of --nats-users to connect as (default: the first)")
@@ -150,6 +152,7 @@ type setup struct {
 	logger  *slog.Logger
 	auth    natsAuth
 	token   string
+	users   []api.User
 	trusted map[string]ed25519.PublicKey
 	agents  []*orchestrator.AgentConfig
 }
@@ -169,7 +172,12 @@ func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool))
 	if s.token, err = cli.ReadToken("http-token-file", o.tokenFile); err != nil {
 		return nil, err
 	}
-	if err := web.CheckListen(o.httpAddr, s.token != ""); err != nil {
+	if o.httpUsers != "" {
+		if s.users, err = api.LoadUsers(o.httpUsers); err != nil {
+			return nil, fmt.Errorf("--http-users: %w", err)
+		}
+	}
+	if err := web.CheckListen(o.httpAddr, s.token != "" || len(s.users) > 0); err != nil {
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	if s.trusted, err = parseTrust(o.trust); err != nil {
@@ -235,11 +243,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	if err := orch.Start(sctx); err != nil {
 		return err
 	}
-	s.logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", s.token != ""))
+	s.logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", s.token != "" || len(s.users) > 0))
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
+	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

@@ -97,6 +97,7 @@ func TestParseAgentConfigErrors(t *testing.T) {
 		{"schema not object", "model: {provider: test}\ntools:\n  - name: t\n    parameters: {type: string}\n", "tools[0] (t).parameters"},
 		{"metadata not object", "model: {provider: test}\ntools:\n  - name: t\n    approval_metadata: 3\n", "tools[0] (t).approval_metadata"},
 		{"negative deadline", "model: {provider: test}\ntools:\n  - name: t\n    deadline: -1s\n", "tools[0] (t).deadline"},
+		{"unknown executor", "model: {provider: test}\ntools:\n  - name: t\n    executor: browser\n", `tools[0] (t).executor: "browser" is not an executor`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,6 +92,11 @@ func validateTool(t *orchestrator.ToolConfig, at string, seen map[string]bool) e
 	if typ, ok := schema["type"]; ok && typ != "object" {
 		return fieldErrorf(at+".parameters", "%s.parameters: the args schema must have type \"object\", not %v", label, typ)
 	}
+	switch t.Executor {
+	case "", orchestrator.ExecutorWorker, orchestrator.ExecutorFrontend:
+	default:
+		return fieldErrorf(at+".executor", "%s.executor: %q is not an executor (want worker or frontend)", label, t.Executor)
+	}
 	var err error
 	t.Rule, err = checkGate(at, label, t.Approval, &t.ApprovalMetadata, t.Deadline, t.CallDeadline)
 	return err

@@ -6,7 +6,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +37,7 @@ type Engine interface {
 	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
 	Conversations(ctx context.Context, req orchestrator.ListRequest) (orchestrator.ConversationList, error)
 	Cancel(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Answer(ctx context.Context, a orchestrator.Answer) error
 	Delete(ctx context.Context, id string) error
 	DeleteCorrupt(ctx context.Context, id string) error
 	Pending(ctx context.Context) ([]wire.PendingCall, error)
@@ -51,6 +51,10 @@ type Config struct {
 	// Token, when set, is the bearer token every request but /healthz must
 	// carry. Empty: no authentication (bind to loopback only).
 	Token string
+	// Users, when set, are callers each named by a token of their own
+	// (LoadUsers): a decision one of them gives over the API records the
+	// name. Config.Token, if also set, is still accepted.
+	Users []User
 	// Logger receives request errors. nil discards them.
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics (telemetry.Handler of
@@ -70,13 +74,14 @@ type Config struct {
 //	                                       ?corrupt=true: one that cannot be read (204; 409 if it can)
 //	GET  /v1/conversations/{id}/events     its events as Server-Sent Events
 //	POST /v1/conversations/{id}/cancel     cancel it (202; 409 when finished)
+//	POST /v1/conversations/{id}/calls/{tool_call_id}  answer a pending call: a decision, or a frontend tool's result (202)
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /v1/dlq                           dead letters, newest first (ops.go)
 //	GET  /v1/audit                         audit records, newest first (ops.go)
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
 func Handler(e Engine, cfg Config) http.Handler {
-	h := &api{o: e, token: cfg.Token, log: cfg.Logger}
+	h := &api{o: e, token: cfg.Token, users: cfg.Users, log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -88,6 +93,7 @@ func Handler(e Engine, cfg Config) http.Handler {
 	mux.HandleFunc("DELETE /v1/conversations/{id}", h.deleteConversation)
 	mux.HandleFunc("GET /v1/conversations/{id}/events", h.events)
 	mux.HandleFunc("POST /v1/conversations/{id}/cancel", h.cancel)
+	mux.HandleFunc("POST /v1/conversations/{id}/calls/{tool_call_id}", h.answer)
 	mux.HandleFunc("GET /v1/pending", h.pending)
 	mux.HandleFunc("GET /v1/dlq", h.deadLetters)
 	mux.HandleFunc("GET /v1/audit", h.auditRecords)
@@ -95,6 +101,7 @@ func Handler(e Engine, cfg Config) http.Handler {
 	allowed := map[string]string{
 		"/v1/runs": "POST", "/v1/runs/{run_id}": "GET", "/v1/conversations": "GET", "/v1/conversations/{id}": "GET, DELETE",
 		"/v1/conversations/{id}/events": "GET", "/v1/conversations/{id}/cancel": "POST",
+		"/v1/conversations/{id}/calls/{tool_call_id}": "POST",
 		"/v1/pending": "GET", "/healthz": "GET",
 		"/v1/dlq": "GET", "/v1/audit": "GET",
 	}
@@ -111,28 +118,14 @@ func Handler(e Engine, cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return h.auth(mux)
+	return h.authenticate(mux)
 }
 
 type api struct {
 	o     Engine
 	token string
+	users []User
 	log   *slog.Logger
-}
-
-func (h *api) auth(next http.Handler) http.Handler {
-	if h.token == "" {
-		return next
-	}
-	want := []byte("Bearer " + h.token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			web.WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 type startRunRequest struct {

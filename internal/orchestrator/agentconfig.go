@@ -83,6 +83,11 @@ type ToolConfig struct {
 	Deadline Duration `json:"deadline,omitempty"`
 	// CallDeadline, when set, overrides Deadline for external calls.
 	CallDeadline Duration `json:"call_deadline,omitempty"`
+	// Executor says who runs the tool's calls: ExecutorWorker (empty: the
+	// default) or ExecutorFrontend, whose calls are never published to
+	// workers but answered over HTTP by the frontend driving the
+	// conversation.
+	Executor string `json:"executor,omitempty"`
 
 	// Rule is Approval compiled; nil never requires approval.
 	Rule ApprovalRule `json:"-"`

@@ -151,6 +151,7 @@ func replyOf(in incoming, now time.Time) *Reply {
 			if len(d.OverrideArgs) > 0 && string(d.OverrideArgs) != "null" {
 				r.OverrideArgs = d.OverrideArgs
 			}
+			r.Metadata = in.meta
 		} else {
 			r.Outcome = OutcomeDenied
 			r.Message = d.Message

@@ -19,6 +19,12 @@ type AuditRecord = wire.AuditRecord
 // reply is recorded once. A failure is logged: the reply's effect is in KV
 // already and must not be undone for want of its record.
 func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delivery[bus.Reply], j *replyJob) {
+	rp.auditAs(ctx, convID, "audit/"+d.Stream+"/"+strconv.FormatUint(d.StreamSeq, 10), d.StreamSeq, j)
+}
+
+// auditAs records j under the audit message id msgID; seq is the reply's
+// stream sequence, 0 for an answer that came over HTTP.
+func (rp *replyPipeline) auditAs(ctx context.Context, convID, msgID string, seq uint64, j *replyJob) {
 	in := j.in
 	if j.v == verdictDuplicate || (in.decision == nil && j.v == verdictApplied) {
 		return
@@ -26,7 +32,7 @@ func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delive
 	rec := AuditRecord{
 		Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason,
 		ConversationID: convID, RunID: in.runID, ToolCallID: in.callID, ToolName: j.tool,
-		ReplySeq: d.StreamSeq, Time: rp.clock().UTC(),
+		ReplySeq: seq, Time: rp.clock().UTC(),
 	}
 	if dec := in.decision; dec != nil {
 		approved := dec.Approved
@@ -41,7 +47,6 @@ func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delive
 		hdr.Set(bus.HeaderConversation, convID)
 	}
 	hdr.Set(bus.HeaderCall, in.callID)
-	msgID := "audit/" + d.Stream + "/" + strconv.FormatUint(d.StreamSeq, 10)
 	if _, err := rp.bus.PublishAudit(ctx, in.runID, msgID, rec, hdr); err != nil {
 		rp.log.WarnContext(ctx, "audit record not published", slog.String("run_id", in.runID),
 			slog.String("tool_call_id", in.callID), slog.String("verdict", rec.Verdict), slog.String("error", err.Error()))

@@ -214,6 +214,10 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 				pc.Metadata = tool.ApprovalMetadata
 			}
 		}
+		if !approval && tool != nil && tool.Executor == ExecutorFrontend {
+			// Answered over HTTP (Answer): nothing publishes it.
+			pc.Executor, pc.Published = ExecutorFrontend, true
+		}
 		pc.keepRequest(call, req.Metadata[call.ToolCallID])
 		b.Calls = append(b.Calls, pc)
 		return nil

@@ -170,7 +170,10 @@ type PendingCall struct {
 	// comes from the tool's config).
 	ReqMetadata   json.RawMessage `msgpack:"req_metadata,omitempty"`
 	NoReqMetadata bool            `msgpack:"no_req_metadata,omitempty"`
-	Published     bool            `msgpack:"published,omitempty"`
+	// Executor is ExecutorFrontend for a call a frontend answers (marked
+	// Published, as nothing publishes it); empty for a worker's.
+	Executor  string `msgpack:"executor,omitempty"`
+	Published bool   `msgpack:"published,omitempty"`
 	// PublishedAt is when the call was (first) published, for the time to
 	// a decision or a result.
 	PublishedAt time.Time `msgpack:"published_at,omitempty"`
@@ -356,7 +359,9 @@ func (r *Reply) addTo(res *deferred.Results, c *PendingCall) {
 		return
 	}
 	res.Approvals[c.ToolCallID] = r.decision()
-	if r.Outcome == OutcomeDenied && len(r.Metadata) > 0 {
+	// An approval's metadata (given over HTTP) is its tool's
+	// ToolCallMetadata (D23).
+	if len(r.Metadata) > 0 {
 		if res.Metadata == nil {
 			res.Metadata = map[string]json.RawMessage{}
 		}

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,9 @@ type incoming struct {
 	// oversize is the size of a result over bus.MaxReplyBytes, which
 	// result replaces with a failed one saying so.
 	oversize int
+	// meta is the metadata an answer over HTTP gives an approved call's
+	// tool (Answer); a Decision on the bus has none.
+	meta json.RawMessage
 }
 
 // verify decodes and checks a reply before it reaches its conversation: its
