@@ -45,6 +45,9 @@ func RolePermissions(role string) (Permissions, error) {
 			Publish: append(consumerAPI(StreamCalls),
 				subjectReply+".*."+ReplyKindCall,
 				subjectDLQ+".>",
+				// Looking a call up before running it: one the
+				// orchestrator withdrew is gone (CallQueued).
+				"$JS.API.STREAM.MSG.GET."+StreamCalls,
 				"$KV."+BucketTools+".>",
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
 				// Reading an advert (KeyValue.Get): without it a worker's

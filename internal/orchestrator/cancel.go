@@ -19,18 +19,25 @@ type cancelledData = wire.ConversationCancelled
 // that may still be working (bus.PublishCancel): the replica executing a
 // run cancels it at once, and workers stop that run's calls in flight; a
 // notice that is lost only delays that (the run learns at its next lease
-// renewal, a call's late reply is refused).
+// renewal, a call's late reply is refused). The external calls it settled
+// are withdrawn from the work queue (withdraw), so that no worker that
+// comes later runs them.
 func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, error) {
 	if o.stopped.Load() {
 		return nil, ErrStopped
 	}
 	ctx = answersRequest(ctx)
 	var (
-		settled []*PendingCall
-		runs    []string
+		settled  []*PendingCall
+		runs     []string
+		batchRun string
 	)
 	c, err := o.store.update(ctx, id, func(c *Conversation) error {
 		runs = c.workingRuns()
+		batchRun = ""
+		if c.Batch != nil {
+			batchRun = c.Batch.RunID
+		}
 		var err error
 		settled, err = c.Cancel(CancelledMessage, o.clock())
 		return err
@@ -43,21 +50,23 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 		o.storage.failed(err)
 		// The client hears of the failure; a cancel stored all the same
 		// still tells its runs, workers and watchers.
-		o.store.followUpRequest(ctx, id, o.runner.goUnlessStopped, err, func() { o.cancelled(ctx, id, runs, settled) })
+		o.store.followUpRequest(ctx, id, o.runner.goUnlessStopped, err, func() { o.cancelled(ctx, id, runs, batchRun, settled) })
 		return nil, err
 	}
-	o.cancelled(ctx, id, runs, settled)
+	o.cancelled(ctx, id, runs, batchRun, settled)
 	return c, nil
 }
 
 // cancelled tells what a stored cancel did: a notice to each run that may
-// still be working, and the conversation_cancelled event.
-func (o *Orchestrator) cancelled(ctx context.Context, id string, runs []string, settled []*PendingCall) {
+// still be working, the withdrawal of the calls of batchRun it settled, and
+// the conversation_cancelled event.
+func (o *Orchestrator) cancelled(ctx context.Context, id string, runs []string, batchRun string, settled []*PendingCall) {
 	for _, r := range runs {
 		if err := o.bus.PublishCancel(r); err != nil {
 			o.log.WarnContext(ctx, "cancel notice", slog.String("conversation_id", id), slog.String("run_id", r), slog.String("error", err.Error()))
 		}
 	}
+	o.withdraw(ctx, id, batchRun, settled)
 	ids := make([]string, len(settled))
 	for i, pc := range settled {
 		ids[i] = pc.ToolCallID

@@ -191,8 +191,8 @@ func (rc *reconciler) expiryLoop() {
 }
 
 // expire settles the conversation's pending calls whose deadline has passed,
-// through the same CAS path as replies, then completes the batch if that
-// made it complete (D37).
+// through the same CAS path as replies, withdraws the external ones from the
+// work queue, then completes the batch if that made it complete (D37).
 func (rc *reconciler) expire(ctx context.Context, convID string) {
 	var expired []*PendingCall
 	conv, err := rc.store.update(ctx, convID, func(c *Conversation) error {
@@ -214,6 +214,7 @@ func (rc *reconciler) expire(ctx context.Context, convID string) {
 		}
 		rc.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
 		rc.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
+		rc.withdraw(ctx, convID, conv.Batch.RunID, expired)
 	}
 	rc.pipe.afterApply(ctx, conv)
 }

@@ -29,7 +29,8 @@ func (o *Orchestrator) ListConversations(ctx context.Context, status Status, lim
 }
 
 func (o *Orchestrator) DeleteConversation(ctx context.Context, id string) error {
-	return o.store.delete(ctx, id)
+	_, err := o.store.delete(ctx, id)
+	return err
 }
 
 // FinishedBefore lists the conversations finished before t that a sweep

@@ -94,7 +94,12 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 
 // remove is Delete, for the retention sweep too.
 func (co *core) remove(ctx context.Context, id string) error {
-	gone := co.store.delete(ctx, id)
+	b, gone := co.store.delete(ctx, id)
+	if b != nil {
+		// A call of a deleted conversation no worker answered (cancelled,
+		// expired, or published again after it ended) is not to run.
+		co.withdraw(ctx, id, b.RunID, b.Calls)
+	}
 	if gone != nil && !errors.Is(gone, errDeleted) {
 		return gone
 	}

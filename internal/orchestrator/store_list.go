@@ -244,16 +244,21 @@ func parseListCursor(cursor string) (uint64, error) {
 // which tells replicas that still cache the conversation that it is gone;
 // sweepTombstones removes it later. Deleting a deleted conversation
 // answers ErrNotFound, after finishing a delete that stopped after its
-// tombstone.
-func (s *store) delete(ctx context.Context, id string) error {
-	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error { return c.Delete(s.clock()) })
+// tombstone. It returns the batch the conversation held, whose calls
+// its caller withdraws.
+func (s *store) delete(ctx context.Context, id string) (*Batch, error) {
+	var batch *Batch
+	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
+		batch = c.Batch
+		return c.Delete(s.clock())
+	})
 	if gone != nil && !errors.Is(gone, errDeleted) {
-		return gone
+		return nil, gone
 	}
 	if err := s.purge(ctx, id, 1); err != nil {
-		return err
+		return batch, err
 	}
-	return gone
+	return batch, gone
 }
 
 // purge removes the records of conversation id but its last keep (0: all

@@ -18,6 +18,7 @@ const (
 	CallOutcomeError        = "error"         // the executor hit an infrastructure error; redelivered later
 	CallOutcomeInterrupted  = "interrupted"   // shutdown cut it short; handed back
 	CallOutcomeCancelled    = "cancelled"     // its conversation was cancelled; stopped without a reply
+	CallOutcomeWithdrawn    = "withdrawn"     // the orchestrator took it out of the queue before it ran; not run, no reply
 	CallOutcomePublishError = "publish_error" // ran, but its reply could not be published; redelivered later
 )
 

@@ -176,6 +176,8 @@ type Worker struct {
 	dyn dynamicTools
 	// cancels stops calls of cancelled conversations (cancel.go).
 	cancels cancels
+	// withdrawals skips calls withdrawn after their delivery (withdrawn.go).
+	withdrawals withdrawals
 }
 
 func (w *Worker) enter() {
@@ -419,6 +421,10 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallReq
 	defer release()
 	if !live {
 		c.stopCancelled(ctx)
+		return nil
+	}
+	if w.withdrawals.withdrawn(ctx, c) {
+		c.stopWithdrawn(ctx)
 		return nil
 	}
 	reply, ok := c.execute(ctx, t.Executor)

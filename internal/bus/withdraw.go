@@ -1,0 +1,97 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Withdrawing calls. The calls stream is a work queue: it holds a call
+// until a worker acks it, and a message deleted from it is never delivered
+// again. The orchestrator withdraws (deletes) the calls of a cancelled,
+// expired or deleted conversation that no worker has acked, so that a
+// worker that comes later never takes them; a worker that took one before
+// it was withdrawn looks it up by its sequence before running it
+// (CallQueued) and skips it once it is gone.
+
+// MaxWithdrawScan bounds the messages of one tool's queue a withdrawal
+// reads. A call's subject carries only its tool, so its messages are found
+// by reading that tool's queue from its oldest call; the queue holds only
+// calls no worker has acked, and a withdrawal stops once it found every
+// call it looks for.
+const MaxWithdrawScan = 10_000
+
+// WithdrawCalls deletes from the calls stream the messages of tool's calls
+// ids of run runID (those of every attempt) and returns how many it
+// deleted. A call already acked (answered) has none left; one a worker
+// holds unacked is deleted too, and the worker skips it (CallQueued) or,
+// when it is running it already, finishes it and its reply is refused.
+// A queue longer than MaxWithdrawScan is read that far and the rest left:
+// a worker then runs such a call, and its reply is refused as late.
+func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	subj, err := CallSubject(tool)
+	if err != nil {
+		return 0, err
+	}
+	st, err := b.stream(ctx, StreamCalls)
+	if err != nil {
+		return 0, fmt.Errorf("withdraw calls of run %s: %w", runID, err)
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	deleted := 0
+	seq := uint64(1)
+	for range MaxWithdrawScan {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return deleted, nil
+		}
+		if err != nil {
+			return deleted, fmt.Errorf("withdraw calls of run %s: read %s: %w", runID, subj, err)
+		}
+		seq = m.Sequence + 1
+		if m.Header.Get(HeaderRun) != runID || !want[m.Header.Get(HeaderCall)] {
+			continue
+		}
+		if err := st.DeleteMsg(ctx, m.Sequence); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				// Acked meanwhile.
+				continue
+			}
+			return deleted, fmt.Errorf("withdraw call %s of run %s: %w", m.Header.Get(HeaderCall), runID, err)
+		}
+		deleted++
+	}
+	return deleted, fmt.Errorf("withdraw calls of run %s: the queue of %s holds more than %d calls; the rest were not read", runID, tool, MaxWithdrawScan)
+}
+
+// CallQueued reports whether the call message at stream sequence seq is
+// still in the calls stream: false once it was withdrawn (WithdrawCalls),
+// or acked. A worker asks before it runs a call it was delivered.
+// A user not allowed the lookup (NATS users written before it was added
+// to the worker's role) gets ErrPermissionDenied at once.
+func (b *Bus) CallQueued(ctx context.Context, seq uint64) (bool, error) {
+	gctx, release := b.deny.guard(ctx, exactSubject("$JS.API.STREAM.MSG.GET."+StreamCalls))
+	defer release()
+	st, err := b.stream(gctx, StreamCalls)
+	if err == nil {
+		_, err = st.GetMsg(gctx, seq)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	if d := denied(gctx); d != nil {
+		err = d
+	}
+	return false, fmt.Errorf("look up call %d: %w", seq, err)
+}
