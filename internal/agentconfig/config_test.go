@@ -96,6 +96,9 @@ func TestParseAgentConfigErrors(t *testing.T) {
 		{"cel not bool", "model: {provider: test}\ntools:\n  - name: t\n    approval: '\"yes\"'\n", "want bool"},
 		{"schema not object", "model: {provider: test}\ntools:\n  - name: t\n    parameters: {type: string}\n", "tools[0] (t).parameters"},
 		{"metadata not object", "model: {provider: test}\ntools:\n  - name: t\n    approval_metadata: 3\n", "tools[0] (t).approval_metadata"},
+		{"negative retries", "model: {provider: test, retries: -1}\n" + tool, "model.retries: -1 is outside [0, 20]"},
+		{"negative backoff", "model: {provider: test, backoff: -1s}\n" + tool, "model.backoff: -1s is negative"},
+		{"bad backoff", "model: {provider: test, backoff: soon}\n" + tool, "invalid duration"},
 		{"negative deadline", "model: {provider: test}\ntools:\n  - name: t\n    deadline: -1s\n", "tools[0] (t).deadline"},
 		{"unknown executor", "model: {provider: test}\ntools:\n  - name: t\n    executor: browser\n", `tools[0] (t).executor: "browser" is not an executor`},
 	}

@@ -25,7 +25,15 @@ func NewModel(cfg *orchestrator.AgentConfig, lookupEnv func(string) (string, boo
 			}
 			key = v
 		}
-		m, err := openai.New(openai.Config{Model: cfg.Model.Name, BaseURL: cfg.Model.BaseURL, APIKey: key, Stream: cfg.Model.Stream, Logger: logger})
+		oc := openai.Config{Model: cfg.Model.Name, BaseURL: cfg.Model.BaseURL, APIKey: key, Stream: cfg.Model.Stream,
+			Backoff: cfg.Model.Backoff.D(), Logger: logger}
+		if r := cfg.Model.Retries; r != nil {
+			oc.MaxRetries = *r
+			if *r == 0 {
+				oc.MaxRetries = -1 // openai.Config's zero is its default
+			}
+		}
+		m, err := openai.New(oc)
 		if err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}

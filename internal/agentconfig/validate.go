@@ -56,8 +56,18 @@ func validateModel(c *orchestrator.AgentConfig) error {
 	default:
 		return fieldErrorf("model.provider", "model.provider: unknown provider %q (want openai, script or test)", c.Model.Provider)
 	}
+	if r := c.Model.Retries; r != nil && (*r < 0 || *r > maxModelRetries) {
+		return fieldErrorf("model.retries", "model.retries: %d is outside [0, %d]", *r, maxModelRetries)
+	}
+	if c.Model.Backoff < 0 {
+		return fieldErrorf("model.backoff", "model.backoff: %s is negative", c.Model.Backoff.D())
+	}
 	return nil
 }
+
+// maxModelRetries bounds model.retries: with the backoff's cap of 30s, more
+// would hold a run for many minutes on a provider that is down.
+const maxModelRetries = 20
 
 func validateDiscover(d *orchestrator.DiscoverConfig, at string) error {
 	if d.Tools == "" {

@@ -65,6 +65,14 @@ type ModelConfig struct {
 	Script string `json:"script,omitempty"`
 	// Stream asks the provider for streamed responses where it supports them.
 	Stream bool `json:"stream,omitempty"`
+	// Retries is how often a request the provider answered with 408, 409,
+	// 429 or 5xx (or a lost connection) is sent again; 0 sends it once.
+	// Nil means the provider's default (openai: 4).
+	Retries *int `json:"retries,omitempty"`
+	// Backoff is the wait before the first retry, doubled at each next one
+	// (see openai.Config.Backoff); a Retry-After from the provider wins.
+	// Zero means the provider's default (openai: 1s).
+	Backoff Duration `json:"backoff,omitempty"`
 }
 
 // ToolConfig declares one tool the model may call.

@@ -40,8 +40,10 @@
 //
 // # Errors
 //
-// 429 and 5xx answers (and connection errors) are retried with backoff,
-// honouring Retry-After. Errors carry the status code and a short message
+// 408, 409, 429 and 5xx answers (and connection errors) are retried
+// (Config.MaxRetries) with a doubling backoff (Config.Backoff), or after the
+// wait the answer's Retry-After or Retry-After-Ms asks for; a stream only
+// when its answer was an error, never after its first chunk. Errors carry the status code and a short message
 // from the provider, never the API key or the whole error body; a 401 is
 // reported as ErrUnauthorized and is not retried.
 package openai

@@ -29,9 +29,15 @@ type Config struct {
 	// Stream selects the streaming API. Defaults to false.
 	Stream bool
 	// MaxRetries is how often a connection error, 408, 409, 429 or 5xx answer
-	// is retried, with exponential backoff or the server's Retry-After.
-	// Zero means 2; a negative value disables retries.
+	// is retried (a stream only before its first delta). Zero means 4; a
+	// negative value disables retries.
 	MaxRetries int
+	// Backoff is the wait before the first retry; each next one doubles, up
+	// to 30s (or Backoff, if longer), less up to a quarter at random. A
+	// retried answer's Retry-After (seconds or an HTTP-date) or
+	// Retry-After-Ms sets the wait instead; one that asks for more than 2
+	// minutes is not retried. Zero means 1s.
+	Backoff time.Duration
 	// Timeout bounds each HTTP attempt, a whole stream included. Zero means
 	// no bound other than the request's context.
 	Timeout time.Duration
@@ -44,14 +50,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-const defaultMaxRetries = 2
-
 func (c Config) withDefaults() Config {
 	switch {
 	case c.MaxRetries == 0:
 		c.MaxRetries = defaultMaxRetries
 	case c.MaxRetries < 0:
 		c.MaxRetries = 0
+	}
+	if c.Backoff == 0 {
+		c.Backoff = defaultBackoff
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = http.DefaultClient
@@ -69,6 +76,9 @@ func (c Config) validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("timeout %s is negative", c.Timeout)
 	}
+	if c.Backoff < 0 {
+		return fmt.Errorf("backoff %s is negative", c.Backoff)
+	}
 	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
 		return fmt.Errorf("temperature %g is outside [0, 2]", *c.Temperature)
 	}
@@ -81,6 +91,10 @@ type Model struct {
 	cfg  Config
 	chat oai.ChatCompletionService
 	log  *slog.Logger
+	// now reads a Retry-After date against the clock, sleep waits between
+	// attempts: seams for tests.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -96,11 +110,12 @@ func New(cfg Config) (*Model, error) {
 	// The service is built from explicit options only: oai.NewClient would
 	// first apply OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_ORG_ID and friends
 	// from the environment, and those could add headers Config never asked for.
+	// Retries are Request's: openai-go's own cannot be given a first
+	// backoff, nor a clock a test controls.
 	opts := []option.RequestOption{
 		option.WithEnvironmentProduction(),
 		option.WithHTTPClient(cfg.HTTPClient),
-		option.WithMaxRetries(cfg.MaxRetries),
-		option.WithMiddleware(logAttempts(log)),
+		option.WithMaxRetries(0),
 	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
@@ -111,7 +126,7 @@ func New(cfg Config) (*Model, error) {
 	if cfg.Timeout > 0 {
 		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
 	}
-	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), log: log}, nil
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), log: log, now: time.Now, sleep: sleep}, nil
 }
 
 // Name returns the configured model name.
@@ -124,13 +139,31 @@ func (m *Model) Request(ctx context.Context, req agent.ModelRequest) (agent.Mode
 		return agent.ModelResponse{}, fmt.Errorf("build chat completion request: %w", err)
 	}
 	var resp agent.ModelResponse
-	if m.cfg.Stream {
-		resp, err = m.stream(ctx, params, req.StreamFunc)
-	} else {
-		resp, err = m.complete(ctx, params)
-	}
-	if err != nil {
-		return agent.ModelResponse{}, err
+	for n := 0; ; n++ {
+		var raw *http.Response
+		if m.cfg.Stream {
+			resp, err = m.stream(ctx, params, req.StreamFunc, &raw)
+		} else {
+			resp, err = m.complete(ctx, params, &raw)
+		}
+		if err == nil {
+			break
+		}
+		if n >= m.cfg.MaxRetries || !retryable(ctx, raw, err) {
+			return agent.ModelResponse{}, err
+		}
+		wait, ok := m.retryWait(raw, n)
+		if !ok {
+			return agent.ModelResponse{}, fmt.Errorf("%w (not retried: the server asks to wait more than %s)", err, maxRetryAfter)
+		}
+		attrs := []any{slog.Int("attempt", n+1), slog.Duration("wait", wait), slog.String("error", err.Error())}
+		if raw != nil {
+			attrs = append(attrs, slog.Int("status", raw.StatusCode))
+		}
+		m.log.WarnContext(ctx, "chat completion attempt failed; retrying", attrs...)
+		if err := m.sleep(ctx, wait); err != nil {
+			return agent.ModelResponse{}, fmt.Errorf("chat completion: waiting to retry: %w", err)
+		}
 	}
 	if resp.ModelName == "" {
 		resp.ModelName = m.cfg.Model
@@ -138,37 +171,17 @@ func (m *Model) Request(ctx context.Context, req agent.ModelRequest) (agent.Mode
 	return resp, nil
 }
 
-func (m *Model) complete(ctx context.Context, params oai.ChatCompletionNewParams) (agent.ModelResponse, error) {
-	var raw *http.Response
-	completion, err := m.chat.New(ctx, params, option.WithResponseInto(&raw))
+// complete makes one attempt; raw receives its HTTP response, if one came.
+func (m *Model) complete(ctx context.Context, params oai.ChatCompletionNewParams, raw **http.Response) (agent.ModelResponse, error) {
+	completion, err := m.chat.New(ctx, params, option.WithResponseInto(raw))
 	if err != nil {
-		return agent.ModelResponse{}, fmt.Errorf("chat completion: %w", m.apiError(err, raw))
+		return agent.ModelResponse{}, fmt.Errorf("chat completion: %w", m.apiError(err, *raw))
 	}
 	resp, err := m.fromCompletion(completion)
 	if err != nil {
 		return agent.ModelResponse{}, fmt.Errorf("chat completion: %w", err)
 	}
 	return resp, nil
-}
-
-// logAttempts reports every answer that will be retried or turned into an
-// error, so that slow runs caused by rate limits are visible.
-func logAttempts(log *slog.Logger) option.Middleware {
-	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		res, err := next(req)
-		switch {
-		case err != nil:
-			log.DebugContext(req.Context(), "chat completion attempt failed",
-				slog.String("retry_count", req.Header.Get("X-Stainless-Retry-Count")),
-				slog.String("error", err.Error()))
-		case res.StatusCode >= 400:
-			log.WarnContext(req.Context(), "chat completion attempt rejected",
-				slog.Int("status", res.StatusCode),
-				slog.String("retry_count", req.Header.Get("X-Stainless-Retry-Count")),
-				slog.String("retry_after", res.Header.Get("Retry-After")))
-		}
-		return res, err
-	}
 }
 
 // drain is used where an error response's body is read for its message.

@@ -165,6 +165,7 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{name: "no model", cfg: openai.Config{}},
 		{name: "negative timeout", cfg: openai.Config{Model: "m", Timeout: -time.Second}},
+		{name: "negative backoff", cfg: openai.Config{Model: "m", Backoff: -time.Second}},
 		{name: "temperature out of range", cfg: openai.Config{Model: "m", Temperature: &bad}},
 	}
 	for _, tt := range tests {
@@ -758,5 +759,199 @@ func TestContextCancelled(t *testing.T) {
 	_, err := f.model(t, openai.Config{Stream: true}).Request(ctx, req)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v is not context.Canceled", err)
+	}
+}
+
+// waits records the waits between attempts instead of sleeping, against a
+// clock that they move.
+type waits struct {
+	mu  sync.Mutex
+	now time.Time
+	got []time.Duration
+}
+
+func (w *waits) clock() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+func (w *waits) sleep(_ context.Context, d time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, d)
+	w.now = w.now.Add(d)
+	return nil
+}
+
+func (w *waits) all() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.got...)
+}
+
+// The wait before each retry is the server's Retry-After (seconds or an
+// HTTP-date) or Retry-After-Ms when it gives one, else the configured
+// backoff doubled at each retry, less up to a quarter of jitter, capped;
+// a server asking for more than 2 minutes is not retried.
+func TestRetryWaits(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		stream  bool
+		cfg     openai.Config
+		headers []map[string]string // per failed attempt; then 200
+		status  int
+		// want is each wait's range [lo, hi]
+		want         [][2]time.Duration
+		wantAttempts int
+		wantErr      string
+	}{
+		{
+			name:   "retry-after seconds then date",
+			status: http.StatusServiceUnavailable,
+			headers: []map[string]string{
+				{"Retry-After": "7"},
+				// 7s later by the clock the waits move: 90s from then.
+				{"Retry-After": start.Add(97 * time.Second).Format(http.TimeFormat)},
+			},
+			want:         [][2]time.Duration{{7 * time.Second, 7 * time.Second}, {90 * time.Second, 90 * time.Second}},
+			wantAttempts: 3,
+		},
+		{
+			name:         "retry-after streaming",
+			stream:       true,
+			status:       http.StatusTooManyRequests,
+			headers:      []map[string]string{{"Retry-After": "3"}},
+			want:         [][2]time.Duration{{3 * time.Second, 3 * time.Second}},
+			wantAttempts: 2,
+		},
+		{
+			name:         "retry-after-ms wins",
+			status:       http.StatusTooManyRequests,
+			headers:      []map[string]string{{"Retry-After-Ms": "1500", "Retry-After": "2"}},
+			want:         [][2]time.Duration{{1500 * time.Millisecond, 1500 * time.Millisecond}},
+			wantAttempts: 2,
+		},
+		{
+			name:         "date in the past",
+			status:       http.StatusBadGateway,
+			headers:      []map[string]string{{"Retry-After": start.Add(-time.Hour).Format(http.TimeFormat)}},
+			want:         [][2]time.Duration{{0, 0}},
+			wantAttempts: 2,
+		},
+		{
+			name:    "backoff doubles with jitter up to its cap",
+			cfg:     openai.Config{Backoff: 10 * time.Second, MaxRetries: 4},
+			status:  http.StatusInternalServerError,
+			headers: []map[string]string{{}, {"Retry-After": "soon"}, {}, {}},
+			want: [][2]time.Duration{
+				{7500 * time.Millisecond, 10 * time.Second},
+				{15 * time.Second, 20 * time.Second},
+				{22500 * time.Millisecond, 30 * time.Second},
+				{22500 * time.Millisecond, 30 * time.Second},
+			},
+			wantAttempts: 5,
+		},
+		{
+			name:         "too long a wait is not retried",
+			status:       http.StatusTooManyRequests,
+			headers:      []map[string]string{{"Retry-After": "3600"}},
+			wantAttempts: 1,
+			wantErr:      "not retried: the server asks to wait more than 2m0s",
+		},
+		{
+			name:         "retries exhausted",
+			cfg:          openai.Config{MaxRetries: 2},
+			status:       http.StatusServiceUnavailable,
+			headers:      []map[string]string{{"Retry-After": "1"}, {"Retry-After": "1"}, {"Retry-After": "1"}},
+			want:         [][2]time.Duration{{time.Second, time.Second}, {time.Second, time.Second}},
+			wantAttempts: 3,
+			wantErr:      "status 503",
+		},
+		{
+			name:         "x-should-retry false",
+			status:       http.StatusServiceUnavailable,
+			headers:      []map[string]string{{"X-Should-Retry": "false"}},
+			wantAttempts: 1,
+			wantErr:      "status 503",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, func(attempt int, w http.ResponseWriter) {
+				if attempt < len(tt.headers) {
+					for k, v := range tt.headers[attempt] {
+						w.Header().Set(k, v)
+					}
+					writeJSON(w, tt.status, `{"error":{"message":"overloaded"}}`)
+					return
+				}
+				if tt.stream {
+					writeSSE(w, chunk(`[{"index":0,"delta":{"content":"finally"},"finish_reason":"stop"}]`), `[DONE]`)
+					return
+				}
+				writeJSON(w, http.StatusOK, completion("m", `{"role":"assistant","content":"finally"}`, "stop", `{}`))
+			})
+			cfg := tt.cfg
+			cfg.Stream = tt.stream
+			m := f.model(t, cfg)
+			w := &waits{now: start}
+			openai.SetClock(m, w.clock, w.sleep)
+			got, err := m.Request(t.Context(), userRequest("Hi"))
+			if n := f.attemptCount(); n != tt.wantAttempts {
+				t.Errorf("server saw %d attempts, want %d", n, tt.wantAttempts)
+			}
+			waited := w.all()
+			if len(waited) != len(tt.want) {
+				t.Fatalf("waits %v, want %d of them", waited, len(tt.want))
+			}
+			for i, d := range waited {
+				if d < tt.want[i][0] || d > tt.want[i][1] {
+					t.Errorf("wait %d = %s, want within %v", i, d, tt.want[i])
+				}
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Request: %v", err)
+			}
+			if diff := cmp.Diff([]agent.Part{{Kind: agent.PartText, Content: "finally"}}, got.Parts); diff != "" {
+				t.Errorf("parts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A retry waits on the request's context: cancelled while waiting, the
+// request ends at once with the cancellation, without another attempt.
+func TestRetryWaitCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, func(_ int, w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "100")
+		writeJSON(w, http.StatusServiceUnavailable, `{"error":{"message":"overloaded"}}`)
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	m := f.model(t, openai.Config{})
+	openai.SetClock(m, time.Now, func(ctx context.Context, d time.Duration) error {
+		if d != 100*time.Second {
+			t.Errorf("wait %s, want 100s", d)
+		}
+		cancel()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	_, err := m.Request(ctx, userRequest("Hi"))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v is not context.Canceled", err)
+	}
+	if n := f.attemptCount(); n != 1 {
+		t.Errorf("server saw %d attempts, want 1", n)
 	}
 }

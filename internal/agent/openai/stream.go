@@ -18,9 +18,9 @@ import (
 // proxy that cut the response.
 var ErrTruncated = errors.New("stream ended without a finish reason")
 
-func (m *Model) stream(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string)) (agent.ModelResponse, error) {
-	var raw *http.Response
-	s := m.chat.NewStreaming(ctx, params, option.WithResponseInto(&raw))
+// stream makes one attempt; raw receives its HTTP response, if one came.
+func (m *Model) stream(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string), raw **http.Response) (agent.ModelResponse, error) {
+	s := m.chat.NewStreaming(ctx, params, option.WithResponseInto(raw))
 	defer s.Close()
 
 	var (
@@ -62,7 +62,7 @@ func (m *Model) stream(ctx context.Context, params oai.ChatCompletionNewParams, 
 		}
 	}
 	if err := s.Err(); err != nil {
-		return agent.ModelResponse{}, fmt.Errorf("chat completion stream: %w", m.apiError(err, raw))
+		return agent.ModelResponse{}, fmt.Errorf("chat completion stream: %w", m.apiError(err, *raw))
 	}
 	if finishReason == "" {
 		return agent.ModelResponse{}, fmt.Errorf("chat completion stream: %w", ErrTruncated)
