@@ -306,10 +306,13 @@ const (
 	opDelete       = "delete"
 	opDelCorrupt   = "delete corrupt"
 	opSecondPrompt = "second prompt"
+	opCreate       = "create"
 )
 
 func (e *ConflictError) Error() string {
 	switch e.Op {
+	case opCreate:
+		return fmt.Sprintf("conversation %s already exists: choose another new_conversation_id, or continue it with conversation_id", e.ConversationID)
 	case opCancel:
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
 	case opSecondPrompt:
@@ -675,7 +678,7 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	if rec == nil {
 		if c.Batch != nil && c.Batch.PromptRunID == runID {
 			// A follow-up prompt's run, waiting for its batch.
-			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
+			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
 		}
 		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
 	}
