@@ -302,6 +302,9 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 
 // fail maps an orchestrator error to a status.
 func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if h.clientLeft(r, err) {
+		return
+	}
 	var (
 		conflict *orchestrator.ConflictError
 		bad      *orchestrator.BadRequestError
