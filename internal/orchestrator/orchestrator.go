@@ -141,6 +141,10 @@ type Config struct {
 	// ReconcileInterval is how often stored conversations are scanned for
 	// batches to publish, complete, expire or relaunch. Defaults to 15s.
 	ReconcileInterval time.Duration
+	// AdvertGrace is how long the tools no worker advertises when the
+	// orchestrator starts have to be advertised before it warns about
+	// them: workers start after it. Defaults to 30s.
+	AdvertGrace time.Duration
 	// Retention, when positive, is how long a finished conversation is
 	// kept after its last change; then it is deleted (Delete). Zero keeps
 	// them.
@@ -444,7 +448,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.pipe = &replyPipeline{core: o.core}
 	o.rec = &reconciler{core: o.core}
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
-	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
+	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.roster.buildAgents(); err != nil {
