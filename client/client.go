@@ -37,6 +37,9 @@ const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusQueued is a run's, not a conversation's: a prompt given while
+	// its conversation was paused, waiting for the batch's results.
+	StatusQueued = "queued"
 )
 
 type (
@@ -59,6 +62,9 @@ type (
 	// ConversationSummary is a conversation as a list shows it: its id,
 	// status, agent and times.
 	ConversationSummary = iclient.ConversationSummary
+	// QueuedPrompt is a prompt given while a conversation was paused, and
+	// the run that sends it once the batch is answered.
+	QueuedPrompt = iclient.QueuedPrompt
 )
 
 // Event is one event of a conversation, with the ID to resume after it.
@@ -96,6 +102,12 @@ type StartRequest struct {
 	Prompt string
 	// ConversationID continues a conversation; empty starts a new one.
 	ConversationID string
+	// NewConversationID, when set, is the id of the new conversation,
+	// chosen by the caller: "c" then 1 to 127 letters and digits (400
+	// otherwise, or with ConversationID). An id a conversation has already
+	// is refused with 409, unless this is the repeat of the start that
+	// made it (the same IdempotencyKey and Prompt).
+	NewConversationID string
 	// Agent names the agent of a new conversation; empty is the only one
 	// the orchestrators run (400 when they run several). A follow-up may
 	// name only its conversation's own agent (409 otherwise).
@@ -117,7 +129,7 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Run, error) {
 	if r.Prompt == "" {
 		return Run{}, errors.New("client: start: prompt is empty")
 	}
-	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, Agent: r.Agent, Key: r.IdempotencyKey, Caller: r.Caller})
+	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, NewConversationID: r.NewConversationID, Agent: r.Agent, Key: r.IdempotencyKey, Caller: r.Caller})
 }
 
 // Conversation reads a conversation.

@@ -1,6 +1,6 @@
 // Command toolgate is a small client of the orchestrator's HTTP API:
 //
-//	toolgate run [--conversation ID] [--agent NAME] [--caller JSON] [--follow] PROMPT
+//	toolgate run [--conversation ID | --new-id ID] [--agent NAME] [--caller JSON] [--follow] PROMPT
 //	toolgate watch CONVERSATION_ID
 //	toolgate pending [--json]
 //	toolgate list [--status S] [--limit N] [--cursor C] [--all] [--json]
@@ -39,7 +39,7 @@ var env = []cli.Env{
 var command = cli.Command{
 	Name: "toolgate",
 	Usage: []string{
-		"toolgate [flags] run [--conversation ID] [--agent NAME] [--caller JSON] [--follow] PROMPT   start a run (and print its events)",
+		"toolgate [flags] run [--conversation ID | --new-id ID] [--agent NAME] [--caller JSON] [--follow] PROMPT   start a run (and print its events)",
 		"toolgate [flags] watch CONVERSATION_ID                       print a conversation's events until it ends",
 		"toolgate [flags] pending [--json]                            the deferred calls waiting for a reply",
 		"toolgate [flags] list [--status S] [--limit N] [--cursor C]  a page of conversations",
@@ -124,17 +124,18 @@ type listOptions struct {
 }
 
 type runOpts struct {
-	conversation, agent, caller string
-	follow                      bool
+	conversation, newID, agent, caller string
+	follow                             bool
 }
 
 var commands = map[string]subcommand{
 	"run": {
-		synopsis: "[--conversation ID] [--agent NAME] [--caller JSON] [--follow] PROMPT", args: -1,
+		synopsis: "[--conversation ID | --new-id ID] [--agent NAME] [--caller JSON] [--follow] PROMPT", args: -1,
 		about: "Starts a run; PROMPT is the remaining arguments joined by spaces (put -- before a prompt that starts with -).",
 		flags: func(fs *cli.FlagSet) any {
 			o := &runOpts{}
 			fs.StringVar(&o.conversation, "conversation", "", "continue this conversation")
+			fs.StringVar(&o.newID, "new-id", "", `the id of the new conversation ("c" then letters and digits); default: one the orchestrator makes`)
 			fs.StringVar(&o.agent, "agent", "", "the agent of a new conversation (needed when the orchestrators run several)")
 			fs.StringVar(&o.caller, "caller", "", `who gives the prompt, a JSON object (e.g. {"user":"ann"}) that the agent's Go tools and approval rules see`)
 			fs.BoolVar(&o.follow, "follow", false, "print events until the conversation ends")
@@ -145,7 +146,7 @@ var commands = map[string]subcommand{
 			if o.caller != "" && !json.Valid([]byte(o.caller)) {
 				return fmt.Errorf("--caller: %q is not JSON (give an object, e.g. {\"user\":\"ann\"})", o.caller)
 			}
-			rs, err := c.Start(ctx, client.StartOptions{Prompt: strings.Join(args, " "), ConversationID: o.conversation, Agent: o.agent, Caller: json.RawMessage(o.caller)})
+			rs, err := c.Start(ctx, client.StartOptions{Prompt: strings.Join(args, " "), ConversationID: o.conversation, NewConversationID: o.newID, Agent: o.agent, Caller: json.RawMessage(o.caller)})
 			if err != nil {
 				return err
 			}

@@ -22,6 +22,7 @@ type fakeAPI struct {
 	prompts []string
 	callers []string
 	queries []string
+	newIDs  []string
 	pid     int
 }
 
@@ -30,13 +31,15 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/runs":
 		var req struct {
-			Prompt string
-			Caller json.RawMessage
+			Prompt            string
+			Caller            json.RawMessage
+			NewConversationID string `json:"new_conversation_id"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
 		f.prompts = append(f.prompts, req.Prompt)
 		f.callers = append(f.callers, string(req.Caller))
+		f.newIDs = append(f.newIDs, req.NewConversationID)
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte(`{"run_id":"r1","conversation_id":"c1","status":"running"}`))
@@ -263,5 +266,18 @@ func TestWatchEndsInWords(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := cli.ExitCode("toolgate", err, &stderr); code == 0 || !strings.Contains(stderr.String(), "cancelled") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// --new-id asks for the new conversation's id.
+func TestRunSendsTheNewID(t *testing.T) {
+	f, url := start(t)
+	if err := run(t.Context(), []string{"run", "--addr", url, "--new-id", "corder17", "hello"}, new(bytes.Buffer), new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.newIDs) != 1 || f.newIDs[0] != "corder17" {
+		t.Errorf("new ids sent = %q", f.newIDs)
 	}
 }

@@ -133,6 +133,10 @@ type startRunRequest struct {
 	ConversationID string          `json:"conversation_id,omitempty"`
 	Agent          string          `json:"agent,omitempty"`
 	Caller         json.RawMessage `json:"caller,omitempty"`
+
+	// NewConversationID is the id the client chooses for a new
+	// conversation (orchestrator.StartRequest).
+	NewConversationID string `json:"new_conversation_id,omitempty"`
 }
 
 func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
@@ -157,7 +161,7 @@ func (h *api) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, IdempotencyKey: key, Agent: req.Agent, Caller: req.Caller})
+	info, err := h.o.StartRunWith(r.Context(), orchestrator.StartRequest{Prompt: req.Prompt, ConversationID: req.ConversationID, NewConversationID: req.NewConversationID, IdempotencyKey: key, Agent: req.Agent, Caller: req.Caller})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -291,6 +295,9 @@ func (h *api) healthz(w http.ResponseWriter, r *http.Request) {
 
 // fail maps an orchestrator error to a status.
 func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if h.clientLeft(r, err) {
+		return
+	}
 	var (
 		conflict *orchestrator.ConflictError
 		bad      *orchestrator.BadRequestError

@@ -31,6 +31,17 @@ type ConversationView struct {
 	Messages []json.RawMessage `json:"messages"`
 	// Decisions lists every applied decision and who made it (D36).
 	Decisions []orchestrator.DecisionRecord `json:"decisions"`
+	// QueuedPrompt is the prompt given while the conversation was paused,
+	// which its follow-up run sends after the batch's results; absent
+	// when there is none.
+	QueuedPrompt *QueuedPrompt `json:"queued_prompt,omitempty"`
+}
+
+// QueuedPrompt is a prompt waiting for its conversation's batch: the run
+// it starts (status queued in GET /v1/runs/{run_id}) and its text.
+type QueuedPrompt struct {
+	RunID  string `json:"run_id"`
+	Prompt string `json:"prompt"`
 }
 
 // RunSummary is one run of a conversation.
@@ -59,6 +70,9 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 	if c.Unserved != "" && (c.Status == orchestrator.StatusRunning || c.Status == orchestrator.StatusResuming) {
 		t := c.UnservedSince.UTC()
 		v.Unserved, v.UnservedSince = c.Unserved, &t
+	}
+	if b := c.Batch; b != nil && b.Prompt != "" && c.Status == orchestrator.StatusPaused {
+		v.QueuedPrompt = &QueuedPrompt{RunID: b.PromptRunID, Prompt: b.Prompt}
 	}
 	if v.Decisions == nil {
 		v.Decisions = []orchestrator.DecisionRecord{}

@@ -37,10 +37,11 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 	out := "done"
 	v := ConversationView{
 		ConversationID: "c1", Status: orchestrator.StatusCompleted, Output: &out,
-		Runs:      []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
-		Pending:   []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
-		Messages:  messagesJSON(history),
-		Decisions: []orchestrator.DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
+		Runs:         []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
+		Pending:      []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
+		Messages:     messagesJSON(history),
+		Decisions:    []orchestrator.DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
+		QueuedPrompt: &QueuedPrompt{RunID: "r2_c1", Prompt: "and then?"},
 	}
 	doc, err := json.Marshal(v)
 	if err != nil {

@@ -110,6 +110,8 @@ type Bus struct {
 	// borrowed: the connection is the caller's (FromConn); Close leaves
 	// it open.
 	borrowed bool
+	// outage gathers the consume loops' errors while the server is away.
+	outage pullOutage
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -315,6 +317,7 @@ func (b *Bus) Close() {
 	case <-time.After(2 * time.Second):
 	}
 	b.js.CleanupPublisher()
+	b.endOutage()
 	if !b.borrowed {
 		b.nc.Close()
 	}

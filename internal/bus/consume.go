@@ -577,7 +577,11 @@ func consumeErrors(b *Bus, logger *slog.Logger, lost chan<- lostConsumer) jetstr
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
 			b.stalls.Add(1)
 		}
-		logger.Warn("consume error", slog.Any("error", err))
+		if b.pullFailed() {
+			logger.Warn("consumers cannot pull; they pull again by themselves, and a line says when the server answers again (the pull errors until then are logged at debug level)", slog.Any("error", err))
+		} else {
+			logger.Debug("consume error", slog.Any("error", err))
+		}
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat) {
 			select {
 			case lost <- lostConsumer{cc: c, err: err}:

@@ -321,10 +321,15 @@ const (
 	jsErrCodeNoPeers          jetstream.ErrorCode = 10005 // no suitable peers for placement
 )
 
-// errNotSetUp wraps a missing stream or bucket with a hint.
+// errNotSetUp wraps a missing stream or bucket with what the operator
+// does about it: the orchestrator makes them when it starts.
 func errNotSetUp(err error) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("%w (run Setup first)", err)
+		return fmt.Errorf("%w (%s)", err, NotSetUpHint)
 	}
 	return err
 }
+
+// NotSetUpHint tells an operator what to do about a stream or bucket that
+// is not there yet.
+const NotSetUpHint = "toolgate's streams and buckets are not set up on this NATS server yet: start the orchestrator first, which creates them when it starts (a program embedding toolgate: toolgate.Config.SetUp), or have an operator create them"

@@ -108,3 +108,14 @@ func TestSetupPermissionDeniedFailsAtOnce(t *testing.T) {
 		t.Errorf("error %q does not say it is from setup", err)
 	}
 }
+
+// A stream that is not there yet tells the operator what to do (start the
+// orchestrator first), not which Go function to call.
+func TestNotSetUpSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	b := bustest.Connect(t, bustest.NewServer(t), "not-set-up")
+	_, err := b.GetDeadLetter(ctxT(t), 1)
+	if err == nil || !strings.Contains(err.Error(), "start the orchestrator first") || strings.Contains(err.Error(), "Setup first") {
+		t.Errorf("err = %v, want it to say to start the orchestrator first", err)
+	}
+}

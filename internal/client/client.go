@@ -58,6 +58,16 @@ type Conversation struct {
 	Runs     []RunStatus       `json:"runs"`
 	Pending  []Pending         `json:"pending"`
 	Messages []json.RawMessage `json:"messages"`
+	// QueuedPrompt is a prompt given while the conversation was paused,
+	// waiting for the batch to be answered; nil when there is none.
+	QueuedPrompt *QueuedPrompt `json:"queued_prompt,omitempty"`
+}
+
+// QueuedPrompt is a prompt waiting for its conversation's batch, and the
+// run (status "queued") that sends it.
+type QueuedPrompt struct {
+	RunID  string `json:"run_id"`
+	Prompt string `json:"prompt"`
 }
 
 // Terminal reports whether the conversation has stopped for good (until a
@@ -165,6 +175,9 @@ func (c *Client) StartRunKey(ctx context.Context, prompt, conversationID, key st
 // is), and the idempotency key ("" is a fresh one).
 type StartOptions struct {
 	Prompt, ConversationID, Agent, Key string
+	// NewConversationID is the id of the new conversation, chosen by the
+	// caller ("c" then letters and digits); "" lets the orchestrator choose.
+	NewConversationID string
 	// Caller, a JSON object, says who gives the prompt (the API's caller).
 	Caller json.RawMessage
 }
@@ -177,6 +190,9 @@ func (c *Client) Start(ctx context.Context, o StartOptions) (RunStatus, error) {
 	}
 	if o.Agent != "" {
 		body["agent"] = o.Agent
+	}
+	if o.NewConversationID != "" {
+		body["new_conversation_id"] = o.NewConversationID
 	}
 	if len(o.Caller) > 0 {
 		body["caller"] = o.Caller

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -140,11 +141,91 @@ func (c *Catalogue) decode(e bus.Entry) (AdvertisedTool, error) {
 
 // advertWarnings logs, once per tool and change, that no worker advertises
 // a tool an agent uses: such a tool's calls wait until a worker serves it
-// or their deadline passes. Safe for concurrent use.
+// or their deadline passes. The tools missing when the orchestrator starts
+// are given a grace before the warning: workers are started after the
+// orchestrator (the documented order) and advertise their tools as they
+// start, so a warning at once would be about every tool, every time. A
+// call that waits for a tool no worker takes is told at once, by
+// unservedCalls. Safe for concurrent use.
 type advertWarnings struct {
-	log     *slog.Logger
+	log *slog.Logger
+	// grace is how long the tools missing at start-up have to be
+	// advertised; 0 is advertGrace.
+	grace time.Duration
+	// afterFunc runs f after d and returns what stops it (time.AfterFunc);
+	// a seam for tests.
+	afterFunc func(d time.Duration, f func()) (stop func() bool)
+
 	mu      sync.Mutex
 	missing map[string]bool
+	// early are the tools missing at start-up not warned about yet, with
+	// how the agent uses them.
+	early     map[string]string
+	stopTimer func() bool
+	stopped   bool
+}
+
+// advertGrace is how long the tools missing at start-up have to be
+// advertised before a warning: a worker advertises as it starts, and
+// renews its adverts every 30 s.
+const advertGrace = 30 * time.Second
+
+// checkAtStart is check for the tools the catalogue's first catch-up
+// finds: a missing one is warned about after the grace, if it is still
+// missing then.
+func (w *advertWarnings) checkAtStart(tool string, advertised bool, what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if advertised || w.missing[tool] {
+		return
+	}
+	if w.missing == nil {
+		w.missing = map[string]bool{}
+	}
+	w.missing[tool] = true
+	if w.early == nil {
+		w.early = map[string]string{}
+	}
+	w.early[tool] = what
+	if w.stopTimer != nil || w.stopped {
+		return
+	}
+	after := w.afterFunc
+	if after == nil {
+		after = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
+	w.stopTimer = after(w.graceOrDefault(), w.graceOver)
+}
+
+func (w *advertWarnings) graceOrDefault() time.Duration {
+	if w.grace > 0 {
+		return w.grace
+	}
+	return advertGrace
+}
+
+// graceOver warns about the tools still missing since start-up.
+func (w *advertWarnings) graceOver() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	for _, tool := range slices.Sorted(maps.Keys(w.early)) {
+		w.log.Warn("no worker has advertised tool since the orchestrator started; its calls wait for one until their deadline",
+			slog.String("tool", tool), slog.String("use", w.early[tool]), slog.Duration("waited", w.graceOrDefault()))
+	}
+	w.early = nil
+}
+
+// stop ends the grace without its warnings (the orchestrator stops).
+func (w *advertWarnings) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.stopTimer != nil {
+		w.stopTimer()
+	}
 }
 
 // check records whether tool is advertised and warns when it is not and
@@ -155,6 +236,7 @@ func (w *advertWarnings) check(tool string, advertised bool, what string) {
 	defer w.mu.Unlock()
 	if advertised {
 		delete(w.missing, tool)
+		delete(w.early, tool)
 		return
 	}
 	if w.missing[tool] {

@@ -254,6 +254,7 @@ func (d *discovery) watch(ctx context.Context, b *bus.Bus) {
 
 // stop ends watch's goroutine and waits for it.
 func (d *discovery) stop() {
+	d.warnings.stop()
 	if d.stopWatch != nil {
 		d.stopWatch()
 		<-d.watchDone
@@ -277,7 +278,7 @@ func (d *discovery) advertChanged(name string, t *AdvertisedTool, caughtUp bool)
 				}
 				checked[tc.Name] = true
 				_, ok := d.catalogue.Lookup(tc.Name)
-				d.warnings.check(tc.Name, ok, "configured")
+				d.warnings.checkAtStart(tc.Name, ok, "configured")
 			}
 		}
 		return

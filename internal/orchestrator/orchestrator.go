@@ -141,6 +141,10 @@ type Config struct {
 	// ReconcileInterval is how often stored conversations are scanned for
 	// batches to publish, complete, expire or relaunch. Defaults to 15s.
 	ReconcileInterval time.Duration
+	// AdvertGrace is how long the tools no worker advertises when the
+	// orchestrator starts have to be advertised before it warns about
+	// them: workers start after it. Defaults to 30s.
+	AdvertGrace time.Duration
 	// Retention, when positive, is how long a finished conversation is
 	// kept after its last change; then it is deleted (Delete). Zero keeps
 	// them.
@@ -306,10 +310,13 @@ const (
 	opDelete       = "delete"
 	opDelCorrupt   = "delete corrupt"
 	opSecondPrompt = "second prompt"
+	opCreate       = "create"
 )
 
 func (e *ConflictError) Error() string {
 	switch e.Op {
+	case opCreate:
+		return fmt.Sprintf("conversation %s already exists: choose another new_conversation_id, or continue it with conversation_id", e.ConversationID)
 	case opCancel:
 		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
 	case opSecondPrompt:
@@ -441,7 +448,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.pipe = &replyPipeline{core: o.core}
 	o.rec = &reconciler{core: o.core}
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
-	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log}}
+	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
 	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.roster.buildAgents(); err != nil {
@@ -675,7 +682,7 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	if rec == nil {
 		if c.Batch != nil && c.Batch.PromptRunID == runID {
 			// A follow-up prompt's run, waiting for its batch.
-			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
+			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
 		}
 		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
 	}

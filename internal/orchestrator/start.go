@@ -17,6 +17,12 @@ type StartRequest struct {
 	// or paused (the prompt then goes into the follow-up run, after the
 	// batch's results); empty starts a new one.
 	ConversationID string
+	// NewConversationID, when set, is the id of the new conversation
+	// instead of one the orchestrator makes (ValidNewConversationID;
+	// *BadRequestError otherwise, or with ConversationID). A conversation
+	// of that id already there is a *ConflictError, unless the start is
+	// the repeat of the one that made it (same idempotency key and prompt).
+	NewConversationID string
 	// IdempotencyKey, when set, makes the start safe to retry: a start
 	// whose answer was lost (a timeout while the store's leader moved, a
 	// dropped connection) may still have happened, and its retry with the
@@ -107,8 +113,14 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 			return RunInfo{}, werr
 		}
 	}
+	if err := checkNewConversationID(req); err != nil {
+		return RunInfo{}, err
+	}
 	now := o.clock()
 	convID, runPart := req.ConversationID, o.cfg.NewID()
+	if req.NewConversationID != "" {
+		convID = req.NewConversationID
+	}
 	if req.IdempotencyKey != "" {
 		runPart = keyedID("run", req.ConversationID, req.IdempotencyKey)
 		if convID == "" {
@@ -136,6 +148,14 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	if err != nil {
 		return RunInfo{}, err
 	}
+	if req.NewConversationID != "" {
+		// Looked for before anything runs: a first run started from memory
+		// (tentative.go) would call the model before its store found the
+		// id taken.
+		if err := o.newIDFree(ctx, req, runID); err != nil {
+			return RunInfo{}, err
+		}
+	}
 	if local == nil {
 		// Another replica runs the agent: the run is stored with its
 		// lease expired and handed over.
@@ -148,7 +168,10 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		// within the window (tentative.go).
 		if err := o.startTentative(c, runID); err != nil {
 			if req.IdempotencyKey != "" && errors.Is(err, errExists) {
-				return o.startedBefore(ctx, req, convID, runID)
+				return o.chosenIDTaken(ctx, req, convID, runID)
+			}
+			if errors.Is(err, errExists) && req.NewConversationID != "" {
+				return RunInfo{}, &ConflictError{ConversationID: convID, Op: opCreate}
 			}
 			return RunInfo{}, err
 		}
@@ -157,7 +180,10 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	rev, err := o.store.create(ctx, c)
 	if err != nil {
 		if req.IdempotencyKey != "" && errors.Is(err, errExists) {
-			return o.startedBefore(ctx, req, convID, runID)
+			return o.chosenIDTaken(ctx, req, convID, runID)
+		}
+		if errors.Is(err, errExists) && req.NewConversationID != "" {
+			return RunInfo{}, &ConflictError{ConversationID: convID, Op: opCreate}
 		}
 		return RunInfo{}, err
 	}
@@ -220,7 +246,7 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 	}
 	if queued {
 		o.log.InfoContext(ctx, "prompt queued for the follow-up run", slog.String("conversation_id", convID), slog.String("run_id", runID))
-		return RunInfo{RunID: runID, ConversationID: convID, Status: StatusPaused}, nil
+		return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
 	}
 	if repeat {
 		return o.startedBefore(ctx, req, convID, runID)
@@ -264,4 +290,55 @@ func keyedID(scope, convID, key string) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// ValidNewConversationID reports whether a client may give s as the id of
+// a new conversation: "c" then 1 to 127 letters and digits, the form of
+// the ids the orchestrator makes. A run id carries its conversation's id
+// in that form (runIDFor), so that a reply finds its conversation without
+// a read, on any replica, after any restart.
+func ValidNewConversationID(s string) bool {
+	return len(s) >= 2 && len(s) <= 128 && s[0] == 'c' && alnum(s)
+}
+
+func checkNewConversationID(req StartRequest) error {
+	switch {
+	case req.NewConversationID == "":
+		return nil
+	case req.ConversationID != "":
+		return &BadRequestError{"new_conversation_id: names a new conversation; conversation_id continues one: give one of them"}
+	case !ValidNewConversationID(req.NewConversationID):
+		return &BadRequestError{fmt.Sprintf("new_conversation_id: %q is not \"c\" then 1 to 127 letters and digits (e.g. c%s)", req.NewConversationID, "order17")}
+	}
+	return nil
+}
+
+// newIDFree refuses a chosen id that a conversation has already
+// (*ConflictError), unless this start is the repeat of the one that made
+// it, which is answered as any repeat.
+func (o *Orchestrator) newIDFree(ctx context.Context, req StartRequest, runID string) error {
+	c, _, err := o.store.get(ctx, req.NewConversationID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case req.IdempotencyKey != "" && c.runRecord(runID) != nil:
+		// The repeat of this start: create answers it (errExists).
+		return nil
+	}
+	return &ConflictError{ConversationID: req.NewConversationID, Status: c.Status, Op: opCreate}
+}
+
+// chosenIDTaken answers a start whose conversation was there when it came
+// to store it: as the repeat it is, unless the id was chosen by the client
+// and the conversation was made by another start (*ConflictError).
+func (o *Orchestrator) chosenIDTaken(ctx context.Context, req StartRequest, convID, runID string) (RunInfo, error) {
+	if req.NewConversationID != "" {
+		c, _, err := o.store.get(ctx, convID)
+		if err == nil && c.runRecord(runID) == nil {
+			return RunInfo{}, &ConflictError{ConversationID: convID, Status: c.Status, Op: opCreate}
+		}
+	}
+	return o.startedBefore(ctx, req, convID, runID)
 }

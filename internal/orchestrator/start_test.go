@@ -66,7 +66,7 @@ func TestStartIdempotencyKey(t *testing.T) {
 	// is refused, and a second prompt is a conflict.
 	queue := orchestrator.StartRequest{Prompt: "go on", ConversationID: first.ConversationID, IdempotencyKey: "order-17"}
 	queued, err := o.StartRunWith(ctxT(t), queue)
-	if err != nil || queued.Status != orchestrator.StatusPaused {
+	if err != nil || queued.Status != orchestrator.StatusQueued {
 		t.Fatalf("prompt while paused: %+v, %v", queued, err)
 	}
 	if again, err := o.StartRunWith(ctxT(t), queue); err != nil || again != queued {

@@ -24,6 +24,10 @@ const (
 	StatusResuming  Status = "resuming"
 	StatusCompleted Status = "completed"
 	StatusFailed    Status = "failed"
+	// StatusQueued is a run's, never a conversation's: a prompt given
+	// while its conversation was paused, which the follow-up run sends
+	// once the batch is answered; the run has not started.
+	StatusQueued Status = "queued"
 )
 
 // Terminal reports whether no run is under way or awaited.
