@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
 )
@@ -100,4 +103,125 @@ func (s *store) dropCorrupt(ctx context.Context, id string) error {
 		return nil
 	}
 	return fmt.Errorf("delete corrupt conversation %s: written to %d times while being deleted", id, maxCASAttempts)
+}
+
+// A stream whose meta.inf is damaged while its server is down is skipped
+// by the server when it starts again (it logs a checksum warning and goes
+// on): the stream is gone although its messages are still on disk, and
+// every read and write of it fails until it is created again, which the
+// server does over the messages it finds. A replica created its streams
+// only at start, so it failed every request until it was restarted. Now
+// it looks for its streams and buckets every streamCheckInterval and
+// creates a missing one again with toolgate's configuration (the
+// replicas of the others), saying so; what it cannot restore is named in
+// Health until it can.
+
+// streamCheckInterval is how often a replica checks that toolgate's
+// streams and buckets are on the server.
+const streamCheckInterval = 5 * time.Second
+
+// streamWatch is what the last check found missing and could not restore.
+type streamWatch struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (w *streamWatch) set(err error) {
+	w.mu.Lock()
+	w.err = err
+	w.mu.Unlock()
+}
+
+// health is the last check's error, nil when all was there.
+func (w *streamWatch) health() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (co *core) streamsLoop() {
+	t := newTicker(streamCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-co.stopping:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(co.loopCtx, streamCheckInterval)
+		co.restoreStreams(ctx)
+		cancel()
+	}
+}
+
+// restoreStreams creates again those of toolgate's streams and buckets
+// that the server does not have, when at least one of them is there to
+// take the replicas from (none there is a server never set up, or one
+// whose store is gone: an operator's to see to).
+func (co *core) restoreStreams(ctx context.Context) {
+	js := co.bus.JetStream()
+	cfg := bus.SetupConfig{}
+	var missing []string
+	replicas := 0
+	have := func(name string) bool {
+		st, err := js.Stream(ctx, name)
+		switch {
+		case err == nil:
+			replicas = max(replicas, st.CachedInfo().Config.Replicas)
+			return true
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			missing = append(missing, name)
+			return false
+		default:
+			return true // unknown: the server may be away; next time
+		}
+	}
+	var streams []jetstream.StreamConfig
+	var buckets []jetstream.KeyValueConfig
+	for _, sc := range cfg.StreamConfigs() {
+		if !have(sc.Name) {
+			streams = append(streams, sc)
+		}
+	}
+	for _, kc := range cfg.KeyValueConfigs() {
+		if !have("KV_" + kc.Bucket) {
+			buckets = append(buckets, kc)
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if len(missing) == 0 {
+		co.streams.set(nil)
+		return
+	}
+	if replicas == 0 {
+		err := fmt.Errorf("streams %s are missing on the NATS server, and so are all the others: set it up again (an orchestrator restart does)", strings.Join(missing, ", "))
+		co.log.ErrorContext(ctx, "streams missing", slog.String("error", err.Error()))
+		co.streams.set(err)
+		return
+	}
+	co.log.ErrorContext(ctx, "streams missing on the NATS server (one whose meta.inf is damaged is skipped when the server starts; its messages stay on disk): creating them again",
+		slog.Any("streams", missing), slog.Int("replicas", replicas))
+	var failed []string
+	for _, sc := range streams {
+		sc.Replicas = replicas
+		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			failed = append(failed, fmt.Sprintf("%s: %v", sc.Name, err))
+		}
+	}
+	for _, kc := range buckets {
+		kc.Replicas = replicas
+		if _, err := js.CreateKeyValue(ctx, kc); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			failed = append(failed, fmt.Sprintf("KV_%s: %v", kc.Bucket, err))
+		}
+	}
+	if len(failed) > 0 {
+		err := fmt.Errorf("streams missing on the NATS server and not created again: %s", strings.Join(failed, "; "))
+		co.log.ErrorContext(ctx, "streams missing", slog.String("error", err.Error()))
+		co.streams.set(err)
+		return
+	}
+	co.log.WarnContext(ctx, "streams created again", slog.Any("streams", missing))
+	co.streams.set(nil)
 }

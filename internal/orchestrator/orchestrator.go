@@ -543,6 +543,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.loops.Go(o.link.indexLoop)
 	o.loops.Go(func() { o.rec.reconcileLoop(first) })
 	o.loops.Go(o.rec.retentionLoop)
+	o.loops.Go(o.streamsLoop)
 	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.roster.names), slog.Int("tools", len(tools)))
 	return nil
 }
@@ -641,6 +642,9 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 		return errors.New("orchestrator not started")
 	}
 	if err := o.cfg.serverWriteError(); err != nil {
+		return err
+	}
+	if err := o.streams.health(); err != nil {
 		return err
 	}
 	return o.storage.health(ctx)

@@ -32,6 +32,7 @@ type core struct {
 	log     *slog.Logger
 	bus     *bus.Bus
 	storage storageState
+	streams streamWatch
 	store   *store
 	clock   func() time.Time
 	// tracer makes the spans of runs and replies.

@@ -230,6 +230,9 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 				c.SetAgent(a.name, a.digest)
 			}
 		}
+		if err == nil && repeat && !sameRequest(c, runID, req) {
+			return &IdempotencyError{ConversationID: c.ID, RunID: runID}
+		}
 		if err == nil && repeat {
 			return errUnchanged
 		}
@@ -269,7 +272,8 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 		return RunInfo{}, err
 	}
 	rec := c.runRecord(runID)
-	if rec == nil || rec.Prompt != req.Prompt {
+	if rec == nil || rec.Prompt != req.Prompt || !sameRequest(c, runID, req) ||
+		req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
 		return RunInfo{}, &IdempotencyError{Key: req.IdempotencyKey, ConversationID: convID, RunID: runID}
 	}
 	if c.holdsLease(o.cfg.InstanceID, runID) && c.leaseLive(o.clock()) &&
@@ -277,6 +281,33 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 		o.runner.launch(convID, runID)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
+}
+
+// sameRequest reports whether a repeat of the start of run runID comes
+// with the caller that start gave, as far as c tells: it keeps the caller
+// of its latest prompt only, so a run that an other prompt followed (whose
+// start's answer its client had, or it would not have known the
+// conversation) passes.
+func sameRequest(c *Conversation, runID string, req StartRequest) bool {
+	if latestPromptRun(c) != runID {
+		return true
+	}
+	// Canonical JSON, an absent caller as {}.
+	return sameJSON(c.Caller, req.Caller)
+}
+
+// latestPromptRun is the run of c's latest prompt: one queued for the
+// follow-up of its batch, else its latest run that has a prompt.
+func latestPromptRun(c *Conversation) string {
+	if c.Batch != nil && c.Batch.PromptRunID != "" && c.runRecord(c.Batch.PromptRunID) == nil {
+		return c.Batch.PromptRunID
+	}
+	for i := len(c.Runs) - 1; i >= 0; i-- {
+		if c.Runs[i].Prompt != "" {
+			return c.Runs[i].RunID
+		}
+	}
+	return ""
 }
 
 // keyedID derives an id from an idempotency key, the same for every

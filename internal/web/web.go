@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 )
 
@@ -36,11 +35,26 @@ type ServeConfig struct {
 	// IdleTimeout closes a keep-alive connection that sends nothing.
 	// Zero: the Default… values.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	// MaxConns bounds the open connections: a request on a connection
-	// beyond it is answered 503 and the connection closed, so idle or
-	// slow clients cannot take every file descriptor the process (and an
-	// embedded NATS server in it) needs. Zero: DefaultMaxConns().
+	// ReadHeaderTimeout bounds the wait for a request's headers, counted
+	// for a new connection from its start, so one that sends nothing is
+	// closed within it. Zero: DefaultReadHeaderTimeout (at most
+	// ReadTimeout).
+	ReadHeaderTimeout time.Duration
+	// MaxConns bounds the open connections, counted from their accept so
+	// that idle or slow clients cannot take every file descriptor the
+	// process (and an embedded NATS server in it) needs. Beyond it the
+	// oldest connection not in a request is closed to make room; when
+	// every one is in a request, HealthReserve more are kept for
+	// GET /healthz (any other request on them is answered 503), and past
+	// those a new connection is answered 503 and closed.
+	// Zero: DefaultMaxConns().
 	MaxConns int
+	// MaxConnsPerIP bounds the open connections of one client address
+	// the same way (the oldest not in a request makes room), so that one
+	// client cannot hold them all. Zero: half of MaxConns (at least 1),
+	// and no bound of its own for a loopback address, which every local
+	// client shares.
+	MaxConnsPerIP int
 }
 
 // Serve serves h on ln until ctx ends, then shuts down. Requests see ctx as
@@ -52,7 +66,8 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServeConfig
 	if loopbackAddr(ln.Addr()) {
 		h = LocalOnly(h)
 	}
-	srv := NewServer(ctx, h, cfg)
+	srv, limiter := newServer(ctx, h, cfg)
+	ln = &limitListener{Listener: ln, l: limiter}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
@@ -79,9 +94,10 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServeConfig
 	return err
 }
 
-// NewServer is the http.Server Serve runs: h behind the connection bound,
-// with cfg's timeouts, requests under ctx.
-func NewServer(ctx context.Context, h http.Handler, cfg ServeConfig) *http.Server {
+// newServer is the http.Server Serve runs: h behind the connection bound,
+// with cfg's timeouts, requests under ctx. It serves only connections
+// accepted through the limiter's listener.
+func newServer(ctx context.Context, h http.Handler, cfg ServeConfig) (*http.Server, *connLimiter) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = DefaultReadTimeout
 	}
@@ -91,35 +107,26 @@ func NewServer(ctx context.Context, h http.Handler, cfg ServeConfig) *http.Serve
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns()
 	}
-	var open atomic.Int64
-	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n := open.Load(); n > int64(cfg.MaxConns) {
-			w.Header().Set("Connection", "close")
-			w.Header().Set("Retry-After", "1")
-			WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many connections: %d open, limit %d", n, cfg.MaxConns))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	perIP, perLoopback := cfg.MaxConnsPerIP, cfg.MaxConnsPerIP
+	if perIP <= 0 {
+		perIP, perLoopback = max(cfg.MaxConns/2, 1), cfg.MaxConns+HealthReserve
+	}
+	limiter := newConnLimiter(cfg.MaxConns, perIP, perLoopback, HealthReserve)
 	return &http.Server{
-		Handler:           limited,
-		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		Handler:           limiter.limited(h),
+		ReadHeaderTimeout: min(cfg.ReadHeaderTimeout, cfg.ReadTimeout),
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			switch s {
-			case http.StateNew:
-				open.Add(1)
-			case http.StateHijacked, http.StateClosed:
-				open.Add(-1)
-			}
-		},
-	}
+		ConnContext:       connContext,
+	}, limiter
 }
 
 // Stream lifts the read and write deadlines of the connection of a request
