@@ -264,3 +264,51 @@ func TestServerConfigBlockDeniesOtherApproversDurables(t *testing.T) {
 		t.Errorf("deny lists of a worker %v and the orchestrator %v, want none", deny["w1"], deny["orch"])
 	}
 }
+
+// toolgate's own durables, as made, match what their subscriptions expect
+// (the comparison the periodic check makes too): a second subscription
+// binds to each without updating it, and no drift is counted.
+func TestOwnConsumersHaveNoDrift(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
+	logs := &driftLog{}
+	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "test", Logger: slogText(logs)})
+	bustest.Setup(t, b)
+	cfg := bus.ConsumeConfig{CheckEvery: 10 * time.Millisecond}
+	for range 2 {
+		calls, err := b.ConsumeCalls(ctxT(t), "echo", cfg, bus.HandlerFunc[bus.CallRequest](func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, calls)
+		approvals, err := b.ConsumeApprovals(ctxT(t), "bot", "toolgate.approval.pay", cfg, bus.HandlerFunc[bus.ApprovalRequest](func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, approvals)
+		replies, err := b.ConsumeReplies(ctxT(t), "orch", cfg, bus.HandlerFunc[bus.Reply](func(context.Context, *bus.Delivery[bus.Reply]) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop(t, replies)
+	}
+	// Made by the orchestrator's publication, bound by a worker.
+	if err := b.EnsureCallConsumer(ctxT(t), "other"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := b.ConsumeCalls(ctxT(t), "other", cfg, bus.HandlerFunc[bus.CallRequest](func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, other)
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, r := range logs.records {
+		if strings.Contains(r, "consumer configuration") {
+			t.Errorf("log: %s", r)
+		}
+	}
+	if n := b.ConsumerDrifts(); n != 0 {
+		t.Errorf("ConsumerDrifts = %d, want 0", n)
+	}
+}
