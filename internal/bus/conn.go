@@ -102,6 +102,11 @@ type Bus struct {
 	// stalls counts pulls of this connection's consumers that the client
 	// gave up on after missed heartbeats.
 	stalls atomic.Int64
+	// drifts counts consumers found changed by another client (drift.go).
+	drifts atomic.Int64
+	// noCreate holds the streams on which this user was refused making a
+	// consumer (bindConsumer).
+	noCreate sync.Map
 	// callConsumers holds the tools whose call_<tool> consumer this
 	// connection has made sure of (EnsureCallConsumer).
 	callConsumers sync.Map

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,17 @@ type ConsumeConfig struct {
 	// DeliverPolicy of a new durable; existing durables keep theirs.
 	// Defaults to all messages still in the stream.
 	DeliverPolicy jetstream.DeliverPolicy
+	// CheckEvery is how often the durable's configuration on the server is
+	// compared with the one set: a change by another client (an edited
+	// filter stops the deliveries, and what is published meanwhile is
+	// skipped for good) is logged as an error, counted (ConsumerDrifts),
+	// told to OnDrift and put back if the user may. Defaults to 30s;
+	// negative turns the check off.
+	CheckEvery time.Duration
+	// OnDrift is told of each change CheckEvery finds, and of a difference
+	// found at start that could not be put back. nil: only the log and
+	// the count.
+	OnDrift func(ConsumerDrift)
 }
 
 func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
@@ -108,6 +120,9 @@ func (c ConsumeConfig) withDefaults(prefetch int) ConsumeConfig {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 1
+	}
+	if c.CheckEvery == 0 {
+		c.CheckEvery = 30 * time.Second
 	}
 	return c
 }
@@ -469,17 +484,20 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 		return nil, errors.New("handler is nil")
 	}
 	cc = consumerConfig(cc, cfg)
-	gctx, release := b.deny.guard(ctx, jsAPIFor(stream))
-	cons, err := b.js.CreateOrUpdateConsumer(gctx, stream, cc)
-	derr := denied(gctx)
-	release()
-	if derr != nil {
-		return nil, derr
-	}
-	if err != nil {
-		return nil, errNotSetUp(err)
-	}
 	logger := b.logger.With(slog.String("stream", stream), slog.String("consumer", cc.Durable))
+	// Looked up before it is written: a user that may not update it (a
+	// worker, call_<tool>) binds to it as it is.
+	cons, have, err := b.bindConsumer(ctx, stream, cc, logger, cfg.OnDrift)
+	if err != nil {
+		return nil, err
+	}
+	told := strings.Join(configDrift(cc, have), "; ")
+	if have.AckWait > 0 && have.AckWait < cfg.AckWait {
+		// In-progress acks and held renewals must come within the
+		// consumer's AckWait, not the one this process wanted.
+		logger.Warn("the consumer's ack wait is shorter than this process's; renewing within it", slog.Duration("ack_wait", have.AckWait), slog.Duration("wanted", cfg.AckWait))
+		cfg.AckWait = have.AckWait
+	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Subscription{cancel: cancel, idle: make(chan struct{}), watchEnd: make(chan struct{}), renewEvery: cfg.AckWait / 3}
 	onMsg, loops := s.onMsg(cfg, func(m jetstream.Msg) { handleOne(hctx, b, s, logger, cfg, m, decode, h) })
@@ -529,6 +547,7 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 			}
 		}
 	}()
+	go s.watchConfig(ctx, b, stream, cc, cfg, logger, told)
 	return s, nil
 }
 
@@ -633,8 +652,9 @@ func (s *Subscription) recreate(ctx context.Context, b *Bus, stream string, cc j
 		c.Stop()
 	}
 	for attempt := 0; ; attempt++ {
+		// A user that may not make it (a worker) waits for whoever may.
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cons, err := b.js.CreateOrUpdateConsumer(cctx, stream, cc)
+		cons, _, err := b.bindConsumer(cctx, stream, cc, logger, nil)
 		cancel()
 		var ccs []jetstream.ConsumeContext
 		if err == nil {

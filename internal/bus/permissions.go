@@ -42,7 +42,10 @@ func RolePermissions(role string) (Permissions, error) {
 		}, nil
 	case RoleWorker:
 		return Permissions{
-			Publish: append(consumerAPI(StreamCalls),
+			// Workers bind to call_<tool>, which the orchestrator makes;
+			// they may neither make nor update it (one API subject does
+			// both), so no worker can change the durable all share.
+			Publish: append(consumerBindAPI(StreamCalls),
 				subjectReply+".*."+ReplyKindCall,
 				subjectDLQ+".>",
 				// Looking a call up before running it: one the
@@ -66,7 +69,9 @@ func RolePermissions(role string) (Permissions, error) {
 			// not delete consumers of the approvals stream: NATS cannot tell
 			// an approver's own consumer from another's there, and a deleted
 			// durable stops a bot until it makes it again. Their scans of
-			// that stream expire by themselves instead.
+			// that stream expire by themselves instead. Nor may an
+			// approver user make or update the durables of another
+			// (ApproverDeny, which the users file adds).
 			Publish: append(append(consumerAPI(StreamApprovals), consumerAPI(StreamEvents)...),
 				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
 				subjectReply+".*."+ReplyKindApproval,
@@ -96,4 +101,36 @@ func consumerAPI(stream string) []string {
 		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
 		"$JS.ACK." + stream + ".>",
 	}
+}
+
+// consumerBindAPI is consumerAPI without making or updating consumers.
+func consumerBindAPI(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.INFO." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+	}
+}
+
+// ApproverConsumers are the durables of TOOLGATE_APPROVALS that an approver
+// user owns unless the users file lists its own: one named as the user (a
+// bot run with --id NAME) and NAME-inbox (the inbox of that id).
+func ApproverConsumers(user string) []string { return []string{user, user + "-inbox"} }
+
+// ApproverDeny are the API subjects that make or update the given durables
+// of TOOLGATE_APPROVALS (the same subject does both), denied to every
+// approver user but their owner: one approver could otherwise edit
+// another's filter and silence it, and what was published meanwhile would
+// be skipped for good.
+func ApproverDeny(consumers []string) []string {
+	var out []string
+	for _, c := range consumers {
+		out = append(out,
+			"$JS.API.CONSUMER.CREATE."+StreamApprovals+"."+c,
+			"$JS.API.CONSUMER.CREATE."+StreamApprovals+"."+c+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+StreamApprovals+"."+c,
+		)
+	}
+	return out
 }

@@ -296,7 +296,15 @@ func (b *Bus) setupStep(ctx context.Context, what string, step func(context.Cont
 // that will never have enough peers fails when the caller's ctx ends, with
 // this error as the last one.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, ErrPermissionDenied) {
+	if err == nil {
+		return false
+	}
+	// A consumer this user may not make or put back, until whoever may
+	// does (it wraps the permission error).
+	if errors.Is(err, ErrConsumerMissing) {
+		return true
+	}
+	if errors.Is(err, ErrPermissionDenied) {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||

@@ -18,13 +18,19 @@ type User struct {
 	// Role is the role Permissions came from (RolePermissions), if any.
 	Role        string
 	Permissions Permissions
+	// Consumers are the durables of TOOLGATE_APPROVALS an approver user
+	// owns (ApproverConsumers unless the users file lists them); the other
+	// approver users may not make or update them.
+	Consumers []string
 }
 
 // Permissions are subject allow lists; a nil list allows everything, an
-// empty non-nil list allows nothing.
+// empty non-nil list allows nothing. PublishDeny takes subjects out of
+// Publish.
 type Permissions struct {
-	Publish   []string
-	Subscribe []string
+	Publish     []string
+	Subscribe   []string
+	PublishDeny []string
 }
 
 // usersFile is the users file: every NATS user of the embedded server with
@@ -34,11 +40,13 @@ type Permissions struct {
 //	  - {name: orchestrator, password: "…", role: orchestrator}
 //	  - {name: worker-1, password: "…", role: worker}
 //	  - {name: bot, password: "…", role: approver}
+//	  - {name: ops, password: "…", role: approver, consumers: [ops-bot, ops-inbox]}
 type usersFile struct {
 	Users []struct {
-		Name     string `json:"name"`
-		Password string `json:"password"`
-		Role     string `json:"role"`
+		Name      string   `json:"name"`
+		Password  string   `json:"password"`
+		Role      string   `json:"role"`
+		Consumers []string `json:"consumers"`
 	} `json:"users"`
 }
 
@@ -87,7 +95,42 @@ func ParseUsers(data []byte) ([]User, error) {
 		if err != nil {
 			return nil, fmt.Errorf("user %s: %w (want %s, %s or %s)", u.Name, err, RoleOrchestrator, RoleWorker, RoleApprover)
 		}
-		out = append(out, User{Name: u.Name, Password: u.Password, Role: u.Role, Permissions: perms})
+		user := User{Name: u.Name, Password: u.Password, Role: u.Role, Permissions: perms}
+		if u.Consumers != nil && u.Role != RoleApprover {
+			return nil, fmt.Errorf("user %s: consumers are listed for approver users only", u.Name)
+		}
+		if u.Role == RoleApprover {
+			user.Consumers = u.Consumers
+			if user.Consumers == nil {
+				user.Consumers = ApproverConsumers(u.Name)
+			}
+			for _, c := range user.Consumers {
+				if err := ValidateToken("consumer name", c); err != nil {
+					return nil, fmt.Errorf("user %s: %w", u.Name, err)
+				}
+			}
+		}
+		out = append(out, user)
+	}
+	// Each approver user may not make or update the others' durables.
+	owner := map[string]string{}
+	for _, u := range out {
+		for _, c := range u.Consumers {
+			if o, ok := owner[c]; ok {
+				return nil, fmt.Errorf("users %s and %s: consumer %s listed for both", o, u.Name, c)
+			}
+			owner[c] = u.Name
+		}
+	}
+	for i, u := range out {
+		if u.Role != RoleApprover {
+			continue
+		}
+		for _, o := range out {
+			if o.Name != u.Name {
+				out[i].Permissions.PublishDeny = append(out[i].Permissions.PublishDeny, ApproverDeny(o.Consumers)...)
+			}
+		}
 	}
 	return out, nil
 }
@@ -115,6 +158,9 @@ func ServerConfigBlock(users []User) string {
 			if u.Permissions.Publish != nil {
 				b.WriteString("        publish = {\n")
 				list("  allow", u.Permissions.Publish)
+				if len(u.Permissions.PublishDeny) > 0 {
+					list("  deny", u.Permissions.PublishDeny)
+				}
 				b.WriteString("        }\n")
 			}
 			if u.Permissions.Subscribe != nil {

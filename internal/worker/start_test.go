@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -142,4 +143,48 @@ func TestWorkerAdvertisesOnceTheBucketExists(t *testing.T) {
 		a, err := bus.DecodeToolAdvert(entry.Value)
 		return err == nil && a.WorkerID == "w1"
 	})
+}
+
+// A worker whose user may not make call_<tool> (the generated worker
+// permissions) waits for the orchestrator to make it and serves from then
+// on; when the consumer's filter is changed under it (by an operator: no
+// worker may), it says so with an error and counts it.
+func TestWorkerWaitsForItsConsumerAndTellsWhenItChanges(t *testing.T) {
+	t.Parallel()
+	users, err := bus.ParseUsers([]byte("users:\n  - {name: orch, password: orch-pw, role: orchestrator}\n  - {name: w1, password: w1-pw, role: worker}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: users})
+	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: "orch", Password: "orch-pw"})
+	bustest.Setup(t, orch)
+	changed := newLogSignal("consumer configuration was changed by another client")
+	wb := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "w1", User: "w1", Password: "w1-pw", Role: bus.RoleWorker,
+		Logger: slog.New(slog.NewTextHandler(changed, &slog.HandlerOptions{Level: slog.LevelError}))})
+	waiting := newLogSignal("waiting for the tool's call consumer")
+	run(t, newWorker(t, worker.Config{
+		Bus: wb, Tools: []worker.Tool{echoTool("echo")}, ID: "w1", ConsumerCheckEvery: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(waiting, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}))
+	bustest.Recv(t, waiting.seen, "the worker waiting for call_echo")
+
+	e := &env{srv: srv, bus: orch}
+	got := e.replies(t)
+	e.publish(t, call("echo", "c1", `{"x":1}`)) // makes call_echo first
+	if r := got.wait(t, 1)[0]; r.ToolCallID != "c1" || r.WorkerID != "w1" {
+		t.Errorf("reply = %+v, want c1 from w1", r)
+	}
+
+	ctx := bustest.Context(t)
+	cons, err := orch.JetStream().Consumer(ctx, bus.StreamCalls, "call_echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := cons.CachedInfo().Config
+	edited.FilterSubject = "toolgate.call.nothing"
+	if _, err := orch.JetStream().UpdateConsumer(ctx, bus.StreamCalls, edited); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Recv(t, changed.seen, "an error record of the changed consumer")
+	bustest.WaitFor(t, "the change counted", func() bool { return wb.ConsumerDrifts() >= 1 })
 }

@@ -70,6 +70,11 @@ type Config struct {
 	// AdvertiseEvery is how often advertisements are renewed; keep it well
 	// under the bucket's TTL. Defaults to 30s.
 	AdvertiseEvery time.Duration
+	// ConsumerCheckEvery is how often each call_<tool>'s configuration on
+	// the server is compared with the worker's: a change by another client
+	// is logged as an error by the bus, counted (Bus.ConsumerDrifts) and
+	// put back if the worker's user may. Defaults to 30s.
+	ConsumerCheckEvery time.Duration
 	// Logger receives the worker's log. nil discards it.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines. Defaults to time.Now.
@@ -271,7 +276,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if derr := w.drain(subs); derr != nil {
 				w.log.Warn("drain after a failed start", slog.Any("error", derr))
 			}
-			if ctx.Err() != nil && !errors.Is(err, bus.ErrPermissionDenied) {
+			if ctx.Err() != nil && (!errors.Is(err, bus.ErrPermissionDenied) || errors.Is(err, bus.ErrConsumerMissing)) {
 				// Stopped while still starting: not a failure of the worker.
 				return nil
 			}
@@ -303,6 +308,9 @@ func (w *Worker) Run(ctx context.Context) error {
 const (
 	consumeRetryMin = 250 * time.Millisecond
 	consumeRetryMax = 5 * time.Second
+	// consumeMissingEvery is how often a worker that may not make its
+	// call consumer looks whether it exists yet.
+	consumeMissingEvery = time.Second
 )
 
 // consume starts the consumer of t's calls, bound to subCtx. A transient
@@ -317,11 +325,13 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		BackOff:        w.cfg.BackOff,
 		Concurrency:    w.cfg.Concurrency,
 		AutoInProgress: true,
+		CheckEvery:     w.cfg.ConsumerCheckEvery,
 	}
 	h := bus.HandlerFunc[bus.CallRequest](func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
 		return w.handle(hctx, t, d)
 	})
 	pause := consumeRetryMin
+	waiting := false
 	for attempt := 1; ; attempt++ {
 		// The attempt ends with ctx, so that Run stops promptly; once the
 		// consumer runs, only subCtx governs it.
@@ -343,16 +353,28 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		if !bus.Transient(err) {
 			return nil, err
 		}
-		w.log.WarnContext(ctx, "cannot start consuming calls yet; retrying", slog.String("tool", t.Spec.Name),
-			slog.Int("attempt", attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
-		timer := time.NewTimer(pause)
+		wait := pause
+		if errors.Is(err, bus.ErrConsumerMissing) {
+			// This user may not make call_<tool> (or put back a filter
+			// changed under it): the orchestrator makes it before the
+			// tool's first call, which is then taken within a second.
+			wait = consumeMissingEvery
+			if !waiting {
+				waiting = true
+				w.log.InfoContext(ctx, "waiting for the tool's call consumer, which the orchestrator makes", slog.String("tool", t.Spec.Name), slog.Any("reason", err))
+			}
+		} else {
+			w.log.WarnContext(ctx, "cannot start consuming calls yet; retrying", slog.String("tool", t.Spec.Name),
+				slog.Int("attempt", attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
+			pause = min(pause*2, consumeRetryMax)
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, err
 		case <-timer.C:
 		}
-		pause = min(pause*2, consumeRetryMax)
 	}
 }
 

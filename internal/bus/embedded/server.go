@@ -479,7 +479,7 @@ func serverPermissions(p bus.Permissions) *server.Permissions {
 	}
 	sp := &server.Permissions{}
 	if p.Publish != nil {
-		sp.Publish = &server.SubjectPermission{Allow: p.Publish}
+		sp.Publish = &server.SubjectPermission{Allow: p.Publish, Deny: p.PublishDeny}
 		if len(p.Publish) == 0 {
 			sp.Publish.Deny = []string{">"}
 		}

@@ -1,0 +1,80 @@
+package approver_test
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
+)
+
+// errorLog keeps the records of a logger's connection.
+type errorLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *errorLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *errorLog) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Contains(l.buf.Bytes(), []byte(s))
+}
+
+// A bot whose durable is edited under it (its filter set to match
+// nothing, which silenced it without a word) says so with an error, counts
+// it, puts its filter back, and decides the requests published after.
+func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
+	logs := &errorLog{}
+	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "policybot",
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))})
+	bustest.Setup(t, b)
+	other := bustest.Connect(t, srv, "operator")
+	pol, err := approver.ParsePolicy([]byte("rules:\n  - action: approve\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := runApprover(t, approver.Config{Bus: b, ID: "policybot", Policy: pol,
+		Consume: bus.ConsumeConfig{CheckEvery: 20 * time.Millisecond}})
+	publish(t, other, approvalRequest(t, "run-1", "c1", "pay", `{}`))
+	if h := next(t, events); h.req.ToolCallID != "c1" || h.outcome != approver.OutcomeApproved {
+		t.Fatalf("handled %+v", h)
+	}
+
+	ctx := bustest.Context(t)
+	cons, err := other.JetStream().Consumer(ctx, bus.StreamApprovals, "policybot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := cons.CachedInfo().Config
+	edited.FilterSubject = "toolgate.approval.nothing"
+	if _, err := other.JetStream().UpdateConsumer(ctx, bus.StreamApprovals, edited); err != nil {
+		t.Fatal(err)
+	}
+	bustest.WaitFor(t, "an error record of the edited consumer", func() bool {
+		return logs.contains("level=ERROR") && logs.contains("consumer configuration was changed by another client")
+	})
+	if n := b.ConsumerDrifts(); n < 1 {
+		t.Errorf("ConsumerDrifts = %d, want at least 1", n)
+	}
+	bustest.WaitFor(t, "the filter put back", func() bool {
+		c, err := other.JetStream().Consumer(ctx, bus.StreamApprovals, "policybot")
+		return err == nil && c.CachedInfo().Config.FilterSubject == bus.AllApprovals
+	})
+	publish(t, other, approvalRequest(t, "run-2", "c2", "pay", `{}`))
+	if h := next(t, events); h.req.ToolCallID != "c2" || h.outcome != approver.OutcomeApproved {
+		t.Errorf("handled %+v after the restore, want c2 approved", h)
+	}
+}
