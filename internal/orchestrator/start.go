@@ -17,6 +17,10 @@ type StartRequest struct {
 	// or paused (the prompt then goes into the follow-up run, after the
 	// batch's results); empty starts a new one.
 	ConversationID string
+	// Create makes ConversationID the id of a new conversation (a chat
+	// adapter's thread id) rather than one to continue; an id in use is
+	// refused, or with IdempotencyKey answered as that start's repeat.
+	Create bool
 	// IdempotencyKey, when set, makes the start safe to retry: a start
 	// whose answer was lost (a timeout while the store's leader moved, a
 	// dropped connection) may still have happened, and its retry with the
@@ -122,7 +126,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: req.Prompt, StartedAt: now}
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
 
-	if req.ConversationID == "" {
+	if req.ConversationID == "" || req.Create {
 		return o.startConversation(ctx, req, rec, lease, info)
 	}
 	return o.startInConversation(ctx, req, rec, lease, info)
