@@ -287,3 +287,94 @@ func drive(ctx context.Context, t *testing.T, modules string, input map[string]a
 	}
 	return runs
 }
+
+// The seed's approval conversation from @ag-ui/client, on the built-in demo
+// agent (the seed's script) and a worker of its file tools: the delete is
+// denied and the .env update approved in the interrupt's resume, sent with
+// the next prompt ("Now create a backup of README.md"), which the
+// follow-up run takes after the results.
+func TestAGUISeedConversation(t *testing.T) {
+	t.Parallel()
+	modules := aguiModules(t)
+	cfg, err := agentconfig.Demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := testkit.Test(t, testkit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := t.TempDir()
+	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := testkit.BuiltinTools(box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
+	t.Cleanup(srv.Close)
+	const backup = "Now create a backup of README.md"
+	runs := drive(ctx, t, modules, map[string]any{
+		"url":     srv.URL + "/v1/agui",
+		"threads": map[string]any{"seed": map[string]any{"threadId": "seed"}},
+		"steps": []map[string]any{
+			{"thread": "seed", "user": "Delete `__init__.py`, write `Hello, world!` to `README.md`, and clear `.env`"},
+			{"thread": "seed", "user": backup, "resume": []any{
+				map[string]any{"toolCallId": "delete_file", "status": "resolved", "payload": map[string]any{"approved": false, "message": "Deleting files is not allowed"}},
+				map[string]any{"toolCallId": "update_file_dotenv", "status": "resolved", "payload": map[string]any{"approved": true}},
+			}},
+		},
+	})
+	first, second := runs[0], runs[1]
+	o1, _ := first.last()["outcome"].(map[string]any)
+	if o1["type"] != "interrupt" || len(o1["interrupts"].([]any)) != 2 {
+		t.Fatalf("first run: %s %v %s", first.types(), o1, first.err)
+	}
+	results := map[string]string{}
+	var text string
+	for _, ev := range second.events {
+		switch ev["type"] {
+		case "TOOL_CALL_RESULT":
+			results[fmt.Sprint(ev["toolCallId"])] = fmt.Sprint(ev["content"])
+		case "TEXT_MESSAGE_CONTENT":
+			text += fmt.Sprint(ev["delta"])
+		}
+	}
+	o2, _ := second.last()["outcome"].(map[string]any)
+	if o2["type"] != "success" || !strings.Contains(text, "Cleared .env") || results["delete_file"] != "Deleting files is not allowed" || results["update_file_dotenv"] == "" {
+		t.Fatalf("second run: %s outcome %v text %q results %v %s", second.types(), o2, text, results, second.err)
+	}
+	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
+		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	c, err := o.Conversation(ctx, agui.ConversationID("seed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompted := false
+	for _, r := range c.Runs {
+		prompted = prompted || r.Prompt == backup
+	}
+	if c.Status != orchestrator.StatusCompleted || !prompted {
+		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
+	}
+	by := map[string]string{}
+	for _, d := range c.Decisions {
+		by[d.ToolCallID] = d.ApproverID
+	}
+	if by["delete_file"] != api.CallerLocal || by["update_file_dotenv"] != api.CallerLocal {
+		t.Errorf("decisions by %v, want the local caller", by)
+	}
+}
