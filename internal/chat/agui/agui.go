@@ -62,7 +62,14 @@ type handler struct {
 }
 
 // refusal is an input the adapter refuses: RUN_ERROR, nothing applied.
-type refusal struct{ code, msg string }
+// forged is the resume entry's answer that made it, when the orchestrator
+// can refuse and record it on its own (a call never issued or not pending,
+// args other than the call's): it is handed over, so that the attempt is
+// in the call's counters and the audit as a forged bot decision would be.
+type refusal struct {
+	code, msg string
+	forged    *orchestrator.Answer
+}
 
 func (r *refusal) Error() string { return r.msg }
 
@@ -97,6 +104,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var rf *refusal
 		if errors.As(err, &rf) {
+			h.record(ctx, in, rf.forged)
 			s.fail(rf.code, rf.msg)
 		} else {
 			h.log.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
@@ -182,16 +190,21 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	answered := map[string]bool{}
 	for _, e := range in.Resume {
 		callID, digest, _ := strings.Cut(e.InterruptID, ":")
+		forged := &orchestrator.Answer{ToolCallID: callID, Decision: &orchestrator.AnswerDecision{ArgsDigest: digest, Approved: true}}
 		pc, ok := approvals[callID]
 		if !ok {
-			return nil, refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
+			rf := refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
+			rf.forged = forged
+			return nil, rf
 		}
 		if answered[callID] {
 			return nil, refuse("resume_refused", "interrupt %q is answered twice", e.InterruptID)
 		}
 		answered[callID] = true
 		if digest != pc.ArgsDigest {
-			return nil, refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
+			rf := refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
+			rf.forged = forged
+			return nil, rf
 		}
 		if !now.Before(pc.Deadline) {
 			return nil, refuse("interrupt_expired", "interrupt %q expired at %s", e.InterruptID, pc.Deadline.UTC().Format(time.RFC3339))
@@ -322,6 +335,22 @@ func (h *handler) apply(ctx context.Context, in RunAgentInput, p *plan) error {
 		}
 	}
 	return nil
+}
+
+// record hands a forged answer to the orchestrator, which refuses it and
+// records the refusal; its verdict is not the client's business beyond
+// the RUN_ERROR it gets.
+func (h *handler) record(ctx context.Context, in RunAgentInput, a *orchestrator.Answer) {
+	if a == nil {
+		return
+	}
+	caller := api.CallerOf(ctx)
+	a.ConversationID, a.By, a.Identified = ConversationID(in.ThreadID), caller.Name, caller.User
+	if err := h.e.Answer(ctx, *a); err == nil {
+		// Refused by the adapter for what the orchestrator also checks:
+		// never expected, and worth knowing.
+		h.log.ErrorContext(ctx, "agui: a resume the adapter refused was applied", slog.String("thread", in.ThreadID), slog.String("tool_call_id", a.ToolCallID))
+	}
 }
 
 func errCode(err error) string {
