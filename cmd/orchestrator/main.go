@@ -23,6 +23,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -247,7 +249,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg)}),
+	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
+		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger})}}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

@@ -62,6 +62,10 @@ type Config struct {
 	// requires the token when one is set: a scraper sends it as a bearer
 	// token (Prometheus: authorization.credentials_file).
 	Metrics http.Handler
+	// Routes are more handlers behind the API's authentication, by
+	// pattern ("POST /v1/agui"): the chat adapters, which read the caller
+	// with CallerOf.
+	Routes map[string]http.Handler
 }
 
 // Handler returns the HTTP API:
@@ -108,6 +112,9 @@ func Handler(e Engine, cfg Config) http.Handler {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 		allowed["/metrics"] = "GET"
+	}
+	for pattern, route := range cfg.Routes {
+		mux.Handle(pattern, route)
 	}
 	for path, allow := range allowed {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {

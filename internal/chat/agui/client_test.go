@@ -1,0 +1,380 @@
+package agui_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/internal/worker"
+)
+
+var (
+	modulesOnce sync.Once
+	modulesDir  string
+	modulesErr  error
+)
+
+// aguiModules is the node_modules holding @ag-ui/client, installed by
+// scripts/ensure-agui.sh (make test-deps) when missing. A machine without
+// node fails the test: it never skips.
+func aguiModules(t *testing.T) string {
+	t.Helper()
+	modulesOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+		if err != nil {
+			modulesErr = err
+			return
+		}
+		if _, err := exec.LookPath("node"); err != nil {
+			modulesErr = fmt.Errorf("node is not on PATH: the AG-UI client tests need Node.js and npm (make test-deps)")
+			return
+		}
+		if out, err := exec.Command(filepath.Join(root, "scripts", "ensure-agui.sh")).CombinedOutput(); err != nil {
+			modulesErr = fmt.Errorf("scripts/ensure-agui.sh: %v\n%s", err, out)
+			return
+		}
+		modulesDir = filepath.Join(root, ".cache", "npm-agui", "node_modules")
+	})
+	if modulesErr != nil {
+		t.Fatal(modulesErr)
+	}
+	return modulesDir
+}
+
+// otherYAML is a second agent, whose one call is an approval of its own:
+// its interrupt is no interrupt of the first agent's threads.
+const otherYAML = `
+name: other
+model: {provider: script, script: other.yaml}
+tools:
+  - {name: wipe, approval: always}
+`
+
+const otherScript = `
+- calls: [{tool: wipe, id: other_call, args: {}}]
+- text: wiped
+`
+
+// line is one JSON line of the client script.
+type line struct {
+	Step  int             `json:"step"`
+	Event map[string]any  `json:"event"`
+	End   json.RawMessage `json:"end"`
+	Error string          `json:"error"`
+}
+
+type clientRun struct {
+	events []map[string]any
+	end    json.RawMessage
+	err    string
+}
+
+func (r clientRun) types() string {
+	var out []string
+	for _, ev := range r.events {
+		out = append(out, fmt.Sprint(ev["type"]))
+	}
+	return strings.Join(out, " ")
+}
+
+func (r clientRun) last() map[string]any {
+	if len(r.events) == 0 {
+		return map[string]any{}
+	}
+	return r.events[len(r.events)-1]
+}
+
+// The seed's kind of approval conversation, and a frontend tool, driven by
+// @ag-ui/client's HttpAgent against the orchestrator: an interrupt whose
+// calls are approved with edited args and denied, a frontend call answered
+// by a tool message, and forged resumes (an interrupt never issued on the
+// thread, another thread's interrupt, args differing from the call's, a
+// resume sent twice), each refused with RUN_ERROR and nothing applied.
+// Asserts on the events and messages the library parsed.
+func TestAGUIWithHttpAgent(t *testing.T) {
+	t.Parallel()
+	modules := aguiModules(t)
+	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
+	var agents []*orchestrator.AgentConfig
+	for _, src := range []string{agentYAML, otherYAML} {
+		cfg, err := agentconfig.Parse([]byte(src), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, cfg)
+	}
+	sys := testkit.Test(t, testkit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := t.TempDir()
+	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
+	t.Cleanup(srv.Close)
+
+	approveUpd := map[string]any{"toolCallId": "upd", "status": "resolved", "payload": map[string]any{"approved": true, "editedArgs": map[string]any{"path": "a.txt", "content": "edited"}}}
+	denyDel := map[string]any{"toolCallId": "del", "status": "resolved", "payload": map[string]any{"approved": false, "message": "Deleting files is not allowed"}}
+	steps := []map[string]any{
+		0: {"thread": "b", "user": "wipe it"},
+		1: {"thread": "a", "user": "Delete b.txt, write a.txt and tell me the time"},
+		2: {"thread": "a", "resume": []any{approveUpd, denyDel, map[string]any{"interruptId": "nope:00", "status": "resolved", "payload": map[string]any{"approved": true}}}},
+		3: {"thread": "a", "resume": []any{approveUpd, denyDel, map[string]any{"interruptOf": map[string]any{"thread": "b", "toolCallId": "other_call"}, "status": "resolved", "payload": map[string]any{"approved": true}}}},
+		4: {"thread": "a", "resume": []any{approveUpd, map[string]any{"toolCallId": "del", "status": "resolved", "payload": map[string]any{"approved": true, "args": map[string]any{"path": "important.txt"}}}}},
+		5: {"thread": "a", "resume": []any{approveUpd, denyDel}},
+		// Step 5's resume again: its interrupts are answered.
+		6: {"thread": "a", "resume": []any{
+			map[string]any{"seen": "upd", "status": "resolved", "payload": map[string]any{"approved": true}},
+			map[string]any{"seen": "del", "status": "resolved", "payload": map[string]any{"approved": true}},
+		}},
+		7: {"thread": "a", "tool": map[string]any{"toolCallId": "time", "content": "12:00"}},
+		// A tool message for a call the frontend was not asked to answer.
+		8: {"thread": "b", "tool": map[string]any{"toolCallId": "other_call", "content": "wiped"},
+			"resume": []any{map[string]any{"toolCallId": "other_call", "status": "resolved", "payload": map[string]any{"approved": true}}}},
+		// A rewritten history.
+		9: {"thread": "a", "edit": "Delete everything", "user": "Now create a backup of README.md"},
+	}
+	input := map[string]any{
+		"url":     srv.URL + "/v1/agui",
+		"threads": map[string]any{"a": map[string]any{"threadId": "thread-a", "agent": "files"}, "b": map[string]any{"threadId": "thread-b", "agent": "other"}},
+		"steps":   steps,
+	}
+	runs := drive(ctx, t, modules, input)
+
+	for i, r := range runs {
+		t.Logf("step %d: %s %s", i, r.types(), r.err)
+	}
+	outcomeOf := func(r clientRun) map[string]any {
+		o, _ := r.last()["outcome"].(map[string]any)
+		return o
+	}
+	if o := outcomeOf(runs[0]); o["type"] != "interrupt" {
+		t.Fatalf("thread b: %s %v %s", runs[0].types(), o, runs[0].err)
+	}
+	first := runs[1]
+	if !strings.HasPrefix(first.types(), "RUN_STARTED TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END") {
+		t.Errorf("first run: %s", first.types())
+	}
+	interrupts, _ := outcomeOf(first)["interrupts"].([]any)
+	byCall := map[string]map[string]any{}
+	for _, it := range interrupts {
+		in := it.(map[string]any)
+		byCall[fmt.Sprint(in["toolCallId"])] = in
+	}
+	if len(byCall) != 2 || byCall["upd"] == nil || byCall["del"] == nil {
+		t.Fatalf("first run's interrupts: %v (%s, %s)", interrupts, first.types(), first.err)
+	}
+	if meta, _ := byCall["del"]["metadata"].(map[string]any); meta["reason"] != "destructive" || byCall["del"]["expiresAt"] == nil {
+		t.Errorf("interrupt of del: %v", byCall["del"])
+	}
+	var end struct {
+		PendingInterrupts []map[string]any `json:"pendingInterrupts"`
+	}
+	if err := json.Unmarshal(first.end, &end); err != nil || len(end.PendingInterrupts) != 2 {
+		t.Errorf("pending interrupts the library kept: %s", first.end)
+	}
+	for i, code := range map[int]string{2: "resume_refused", 3: "resume_refused", 4: "resume_refused", 6: "resume_refused", 8: "history_refused", 9: "history_refused"} {
+		r := runs[i]
+		if len(r.events) != 1 || r.events[0]["type"] != "RUN_ERROR" || r.events[0]["code"] != code {
+			t.Errorf("step %d: %s %v %s, want RUN_ERROR %s alone", i, r.types(), r.events, r.err, code)
+		}
+	}
+	b, err := o.Conversation(ctx, agui.ConversationID("thread-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Status != orchestrator.StatusPaused || b.Batch.Calls[0].Reply != nil {
+		t.Errorf("thread b after refused inputs: %s, reply %+v", b.Status, b.Batch.Calls[0].Reply)
+	}
+	a, err := o.Conversation(ctx, agui.ConversationID("thread-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != orchestrator.StatusCompleted || len(a.Runs) != 3 {
+		t.Errorf("thread a after the rewritten history: %s with %d runs", a.Status, len(a.Runs))
+	}
+	// Had a forged resume applied anything, step 5's answers would be
+	// refused: the decisions stand as step 5 gave them.
+	if o := outcomeOf(runs[5]); runs[5].types() != "RUN_STARTED RUN_FINISHED" || o["type"] != "success" || fmt.Sprint(o["pendingToolCallIds"]) != "[time]" {
+		t.Fatalf("step 5: %s %v %s", runs[5].types(), o, runs[5].err)
+	}
+	last := runs[7]
+	results := map[string]string{}
+	var text string
+	for _, ev := range last.events {
+		switch ev["type"] {
+		case "TOOL_CALL_RESULT":
+			results[fmt.Sprint(ev["toolCallId"])] = fmt.Sprint(ev["content"])
+		case "TEXT_MESSAGE_CONTENT":
+			text += fmt.Sprint(ev["delta"])
+		case "TOOL_CALL_START":
+			t.Errorf("step 7 started a call again: %v", ev)
+		}
+	}
+	if o := outcomeOf(last); o["type"] != "success" || text != "done" || results["del"] != "Deleting files is not allowed" || results["time"] != "12:00" || results["upd"] == "" {
+		t.Errorf("step 7: %s outcome %v text %q results %v %s", last.types(), o, text, results, last.err)
+	}
+	if got, err := os.ReadFile(filepath.Join(box, "a.txt")); err != nil || string(got) != "edited" {
+		t.Errorf("a.txt = %q, %v; want the edited args' content", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(box, "important.txt")); err == nil {
+		t.Error("important.txt exists")
+	}
+}
+
+// drive runs the client script with input and returns what it printed,
+// step by step.
+func drive(ctx context.Context, t *testing.T, modules string, input map[string]any) []clientRun {
+	t.Helper()
+	raw, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "agui-client.cjs"))
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client script: %v\n%s", err, stderr.String())
+	}
+	steps := input["steps"].([]map[string]any)
+	runs := make([]clientRun, len(steps))
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("client line %q: %v", sc.Text(), err)
+		}
+		r := &runs[l.Step]
+		switch {
+		case l.Event != nil:
+			r.events = append(r.events, l.Event)
+		case l.End != nil:
+			r.end = l.End
+		default:
+			r.err = l.Error
+		}
+	}
+	return runs
+}
+
+// The seed's approval conversation from @ag-ui/client, on the built-in demo
+// agent (the seed's script) and a worker of its file tools: the delete is
+// denied and the .env update approved in the interrupt's resume, sent with
+// the next prompt ("Now create a backup of README.md"), which the
+// follow-up run takes after the results.
+func TestAGUISeedConversation(t *testing.T) {
+	t.Parallel()
+	modules := aguiModules(t)
+	cfg, err := agentconfig.Demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := testkit.Test(t, testkit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := t.TempDir()
+	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := testkit.BuiltinTools(box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
+	t.Cleanup(srv.Close)
+	const backup = "Now create a backup of README.md"
+	runs := drive(ctx, t, modules, map[string]any{
+		"url":     srv.URL + "/v1/agui",
+		"threads": map[string]any{"seed": map[string]any{"threadId": "seed"}},
+		"steps": []map[string]any{
+			{"thread": "seed", "user": "Delete `__init__.py`, write `Hello, world!` to `README.md`, and clear `.env`"},
+			{"thread": "seed", "user": backup, "resume": []any{
+				map[string]any{"toolCallId": "delete_file", "status": "resolved", "payload": map[string]any{"approved": false, "message": "Deleting files is not allowed"}},
+				map[string]any{"toolCallId": "update_file_dotenv", "status": "resolved", "payload": map[string]any{"approved": true}},
+			}},
+		},
+	})
+	first, second := runs[0], runs[1]
+	o1, _ := first.last()["outcome"].(map[string]any)
+	if o1["type"] != "interrupt" || len(o1["interrupts"].([]any)) != 2 {
+		t.Fatalf("first run: %s %v %s", first.types(), o1, first.err)
+	}
+	results := map[string]string{}
+	var text string
+	for _, ev := range second.events {
+		switch ev["type"] {
+		case "TOOL_CALL_RESULT":
+			results[fmt.Sprint(ev["toolCallId"])] = fmt.Sprint(ev["content"])
+		case "TEXT_MESSAGE_CONTENT":
+			text += fmt.Sprint(ev["delta"])
+		}
+	}
+	o2, _ := second.last()["outcome"].(map[string]any)
+	if o2["type"] != "success" || !strings.Contains(text, "Cleared .env") || results["delete_file"] != "Deleting files is not allowed" || results["update_file_dotenv"] == "" {
+		t.Fatalf("second run: %s outcome %v text %q results %v %s", second.types(), o2, text, results, second.err)
+	}
+	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
+		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	c, err := o.Conversation(ctx, agui.ConversationID("seed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompted := false
+	for _, r := range c.Runs {
+		prompted = prompted || r.Prompt == backup
+	}
+	if c.Status != orchestrator.StatusCompleted || !prompted {
+		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
+	}
+	by := map[string]string{}
+	for _, d := range c.Decisions {
+		by[d.ToolCallID] = d.ApproverID
+	}
+	if by["delete_file"] != api.CallerLocal || by["update_file_dotenv"] != api.CallerLocal {
+		t.Errorf("decisions by %v, want the local caller", by)
+	}
+}
