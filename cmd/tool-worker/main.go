@@ -59,6 +59,8 @@ type options struct {
 	sandbox, only, id, logLevel, metrics string
 	concurrency                          int
 	ackWait, drainTimeout                time.Duration
+	httpRetries                          int
+	httpBackoff                          time.Duration
 }
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
@@ -72,6 +74,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.sandbox, "sandbox", "./sandbox", "folder the built-in file tools work in")
 	fs.Var(&o.execs, "exec", "NAME=COMMAND: serve tool NAME by running COMMAND per call (repeatable)")
 	fs.Var(&o.hooks, "http", "NAME=URL: serve tool NAME by POSTing each call to URL (repeatable)")
+	fs.IntVar(&o.httpRetries, "http-retries", worker.DefaultWebhookRetries, "how often --http POSTs a call again after a 408, 429 or 5xx answer or no connection, before the call fails with the last answer (0: never)")
+	fs.DurationVar(&o.httpBackoff, "http-backoff", worker.DefaultWebhookBackoff, "--http's wait before its first retry, doubled at each next one up to 30s; an answer's Retry-After wins")
 	fs.StringVar(&o.only, "tools", "", "serve only these tools, comma-separated (default: every configured tool)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "calls running at once, across all tools")
 	fs.StringVar(&o.id, "id", cli.DefaultID("", strconv.Itoa(os.Getpid())), "worker id, set on every reply")
@@ -90,6 +94,12 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	if o.concurrency < 1 {
 		return nil, errors.New("--concurrency must be at least 1")
+	}
+	if o.httpRetries < 0 {
+		return nil, errors.New("--http-retries must not be negative")
+	}
+	if o.httpBackoff <= 0 {
+		return nil, errors.New("--http-backoff must be positive")
 	}
 	return o, o.nats.Check()
 }
@@ -204,7 +214,11 @@ func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]wor
 		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
 			return nil, nil, fmt.Errorf("--http %s: %q is not an http(s) URL", name, url)
 		}
-		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: &worker.Webhook{URL: url}, Kind: "http"})
+		hook := &worker.Webhook{URL: url, Retries: o.httpRetries, Backoff: o.httpBackoff, Logger: logger}
+		if o.httpRetries == 0 {
+			hook.Retries = -1 // Webhook's zero is its default
+		}
+		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: hook, Kind: "http"})
 	}
 	servers, err := startMCP(ctx, o, logger)
 	for _, m := range servers {

@@ -156,6 +156,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--builtin", "--tools", "missing"},  // unknown subset
 		{"--builtin", "--log-level", "loud"}, // bad level
 		{"--builtin", "--concurrency", "0"},
+		{"--http", "hook=http://x", "--http-retries", "-1"},
+		{"--http", "hook=http://x", "--http-backoff", "0s"},
 		{"--builtin", "--metrics", "127.0.0.1:not-a-port"},
 		{"--builtin", "--mcp-header", "srv=Authorization:x"},                                       // no such --mcp
 		{"--mcp", "srv=node server.js", "--mcp-header", "srv=Authorization:x"},                     // a command has no headers

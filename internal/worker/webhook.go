@@ -4,25 +4,32 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/httpretry"
 )
 
 // Webhook is the http executor: it POSTs each call to a URL.
 //
 // The body is the CallRequest as JSON, with the headers Content-Type
-// application/json, Idempotency-Key (run_id:tool_call_id, the same on every
-// redelivery), Toolgate-Run and Toolgate-Call. A 2xx response's body is the
-// result, read by ParseResult. A 4xx response fails the call with its status
-// and the start of its body, except 408 and 429, which like 5xx responses and
-// connection errors are transient: the call is released and retried. A call
-// that outlives its deadline fails with "timed out".
+// application/json, Accept application/json, Idempotency-Key
+// (run_id:tool_call_id, the same on every attempt and redelivery),
+// Toolgate-Run and Toolgate-Call. A 2xx response's body is the result, read
+// by ParseResult. A 4xx response fails the call with its status and the
+// start of its body, except 408 and 429, which like 5xx responses and
+// connection errors are transient: the call is POSTed again after a wait
+// (Retries, Backoff, the answer's Retry-After), and fails with the last
+// answer once the retries are spent or the wait would pass the call's
+// deadline. A call that outlives its deadline fails with "timed out".
 type Webhook struct {
 	// URL receives the calls; required.
 	URL string
@@ -34,12 +41,36 @@ type Webhook struct {
 	// MaxBody bounds a response body; a larger result fails the call.
 	// Defaults to 4 MiB.
 	MaxBody int64
+	// Retries is how often a call is POSTed again after a transient
+	// answer, within one delivery (the worker keeps the call with
+	// in-progress acks meanwhile). Zero means 3; a negative value sends each
+	// call once.
+	Retries int
+	// Backoff is the wait before the first retry, doubled at each next one
+	// up to 30s (or Backoff, if longer), less up to a quarter at random. A
+	// transient answer's Retry-After (seconds or an HTTP-date) sets the wait
+	// instead. Zero means 1s.
+	Backoff time.Duration
+	// Logger receives a warning per transient answer. Nil discards them.
+	Logger *slog.Logger
+
+	// now reads Retry-After dates and deadlines, sleep waits between
+	// attempts: seams for tests. Nil: the real clock.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
+
+// Defaults of Webhook.Retries and Webhook.Backoff.
+const (
+	DefaultWebhookRetries = 3
+	DefaultWebhookBackoff = time.Second
+)
 
 // bodyExcerpt is how much of an error response a failed reply quotes.
 const bodyExcerpt = 512
 
-// Execute POSTs req to the webhook.
+// Execute POSTs req to the webhook, again after each transient answer
+// while retries and the call's deadline allow.
 func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
 	if len(req.Args) == 0 {
 		req.Args = json.RawMessage("{}")
@@ -51,9 +82,85 @@ func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 	ctx, cancel := withCallDeadline(ctx, req)
 	defer cancel()
 
+	retries, backoff := h.Retries, h.Backoff
+	switch {
+	case retries == 0:
+		retries = DefaultWebhookRetries
+	case retries < 0:
+		retries = 0
+	}
+	if backoff <= 0 {
+		backoff = DefaultWebhookBackoff
+	}
+	now, sleep := h.now, h.sleep
+	if now == nil {
+		now = time.Now
+	}
+	if sleep == nil {
+		sleep = httpretry.Sleep
+	}
+	log := h.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for n := 0; ; n++ {
+		reply, t := h.post(ctx, req, body)
+		if t == nil {
+			return reply, nil
+		}
+		if timedOut(ctx) {
+			return Failed(TimedOutMessage), nil
+		}
+		if ctx.Err() != nil {
+			// The worker is stopping or the call was cancelled: it
+			// decides what becomes of the call.
+			return bus.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), t.err)
+		}
+		if n >= retries {
+			return Failed("%s", t.message(n+1)), nil
+		}
+		wait := httpretry.Backoff(backoff, n)
+		if d, found := httpretry.After(t.header, now()); found {
+			wait = d
+		}
+		if !req.Deadline.IsZero() && now().Add(wait).After(req.Deadline) {
+			return Failed("%s; not retried: the call's deadline comes before the retry (in %s)", t.message(n+1), wait.Round(time.Millisecond)), nil
+		}
+		log.WarnContext(ctx, "webhook answer transient; retrying", slog.String("tool", req.ToolName),
+			slog.String("url", redactURL(h.URL)), slog.Int("attempt", n+1), slog.Duration("wait", wait), slog.Any("error", t.err))
+		if err := sleep(ctx, wait); err != nil {
+			if timedOut(ctx) {
+				return Failed(TimedOutMessage), nil
+			}
+			return bus.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), err)
+		}
+	}
+}
+
+// transient is an attempt that may pass if made again: a 408, 429 or 5xx
+// answer (status set), or no answer at all.
+type transient struct {
+	status string // "HTTP 503 Service Unavailable: <start of body>"; empty: no answer
+	header http.Header
+	err    error
+}
+
+// message is what the model reads of the last transient attempt once no
+// other comes. A connection error's details (addresses, the URL) are for
+// the worker's log, not the model.
+func (t *transient) message(attempts int) string {
+	if t.status != "" {
+		return t.status
+	}
+	return fmt.Sprintf("the tool's HTTP endpoint could not be reached (%d attempts)", attempts)
+}
+
+// post makes one attempt: a reply, or what makes it transient.
+func (h *Webhook) post(ctx context.Context, req bus.CallRequest, body []byte) (bus.CallReply, *transient) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
 	if err != nil {
-		return bus.CallReply{}, fmt.Errorf("webhook request: %w", err)
+		// Not the error: it quotes the URL, credentials and all.
+		return Failed("the tool's HTTP endpoint URL is not valid"), nil
 	}
 	for k, vs := range h.Header {
 		for _, v := range vs {
@@ -77,18 +184,16 @@ func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 
 	resp, err := client.Do(hreq)
 	if err != nil {
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold credentials
 		}
-		return bus.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), err)
+		return bus.CallReply{}, &transient{err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
-		}
-		return bus.CallReply{}, fmt.Errorf("webhook %s: read response: %w", redactURL(h.URL), err)
+		return bus.CallReply{}, &transient{err: fmt.Errorf("read response: %w", err)}
 	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
@@ -97,7 +202,8 @@ func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		}
 		return ParseResult(data), nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return bus.CallReply{}, fmt.Errorf("webhook %s: %s", redactURL(h.URL), statusText(resp.Status, data))
+		st := statusText(resp.Status, data)
+		return bus.CallReply{}, &transient{status: st, header: resp.Header, err: errors.New(st)}
 	default:
 		return Failed("%s", statusText(resp.Status, data)), nil
 	}

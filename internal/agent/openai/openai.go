@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/httpretry"
 )
 
 // Config configures a Model.
@@ -126,7 +127,7 @@ func New(cfg Config) (*Model, error) {
 	if cfg.Timeout > 0 {
 		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
 	}
-	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), log: log, now: time.Now, sleep: sleep}, nil
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), log: log, now: time.Now, sleep: httpretry.Sleep}, nil
 }
 
 // Name returns the configured model name.

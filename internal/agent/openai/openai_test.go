@@ -677,7 +677,7 @@ func TestRetries(t *testing.T) {
 			f := newFake(t, func(attempt int, w http.ResponseWriter) {
 				if attempt < tt.failures {
 					// Retry-After: 0 keeps the test fast while proving the
-					// header is honoured (the default backoff is 0.5s and up).
+					// header is honoured (the default backoff is 1s and up).
 					w.Header().Set("Retry-After", "0")
 					writeJSON(w, tt.status, `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`)
 					return
