@@ -232,12 +232,7 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 			return nil, refuse("history_refused", "call %s is answered twice", m.ToolCallID)
 		}
 		seen[m.ToolCallID] = true
-		text, _ := textOf(m.Content)
-		raw := json.RawMessage(text)
-		if !json.Valid(raw) {
-			raw, _ = json.Marshal(text)
-		}
-		res, err := orchestrator.ResultOf(raw)
+		res, err := orchestrator.ResultOf(answerJSON(m))
 		if err != nil {
 			return nil, refuse("history_refused", "tool message %s: %v", m.ID, err)
 		}

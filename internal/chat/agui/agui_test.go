@@ -44,6 +44,7 @@ const scriptYAML = `
     - {tool: delete_file, id: del, args: {path: b.txt}}
     - {tool: local_time, id: time, args: {}}
 - text: done
+- text: nothing else
 `
 
 type env struct {
@@ -271,6 +272,20 @@ func TestAGUIApprovalAndFrontendTool(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(e.box, "a.txt")); err != nil || string(got) != "edited" {
 		t.Errorf("a.txt = %q, %v", got, err)
+	}
+
+	// The frontend's own answer stays in its history: as recorded it is
+	// let through, edited it is refused.
+	next := map[string]any{"id": "u2", "role": "user", "content": "more?"}
+	edited := e.run(t, map[string]any{"threadId": thread, "runId": "r4", "messages": []any{user,
+		map[string]any{"id": "t1", "role": "tool", "toolCallId": "time", "content": "13:00"}, next}})
+	if len(edited) != 1 || edited[0]["code"] != "history_refused" {
+		t.Errorf("edited frontend answer: %v", edited)
+	}
+	fourth := e.run(t, map[string]any{"threadId": thread, "runId": "r5", "messages": []any{user,
+		map[string]any{"id": "t1", "role": "tool", "toolCallId": "time", "content": "12:00"}, next}})
+	if end := last(t, fourth); end["type"] != "RUN_FINISHED" || end["result"] != "nothing else" {
+		t.Errorf("next turn: %s %v", types(fourth), end)
 	}
 }
 
