@@ -17,9 +17,13 @@ type StartRequest struct {
 	// or paused (the prompt then goes into the follow-up run, after the
 	// batch's results); empty starts a new one.
 	ConversationID string
-	// Create makes ConversationID the id of a new conversation (a chat
-	// adapter's thread id) rather than one to continue; an id in use is
-	// refused, or with IdempotencyKey answered as that start's repeat.
+	// Create makes ConversationID the id of a new conversation (one a chat
+	// adapter derives from its thread's id) rather than one to continue;
+	// an id in use is refused, or with IdempotencyKey answered as that
+	// start's repeat. The id must have the form of those toolgate gives
+	// ("c" then letters and digits), which its run ids embed: a reply to
+	// a run of a conversation of another form names no conversation, and
+	// is refused as one to an unknown run.
 	Create bool
 	// IdempotencyKey, when set, makes the start safe to retry: a start
 	// whose answer was lost (a timeout while the store's leader moved, a
