@@ -86,15 +86,16 @@ func newEnvWith(t *testing.T, acfg agui.Config, workers bool) *env {
 // run posts input and returns the events of the SSE answer.
 func (e *env) run(t *testing.T, input map[string]any) []map[string]any {
 	t.Helper()
-	events, err := e.post(input)
+	events, _, err := e.post(input, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return events
 }
 
-// post is run for a goroutine of the test's own: it fails nothing.
-func (e *env) post(input map[string]any) ([]map[string]any, error) {
+// post is run for a goroutine of the test's own: it fails nothing. It
+// counts the SSE comments too, each told on commented when it is not nil.
+func (e *env) post(input map[string]any, commented chan<- struct{}) (events []map[string]any, comments int, err error) {
 	body, _ := json.Marshal(input)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -103,27 +104,36 @@ func (e *env) post(input map[string]any) ([]map[string]any, error) {
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %d", resp.StatusCode)
+		return nil, 0, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	var events []map[string]any
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), ":") {
+			comments++
+			if commented != nil {
+				select {
+				case commented <- struct{}{}:
+				default:
+				}
+			}
+			continue
+		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
 		var ev map[string]any
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			return nil, fmt.Errorf("event %q: %w", data, err)
+			return nil, 0, fmt.Errorf("event %q: %w", data, err)
 		}
 		events = append(events, ev)
 	}
-	return events, sc.Err()
+	return events, comments, sc.Err()
 }
 
 func last(t *testing.T, events []map[string]any) map[string]any {
@@ -319,10 +329,11 @@ func TestAGUIResumeAfterDeadline(t *testing.T) {
 }
 
 // A run that streams through a pause on a worker's call (no worker serves
-// it) ends with the cancelled outcome when the conversation is cancelled.
+// it), keeping its connection alive meanwhile, ends with the cancelled
+// outcome when the conversation is cancelled.
 func TestAGUICancelled(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, agui.Config{}, false)
+	e := newEnvWith(t, agui.Config{KeepAlive: 5 * time.Millisecond}, false)
 	user := map[string]any{"id": "u1", "role": "user", "content": "go"}
 	first := e.run(t, map[string]any{"threadId": "t", "runId": "r1", "messages": []any{user}})
 	var resume []any
@@ -334,9 +345,9 @@ func TestAGUICancelled(t *testing.T) {
 		events []map[string]any
 		err    error
 	}
-	done := make(chan result, 1)
+	done, commented := make(chan result, 1), make(chan struct{}, 1)
 	go func() {
-		evs, err := e.post(map[string]any{"threadId": "t", "runId": "r2", "messages": []any{user, answered}, "resume": resume})
+		evs, _, err := e.post(map[string]any{"threadId": "t", "runId": "r2", "messages": []any{user, answered}, "resume": resume}, commented)
 		done <- result{evs, err}
 	}()
 	// The follow-up pauses on the approved calls, which no worker takes.
@@ -348,7 +359,7 @@ func TestAGUICancelled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(c.Runs) == 2 && c.Status == orchestrator.StatusPaused {
+		if len(c.Runs) == 2 && c.Status == orchestrator.StatusPaused && c.Runs[1].Status == orchestrator.StatusPaused {
 			break
 		}
 		select {
@@ -356,6 +367,11 @@ func TestAGUICancelled(t *testing.T) {
 			t.Fatal("the follow-up did not pause")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+	select {
+	case <-commented:
+	case <-ctx.Done():
+		t.Fatal("no keep-alive while the run waited")
 	}
 	if _, err := e.o.Cancel(ctx, conv); err != nil {
 		t.Fatal(err)
