@@ -76,13 +76,13 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 			t.prompts = append(t.prompts, r.Prompt)
 		}
 	}
-	if b := c.Batch; b != nil && b.Prompt != "" && !slicesHasRun(c, b.PromptRunID) {
+	if b := c.Batch; b != nil && b.Prompt != "" && !hasRun(c, b.PromptRunID) {
 		t.prompts = append(t.prompts, b.Prompt)
 	}
 	return t
 }
 
-func slicesHasRun(c *orchestrator.Conversation, runID string) bool {
+func hasRun(c *orchestrator.Conversation, runID string) bool {
 	for _, r := range c.Runs {
 		if r.RunID == runID {
 			return true

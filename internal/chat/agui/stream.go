@@ -21,7 +21,6 @@ type stream struct {
 	w       http.ResponseWriter
 	f       http.Flusher
 	in      RunAgentInput
-	began   bool
 	openMsg string // the text message open, if any
 }
 
@@ -76,7 +75,6 @@ func (s *stream) keepAlive(d time.Duration) (stop func()) {
 }
 
 func (s *stream) started() {
-	s.began = true
 	s.emit(map[string]any{"type": evRunStarted, "threadId": s.in.ThreadID, "runId": s.in.RunID, "protocolVersion": ProtocolVersion})
 }
 
