@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -77,7 +78,11 @@ type answerEnv struct {
 	anon string // the API's shared token
 }
 
-func newAnswerEnv(t *testing.T) *answerEnv {
+func newAnswerEnv(t *testing.T) *answerEnv { return newAnswerEnvWith(t, orchestrator.Config{}) }
+
+// newAnswerEnvWith starts the system with cfg (its agents and reconcile
+// interval set here).
+func newAnswerEnvWith(t *testing.T, cfg orchestrator.Config) *answerEnv {
 	t.Helper()
 	dir := fstest.MapFS{"script.yaml": {Data: []byte(answerScript)}, "other.yaml": {Data: []byte(otherScript)}}
 	var agents []*orchestrator.AgentConfig
@@ -91,7 +96,8 @@ func newAnswerEnv(t *testing.T) *answerEnv {
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
+	cfg.Agents, cfg.ReconcileInterval = agents, time.Second
+	o, err := sys.Orchestrator(ctx, "orch", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,5 +270,28 @@ func TestAnswerRoute(t *testing.T) {
 	// Once the batch is over an answer is a repeat, not applied.
 	if status, _ := e.answer(t, e.ann, conv, "time", `{"result":"13:00"}`); status != http.StatusConflict {
 		t.Errorf("answer after the follow-up: %d, want 409", status)
+	}
+}
+
+// Once approver keys are trusted, a decision over HTTP counts only from a
+// caller the users file names: the shared token's holder and a tokenless
+// local caller are refused (403), a named user is not.
+func TestAnswerRouteWithTrustedKeys(t *testing.T) {
+	t.Parallel()
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAnswerEnvWith(t, orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub}})
+	conv := e.start(t, "files")
+	const deny = `{"decision":{"approved":false,"args":{"path":"b.txt"}}}`
+	if status, body := e.answer(t, e.anon, conv, "del", deny); status != http.StatusForbidden || !strings.Contains(body["error"].(string), "users") {
+		t.Fatalf("shared token: %d %v", status, body)
+	}
+	if e.call(t, conv, "del").Settled() {
+		t.Fatal("del answered by a refused decision")
+	}
+	if status, body := e.answer(t, e.ann, conv, "del", deny); status != http.StatusAccepted || body["by"] != "ann" {
+		t.Fatalf("named user: %d %v", status, body)
 	}
 }

@@ -39,13 +39,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the time; nil is time.Now.
 	Clock func() time.Time
+	// KeepAlive is how often a run that waits (for workers, a model)
+	// sends an SSE comment, so that proxies keep it open. Defaults to 15s.
+	KeepAlive time.Duration
 }
 
 // Handler serves POST /v1/agui. Mount it behind the API's authentication
 // (api.Config.Routes), which names the caller (api.CallerOf): the answers it
 // gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	h := &handler{e: e, log: cfg.Logger, clock: cfg.Clock}
+	h := &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
+	if h.keepAlive <= 0 {
+		h.keepAlive = 15 * time.Second
+	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -56,9 +62,10 @@ func Handler(e Engine, cfg Config) http.Handler {
 }
 
 type handler struct {
-	e     Engine
-	log   *slog.Logger
-	clock func() time.Time
+	e         Engine
+	log       *slog.Logger
+	clock     func() time.Time
+	keepAlive time.Duration
 }
 
 // refusal is an input the adapter refuses: RUN_ERROR, nothing applied.
@@ -232,12 +239,7 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 			return nil, refuse("history_refused", "call %s is answered twice", m.ToolCallID)
 		}
 		seen[m.ToolCallID] = true
-		text, _ := textOf(m.Content)
-		raw := json.RawMessage(text)
-		if !json.Valid(raw) {
-			raw, _ = json.Marshal(text)
-		}
-		res, err := orchestrator.ResultOf(raw)
+		res, err := orchestrator.ResultOf(answerJSON(m))
 		if err != nil {
 			return nil, refuse("history_refused", "tool message %s: %v", m.ID, err)
 		}

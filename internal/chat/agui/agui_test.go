@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -43,6 +44,7 @@ const scriptYAML = `
     - {tool: delete_file, id: del, args: {path: b.txt}}
     - {tool: local_time, id: time, args: {}}
 - text: done
+- text: nothing else
 `
 
 type env struct {
@@ -51,9 +53,9 @@ type env struct {
 	box string
 }
 
-func newEnv(t *testing.T) *env { return newEnvWith(t, agui.Config{}) }
+func newEnv(t *testing.T) *env { return newEnvWith(t, agui.Config{}, true) }
 
-func newEnvWith(t *testing.T, acfg agui.Config) *env {
+func newEnvWith(t *testing.T, acfg agui.Config, workers bool) *env {
 	t.Helper()
 	cfg, err := agentconfig.Parse([]byte(agentYAML), fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}})
 	if err != nil {
@@ -71,8 +73,10 @@ func newEnvWith(t *testing.T, acfg agui.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
+	if workers {
+		if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, acfg)}}))
 	t.Cleanup(srv.Close)
@@ -82,35 +86,54 @@ func newEnvWith(t *testing.T, acfg agui.Config) *env {
 // run posts input and returns the events of the SSE answer.
 func (e *env) run(t *testing.T, input map[string]any) []map[string]any {
 	t.Helper()
+	events, _, err := e.post(input, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// post is run for a goroutine of the test's own: it fails nothing. It
+// counts the SSE comments too, each told on commented when it is not nil.
+func (e *env) post(input map[string]any, commented chan<- struct{}) (events []map[string]any, comments int, err error) {
 	body, _ := json.Marshal(input)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/agui", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d", resp.StatusCode)
+		return nil, 0, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	var events []map[string]any
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), ":") {
+			comments++
+			if commented != nil {
+				select {
+				case commented <- struct{}{}:
+				default:
+				}
+			}
+			continue
+		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
 		var ev map[string]any
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			t.Fatalf("event %q: %v", data, err)
+			return nil, 0, fmt.Errorf("event %q: %w", data, err)
 		}
 		events = append(events, ev)
 	}
-	return events
+	return events, comments, sc.Err()
 }
 
 func last(t *testing.T, events []map[string]any) map[string]any {
@@ -260,6 +283,20 @@ func TestAGUIApprovalAndFrontendTool(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(e.box, "a.txt")); err != nil || string(got) != "edited" {
 		t.Errorf("a.txt = %q, %v", got, err)
 	}
+
+	// The frontend's own answer stays in its history: as recorded it is
+	// let through, edited it is refused.
+	next := map[string]any{"id": "u2", "role": "user", "content": "more?"}
+	edited := e.run(t, map[string]any{"threadId": thread, "runId": "r4", "messages": []any{user,
+		map[string]any{"id": "t1", "role": "tool", "toolCallId": "time", "content": "13:00"}, next}})
+	if len(edited) != 1 || edited[0]["code"] != "history_refused" {
+		t.Errorf("edited frontend answer: %v", edited)
+	}
+	fourth := e.run(t, map[string]any{"threadId": thread, "runId": "r5", "messages": []any{user,
+		map[string]any{"id": "t1", "role": "tool", "toolCallId": "time", "content": "12:00"}, next}})
+	if end := last(t, fourth); end["type"] != "RUN_FINISHED" || end["result"] != "nothing else" {
+		t.Errorf("next turn: %s %v", types(fourth), end)
+	}
 }
 
 // A resume that comes after its interrupt's expiresAt (the adapter's clock
@@ -272,7 +309,7 @@ func TestAGUIResumeAfterDeadline(t *testing.T) {
 			return time.Now().Add(time.Hour)
 		}
 		return time.Now()
-	}})
+	}}, true)
 	user := map[string]any{"id": "u1", "role": "user", "content": "go"}
 	first := e.run(t, map[string]any{"threadId": "t", "runId": "r1", "messages": []any{user}})
 	var resume []any
@@ -288,5 +325,64 @@ func TestAGUIResumeAfterDeadline(t *testing.T) {
 		if !e.pending(t, "t", id) {
 			t.Errorf("%s answered by a late resume", id)
 		}
+	}
+}
+
+// A run that streams through a pause on a worker's call (no worker serves
+// it), keeping its connection alive meanwhile, ends with the cancelled
+// outcome when the conversation is cancelled.
+func TestAGUICancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, agui.Config{KeepAlive: 5 * time.Millisecond}, false)
+	user := map[string]any{"id": "u1", "role": "user", "content": "go"}
+	first := e.run(t, map[string]any{"threadId": "t", "runId": "r1", "messages": []any{user}})
+	var resume []any
+	for _, it := range last(t, first)["outcome"].(map[string]any)["interrupts"].([]any) {
+		resume = append(resume, map[string]any{"interruptId": it.(map[string]any)["id"], "status": "resolved", "payload": map[string]any{"approved": true}})
+	}
+	answered := map[string]any{"id": "t1", "role": "tool", "toolCallId": "time", "content": "12:00"}
+	type result struct {
+		events []map[string]any
+		err    error
+	}
+	done, commented := make(chan result, 1), make(chan struct{}, 1)
+	go func() {
+		evs, _, err := e.post(map[string]any{"threadId": "t", "runId": "r2", "messages": []any{user, answered}, "resume": resume}, commented)
+		done <- result{evs, err}
+	}()
+	// The follow-up pauses on the approved calls, which no worker takes.
+	conv := agui.ConversationID("t")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		c, err := e.o.Conversation(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Runs) == 2 && c.Status == orchestrator.StatusPaused && c.Runs[1].Status == orchestrator.StatusPaused {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the follow-up did not pause")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case <-commented:
+	case <-ctx.Done():
+		t.Fatal("no keep-alive while the run waited")
+	}
+	if _, err := e.o.Cancel(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	evs := r.events
+	end := last(t, evs)
+	if end["type"] != "RUN_FINISHED" || end["outcome"].(map[string]any)["type"] != "cancelled" {
+		t.Fatalf("events %s, want RUN_FINISHED cancelled: %v", types(evs), end)
 	}
 }

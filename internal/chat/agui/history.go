@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -36,10 +37,14 @@ type transcript struct {
 	msgs    map[string]sent
 	prompts []string
 	calls   map[string]bool
+	// results are the tool-return and retry parts of the history, by call
+	// id: a frontend's own tool message, kept in its history beside the
+	// server's result, must say what was recorded.
+	results map[string]agent.Part
 }
 
 func transcriptOf(c *orchestrator.Conversation) transcript {
-	t := transcript{msgs: map[string]sent{}, calls: map[string]bool{}}
+	t := transcript{msgs: map[string]sent{}, calls: map[string]bool{}, results: map[string]agent.Part{}}
 	responses := map[string]int{}
 	for _, m := range c.History {
 		switch m.Kind {
@@ -61,6 +66,7 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 			for _, p := range m.Parts {
 				if p.Kind == agent.PartToolReturn || p.Kind == agent.PartRetryPrompt {
 					t.msgs[resultID(m.RunID, p.ToolCallID)] = sent{role: "tool", content: resultText(p), toolCallID: p.ToolCallID}
+					t.results[p.ToolCallID] = p
 				}
 			}
 		}
@@ -70,13 +76,13 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 			t.prompts = append(t.prompts, r.Prompt)
 		}
 	}
-	if b := c.Batch; b != nil && b.Prompt != "" && !slicesHasRun(c, b.PromptRunID) {
+	if b := c.Batch; b != nil && b.Prompt != "" && !hasRun(c, b.PromptRunID) {
 		t.prompts = append(t.prompts, b.Prompt)
 	}
 	return t
 }
 
-func slicesHasRun(c *orchestrator.Conversation, runID string) bool {
+func hasRun(c *orchestrator.Conversation, runID string) bool {
 	for _, r := range c.Runs {
 		if r.RunID == runID {
 			return true
@@ -139,6 +145,14 @@ func read(msgs []Message, t transcript, frontend map[string]bool) (reading, erro
 		}
 		if m.Role != "tool" {
 			return r, fmt.Errorf("%s message %s is not one the server sent", m.Role, m.ID)
+		}
+		if p, answered := t.results[m.ToolCallID]; answered && !frontend[m.ToolCallID] {
+			// The frontend's earlier answer: not read again, but it must
+			// be what was recorded.
+			if !sameAnswer(m, p) {
+				return r, fmt.Errorf("tool message %s is not the answer recorded for call %s: a past message was edited", m.ID, m.ToolCallID)
+			}
+			continue
 		}
 		if !frontend[m.ToolCallID] {
 			return r, fmt.Errorf("tool message %s answers call %q, which the server did not ask the frontend to answer", m.ID, m.ToolCallID)
@@ -229,4 +243,32 @@ func textOf(raw json.RawMessage) (string, error) {
 		b.WriteString(p.Text)
 	}
 	return b.String(), nil
+}
+
+// sameAnswer reports whether a frontend's tool message m says what the
+// history recorded for its call (p): the same value, or the same retry or
+// failure message.
+func sameAnswer(m Message, p agent.Part) bool {
+	res, err := orchestrator.ResultOf(answerJSON(m))
+	if err != nil {
+		return false
+	}
+	switch res.Outcome {
+	case bus.OutcomeRetry:
+		return p.Kind == agent.PartRetryPrompt && p.Content == res.Message
+	case bus.OutcomeFailed:
+		return p.Kind == agent.PartToolReturn && p.Outcome == agent.OutcomeFailed && resultText(p) == res.Message
+	}
+	return p.Kind == agent.PartToolReturn && sameArgs(string(p.Value), string(res.Value))
+}
+
+// answerJSON is a tool message's content as the result it gives: JSON as
+// it is, any other text as a JSON string.
+func answerJSON(m Message) json.RawMessage {
+	text, _ := textOf(m.Content)
+	raw := json.RawMessage(text)
+	if !json.Valid(raw) {
+		raw, _ = json.Marshal(text)
+	}
+	return raw
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -15,10 +16,11 @@ import (
 
 // stream writes one AG-UI run as Server-Sent Events.
 type stream struct {
+	// mu orders the events and the keep-alive comments.
+	mu      sync.Mutex
 	w       http.ResponseWriter
 	f       http.Flusher
 	in      RunAgentInput
-	began   bool
 	openMsg string // the text message open, if any
 }
 
@@ -37,14 +39,42 @@ func (s *stream) emit(ev map[string]any) {
 	if err != nil {
 		return
 	}
-	fmt.Fprintf(s.w, "data: %s\n\n", data)
+	s.write("data: " + string(data) + "\n\n")
+}
+
+func (s *stream) write(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprint(s.w, text)
 	if s.f != nil {
 		s.f.Flush()
 	}
 }
 
+// keepAlive sends a comment every d (AG-UI clients read only data lines)
+// until the returned stop, which waits for it, is called.
+func (s *stream) keepAlive(d time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.write(": keep-alive\n\n")
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
 func (s *stream) started() {
-	s.began = true
 	s.emit(map[string]any{"type": evRunStarted, "threadId": s.in.ThreadID, "runId": s.in.RunID, "protocolVersion": ProtocolVersion})
 }
 
@@ -90,6 +120,7 @@ func (h *handler) follow(ctx context.Context, s *stream, threadID string, p *pla
 	if done := h.settle(ctx, s, threadID, p, ""); done {
 		return
 	}
+	defer s.keepAlive(h.keepAlive)()
 	f := follower{s: s, runs: map[string]int{}, called: map[string]bool{}}
 	for id := range p.known.calls {
 		f.called[id] = true
