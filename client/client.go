@@ -65,6 +65,20 @@ type (
 	// QueuedPrompt is a prompt given while a conversation was paused, and
 	// the run that sends it once the batch is answered.
 	QueuedPrompt = iclient.QueuedPrompt
+	// RecordOptions selects a page of dead letters or audit records,
+	// newest first: by conversation, tool call and time (Since: an RFC
+	// 3339 time or a duration back from now, "24h"), a page size and the
+	// previous page's NextCursor.
+	RecordOptions = iclient.RecordOptions
+	// DeadLetterPage is a page of dead letters (GET /v1/dlq), AuditPage
+	// one of audit records (GET /v1/audit), newest first; NextCursor asks
+	// for the older ones.
+	DeadLetterPage = iclient.DeadLetterPage
+	AuditPage      = iclient.AuditPage
+	// DeadLetter is a message that could not be handled; AuditRecord a
+	// decision or refused result as the audit stream keeps it.
+	DeadLetter  = iclient.DeadLetter
+	AuditRecord = iclient.AuditRecord
 )
 
 // Event is one event of a conversation, with the ID to resume after it.
@@ -162,6 +176,16 @@ func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[Con
 // (its audit records stay). One under way is an *APIError with status
 // 409: cancel it first.
 func (c *Client) Delete(ctx context.Context, id string) error { return c.c.Delete(ctx, id) }
+
+// DeadLetters returns a page of the dead letters, newest first.
+func (c *Client) DeadLetters(ctx context.Context, opts RecordOptions) (DeadLetterPage, error) {
+	return c.c.DeadLetters(ctx, opts)
+}
+
+// Audit returns a page of the audit records, newest first.
+func (c *Client) Audit(ctx context.Context, opts RecordOptions) (AuditPage, error) {
+	return c.c.Audit(ctx, opts)
+}
 
 // Events follows a conversation's events from the first kept (after "")
 // or after the event with ID after, as they happen, until ctx ends or the

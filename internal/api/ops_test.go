@@ -68,9 +68,18 @@ func TestHTTPDeadLettersAndAudit(t *testing.T) {
 	if first["seq"].(float64) <= second["seq"].(float64) {
 		t.Errorf("audit not newest first: %v", audit)
 	}
-	if first["tool_call_id"] != "update_file_dotenv" || first["verdict"] != "refused" || first["conversation_id"] != rs.ConversationID || first["approver_id"] != "ann" {
-		t.Errorf("newest audit record = %v", first)
+	// The two replies are handled concurrently: either may be first.
+	calls := map[any]bool{first["tool_call_id"]: true, second["tool_call_id"]: true}
+	if !calls["delete_file"] || !calls["update_file_dotenv"] {
+		t.Errorf("audit records = %v, want one per refused decision", audit)
 	}
+	for _, r := range []map[string]any{first, second} {
+		if r["verdict"] != "refused" || r["conversation_id"] != rs.ConversationID || r["approver_id"] != "ann" || r["kind"] != "approval" {
+			t.Errorf("audit record = %v", r)
+		}
+	}
+	// Their dead letters are written beside the audit records.
+	waitRecords(t, sys, "/v1/dlq", "dead_letters", 2)
 
 	subj, err := wire.DecisionSubject(rs.RunID)
 	if err != nil {
@@ -84,7 +93,7 @@ func TestHTTPDeadLettersAndAudit(t *testing.T) {
 	if newest["kind"] != "decode" || newest["body_base64"] == nil || newest["conversation_id"] != rs.ConversationID {
 		t.Errorf("newest dead letter = %v", newest)
 	}
-	if refused := dlq[1].(map[string]any); refused["kind"] != "handler" || refused["tool_call_id"] != "update_file_dotenv" || refused["body"] == nil {
+	if refused := dlq[1].(map[string]any); refused["kind"] != "handler" || !calls[refused["tool_call_id"]] || refused["body"] == nil || refused["stream"] != "TOOLGATE_REPLIES" {
 		t.Errorf("second dead letter = %v", refused)
 	}
 
@@ -124,8 +133,23 @@ func TestHTTPDeadLettersAndAudit(t *testing.T) {
 	}
 	status, body := doJSON(t, "GET", sys.URL+"/v1/audit?limit=1&cursor="+next, "")
 	page, _ := body["records"].([]any)
-	if status != 200 || len(page) != 1 || page[0].(map[string]any)["tool_call_id"] != "delete_file" {
-		t.Errorf("second page: %d %v", status, body)
+	if status != 200 || len(page) != 1 || page[0].(map[string]any)["tool_call_id"] != second["tool_call_id"] {
+		t.Errorf("second page: %d %v, want %v", status, body, second["tool_call_id"])
+	}
+	if last, _ := body["next_cursor"].(string); last != "" {
+		if n, _ := count("/v1/audit?cursor="+last, "records"); n != 0 {
+			t.Errorf("a third page of %d records, want none", n)
+		}
+	}
+
+	// The public Go client reads the same.
+	ap, err := sys.Client.Audit(ctx, client.RecordOptions{ToolCallID: "delete_file"})
+	if err != nil || len(ap.Records) != 1 || ap.Records[0].Verdict != "refused" || ap.Records[0].Seq == 0 {
+		t.Errorf("client audit: %+v, %v", ap, err)
+	}
+	dp, err := sys.Client.DeadLetters(ctx, client.RecordOptions{ConversationID: rs.ConversationID, Limit: 1})
+	if err != nil || len(dp.DeadLetters) != 1 || dp.DeadLetters[0].Kind != "decode" || dp.NextCursor == "" {
+		t.Errorf("client dead letters: %+v, %v", dp, err)
 	}
 
 	for _, tc := range []struct{ path, want string }{

@@ -24,10 +24,11 @@ func TestFollowUpPromptWhilePaused(t *testing.T) {
 	const prompt = "Now create a backup of README.md"
 	status, body := doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"`+prompt+`","conversation_id":"`+c.ID+`"}`)
 	runID, _ := body["run_id"].(string)
-	if status != 202 || body["status"] != "paused" || runID == "" {
+	if status != 202 || body["status"] != "queued" || runID == "" {
 		t.Fatalf("prompt while paused: %d %v", status, body)
 	}
-	if status, body := doJSON(t, "GET", srv.URL+"/v1/runs/"+runID, "", ""); status != 200 || body["status"] != "paused" {
+	// Not started yet: queued, not paused.
+	if status, body := doJSON(t, "GET", srv.URL+"/v1/runs/"+runID, "", ""); status != 200 || body["status"] != "queued" {
 		t.Errorf("the queued run: %d %v", status, body)
 	}
 	if status, body := doJSON(t, "POST", srv.URL+"/v1/runs", "", `{"prompt":"and another","conversation_id":"`+c.ID+`"}`); status != 409 {
