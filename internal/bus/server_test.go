@@ -198,6 +198,26 @@ func TestRolePermissions(t *testing.T) {
 	if id := bustest.Recv(t, got, "call at worker"); id != "c3" {
 		t.Errorf("worker got %s", id)
 	}
+	// A worker looks a call up before running it; one the orchestrator
+	// withdrew is gone.
+	unserved := bustest.SampleCall("run1", "c4")
+	unserved.ToolName = "forecast"
+	queued, err := orch.PublishCall(ctx, unserved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := worker.CallQueued(ctx, queued.Sequence); err != nil || !ok {
+		t.Errorf("worker looking up a queued call: %v %v, want queued", ok, err)
+	}
+	if n, err := orch.WithdrawCalls(ctx, "forecast", "run1", []string{"c4"}); err != nil || n != 1 {
+		t.Errorf("withdrawing a queued call: %d %v, want 1 withdrawn", n, err)
+	}
+	if ok, err := worker.CallQueued(ctx, queued.Sequence); err != nil || ok {
+		t.Errorf("worker looking up a withdrawn call: %v %v, want gone", ok, err)
+	}
+	if _, err := approver.CallQueued(ctx, queued.Sequence); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("approver looking up a call: %v, want ErrPermissionDenied", err)
+	}
 	as, err := approver.ConsumeApprovals(ctx, "bot", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
 		func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
 	if err != nil {

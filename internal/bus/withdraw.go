@@ -78,7 +78,7 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 // A user not allowed the lookup (NATS users written before it was added
 // to the worker's role) gets ErrPermissionDenied at once.
 func (b *Bus) CallQueued(ctx context.Context, seq uint64) (bool, error) {
-	gctx, release := b.deny.guard(ctx, exactSubject("$JS.API.STREAM.MSG.GET."+StreamCalls))
+	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
 	defer release()
 	st, err := b.stream(gctx, StreamCalls)
 	if err == nil {

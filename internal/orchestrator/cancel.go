@@ -66,7 +66,8 @@ func (o *Orchestrator) cancelled(ctx context.Context, id string, runs []string, 
 			o.log.WarnContext(ctx, "cancel notice", slog.String("conversation_id", id), slog.String("run_id", r), slog.String("error", err.Error()))
 		}
 	}
-	o.withdraw(ctx, id, batchRun, settled)
+	// Whether or not the client waits for the answer.
+	o.withdraw(context.WithoutCancel(ctx), id, batchRun, settled)
 	ids := make([]string, len(settled))
 	for i, pc := range settled {
 		ids[i] = pc.ToolCallID

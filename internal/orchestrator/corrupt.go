@@ -52,7 +52,7 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	default:
 		return &ConflictError{ConversationID: id, Status: c.Status, Op: opDelCorrupt}
 	}
-	if err := o.store.dropCorrupt(ctx, id); err != nil {
+	if err := o.store.dropLog(ctx, id); err != nil {
 		return err
 	}
 	if err := o.events.purge(ctx, id); err != nil {
@@ -71,12 +71,15 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	return nil
 }
 
-// dropCorrupt replaces the log of id with a tombstone and removes its due
-// entry. The tombstone is the log's first record again (purge, then append
-// expecting an empty log), so a replica that still caches the conversation
-// finds it deleted when its next append is refused; if another write came
-// between purge and append, the purge is repeated.
-func (s *store) dropCorrupt(ctx context.Context, id string) error {
+// dropLog replaces the log of id with a tombstone and removes its due
+// entry: for a log that cannot be read (DeleteCorrupt), and for one whose
+// tombstone cannot be appended for want of room (store.delete), since the
+// purge frees the room the tombstone needs. The tombstone is the log's
+// first record again (purge, then append expecting an empty log), so a
+// replica that still caches the conversation finds it deleted when its
+// next append is refused; if another write came between purge and append,
+// the purge is repeated.
+func (s *store) dropLog(ctx context.Context, id string) error {
 	subj := bus.ConversationSubject(id)
 	now := s.clock()
 	tomb := &Conversation{ID: id, Status: StatusDeleted, CreatedAt: now, UpdatedAt: now}
@@ -85,24 +88,24 @@ func (s *store) dropCorrupt(ctx context.Context, id string) error {
 		err := s.bus.PurgeLog(pctx, bus.StreamConversations, subj, 0)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("delete corrupt conversation %s: %w", id, err)
+			return fmt.Errorf("delete conversation %s: %w", id, err)
 		}
 		seq, n, err := s.append(ctx, tomb, 0, fullRecord(tomb))
 		if conflict(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("delete corrupt conversation %s: tombstone: %w", id, err)
+			return fmt.Errorf("delete conversation %s: tombstone: %w", id, err)
 		}
 		s.cache.put(id, tomb.clone(), seq, int64(n))
 		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 		defer cancel()
 		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {
-			return fmt.Errorf("delete corrupt conversation %s: index: %w", id, err)
+			return fmt.Errorf("delete conversation %s: index: %w", id, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("delete corrupt conversation %s: written to %d times while being deleted", id, maxCASAttempts)
+	return fmt.Errorf("delete conversation %s: written to %d times while being deleted", id, maxCASAttempts)
 }
 
 // A stream whose meta.inf is damaged while its server is down is skipped

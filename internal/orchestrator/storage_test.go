@@ -71,6 +71,50 @@ func TestStorageFullRefusesStartsAndRecovers(t *testing.T) {
 	}
 }
 
+// At the storage limit a DELETE frees room: it answers 204 where it
+// answered 503 like a start (its tombstone could not be written, so the
+// API had no way to free room), the deleted conversation is gone, and a
+// start of the size refused before is taken again.
+func TestDeleteFreesRoomAtTheStorageLimit(t *testing.T) {
+	dir := disktest.Tmpfs(t, "8m")
+	e := envWith(t, filepath.Join(dir, "store"), embedded.ServerConfig{})
+	e.dir = dir
+	o, _ := e.orch(orchestrator.Config{Model: pauseModel})
+	hs := httptest.NewServer(api.Handler(o, api.Config{}))
+	t.Cleanup(hs.Close)
+
+	prompt := `{"prompt":"` + strings.Repeat("p", api.MaxPromptBytes-16) + `"}`
+	var ids []string
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("100 starts of %d bytes on an 8 MiB store all taken", len(prompt))
+		}
+		status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", prompt)
+		if status != http.StatusAccepted {
+			if msg, _ := body["error"].(string); status != http.StatusServiceUnavailable || !strings.Contains(msg, "storage full") {
+				t.Fatalf("start on a full store: %d %v, want 503 storage full", status, body)
+			}
+			break
+		}
+		ids = append(ids, fmt.Sprint(body["conversation_id"]))
+	}
+	if len(ids) < 3 {
+		t.Fatalf("%d starts taken before the store was full, want at least 3", len(ids))
+	}
+	for _, id := range ids[:3] {
+		waitStatus(t, o, id, orchestrator.StatusCompleted)
+		if status := statusOf(t, "DELETE", hs.URL+"/v1/conversations/"+id); status != http.StatusNoContent {
+			t.Fatalf("delete at the storage limit: %d, want 204", status)
+		}
+		if status, body := doJSON(t, "GET", hs.URL+"/v1/conversations/"+id, "", ""); status != http.StatusNotFound {
+			t.Errorf("get after delete: %d %v, want 404", status, body)
+		}
+	}
+	if status, body := doJSON(t, "POST", hs.URL+"/v1/runs", "", prompt); status != http.StatusAccepted {
+		t.Errorf("start once deletes freed room: %d %v", status, body)
+	}
+}
+
 // tmpfsStore mounts a tmpfs of size and starts a server whose store is on
 // it, reopened as soon as it has room again; it skips the test where
 // mounting is not allowed (not root).

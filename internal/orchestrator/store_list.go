@@ -246,12 +246,28 @@ func parseListCursor(cursor string) (uint64, error) {
 // answers ErrNotFound, after finishing a delete that stopped after its
 // tombstone. It returns the batch the conversation held, whose calls
 // its caller withdraws.
+//
+// At the storage limit the tombstone cannot be appended, and a DELETE, the
+// API's way to free room, answered 503 like a start. A finished
+// conversation's log is then purged first, which frees its room, and the
+// tombstone written to the emptied log (dropLog).
 func (s *store) delete(ctx context.Context, id string) (*Batch, error) {
-	var batch *Batch
+	var (
+		batch    *Batch
+		finished bool
+	)
 	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
 		batch = c.Batch
-		return c.Delete(s.clock())
+		err := c.Delete(s.clock())
+		finished = err == nil
+		return err
 	})
+	if finished && bus.StorageFull(gone) {
+		if err := s.dropLog(ctx, id); err != nil {
+			return nil, errors.Join(gone, err)
+		}
+		return batch, nil
+	}
 	if gone != nil && !errors.Is(gone, errDeleted) {
 		return nil, gone
 	}

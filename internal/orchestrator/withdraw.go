@@ -35,7 +35,7 @@ func (co *core) withdraw(ctx context.Context, convID, runID string, calls []*Pen
 	if len(byTool) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	ctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
 	defer cancel()
 	for tool, ids := range byTool {
 		n, err := co.bus.WithdrawCalls(ctx, tool, runID, ids)
