@@ -1,6 +1,7 @@
 package orchestrator_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
@@ -81,4 +84,45 @@ func TestDamagedStreamMetaOnExternalServer(t *testing.T) {
 		t.Errorf("health after the stream came back: %v", err)
 	}
 	startPaused(t, o.Orchestrator)
+}
+
+// A missing stream that cannot be created again (here another stream took
+// its subjects) is named by Health, so /healthz answers 503 saying so, and
+// is created again once it can be.
+func TestMissingStreamNamedUntilRestored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o, _ := e.orch(orchestrator.Config{})
+	js := e.connect("operator").JetStream()
+	var dlq jetstream.StreamConfig
+	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
+		if sc.Name == bus.StreamDLQ {
+			dlq = sc
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		if err := js.DeleteStream(ctxT(t), bus.StreamDLQ); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Fatal(err)
+		}
+		_, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: "SQUATTER", Subjects: dlq.Subjects})
+		if err == nil {
+			break
+		}
+		// The orchestrator created it again in between.
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "health naming the missing stream", func() (bool, string) {
+		err := o.Health(ctxT(t))
+		return err != nil && strings.Contains(err.Error(), bus.StreamDLQ+": ") && strings.Contains(err.Error(), "not created again"), fmt.Sprint(err)
+	})
+	if err := js.DeleteStream(ctxT(t), "SQUATTER"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream created again", func() (bool, string) {
+		_, serr := js.Stream(ctxT(t), bus.StreamDLQ)
+		herr := o.Health(ctxT(t))
+		return serr == nil && herr == nil, fmt.Sprint(serr, herr)
+	})
 }
