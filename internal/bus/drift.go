@@ -203,11 +203,15 @@ func (b *Bus) writeConsumer(ctx context.Context, stream string, cfg jetstream.Co
 // watchConfig compares the consumer's configuration on the server with
 // want every cfg.CheckEvery until done: a change is logged as an error,
 // counted, told to cfg.OnDrift and put back if this user may. Each drift
-// is told once, and its end once.
+// is told once, and its end once. told is the drift found at start and
+// not put back (the user may not): no update is tried then, nor after a
+// refused one, so that the server does not log a permission violation at
+// every check.
 func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, want jetstream.ConsumerConfig, cfg ConsumeConfig, logger *slog.Logger, told string) {
 	if cfg.CheckEvery < 0 {
 		return
 	}
+	mayUpdate := told == ""
 	tickUntil(s.watchEnd, cfg.CheckEvery, func() bool {
 		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -225,9 +229,13 @@ func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, w
 			}
 			return true
 		}
-		d := ConsumerDrift{Stream: stream, Consumer: want.Durable, Changes: changes}
-		if _, d.Err = b.writeConsumer(ictx, stream, want, false); d.Err == nil {
-			d.Restored = true
+		d := ConsumerDrift{Stream: stream, Consumer: want.Durable, Changes: changes, Err: ErrPermissionDenied}
+		if mayUpdate {
+			if _, d.Err = b.writeConsumer(ictx, stream, want, false); d.Err == nil {
+				d.Restored = true
+			} else if errors.Is(d.Err, ErrPermissionDenied) {
+				mayUpdate = false
+			}
 		}
 		if d.Restored || d.String() != told {
 			b.drifts.Add(1)

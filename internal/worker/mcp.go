@@ -504,7 +504,7 @@ func (s *MCPServer) Execute(ctx context.Context, req bus.CallRequest) (bus.CallR
 		s.log.Warn("MCP session broken during a call; the call fails and is not run again",
 			slog.String("tool", req.ToolName), slog.String("tool_call_id", req.ToolCallID), slog.Any("error", err))
 		s.endBroken(sess)
-		msg := fmt.Sprintf("MCP server %s: session lost during the call (%s)", s.cfg.Name, brokenReason(err))
+		msg := fmt.Sprintf("MCP server %s stopped during the call (%s)", s.cfg.Name, brokenReason(err))
 		if tail := sess.stderr.String(); tail != "" {
 			msg += ": " + lastLine(tail)
 		}

@@ -138,7 +138,7 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 
 	pid1 := execMCP(t, s, mcpCall("whoami", `{}`)).Value
 	r := execMCP(t, s, mcpCall("crash", `{}`))
-	if r.Outcome != bus.OutcomeFailed || !strings.Contains(r.Message, "MCP server crashy: session lost during the call") || !strings.Contains(r.Message, "not run again") ||
+	if r.Outcome != bus.OutcomeFailed || !strings.Contains(r.Message, "MCP server crashy stopped during the call") || !strings.Contains(r.Message, "not run again") ||
 		!strings.Contains(r.Message, "exiting on purpose") {
 		t.Errorf("crashing call = %+v, want failed saying the server stopped, with its stderr", r)
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/disktest"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -187,4 +190,36 @@ func TestWorkerWaitsForItsConsumerAndTellsWhenItChanges(t *testing.T) {
 	}
 	bustest.Recv(t, changed.seen, "an error record of the changed consumer")
 	bustest.WaitFor(t, "the change counted", func() bool { return wb.ConsumerDrifts() >= 1 })
+}
+
+// A worker started while the server's disk is full (its store cannot take
+// the worker's consumer) keeps trying, saying why, and serves once there
+// is room again, instead of failing at once.
+func TestWorkerStartsOnceTheDiskHasRoom(t *testing.T) {
+	t.Parallel()
+	dir := disktest.Tmpfs(t, "16m")
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, StoreDir: filepath.Join(dir, "store"),
+		MinFreeBytes: 1 << 20, StoreCheckInterval: 50 * time.Millisecond})
+	e := &env{srv: srv, bus: bustest.Connect(t, srv, "test")}
+	bustest.Setup(t, e.bus)
+	filler := filepath.Join(dir, "filler")
+	disktest.Fill(t, filler)
+
+	retrying := newLogSignal("no room")
+	stop := run(t, newWorker(t, worker.Config{
+		Bus: e.bus, Tools: []worker.Tool{echoTool("echo")}, ID: "w1", Logger: retrying.logger(),
+	}))
+	bustest.Recv(t, retrying.seen, "a retry for want of room")
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	got := e.replies(t)
+	e.publish(t, call("echo", "c1", `{"x":1}`))
+	if r := got.wait(t, 1)[0]; r.ToolCallID != "c1" || r.WorkerID != "w1" {
+		t.Errorf("reply = %+v, want c1 from w1", r)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -350,11 +351,19 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if !bus.Transient(err) {
+		full := noRoom(err)
+		if !bus.Transient(err) && !full {
 			return nil, err
 		}
 		wait := pause
-		if errors.Is(err, bus.ErrConsumerMissing) {
+		switch {
+		case full:
+			// Room comes back when an operator frees some (or the server's
+			// store is reopened): not a reason for the worker to exit.
+			w.log.WarnContext(ctx, "no room on the NATS server for the call consumer (its JetStream storage or disk is full); retrying",
+				slog.String("tool", t.Spec.Name), slog.Int("attempt", attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
+			pause = min(pause*2, consumeRetryMax)
+		case errors.Is(err, bus.ErrConsumerMissing):
 			// This user may not make call_<tool> (or put back a filter
 			// changed under it): the orchestrator makes it before the
 			// tool's first call, which is then taken within a second.
@@ -363,7 +372,7 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 				waiting = true
 				w.log.InfoContext(ctx, "waiting for the tool's call consumer, which the orchestrator makes", slog.String("tool", t.Spec.Name), slog.Any("reason", err))
 			}
-		} else {
+		default:
 			w.log.WarnContext(ctx, "cannot start consuming calls yet; retrying", slog.String("tool", t.Spec.Name),
 				slog.Int("attempt", attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
 			pause = min(pause*2, consumeRetryMax)
@@ -376,6 +385,14 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		case <-timer.C:
 		}
 	}
+}
+
+// noRoom reports whether err says that the server could not store the
+// consumer for want of room: a full JetStream storage limit, or a full
+// disk, on which nats-server answers only that it could not create the
+// consumer's store.
+func noRoom(err error) bool {
+	return bus.StorageFull(err) || strings.Contains(err.Error(), "error creating store for consumer")
 }
 
 // drain stops the subscriptions, waiting for their handlers up to
