@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -144,6 +145,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Closed after Run has drained: the last replies and acks go out first.
 	defer b.Close()
+	if metrics != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "toolgate_worker_consumer_drifts_total",
+			Help: "Times a call consumer of this worker was found with a configuration other than its own: changed by another client (logged as an error).",
+		}, func() float64 { return float64(b.ConsumerDrifts()) }))
+	}
 	w, err := worker.New(worker.Config{
 		Bus: b, Tools: tools, ID: o.id, Concurrency: o.concurrency, AckWait: o.ackWait,
 		DrainTimeout: o.drainTimeout, Advertise: o.advertise, Logger: logger, Metrics: metrics,

@@ -138,6 +138,9 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 		a, _ := fams.Value("toolgate_tool_calls_total", "tool", "update_file", "outcome", "return")
 		b, _ := fams.Value("toolgate_tool_calls_total", "tool", "shout", "outcome", "return")
 		n = a + b
+		if d, ok := fams.Value("toolgate_worker_consumer_drifts_total"); !ok || d != 0 {
+			t.Fatalf("toolgate_worker_consumer_drifts_total = %v, %v; want 0, exported", d, ok)
+		}
 		return n == 2, fmt.Sprintf("%v calls counted; log:\n%s", n, logs.String())
 	})
 	http.DefaultClient.CloseIdleConnections()
