@@ -236,6 +236,41 @@ func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
 	return applyReply(c, in, now)
 }
 
+// Dispatch turns approval call callID, just approved as the model made it,
+// into the external call its tool's workers answer: the call is then
+// pending again, under its call deadline and kind, with the decision kept
+// as its Approval, and the batch is complete once the worker's result is
+// in. Its follow-up then gets that result (the call listed as external in
+// the batch's Requests) and asks the model, where it would otherwise run
+// the approved call only to defer it again and pause (D23, D26): one run
+// per approval less. It reports whether it did; a call approved with
+// override args is not dispatched (its follow-up validates them, D24),
+// nor one of a batch an inline wait holds (the waiting run takes it).
+func (c *Conversation) Dispatch(callID string, now time.Time) bool {
+	b := c.Batch
+	if c.Status != StatusPaused || b == nil || b.Inline {
+		return false
+	}
+	pc := b.call(callID)
+	if pc == nil || pc.Kind != deferred.KindApproval || pc.Dispatch <= 0 || pc.Reply == nil ||
+		pc.Reply.Outcome != OutcomeApproved || len(pc.Reply.OverrideArgs) > 0 {
+		return false
+	}
+	pc.Approval, pc.Reply = pc.Reply, nil
+	pc.Kind = deferred.KindCall
+	pc.Deadline = now.Add(pc.Dispatch)
+	pc.Dispatch = 0
+	// Published by whoever dispatched it, or by reconcile, which publishes
+	// what is unmarked; the time to its result counts from here.
+	pc.Published, pc.PublishedAt = false, now
+	c.UpdatedAt = now
+	return true
+}
+
+// dispatched reports whether pc is an approved call sent to its workers
+// (Conversation.Dispatch).
+func (pc *PendingCall) dispatched() bool { return pc.Approval != nil }
+
 // Expire settles the batch's pending calls whose deadline has passed (D37)
 // and returns them.
 func (c *Conversation) Expire(now time.Time) []*PendingCall {
