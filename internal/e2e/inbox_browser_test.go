@@ -262,11 +262,11 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(conv.Output, &output); err != nil || output != "Left old.txt alone and wrote .env." {
 		t.Errorf("output = %s (%v), want the script's summary", conv.Output, err)
 	}
-	// The prompt run, the follow-up that applies the decisions and sends
-	// the update, approved with edited args that it validates first, to
-	// the worker, the follow-up with its result.
-	if len(conv.Runs) != 3 {
-		t.Errorf("runs = %+v, want 3", conv.Runs)
+	// The prompt run, and the follow-up with the denial and the result of
+	// the update, which went to the worker with its edited args when they
+	// were approved.
+	if len(conv.Runs) != 2 {
+		t.Errorf("runs = %+v, want 2", conv.Runs)
 	}
 
 	calls, rets := ibParts(t, conv)

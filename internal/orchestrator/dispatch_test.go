@@ -1,12 +1,16 @@
 package orchestrator_test
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -154,53 +158,131 @@ func TestDispatchLeftUnpublishedIsPublishedByReconcile(t *testing.T) {
 	}
 }
 
-// A call approved with edited args is not dispatched on its decision: its
-// follow-up validates the args (D24) and defers it again (D26). A prompt
-// given while the batch waited goes with the follow-up that has that
-// call's result, after it, as the model reads them, where the history used
-// to hold it ahead of the result; and the decision keeps the edited args.
-func TestPromptFollowsTheResultOfAnEditedApproval(t *testing.T) {
+// A call approved with edited args that fit its tool's schema goes to the
+// workers with them when its decision is applied (D24), and its decision
+// keeps them; a prompt given while the batch waited comes after every
+// result, as the model reads them. Edited args that do not fit are left to
+// the follow-up, which makes them a retry prompt and runs nothing.
+func TestEditedApprovalDispatchedWhenValid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, edited string
+		want         string
+	}{
+		{"valid", `{"path":".env","content":"A=1"}`, "delete_file denied, update_file_readme success, update_file_dotenv success, prompt"},
+		{"invalid", `{"path":".env","content":7}`, "delete_file denied, update_file_readme success, update_file_dotenv retry, prompt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			sandbox := e.worker()
+			o, _ := e.orch(orchestrator.Config{})
+			c := startPaused(t, o)
+			if _, err := o.StartRun(ctxT(t), "Now create a backup of README.md", c.ID); err != nil {
+				t.Fatal(err)
+			}
+			b := e.connect("test")
+			decide(t, b, c, "delete_file", "deny", false, "Deleting files is not allowed")
+			publishRaw(t, b, decisionSubject(t, c.Batch.RunID), "approve-edited", bus.Decision{
+				RunID: c.Batch.RunID, ToolCallID: "update_file_dotenv", ArgsDigest: pendingCall(t, c, "update_file_dotenv").ArgsDigest,
+				Approved: true, OverrideArgs: []byte(tc.edited), ApproverID: "bot", DecidedAt: time.Now().UTC(),
+			})
+			c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+			if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+				t.Fatalf("%s; want completed in two runs", describe(c))
+			}
+			var got []string
+			for _, m := range c.History {
+				if m.RunID != c.Runs[1].RunID {
+					continue
+				}
+				for _, p := range m.Parts {
+					switch p.Kind {
+					case "user-prompt":
+						got = append(got, "prompt")
+					case "tool-return":
+						got = append(got, p.ToolCallID+" "+string(p.Outcome))
+					case "retry-prompt":
+						got = append(got, p.ToolCallID+" retry")
+					}
+				}
+			}
+			if strings.Join(got, ", ") != tc.want {
+				t.Errorf("the follow-up's request holds %q, want %q", strings.Join(got, ", "), tc.want)
+			}
+			env, err := os.ReadFile(filepath.Join(sandbox, ".env"))
+			switch {
+			case tc.name == "valid" && (err != nil || string(env) != "A=1"):
+				t.Errorf(".env = %q, %v; want the edited content", env, err)
+			case tc.name == "invalid" && err == nil:
+				t.Errorf(".env = %q; want no run of the invalid args", env)
+			}
+			for _, d := range c.Decisions {
+				if d.ToolCallID == "update_file_dotenv" && string(d.OverrideArgs) != tc.edited {
+					t.Errorf("decision %+v, want the edited args kept", d)
+				}
+			}
+		})
+	}
+}
+
+// A prompt given while a batch waits, whose follow-up runs an approved
+// in-process tool that then defers its call (D26), waits for the follow-up
+// that has that call's result, and comes after it in the history, as the
+// model reads them; it used to be stored ahead of the result.
+func TestPromptFollowsTheResultOfACallDeferredAgain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	sandbox := e.worker()
-	o, _ := e.orch(orchestrator.Config{})
-	c := startPaused(t, o)
-	const prompt = "Now create a backup of README.md"
+	gate, err := agent.NewRawTool(agent.ToolDef{Name: "gate", Parameters: json.RawMessage(`{"type":"object"}`)},
+		func(rc *agent.RunContext, _ json.RawMessage) (any, error) {
+			if !rc.ToolCallApproved {
+				return nil, deferred.ApprovalRequired(nil)
+			}
+			return nil, deferred.CallDeferred(nil)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := agent.FunctionModel("gated", func(_ context.Context, req agent.ModelRequest) (agent.ModelResponse, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if slices.ContainsFunc(last.Parts, func(p agent.Part) bool { return p.Kind == agent.PartToolReturn }) {
+			return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartText, Content: "done"}}}, nil
+		}
+		return agent.ModelResponse{Parts: []agent.Part{{Kind: agent.PartToolCall, ToolName: "gate", ToolCallID: "g1", Args: json.RawMessage(`{}`)}}}, nil
+	})
+	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, Tools: []agent.Tool{gate}})
+	info, err := o.StartRun(ctxT(t), "go", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	const prompt = "and then?"
 	if _, err := o.StartRun(ctxT(t), prompt, c.ID); err != nil {
 		t.Fatal(err)
 	}
 	b := e.connect("test")
-	decide(t, b, c, "delete_file", "deny", false, "Deleting files is not allowed")
-	edited := `{"path":".env","content":"A=1"}`
-	publishRaw(t, b, decisionSubject(t, c.Batch.RunID), "approve-edited", bus.Decision{
-		RunID: c.Batch.RunID, ToolCallID: "update_file_dotenv", ArgsDigest: pendingCall(t, c, "update_file_dotenv").ArgsDigest,
-		Approved: true, OverrideArgs: []byte(edited), ApproverID: "bot", DecidedAt: time.Now().UTC(),
+	decide(t, b, c, "g1", "approve", true, "")
+	first := c.Batch.RunID
+	c = waitCall(t, o, c.ID, "g1", "the approved call deferred again", func(pc *orchestrator.PendingCall) bool {
+		return pc.Kind == deferred.KindCall && pc.Reply == nil
 	})
+	if c.Batch.RunID == first || c.Batch.Prompt != prompt || pendingCall(t, c, "g1").Approval != nil {
+		t.Fatalf("batch of run %s with prompt %q; want a new batch holding the prompt, the call not dispatched: %s", c.Batch.RunID, c.Batch.Prompt, describe(c))
+	}
+	publishResult(t, b, c.Batch.RunID, "g1", "result-g1")
 	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 3 {
-		t.Fatalf("%s; want completed in three runs", describe(c))
-	}
-	if env, err := os.ReadFile(filepath.Join(sandbox, ".env")); err != nil || string(env) != "A=1" {
-		t.Errorf(".env = %q, %v; want the edited content", env, err)
-	}
-	var order []string
+	var got []string
 	for _, m := range c.History {
 		for _, p := range m.Parts {
-			switch {
-			case p.Kind == "user-prompt":
-				order = append(order, "prompt "+p.Content)
-			case p.Kind == "tool-return":
-				order = append(order, "return "+p.ToolCallID)
+			switch p.Kind {
+			case agent.PartUserPrompt:
+				got = append(got, "prompt "+p.Content)
+			case agent.PartToolReturn:
+				got = append(got, "return "+p.ToolCallID)
 			}
 		}
 	}
-	want := "prompt " + seedPrompt + ", return delete_file, return update_file_readme, return update_file_dotenv, prompt " + prompt
-	if got := strings.Join(order, ", "); got != want {
-		t.Errorf("history order:\n got %s\nwant %s", got, want)
-	}
-	for _, d := range c.Decisions {
-		if d.ToolCallID == "update_file_dotenv" && string(d.OverrideArgs) != edited {
-			t.Errorf("decision %+v, want the edited args kept", d)
-		}
+	if want := "prompt go, return g1, prompt " + prompt; strings.Join(got, ", ") != want || len(c.Runs) != 3 {
+		t.Errorf("%d runs, history %q; want 3 runs, %q", len(c.Runs), strings.Join(got, ", "), want)
 	}
 }

@@ -236,16 +236,17 @@ func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
 	return applyReply(c, in, now)
 }
 
-// Dispatch turns approval call callID, just approved as the model made it,
-// into the external call its tool's workers answer: the call is then
-// pending again, under its call deadline and kind, with the decision kept
-// as its Approval, and the batch is complete once the worker's result is
-// in. Its follow-up then gets that result (the call listed as external in
-// the batch's Requests) and asks the model, where it would otherwise run
-// the approved call only to defer it again and pause (D23, D26): one run
-// per approval less. It reports whether it did; a call approved with
-// override args is not dispatched (its follow-up validates them, D24),
-// nor one of a batch an inline wait holds (the waiting run takes it).
+// Dispatch turns approval call callID, just approved, into the external
+// call its tool's workers answer: the call is then pending again, under its
+// call deadline and kind, with the decision kept as its Approval, and the
+// batch is complete once the worker's result is in. Its follow-up then gets
+// that result (the call listed as external in the batch's Requests) and
+// asks the model, where it would otherwise run the approved call only to
+// defer it again and pause (D23, D26): one run per approval less. The
+// worker gets the decision's override args, if any, which the caller has
+// validated against the tool's schema (D24). It reports whether it did; a
+// call of a batch an inline wait holds is not dispatched (the waiting run
+// takes it).
 func (c *Conversation) Dispatch(callID string, now time.Time) bool {
 	b := c.Batch
 	if c.Status != StatusPaused || b == nil || b.Inline {
@@ -253,7 +254,7 @@ func (c *Conversation) Dispatch(callID string, now time.Time) bool {
 	}
 	pc := b.call(callID)
 	if pc == nil || pc.Kind != deferred.KindApproval || pc.Dispatch <= 0 || pc.Reply == nil ||
-		pc.Reply.Outcome != OutcomeApproved || len(pc.Reply.OverrideArgs) > 0 {
+		pc.Reply.Outcome != OutcomeApproved {
 		return false
 	}
 	pc.Approval, pc.Reply = pc.Reply, nil
@@ -270,6 +271,16 @@ func (c *Conversation) Dispatch(callID string, now time.Time) bool {
 // dispatched reports whether pc is an approved call sent to its workers
 // (Conversation.Dispatch).
 func (pc *PendingCall) dispatched() bool { return pc.Approval != nil }
+
+// runArgs are the args the call runs with: those it was approved with,
+// for a dispatched call approved with override args (D24), else the
+// model's.
+func (pc *PendingCall) runArgs() json.RawMessage {
+	if pc.Approval != nil && len(pc.Approval.OverrideArgs) > 0 {
+		return pc.Approval.OverrideArgs
+	}
+	return pc.Args
+}
 
 // Expire settles the batch's pending calls whose deadline has passed (D37)
 // and returns them.

@@ -546,14 +546,15 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("requests %+v, want the dispatched call among the external calls", req)
 			}
 		}}},
-		{"dispatch nothing but a call approved as it was made", approvedCall(json.RawMessage(`{"x":2}`)), func(c *Conversation) error {
-			if c.Dispatch("a", now) || c.Dispatch("b", now) {
-				return errors.New("dispatched")
+		{"dispatch a call approved with override args", approvedCall(json.RawMessage(`{"x":2}`)), func(c *Conversation) error {
+			if !c.Dispatch("a", now) || c.Dispatch("b", now) {
+				return errors.New("dispatching")
 			}
 			return nil
 		}, []check{func(t *testing.T, c *Conversation) {
-			if pc := c.Batch.call("a"); pc.Kind != deferred.KindApproval || pc.Reply == nil {
-				t.Errorf("call %+v", pc)
+			req := c.Batch.requests()
+			if pc := c.Batch.call("a"); string(pc.runArgs()) != `{"x":2}` || len(req.Calls) != 2 || string(req.Calls[0].Args) != `{"x":2}` {
+				t.Errorf("call %+v, requests %+v; want it to run with the override args", pc, req)
 			}
 		}}},
 		{"a dispatched call's decision again, then its result", func() *Conversation {

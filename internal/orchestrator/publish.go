@@ -219,8 +219,10 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 	}
 	if pc.dispatched() {
 		// Its metadata was the approval's; an approved call that its
-		// follow-up deferred again went out with none (D8).
+		// follow-up deferred again went out with none (D8). It runs with
+		// the args it was approved with (D24).
 		req.Metadata = nil
+		req.Args = pc.runArgs()
 	}
 	m, err := bus.CallMessage(req, hdr)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/argschema"
 )
 
 // replyJob is one reply waiting to be recorded, and then what became of it.
@@ -220,7 +222,7 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 // whatever order their handlers joined in, and gives each its verdict and
 // what it answered. A decision that approves a call dispatchable says may
 // go to its workers is dispatched to them (Conversation.Dispatch).
-func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*PendingCall) bool) {
+func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*Conversation, *PendingCall) bool) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	for _, j := range jobs {
 		pc := c.Batch.call(j.in.callID)
@@ -233,7 +235,7 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 		if pc != nil {
 			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
 			j.expired = j.v == verdictLate && !settled
-			if j.v == verdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(pc) {
+			if j.v == verdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(c, pc) {
 				j.dispatched = c.Dispatch(pc.ToolCallID, now)
 			}
 		}
@@ -307,20 +309,36 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 	return conv, rev
 }
 
-// dispatchable says whether an approved call may go to its workers as soon
-// as its decision is applied: one of a discovered tool only while the tool
-// is advertised with the args schema the call was made against (its
+// dispatchable says whether an approved call of c may go to its workers as
+// soon as its decision is applied: one of a discovered tool only while the
+// tool is advertised with the args schema the call was made against (its
 // follow-up would otherwise tell the model that the tool changed,
-// staleApprovals).
-func (rp *replyPipeline) dispatchable(pc *PendingCall) bool {
-	if pc.SchemaDigest == "" {
+// staleApprovals); one approved with override args only once they are
+// found valid against the tool's schema, which takes this replica running
+// c's agent as c records it (else its follow-up validates them and makes
+// invalid ones a retry prompt, D24).
+func (rp *replyPipeline) dispatchable(c *Conversation, pc *PendingCall) bool {
+	if pc.SchemaDigest != "" {
+		if rp.discovery.catalogue == nil {
+			return false
+		}
+		if t, ok := rp.discovery.catalogue.Lookup(pc.ToolName); !ok || t.Digest != pc.SchemaDigest {
+			return false
+		}
+	}
+	if pc.Reply == nil || len(pc.Reply.OverrideArgs) == 0 {
 		return true
 	}
-	if rp.discovery.catalogue == nil {
+	ag := rp.roster.runnable(c)
+	if ag == nil {
 		return false
 	}
-	t, ok := rp.discovery.catalogue.Lookup(pc.ToolName)
-	return ok && t.Digest == pc.SchemaDigest
+	tc := rp.discovery.toolsNow(ag.cfg, pc.ToolName)
+	if tc == nil {
+		return false
+	}
+	s, err := argschema.Compile(pc.ToolName, tc.Parameters)
+	return err == nil && s.Validate(pc.Reply.OverrideArgs) == nil
 }
 
 // dispatch publishes the calls that jobs dispatched to their workers in

@@ -307,7 +307,12 @@ func (b *Batch) requests() deferred.Requests {
 	var req deferred.Requests
 	for _, pc := range b.Calls {
 		call := deferred.Call{ToolName: pc.ToolName, ToolCallID: pc.ToolCallID, Args: pc.Args}
-		if pc.ReqArgs != nil {
+		switch {
+		case pc.dispatched():
+			// Sent to its workers once approved: an external call with
+			// the args they ran, as one deferred again would be (D26).
+			call.Args = pc.runArgs()
+		case pc.ReqArgs != nil:
 			call.Args = pc.ReqArgs
 		}
 		if pc.Kind == deferred.KindApproval {
