@@ -182,6 +182,40 @@ func TestApprovalGatedExternalCall(t *testing.T) {
 		}
 	})
 
+	// D21 with D26: a prompt given with a resume that pauses again is held
+	// for the next resume, so that the history has it after the result
+	// still to come, in the order the model reads them.
+	t.Run("a resume's prompt waits while it pauses again", func(t *testing.T) {
+		t.Parallel()
+		a := mustAgent(t, agent.Config{Model: model, Toolsets: []agent.Toolset{(&gatedDeploy{}).toolset(t)}, AllowDeferred: true})
+		res := &deferred.Results{
+			Approvals: map[string]deferred.Decision{"d1": deferred.Approved{}},
+			Calls:     map[string]deferred.Result{"d2": deferred.Value{Value: json.RawMessage(`"dev ok"`)}},
+		}
+		second, _, err := runStep(a, agent.RunInput{History: first.AllMessages, Requests: first.Deferred, Results: res, Prompt: "then tell me"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second.Deferred == nil || second.HeldPrompt != "then tell me" {
+			t.Fatalf("paused %v with held prompt %q, want paused holding the prompt", second.Paused(), second.HeldPrompt)
+		}
+		if diff := cmp.Diff([]string{`tool-return:d2 "dev ok" success`}, partsOf(second.NewMessages)); diff != "" {
+			t.Errorf("second new messages (-want +got):\n%s", diff)
+		}
+		res = &deferred.Results{Calls: map[string]deferred.Result{"d1": deferred.Value{Value: json.RawMessage(`"deployed"`)}}}
+		third, _, err := runStep(a, agent.RunInput{History: second.AllMessages, Requests: second.Deferred, Results: res, Prompt: second.HeldPrompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if third.HeldPrompt != "" {
+			t.Errorf("third run holds %q", third.HeldPrompt)
+		}
+		want := []string{`tool-return:d1 "deployed" success`, "user-prompt: then tell me", "text: done"}
+		if diff := cmp.Diff(want, partsOf(third.NewMessages)); diff != "" {
+			t.Errorf("third new messages (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("invalid override args are a retry prompt", func(t *testing.T) {
 		t.Parallel()
 		res := &deferred.Results{

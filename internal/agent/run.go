@@ -82,6 +82,12 @@ type RunResult struct {
 	// resume or continue from. Once it holds HistoryRoomMin messages, its
 	// array may have room past its length for the next run (HistoryRoom).
 	AllMessages []Message `json:"-" msgpack:"-"`
+	// HeldPrompt is the resume's Prompt when the run paused again before
+	// asking the model (a call approved in it deferred once more, D26):
+	// it is not in the history, so that it does not come before the
+	// results of the calls still pending, and goes as the Prompt of the
+	// next resume, after those results (D21).
+	HeldPrompt string `json:"held_prompt,omitempty" msgpack:"held_prompt,omitempty"`
 	// Usage is this run's usage.
 	Usage Usage `json:"usage" msgpack:"usage"`
 }
@@ -204,6 +210,9 @@ type run struct {
 	stream  func(delta string) // ModelRequest.StreamFunc; nil: no deltas wanted
 	stopped atomic.Bool
 	logger  *slog.Logger
+	// held is the resume's prompt, kept out of the history by a pause
+	// (RunResult.HeldPrompt).
+	held string
 }
 
 func (r *run) log() *slog.Logger {
@@ -424,6 +433,7 @@ func (r *run) result(output string, reqs *deferred.Requests) *RunResult {
 		Deferred:       reqs,
 		NewMessages:    slices.Clone(r.newMessages()),
 		AllMessages:    r.allMessages(),
+		HeldPrompt:     r.held,
 		Usage:          r.usage,
 	}
 }

@@ -256,7 +256,8 @@ func (r *run) chargeRetry(it *callItem, msg string) error {
 
 // finishStep handles what a phase left pending: the batch event, the
 // handlers, the step's request message, and the pause (D9–D17, D26). prompt,
-// when not empty, goes last in the request message (D21). It returns the
+// when not empty, goes last in the request message (D21), or, when the step
+// pauses, is held for the next resume (RunResult.HeldPrompt). It returns the
 // batch when the run pauses.
 func (r *run) finishStep(items []*callItem, prompt string) (*deferred.Requests, error) {
 	pending := pendingItems(items)
@@ -305,13 +306,20 @@ func (r *run) finishStep(items []*callItem, prompt string) (*deferred.Requests, 
 		}
 	}
 	parts = append(parts, user...)
-	if prompt != "" {
+	pending = pendingItems(items)
+	switch {
+	case prompt == "":
+	case len(pending) == 0:
 		parts = append(parts, Part{Kind: PartUserPrompt, Content: prompt})
+	default:
+		// The run pauses before the model is asked: the prompt waits for
+		// the next resume, so that the history has it after the results
+		// still to come, where the model reads it (mergeRequests).
+		r.held = prompt
 	}
 	if len(parts) > 0 {
 		r.appendMessage(Message{Kind: KindRequest, Parts: parts})
 	}
-	pending = pendingItems(items)
 	if len(pending) == 0 {
 		return nil, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // The JSON shape of history in the HTTP API: the MESSAGE/PART shape of the
@@ -31,6 +32,9 @@ type callJSON struct {
 	Tool string          `json:"tool"`
 	ID   string          `json:"id"`
 	Args json.RawMessage `json:"args"`
+	// OriginalArgs are the model's args of a call approved with other
+	// args, which Args then shows (D24).
+	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
 }
 
 type returnJSON struct {
@@ -47,13 +51,28 @@ type retryJSON struct {
 	Message string `json:"message"`
 }
 
-// messagesJSON renders history in the conformance MESSAGE shape.
-func messagesJSON(history []agent.Message) []json.RawMessage {
+// messagesJSON renders history in the conformance MESSAGE shape. A call
+// that decisions approved with other args than the model's shows the args
+// it ran with, and the model's as original_args: the history keeps the
+// model's (D24), which is what the model reads.
+func messagesJSON(history []agent.Message, decisions []orchestrator.DecisionRecord) []json.RawMessage {
+	var edited map[[2]string]json.RawMessage
+	for _, d := range decisions {
+		if d.Approved && len(d.OverrideArgs) > 0 && json.Valid(d.OverrideArgs) {
+			if edited == nil {
+				edited = map[[2]string]json.RawMessage{}
+			}
+			edited[[2]string{d.RunID, d.ToolCallID}] = d.OverrideArgs
+		}
+	}
 	out := make([]json.RawMessage, 0, len(history))
 	for _, m := range history {
 		parts := make([]partJSON, 0, len(m.Parts))
 		for _, p := range m.Parts {
 			if pj, ok := partToJSON(p); ok {
+				if args, ok := edited[[2]string{m.RunID, p.ToolCallID}]; ok && pj.Call != nil {
+					pj.Call.OriginalArgs, pj.Call.Args = pj.Call.Args, args
+				}
 				parts = append(parts, pj)
 			}
 		}

@@ -63,7 +63,7 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 		Caller:         c.Caller,
 		Runs:           make([]RunSummary, 0, len(c.Runs)),
 		Pending:        c.PendingCalls(),
-		Messages:       messagesJSON(c.History),
+		Messages:       messagesJSON(c.History, c.Decisions),
 		Decisions:      c.Decisions,
 	}
 	// A note left by a wait that a cancel ended says nothing any more.

@@ -20,7 +20,7 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 			{Kind: agent.PartSystemPrompt, Content: "You edit files."},
 			{Kind: agent.PartUserPrompt, Content: "Tidy up"},
 		}},
-		{Kind: agent.KindResponse, Parts: []agent.Part{
+		{Kind: agent.KindResponse, RunID: "r1_c1", Parts: []agent.Part{
 			{Kind: agent.PartText, Content: "On it."},
 			{Kind: agent.PartToolCall, ToolName: "update_file", ToolCallID: "a", Args: raw(`{"path":"x"}`)},
 			{Kind: agent.PartToolCall, ToolName: "delete_file", ToolCallID: "b", Args: raw(`not json`)},
@@ -37,12 +37,15 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 	out := "done"
 	v := ConversationView{
 		ConversationID: "c1", Status: orchestrator.StatusCompleted, Output: &out,
-		Runs:         []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
-		Pending:      []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
-		Messages:     messagesJSON(history),
-		Decisions:    []orchestrator.DecisionRecord{{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()}},
+		Runs:    []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
+		Pending: []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
+		Decisions: []orchestrator.DecisionRecord{
+			{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()},
+			{RunID: "r1_c1", ToolCallID: "a", ToolName: "update_file", Approved: true, OverrideArgs: raw(`{"path":"y"}`), ApproverID: "bot", At: time.Now()},
+		},
 		QueuedPrompt: &QueuedPrompt{RunID: "r2_c1", Prompt: "and then?"},
 	}
+	v.Messages = messagesJSON(history, v.Decisions)
 	doc, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +54,17 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 		t.Errorf("%s: %v", doc, err)
 	}
 	if len(v.Messages) != len(history) {
-		t.Errorf("%d messages, want %d", len(v.Messages), len(history))
+		t.Fatalf("%d messages, want %d", len(v.Messages), len(history))
+	}
+	// The call approved with edited args shows them, and the model's.
+	var resp struct{ Response []partJSON }
+	if err := json.Unmarshal(v.Messages[1], &resp); err != nil || len(resp.Response) != 3 {
+		t.Fatalf("response %s: %v", v.Messages[1], err)
+	}
+	if c := resp.Response[1].Call; c == nil || string(c.Args) != `{"path":"y"}` || string(c.OriginalArgs) != `{"path":"x"}` {
+		t.Errorf("the edited call reads %s, want args {\"path\":\"y\"} and original_args {\"path\":\"x\"}", v.Messages[1])
+	}
+	if c := resp.Response[2].Call; c == nil || c.OriginalArgs != nil {
+		t.Errorf("a call approved as made reads %s, want no original_args", v.Messages[1])
 	}
 }

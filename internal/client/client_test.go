@@ -51,7 +51,7 @@ func TestWriteTranscript(t *testing.T) {
 	t.Parallel()
 	msgs := []json.RawMessage{
 		json.RawMessage(`{"request":[{"user":"Delete it"}]}`),
-		json.RawMessage(`{"response":[{"call":{"tool":"delete_file","id":"d1","args":{"path":"a"}}}]}`),
+		json.RawMessage(`{"response":[{"call":{"tool":"delete_file","id":"d1","args":{"path":"a"}}},{"call":{"tool":"update_file","id":"u1","args":{"path":"b"},"original_args":{"path":"c"}}}]}`),
 		json.RawMessage(`{"request":[{"return":{"tool":"delete_file","id":"d1","content":"Deleting files is not allowed","outcome":"denied"}}]}`),
 		json.RawMessage(`{"response":[{"text":"Done."}]}`),
 	}
@@ -61,6 +61,7 @@ func TestWriteTranscript(t *testing.T) {
 	}
 	want := "user      │ Delete it\n" +
 		"assistant │ → delete_file({\"path\":\"a\"})  [d1]\n" +
+		"assistant │ → update_file({\"path\":\"b\"})  [u1]  approved with edited args; the model asked {\"path\":\"c\"}\n" +
 		"tool      │ ← delete_file denied: Deleting files is not allowed  [d1]\n" +
 		"assistant │ Done.\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {

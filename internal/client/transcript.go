@@ -18,6 +18,9 @@ type Part struct {
 		Tool string          `json:"tool"`
 		ID   string          `json:"id"`
 		Args json.RawMessage `json:"args"`
+		// OriginalArgs are the model's args of a call approved with
+		// others (Args).
+		OriginalArgs json.RawMessage `json:"original_args"`
 	} `json:"call"`
 	Return *struct {
 		Tool     string          `json:"tool"`
@@ -62,6 +65,8 @@ func partLine(role string, p Part) string {
 		return "system    │ " + indent(*p.System)
 	case p.Text != nil:
 		return "assistant │ " + indent(*p.Text)
+	case p.Call != nil && len(p.Call.OriginalArgs) > 0:
+		return fmt.Sprintf("assistant │ → %s(%s)  [%s]  approved with edited args; the model asked %s", p.Call.Tool, compact(p.Call.Args), p.Call.ID, compact(p.Call.OriginalArgs))
 	case p.Call != nil:
 		return fmt.Sprintf("assistant │ → %s(%s)  [%s]", p.Call.Tool, compact(p.Call.Args), p.Call.ID)
 	case p.Return != nil:

@@ -236,7 +236,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 		}
 	}
 	c := waitTerminal(t, o, conv.ID)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 3 {
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
 		t.Fatalf("conversation %s (%s), %d runs", c.Status, c.Error, len(c.Runs))
 	}
 	returns, calls := returnsPerCall(c)

@@ -262,10 +262,11 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(conv.Output, &output); err != nil || output != "Left old.txt alone and wrote .env." {
 		t.Errorf("output = %s (%v), want the script's summary", conv.Output, err)
 	}
-	// The prompt run, the follow-up that applies the decisions and sends
-	// the approved update to the worker, the follow-up with its result.
-	if len(conv.Runs) != 3 {
-		t.Errorf("runs = %+v, want 3", conv.Runs)
+	// The prompt run, and the follow-up with the denial and the result of
+	// the update, which went to the worker with its edited args when they
+	// were approved.
+	if len(conv.Runs) != 2 {
+		t.Errorf("runs = %+v, want 2", conv.Runs)
 	}
 
 	calls, rets := ibParts(t, conv)
@@ -275,9 +276,10 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if got := rets[ibUpdateCall]; len(got) != 1 || got[0].Outcome != "success" {
 		t.Errorf("update_file returns = %+v, want one success", got)
 	}
-	// The history keeps what the model asked for; the worker got the edit.
-	if a := calls[ibUpdateCall]; !strings.Contains(string(a), "SECRET=1") {
-		t.Errorf("update_file call in the history has args %s, want the model's", a)
+	// The history shows the edit the worker got, and what the model asked
+	// for.
+	if a := calls[ibUpdateCall]; !strings.Contains(string(a.Args), "SECRET=2") || !strings.Contains(string(a.OriginalArgs), "SECRET=1") {
+		t.Errorf("update_file call in the history has args %s, original_args %s; want the edited ones and the model's", a.Args, a.OriginalArgs)
 	}
 	if b, err := os.ReadFile(filepath.Join(sandbox, ".env")); err != nil || string(b) != "SECRET=2" {
 		t.Errorf(".env = %q (%v), want the edited content SECRET=2", b, err)
@@ -344,19 +346,23 @@ type ibReturn struct {
 
 // ibParts lists a conversation's tool-call args and tool returns by call
 // id.
-func ibParts(t *testing.T, conv *client.Conversation) (calls map[string]json.RawMessage, rets map[string][]ibReturn) {
+// ibCall is a call part of GET /v1/conversations/{id}.
+type ibCall struct {
+	ID           string          `json:"id"`
+	Args         json.RawMessage `json:"args"`
+	OriginalArgs json.RawMessage `json:"original_args"`
+}
+
+func ibParts(t *testing.T, conv *client.Conversation) (calls map[string]ibCall, rets map[string][]ibReturn) {
 	t.Helper()
-	calls, rets = map[string]json.RawMessage{}, map[string][]ibReturn{}
+	calls, rets = map[string]ibCall{}, map[string][]ibReturn{}
 	for _, raw := range conv.Messages {
 		var m struct {
 			Request []struct {
 				Return *ibReturn `json:"return"`
 			} `json:"request"`
 			Response []struct {
-				Call *struct {
-					ID   string          `json:"id"`
-					Args json.RawMessage `json:"args"`
-				} `json:"call"`
+				Call *ibCall `json:"call"`
 			} `json:"response"`
 		}
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -369,7 +375,7 @@ func ibParts(t *testing.T, conv *client.Conversation) (calls map[string]json.Raw
 		}
 		for _, p := range m.Response {
 			if p.Call != nil {
-				calls[p.Call.ID] = p.Call.Args
+				calls[p.Call.ID] = *p.Call
 			}
 		}
 	}

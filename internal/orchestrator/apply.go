@@ -60,6 +60,14 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		pc.LastRefusal = why
 		return verdictRefused, why
 	}
+	if pc.dispatched() && in.kind == deferred.KindApproval {
+		// Its decision was applied: the call went to its workers since.
+		if untrusted(in) {
+			return refuse(in.trustErr.Error())
+		}
+		pc.Duplicates++
+		return verdictDuplicate, fmt.Sprintf("call %s already answered", pc.ToolCallID)
+	}
 	if pc.Kind != in.kind {
 		if in.kind == deferred.KindApproval {
 			return refuse(fmt.Sprintf("wrong kind: a decision for external call %s", pc.ToolCallID))
@@ -107,7 +115,7 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 	if d := in.decision; d != nil {
 		c.Decisions = append(c.Decisions, DecisionRecord{
 			RunID: in.runID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
-			Approved: d.Approved, Message: pc.Reply.Message, ApproverID: d.ApproverID, At: now,
+			Approved: d.Approved, Message: pc.Reply.Message, OverrideArgs: pc.Reply.OverrideArgs, ApproverID: d.ApproverID, At: now,
 		})
 	}
 	return verdictApplied, ""

@@ -72,3 +72,11 @@ func (o *Orchestrator) OnRestartIndexed(fn func(id string)) { o.store.restartInd
 // ScheduledDeadlines is the number of conversations o's expiry index
 // holds.
 func ScheduledDeadlines(o *Orchestrator) int { return o.deadlines.len() }
+
+// WithDispatchUnpublished is cfg with the calls dispatched on their
+// approval left unpublished, as a replica that stopped right after storing
+// the decision leaves them.
+func WithDispatchUnpublished(cfg Config) Config {
+	cfg.dispatchUnpublished = true
+	return cfg
+}

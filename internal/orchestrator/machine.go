@@ -236,6 +236,52 @@ func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
 	return applyReply(c, in, now)
 }
 
+// Dispatch turns approval call callID, just approved, into the external
+// call its tool's workers answer: the call is then pending again, under its
+// call deadline and kind, with the decision kept as its Approval, and the
+// batch is complete once the worker's result is in. Its follow-up then gets
+// that result (the call listed as external in the batch's Requests) and
+// asks the model, where it would otherwise run the approved call only to
+// defer it again and pause (D23, D26): one run per approval less. The
+// worker gets the decision's override args, if any, which the caller has
+// validated against the tool's schema (D24). It reports whether it did; a
+// call of a batch an inline wait holds is not dispatched (the waiting run
+// takes it).
+func (c *Conversation) Dispatch(callID string, now time.Time) bool {
+	b := c.Batch
+	if c.Status != StatusPaused || b == nil || b.Inline {
+		return false
+	}
+	pc := b.call(callID)
+	if pc == nil || pc.Kind != deferred.KindApproval || pc.Dispatch <= 0 || pc.Reply == nil ||
+		pc.Reply.Outcome != OutcomeApproved {
+		return false
+	}
+	pc.Approval, pc.Reply = pc.Reply, nil
+	pc.Kind = deferred.KindCall
+	pc.Deadline = now.Add(pc.Dispatch)
+	pc.Dispatch = 0
+	// Published by whoever dispatched it, or by reconcile, which publishes
+	// what is unmarked; the time to its result counts from here.
+	pc.Published, pc.PublishedAt = false, now
+	c.UpdatedAt = now
+	return true
+}
+
+// dispatched reports whether pc is an approved call sent to its workers
+// (Conversation.Dispatch).
+func (pc *PendingCall) dispatched() bool { return pc.Approval != nil }
+
+// runArgs are the args the call runs with: those it was approved with,
+// for a dispatched call approved with override args (D24), else the
+// model's.
+func (pc *PendingCall) runArgs() json.RawMessage {
+	if pc.Approval != nil && len(pc.Approval.OverrideArgs) > 0 {
+		return pc.Approval.OverrideArgs
+	}
+	return pc.Args
+}
+
 // Expire settles the batch's pending calls whose deadline has passed (D37)
 // and returns them.
 func (c *Conversation) Expire(now time.Time) []*PendingCall {

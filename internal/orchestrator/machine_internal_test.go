@@ -80,6 +80,18 @@ func TestTransitions(t *testing.T) {
 			trustErr: errors.New(`approver "mallory" is not trusted`)}
 	}
 	conflict := func(err error) bool { var ce *ConflictError; return errors.As(err, &ce) }
+	// approvedCall is a paused batch whose approval call a, of a tool its
+	// workers run, was approved (with override args when not nil), and
+	// whose external call b waits.
+	approvedCall := func(override json.RawMessage) func() *Conversation {
+		return func() *Conversation {
+			c := paused(false, false)
+			a := c.Batch.call("a")
+			a.Dispatch = time.Minute
+			a.Reply = &Reply{Outcome: OutcomeApproved, OverrideArgs: override, By: "bot", At: now}
+			return c
+		}
+	}
 
 	type check func(t *testing.T, c *Conversation)
 	status := func(want Status) check {
@@ -518,6 +530,68 @@ func TestTransitions(t *testing.T) {
 			}
 			return nil
 		}, nil},
+		{"dispatch an approved call", approvedCall(nil), func(c *Conversation) error {
+			if !c.Dispatch("a", now) || c.Dispatch("a", now) {
+				return errors.New("dispatching")
+			}
+			return nil
+		}, []check{status(StatusPaused), func(t *testing.T, c *Conversation) {
+			pc := c.Batch.call("a")
+			if pc.Kind != deferred.KindCall || pc.Reply != nil || pc.Approval == nil || pc.Decision() != pc.Approval ||
+				pc.Published || !pc.Deadline.Equal(now.Add(time.Minute)) || c.claimable() {
+				t.Errorf("call %+v; want an external call pending until %s, its approval kept", pc, now.Add(time.Minute))
+			}
+			req := c.Batch.requests()
+			if len(req.Approvals) != 0 || len(req.Calls) != 2 || req.Calls[0].ToolCallID != "a" {
+				t.Errorf("requests %+v, want the dispatched call among the external calls", req)
+			}
+		}}},
+		{"dispatch a call approved with override args", approvedCall(json.RawMessage(`{"x":2}`)), func(c *Conversation) error {
+			if !c.Dispatch("a", now) || c.Dispatch("b", now) {
+				return errors.New("dispatching")
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			req := c.Batch.requests()
+			if pc := c.Batch.call("a"); string(pc.runArgs()) != `{"x":2}` || len(req.Calls) != 2 || string(req.Calls[0].Args) != `{"x":2}` {
+				t.Errorf("call %+v, requests %+v; want it to run with the override args", pc, req)
+			}
+		}}},
+		{"a dispatched call's decision again, then its result", func() *Conversation {
+			c := approvedCall(nil)()
+			c.Dispatch("a", now)
+			return c
+		}, func(c *Conversation) error {
+			again := incoming{runID: "r1_c1", callID: "a", kind: deferred.KindApproval, decision: &bus.Decision{ToolCallID: "a", ArgsDigest: "d", Approved: true}}
+			if v, why := c.Apply(again, now); v != verdictDuplicate {
+				return errors.New("the decision again: " + v.String() + ": " + why)
+			}
+			for _, id := range []string{"a", "b"} {
+				if v, why := c.Apply(result(id), now); v != verdictApplied {
+					return errors.New("result of " + id + ": " + v.String() + ": " + why)
+				}
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			res := c.Batch.results()
+			if _, ok := res.Calls["a"]; !ok || len(res.Approvals) != 0 || !c.claimable() {
+				t.Errorf("results %+v; want the dispatched call's result, the batch complete", res)
+			}
+		}}},
+		{"expire a dispatched call", func() *Conversation {
+			c := approvedCall(nil)()
+			c.Dispatch("a", now)
+			return c
+		}, func(c *Conversation) error {
+			if n := len(c.Expire(now.Add(2 * time.Minute))); n != 1 {
+				return fmt.Errorf("expired %d", n)
+			}
+			return nil
+		}, []check{func(t *testing.T, c *Conversation) {
+			if r := c.Batch.call("a").Reply; r == nil || r.Outcome != OutcomeFailed || r.Message != "timed out" {
+				t.Errorf("reply %+v, want timed out", r)
+			}
+		}}},
 		{"mark published", func() *Conversation { return paused(false, false) }, func(c *Conversation) error {
 			if !c.MarkPublished("r1_c1", []string{"a", "b"}, now) || c.MarkPublished("r1_c1", []string{"a"}, now) {
 				return errors.New("marking")

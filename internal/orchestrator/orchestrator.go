@@ -218,6 +218,10 @@ type Config struct {
 	// appendTimeout shortens the store's timeout for appends, for tests
 	// (export_test.go).
 	appendTimeout time.Duration
+	// dispatchUnpublished leaves the calls dispatched on their approval
+	// unpublished, as a replica that stopped right after storing the
+	// decision would, for tests (export_test.go).
+	dispatchUnpublished bool
 }
 
 func (c Config) withDefaults() Config {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,23 +30,74 @@ func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
 		ids []string
 		err error
 	)
-	if p.stored.take(b.RunID) {
-		ids = unmarkedIDs(b)
-	} else {
-		ids, err = p.publishCalls(ctx, c)
+	// What the run published was stored; a call dispatched since
+	// (Conversation.Dispatch) was not among it, and is known apart.
+	runStored := p.stored.take(b.RunID)
+	seen := func(pc *PendingCall) bool {
+		if pc.dispatched() {
+			return p.stored.take(dispatchKey(b.RunID, pc.ToolCallID))
+		}
+		return runStored
 	}
+	var unseen []*PendingCall
+	for _, pc := range b.Calls {
+		if !pc.unmarked() {
+			continue
+		}
+		if seen(pc) {
+			ids = append(ids, pc.ToolCallID)
+		} else {
+			unseen = append(unseen, pc)
+		}
+	}
+	if len(unseen) > 0 {
+		var pids []string
+		pids, err = p.publishCalls(ctx, c, func(pc *PendingCall) bool { return slices.Contains(unseen, pc) })
+		ids = append(ids, pids...)
+	}
+	return p.mark(ctx, c.ID, b.RunID, ids, err)
+}
+
+// dispatchKey is a dispatched call's entry in storedRuns.
+func dispatchKey(runID, callID string) string { return runID + "\x00" + callID }
+
+// mark records that the calls ids of run runID were published, and joins
+// what that fails with to err, the publication's error.
+func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string, err error) error {
 	if len(ids) == 0 {
 		return err
 	}
 	now := p.clock()
-	_, merr := p.store.update(ctx, c.ID, func(c *Conversation) error {
-		if !c.MarkPublished(b.RunID, ids, now) {
+	_, merr := p.store.update(ctx, convID, func(c *Conversation) error {
+		if !c.MarkPublished(runID, ids, now) {
 			return errUnchanged
 		}
 		return nil
 	})
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
+	}
+	return err
+}
+
+// publishDispatched publishes the calls ids of c's batch that were just
+// dispatched to their workers (Conversation.Dispatch; c is the state that
+// recorded it) without marking them, as a paused run publishes its batch
+// (publishPaused): a mark written now would race the worker's result, and
+// a follow-up started from that result would be dropped and its model
+// asked again. The result marks its call; reconcile marks what is still
+// unmarked a pass later (publishDue), publishing it again first unless
+// this replica saw it stored. A dispatch stored but never published (a
+// crash, a failed publish) is thus published by reconcile, under the same
+// message id.
+func (p *publisher) publishDispatched(ctx context.Context, c *Conversation, ids []string) error {
+	want := func(pc *PendingCall) bool { return pc.dispatched() && slices.Contains(ids, pc.ToolCallID) }
+	published, err := p.publishCalls(ctx, c, want)
+	if err == nil {
+		now := p.clock()
+		for _, id := range published {
+			p.stored.add(dispatchKey(c.Batch.RunID, id), now)
+		}
 	}
 	return err
 }
@@ -58,7 +110,9 @@ func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
 // publishes and marks what is still unmarked later, under the same message
 // ids, which the stream drops as repeats while they are in its duplicate
 // window.
-func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string, error) {
+//
+// only, when not nil, says which of those calls to publish.
+func (p *publisher) publishCalls(ctx context.Context, c *Conversation, only func(*PendingCall) bool) ([]string, error) {
 	b := c.Batch
 	if b == nil {
 		return nil, nil
@@ -69,7 +123,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 		errs []error
 	)
 	for _, pc := range b.Calls {
-		if !pc.unmarked() {
+		if !pc.unmarked() || only != nil && !only(pc) {
 			continue
 		}
 		m, err := p.outgoing(c, b.RunID, pc, b.Trace)
@@ -110,7 +164,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation) ([]string
 // so that reconcile marks them without publishing them again. Reconcile's
 // own publication is marked at once and needs no such entry.
 func (p *publisher) publishPaused(ctx context.Context, c *Conversation) error {
-	ids, err := p.publishCalls(ctx, c)
+	ids, err := p.publishCalls(ctx, c, nil)
 	if err == nil && len(ids) > 0 {
 		p.stored.add(c.Batch.RunID, p.clock())
 	}
@@ -163,6 +217,13 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 	}
+	if pc.dispatched() {
+		// Its metadata was the approval's; an approved call that its
+		// follow-up deferred again went out with none (D8). It runs with
+		// the args it was approved with (D24).
+		req.Metadata = nil
+		req.Args = pc.runArgs()
+	}
 	m, err := bus.CallMessage(req, hdr)
 	if err != nil {
 		return bus.Outgoing{}, fmt.Errorf("call %s: %w", pc.ToolCallID, err)
@@ -212,6 +273,11 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			pc.ArgsDigest = d
 			if len(pc.Metadata) == 0 && tool != nil {
 				pc.Metadata = tool.ApprovalMetadata
+			}
+			if tool != nil {
+				// A configured or discovered tool: its workers run the
+				// call once it is approved.
+				pc.Dispatch = tool.deadline(false)
 			}
 		}
 		if !approval && tool != nil && tool.Executor == ExecutorFrontend {

@@ -230,12 +230,21 @@ const publishAfterMax = 30 * time.Second
 // published, and marks it. That is well within the stream's duplicate
 // window (2 minutes), after which a publication would be a new message
 // and a call delivered twice.
+//
+// A call dispatched once approved (Conversation.Dispatch) is left to its
+// dispatcher the same while, from its dispatch.
 func (rc *reconciler) publishDue(c *Conversation, now time.Time) bool {
 	rec := c.runRecord(c.Batch.RunID)
 	if rec == nil || rec.EndedAt.IsZero() {
 		return true
 	}
-	return !now.Before(rec.EndedAt.Add(min(rc.cfg.ReconcileInterval, publishAfterMax)))
+	since := rec.EndedAt
+	for _, pc := range c.Batch.Calls {
+		if pc.unmarked() && pc.dispatched() && pc.PublishedAt.After(since) {
+			since = pc.PublishedAt
+		}
+	}
+	return !now.Before(since.Add(min(rc.cfg.ReconcileInterval, publishAfterMax)))
 }
 
 func unpublished(b *Batch) bool {

@@ -171,7 +171,8 @@ func TestForgedDecisionsRefused(t *testing.T) {
 
 	publishRaw(t, b, decisionSubject(t, runID), "genuine", sign(good, priv))
 	waitCall(t, o, c.ID, "delete_file", "the signed decision to apply", func(pc *orchestrator.PendingCall) bool {
-		return pc.Reply != nil && pc.Reply.Outcome == orchestrator.OutcomeApproved && pc.Reply.By == "bot"
+		d := pc.Decision()
+		return d != nil && d.Outcome == orchestrator.OutcomeApproved && d.By == "bot"
 	})
 }
 

@@ -3,9 +3,12 @@ package orchestrator
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/argschema"
 )
 
 // replyJob is one reply waiting to be recorded, and then what became of it.
@@ -31,6 +34,9 @@ type replyJob struct {
 	publishedAt time.Time
 	at          time.Time
 	expired     bool
+	// dispatched is set when the reply approved a call that then went to
+	// its tool's workers (Conversation.Dispatch).
+	dispatched bool
 }
 
 // replyGroups gathers the replies being handled per conversation. The
@@ -214,8 +220,9 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 
 // applyJobs applies jobs to c in the order their replies were stored,
 // whatever order their handlers joined in, and gives each its verdict and
-// what it answered.
-func applyJobs(c *Conversation, jobs []*replyJob, now time.Time) {
+// what it answered. A decision that approves a call dispatchable says may
+// go to its workers is dispatched to them (Conversation.Dispatch).
+func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*Conversation, *PendingCall) bool) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	for _, j := range jobs {
 		pc := c.Batch.call(j.in.callID)
@@ -224,10 +231,13 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time) {
 		}
 		settled := pc != nil && pc.Reply != nil
 		j.v, j.reason = c.Apply(j.in, now)
-		j.tool, j.publishedAt, j.at, j.expired = "", time.Time{}, now, false
+		j.tool, j.publishedAt, j.at, j.expired, j.dispatched = "", time.Time{}, now, false, false
 		if pc != nil {
 			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
 			j.expired = j.v == verdictLate && !settled
+			if j.v == verdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(c, pc) {
+				j.dispatched = c.Dispatch(pc.ToolCallID, now)
+			}
 		}
 	}
 }
@@ -242,7 +252,7 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 	var followUp string
 	apply := func(c *Conversation) error {
 		now := rp.clock()
-		applyJobs(c, jobs, now)
+		applyJobs(c, jobs, now, rp.dispatchable)
 		c.UpdatedAt = now
 		followUp = rp.runner.claimIn(c, now)
 		return nil
@@ -295,5 +305,63 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 		return nil, 0
 	}
 	rp.deadlines.schedule(conv)
+	rp.dispatch(ctx, conv, jobs)
 	return conv, rev
+}
+
+// dispatchable says whether an approved call of c may go to its workers as
+// soon as its decision is applied: one of a discovered tool only while the
+// tool is advertised with the args schema the call was made against (its
+// follow-up would otherwise tell the model that the tool changed,
+// staleApprovals); one approved with override args only once they are
+// found valid against the tool's schema, which takes this replica running
+// c's agent as c records it (else its follow-up validates them and makes
+// invalid ones a retry prompt, D24).
+func (rp *replyPipeline) dispatchable(c *Conversation, pc *PendingCall) bool {
+	if pc.SchemaDigest != "" {
+		if rp.discovery.catalogue == nil {
+			return false
+		}
+		if t, ok := rp.discovery.catalogue.Lookup(pc.ToolName); !ok || t.Digest != pc.SchemaDigest {
+			return false
+		}
+	}
+	if pc.Reply == nil || len(pc.Reply.OverrideArgs) == 0 {
+		return true
+	}
+	ag := rp.roster.runnable(c)
+	if ag == nil {
+		return false
+	}
+	tc := rp.discovery.toolsNow(ag.cfg, pc.ToolName)
+	if tc == nil {
+		return false
+	}
+	s, err := argschema.Compile(pc.ToolName, tc.Parameters)
+	return err == nil && s.Validate(pc.Reply.OverrideArgs) == nil
+}
+
+// dispatch publishes the calls that jobs dispatched to their workers in
+// conv, the state that recorded them, off the replies' way (their record
+// is stored: what is not published is reconcile's to publish). conv stays
+// the caller's: the publication reads a copy.
+func (rp *replyPipeline) dispatch(ctx context.Context, conv *Conversation, jobs []*replyJob) {
+	var ids []string
+	for _, j := range jobs {
+		if j.dispatched {
+			ids = append(ids, j.in.callID)
+		}
+	}
+	if len(ids) == 0 || rp.cfg.dispatchUnpublished {
+		return
+	}
+	conv = conv.clone()
+	log := rp.log.With(slog.String("conversation_id", conv.ID), slog.String("run_id", conv.Batch.RunID))
+	rp.runner.goUnlessStopped(func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
+		defer cancel()
+		if err := rp.pub.publishDispatched(pctx, conv, ids); err != nil {
+			log.WarnContext(pctx, "publish approved calls: left to reconcile", slog.String("error", err.Error()))
+		}
+	})
 }

@@ -345,6 +345,8 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		if runErr == nil && res.Deferred != nil {
 			b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, res.Deferred, c.Batch, runTrace)
 			if err == nil {
+				// A prompt the run held back goes with the next resume.
+				b.Prompt = res.HeldPrompt
 				c.historyRoom = room
 				return c.Pause(owner, runID, res.AllMessages, b, now)
 			}

@@ -89,14 +89,17 @@ type Conversation struct {
 
 // DecisionRecord is an applied decision: which call, what, and who.
 type DecisionRecord struct {
-	RunID      string    `msgpack:"run_id" json:"run_id"`
-	ToolCallID string    `msgpack:"tool_call_id" json:"tool_call_id"`
-	ToolName   string    `msgpack:"tool_name" json:"tool_name"`
-	Approved   bool      `msgpack:"approved" json:"approved"`
-	Message    string    `msgpack:"message,omitempty" json:"message,omitempty"`
-	ApproverID string    `msgpack:"approver_id" json:"approver_id"`
-	Expired    bool      `msgpack:"expired,omitempty" json:"expired,omitempty"`
-	At         time.Time `msgpack:"at" json:"at"`
+	RunID      string `msgpack:"run_id" json:"run_id"`
+	ToolCallID string `msgpack:"tool_call_id" json:"tool_call_id"`
+	ToolName   string `msgpack:"tool_name" json:"tool_name"`
+	Approved   bool   `msgpack:"approved" json:"approved"`
+	Message    string `msgpack:"message,omitempty" json:"message,omitempty"`
+	// OverrideArgs are the args the call was approved with, in place of
+	// the model's (D24).
+	OverrideArgs json.RawMessage `msgpack:"override_args,omitempty" json:"override_args,omitempty"`
+	ApproverID   string          `msgpack:"approver_id" json:"approver_id"`
+	Expired      bool            `msgpack:"expired,omitempty" json:"expired,omitempty"`
+	At           time.Time       `msgpack:"at" json:"at"`
 }
 
 // RunRecord is one run of a conversation.
@@ -181,6 +184,15 @@ type PendingCall struct {
 	// PublishedAt is when the call was (first) published, for the time to
 	// a decision or a result.
 	PublishedAt time.Time `msgpack:"published_at,omitempty"`
+	// Dispatch is set on an approval call of a tool its workers execute
+	// (a configured or discovered tool, not an in-process one): once
+	// approved as it was made, the call goes to the workers at once
+	// (Conversation.Dispatch) and has this long to be answered, rather than
+	// waiting for a follow-up run that would only defer it again (D26).
+	Dispatch time.Duration `msgpack:"dispatch,omitempty"`
+	// Approval is the decision that approved a dispatched call, which is
+	// then an external call (Kind) waiting for its worker's result (Reply).
+	Approval *Reply `msgpack:"approval,omitempty"`
 	// Reply is the applied answer; nil while pending.
 	Reply *Reply `msgpack:"reply,omitempty"`
 	// Taken is set once a run consumed the reply (inline), so it is not
@@ -192,6 +204,18 @@ type PendingCall struct {
 	Refused    int `msgpack:"refused,omitempty"`
 	// LastRefusal says why the last reply was refused.
 	LastRefusal string `msgpack:"last_refusal,omitempty"`
+}
+
+// Decision is the applied decision of an approval call: its Reply, or its
+// Approval once the call went to its workers; nil while none was applied.
+func (pc *PendingCall) Decision() *Reply {
+	if pc.Approval != nil {
+		return pc.Approval
+	}
+	if pc.Kind == deferred.KindApproval {
+		return pc.Reply
+	}
+	return nil
 }
 
 // Settled reports whether the call has its answer.
@@ -290,7 +314,12 @@ func (b *Batch) requests() deferred.Requests {
 	var req deferred.Requests
 	for _, pc := range b.Calls {
 		call := deferred.Call{ToolName: pc.ToolName, ToolCallID: pc.ToolCallID, Args: pc.Args}
-		if pc.ReqArgs != nil {
+		switch {
+		case pc.dispatched():
+			// Sent to its workers once approved: an external call with
+			// the args they ran, as one deferred again would be (D26).
+			call.Args = pc.runArgs()
+		case pc.ReqArgs != nil:
 			call.Args = pc.ReqArgs
 		}
 		if pc.Kind == deferred.KindApproval {

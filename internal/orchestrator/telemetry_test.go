@@ -61,7 +61,7 @@ func withToken(h http.Handler, token string) http.Handler {
 
 // The seed approval example with metrics and traces on: /metrics (behind
 // the API token) counts the runs, the replies, the times to decision and to
-// result and the denial; and the spans of the three runs, of the approver
+// result and the denial; and the spans of the two runs, of the approver
 // and worker that answered, and of the replies consumed all belong to one
 // trace, each follow-up the child of the reply that completed its batch.
 func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
@@ -91,12 +91,12 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 		t.Fatalf("conversation %s: %s", c.Status, c.Error)
 	}
 
-	// Runs: the prompt run and the first follow-up pause (the second
-	// re-defers the approved .env update to a worker, before asking the
-	// model anything), the last completes.
+	// Runs: the prompt run pauses, its follow-up completes (the approved
+	// .env update went to a worker when it was approved, and the follow-up
+	// has its result).
 	waitMetrics(t, withToken(api, token), []series{
 		{name: "toolgate_runs_total", labels: []string{"agent", "default", "status", "completed"}, want: 1},
-		{name: "toolgate_runs_total", labels: []string{"status", "paused"}, want: 2},
+		{name: "toolgate_runs_total", labels: []string{"status", "paused"}, want: 1},
 		{name: "toolgate_replies_total", labels: []string{"kind", "approval", "verdict", "applied"}, want: 2},
 		{name: "toolgate_replies_total", labels: []string{"kind", "call", "verdict", "applied"}, want: 2},
 		{name: "toolgate_decision_seconds", labels: []string{"tool", "delete_file"}, want: 1},
@@ -109,7 +109,7 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 	})
 
 	var spans tracetest.SpanStubs
-	waitFor(t, "the spans of three runs", func() (bool, string) {
+	waitFor(t, "the spans of two runs", func() (bool, string) {
 		spans = exp.GetSpans()
 		n := 0
 		for _, s := range spans {
@@ -117,7 +117,7 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 				n++
 			}
 		}
-		return n == 3, telemetrytest.SpanNames(spans)
+		return n == 2, telemetrytest.SpanNames(spans)
 	})
 	var runs []tracetest.SpanStub
 	byID := map[string]tracetest.SpanStub{}
@@ -160,9 +160,9 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 			t.Errorf("%q's parent is %q, want the paused run %d", answer.Name, got.Name, i)
 		}
 	}
-	// The last batch is the .env update the second run re-deferred: a
-	// worker's result completes it.
-	if w := parent(parent(runs[2])); w.Name != "process toolgate.call.update_file" {
+	// The .env update, approved and then run by a worker, completes the
+	// batch: the worker's result is the follow-up's parent.
+	if w := parent(parent(runs[1])); w.Name != "process toolgate.call.update_file" {
 		t.Errorf("the last follow-up follows from %q, want the worker's update_file", w.Name)
 	}
 	var approvals, models int
