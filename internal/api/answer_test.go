@@ -52,6 +52,20 @@ const answerScript = `
 - text: done
 `
 
+// gatedAgent's frontend tool needs an approval first.
+const gatedAgent = `
+name: gated
+model: {provider: script, script: gated.yaml}
+tools:
+  - {name: send_mail, executor: frontend, approval: always}
+`
+
+const gatedScript = `
+- calls:
+    - {tool: send_mail, id: mail, args: {}}
+- text: sent
+`
+
 // otherAgent's conversations ask two frontend questions, one of which
 // expires at once.
 const otherAgent = `
@@ -84,9 +98,9 @@ func newAnswerEnv(t *testing.T) *answerEnv { return newAnswerEnvWith(t, orchestr
 // interval set here).
 func newAnswerEnvWith(t *testing.T, cfg orchestrator.Config) *answerEnv {
 	t.Helper()
-	dir := fstest.MapFS{"script.yaml": {Data: []byte(answerScript)}, "other.yaml": {Data: []byte(otherScript)}}
+	dir := fstest.MapFS{"script.yaml": {Data: []byte(answerScript)}, "other.yaml": {Data: []byte(otherScript)}, "gated.yaml": {Data: []byte(gatedScript)}}
 	var agents []*orchestrator.AgentConfig
-	for _, src := range []string{answerAgent, otherAgent} {
+	for _, src := range []string{answerAgent, otherAgent, gatedAgent} {
 		cfg, err := agentconfig.Parse([]byte(src), dir)
 		if err != nil {
 			t.Fatal(err)
@@ -293,5 +307,45 @@ func TestAnswerRouteWithTrustedKeys(t *testing.T) {
 	}
 	if status, body := e.answer(t, e.ann, conv, "del", deny); status != http.StatusAccepted || body["by"] != "ann" {
 		t.Fatalf("named user: %d %v", status, body)
+	}
+}
+
+// An approved call of a frontend's tool is not dispatched to workers: it
+// waits for the frontend's result in the follow-up, as any frontend call.
+func TestApprovedFrontendCallWaitsForTheFrontend(t *testing.T) {
+	t.Parallel()
+	e := newAnswerEnv(t)
+	conv := e.start(t, "gated")
+	pc := e.call(t, conv, "mail")
+	if pc.Dispatch != 0 {
+		t.Fatalf("frontend approval marked for dispatch to workers: %v", pc.Dispatch)
+	}
+	if status, body := e.answer(t, e.ann, conv, "mail", `{"decision":{"approved":true,"args_digest":"`+pc.ArgsDigest+`"}}`); status != http.StatusAccepted {
+		t.Fatalf("approve: %d %v", status, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		c, err := e.o.Conversation(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status == orchestrator.StatusPaused && c.Batch != nil && len(c.Runs) == 2 {
+			if got := c.Batch.Calls; len(got) != 1 || got[0].ToolCallID != "mail" || got[0].Executor != orchestrator.ExecutorFrontend {
+				t.Fatalf("follow-up batch: %+v, want the frontend's call", got)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no follow-up waiting for the frontend: %s, %d runs", c.Status, len(c.Runs))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if status, body := e.answer(t, e.ann, conv, "mail", `{"result":"sent by the browser"}`); status != http.StatusAccepted {
+		t.Fatalf("frontend result: %d %v", status, body)
+	}
+	if _, err := e.cl.Wait(ctx, conv, client.StatusCompleted); err != nil {
+		t.Fatal(err)
 	}
 }

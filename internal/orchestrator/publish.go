@@ -274,9 +274,10 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			if len(pc.Metadata) == 0 && tool != nil {
 				pc.Metadata = tool.ApprovalMetadata
 			}
-			if tool != nil {
+			if tool != nil && tool.Executor != ExecutorFrontend {
 				// A configured or discovered tool: its workers run the
-				// call once it is approved.
+				// call once it is approved. A frontend's tool waits for
+				// the frontend after its approval, in the follow-up.
 				pc.Dispatch = tool.deadline(false)
 			}
 		}
