@@ -80,6 +80,9 @@ type Config struct {
 	// delivery about to be acked). Called from the consume loop; keep it
 	// short.
 	HandledFunc func(req bus.ApprovalRequest, o Outcome)
+	// RefusedFunc, if set, is told why the orchestrator refused a
+	// decision (before HandledFunc with OutcomeRefused).
+	RefusedFunc func(req bus.ApprovalRequest, err *RefusedError)
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
@@ -270,6 +273,9 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		log.WarnContext(ctx, "decision refused by the orchestrator", slog.String("verdict", refused.Verdict),
 			slog.String("reason", refused.Reason), slog.Bool("approved", dec.Approved), slog.Int("rule", v.Rule))
 		a.tell(refused.Error())
+		if a.cfg.RefusedFunc != nil {
+			a.cfg.RefusedFunc(req, refused)
+		}
 		a.done(ctx, key, req, OutcomeRefused)
 		return nil
 	case errors.Is(err, ErrNoOutcome), errors.Is(err, ErrNoOrchestrator):
