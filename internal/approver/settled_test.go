@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +45,14 @@ type settledRig struct {
 
 func newSettledRig(t *testing.T, cfg orchestrator.Config) *settledRig {
 	t.Helper()
+	return newSettledRigWith(t, cfg, false)
+}
+
+// newSettledRigWith is newSettledRig; with users, the server admits only
+// toolgate's users, each with its role's permissions, and the orchestrator
+// and the approver connect as theirs.
+func newSettledRigWith(t *testing.T, cfg orchestrator.Config, users bool) *settledRig {
+	t.Helper()
 	ctx := bustest.Context(t)
 	// The other approver is trusted wherever keys are.
 	otherPub, otherKey, err := ed25519.GenerateKey(rand.Reader)
@@ -53,12 +62,32 @@ func newSettledRig(t *testing.T, cfg orchestrator.Config) *settledRig {
 	if cfg.TrustedApprovers != nil {
 		cfg.TrustedApprovers["other"] = otherPub
 	}
-	sys := testkit.Test(t, testkit.Options{Logger: bustest.Logger(t)})
+	opts := testkit.Options{Logger: bustest.Logger(t)}
+	approverConn := bus.ConnConfig{Name: "approver-test"}
+	if users {
+		for _, role := range []string{bus.RoleOrchestrator, bus.RoleApprover} {
+			p, err := bus.RolePermissions(role)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Server.Users = append(opts.Server.Users, bus.User{Name: role, Password: role + "-pw", Role: role, Permissions: p})
+		}
+		approverConn = bus.ConnConfig{Name: "approver-test", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw", Role: bus.RoleApprover}
+	}
+	sys := testkit.Test(t, opts)
+	if users {
+		ob, err := sys.Connect(ctx, bus.ConnConfig{Name: "orchestrator", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ob.Close)
+		cfg.Bus = ob
+	}
 	o, err := sys.Orchestrator(ctx, "orchestrator", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sys.Connect(ctx, bus.ConnConfig{Name: "approver-test"})
+	b, err := sys.Connect(ctx, approverConn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,5 +407,29 @@ func TestInboxReportsARefusedDecision(t *testing.T) {
 	}
 	if !slices.Equal(cards(in), r.liveRefs()) {
 		t.Errorf("cards after a refused decision: %v, want %v", cards(in), r.liveRefs())
+	}
+}
+
+// Under toolgate's users an approver may ask what is pending and hear the
+// outcome of its decision, and the orchestrator may answer it.
+func TestStatusAndOutcomeUnderRolePermissions(t *testing.T) {
+	t.Parallel()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSettledRigWith(t, orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"cli": pub}}, true)
+	ctx := bustest.Context(t)
+	c := &approver.CLI{Bus: r.bus, ID: "cli", Out: io.Discard}
+	ps, err := c.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != len(r.pending) {
+		t.Errorf("%d pending listed, want %d", len(ps), len(r.pending))
+	}
+	err = c.Approve(ctx, r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil)
+	if reason := refusedReason(t, err); !strings.Contains(reason, "not signed") {
+		t.Errorf("refused for %q", reason)
 	}
 }
