@@ -31,7 +31,7 @@ func commonFlags(fs *cli.FlagSet) *common {
 	fs.StringVar(&c.id, "id", cli.DefaultID("approver", ""), "approver id: its durable consumer and the approver_id of its decisions")
 	fs.StringVar(&c.keyFile, "key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
 	fs.StringVar(&c.tool, "tool", "", "only see requests for this tool (default: all tools)")
-	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, the authority on what is pending")
+	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, for transcripts, and what is pending when no orchestrator answers on NATS")
 	fs.StringVar(&c.orchTokenFile, "orchestrator-token-file", "", "file holding the orchestrator API's bearer token")
 	return c
 }
