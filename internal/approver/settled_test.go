@@ -1,6 +1,7 @@
 package approver_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -177,18 +178,20 @@ func (r *settledRig) liveRefs() []string {
 	return out
 }
 
-// recordingAsker is a person who skips every request, remembering each.
+// recordingAsker is a person who gives every request the same answer
+// (skips it by default), remembering each and what it was told.
 type recordingAsker struct {
-	mu    sync.Mutex
-	asked []string
-	told  []string
+	answer approver.Action
+	mu     sync.Mutex
+	asked  []string
+	told   []string
 }
 
 func (a *recordingAsker) Ask(_ context.Context, req bus.ApprovalRequest) (approver.Verdict, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, req.RunID+"/"+req.ToolCallID)
-	return approver.Verdict{Action: approver.ActionEscalate}, nil
+	return approver.Verdict{Action: cmp.Or(a.answer, approver.ActionEscalate)}, nil
 }
 
 func (a *recordingAsker) Tell(msg string) {
@@ -431,5 +434,34 @@ func TestStatusAndOutcomeUnderRolePermissions(t *testing.T) {
 	err = c.Approve(ctx, r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil)
 	if reason := refusedReason(t, err); !strings.Contains(reason, "not signed") {
 		t.Errorf("refused for %q", reason)
+	}
+}
+
+// A person at --interactive whose answer the orchestrator refuses is told
+// so, with the reason.
+func TestInteractiveApproverTellsTheRefusal(t *testing.T) {
+	t.Parallel()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSettledRig(t, orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"person": pub}})
+	asker := &recordingAsker{answer: approver.ActionApprove}
+	events := runApprover(t, approver.Config{Bus: r.bus, ID: "person", Asker: asker})
+	refused := 0
+	for range 3 * len(r.pending) {
+		if next(t, events).outcome == approver.OutcomeRefused {
+			refused++
+		}
+	}
+	asker.mu.Lock()
+	defer asker.mu.Unlock()
+	if refused != len(r.pending) || len(asker.told) != len(r.pending) {
+		t.Fatalf("%d refused, told %q; want %d each", refused, asker.told, len(r.pending))
+	}
+	for _, m := range asker.told {
+		if !strings.Contains(m, "refused") || !strings.Contains(m, "not signed") {
+			t.Errorf("told %q", m)
+		}
 	}
 }
