@@ -465,3 +465,33 @@ func TestInteractiveApproverTellsTheRefusal(t *testing.T) {
 		}
 	}
 }
+
+// A decision the orchestrator finds a duplicate is applied as far as its
+// approver is concerned when the call was decided by that approver (an
+// earlier decision of its own, or this one handled again after a
+// restart), and refused, naming who decided, when another approver did.
+func TestDuplicateDecisionReportedByWhoDecided(t *testing.T) {
+	t.Parallel()
+	r := newSettledRig(t, orchestrator.Config{})
+	ctx := bustest.Context(t)
+	req := requestOf(t, r.pending[0])
+	send := func(id string, at time.Time) error {
+		d, err := approver.NewDecision(req, id, approver.Choice{Approve: true}, nil, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return approver.SendDecision(ctx, r.bus, d, bustest.Timeout)
+	}
+	now := time.Now()
+	if err := send("cli", now); err != nil {
+		t.Fatalf("first decision: %v", err)
+	}
+	if err := send("cli", now.Add(time.Second)); err != nil {
+		t.Errorf("a second decision of the approver whose decision was applied: %v", err)
+	}
+	err := send("other", now.Add(2*time.Second))
+	var refused *approver.RefusedError
+	if !errors.As(err, &refused) || refused.Verdict != wire.StateDecided || !strings.Contains(refused.Reason, "by cli") {
+		t.Errorf("another approver's decision: %v, want refused as decided by cli", err)
+	}
+}

@@ -164,8 +164,14 @@ func (s decisionSender) send(ctx context.Context, d bus.Decision, hdr ...nats.He
 	defer timer.Stop()
 	select {
 	case o := <-outcomes:
-		if o.Applied() {
+		switch o.Verdict {
+		case wire.VerdictApplied:
 			return nil
+		case wire.VerdictDuplicate:
+			// The call has its answer: maybe this approver's own, an
+			// earlier decision or this one applied before the orchestrator
+			// restarted and handled it again. The call's status says whose.
+			return s.fromStatus(ctx, req, d.ApproverID)
 		}
 		return &RefusedError{RunID: d.RunID, ToolCallID: d.ToolCallID, Verdict: o.Verdict, Reason: o.Reason}
 	case <-timer.C:
