@@ -81,8 +81,15 @@ type Config struct {
 	// Logger receives the bot's log. nil discards it.
 	Logger *slog.Logger
 	// Handled, if set, is called after each request is handled with what
-	// became of it: approved, denied, escalated, expired or duplicate.
+	// became of it: approved, denied, escalated, expired, duplicate,
+	// settled (no longer pending, so not decided: the orchestrator said so)
+	// or refused (the orchestrator did not apply the decision; Refused
+	// says why).
 	Handled func(req Request, outcome string)
+	// Refused, if set, is told why the orchestrator refused a decision:
+	// verdict is refused, late, duplicate or unknown_run (see
+	// wire.DecisionOutcome), reason in words.
+	Refused func(req Request, verdict, reason string)
 }
 
 // Bot decides approval requests with a Decider. Run it once.
@@ -134,6 +141,9 @@ func (b *Bot) Run(ctx context.Context) error {
 	}
 	if h := b.cfg.Handled; h != nil {
 		cfg.HandledFunc = func(req wire.ApprovalRequest, o approver.Outcome) { h(req, string(o)) }
+	}
+	if r := b.cfg.Refused; r != nil {
+		cfg.RefusedFunc = func(req wire.ApprovalRequest, err *approver.RefusedError) { r(req, err.Verdict, err.Reason) }
 	}
 	a, err := approver.New(cfg)
 	if err != nil {

@@ -15,7 +15,10 @@
 //
 // Every bot sees every request (each has its own durable consumer), and
 // the orchestrator takes the first valid decision. Requests past their
-// deadline are skipped; a request handled once is not decided again when
+// deadline are skipped, and so are those the orchestrator says are no
+// longer pending (decided, expired, cancelled, their conversation
+// deleted); a decision the orchestrator refuses is reported (Handled's
+// "refused", Refused's reason); a request handled once is not decided again when
 // redelivered. A Decider's error hands the request back to be delivered
 // again; a policy (LoadPolicy, the approver binary's CEL rules) is one
 // Decider among others.

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/schemas"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // goTypes maps every schema to the Go type whose JSON form it describes.
@@ -31,6 +32,10 @@ var goTypes = map[string]reflect.Type{
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
 	"conversation":     reflect.TypeFor[api.ConversationView](),
+	// The approvers' questions to the orchestrator and its answers.
+	"approval_status_request": reflect.TypeFor[wire.ApprovalStatusRequest](),
+	"approval_status_reply":   reflect.TypeFor[wire.ApprovalStatusReply](),
+	"decision_outcome":        reflect.TypeFor[wire.DecisionOutcome](),
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {
@@ -186,6 +191,10 @@ func TestGoValuesValidate(t *testing.T) {
 			Approvals: []deferred.Call{{ToolName: "delete_file", Args: raw(`{"path":"a.txt"}`), ToolCallID: "del1"}},
 			Metadata:  map[string]json.RawMessage{"job1": raw(`{"queue":"slow"}`), "del1": raw(`"why"`)},
 		}},
+		{"status request", "approval_status_request", wire.ApprovalStatusRequest{Calls: []wire.CallRef{{RunID: "r1", ToolCallID: "call 1/ü"}}}},
+		{"status reply", "approval_status_reply", wire.ApprovalStatusReply{Calls: []wire.ApprovalStatus{{RunID: "r1", ToolCallID: "call_1", State: wire.StateDecided, By: "alice"}}}},
+		{"status reply error", "approval_status_reply", wire.ApprovalStatusReply{Calls: []wire.ApprovalStatus{}, Error: "status unknown for now"}},
+		{"outcome", "decision_outcome", wire.DecisionOutcome{RunID: "r1", ToolCallID: "call_1", ApproverID: "bot", DecisionID: "r1/call_1/decision.bot.0011223344556677", Verdict: wire.VerdictLate, Reason: "approval expired"}},
 		{"results empty", "results", deferred.Results{}},
 		{"results every form", "results", deferred.Results{
 			Approvals: map[string]deferred.Decision{

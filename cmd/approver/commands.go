@@ -31,7 +31,7 @@ func commonFlags(fs *cli.FlagSet) *common {
 	fs.StringVar(&c.id, "id", cli.DefaultID("approver", ""), "approver id: its durable consumer and the approver_id of its decisions")
 	fs.StringVar(&c.keyFile, "key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
 	fs.StringVar(&c.tool, "tool", "", "only see requests for this tool (default: all tools)")
-	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, the authority on what is pending")
+	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, for transcripts, and what is pending when no orchestrator answers on NATS")
 	fs.StringVar(&c.orchTokenFile, "orchestrator-token-file", "", "file holding the orchestrator API's bearer token")
 	return c
 }
@@ -143,10 +143,10 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func keygen(args []string, stdout io.Writer) error {
+func keygen(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet(cli.Command{
 		Name: "approver keygen", Usage: []string{"approver keygen --out FILE"},
-		About: "Writes a new ed25519 private key to FILE and prints its public key (base64)\nfor the orchestrator's --trust-approver NAME=PUBKEY.",
+		About: "Writes a new ed25519 private key to FILE and prints its public key (base64)\nfor the orchestrator's --trust-approver NAME=PUBKEY, where NAME is the --id of\nthe approver that signs with the key (its decisions' approver_id).",
 	})
 	out := fs.String("out", "", "write the private key to this file (mode 0600; never overwritten)")
 	pos, err := fs.Parse(args, stdout)
@@ -161,5 +161,10 @@ func keygen(args []string, stdout io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintln(stdout, approver.EncodePublicKey(pub))
+	if err != nil {
+		return err
+	}
+	// On stderr, so that stdout stays the key alone for scripts.
+	_, err = fmt.Fprintf(stderr, "trust it with: orchestrator --trust-approver ID=%s\n  where ID is the --id of the approver that signs with %s\n", approver.EncodePublicKey(pub), *out)
 	return err
 }

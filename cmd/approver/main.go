@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -57,6 +58,16 @@ type options struct {
 
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	o := &options{}
+	fs := flagSet(o)
+	pos, err := fs.Parse(args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	return o, o.check(pos)
+}
+
+// flagSet is the flag set of the bot and the inbox, filling o.
+func flagSet(o *options) *cli.FlagSet {
 	fs := cli.NewFlagSet(command)
 	o.common = commonFlags(fs)
 	fs.StringVar(&o.policy, "policy", "", "policy file (YAML); without it every request is escalated")
@@ -65,18 +76,18 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.tokenFile, "http-token-file", "", "file holding the inbox's access token; required to listen beyond loopback")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at /metrics on this address")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error (default info; warn with --interactive)")
-	pos, err := fs.Parse(args, stdout)
-	if err != nil {
-		return nil, err
-	}
+	return fs
+}
+
+func (o *options) check(pos []string) error {
 	if len(pos) != 0 {
-		return nil, cli.Usagef(command.Name, "unexpected argument %q", pos[0])
+		return cli.Usagef(command.Name, "unexpected argument %q", pos[0])
 	}
 	if err := bus.ValidateToken("--id", o.id); err != nil {
-		return nil, err
+		return err
 	}
 	if o.policy == "" && !o.interactive && o.httpAddr == "" {
-		return nil, errors.New("nothing to decide with: give --policy, --interactive, --http or a combination")
+		return errors.New("nothing to decide with: give --policy, --interactive, --http or a combination")
 	}
 	if o.logLevel == "" {
 		o.logLevel = "info"
@@ -84,17 +95,49 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 			o.logLevel = "warn"
 		}
 	}
-	return o, o.nats.Check()
+	return o.nats.Check()
+}
+
+// subcommands are the commands other than the bot and the inbox.
+var subcommands = []string{"keygen", "list", "approve", "deny"}
+
+// subcommand finds the subcommand in args, with flags allowed before it as
+// after it (`approver --nats URL approve ID`), and returns it with the
+// other arguments; "" when the first argument that is no flag or flag
+// value is not a subcommand.
+func subcommand(args []string) (string, []string) {
+	// Every flag any mode takes, to tell a flag's value from a subcommand.
+	fs := flagSet(&options{})
+	fs.String("args", "", "")
+	fs.String("message", "", "")
+	fs.String("out", "", "")
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			if slices.Contains(subcommands, a) {
+				return a, append(slices.Clone(args[:i]), args[i+1:]...)
+			}
+			return "", args
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if hasValue || f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		i++ // its value
+	}
+	return "", args
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "keygen":
-			return keygen(args[1:], stdout)
-		case "list", "approve", "deny":
-			return oneShot(ctx, args[0], args[1:], stdout, stderr)
-		}
+	switch sub, rest := subcommand(args); sub {
+	case "keygen":
+		return keygen(rest, stdout, stderr)
+	case "list", "approve", "deny":
+		return oneShot(ctx, sub, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stdout)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"path/filepath"
 	"strings"
@@ -149,4 +150,56 @@ func TestHelpAndVersion(t *testing.T) {
 	clitest.CheckHelp(t, "approver approve", func(args []string, stdout *bytes.Buffer) error {
 		return run(t.Context(), append([]string{"approve"}, args...), strings.NewReader(""), stdout, io.Discard)
 	}, "TOOLGATE_NATS_URL")
+}
+
+// Flags may come before the subcommand as after it; a flag's value that
+// reads like a subcommand stays the flag's.
+func TestFlagsBeforeTheSubcommand(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
+	publishApproval(t, b, `{"path":"__init__.py"}`)
+	for _, args := range [][]string{
+		{"--nats", srv.ClientURL(), "list"},
+		{"--nats=" + srv.ClientURL(), "--id", "list", "list"},
+		{"list", "--nats", srv.ClientURL()},
+	} {
+		var out bytes.Buffer
+		if err := run(t.Context(), args, strings.NewReader(""), &out, io.Discard); err != nil {
+			t.Errorf("run(%q): %v", args, err)
+			continue
+		}
+		if !strings.Contains(out.String(), "call-1") {
+			t.Errorf("run(%q) listed:\n%s", args, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"--nats", srv.ClientURL(), "--id", "cli", "approve", "call-1"}, strings.NewReader(""), &out, io.Discard); err != nil {
+		t.Fatalf("approve with flags first: %v", err)
+	}
+	if !strings.Contains(out.String(), "approved run-1/call-1") {
+		t.Errorf("approve said %q", out.String())
+	}
+}
+
+// keygen says what NAME of --trust-approver NAME=KEY is: the approver's
+// --id; stdout stays the key alone.
+func TestKeygenSaysNameIsTheApproverID(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"keygen", "--out", filepath.Join(t.TempDir(), "k")}, nil, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approver.ParsePublicKey(out.String()); err != nil {
+		t.Errorf("stdout %q is not the key alone: %v", out.String(), err)
+	}
+	if !strings.Contains(errOut.String(), "--trust-approver ID=") || !strings.Contains(errOut.String(), "--id of the approver") {
+		t.Errorf("keygen said %q, want the ID of --trust-approver explained", errOut.String())
+	}
+	var help bytes.Buffer
+	if err := run(t.Context(), []string{"keygen", "--help"}, nil, &help, io.Discard); !errors.Is(err, cli.ErrHelp) {
+		t.Fatalf("keygen --help: %v", err)
+	}
+	if !strings.Contains(help.String(), "NAME is the --id of") {
+		t.Errorf("keygen --help does not say what NAME is:\n%s", help.String())
+	}
 }

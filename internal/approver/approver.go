@@ -33,7 +33,15 @@ const (
 	OutcomeEscalated Outcome = "escalated" // no decision published
 	OutcomeExpired   Outcome = "expired"   // past its deadline; no decision
 	OutcomeDuplicate Outcome = "duplicate" // already handled by this approver
+	OutcomeSettled   Outcome = "settled"   // no longer pending (the orchestrator says); no decision
+	OutcomeRefused   Outcome = "refused"   // its decision was refused by the orchestrator
 )
+
+// Teller is an Asker that can be told what became of its answer: the
+// decision refused by the orchestrator, or the request settled meanwhile.
+type Teller interface {
+	Tell(msg string)
+}
 
 // Config configures an Approver.
 type Config struct {
@@ -65,10 +73,16 @@ type Config struct {
 	// StopTimeout bounds the wait for a running handler when Run's context
 	// ends. Defaults to 10s.
 	StopTimeout time.Duration
+	// OutcomeTimeout bounds the wait for the orchestrator's outcome of a
+	// decision (applied or refused). Defaults to 10s.
+	OutcomeTimeout time.Duration
 	// HandledFunc, if set, is called after each request is handled (its
 	// delivery about to be acked). Called from the consume loop; keep it
 	// short.
 	HandledFunc func(req bus.ApprovalRequest, o Outcome)
+	// RefusedFunc, if set, is told why the orchestrator refused a
+	// decision (before HandledFunc with OutcomeRefused).
+	RefusedFunc func(req bus.ApprovalRequest, err *RefusedError)
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
@@ -107,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = 10 * time.Second
+	}
+	if c.OutcomeTimeout <= 0 {
+		c.OutcomeTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -211,6 +228,13 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 		a.done(ctx, key, req, OutcomeExpired)
 		return nil
 	}
+	known, err := a.pending(ctx, log, req)
+	if err != nil || known == statusSettled {
+		if err == nil {
+			a.done(ctx, key, req, OutcomeSettled)
+		}
+		return err
+	}
 
 	v, err := a.decide(ctx, log, span, req)
 	if err != nil {
@@ -225,14 +249,38 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 			a.done(ctx, key, req, OutcomeExpired)
 			return nil
 		}
+		// A person may take long: the request may have been settled
+		// elsewhere meanwhile.
+		if v.Action != ActionEscalate && known == statusPending {
+			if known, err = a.pending(ctx, log, req); err != nil || known == statusSettled {
+				if err == nil {
+					a.tell("not sent: " + req.RunID + "/" + req.ToolCallID + " was settled meanwhile")
+					a.done(ctx, key, req, OutcomeSettled)
+				}
+				return err
+			}
+		}
 	}
 	if v.Action == ActionEscalate {
 		log.InfoContext(ctx, "escalated: left to other approvers", slog.Int("rule", v.Rule))
 		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
 	}
-	dec, err := a.publish(ctx, span, req, v)
-	if err != nil {
+	dec, err := a.publish(ctx, span, req, v, known == statusPending)
+	var refused *RefusedError
+	switch {
+	case errors.As(err, &refused):
+		log.WarnContext(ctx, "decision refused by the orchestrator", slog.String("verdict", refused.Verdict),
+			slog.String("reason", refused.Reason), slog.Bool("approved", dec.Approved), slog.Int("rule", v.Rule))
+		a.tell(refused.Error())
+		if a.cfg.RefusedFunc != nil {
+			a.cfg.RefusedFunc(req, refused)
+		}
+		a.done(ctx, key, req, OutcomeRefused)
+		return nil
+	case errors.Is(err, ErrNoOutcome), errors.Is(err, ErrNoOrchestrator):
+		log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it")
+	case err != nil:
 		return err
 	}
 	o := OutcomeDenied
@@ -301,10 +349,47 @@ func (a *Approver) ask(ctx context.Context, log *slog.Logger, req bus.ApprovalRe
 	return v, false, nil
 }
 
-// publish signs (with a key) and publishes the decision of v. A failed
-// publish hands the request back: its redelivery publishes again under the
-// same Nats-Msg-Id.
-func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.ApprovalRequest, v Verdict) (bus.Decision, error) {
+// Whether a request is pending, as far as the orchestrator says.
+type pendingStatus int
+
+const (
+	statusUnknown pendingStatus = iota // no orchestrator answers
+	statusPending
+	statusSettled
+)
+
+// pending asks the orchestrator whether req is still pending. When none
+// answers, nothing can be known (the request is handled as before, and
+// the orchestrator refuses a decision it cannot apply when it comes); a
+// failed request hands req back to be delivered again.
+func (a *Approver) pending(ctx context.Context, log *slog.Logger, req bus.ApprovalRequest) (pendingStatus, error) {
+	st, err := Status(ctx, a.cfg.Bus, req)
+	switch {
+	case errors.Is(err, ErrNoOrchestrator):
+		log.DebugContext(ctx, "no orchestrator answers: whether the request is pending is not known")
+		return statusUnknown, nil
+	case err != nil:
+		log.WarnContext(ctx, "asking the orchestrator whether the request is pending; it comes back later", slog.Any("error", err))
+		return statusUnknown, err
+	case !st.Pending():
+		log.InfoContext(ctx, "request no longer pending, skipped", slog.String("state", st.State), slog.String("by", st.By))
+		return statusSettled, nil
+	}
+	return statusPending, nil
+}
+
+// tell tells the Asker's person, if it can be told.
+func (a *Approver) tell(msg string) {
+	if t, ok := a.cfg.Asker.(Teller); ok {
+		t.Tell(msg)
+	}
+}
+
+// publish signs (with a key) and publishes the decision of v; with wait,
+// it waits for the orchestrator's outcome (a *RefusedError when it did not
+// apply it). A failed publish hands the request back: its redelivery
+// publishes again under the same Nats-Msg-Id.
+func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.ApprovalRequest, v Verdict, wait bool) (bus.Decision, error) {
 	dec := bus.Decision{
 		RunID:      req.RunID,
 		ToolCallID: req.ToolCallID,
@@ -328,12 +413,22 @@ func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.Approva
 	// the orchestrator starts from it joins the same trace.
 	hdr := nats.Header{}
 	telemetry.Inject(ctx, hdr)
-	if _, err := a.cfg.Bus.PublishDecision(ctx, dec, hdr); err != nil {
+	if !wait {
+		if _, err := a.cfg.Bus.PublishDecision(ctx, dec, hdr); err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "publish decision")
+			return dec, fmt.Errorf("decide %s: %w", req.ToolCallID, err)
+		}
+		return dec, nil
+	}
+	err := decisionSender{bus: a.cfg.Bus, timeout: a.cfg.OutcomeTimeout}.send(ctx, dec, hdr)
+	var refused *RefusedError
+	if err != nil && !errors.As(err, &refused) && !errors.Is(err, ErrNoOutcome) && !errors.Is(err, ErrNoOrchestrator) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "publish decision")
 		return dec, fmt.Errorf("decide %s: %w", req.ToolCallID, err)
 	}
-	return dec, nil
+	return dec, err
 }
 
 func (a *Approver) deadLetter(span trace.Span, reason string, err error) {

@@ -1,6 +1,7 @@
 package approver
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -41,6 +42,9 @@ type CLI struct {
 	Terminal bool
 	// Clock is the clock. Defaults to time.Now.
 	Clock func() time.Time
+	// OutcomeTimeout bounds the wait for the orchestrator's outcome of a
+	// decision. Defaults to 30s.
+	OutcomeTimeout time.Duration
 }
 
 func (c *CLI) now() time.Time {
@@ -71,29 +75,45 @@ func (c *CLI) Pending(ctx context.Context) ([]Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	latest := latestAttempts(reqs)
-	isOpen, err := c.openFunc(ctx)
+	now := c.now()
+	var live []StoredRequest
+	for _, sr := range latestAttempts(reqs) {
+		if r := sr.Request; r.Deadline.IsZero() || now.Before(r.Deadline) {
+			live = append(live, sr)
+		}
+	}
+	isOpen, err := c.openFunc(ctx, live)
 	if err != nil {
 		return nil, err
 	}
-	now := c.now()
 	var out []Pending
-	for _, sr := range latest {
-		r := sr.Request
-		if !r.Deadline.IsZero() && !now.Before(r.Deadline) {
-			continue
-		}
-		if isOpen(r) {
-			out = append(out, Pending{Request: r, Stored: sr.Time})
+	for _, sr := range live {
+		if isOpen(sr.Request) {
+			out = append(out, Pending{Request: sr.Request, Stored: sr.Time})
 		}
 	}
 	return out, nil
 }
 
-// openFunc answers whether a request is still pending: the orchestrator's
-// word when there is one, else the events'.
-func (c *CLI) openFunc(ctx context.Context) (func(bus.ApprovalRequest) bool, error) {
+// openFunc answers whether a request is still pending: the word of the
+// orchestrators on NATS (which know of deleted conversations too), else
+// of the one at --orchestrator, else the events'.
+func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(bus.ApprovalRequest) bool, error) {
+	asked := make([]bus.ApprovalRequest, 0, len(reqs))
+	for _, sr := range reqs {
+		asked = append(asked, sr.Request)
+	}
+	stop := c.step("asking the orchestrator what is pending")
+	statuses, err := Statuses(ctx, c.Bus, asked)
+	stop()
+	switch {
+	case err == nil:
+		return func(r bus.ApprovalRequest) bool { return statuses[Ref(r)].Pending() }, nil
+	case !errors.Is(err, ErrNoOrchestrator):
+		return nil, err
+	}
 	if c.Orchestrator != nil {
+		c.note("no orchestrator answers on NATS: what is pending comes from --orchestrator")
 		stop := c.step("asking the orchestrator what is pending")
 		pending, err := c.Orchestrator.Pending(ctx)
 		stop()
@@ -108,7 +128,8 @@ func (c *CLI) openFunc(ctx context.Context) (func(bus.ApprovalRequest) bool, err
 		}
 		return func(r bus.ApprovalRequest) bool { return open[[2]string{r.RunID, r.ToolCallID}] }, nil
 	}
-	stop := c.step("reading conversation events")
+	c.note("no orchestrator answers on NATS: what is pending comes from the conversation events, which a deleted conversation takes with it")
+	stop = c.step("reading conversation events")
 	evs, err := ScanEvents(ctx, c.Bus, "")
 	stop()
 	if err != nil {
@@ -202,7 +223,17 @@ func (c *CLI) Find(ctx context.Context, id string) (bus.ApprovalRequest, error) 
 	return bus.ApprovalRequest{}, fmt.Errorf("%s: %w: give one of %s", id, ErrAmbiguous, strings.Join(runs, ", "))
 }
 
-// Decide publishes a decision on the open request id names.
+// note tells of a fallback on Progress.
+func (c *CLI) note(msg string) {
+	if c.Progress != nil {
+		fmt.Fprintln(c.Progress, msg)
+	}
+}
+
+// Decide publishes a decision on the open request id names and waits for
+// the orchestrator's outcome: a *RefusedError when it did not apply it,
+// ErrNoOutcome when it did not say in time (OutcomeTimeout). Without an
+// orchestrator answering on NATS the decision is only published.
 func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (bus.Decision, error) {
 	if err := bus.ValidateToken("approver id", c.ID); err != nil {
 		return bus.Decision{}, err
@@ -215,11 +246,21 @@ func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (bus.Decision, e
 	if err != nil {
 		return bus.Decision{}, err
 	}
-	stop := c.step("publishing the decision")
-	_, err = c.Bus.PublishDecision(ctx, d)
+	if _, err := Status(ctx, c.Bus, req); errors.Is(err, ErrNoOrchestrator) {
+		stop := c.step("publishing the decision")
+		_, err = c.Bus.PublishDecision(ctx, d)
+		stop()
+		if err != nil {
+			return bus.Decision{}, err
+		}
+		c.note("no orchestrator answers on NATS: the decision is published, not confirmed")
+		return d, nil
+	}
+	stop := c.step("publishing the decision and waiting for the orchestrator")
+	err = decisionSender{bus: c.Bus, timeout: cmp.Or(c.OutcomeTimeout, 30*time.Second)}.send(ctx, d)
 	stop()
 	if err != nil {
-		return bus.Decision{}, err
+		return d, err
 	}
 	return d, nil
 }

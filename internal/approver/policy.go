@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/rule"
@@ -72,10 +74,18 @@ type Verdict struct {
 // RuleError names the rule a load or evaluation problem belongs to.
 type RuleError struct {
 	Index int // 0-based position in rules:
-	Err   error
+	// Line and Column (1-based) are where the rule, or the key at fault
+	// (when, tool, action, …), is in the policy file; 0 when unknown.
+	Line, Column int
+	Err          error
 }
 
-func (e *RuleError) Error() string { return fmt.Sprintf("rule %d: %v", e.Index, e.Err) }
+func (e *RuleError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d, column %d: rule %d: %v", e.Line, e.Column, e.Index, e.Err)
+	}
+	return fmt.Sprintf("rule %d: %v", e.Index, e.Err)
+}
 func (e *RuleError) Unwrap() error { return e.Err }
 
 type policyFile struct {
@@ -106,59 +116,95 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	}
 	p := &Policy{rules: make([]compiledRule, 0, len(f.Rules))}
 	for i, r := range f.Rules {
-		cr, err := compileRule(r)
+		cr, key, err := compileRule(r)
 		if err != nil {
-			return nil, &RuleError{Index: i, Err: err}
+			re := &RuleError{Index: i, Err: err}
+			re.Line, re.Column = position(data, i, key)
+			return nil, re
 		}
 		p.rules = append(p.rules, cr)
 	}
 	return p, nil
 }
 
-func compileRule(r Rule) (compiledRule, error) {
+// position is the line and column of rule i of a policy file, or of its
+// key when the rule has it; 0, 0 when the file cannot say.
+func position(data []byte, i int, key string) (line, col int) {
+	file, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return 0, 0
+	}
+	for _, p := range []string{fmt.Sprintf("$.rules[%d].%s", i, key), fmt.Sprintf("$.rules[%d]", i)} {
+		if key == "" && strings.HasSuffix(p, ".") {
+			continue
+		}
+		yp, err := yaml.PathString(p)
+		if err != nil {
+			continue
+		}
+		n, err := yp.FilterFile(file)
+		if err != nil || n == nil {
+			continue
+		}
+		tok := n.GetToken()
+		// A mapping's own token is its first colon: its first key is
+		// where a reader looks.
+		if m, ok := n.(*ast.MappingNode); ok && len(m.Values) > 0 {
+			tok = m.Values[0].Key.GetToken()
+		}
+		if tok != nil {
+			return tok.Position.Line, tok.Position.Column
+		}
+	}
+	return 0, 0
+}
+
+// compileRule compiles r; an error comes with the key of r at fault ("" for
+// the rule as a whole).
+func compileRule(r Rule) (compiledRule, string, error) {
 	cr := compiledRule{Rule: r}
 	if r.Tool != "" {
 		if _, err := path.Match(r.Tool, ""); err != nil {
-			return cr, fmt.Errorf("tool %q: %w", r.Tool, err)
+			return cr, "tool", fmt.Errorf("tool %q: %w", r.Tool, err)
 		}
 	}
 	switch r.Action {
 	case ActionApprove:
 		if r.Message != "" {
-			return cr, errors.New("message is only allowed with action deny")
+			return cr, "message", errors.New("message is only allowed with action deny")
 		}
 		if r.OverrideArgs != nil {
 			b, err := json.Marshal(r.OverrideArgs)
 			if err != nil {
-				return cr, fmt.Errorf("override_args: %w", err)
+				return cr, "override_args", fmt.Errorf("override_args: %w", err)
 			}
 			cr.overrideJSON = b
 		}
 	case ActionDeny:
 		if r.OverrideArgs != nil {
-			return cr, errors.New("override_args is only allowed with action approve")
+			return cr, "override_args", errors.New("override_args is only allowed with action approve")
 		}
 		if cr.Message == "" {
 			cr.Message = PolicyDenyMessage
 		}
 	case ActionEscalate:
 		if r.OverrideArgs != nil || r.Message != "" {
-			return cr, errors.New("message and override_args are not allowed with action escalate")
+			return cr, "action", errors.New("message and override_args are not allowed with action escalate")
 		}
 	case "":
-		return cr, errors.New("action is required (approve, deny or escalate)")
+		return cr, "", errors.New("action is required (approve, deny or escalate)")
 	default:
-		return cr, fmt.Errorf("unknown action %q (want approve, deny or escalate)", r.Action)
+		return cr, "action", fmt.Errorf("unknown action %q (want approve, deny or escalate)", r.Action)
 	}
 	if strings.TrimSpace(r.When) == "" {
-		return cr, nil
+		return cr, "", nil
 	}
 	prog, err := rule.Compile(r.When)
 	if err != nil {
-		return cr, fmt.Errorf("when: %w", err)
+		return cr, "when", fmt.Errorf("when: %w", err)
 	}
 	cr.prog = prog
-	return cr, nil
+	return cr, "", nil
 }
 
 // Decide is Evaluate as a Decider: a request the policy cannot evaluate

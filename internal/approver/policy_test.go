@@ -313,3 +313,27 @@ func TestAdvancedExamplePolicy(t *testing.T) {
 		})
 	}
 }
+
+// A policy error says where in the file it is: the line and column of the
+// key at fault, or of the rule; YAML errors carry theirs.
+func TestPolicyErrorsCarryTheLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, yaml string
+		want       string
+	}{
+		{"bad when", "rules:\n  - action: approve\n  - tool: x\n    when: 'args.x =='\n    action: deny\n", "line 4, column 11: rule 1: when"},
+		{"unknown action", "rules:\n  - action: approve\n\n  - action: allow\n", "line 4, column 13: rule 1: unknown action"},
+		{"missing action", "rules:\n  - action: approve\n  - tool: x\n", "line 3, column 5: rule 1: action is required"},
+		{"misspelt key", "rules:\n  - action: approve\n    wehn: 'false'\n", "[3:5]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := approver.ParsePolicy([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -244,3 +244,11 @@ func indentJSON(raw json.RawMessage) string {
 	}
 	return "  " + buf.String()
 }
+
+// Tell writes what became of an answer given at the prompt (its decision
+// refused, its request settled meanwhile) for the person who gave it.
+func (p *Prompt) Tell(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.out, msg)
+}

@@ -192,3 +192,15 @@ func TestPromptContextCancel(t *testing.T) {
 		t.Errorf("Ask err = %v, want canceled", err)
 	}
 }
+
+// Tell writes what became of an answer on a line of its own.
+func TestPromptTell(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	p := approver.NewPrompt(strings.NewReader(""), &out)
+	defer p.Close()
+	p.Tell("the orchestrator refused the decision on r1/c1 (refused): not signed")
+	if want := "the orchestrator refused the decision on r1/c1 (refused): not signed\n"; out.String() != want {
+		t.Errorf("Tell wrote %q, want %q", out.String(), want)
+	}
+}

@@ -1,6 +1,10 @@
 package bus
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/toolgate/toolgate/wire"
+)
 
 // InboxPrefix is the prefix of the reply subjects (inboxes) of a role's
 // clients. A worker's or an approver's user may subscribe only under its
@@ -35,10 +39,12 @@ func RolePermissions(role string) (Permissions, error) {
 	switch role {
 	case RoleOrchestrator:
 		return Permissions{
-			Publish: []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>"},
+			// It answers approvers' status requests in their inboxes.
+			Publish: []string{"toolgate.>", "$JS.API.>", "$JS.ACK.>", "$KV.>", InboxPrefix(RoleApprover) + ".>"},
 			// Cancel notices stop its runs of cancelled conversations;
-			// nudges hand it conversations of its agents.
-			Subscribe: append(inbox, AllCancels, subjectNudge+".*"),
+			// nudges hand it conversations of its agents; approvers ask
+			// what is still pending.
+			Subscribe: append(inbox, AllCancels, subjectNudge+".*", wire.SubjectApprovalStatus),
 		}, nil
 	case RoleWorker:
 		return Permissions{
@@ -83,8 +89,11 @@ func RolePermissions(role string) (Permissions, error) {
 				// Account info, which clients such as nats.js probe
 				// before their first JetStream call.
 				"$JS.API.INFO",
+				// Asking the orchestrator what is still pending.
+				wire.SubjectApprovalStatus,
 			),
-			Subscribe: inbox,
+			// The outcomes of decisions.
+			Subscribe: append(inbox, wire.AllOutcomes),
 		}, nil
 	}
 	return Permissions{}, fmt.Errorf("unknown role %q", role)

@@ -527,6 +527,9 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		_ = o.runner.cancelSub.Unsubscribe()
 		return fmt.Errorf("start: %w", err)
 	}
+	if err := o.serveApprovalStatus(o.loopCtx); err != nil {
+		o.log.WarnContext(ctx, "approval status: approvers cannot ask what is pending", slog.String("error", err.Error()))
+	}
 	// Before the first reconcile: which conversations are this replica's
 	// depends on what the others run.
 	if err := o.link.advertise(ctx); err != nil {

@@ -123,6 +123,7 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 	}
 	obs.recorded(j)
 	rp.audit(ctx, convID, d, j)
+	rp.tellOutcome(d, j.in, j.v.String(), j.reason)
 	switch j.v {
 	case verdictApplied:
 		if err := d.Ack(); err != nil {
@@ -147,6 +148,7 @@ func (rp *replyPipeline) unknownRun(ctx context.Context, d *bus.Delivery[bus.Rep
 	obs.verdict = replyUnknownRun
 	rp.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
 	rp.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
+	rp.tellOutcome(d, in, replyUnknownRun, "unknown run "+in.runID)
 	return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
 }
 

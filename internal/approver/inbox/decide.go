@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
@@ -33,8 +34,8 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	if !e.req.Deadline.IsZero() && !d.DecidedAt.Before(e.req.Deadline) {
 		return bus.Decision{}, fmt.Errorf("decide %s: %w (expired)", key, ErrNotPending)
 	}
-	if _, err := in.cfg.Bus.PublishDecision(ctx, d); err != nil {
-		return bus.Decision{}, fmt.Errorf("decide %s: %w", key, err)
+	if err := in.send(ctx, key, d); err != nil {
+		return bus.Decision{}, err
 	}
 	in.decided.add(d)
 	outcome := "denied"
@@ -50,6 +51,58 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 		slog.String("outcome", outcome), slog.Bool("override_args", len(d.OverrideArgs) != 0),
 		slog.Bool("signed", d.Signature != nil))
 	return d, nil
+}
+
+// OutcomeTimeout bounds the wait for the orchestrator's outcome of a
+// decision made here.
+const OutcomeTimeout = 10 * time.Second
+
+// send publishes d, after asking whether its request is still pending,
+// and waits for the orchestrator's outcome when one answers. A request
+// settled meanwhile is ErrNotPending and leaves the inbox; a decision the
+// orchestrator refuses is a *approver.RefusedError (the request leaves the
+// inbox unless the call still waits, e.g. for a signature it trusts).
+func (in *Inbox) send(ctx context.Context, key string, d bus.Decision) error {
+	req := bus.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
+	st, err := approver.Status(ctx, in.cfg.Bus, req)
+	switch {
+	case errors.Is(err, approver.ErrNoOrchestrator):
+		if _, err := in.cfg.Bus.PublishDecision(ctx, d); err != nil {
+			return fmt.Errorf("decide %s: %w", key, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("decide %s: %w", key, err)
+	case !st.Pending():
+		in.release(key, "settled:"+st.State)
+		return fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, st.State)
+	}
+	err = approver.SendDecision(ctx, in.cfg.Bus, d, OutcomeTimeout)
+	var refused *approver.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		in.log.WarnContext(ctx, "decision refused by the orchestrator", slog.String("run_id", d.RunID),
+			slog.String("tool_call_id", d.ToolCallID), slog.String("verdict", refused.Verdict), slog.String("reason", refused.Reason))
+		in.cfg.Metrics.Handled(in.cfg.ID, "refused")
+		if refused.Settled() {
+			in.release(key, "refused: "+refused.Reason)
+		}
+		return err
+	case errors.Is(err, approver.ErrNoOutcome):
+		in.log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it",
+			slog.String("run_id", d.RunID), slog.String("tool_call_id", d.ToolCallID))
+		return nil
+	case err != nil:
+		return fmt.Errorf("decide %s: %w", key, err)
+	}
+	return nil
+}
+
+// release acks and removes a held request for reason.
+func (in *Inbox) release(key, reason string) {
+	if e, ok := in.store.remove(key, reason); ok {
+		_ = e.msg.Ack()
+	}
 }
 
 // Pending lists the held requests, oldest first.

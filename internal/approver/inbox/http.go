@@ -314,7 +314,11 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := in.Decide(r.Context(), req.RunID, req.ToolCallID, c)
 	var ae *approver.ArgsError
+	var refused *approver.RefusedError
 	switch {
+	case errors.As(err, &refused):
+		web.WriteError(w, http.StatusConflict, refused.Error())
+		return
 	case errors.As(err, &ae):
 		web.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "args refused", "problems": ae.Problems})
 		return

@@ -168,7 +168,16 @@ func (in *Inbox) Run(ctx context.Context) error {
 		return fmt.Errorf("inbox: %w", err)
 	}
 	wg.Go(func() { in.followEvents(ctx, lastSeq, caughtUp) })
+	// An orchestrator that answers status requests is asked about each
+	// request before it is shown, so the replay need not be waited for
+	// (a deleted conversation's events are gone: the replay may never
+	// reach the last sequence it had).
+	served := make(chan struct{})
+	if approver.StatusServed(ctx, in.cfg.Bus) == nil {
+		close(served)
+	}
 	select {
+	case <-served:
 	case <-caughtUp:
 	case <-time.After(in.cfg.CatchUpTimeout):
 		in.log.WarnContext(ctx, "event replay is slow; taking requests before it caught up",
@@ -188,6 +197,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 	in.log.InfoContext(ctx, "inbox taking requests", slog.String("durable", in.cfg.Durable),
 		slog.String("filter", in.cfg.Filter), slog.Bool("signing", in.cfg.Key != nil))
 	wg.Go(func() { in.tend(ctx) })
+	wg.Go(func() { in.pollStatus(ctx) })
 	if in.cfg.Orchestrator != nil {
 		wg.Go(func() { in.pollOrchestrator(ctx) })
 	}
@@ -260,7 +270,7 @@ func (in *Inbox) consume(ctx context.Context) (*bus.Subscription, error) {
 // take holds one delivered request, or lets it be acked when there is
 // nothing to show. One that does not decode or is invalid the bus
 // dead-letters before it gets here.
-func (in *Inbox) take(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+func (in *Inbox) take(ctx context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
 	r := d.Msg
 	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
 	now := in.cfg.Clock()
@@ -273,6 +283,16 @@ func (in *Inbox) take(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) e
 	}
 	if _, ok := in.settled.Settled(r); ok {
 		return nil
+	}
+	// Only a pending request is shown: the orchestrator is asked, when one
+	// answers (the events do not tell of a deleted conversation).
+	st, err := approver.Status(ctx, in.cfg.Bus, r)
+	switch {
+	case err == nil && !st.Pending():
+		log.Debug("request no longer pending, not shown", slog.String("state", st.State))
+		return nil
+	case err != nil && !errors.Is(err, approver.ErrNoOrchestrator):
+		return err
 	}
 	if err := d.Hold(); err != nil {
 		return err
@@ -345,6 +365,50 @@ func (in *Inbox) syncOrchestrator(ctx context.Context) {
 	}
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
 		return "settled:orchestrator", e.gen <= started && !open[e.key()]
+	}) {
+		_ = e.msg.Ack()
+	}
+}
+
+// pollStatus drops the held requests the orchestrator says are no longer
+// pending, every PollInterval. Like syncOrchestrator, it judges only
+// requests held before it asked.
+func (in *Inbox) pollStatus(ctx context.Context) {
+	t := time.NewTicker(in.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		in.syncStatus(ctx)
+	}
+}
+
+func (in *Inbox) syncStatus(ctx context.Context) {
+	started := in.store.generation()
+	items, _ := in.store.snapshot()
+	if len(items) == 0 {
+		return
+	}
+	reqs := make([]bus.ApprovalRequest, 0, len(items))
+	for _, it := range items {
+		reqs = append(reqs, bus.ApprovalRequest{RunID: it.RunID, ToolCallID: it.ToolCallID})
+	}
+	statuses, err := approver.Statuses(ctx, in.cfg.Bus, reqs)
+	switch {
+	case errors.Is(err, approver.ErrNoOrchestrator):
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			in.log.Warn("ask the orchestrator what is pending", slog.Any("error", err))
+		}
+		return
+	}
+	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
+		st, ok := statuses[approver.Ref(e.req)]
+		return "settled:" + st.State, ok && e.gen <= started && !st.Pending()
 	}) {
 		_ = e.msg.Ack()
 	}
