@@ -31,9 +31,11 @@ func (l *errorLog) contains(s string) bool {
 	return bytes.Contains(l.buf.Bytes(), []byte(s))
 }
 
-// A bot whose durable is edited under it (its filter set to match
-// nothing, which silenced it without a word) says so with an error, counts
-// it, puts its filter back, and decides the requests published after.
+// A bot whose durable is edited under it (its filter set to another
+// tool's, which silenced it without a word and made it skip the requests
+// published meanwhile for good) says so with an error, counts it, puts its
+// filter back, and decides the requests it skipped and those published
+// after.
 func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
@@ -47,7 +49,9 @@ func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := runApprover(t, approver.Config{Bus: b, ID: "policybot", Policy: pol,
-		Consume: bus.ConsumeConfig{CheckEvery: 20 * time.Millisecond}})
+		// Checks far enough apart that the requests below reach the
+		// edited consumer before a check puts it back.
+		Consume: bus.ConsumeConfig{CheckEvery: 300 * time.Millisecond}})
 	publish(t, other, approvalRequest(t, "run-1", "c1", "pay", `{}`))
 	if h := next(t, events); h.req.ToolCallID != "c1" || h.outcome != approver.OutcomeApproved {
 		t.Fatalf("handled %+v", h)
@@ -59,9 +63,14 @@ func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	edited := cons.CachedInfo().Config
-	edited.FilterSubject = "toolgate.approval.nothing"
+	edited.FilterSubject = "toolgate.approval.other"
 	if _, err := other.JetStream().UpdateConsumer(ctx, bus.StreamApprovals, edited); err != nil {
 		t.Fatal(err)
+	}
+	// "skipped" is passed over when the edited consumer delivers "bait".
+	publish(t, other, approvalRequest(t, "run-1", "skipped", "pay", `{}`), approvalRequest(t, "run-1", "bait", "other", `{}`))
+	if h := next(t, events); h.req.ToolCallID != "bait" {
+		t.Fatalf("handled %+v, want bait through the edited filter", h)
 	}
 	bustest.WaitFor(t, "an error record of the edited consumer", func() bool {
 		return logs.contains("level=ERROR") && logs.contains("consumer configuration was changed by another client")
@@ -74,7 +83,14 @@ func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 		return err == nil && c.CachedInfo().Config.FilterSubject == bus.AllApprovals
 	})
 	publish(t, other, approvalRequest(t, "run-2", "c2", "pay", `{}`))
-	if h := next(t, events); h.req.ToolCallID != "c2" || h.outcome != approver.OutcomeApproved {
-		t.Errorf("handled %+v after the restore, want c2 approved", h)
+	decided := map[string]approver.Outcome{}
+	for decided["skipped"] == "" || decided["c2"] == "" {
+		h := next(t, events)
+		if h.outcome != approver.OutcomeDuplicate {
+			decided[h.req.ToolCallID] = h.outcome
+		}
+	}
+	if decided["skipped"] != approver.OutcomeApproved || decided["c2"] != approver.OutcomeApproved {
+		t.Errorf("decided %v, want the skipped request and c2 approved", decided)
 	}
 }

@@ -547,7 +547,7 @@ func consume[T any](ctx context.Context, b *Bus, stream string, cc jetstream.Con
 			}
 		}
 	}()
-	go s.watchConfig(ctx, b, stream, cc, cfg, logger, told)
+	go s.watchConfig(ctx, b, stream, cc, cfg, logger, told, cons.CachedInfo().Delivered.Stream, onMsg)
 	return s, nil
 }
 

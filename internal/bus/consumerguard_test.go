@@ -190,7 +190,8 @@ func (l *driftLog) has(s string) bool {
 
 // A durable whose configuration another client changes while it is
 // consumed (an operator, or a user with the rights) is told loudly and put
-// back by its owner.
+// back by its owner, and what it skipped while its filter was changed is
+// handed to its handler after all.
 func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true})
@@ -199,12 +200,32 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 	bustest.Setup(t, b)
 	other := bustest.Connect(t, srv, "other")
 	drifts := make(chan bus.ConsumerDrift, 4)
-	sub, err := b.ConsumeApprovals(ctxT(t), "bot", "", bus.ConsumeConfig{CheckEvery: 20 * time.Millisecond, OnDrift: func(d bus.ConsumerDrift) { drifts <- d }},
-		bus.HandlerFunc[bus.ApprovalRequest](func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
+	got := make(chan string, 16)
+	// Checks far enough apart that the request published right after the
+	// edit is skipped by the edited consumer before the check puts it back.
+	cfg := bus.ConsumeConfig{CheckEvery: 300 * time.Millisecond, OnDrift: func(d bus.ConsumerDrift) { drifts <- d }}
+	sub, err := b.ConsumeApprovals(ctxT(t), "bot", "", cfg,
+		bus.HandlerFunc[bus.ApprovalRequest](func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+			got <- d.Msg.ToolCallID
+			return nil
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop(t, sub)
+	request := func(call string) bus.ApprovalRequest {
+		args := json.RawMessage(`{}`)
+		digest, _ := bus.DigestArgs(args)
+		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "pay",
+			Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour)}
+	}
+	if _, err := other.PublishApproval(ctxT(t), request("before")); err != nil {
+		t.Fatal(err)
+	}
+	if id := bustest.Recv(t, got, "the first request"); id != "before" {
+		t.Fatalf("got %s, want before", id)
+	}
+
 	cons, err := other.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot")
 	if err != nil {
 		t.Fatal(err)
@@ -214,8 +235,22 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 	if _, err := other.JetStream().UpdateConsumer(ctxT(t), bus.StreamApprovals, edited); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := other.PublishApproval(ctxT(t), request("during")); err != nil {
+		t.Fatal(err)
+	}
+	// A request the edited filter takes: the server moves the consumer's
+	// place past "during" to deliver it, so "during" is skipped for good
+	// unless the subscription reads it again.
+	bait := request("bait")
+	bait.ToolName = "nothing"
+	if _, err := other.PublishApproval(ctxT(t), bait); err != nil {
+		t.Fatal(err)
+	}
+	if id := bustest.Recv(t, got, "the request the edited filter takes"); id != "bait" {
+		t.Fatalf("got %s, want bait", id)
+	}
 	d := bustest.Recv(t, drifts, "the drift told")
-	if !d.Restored || d.Consumer != "bot" || !strings.Contains(d.String(), "toolgate.approval.nothing") {
+	if !d.Restored || d.Consumer != "bot" || !strings.Contains(d.String(), "toolgate.approval.nothing") || d.ReplayErr != nil {
 		t.Errorf("drift = %+v, want bot's filter change, put back", d)
 	}
 	bustest.WaitFor(t, "an error record of the change", func() bool { return logs.has("changed by another client") })
@@ -226,6 +261,12 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 		c, err := other.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot")
 		return err == nil && c.CachedInfo().Config.FilterSubject == bus.AllApprovals
 	})
+	for {
+		if id := bustest.Recv(t, got, "the request published while the filter was changed"); id == "during" {
+			break
+		}
+	}
+	t.Logf("replayed %d", d.Replayed)
 }
 
 func slogText(w *driftLog) *slog.Logger {

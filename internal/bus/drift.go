@@ -28,6 +28,12 @@ type ConsumerDrift struct {
 	Changes []string
 	// Restored is set when the subscription put its configuration back.
 	Restored bool
+	// Replayed counts the messages from the consumer's last check as
+	// expected up to its place when put back, read again and handed to the
+	// handlers after a changed filter was put back (what it skipped
+	// meanwhile among them); ReplayErr is why that read ended early.
+	Replayed  int
+	ReplayErr error
 	// Err is why it could not be put back (a permission error for a user
 	// that may not update the consumer).
 	Err error
@@ -207,7 +213,14 @@ func (b *Bus) writeConsumer(ctx context.Context, stream string, cfg jetstream.Co
 // not put back (the user may not): no update is tried then, nor after a
 // refused one, so that the server does not log a permission violation at
 // every check.
-func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, want jetstream.ConsumerConfig, cfg ConsumeConfig, logger *slog.Logger, told string) {
+//
+// A filter put back leaves behind what the consumer skipped while it was
+// changed (the server moved its place past them): those messages, from
+// the last check that found it as expected, are handed to replay (the
+// subscription's own message callback), read through a consumer of their
+// own; the handlers take the ones they had seen as repeats. Not on the
+// work-queue stream TOOLGATE_CALLS, which allows no second consumer.
+func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, want jetstream.ConsumerConfig, cfg ConsumeConfig, logger *slog.Logger, told string, lastGood uint64, replay func(jetstream.Msg)) {
 	if cfg.CheckEvery < 0 {
 		return
 	}
@@ -223,6 +236,7 @@ func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, w
 		}
 		changes := configDrift(want, cons.CachedInfo().Config)
 		if len(changes) == 0 {
+			lastGood = cons.CachedInfo().Delivered.Stream
 			if told != "" {
 				logger.Info("consumer configuration is as expected again")
 				told = ""
@@ -230,18 +244,25 @@ func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, w
 			return true
 		}
 		d := ConsumerDrift{Stream: stream, Consumer: want.Durable, Changes: changes, Err: ErrPermissionDenied}
+		var upto uint64 // the place of the consumer put back
 		if mayUpdate {
-			if _, d.Err = b.writeConsumer(ictx, stream, want, false); d.Err == nil {
+			var upd jetstream.Consumer
+			if upd, d.Err = b.writeConsumer(ictx, stream, want, false); d.Err == nil {
 				d.Restored = true
+				upto = upd.CachedInfo().Delivered.Stream
 			} else if errors.Is(d.Err, ErrPermissionDenied) {
 				mayUpdate = false
 			}
 		}
+		if d.Restored && filterDrift(changes) && stream != StreamCalls && replay != nil && upto > lastGood {
+			d.Replayed, d.ReplayErr = s.replaySkipped(ctx, b, stream, want, lastGood, upto, replay)
+			lastGood = upto
+		}
 		if d.Restored || d.String() != told {
 			b.drifts.Add(1)
 			if d.Restored {
-				logger.Error("consumer configuration was changed by another client; put it back (what it skipped meanwhile is not delivered again)",
-					slog.String("changes", d.String()))
+				logger.Error("consumer configuration was changed by another client; put it back",
+					slog.String("changes", d.String()), slog.Int("replayed", d.Replayed), slog.Any("replay_error", d.ReplayErr))
 			} else {
 				logger.Error("consumer configuration was changed by another client and this user may not put it back",
 					slog.String("changes", d.String()), slog.Any("error", d.Err))
@@ -257,4 +278,26 @@ func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, w
 		}
 		return true
 	})
+}
+
+// replaySkipped hands replay the messages of stream under want's filter
+// after sequence from up to upto, read through a consumer of their own
+// (which expires by itself: approvers may not delete consumers there).
+func (s *Subscription) replaySkipped(ctx context.Context, b *Bus, stream string, want jetstream.ConsumerConfig, from, upto uint64, replay func(jetstream.Msg)) (int, error) {
+	cfg := jetstream.ConsumerConfig{
+		FilterSubject:  want.FilterSubject,
+		FilterSubjects: want.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    from + 1,
+	}
+	n := 0
+	err := b.readOnce(ctx, stream, true, cfg, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
+		if meta.Sequence.Stream > upto {
+			return false
+		}
+		replay(m)
+		n++
+		return meta.Sequence.Stream < upto
+	})
+	return n, err
 }
