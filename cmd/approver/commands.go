@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,12 +29,27 @@ type common struct {
 
 func commonFlags(fs *cli.FlagSet) *common {
 	c := &common{nats: cli.RegisterNATS(fs.FlagSet)}
-	fs.StringVar(&c.id, "id", cli.DefaultID("approver", ""), "approver id: its durable consumer and the approver_id of its decisions")
+	fs.StringVar(&c.id, "id", cli.DefaultID("approver", ""), "approver id: its durable consumer and the approver_id of its decisions (default with --user: the user's name)")
 	fs.StringVar(&c.keyFile, "key", "", "private key file to sign decisions with (see keygen); without it decisions are unsigned")
 	fs.StringVar(&c.tool, "tool", "", "only see requests for this tool (default: all tools)")
 	fs.StringVar(&c.orchURL, "orchestrator", os.Getenv("TOOLGATE_ORCHESTRATOR_URL"), "orchestrator API URL, for transcripts, and what is pending when no orchestrator answers on NATS")
 	fs.StringVar(&c.orchTokenFile, "orchestrator-token-file", "", "file holding the orchestrator API's bearer token")
 	return c
+}
+
+// idFromUser makes the NATS user the id when --id was not given: the
+// users file lets an approver user own the durables of its own name
+// (bus.ApproverDeny), so a bot of another id would have a durable any
+// approver user may edit.
+func (c *common) idFromUser(fs *cli.FlagSet) {
+	if c.nats.User == "" {
+		return
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "id" })
+	if !given {
+		c.id = c.nats.User
+	}
 }
 
 func (c *common) loadKey() (ed25519.PrivateKey, error) {
@@ -76,6 +92,7 @@ func oneShot(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	cf.idFromUser(fs)
 	want := 1
 	if cmd == "list" {
 		want = 0

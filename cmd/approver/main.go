@@ -63,6 +63,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.idFromUser(fs)
 	return o, o.check(pos)
 }
 

@@ -125,6 +125,30 @@ func TestDefaultID(t *testing.T) {
 	}
 }
 
+// A bot run as a NATS user is that user's approver unless --id says
+// otherwise: the users file protects the durables of the user's name.
+func TestIDDefaultsToTheUser(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"user", []string{"--user", "policybot", "--password", "x", "--policy", "p.yaml"}, "policybot"},
+		{"id given", []string{"--user", "policybot", "--password", "x", "--id", "other", "--policy", "p.yaml"}, "other"},
+		{"no user", []string{"--policy", "p.yaml"}, cli.DefaultID("approver", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.id != tc.want {
+				t.Errorf("id = %q, want %q", o.id, tc.want)
+			}
+		})
+	}
+}
+
 // syncWriter collects the approver's log while it runs.
 type syncWriter struct {
 	mu  sync.Mutex
