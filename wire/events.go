@@ -26,7 +26,12 @@ const (
 	EventRunFailed    = "run_failed"    // Data: RunFailed
 	EventReplyApplied = "reply_applied" // Data: ReplyApplied; ToolCallID is set
 	EventReplyRefused = "reply_refused" // Data: ReplyRefused; ToolCallID is set
-	EventCallsExpired = "calls_expired" // Data: CallsExpired
+	// EventCallDispatched follows the reply_applied of a decision that
+	// approved a call of a workers' tool: the call went to the workers
+	// under the same run and tool call id, and the run waits for its
+	// result (kind call, with the call's deadline).
+	EventCallDispatched = "call_dispatched" // Data: PendingCall; ToolCallID is set
+	EventCallsExpired   = "calls_expired"   // Data: CallsExpired
 	// EventConversationCancelled: the conversation was cancelled; RunID is
 	// the run whose calls were pending, or the run under way.
 	EventConversationCancelled = "conversation_cancelled" // Data: ConversationCancelled

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // decide publishes a decision on call of c's batch under message id msgID.
@@ -90,6 +91,20 @@ func TestApprovedCallDispatchedOnce(t *testing.T) {
 	pc := pendingCall(t, c, "update_file_dotenv")
 	if pc.Reply != nil || pc.Approval.By != "bot" || pc.Published {
 		t.Errorf("dispatched call %+v, want pending, unmarked, approved by bot", pc)
+	}
+	// Whoever watches the events learns the call went to the workers.
+	evs := collectEvents(t, b, c.ID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventCallDispatched })
+	})
+	for _, ev := range evs {
+		if ev.Type != orchestrator.EventCallDispatched {
+			continue
+		}
+		var sent wire.PendingCall
+		if err := json.Unmarshal(ev.Data, &sent); err != nil || ev.ToolCallID != "update_file_dotenv" || sent.Kind != "call" ||
+			sent.RunID != c.Batch.RunID || !sent.Deadline.Equal(pc.Deadline) {
+			t.Errorf("call_dispatched %s %s: %+v %v; want the call of run %s, kind call, deadline %v", ev.ToolCallID, ev.Data, sent, err, c.Batch.RunID, pc.Deadline)
+		}
 	}
 
 	writes := o.Stats().StateWrites.Load()

@@ -17,13 +17,14 @@ import (
 // Event types the orchestrator adds to the agent's own (agent.EventKind);
 // package wire defines them with their payloads.
 const (
-	EventRunStarted   = wire.EventRunStarted
-	EventRunPaused    = wire.EventRunPaused
-	EventRunCompleted = wire.EventRunCompleted
-	EventRunFailed    = wire.EventRunFailed
-	EventReplyApplied = wire.EventReplyApplied
-	EventReplyRefused = wire.EventReplyRefused
-	EventCallsExpired = wire.EventCallsExpired
+	EventRunStarted     = wire.EventRunStarted
+	EventRunPaused      = wire.EventRunPaused
+	EventRunCompleted   = wire.EventRunCompleted
+	EventRunFailed      = wire.EventRunFailed
+	EventReplyApplied   = wire.EventReplyApplied
+	EventCallDispatched = wire.EventCallDispatched
+	EventReplyRefused   = wire.EventReplyRefused
+	EventCallsExpired   = wire.EventCallsExpired
 
 	EventConversationCancelled = wire.EventConversationCancelled
 	EventAgentUnavailable      = wire.EventAgentUnavailable

@@ -13,16 +13,21 @@ func (c *Conversation) PendingCalls() []wire.PendingCall {
 		if pc.Reply != nil {
 			continue
 		}
-		out = append(out, wire.PendingCall{
-			ConversationID: c.ID,
-			RunID:          c.Batch.RunID,
-			ToolCallID:     pc.ToolCallID,
-			ToolName:       pc.ToolName,
-			Kind:           string(pc.Kind),
-			Args:           pc.Args,
-			Metadata:       pc.Metadata,
-			Deadline:       pc.Deadline.UTC(),
-		})
+		out = append(out, c.pendingCall(pc))
 	}
 	return out
+}
+
+// pendingCall is pc, a call of c's batch, as events and approvers see it.
+func (c *Conversation) pendingCall(pc *PendingCall) wire.PendingCall {
+	return wire.PendingCall{
+		ConversationID: c.ID,
+		RunID:          c.Batch.RunID,
+		ToolCallID:     pc.ToolCallID,
+		ToolName:       pc.ToolName,
+		Kind:           string(pc.Kind),
+		Args:           pc.Args,
+		Metadata:       pc.Metadata,
+		Deadline:       pc.Deadline.UTC(),
+	}
 }

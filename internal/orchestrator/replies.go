@@ -199,6 +199,9 @@ func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *repl
 			}
 		}
 		rp.events.publish(ctx, convID, in.runID, EventReplyApplied, in.callID, data)
+		if j.dispatched != nil {
+			rp.events.publish(ctx, convID, in.runID, EventCallDispatched, in.callID, *j.dispatched)
+		}
 	case verdictRefused, verdictLate:
 		rp.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/argschema"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // replyJob is one reply waiting to be recorded, and then what became of it.
@@ -34,9 +35,9 @@ type replyJob struct {
 	publishedAt time.Time
 	at          time.Time
 	expired     bool
-	// dispatched is set when the reply approved a call that then went to
-	// its tool's workers (Conversation.Dispatch).
-	dispatched bool
+	// dispatched is the call, set when the reply approved a call that
+	// then went to its tool's workers (Conversation.Dispatch).
+	dispatched *wire.PendingCall
 }
 
 // replyGroups gathers the replies being handled per conversation. The
@@ -231,12 +232,15 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 		}
 		settled := pc != nil && pc.Reply != nil
 		j.v, j.reason = c.Apply(j.in, now)
-		j.tool, j.publishedAt, j.at, j.expired, j.dispatched = "", time.Time{}, now, false, false
+		j.tool, j.publishedAt, j.at, j.expired, j.dispatched = "", time.Time{}, now, false, nil
 		if pc != nil {
 			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
 			j.expired = j.v == verdictLate && !settled
 			if j.v == verdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(c, pc) {
-				j.dispatched = c.Dispatch(pc.ToolCallID, now)
+				if c.Dispatch(pc.ToolCallID, now) {
+					sent := c.pendingCall(pc)
+					j.dispatched = &sent
+				}
 			}
 		}
 	}
@@ -348,7 +352,7 @@ func (rp *replyPipeline) dispatchable(c *Conversation, pc *PendingCall) bool {
 func (rp *replyPipeline) dispatch(ctx context.Context, conv *Conversation, jobs []*replyJob) {
 	var ids []string
 	for _, j := range jobs {
-		if j.dispatched {
+		if j.dispatched != nil {
 			ids = append(ids, j.in.callID)
 		}
 	}

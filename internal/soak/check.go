@@ -219,6 +219,15 @@ func (s *system) scanEvents(ctx context.Context, id string, issued map[deferredK
 			for _, p := range pending {
 				issued[deferredKey{p.RunID, p.ToolCallID, p.Kind}] = true
 			}
+		case orchestrator.EventCallDispatched:
+			// An approved call gone to its workers: a call of its run,
+			// issued when its decision was applied.
+			var p wire.PendingCall
+			if err := json.Unmarshal(ev.Data, &p); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: call_dispatched event: %v", id, err))
+				continue
+			}
+			issued[deferredKey{p.RunID, p.ToolCallID, p.Kind}] = true
 		case orchestrator.EventReplyApplied:
 			var d struct {
 				Kind string `json:"kind"`
