@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -32,6 +33,13 @@ var goTypes = map[string]reflect.Type{
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
 	"conversation":     reflect.TypeFor[api.ConversationView](),
+	"run":              reflect.TypeFor[orchestrator.RunInfo](),
+	"pending":          reflect.TypeFor[pendingAnswer](),
+}
+
+// pendingAnswer is what GET /v1/pending writes (a map in package api).
+type pendingAnswer struct {
+	Pending []api.PendingView `json:"pending"`
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {
@@ -179,6 +187,10 @@ func TestGoValuesValidate(t *testing.T) {
 		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
 		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"t","tool_call_id":"call_1","value":1}}`), Time: local}},
 		{"event of an unknown type", "event", bus.Event{ConversationID: "c1", Type: "something_new", Data: raw(`[1,"two"]`), Time: now}},
+		{"run", "run", orchestrator.RunInfo{RunID: "r1_c1", ConversationID: "c1", Status: orchestrator.StatusPaused}},
+		{"run queued", "run", orchestrator.RunInfo{RunID: "r2_c1", ConversationID: "c1", Status: orchestrator.StatusQueued}},
+		{"pending none", "pending", pendingAnswer{Pending: []api.PendingView{}}},
+		{"pending", "pending", pendingAnswer{Pending: []api.PendingView{{ConversationID: "c1", RunID: "r1_c1", ToolCallID: "d1", ToolName: "delete_file", Kind: "approval", Args: raw(`{"path":"a"}`), Deadline: now}}}},
 		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},
 		{"tool advert go", "tool_advert", bus.ToolAdvert{Name: "get_weather", Description: "Weather", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "go", WorkerID: "w1", At: now}},
 		{"tool advert mcp", "tool_advert", bus.ToolAdvert{Name: "ev_echo", Description: "Echoes", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "mcp", MCPServer: "ev", MCPTool: "echo", Annotations: raw(`{"readOnlyHint":true}`), WorkerID: "w1", At: local}},
