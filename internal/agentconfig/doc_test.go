@@ -48,25 +48,28 @@ func checkFieldsDocumented(t *testing.T, doc, prefix string, typ reflect.Type) {
 	}
 }
 
-// Every agent file shown in docs/agent-file.md is one the orchestrator
-// takes; its script paths are read from examples/.
+// Every agent file shown in docs/agent-file.md and in the README's first
+// agent is one the orchestrator takes; script paths are read from
+// examples/.
 func TestAgentFileDocExamplesParse(t *testing.T) {
-	b, err := os.ReadFile(agentFileDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(b), -1)
-	n := 0
-	for _, m := range blocks {
-		if !strings.Contains(m[1], "model:") {
-			continue
+	for page, want := range map[string]int{agentFileDoc: 2, "../../README.md": 1} {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
 		}
-		n++
-		if _, err := agentconfig.Parse([]byte(m[1]), os.DirFS("../../examples")); err != nil {
-			t.Errorf("agent file in the doc does not load: %v\n%s", err, m[1])
+		blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(b), -1)
+		n := 0
+		for _, m := range blocks {
+			if !strings.Contains(m[1], "model:") {
+				continue
+			}
+			n++
+			if _, err := agentconfig.Parse([]byte(m[1]), os.DirFS("../../examples")); err != nil {
+				t.Errorf("agent file in %s does not load: %v\n%s", page, err, m[1])
+			}
 		}
-	}
-	if n < 2 {
-		t.Errorf("%s shows %d agent files, want at least 2", agentFileDoc, n)
+		if n < want {
+			t.Errorf("%s shows %d agent files, want at least %d", page, n, want)
+		}
 	}
 }
