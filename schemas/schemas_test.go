@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -32,10 +33,17 @@ var goTypes = map[string]reflect.Type{
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
 	"conversation":     reflect.TypeFor[api.ConversationView](),
+	"run":              reflect.TypeFor[orchestrator.RunInfo](),
+	"pending":          reflect.TypeFor[pendingAnswer](),
 	// The approvers' questions to the orchestrator and its answers.
 	"approval_status_request": reflect.TypeFor[wire.ApprovalStatusRequest](),
 	"approval_status_reply":   reflect.TypeFor[wire.ApprovalStatusReply](),
 	"decision_outcome":        reflect.TypeFor[wire.DecisionOutcome](),
+}
+
+// pendingAnswer is what GET /v1/pending writes (a map in package api).
+type pendingAnswer struct {
+	Pending []api.PendingView `json:"pending"`
 }
 
 func TestNamesMatchGoTypes(t *testing.T) {
@@ -181,7 +189,12 @@ func TestGoValuesValidate(t *testing.T) {
 		{"decision denied", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), Approved: false, Message: "no", ApproverID: "bot", DecidedAt: now})},
 		{"decision unsigned", "decision", bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), ApproverID: "bot", DecidedAt: now}},
 		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
-		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"value":1}`), Time: local}},
+		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"t","tool_call_id":"call_1","value":1}}`), Time: local}},
+		{"event of an unknown type", "event", bus.Event{ConversationID: "c1", Type: "something_new", Data: raw(`[1,"two"]`), Time: now}},
+		{"run", "run", orchestrator.RunInfo{RunID: "r1_c1", ConversationID: "c1", Status: orchestrator.StatusPaused}},
+		{"run queued", "run", orchestrator.RunInfo{RunID: "r2_c1", ConversationID: "c1", Status: orchestrator.StatusQueued}},
+		{"pending none", "pending", pendingAnswer{Pending: []api.PendingView{}}},
+		{"pending", "pending", pendingAnswer{Pending: []api.PendingView{{ConversationID: "c1", RunID: "r1_c1", ToolCallID: "d1", ToolName: "delete_file", Kind: "approval", Args: raw(`{"path":"a"}`), Deadline: now}}}},
 		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},
 		{"tool advert go", "tool_advert", bus.ToolAdvert{Name: "get_weather", Description: "Weather", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "go", WorkerID: "w1", At: now}},
 		{"tool advert mcp", "tool_advert", bus.ToolAdvert{Name: "ev_echo", Description: "Echoes", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "mcp", MCPServer: "ev", MCPTool: "echo", Annotations: raw(`{"readOnlyHint":true}`), WorkerID: "w1", At: local}},
@@ -398,5 +411,81 @@ func TestCompileByID(t *testing.T) {
 	}
 	if err := schemas.Validate("event", []byte(`{"conversation_id":"c","type":"x","time":"2026-03-01T12:00:00Z"} {}`)); err == nil {
 		t.Error("trailing data: no error")
+	}
+}
+
+// eventData maps each $defs entry of event.schema.json that is an
+// orchestrator event's data to the Go type the orchestrator marshals.
+var eventData = map[string]reflect.Type{
+	"run_started":            reflect.TypeFor[wire.RunStarted](),
+	"pending_call":           reflect.TypeFor[wire.PendingCall](),
+	"run_completed":          reflect.TypeFor[wire.RunCompleted](),
+	"run_failed":             reflect.TypeFor[wire.RunFailed](),
+	"reply_applied":          reflect.TypeFor[wire.ReplyApplied](),
+	"reply_refused":          reflect.TypeFor[wire.ReplyRefused](),
+	"calls_expired":          reflect.TypeFor[wire.CallsExpired](),
+	"conversation_cancelled": reflect.TypeFor[wire.ConversationCancelled](),
+	"agent_unavailable":      reflect.TypeFor[wire.AgentUnavailable](),
+	"tool_unserved":          reflect.TypeFor[wire.ToolUnserved](),
+}
+
+// Every field of an event's data type is a property of its schema and the
+// other way round; and each of its values validates in an event of its
+// type.
+func TestEventDataSchemasMatchGoTypes(t *testing.T) {
+	t.Parallel()
+	defs, _ := schemaDoc(t, "event")["$defs"].(map[string]any)
+	for name, typ := range eventData {
+		def, _ := defs[name].(map[string]any)
+		props, _ := def["properties"].(map[string]any)
+		var inSchema, inGo []string
+		for p := range props {
+			inSchema = append(inSchema, p)
+		}
+		for f := range typ.Fields() {
+			if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != "" && tag != "-" {
+				inGo = append(inGo, tag)
+			}
+		}
+		slices.Sort(inSchema)
+		slices.Sort(inGo)
+		if !slices.Equal(inSchema, inGo) {
+			t.Errorf("event data %s: schema properties %v, Go fields %v", name, inSchema, inGo)
+		}
+	}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	yes := true
+	for typ, data := range map[string]any{
+		wire.EventRunStarted:            wire.RunStarted{Resume: true, Agent: "files", Replica: "orch-1"},
+		wire.EventRunPaused:             []wire.PendingCall{{ConversationID: "c1", RunID: "r1", ToolCallID: "d1", ToolName: "delete_file", Kind: wire.ReplyKindApproval, Args: json.RawMessage(`{"path":"a"}`), Metadata: json.RawMessage(`{"reason":"protected"}`), Deadline: now}},
+		wire.EventRunCompleted:          wire.RunCompleted{Output: "done"},
+		wire.EventRunFailed:             wire.RunFailed{Error: "model request limit of 50 reached"},
+		wire.EventReplyApplied:          wire.ReplyApplied{Kind: wire.ReplyKindApproval, Approved: &yes, ApproverID: "ann"},
+		wire.EventReplyRefused:          wire.ReplyRefused{Kind: wire.ReplyKindCall, Verdict: "late", Reason: "past its deadline"},
+		wire.EventCallsExpired:          wire.CallsExpired{Calls: 1, ToolCallIDs: []string{"d1"}},
+		wire.EventConversationCancelled: wire.ConversationCancelled{Reason: "cancelled", ToolCallIDs: []string{}},
+		wire.EventAgentUnavailable:      wire.AgentUnavailable{Agent: "files", Reason: "no live replica runs it", FailsAt: now},
+		wire.EventToolUnserved:          wire.ToolUnserved{Tool: "get_weather", Reason: "no worker takes its calls", Deadline: now},
+	} {
+		d, err := json.Marshal(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := json.Marshal(bus.Event{ConversationID: "c1", RunID: "r1", Type: typ, Data: d, Time: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := schemas.Validate("event", doc); err != nil {
+			t.Errorf("%s: %v", doc, err)
+		}
+		// The schema holds the data to its type: the data of another
+		// type does not pass.
+		doc, err = json.Marshal(bus.Event{ConversationID: "c1", Type: typ, Data: json.RawMessage(`{"unrelated":1}`), Time: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := schemas.Validate("event", doc); err == nil {
+			t.Errorf("%s with unrelated data passes", typ)
+		}
 	}
 }

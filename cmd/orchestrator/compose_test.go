@@ -62,21 +62,29 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// The files README.md names in examples/ exist (it once named
-// seed-approval.script.yaml for seed-approval-script.yaml).
-func TestReadmeNamesExistingExamples(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The files README.md and docs/ name in examples/ exist (the README once
+// named seed-approval.script.yaml for seed-approval-script.yaml).
+func TestDocsNameExistingExamples(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := regexp.MustCompile(`examples/([\w./-]+\.ya?ml)|script: ([\w.-]+\.ya?ml)`).FindAllStringSubmatch(string(readme), -1)
-	if len(names) == 0 {
-		t.Fatal("README.md names no example file")
-	}
-	for _, m := range names {
-		name := m[1] + m[2]
-		if _, err := os.Stat(filepath.Join("../../examples", name)); err != nil {
-			t.Errorf("README.md names examples/%s: %v", name, err)
+	found := 0
+	for _, page := range append([]string{"../../README.md"}, pages...) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
 		}
+		names := regexp.MustCompile(`examples/([\w./-]+\.ya?ml)|script: ([\w.-]+\.ya?ml)`).FindAllStringSubmatch(string(text), -1)
+		found += len(names)
+		for _, m := range names {
+			name := m[1] + m[2]
+			if _, err := os.Stat(filepath.Join("../../examples", name)); err != nil {
+				t.Errorf("%s names examples/%s: %v", page, name, err)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("the docs name no example file")
 	}
 }

@@ -346,30 +346,38 @@ func TestProtocolDocDeadLetters(t *testing.T) {
 	}
 }
 
-// README keeps the short version: what it says of ids and the call
-// consumer agrees with docs/protocol.md.
-func TestReadmeAgreesWithProtocolDoc(t *testing.T) {
+// docs/other-languages.md keeps the short version, and README.md links
+// the protocol: what the short version says of ids and the call consumer
+// agrees with docs/protocol.md.
+func TestShortVersionAgreesWithProtocolDoc(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, doc := string(b), protocolDoc(t)
-	if !strings.Contains(readme, "docs/protocol.md") {
+	if !strings.Contains(string(b), "docs/protocol.md") {
 		t.Error("README does not link docs/protocol.md")
 	}
-	ids := regexp.MustCompile("Nats-Msg-Id: (<run_id>[^`]*)`").FindAllStringSubmatch(readme, -1)
+	b, err = os.ReadFile("../../docs/other-languages.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, doc := string(b), protocolDoc(t)
+	if !strings.Contains(short, "(protocol.md)") {
+		t.Error("docs/other-languages.md does not link protocol.md")
+	}
+	ids := regexp.MustCompile("Nats-Msg-Id: (<run_id>[^`]*)`").FindAllStringSubmatch(short, -1)
 	if len(ids) == 0 {
-		t.Error("README gives no Nats-Msg-Id")
+		t.Error("docs/other-languages.md gives no Nats-Msg-Id")
 	}
 	for _, m := range ids {
 		if !strings.Contains(doc, "`"+m[1]+"`") {
-			t.Errorf("README gives the id %s, which docs/protocol.md does not", m[1])
+			t.Errorf("docs/other-languages.md gives the id %s, which docs/protocol.md does not", m[1])
 		}
 	}
-	for _, m := range regexp.MustCompile(`max_deliver(?:\s|\x60)*(\d+)`).FindAllStringSubmatch(readme, -1) {
+	for _, m := range regexp.MustCompile(`max_deliver(?:\s|\x60)*(\d+)`).FindAllStringSubmatch(short, -1) {
 		if m[1] != "5" {
-			t.Errorf("README says max_deliver %s", m[1])
+			t.Errorf("docs/other-languages.md says max_deliver %s", m[1])
 		}
 	}
 }

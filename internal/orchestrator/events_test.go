@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/schemas"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -30,7 +31,10 @@ func publishResult(t *testing.T, b *bus.Bus, runID, callID, msgID string) {
 }
 
 // collectEvents reads the conversation's events from the start until enough
-// says it has what it waits for.
+// says it has what it waits for. Each event must validate against
+// schemas/event.schema.json, whose $defs give each type's data: what the
+// orchestrator emits in every test that watches events is what the
+// protocol documents.
 func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Event) bool) []bus.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -43,6 +47,7 @@ func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Ev
 			}
 			continue
 		}
+		checkEventSchema(t, se.Event)
 		evs = append(evs, se.Event)
 		if enough(evs) {
 			return evs
@@ -50,6 +55,17 @@ func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Ev
 	}
 	t.Fatalf("events of %s: timed out; got %s", convID, eventTypes(evs))
 	return nil
+}
+
+func checkEventSchema(t *testing.T, ev bus.Event) {
+	t.Helper()
+	doc, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schemas.Validate("event", doc); err != nil {
+		t.Errorf("emitted event does not fit schemas/event.schema.json: %v\n%s", err, doc)
+	}
 }
 
 func eventTypes(evs []bus.Event) string {

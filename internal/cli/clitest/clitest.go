@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,8 +15,13 @@ import (
 
 // CheckHelp runs a main's run with --help and with --version: both must
 // end with cli.ErrHelp (exit status 0) and print to stdout a usage with
-// the shared headers naming every variable in env (which README.md must
-// list too, from a test in cmd/NAME), and the version.
+// the shared headers naming every variable in env, and the version.
+// docs/cli.md, the command-line reference, must name every variable in env
+// and every flag the usage lists, so that nothing a binary takes is known
+// only to its --help.
+// flagLine matches a flag in the usage flag.PrintDefaults writes.
+var flagLine = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
+
 func CheckHelp(t *testing.T, name string, run func(args []string, stdout *bytes.Buffer) error, env ...string) {
 	t.Helper()
 	var out bytes.Buffer
@@ -28,13 +34,19 @@ func CheckHelp(t *testing.T, name string, run func(args []string, stdout *bytes.
 			t.Errorf("%s --help lacks %q:\n%s", name, w, out.String())
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	doc := string(raw)
 	for _, e := range env {
-		if !strings.Contains(string(readme), "`"+e+"`") {
-			t.Errorf("README.md does not list %s", e)
+		if !strings.Contains(doc, "`"+e+"`") {
+			t.Errorf("docs/cli.md does not list %s", e)
+		}
+	}
+	for _, m := range flagLine.FindAllStringSubmatch(out.String(), -1) {
+		if !strings.Contains(doc, "`--"+m[1]+"`") && !strings.Contains(doc, "`--"+m[1]+" ") {
+			t.Errorf("docs/cli.md does not document %s --%s", name, m[1])
 		}
 	}
 	out.Reset()
