@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/chat/page"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // The page's files are served without the API's token, with a CSP that
@@ -82,5 +84,36 @@ func TestPageHasNoInlineCode(t *testing.T) {
 		if strings.Contains(html, bad) {
 			t.Errorf("the page holds %q", bad)
 		}
+	}
+}
+
+// The built-in demo agent's frontend tools are tools the page answers, so
+// that a chat with it (make run) shows one.
+func TestDemoFrontendToolsAreThePages(t *testing.T) {
+	t.Parallel()
+	cfg, err := agentconfig.Demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + page.Path + "/assets/chat.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	js, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, tool := range cfg.Tools {
+		if tool.Executor != orchestrator.ExecutorFrontend {
+			continue
+		}
+		n++
+		if !strings.Contains(string(js), `name: "`+tool.Name+`"`) {
+			t.Errorf("the demo's frontend tool %s is not one the page answers", tool.Name)
+		}
+	}
+	if n == 0 {
+		t.Error("the demo agent has no frontend tool for the page to answer")
 	}
 }
