@@ -56,7 +56,9 @@ tools:
 const chatScript = `
 - calls: [{tool: delete_file, id: del_old, args: {path: old.txt}}]
 - text: Deleted old.txt as you approved.
-- calls: [{tool: delete_file, id: del_keep, args: {path: keep.txt}}]
+- calls:
+    - {tool: delete_file, id: del_keep, args: {path: keep.txt}}
+    - {tool: delete_file, id: del_typo, args: {path: tpm.txt}}
 - text: Understood, keep.txt stays where it is.
 - calls: [{tool: local_time, id: time_now}]
 - text: Thanks, I have your local time now.
@@ -75,8 +77,9 @@ const (
 // TestChatPage drives the chat page in headless Chromium against the real
 // orchestrator (script model, a worker of the file tools) behind an API
 // with a user's token: the page asks for the token once; a prompt's
-// approval card is approved and the follow-up run's answer streams in; the
-// next is denied with a message and the model's next text appears; a
+// approval card is approved and the follow-up run's answer streams in; of
+// the next two, one is denied with a message, the other approved with
+// edited args, and the model's next text appears; a
 // local_time call is answered by the page with the browser's clock and a
 // confirm call through the page's dialog, and both values are in the
 // conversation's stored history.
@@ -94,7 +97,7 @@ func TestChatPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	box := t.TempDir()
-	for _, name := range []string{"old.txt", "keep.txt"} {
+	for _, name := range []string{"old.txt", "keep.txt", "tmp.txt"} {
 		if err := os.WriteFile(filepath.Join(box, name), []byte(name), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -196,16 +199,23 @@ func TestChatPage(t *testing.T) {
 		t.Errorf("old.txt after the approval: %v, want it deleted", err)
 	}
 
-	run("deny with a message: the model's next text appears",
-		say("Delete keep.txt"),
+	run("two cards: deny one with a message, approve the other with edited args; the model's next text appears",
+		say("Delete keep.txt and tmp.txt"),
 		chromedp.WaitVisible(chromedp.CSS(card("del_keep"))),
+		chromedp.WaitVisible(chromedp.CSS(card("del_typo"))),
 		chromedp.SendKeys(chromedp.CSS(card("del_keep")+` input[data-role="message"]`), denyMsg),
-		shot("02-approval-card"),
+		shot("02-approval-cards"),
 		chromedp.Click(chromedp.CSS(card("del_keep")+` button[data-action="deny"]`)),
+		chromedp.Click(chromedp.CSS(card("del_typo")+` button[data-action="edit"]`)),
+		chromedp.SetValue(chromedp.CSS(card("del_typo")+` textarea[data-role="args"]`), `{"path": "tmp.txt"}`),
+		chromedp.Click(chromedp.CSS(card("del_typo")+` button[data-action="approve-edited"]`)),
 		assistant("Understood, keep.txt stays where it is."),
 	)
 	if _, err := os.Stat(filepath.Join(box, "keep.txt")); err != nil {
 		t.Errorf("keep.txt after the denial: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(box, "tmp.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tmp.txt after the approval with edited args: %v, want it deleted", err)
 	}
 
 	run("a local_time call is answered by the page",
@@ -256,8 +266,11 @@ func TestChatPage(t *testing.T) {
 	by := map[string]string{}
 	for _, d := range c.Decisions {
 		by[d.ToolCallID] = d.ApproverID
+		if d.ToolCallID == "del_typo" && string(d.OverrideArgs) != `{"path":"tmp.txt"}` {
+			t.Errorf("del_typo approved with override args %s, want the edited ones", d.OverrideArgs)
+		}
 	}
-	if by["del_old"] != "ann" || by["del_keep"] != "ann" {
+	if by["del_old"] != "ann" || by["del_keep"] != "ann" || by["del_typo"] != "ann" {
 		t.Errorf("decisions by %v, want ann (the token's user)", by)
 	}
 	if c.Status != orchestrator.StatusCompleted || len(c.Runs) < 4 {

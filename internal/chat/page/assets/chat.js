@@ -447,6 +447,8 @@
     const decide = (payload, label) => {
       for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = true;
       card.classList.add("decided");
+      editor.hidden = true;
+      if (payload.editedArgs) card.insertBefore(el("pre", "json", JSON.stringify(payload.editedArgs, null, 2)), actions).dataset.field = "edited";
       card.dataset.decision = label;
       actions.replaceChildren(el("span", "verdict", label));
       if (c) c.decision = payload.approved ? "approved" : "denied";
