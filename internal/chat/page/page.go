@@ -45,6 +45,7 @@ func Handler(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, static, "chat.html")
 	})
+	mux.Handle("GET "+Path+"/{$}", http.RedirectHandler(Path, http.StatusMovedPermanently))
 	mux.Handle("GET "+Path+"/assets/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secure(w)
 		if strings.HasSuffix(r.URL.Path, "/") {

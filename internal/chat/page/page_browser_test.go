@@ -276,6 +276,14 @@ func TestChatPage(t *testing.T) {
 	if c.Status != orchestrator.StatusCompleted || len(c.Runs) < 4 {
 		t.Errorf("conversation %s with %d runs, want completed after the four prompts", c.Status, len(c.Runs))
 	}
+
+	// The script has no fifth answer: the run fails, and the page says
+	// why and takes prompts again.
+	run("a failed run shows its error",
+		say("And now?"),
+		until(`[...document.querySelectorAll('.notice.run-error')].some(n => n.textContent.includes('exhausted'))`),
+		until(`document.querySelector('#status').dataset.state === 'error' && !document.querySelector('#send').disabled`),
+	)
 }
 
 // seq is steps as one action.

@@ -32,6 +32,7 @@ func TestHandlerServesPageAndPassesTheRest(t *testing.T) {
 		{name: "page", path: "/chat", status: 200, ctype: "text/html", body: `src="/chat/assets/chat.js"`},
 		{name: "script", path: "/chat/assets/chat.js", status: 200, ctype: "javascript", body: "RunAgentInput"},
 		{name: "style", path: "/chat/assets/chat.css", status: 200, ctype: "text/css", body: ".approval"},
+		{name: "slash", path: "/chat/", status: 200, ctype: "text/html", body: `src="/chat/assets/chat.js"`},
 		{name: "no listing", path: "/chat/assets/", status: 404},
 		{name: "no such file", path: "/chat/assets/nope.js", status: 404},
 		{name: "api", path: "/v1/conversations", status: 401, body: "api"},
