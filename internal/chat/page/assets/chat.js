@@ -115,18 +115,25 @@
     err.hidden = !wrong;
     err.textContent = wrong ? "The API refused that token." : "";
     input.value = "";
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
       const form = $("token-form");
       const done = (ev) => {
         ev.preventDefault();
         const t = input.value.trim();
         if (!t) return;
         form.removeEventListener("submit", done);
+        dlg.oncancel = null;
         dlg.close();
         sessionStorage.setItem(tokenKey, t);
         resolve(t);
       };
       form.addEventListener("submit", done);
+      // Escape: no token, no request; the turn ends with the error.
+      dlg.oncancel = () => {
+        form.removeEventListener("submit", done);
+        dlg.oncancel = null;
+        reject(new Error("the API needs a token"));
+      };
       dlg.showModal();
       input.focus();
     });
