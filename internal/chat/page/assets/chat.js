@@ -10,7 +10,10 @@
   const tokenKey = "toolgate.chat.token";
 
   const $ = (id) => document.getElementById(id);
-  const log = $("log"), prompt = $("prompt"), send = $("send"), status = $("status");
+  const log = $("log"), prompt = $("prompt"), send = $("send"), stopButton = $("stop"), status = $("status");
+  // Stop needs the conversation's id, a SHA-256 of the thread's: only a
+  // secure context (https, localhost) has crypto.subtle.
+  const canStop = !!(window.crypto && crypto.subtle);
 
   // The agent, when the orchestrator has several: /chat?agent=NAME.
   const agent = new URLSearchParams(location.search).get("agent") || "";
@@ -18,7 +21,7 @@
   const state = {
     threadId: "",
     messages: [], // the AG-UI history, as the server streamed it
-    calls: new Map(), // tool call id -> {name, args, el}
+    calls: new Map(), // tool call id -> {name, tc (the history's tool call), el, decision}
     busy: false,
     interrupts: [], // open interrupts of the last run
     decisions: new Map(), // interrupt id -> resume entry
@@ -75,6 +78,8 @@
     status.textContent = label;
     const waiting = state.interrupts.length > 0;
     send.disabled = busy || waiting;
+    stopButton.hidden = !canStop || !(label === "running" || waiting);
+    stopButton.disabled = false;
     prompt.placeholder = waiting
       ? "Answer the approval above first"
       : "Message the agent (Enter sends, Shift+Enter for a new line)";
@@ -139,12 +144,54 @@
     });
   }
 
+  function authHeaders() {
+    const token = sessionStorage.getItem(tokenKey);
+    return token ? { Authorization: "Bearer " + token } : {};
+  }
+
+  // conversationId is the conversation of the thread, as the AG-UI
+  // endpoint derives it (agui.ConversationID).
+  async function conversationId() {
+    const data = new TextEncoder().encode("agui-thread\u0000" + state.threadId);
+    const sum = new Uint8Array(await crypto.subtle.digest("SHA-256", data));
+    return "c" + [...sum.slice(0, 12)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  // stop cancels the conversation: a run streaming ends with the cancelled
+  // outcome; approvals waiting are withdrawn.
+  async function stop() {
+    stopButton.disabled = true;
+    const waiting = !state.busy;
+    try {
+      const resp = await fetch("/v1/conversations/" + (await conversationId()) + "/cancel", { method: "POST", headers: authHeaders() });
+      if (!resp.ok) {
+        let msg = "HTTP " + resp.status;
+        try {
+          msg += ": " + (await resp.json()).error;
+        } catch {}
+        throw new Error(msg);
+      }
+    } catch (e) {
+      notice("Stop: " + e.message, "error");
+      stopButton.disabled = false;
+      return;
+    }
+    if (waiting) {
+      for (const card of log.querySelectorAll("article.approval:not(.decided)")) {
+        for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = true;
+        card.classList.add("decided");
+      }
+      state.interrupts = [];
+      notice("The conversation was cancelled.", "muted cancelled");
+      setBusy(false, "cancelled");
+    }
+  }
+
   async function post(body) {
     let asked = false;
     for (;;) {
-      const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
       const token = sessionStorage.getItem(tokenKey);
-      if (token) headers.Authorization = "Bearer " + token;
+      const headers = { "Content-Type": "application/json", Accept: "text/event-stream", ...authHeaders() };
       const resp = await fetch(endpoint, { method: "POST", headers, body: JSON.stringify(body) });
       if (resp.status !== 401) return resp;
       sessionStorage.removeItem(tokenKey);
@@ -174,7 +221,7 @@
     if (text) userBubble(text);
     state.interrupts = [];
     state.decisions.clear();
-    setBusy(true, "running");
+    setBusy(true, "sending");
     let finished = null;
     try {
       const resp = await post(input);
@@ -187,7 +234,10 @@
       }
       const view = { text: new Map() };
       for await (const ev of events(resp.body)) {
-        if (ev.type === "RUN_STARTED") state.messages.push(...added);
+        if (ev.type === "RUN_STARTED") {
+          state.messages.push(...added);
+          setBusy(true, "running");
+        }
         if (ev.type === "RUN_FINISHED" || ev.type === "RUN_ERROR") finished = ev;
         apply(ev, view);
       }
@@ -286,7 +336,7 @@
       return;
     }
     if (out.type === "cancelled") {
-      notice("The conversation was cancelled.", "muted");
+      notice("The conversation was cancelled.", "muted cancelled");
       setBusy(false, "cancelled");
       return;
     }
@@ -510,6 +560,7 @@
       $("composer").requestSubmit();
     }
   });
+  stopButton.addEventListener("click", stop);
   $("new-chat").addEventListener("click", () => {
     if (!state.busy) newThread();
   });
