@@ -56,7 +56,9 @@ func TestChatPageStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(page.Handler(api.Handler(o, api.Config{
-		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}})))
+		// Keep-alive comments every 50ms while the run waits: the page's
+		// parser must pass over them.
+		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{KeepAlive: 50 * time.Millisecond})}})))
 	t.Cleanup(srv.Close)
 
 	br := browsertest.Start(t, 60*time.Second)
@@ -108,6 +110,7 @@ func TestChatPageStop(t *testing.T) {
 		chromedp.Click(chromedp.CSS(card+` button[data-action="approve"]`)),
 		// running: the endpoint took the resume and streams the run.
 		until(`document.querySelector('#status').dataset.state === 'running'`),
+		until(`Number(document.querySelector('#status').dataset.keepalives) >= 2`),
 		chromedp.WaitVisible(chromedp.CSS(`#stop`)),
 		chromedp.Click(chromedp.CSS(`#stop`)),
 		// The stream's own end: RUN_FINISHED with the cancelled outcome.

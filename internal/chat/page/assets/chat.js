@@ -92,7 +92,8 @@
   // --- Server-Sent Events over fetch --------------------------------------
 
   // events yields the JSON of each event's data in the text/event-stream
-  // body; comments (keep-alives) and other fields are skipped.
+  // body; other fields are skipped, and comments (the server's keep-alives
+  // while a run waits) counted on the status, which shows the stream lives.
   async function* events(body) {
     const reader = body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
@@ -107,6 +108,7 @@
         const data = [];
         for (const line of block.split("\n")) {
           if (line.startsWith("data:")) data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+          else if (line.startsWith(":")) status.dataset.keepalives = String(Number(status.dataset.keepalives || 0) + 1);
         }
         if (data.length) yield JSON.parse(data.join("\n"));
       }
