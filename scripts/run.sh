@@ -2,13 +2,22 @@
 # Starts the whole system on one machine — orchestrator with an embedded NATS
 # server, a tool-worker with the built-in tools, an approver with the demo
 # policy — then plays the seed's approval conversation and keeps serving until
-# Ctrl-C. Logs go to .run/*.log.
+# Ctrl-C. Logs go to .run/*.log. The chat page is at http://$HTTP/chat.
+#
+# APPROVER=none starts no approver: approvals wait for a person (the approval
+# cards of the chat page, or the API), and the seed demo, which the approver
+# decides, is not played.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HTTP="${HTTP:-127.0.0.1:8080}"
 NATS_LISTEN="${NATS_LISTEN:-127.0.0.1:4222}"
 RUN_DIR="${RUN_DIR:-.run}"
+APPROVER="${APPROVER:-policy}"
+if [[ "$APPROVER" != policy && "$APPROVER" != none ]]; then
+	echo "APPROVER=$APPROVER: want policy (the default: the demo policy's approver) or none (decide in the chat page)" >&2
+	exit 1
+fi
 
 # A port already taken makes the orchestrator exit before it logs anything,
 # or lets the demo talk to whatever holds the port: refuse up front, saying
@@ -68,25 +77,35 @@ bin/toolgate --addr "http://$HTTP" --wait 60s health --pid "$orch" || fail "orch
 bin/tool-worker --nats "nats://$NATS_LISTEN" --builtin --sandbox "$RUN_DIR/sandbox" \
 	>"$RUN_DIR/tool-worker.log" 2>&1 &
 pids+=($!)
-bin/approver --nats "nats://$NATS_LISTEN" --policy examples/policy.yaml --id demo-approver \
-	>"$RUN_DIR/approver.log" 2>&1 &
-pids+=($!)
+if [[ "$APPROVER" == policy ]]; then
+	bin/approver --nats "nats://$NATS_LISTEN" --policy examples/policy.yaml --id demo-approver \
+		>"$RUN_DIR/approver.log" 2>&1 &
+	pids+=($!)
+fi
 
 echo "▶ orchestrator http://$HTTP  nats://$NATS_LISTEN  (logs in $RUN_DIR/)"
-bin/toolgate --addr "http://$HTTP" demo &
-demo=$!
-# Whichever ends first: the demo, or a process it needs.
-status=0
-wait -n -p ended "$demo" "${pids[@]}" || status=$?
-if [[ "${ended:-}" != "$demo" ]]; then
-	kill "$demo" 2>/dev/null || true
-	fail "a process of the demo exited (pid ${ended:-?}) before the demo ended"
+if [[ "$APPROVER" == policy ]]; then
+	bin/toolgate --addr "http://$HTTP" demo &
+	demo=$!
+	# Whichever ends first: the demo, or a process it needs.
+	status=0
+	wait -n -p ended "$demo" "${pids[@]}" || status=$?
+	if [[ "${ended:-}" != "$demo" ]]; then
+		kill "$demo" 2>/dev/null || true
+		fail "a process of the demo exited (pid ${ended:-?}) before the demo ended"
+	fi
+	((status == 0)) || fail "the demo failed"
+	echo
+	echo "▶ sandbox after the demo:"
+	(cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf "  %s: %s\n" "$f" "$(cat "$f")"; done) || true
+else
+	echo "▶ no approver (APPROVER=none): approvals wait for you in the chat page"
 fi
-((status == 0)) || fail "the demo failed"
 echo
-echo "▶ sandbox after the demo:"
-(cd "$RUN_DIR/sandbox" 2>/dev/null && for f in $(ls -A); do printf "  %s: %s\n" "$f" "$(cat "$f")"; done) || true
-echo
+echo "▶ chat in the browser: http://$HTTP/chat"
+if [[ "$APPROVER" == policy ]]; then
+	echo "  (the demo approver decides delete_file and the .env update at once; APPROVER=none make run leaves them to you)"
+fi
 echo "▶ still serving: try"
 echo "    curl -s -XPOST http://$HTTP/v1/runs -H 'Content-Type: application/json' -d '{\"prompt\":\"Delete \`a.txt\` and write hi to b.txt\"}'"
 echo "    curl -s http://$HTTP/v1/pending"

@@ -52,3 +52,19 @@ func TestRunRefusesATakenPort(t *testing.T) {
 		})
 	}
 }
+
+// APPROVER is policy or none; anything else is refused before anything
+// starts, saying what it takes.
+func TestRunRefusesAnUnknownApprover(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(t.Context(), "bash", "run.sh")
+	cmd.Env = append(cmd.Environ(), "APPROVER=human", "RUN_DIR="+t.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("run.sh succeeded with APPROVER=human")
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "APPROVER=human") || !strings.Contains(msg, "none") || strings.Contains(msg, "orchestrator") {
+		t.Errorf("stderr = %q, want it to refuse APPROVER=human, name the choices and start nothing", msg)
+	}
+}

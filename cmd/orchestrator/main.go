@@ -34,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -245,12 +246,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	if err := orch.Start(sctx); err != nil {
 		return err
 	}
-	s.logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.Bool("auth", s.token != "" || len(s.users) > 0))
+	s.logger.Info("orchestrator serving", slog.String("http", "http://"+ln.Addr().String()), slog.String("chat", "http://"+ln.Addr().String()+page.Path), slog.Bool("auth", s.token != "" || len(s.users) > 0))
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
-	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
-		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger})}}),
+	// The chat page's files need no token (a browser cannot send one on
+	// a navigation); the API calls it makes do.
+	err = web.Serve(ctx, ln, page.Handler(api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
+		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger})}})),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

@@ -15,7 +15,8 @@ var demoFiles embed.FS
 // given: the seed article's approval example with a script model. Tools:
 // update_file (approval when the path is .env, reason "protected"),
 // delete_file (approval always), read_file, calculate_answer and
-// send_to_worker, with the schemas of the tool-worker's built-ins.
+// send_to_worker, with the schemas of the tool-worker's built-ins; and
+// local_time and confirm, which the chat page answers (executor: frontend).
 func Demo() (*orchestrator.AgentConfig, error) {
 	data, dir, err := DemoSource()
 	if err != nil {
