@@ -350,3 +350,89 @@ func TestAISDKWithChat(t *testing.T) {
 		t.Errorf("chat b after refused requests: %s, reply %+v", b.Status, b.Batch.Calls[0].Reply)
 	}
 }
+
+// The seed's approval conversation from the AI SDK, on the built-in demo
+// agent (the seed's script) and a worker of its file tools: the delete is
+// denied and the .env update approved with addToolApprovalResponse, sent
+// with the next user message ("Now create a backup of README.md"), which
+// the follow-up run takes after the results.
+func TestAISDKSeedConversation(t *testing.T) {
+	t.Parallel()
+	cfg, err := agentconfig.Demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := testkit.Test(t, testkit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := t.TempDir()
+	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := testkit.BuiltinTools(box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": aisdk.Handler(o, aisdk.Config{})}}))
+	t.Cleanup(srv.Close)
+	const backup = "Now create a backup of README.md"
+	outs := drive(ctx, t, map[string]any{
+		"url":   srv.URL + "/v1/ai-sdk/chat",
+		"chats": map[string]any{"seed": map[string]any{"id": "seed"}},
+		"steps": []map[string]any{
+			{"chat": "seed", "user": "Delete `__init__.py`, write `Hello, world!` to `README.md`, and clear `.env`"},
+			{"chat": "seed", "user": backup, "approve": []any{
+				map[string]any{"toolCallId": "delete_file", "approved": false, "reason": "Deleting files is not allowed"},
+				map[string]any{"toolCallId": "update_file_dotenv", "approved": true},
+			}},
+		},
+	})
+	first, second := outs[0], outs[1]
+	for i, s := range outs {
+		t.Logf("step %d: %s %s%s", i, s.types(), s.Error, s.Thrown)
+	}
+	if first.tool("delete_file").State != "approval-requested" || first.tool("update_file_dotenv").State != "approval-requested" || first.Error != "" {
+		t.Fatalf("first response: %s %q", first.types(), first.Error)
+	}
+	if second.Error != "" || second.Thrown != "" || second.Status != "ready" {
+		t.Fatalf("second response: %s %q %q", second.types(), second.Error, second.Thrown)
+	}
+	// The answers' results come in the new message, which announces
+	// their calls again; the old message keeps the answers given.
+	last := second.Messages[len(second.Messages)-1]
+	states := map[string]string{}
+	for _, p := range last.Parts {
+		if p.ToolCallID != "" {
+			states[p.ToolCallID] = p.State
+		}
+	}
+	if states["delete_file"] != "output-denied" || states["update_file_dotenv"] != "output-available" || !strings.Contains(second.text(), "Cleared .env") {
+		t.Errorf("second response: %s states %v text %q", second.types(), states, second.text())
+	}
+	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
+		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	c, err := o.Conversation(ctx, aisdk.ConversationID("seed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompted := false
+	for _, r := range c.Runs {
+		prompted = prompted || r.Prompt == backup
+	}
+	if c.Status != orchestrator.StatusCompleted || !prompted {
+		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
+	}
+}

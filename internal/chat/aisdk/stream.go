@@ -308,6 +308,9 @@ type follower struct {
 	calls map[string]call
 	// streamed marks the runs whose current response streamed text.
 	streamed map[string]bool
+	// settled says results were sent: the next model response is the
+	// next step.
+	settled bool
 }
 
 // agentData is an agent event's data: {"kind", <its one field>}.
@@ -329,10 +332,12 @@ func (f *follower) agentEvent(ev wire.Event) {
 	switch ev.Type {
 	case wire.EventTextDelta:
 		if d.Delta != "" {
+			f.nextStep()
 			f.s.text(id, d.Delta)
 			f.streamed[ev.RunID] = true
 		}
 	case wire.EventModelResponse:
+		f.nextStep()
 		if d.Message != nil && !f.streamed[ev.RunID] {
 			var text string
 			for _, p := range d.Message.Parts {
@@ -355,13 +360,22 @@ func (f *follower) agentEvent(ev wire.Event) {
 			return
 		}
 		f.calls[d.Part.ToolCallID] = call{name: d.Part.ToolName, args: d.Part.Args}
+		f.nextStep()
 		f.s.toolCall(d.Part.ToolCallID, d.Part.ToolName, d.Part.Args)
 	case wire.EventToolResult:
 		if d.Part == nil {
 			return
 		}
 		f.s.result(*d.Part, f.calls[d.Part.ToolCallID])
-		// The next model response is the next step.
+		f.settled = true
+	}
+}
+
+// nextStep ends the step whose calls were settled: what the model says
+// after their results is the next step.
+func (f *follower) nextStep() {
+	if f.settled {
 		f.s.endStep()
+		f.settled = false
 	}
 }
