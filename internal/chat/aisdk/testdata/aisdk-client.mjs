@@ -6,11 +6,13 @@
 //         "steps": [{"chat": "a", "user": "text",
 //                    "approve": [{"toolCallId", "approved", "reason"}],
 //                    "output": {"toolCallId", "output"},
-//                    "forge": {"kind": ..., ...}}]}
+//                    "output": {"toolCallId", "errorText"},
+//                    "forge": {"kind": ..., ...}, "url": "...", "restore": true}]}
 // A step answers with addToolApprovalResponse / addToolOutput, then sends
 // the user message (sendMessage({text})) or, without one, the answers
 // (sendMessage()). A forge step rewrites the chat's messages first, as a
-// tampering client would, and puts them back after its request.
+// tampering client would, and puts them back after its request (as a restore
+// step does); url sends the step's request to another endpoint.
 // stdout, per step i: {"step": i, "chunks": [...], "messages": [...], "error": "...", "status": "..."}.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -115,6 +117,8 @@ for (const [i, step] of input.steps.entries()) {
   const chat = chats[step.chat];
   const transport = transports[step.chat];
   transport.chunks = [];
+  const api = transport.api;
+  if (step.url) transport.api = step.url;
   const before = structuredClone(chat.messages);
   let error;
   try {
@@ -125,7 +129,9 @@ for (const [i, step] of input.steps.entries()) {
     }
     if (step.output) {
       const p = toolPart(chat, step.output.toolCallId);
-      await chat.addToolOutput({ tool: p.type.slice(5), toolCallId: step.output.toolCallId, output: step.output.output });
+      const o = step.output;
+      if (o.errorText !== undefined) await chat.addToolOutput({ state: "output-error", tool: p.type.slice(5), toolCallId: o.toolCallId, errorText: o.errorText });
+      else await chat.addToolOutput({ tool: p.type.slice(5), toolCallId: o.toolCallId, output: o.output });
     }
     if (step.forge) forge(chat, step.forge);
     if (step.user) await chat.sendMessage({ text: step.user });
@@ -137,7 +143,8 @@ for (const [i, step] of input.steps.entries()) {
   if (chat.error) out.error = chat.error.message;
   if (error) out.thrown = error;
   process.stdout.write(JSON.stringify(out) + "\n");
-  if (step.forge) {
+  transport.api = api;
+  if (step.forge || step.restore) {
     chat.messages = before;
     chat.clearError();
   }
