@@ -108,7 +108,9 @@ type uiPart struct {
 	Input      json.RawMessage `json:"input"`
 	Output     json.RawMessage `json:"output"`
 	ErrorText  string          `json:"errorText"`
-	Approval   *struct {
+	// ProviderExecuted keeps a call from the chat's onToolCall.
+	ProviderExecuted bool `json:"providerExecuted"`
+	Approval         *struct {
 		ID            string `json:"id"`
 		Approved      *bool  `json:"approved"`
 		RequestReason string `json:"requestReason"`
@@ -290,7 +292,7 @@ func TestAISDKWithChat(t *testing.T) {
 	if del.State != "approval-requested" || del.Approval == nil || !strings.Contains(del.Approval.RequestReason, "delete_file") {
 		t.Errorf("del after the first response: %+v", del)
 	}
-	if tm.Type != "tool-local_time" || tm.State != "input-available" {
+	if tm.Type != "tool-local_time" || tm.State != "input-available" || tm.ProviderExecuted {
 		t.Errorf("time after the first response: %+v", tm)
 	}
 	if first.Status != "ready" || first.Error != "" {
@@ -446,6 +448,9 @@ func TestAISDKSeedConversation(t *testing.T) {
 	for _, p := range last.Parts {
 		if p.ToolCallID != "" {
 			states[p.ToolCallID] = p.State
+			if !p.ProviderExecuted {
+				t.Errorf("call %s, settled, announced again for the chat's onToolCall", p.ToolCallID)
+			}
 		}
 	}
 	if states["delete_file"] != "output-denied" || states["update_file_dotenv"] != "output-available" || !strings.Contains(second.text(), "Cleared .env") {

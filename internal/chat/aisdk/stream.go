@@ -139,21 +139,29 @@ func (s *stream) closeText() {
 }
 
 // toolCall announces a call: its input streamed whole, then available.
-func (s *stream) toolCall(id, name string, args json.RawMessage) {
+// A call settled already is marked providerExecuted, so that the chat does
+// not hand it to its onToolCall: it is announced again only to carry its
+// result into a new message.
+func (s *stream) toolCall(id, name string, args json.RawMessage, settled bool) {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
 	s.closeText()
 	s.step()
-	s.emit(map[string]any{"type": "tool-input-start", "toolCallId": id, "toolName": name})
-	s.emit(map[string]any{"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": args})
+	start := map[string]any{"type": "tool-input-start", "toolCallId": id, "toolName": name}
+	avail := map[string]any{"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": args}
+	if settled {
+		start["providerExecuted"], avail["providerExecuted"] = true, true
+	}
+	s.emit(start)
+	s.emit(avail)
 	s.shown[id] = true
 }
 
 // result sends a call's recorded result in the chunk of its kind.
 func (s *stream) result(p agent.Part, c call) {
 	if !s.shown[p.ToolCallID] {
-		s.toolCall(p.ToolCallID, c.name, c.args)
+		s.toolCall(p.ToolCallID, c.name, c.args, true)
 	}
 	switch {
 	case p.Kind == agent.PartRetryPrompt || p.Outcome == agent.OutcomeFailed:
@@ -266,7 +274,7 @@ func (h *handler) settle(ctx context.Context, s *stream, convID string, p *plan,
 				continue
 			}
 			if !s.shown[pc.ToolCallID] {
-				s.toolCall(pc.ToolCallID, pc.ToolName, pc.Args)
+				s.toolCall(pc.ToolCallID, pc.ToolName, pc.Args, false)
 			}
 			if pc.Kind == deferred.KindApproval {
 				s.emit(map[string]any{"type": "tool-approval-request", "toolCallId": pc.ToolCallID,
@@ -361,7 +369,7 @@ func (f *follower) agentEvent(ev wire.Event) {
 		}
 		f.calls[d.Part.ToolCallID] = call{name: d.Part.ToolName, args: d.Part.Args}
 		f.nextStep()
-		f.s.toolCall(d.Part.ToolCallID, d.Part.ToolName, d.Part.Args)
+		f.s.toolCall(d.Part.ToolCallID, d.Part.ToolName, d.Part.Args, false)
 	case wire.EventToolResult:
 		if d.Part == nil {
 			return
