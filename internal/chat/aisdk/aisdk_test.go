@@ -91,4 +91,11 @@ func TestAISDKHTTP(t *testing.T) {
 	if len(c.Runs) != 1 || c.Status != orchestrator.StatusPaused {
 		t.Errorf("chat h after refused requests: %s with %d runs", c.Status, len(c.Runs))
 	}
+	// A cancelled conversation's stream ends with the abort chunk.
+	if _, err := o.Cancel(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := post(t, `{"id":"h","messages":[`+user+`]}`); !strings.Contains(body, `"type":"abort"`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Errorf("after the cancel:\n%s", body)
+	}
 }
