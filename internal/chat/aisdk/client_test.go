@@ -114,6 +114,10 @@ type uiPart struct {
 		ID            string `json:"id"`
 		Approved      *bool  `json:"approved"`
 		RequestReason string `json:"requestReason"`
+		Descriptor    struct {
+			ExpiresAt time.Time         `json:"expiresAt"`
+			Metadata  map[string]string `json:"metadata"`
+		} `json:"descriptor"`
 	} `json:"approval"`
 }
 
@@ -289,7 +293,8 @@ func TestAISDKWithChat(t *testing.T) {
 	if upd.Type != "tool-update_file" || upd.State != "approval-requested" || upd.Approval == nil || !strings.HasPrefix(upd.Approval.ID, "upd:") {
 		t.Errorf("upd after the first response: %+v", upd)
 	}
-	if del.State != "approval-requested" || del.Approval == nil || !strings.Contains(del.Approval.RequestReason, "delete_file") {
+	if del.State != "approval-requested" || del.Approval == nil || !strings.Contains(del.Approval.RequestReason, "delete_file") ||
+		del.Approval.Descriptor.Metadata["reason"] != "destructive" || !del.Approval.Descriptor.ExpiresAt.After(time.Now()) {
 		t.Errorf("del after the first response: %+v", del)
 	}
 	if tm.Type != "tool-local_time" || tm.State != "input-available" || tm.ProviderExecuted {

@@ -278,7 +278,8 @@ func (h *handler) settle(ctx context.Context, s *stream, convID string, p *plan,
 			}
 			if pc.Kind == deferred.KindApproval {
 				s.emit(map[string]any{"type": "tool-approval-request", "toolCallId": pc.ToolCallID,
-					"approvalId": approvalID(pc.ToolCallID, pc.ArgsDigest), "reason": fmt.Sprintf("Allow %s with %s?", pc.ToolName, pc.Args)})
+					"approvalId": approvalID(pc.ToolCallID, pc.ArgsDigest), "reason": fmt.Sprintf("Allow %s with %s?", pc.ToolName, pc.Args),
+					"approvalDescriptor": descriptorOf(pc)})
 			}
 		}
 		s.finish("tool-calls")
@@ -386,4 +387,15 @@ func (f *follower) nextStep() {
 		f.s.endStep()
 		f.settled = false
 	}
+}
+
+// descriptorOf is an approval request's approvalDescriptor (opaque to the
+// chat, kept as part.approval.descriptor): the call's deadline and its
+// approval metadata.
+func descriptorOf(pc *orchestrator.PendingCall) map[string]any {
+	d := map[string]any{"expiresAt": pc.Deadline.UTC().Format(time.RFC3339Nano)}
+	if len(pc.Metadata) > 0 && pc.Metadata[0] == '{' {
+		d["metadata"] = pc.Metadata
+	}
+	return d
 }
