@@ -206,8 +206,10 @@ func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 // approval response for a call never issued, another chat's call, a call
 // answered twice in one request, a second answer contradicting the first,
 // a tool output the server did not ask for, an edited user message and an
-// edited assistant text), each refused with the error chunk and nothing
-// applied. Asserts on the chunks and messages the library parsed.
+// edited assistant text, an approval after its deadline, an approval of a
+// call whose args were edited), each refused with the error chunk and
+// nothing applied; and a frontend tool failing (output-error). Asserts on
+// the chunks and messages the library parsed.
 func TestAISDKWithChat(t *testing.T) {
 	t.Parallel()
 	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
@@ -269,8 +271,11 @@ func TestAISDKWithChat(t *testing.T) {
 		// time, and the frontend tool failing.
 		13: {"chat": "c", "user": "Delete b.txt, write a.txt and tell me the time"},
 		14: {"chat": "c", "approve": answers, "url": srv.URL + "/late/ai-sdk/chat", "restore": true},
-		15: {"chat": "c", "approve": answers},
-		16: {"chat": "c", "output": map[string]any{"toolCallId": "time", "errorText": "no clock here"}},
+		// Approved with args other than the call's.
+		15: {"chat": "c", "approve": answers, "forge": map[string]any{"kind": "set", "toolCallId": "upd",
+			"fields": map[string]any{"input": map[string]any{"path": "a.txt", "content": "from the client"}}}},
+		16: {"chat": "c", "approve": answers},
+		17: {"chat": "c", "output": map[string]any{"toolCallId": "time", "errorText": "no clock here"}},
 	}
 	outs := drive(ctx, t, map[string]any{
 		"url": srv.URL + "/v1/ai-sdk/chat",
@@ -304,7 +309,7 @@ func TestAISDKWithChat(t *testing.T) {
 		t.Errorf("first response: status %s, error %q", first.Status, first.Error)
 	}
 	for i, code := range map[int]string{2: "history_refused", 3: "history_refused", 4: "history_refused", 5: "history_refused",
-		8: "history_refused", 10: "history_refused", 11: "history_refused", 12: "history_refused", 14: "approval_expired"} {
+		8: "history_refused", 10: "history_refused", 11: "history_refused", 12: "history_refused", 14: "approval_expired", 15: "history_refused"} {
 		s := outs[i]
 		if s.types() != "error" || s.Status != "error" || !strings.HasPrefix(s.Error, code+": ") {
 			t.Errorf("step %d: chunks %s, status %s, error %q; want the error chunk %s alone", i, s.types(), s.Status, s.Error, code)
@@ -362,11 +367,11 @@ func TestAISDKWithChat(t *testing.T) {
 	if len(decided) != 2 || !decided["upd"] || decided["del"] {
 		t.Errorf("decisions of chat a: %v", decided)
 	}
-	if p := outs[15].tool("upd"); outs[15].Error != "" || p.State != "approval-responded" {
-		t.Errorf("step 15, after the late answers were refused: %s %q, upd %+v", outs[15].types(), outs[15].Error, p)
+	if p := outs[16].tool("upd"); outs[16].Error != "" || p.State != "approval-responded" {
+		t.Errorf("step 16, after the late and the edited answers were refused: %s %q, upd %+v", outs[16].types(), outs[16].Error, p)
 	}
-	if p := outs[16].tool("time"); p.State != "output-error" || p.ErrorText != "no clock here" || outs[16].text() != "done" {
-		t.Errorf("step 16: time %+v, text %q, %s %q", p, outs[16].text(), outs[16].types(), outs[16].Error)
+	if p := outs[17].tool("time"); p.State != "output-error" || p.ErrorText != "no clock here" || outs[17].text() != "done" {
+		t.Errorf("step 17: time %+v, text %q, %s %q", p, outs[17].text(), outs[17].types(), outs[17].Error)
 	}
 	c, err := o.Conversation(ctx, aisdk.ConversationID("chat-c"))
 	if err != nil {
