@@ -250,9 +250,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// Shutdown order: stop HTTP (Serve returns once ctx ends and requests
 	// are done), stop consuming, wait for runs (bounded), then the deferred
 	// calls close the bus and the embedded server.
+	chat := aisdk.Handler(orch, aisdk.Config{Logger: s.logger})
 	err = web.Serve(ctx, ln, api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
 		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger}),
-			"POST /v1/ai-sdk/chat": aisdk.Handler(orch, aisdk.Config{Logger: s.logger})}}),
+			"POST /v1/ai-sdk/chat": chat, "GET /v1/ai-sdk/chat/{id}/stream": chat}}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

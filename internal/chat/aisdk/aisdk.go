@@ -93,6 +93,10 @@ func ConversationID(chatID string) string {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		h.resume(w, r)
+		return
+	}
 	if !web.RequireJSON(w, r) {
 		return
 	}
@@ -125,7 +129,50 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.start()
-	h.follow(ctx, s, ConversationID(req.ID), p)
+	h.follow(ctx, s, ConversationID(req.ID), p, false)
+}
+
+// resume serves GET /v1/ai-sdk/chat/{id}/stream, where the chat's
+// transport reconnects (resumeStream): a replay of the chat's last
+// assistant message (the runs since the last prompt, as the transport
+// expects by default), followed live until the conversation waits for the
+// user or ends; 204 for a chat without a run. It reads nothing from the
+// client and applies nothing.
+func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	c, err := h.e.Conversation(ctx, ConversationID(r.PathValue("id")))
+	if errors.Is(err, orchestrator.ErrNotFound) || err == nil && len(c.Runs) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err != nil {
+		h.log.WarnContext(ctx, "aisdk: resume", slog.String("chat", r.PathValue("id")), slog.String("error", err.Error()))
+		web.WriteError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	if err := web.Stream(w); err != nil {
+		web.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript()}
+	last := 0
+	for i, run := range c.Runs {
+		if run.Prompt != "" {
+			last = i
+		}
+	}
+	for _, run := range c.Runs[:last] {
+		p.oldRuns[run.RunID] = true
+	}
+	s := newStream(w, nil)
+	s.start()
+	if c.Status == orchestrator.StatusCancelled {
+		// Its cancel is no event after this request: the replay would
+		// wait for one.
+		s.abort("the conversation was cancelled")
+		return
+	}
+	h.follow(ctx, s, c.ID, p, true)
 }
 
 // plan is what a request asks for once checked: nothing of it is applied

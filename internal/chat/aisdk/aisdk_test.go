@@ -33,7 +33,8 @@ func TestAISDKHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": aisdk.Handler(o, aisdk.Config{})}}))
+	h := aisdk.Handler(o, aisdk.Config{})
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": h, "GET /v1/ai-sdk/chat/{id}/stream": h}}))
 	t.Cleanup(srv.Close)
 	post := func(t *testing.T, body string) (*http.Response, string) {
 		t.Helper()
@@ -90,6 +91,12 @@ func TestAISDKHTTP(t *testing.T) {
 	}
 	if len(c.Runs) != 1 || c.Status != orchestrator.StatusPaused {
 		t.Errorf("chat h after refused requests: %s with %d runs", c.Status, len(c.Runs))
+	}
+	// A chat without a run has no stream to resume.
+	if resp, err := http.Get(srv.URL + "/v1/ai-sdk/chat/nothing/stream"); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Errorf("resume of an unknown chat: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// A cancelled conversation's stream ends with the abort chunk.
 	if _, err := o.Cancel(ctx, c.ID); err != nil {

@@ -239,8 +239,9 @@ func TestAISDKWithChat(t *testing.T) {
 	// /late answers a year from now: past every approval's deadline.
 	late := func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{
-		"POST /v1/ai-sdk/chat":   aisdk.Handler(o, aisdk.Config{}),
-		"POST /late/ai-sdk/chat": aisdk.Handler(o, aisdk.Config{Clock: late}),
+		"POST /v1/ai-sdk/chat":            aisdk.Handler(o, aisdk.Config{}),
+		"GET /v1/ai-sdk/chat/{id}/stream": aisdk.Handler(o, aisdk.Config{}),
+		"POST /late/ai-sdk/chat":          aisdk.Handler(o, aisdk.Config{Clock: late}),
 	}}))
 	t.Cleanup(srv.Close)
 
@@ -270,12 +271,17 @@ func TestAISDKWithChat(t *testing.T) {
 		// Chat c: the approvals answered after their deadline, then in
 		// time, and the frontend tool failing.
 		13: {"chat": "c", "user": "Delete b.txt, write a.txt and tell me the time"},
-		14: {"chat": "c", "approve": answers, "url": srv.URL + "/late/ai-sdk/chat", "restore": true},
+		// The response lost: the chat resumes its stream and goes on
+		// from the message replayed.
+		14: {"chat": "c", "resume": true},
+		15: {"chat": "c", "approve": answers, "url": srv.URL + "/late/ai-sdk/chat", "restore": true},
 		// Approved with args other than the call's.
-		15: {"chat": "c", "approve": answers, "forge": map[string]any{"kind": "set", "toolCallId": "upd",
+		16: {"chat": "c", "approve": answers, "forge": map[string]any{"kind": "set", "toolCallId": "upd",
 			"fields": map[string]any{"input": map[string]any{"path": "a.txt", "content": "from the client"}}}},
-		16: {"chat": "c", "approve": answers},
-		17: {"chat": "c", "output": map[string]any{"toolCallId": "time", "errorText": "no clock here"}},
+		17: {"chat": "c", "approve": answers},
+		18: {"chat": "c", "output": map[string]any{"toolCallId": "time", "errorText": "no clock here"}},
+		// The completed response replayed whole.
+		19: {"chat": "c", "resume": true},
 	}
 	outs := drive(ctx, t, map[string]any{
 		"url": srv.URL + "/v1/ai-sdk/chat",
@@ -309,7 +315,7 @@ func TestAISDKWithChat(t *testing.T) {
 		t.Errorf("first response: status %s, error %q", first.Status, first.Error)
 	}
 	for i, code := range map[int]string{2: "history_refused", 3: "history_refused", 4: "history_refused", 5: "history_refused",
-		8: "history_refused", 10: "history_refused", 11: "history_refused", 12: "history_refused", 14: "approval_expired", 15: "history_refused"} {
+		8: "history_refused", 10: "history_refused", 11: "history_refused", 12: "history_refused", 15: "approval_expired", 16: "history_refused"} {
 		s := outs[i]
 		if s.types() != "error" || s.Status != "error" || !strings.HasPrefix(s.Error, code+": ") {
 			t.Errorf("step %d: chunks %s, status %s, error %q; want the error chunk %s alone", i, s.types(), s.Status, s.Error, code)
@@ -367,11 +373,19 @@ func TestAISDKWithChat(t *testing.T) {
 	if len(decided) != 2 || !decided["upd"] || decided["del"] {
 		t.Errorf("decisions of chat a: %v", decided)
 	}
-	if p := outs[16].tool("upd"); outs[16].Error != "" || p.State != "approval-responded" {
-		t.Errorf("step 16, after the late and the edited answers were refused: %s %q, upd %+v", outs[16].types(), outs[16].Error, p)
+	if r := outs[14]; r.types() != outs[13].types() || len(r.Messages) != 2 || r.tool("upd").State != "approval-requested" ||
+		r.tool("del").State != "approval-requested" || r.tool("time").State != "input-available" || r.Error != "" {
+		t.Errorf("step 14, the stream resumed: %s (first: %s) %q, %d messages", r.types(), outs[13].types(), r.Error, len(r.Messages))
 	}
-	if p := outs[17].tool("time"); p.State != "output-error" || p.ErrorText != "no clock here" || outs[17].text() != "done" {
-		t.Errorf("step 17: time %+v, text %q, %s %q", p, outs[17].text(), outs[17].types(), outs[17].Error)
+	if p := outs[17].tool("upd"); outs[17].Error != "" || p.State != "approval-responded" {
+		t.Errorf("step 17, after the late and the edited answers were refused: %s %q, upd %+v", outs[17].types(), outs[17].Error, p)
+	}
+	if p := outs[18].tool("time"); p.State != "output-error" || p.ErrorText != "no clock here" || outs[18].text() != "done" {
+		t.Errorf("step 18: time %+v, text %q, %s %q", p, outs[18].text(), outs[18].types(), outs[18].Error)
+	}
+	if r := outs[19]; r.text() != "done" || r.tool("upd").State != "output-available" || r.tool("del").State != "output-denied" ||
+		r.tool("time").State != "output-error" || len(r.Messages) != 2 || r.Error != "" {
+		t.Errorf("step 19, the completed response replayed: %s %q text %q", r.types(), r.Error, r.text())
 	}
 	c, err := o.Conversation(ctx, aisdk.ConversationID("chat-c"))
 	if err != nil {

@@ -177,9 +177,10 @@ func (s *stream) result(p agent.Part, c call) {
 // in p.oldRuns) until the conversation waits for the user (approvals:
 // tool-approval-request chunks; frontend calls: their tool input) or
 // ends. Pauses on workers' calls alone are streamed through: the
-// follow-up their results start continues the same message.
-func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan) {
-	if h.settle(ctx, s, convID, p, "") {
+// follow-up their results start continues the same message. A replay
+// streams the stored events of the runs followed before it settles.
+func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan, replay bool) {
+	if !replay && h.settle(ctx, s, convID, p, "") {
 		return
 	}
 	defer s.keepAlive(h.keepAlive)()

@@ -7,12 +7,13 @@
 //                    "approve": [{"toolCallId", "approved", "reason"}],
 //                    "output": {"toolCallId", "output"},
 //                    "output": {"toolCallId", "errorText"},
-//                    "forge": {"kind": ..., ...}, "url": "...", "restore": true}]}
+//                    "forge": {"kind": ..., ...}, "url": "...", "restore": true, "resume": true}]}
 // A step answers with addToolApprovalResponse / addToolOutput, then sends
 // the user message (sendMessage({text})) or, without one, the answers
 // (sendMessage()). A forge step rewrites the chat's messages first, as a
 // tampering client would, and puts them back after its request (as a restore
-// step does); url sends the step's request to another endpoint.
+// step does); url sends the step's request to another endpoint; resume drops the
+// last assistant message and resumes the stream (resumeStream), as after a lost response.
 // stdout, per step i: {"step": i, "chunks": [...], "messages": [...], "error": "...", "status": "..."}.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -134,7 +135,11 @@ for (const [i, step] of input.steps.entries()) {
       else await chat.addToolOutput({ tool: p.type.slice(5), toolCallId: o.toolCallId, output: o.output });
     }
     if (step.forge) forge(chat, step.forge);
-    if (step.user) await chat.sendMessage({ text: step.user });
+    if (step.resume) {
+      // The response was lost: its message dropped, the stream resumed.
+      if (chat.lastMessage && chat.lastMessage.role === "assistant") chat.messages = chat.messages.slice(0, -1);
+      await chat.resumeStream();
+    } else if (step.user) await chat.sendMessage({ text: step.user });
     else await chat.sendMessage();
   } catch (err) {
     error = String(err && err.message ? err.message : err);
