@@ -16,6 +16,9 @@
 // output-available or output-error (addToolOutput). Every answer goes
 // through orchestrator.Answer, the checks of a bot's decision or a
 // worker's result, on behalf of the API's authenticated caller.
+//
+// GET /v1/ai-sdk/chat/{id}/stream, where the transport reconnects,
+// replays the chat's last assistant message and follows it live.
 package aisdk
 
 import "encoding/json"
