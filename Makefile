@@ -23,10 +23,11 @@ test: vet test-deps ## vet, gofmt check and every test with the race detector
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd examples/go-sdk && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-deps: ## install what the tests need (chromium for the inbox browser test, npm MCP servers, the AG-UI client)
+test-deps: ## install what the tests need (chromium for the inbox browser test, npm MCP servers, the AG-UI client, the AI SDK)
 	@scripts/ensure-chromium.sh
 	@scripts/ensure-mcp.sh
 	@scripts/ensure-agui.sh
+	@scripts/ensure-aisdk.sh
 
 vet: ## go vet
 	$(GO) vet ./...

@@ -34,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/aisdk"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -252,8 +253,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// calls close the bus and the embedded server.
 	// The chat page's files need no token (a browser cannot send one on
 	// a navigation); the API calls it makes do.
+	chat := aisdk.Handler(orch, aisdk.Config{Logger: s.logger})
 	err = web.Serve(ctx, ln, page.Handler(api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
-		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger})}})),
+		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger}),
+			"POST /v1/ai-sdk/chat": chat, "GET /v1/ai-sdk/chat/{id}/stream": chat}})),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)
