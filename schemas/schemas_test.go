@@ -462,6 +462,7 @@ func TestEventDataSchemasMatchGoTypes(t *testing.T) {
 		wire.EventRunFailed:             wire.RunFailed{Error: "model request limit of 50 reached"},
 		wire.EventReplyApplied:          wire.ReplyApplied{Kind: wire.ReplyKindApproval, Approved: &yes, ApproverID: "ann"},
 		wire.EventReplyRefused:          wire.ReplyRefused{Kind: wire.ReplyKindCall, Verdict: "late", Reason: "past its deadline"},
+		wire.EventCallDispatched:        wire.PendingCall{ConversationID: "c1", RunID: "r1", ToolCallID: "u1", ToolName: "update_file", Kind: wire.ReplyKindCall, Args: json.RawMessage(`{"path":"a"}`), Deadline: now},
 		wire.EventCallsExpired:          wire.CallsExpired{Calls: 1, ToolCallIDs: []string{"d1"}},
 		wire.EventConversationCancelled: wire.ConversationCancelled{Reason: "cancelled", ToolCallIDs: []string{}},
 		wire.EventAgentUnavailable:      wire.AgentUnavailable{Agent: "files", Reason: "no live replica runs it", FailsAt: now},
