@@ -4,7 +4,7 @@
 //
 //	approver --policy examples/policy.yaml [--key approver.key] [--interactive]
 //	approver --http 127.0.0.1:8090 [--policy ...]   # the approval inbox, a web page
-//	approver list | approve ID [--args JSON] | deny ID --message TEXT
+//	approver list | approve ID [--args JSON] [--metadata JSON] | deny ID --message TEXT
 //	approver keygen --out approver.key   # prints the public key to trust
 package main
 
@@ -39,7 +39,7 @@ func main() {
 var synopsis = []string{
 	"approver [flags]                      the bot (--policy, --interactive) and/or the inbox (--http)",
 	"approver list [flags]                 pending approval requests",
-	"approver approve ID [--args JSON]     approve (with edited args); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID",
+	"approver approve ID [--args JSON] [--metadata JSON]  approve (with edited args, metadata for the tool); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID",
 	"approver deny ID --message TEXT       deny, telling the model why",
 	"approver keygen --out FILE            a signing key; prints the public key to trust",
 }
