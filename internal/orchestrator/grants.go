@@ -1,0 +1,322 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Grant is a standing decision (package wire): every later approval call
+// its scope covers is decided by it when its run pauses, before anyone is
+// asked.
+type Grant = wire.Grant
+
+// GrantedByPrefix starts the approver id of a decision a grant made
+// ("grant:<id>"), in the call's reply and the conversation's decisions.
+const GrantedByPrefix = "grant:"
+
+// GrantRequest is a grant given over the HTTP API, on behalf of a caller
+// the API authenticated.
+type GrantRequest struct {
+	// By is who gives it, as the API authenticated them; Identified says
+	// By is a user of the API's user list (see Answer).
+	By         string
+	Identified bool
+	// The grant's decision and scope (see wire.Grant).
+	Tool           string
+	Approved       bool
+	ConversationID string
+	ArgsDigest     string
+	Caller         string
+	Message        string
+	ExpiresAt      time.Time
+}
+
+// Grant stores a standing decision given over the HTTP API and returns it.
+// Where approver keys are trusted, only callers the API names (Identified)
+// may give one, as for a decision over HTTP.
+func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
+	if len(o.cfg.TrustedApprovers) > 0 && !r.Identified {
+		return Grant{}, &AnswerError{Code: AnswerForbidden,
+			Reason: "approver keys are trusted: a grant over HTTP needs a caller named by the API's users"}
+	}
+	g := Grant{ID: newGrantID(), Tool: r.Tool, Approved: r.Approved, ConversationID: r.ConversationID,
+		ArgsDigest: r.ArgsDigest, Caller: r.Caller, Message: r.Message, GrantedBy: r.By,
+		GrantedAt: o.clock().UTC(), ExpiresAt: r.ExpiresAt}
+	if !g.ExpiresAt.IsZero() {
+		g.ExpiresAt = g.ExpiresAt.UTC()
+	}
+	if err := g.Validate(); err != nil {
+		return Grant{}, &BadRequestError{err.Error()}
+	}
+	if err := PutGrant(ctx, o.bus, bus.GrantKeyAPI, g); err != nil {
+		return Grant{}, err
+	}
+	o.log.InfoContext(ctx, "grant given", slog.String("grant_id", g.ID), slog.String("tool", g.Tool),
+		slog.Bool("approved", g.Approved), slog.String("by", g.GrantedBy))
+	return g, nil
+}
+
+// PutGrant stores g in the grants bucket under the key prefix source
+// (bus.GrantKeyAPI or bus.GrantKeyBus). It refuses to replace a grant of
+// the same id.
+func PutGrant(ctx context.Context, b *bus.Bus, source string, g Grant) error {
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	kv, err := b.Grants(ctx)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(g)
+	if err != nil {
+		return fmt.Errorf("grant %s: %w", g.ID, err)
+	}
+	if _, err := kv.Create(ctx, source+"."+g.ID, raw, 0); err != nil {
+		return fmt.Errorf("store grant %s: %w", g.ID, err)
+	}
+	return nil
+}
+
+// StoredGrant is a grant as the bucket holds it, with what the
+// orchestrator makes of it.
+type StoredGrant struct {
+	Grant
+	// Source is where it was given: bus.GrantKeyAPI or bus.GrantKeyBus.
+	Source string `json:"source"`
+	// Ignored says why the orchestrator does not apply it ("" when it
+	// does): expired, unsigned or signed by a key it does not trust.
+	Ignored string `json:"ignored,omitempty"`
+}
+
+// Grants lists the grants stored, expired and ignored ones included (each
+// saying why), in the order they were given.
+func (o *Orchestrator) Grants(ctx context.Context) ([]StoredGrant, error) {
+	return o.core.grants(ctx)
+}
+
+// RevokeGrant deletes the grant id: calls made after it are asked about
+// again. ErrNotFound when there is none.
+func (o *Orchestrator) RevokeGrant(ctx context.Context, id string) error {
+	kv, err := o.bus.Grants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, source := range []string{bus.GrantKeyAPI, bus.GrantKeyBus} {
+		e, err := kv.Get(ctx, source+"."+id)
+		if errors.Is(err, bus.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := kv.Delete(ctx, e.Key, e.Revision); err != nil {
+			return err
+		}
+		o.log.InfoContext(ctx, "grant revoked", slog.String("grant_id", id))
+		return nil
+	}
+	return fmt.Errorf("grant %s: %w", id, ErrNotFound)
+}
+
+func (co *core) grants(ctx context.Context) ([]StoredGrant, error) {
+	kv, err := co.bus.Grants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := co.clock()
+	out := make([]StoredGrant, 0, len(keys))
+	for _, key := range keys {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, bus.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		source, _, _ := strings.Cut(key, ".")
+		var g Grant
+		if err := json.Unmarshal(e.Value, &g); err != nil {
+			out = append(out, StoredGrant{Grant: Grant{ID: strings.TrimPrefix(key, source+".")}, Source: source, Ignored: "does not decode: " + err.Error()})
+			continue
+		}
+		out = append(out, StoredGrant{Grant: g, Source: source, Ignored: co.grantIgnored(key, source, g, now)})
+	}
+	slices.SortFunc(out, func(a, b StoredGrant) int { return a.GrantedAt.Compare(b.GrantedAt) })
+	return out, nil
+}
+
+// grantIgnored says why grant g, stored under key, is not applied at now;
+// "" when it is.
+func (co *core) grantIgnored(key, source string, g Grant, now time.Time) string {
+	if err := g.Validate(); err != nil {
+		return err.Error()
+	}
+	if key != source+"."+g.ID {
+		return fmt.Sprintf("stored under %s, not its id", key)
+	}
+	if !g.Live(now) {
+		return "expired at " + g.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	switch source {
+	case bus.GrantKeyAPI:
+		// Written by an orchestrator, for a caller its API authenticated.
+		return ""
+	case bus.GrantKeyBus:
+		if len(co.cfg.TrustedApprovers) == 0 {
+			return ""
+		}
+		key, ok := co.cfg.TrustedApprovers[g.GrantedBy]
+		if !ok {
+			return fmt.Sprintf("approver %q is not trusted", g.GrantedBy)
+		}
+		if len(g.Signature) == 0 {
+			return fmt.Sprintf("grant from %s is not signed", g.GrantedBy)
+		}
+		if err := g.Verify(ed25519.PublicKey(key)); err != nil {
+			return fmt.Sprintf("grant from %s: %v", g.GrantedBy, err)
+		}
+		return ""
+	}
+	return fmt.Sprintf("unknown key prefix %q", source)
+}
+
+// liveGrants are the grants that apply now. A failure to read them is
+// logged and leaves none: the calls are then asked about, which is safe.
+func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) []Grant {
+	if req == nil || len(req.Approvals) == 0 {
+		return nil
+	}
+	all, err := co.grants(ctx)
+	if err != nil {
+		co.log.WarnContext(ctx, "grants not read: asking about every call", slog.String("error", err.Error()))
+		return nil
+	}
+	var live []Grant
+	for _, g := range all {
+		if g.Ignored == "" {
+			live = append(live, g.Grant)
+		}
+	}
+	return live
+}
+
+// grantUse is a call a grant decided.
+type grantUse struct {
+	callID, tool, digest string
+	grant                Grant
+}
+
+// applyGrants decides the approval calls of c's batch, just paused (or
+// held by an inline wait), that a grant covers: a standing denial over an
+// approval when both cover a call. A call so approved is dispatched to its
+// workers at once (Dispatch) and goes out with the batch's calls; one of
+// an in-process tool runs in the follow-up, as any approved call. Each is
+// recorded as decided by the grant (DecisionRecord.GrantID).
+func (c *Conversation) applyGrants(grants []Grant, now time.Time) []grantUse {
+	b := c.Batch
+	if b == nil || len(grants) == 0 {
+		return nil
+	}
+	caller := callerID(c.Caller)
+	var uses []grantUse
+	for _, pc := range b.Calls {
+		if pc.Kind != deferred.KindApproval || pc.Reply != nil {
+			continue
+		}
+		var found *Grant
+		for i := range grants {
+			g := &grants[i]
+			if !g.Covers(pc.ToolName, pc.ArgsDigest, c.ID, caller) {
+				continue
+			}
+			if found == nil || found.Approved && !g.Approved {
+				found = g
+			}
+		}
+		if found == nil {
+			continue
+		}
+		r := &Reply{Outcome: OutcomeApproved, By: GrantedByPrefix + found.ID, At: now}
+		if !found.Approved {
+			r.Outcome, r.Message = OutcomeDenied, found.Message
+			if r.Message == "" {
+				r.Message = deferred.DefaultDenyMessage
+			}
+		}
+		pc.Reply = r
+		// Decided before it was ever published: nothing asks anyone.
+		pc.Published = true
+		c.Decisions = append(c.Decisions, DecisionRecord{
+			RunID: b.RunID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName, Approved: found.Approved,
+			Message: r.Message, ApproverID: r.By, GrantID: found.ID, At: now,
+		})
+		uses = append(uses, grantUse{callID: pc.ToolCallID, tool: pc.ToolName, digest: pc.ArgsDigest, grant: *found})
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	for _, u := range uses {
+		if u.grant.Approved {
+			c.Dispatch(u.callID, now)
+		}
+	}
+	c.UpdatedAt = now
+	return uses
+}
+
+// callerID is the "id" of a run's caller object; "" when it has none.
+func callerID(caller json.RawMessage) string {
+	var v struct {
+		ID string `json:"id"`
+	}
+	if len(caller) == 0 || json.Unmarshal(caller, &v) != nil {
+		return ""
+	}
+	return v.ID
+}
+
+// auditGrants records each call a grant decided on the audit stream, as
+// a decision applied, naming the grant.
+func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []grantUse) {
+	for _, u := range uses {
+		approved := u.grant.Approved
+		rec := AuditRecord{
+			Kind: string(deferred.KindApproval), Verdict: verdictApplied.String(),
+			ConversationID: convID, RunID: runID, ToolCallID: u.callID, ToolName: u.tool,
+			ApproverID: GrantedByPrefix + u.grant.ID, Approved: &approved, Signed: len(u.grant.Signature) > 0,
+			ArgsDigest: u.digest, Message: u.grant.Message, Grant: u.grant.ID, Time: co.clock().UTC(),
+		}
+		hdr := nats.Header{}
+		hdr.Set(bus.HeaderConversation, convID)
+		hdr.Set(bus.HeaderCall, u.callID)
+		if _, err := co.bus.PublishAudit(ctx, runID, "audit/grant/"+runID+"/"+u.callID, rec, hdr); err != nil {
+			co.log.WarnContext(ctx, "audit record of a grant's use not published", slog.String("run_id", runID),
+				slog.String("tool_call_id", u.callID), slog.String("grant_id", u.grant.ID), slog.String("error", err.Error()))
+		}
+	}
+}
+
+func newGrantID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "g" + hex.EncodeToString(b[:])
+}
