@@ -46,13 +46,16 @@ type GrantRequest struct {
 	ExpiresAt      time.Time
 }
 
+// ErrGrantForbidden refuses a grant over HTTP from a caller the API does
+// not name while approver keys are trusted.
+var ErrGrantForbidden = errors.New("grant forbidden")
+
 // Grant stores a standing decision given over the HTTP API and returns it.
 // Where approver keys are trusted, only callers the API names (Identified)
 // may give one, as for a decision over HTTP.
 func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if len(o.cfg.TrustedApprovers) > 0 && !r.Identified {
-		return Grant{}, &AnswerError{Code: AnswerForbidden,
-			Reason: "approver keys are trusted: a grant over HTTP needs a caller named by the API's users"}
+		return Grant{}, fmt.Errorf("%w: approver keys are trusted: a grant over HTTP needs a caller named by the API's users", ErrGrantForbidden)
 	}
 	g := Grant{ID: newGrantID(), Tool: r.Tool, Approved: r.Approved, ConversationID: r.ConversationID,
 		ArgsDigest: r.ArgsDigest, Caller: r.Caller, Message: r.Message, GrantedBy: r.By,
