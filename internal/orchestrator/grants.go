@@ -66,33 +66,12 @@ func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error)
 	if err := g.Validate(); err != nil {
 		return Grant{}, &BadRequestError{err.Error()}
 	}
-	if err := PutGrant(ctx, o.bus, bus.GrantKeyAPI, g); err != nil {
+	if err := o.bus.PutGrant(ctx, bus.GrantKeyAPI, g); err != nil {
 		return Grant{}, err
 	}
 	o.log.InfoContext(ctx, "grant given", slog.String("grant_id", g.ID), slog.String("tool", g.Tool),
 		slog.Bool("approved", g.Approved), slog.String("by", g.GrantedBy))
 	return g, nil
-}
-
-// PutGrant stores g in the grants bucket under the key prefix source
-// (bus.GrantKeyAPI or bus.GrantKeyBus). It refuses to replace a grant of
-// the same id.
-func PutGrant(ctx context.Context, b *bus.Bus, source string, g Grant) error {
-	if err := g.Validate(); err != nil {
-		return err
-	}
-	kv, err := b.Grants(ctx)
-	if err != nil {
-		return err
-	}
-	raw, err := json.Marshal(g)
-	if err != nil {
-		return fmt.Errorf("grant %s: %w", g.ID, err)
-	}
-	if _, err := kv.Create(ctx, source+"."+g.ID, raw, 0); err != nil {
-		return fmt.Errorf("store grant %s: %w", g.ID, err)
-	}
-	return nil
 }
 
 // StoredGrant is a grant as the bucket holds it, with what the
@@ -115,25 +94,15 @@ func (o *Orchestrator) Grants(ctx context.Context) ([]StoredGrant, error) {
 // RevokeGrant deletes the grant id: calls made after it are asked about
 // again. ErrNotFound when there is none.
 func (o *Orchestrator) RevokeGrant(ctx context.Context, id string) error {
-	kv, err := o.bus.Grants(ctx)
+	err := o.bus.DeleteGrant(ctx, id, bus.GrantKeyAPI, bus.GrantKeyBus)
+	if errors.Is(err, bus.ErrGrantNotFound) {
+		return fmt.Errorf("grant %s: %w", id, ErrNotFound)
+	}
 	if err != nil {
 		return err
 	}
-	for _, source := range []string{bus.GrantKeyAPI, bus.GrantKeyBus} {
-		e, err := kv.Get(ctx, source+"."+id)
-		if errors.Is(err, bus.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if err := kv.Delete(ctx, e.Key, e.Revision); err != nil {
-			return err
-		}
-		o.log.InfoContext(ctx, "grant revoked", slog.String("grant_id", id))
-		return nil
-	}
-	return fmt.Errorf("grant %s: %w", id, ErrNotFound)
+	o.log.InfoContext(ctx, "grant revoked", slog.String("grant_id", id))
+	return nil
 }
 
 func (co *core) grants(ctx context.Context) ([]StoredGrant, error) {

@@ -1,14 +1,17 @@
 package orchestrator_test
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -167,6 +170,59 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 				n := bustest.StreamMsgs(t, b, bus.StreamApprovals)
 				return n == 1, fmt.Sprint(n)
 			})
+		})
+	}
+}
+
+// A grant an approver puts on the bus (package approval) applies, where
+// approver keys are trusted, only when signed by the key of the approver
+// it names; one unsigned or signed by another key is listed with why it
+// is ignored, and the call is asked about.
+func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
+	t.Parallel()
+	pub, key := newKey(t)
+	_, other := newKey(t)
+	for _, tc := range []struct {
+		name    string
+		key     ed25519.PrivateKey
+		ignored string
+	}{
+		{"signed by the trusted key", key, ""},
+		{"unsigned", nil, "not signed"},
+		{"signed by another key", other, "does not verify"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.worker()
+			o, _ := e.orch(orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub}})
+			nc := e.connect("bot").Conn()
+			g, err := approval.GiveGrant(ctxT(t), nc, approval.Grant{Tool: "update_file", Approved: true, GrantedBy: "bot",
+				ArgsDigest: digestOf(t, dotenvArgs)}, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, err := o.Grants(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(gs) != 1 || gs[0].ID != g.ID || gs[0].Source != bus.GrantKeyBus || !strings.Contains(gs[0].Ignored, tc.ignored) || (tc.ignored == "") != (gs[0].Ignored == "") {
+				t.Fatalf("grants listed %+v, want %s ignored for %q", gs, g.ID, tc.ignored)
+			}
+			info, err := o.StartRun(ctxT(t), seedPrompt, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+			if d := pendingCall(t, c, "update_file_dotenv").Decision(); (d != nil) != (tc.ignored == "") {
+				t.Errorf("update_file_dotenv decided %+v; want decided only by a grant signed by the trusted key", d)
+			}
+			if err := approval.RevokeGrant(ctxT(t), nc, g.ID); err != nil {
+				t.Fatal(err)
+			}
+			if gs, err := o.Grants(ctxT(t)); err != nil || len(gs) != 0 {
+				t.Errorf("grants after the revoke: %+v, %v", gs, err)
+			}
 		})
 	}
 }
