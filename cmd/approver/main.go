@@ -6,6 +6,7 @@
 //	approver --http 127.0.0.1:8090 [--policy ...]   # the approval inbox, a web page
 //	approver list | approve ID [--args JSON] [--metadata JSON] | deny ID --message TEXT
 //	approver keygen --out approver.key   # prints the public key to trust
+//	approver notify --webhook URL [--inbox-url URL]   # posts each request, Slack-style
 package main
 
 import (
@@ -42,6 +43,7 @@ var synopsis = []string{
 	"approver approve ID [--args JSON] [--metadata JSON]  approve (with edited args, metadata for the tool); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID",
 	"approver deny ID --message TEXT       deny, telling the model why",
 	"approver keygen --out FILE            a signing key; prints the public key to trust",
+	"approver notify --webhook URL [--inbox-url URL]  post each approval request to a webhook (Slack-style JSON)",
 }
 
 var env = append(slices.Clone(cli.NATSEnv),
@@ -94,6 +96,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return keygen(args[1:], stdout)
 		case "list", "approve", "deny":
 			return oneShot(ctx, args[0], args[1:], stdout, stderr)
+		case "notify":
+			return notify(ctx, args[1:], stdout, stderr)
 		}
 	}
 	o, err := parseFlags(args, stdout)
