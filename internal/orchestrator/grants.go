@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,6 +71,9 @@ func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error)
 	if err := o.bus.PutGrant(ctx, bus.GrantKeyAPI, g); err != nil {
 		return Grant{}, err
 	}
+	if raw, err := json.Marshal(g); err == nil {
+		o.grantCache.set(bus.GrantKeyAPI+"."+g.ID, raw)
+	}
 	o.log.InfoContext(ctx, "grant given", slog.String("grant_id", g.ID), slog.String("tool", g.Tool),
 		slog.Bool("approved", g.Approved), slog.String("by", g.GrantedBy))
 	return g, nil
@@ -101,6 +106,8 @@ func (o *Orchestrator) RevokeGrant(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	o.grantCache.set(bus.GrantKeyAPI+"."+id, nil)
+	o.grantCache.set(bus.GrantKeyBus+"."+id, nil)
 	o.log.InfoContext(ctx, "grant revoked", slog.String("grant_id", id))
 	return nil
 }
@@ -110,30 +117,103 @@ func (co *core) grants(ctx context.Context) ([]StoredGrant, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.Keys(ctx)
+	entries, err := kv.List(ctx, "", true)
 	if err != nil {
 		return nil, err
 	}
 	now := co.clock()
-	out := make([]StoredGrant, 0, len(keys))
-	for _, key := range keys {
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, bus.ErrKeyNotFound) {
-			continue
+	out := make([]StoredGrant, 0, len(entries))
+	for _, e := range entries {
+		if e.Op == bus.OpPut {
+			out = append(out, co.storedGrant(e.Key, e.Value, now))
 		}
-		if err != nil {
-			return nil, err
-		}
-		source, _, _ := strings.Cut(key, ".")
-		var g Grant
-		if err := json.Unmarshal(e.Value, &g); err != nil {
-			out = append(out, StoredGrant{Grant: Grant{ID: strings.TrimPrefix(key, source+".")}, Source: source, Ignored: "does not decode: " + err.Error()})
-			continue
-		}
-		out = append(out, StoredGrant{Grant: g, Source: source, Ignored: co.grantIgnored(key, source, g, now)})
 	}
 	slices.SortFunc(out, func(a, b StoredGrant) int { return a.GrantedAt.Compare(b.GrantedAt) })
 	return out, nil
+}
+
+// storedGrant decodes the grant stored under key and says whether it
+// applies at now.
+func (co *core) storedGrant(key string, value []byte, now time.Time) StoredGrant {
+	source, id, _ := strings.Cut(key, ".")
+	var g Grant
+	if err := json.Unmarshal(value, &g); err != nil {
+		return StoredGrant{Grant: Grant{ID: id}, Source: source, Ignored: "does not decode: " + err.Error()}
+	}
+	return StoredGrant{Grant: g, Source: source, Ignored: co.grantIgnored(key, source, g, now)}
+}
+
+// grantCache is the grants bucket as the orchestrator's watch of it sees
+// it, so that a pause reads no bucket: its values by key, once the watch
+// has caught up. Grants given or revoked through this replica are put in
+// at once; those of other replicas and of approvers come with the watch.
+type grantCache struct {
+	mu       sync.RWMutex
+	caughtUp bool
+	values   map[string][]byte
+}
+
+func (gc *grantCache) set(key string, value []byte) {
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	if gc.values == nil {
+		gc.values = map[string][]byte{}
+	}
+	if value == nil {
+		delete(gc.values, key)
+		return
+	}
+	gc.values[key] = value
+}
+
+func (gc *grantCache) reset(caughtUp bool) {
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	gc.caughtUp = caughtUp
+	if !caughtUp {
+		gc.values = nil
+	}
+}
+
+// snapshot is the cached values; ok is false until the watch caught up.
+func (gc *grantCache) snapshot() (map[string][]byte, bool) {
+	gc.mu.RLock()
+	defer gc.mu.RUnlock()
+	return maps.Clone(gc.values), gc.caughtUp
+}
+
+// grantsLoop keeps grantCache for as long as the orchestrator runs,
+// watching again a second after a watch ends.
+func (co *core) grantsLoop() {
+	ctx := co.loopCtx
+	for ctx.Err() == nil {
+		kv, err := co.bus.Grants(ctx)
+		if err == nil {
+			for e, werr := range kv.Watch(ctx, "") {
+				if werr != nil {
+					err = werr
+					break
+				}
+				switch e.Op {
+				case bus.OpCaughtUp:
+					co.grantCache.reset(true)
+				case bus.OpPut:
+					co.grantCache.set(e.Key, e.Value)
+				default:
+					co.grantCache.set(e.Key, nil)
+				}
+			}
+		}
+		co.grantCache.reset(false)
+		if err != nil && ctx.Err() == nil {
+			co.log.WarnContext(ctx, "grants not watched: each pause reads them", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // grantIgnored says why grant g, stored under key, is not applied at now;
@@ -177,10 +257,19 @@ func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) []Grant 
 	if req == nil || len(req.Approvals) == 0 {
 		return nil
 	}
-	all, err := co.grants(ctx)
-	if err != nil {
-		co.log.WarnContext(ctx, "grants not read: asking about every call", slog.String("error", err.Error()))
-		return nil
+	var all []StoredGrant
+	if values, ok := co.grantCache.snapshot(); ok {
+		now := co.clock()
+		for key, v := range values {
+			all = append(all, co.storedGrant(key, v, now))
+		}
+		slices.SortFunc(all, func(a, b StoredGrant) int { return a.GrantedAt.Compare(b.GrantedAt) })
+	} else {
+		var err error
+		if all, err = co.grants(ctx); err != nil {
+			co.log.WarnContext(ctx, "grants not read: asking about every call", slog.String("error", err.Error()))
+			return nil
+		}
 	}
 	var live []Grant
 	for _, g := range all {

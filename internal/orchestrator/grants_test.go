@@ -111,14 +111,15 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		grant   orchestrator.GrantRequest
+		expires time.Duration // after the grant is given; 0: never
 		revoke  bool
 		elapse  time.Duration
 		caller  string
 		granted bool
 	}{
 		{name: "other args", grant: orchestrator.GrantRequest{ArgsDigest: digestOf(t, `{"path":".env","content":"x"}`)}},
-		{name: "expired", grant: orchestrator.GrantRequest{ExpiresAt: time.Now().Add(time.Minute)}, elapse: 2 * time.Minute},
-		{name: "in force", grant: orchestrator.GrantRequest{ExpiresAt: time.Now().Add(time.Minute)}, granted: true},
+		{name: "expired", expires: time.Minute, elapse: 2 * time.Minute},
+		{name: "in force", expires: time.Minute, granted: true},
 		{name: "revoked", revoke: true},
 		{name: "another caller", grant: orchestrator.GrantRequest{Caller: "bob"}, caller: `{"id":"ann"}`},
 		{name: "the run's caller", grant: orchestrator.GrantRequest{Caller: "ann"}, caller: `{"id":"ann"}`, granted: true},
@@ -131,6 +132,9 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 			o, _ := e.orch(orchestrator.Config{Clock: clock.Now})
 			r := tc.grant
 			r.By, r.Tool, r.Approved = "ann", "update_file", true
+			if tc.expires > 0 {
+				r.ExpiresAt = clock.Now().Add(tc.expires)
+			}
 			g, err := o.Grant(ctxT(t), r)
 			if err != nil {
 				t.Fatal(err)
@@ -202,6 +206,9 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			waitFor(t, "the grant seen by the orchestrator's watch", func() (bool, string) {
+				return orchestrator.GrantSeen(o, g.ID), ""
+			})
 			gs, err := o.Grants(ctxT(t))
 			if err != nil {
 				t.Fatal(err)
