@@ -42,6 +42,28 @@ func ApproveWithArgs(args any) Verdict {
 	return v
 }
 
+// WithMetadata gives an approval metadata (marshalled to a JSON object)
+// that reaches the approved call's tool: the worker's call request, an
+// in-process tool's RunContext.ToolCallMetadata. It is signed with the
+// decision. On any other verdict it is an error.
+func (v Verdict) WithMetadata(metadata any) Verdict {
+	if v.err != nil {
+		return v
+	}
+	if v.v.Action != approver.ActionApprove {
+		return Verdict{err: errors.New("metadata: only an approval gives its tool metadata")}
+	}
+	raw, err := json.Marshal(metadata)
+	if err != nil {
+		return Verdict{err: fmt.Errorf("metadata: %w", err)}
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return Verdict{err: errors.New("metadata: want a JSON object")}
+	}
+	v.v.Metadata = raw
+	return v
+}
+
 // Deny refuses the call; the model is told message.
 func Deny(message string) Verdict {
 	if message == "" {

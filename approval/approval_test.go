@@ -64,6 +64,8 @@ func TestBotDecidesSignsAndEscalates(t *testing.T) {
 		switch req.ToolName {
 		case "delete_file":
 			return approval.Deny("deleting is not allowed"), nil
+		case "read_file":
+			return approval.Approve().WithMetadata(map[string]string{"ticket": "OPS-7"}), nil
 		case "send_mail":
 			return approval.ApproveWithArgs(map[string]string{"to": "review@example.com"}), nil
 		case "transfer":
@@ -104,8 +106,8 @@ func TestBotDecidesSignsAndEscalates(t *testing.T) {
 			t.Errorf("decision %s approver = %q", id, d.ApproverID)
 		}
 	}
-	if d := got["a"]; !d.Approved || len(d.OverrideArgs) != 0 {
-		t.Errorf("approve = %+v", d)
+	if d := got["a"]; !d.Approved || len(d.OverrideArgs) != 0 || string(d.Metadata) != `{"ticket":"OPS-7"}` {
+		t.Errorf("approve with metadata = %+v", d)
 	}
 	if d := got["b"]; d.Approved || d.Message != "deleting is not allowed" {
 		t.Errorf("deny = %+v", d)
@@ -170,5 +172,22 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := approval.New(nc, approval.Config{ID: "a"}, nil); err == nil {
 		t.Error("nil decider accepted")
+	}
+}
+
+func TestWithMetadataOnlyOnAnApproval(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		v    approval.Verdict
+		want string
+	}{
+		{"approve", approval.Approve().WithMetadata(map[string]int{"n": 1}), "approve"},
+		{"deny", approval.Deny("no").WithMetadata(map[string]int{"n": 1}), "invalid: metadata: only an approval gives its tool metadata"},
+		{"not an object", approval.Approve().WithMetadata([]int{1}), "invalid: metadata: want a JSON object"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

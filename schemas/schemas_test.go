@@ -39,6 +39,7 @@ var goTypes = map[string]reflect.Type{
 	"approval_status_request": reflect.TypeFor[wire.ApprovalStatusRequest](),
 	"approval_status_reply":   reflect.TypeFor[wire.ApprovalStatusReply](),
 	"decision_outcome":        reflect.TypeFor[wire.DecisionOutcome](),
+	"grant":                   reflect.TypeFor[wire.Grant](),
 }
 
 // pendingAnswer is what GET /v1/pending writes (a map in package api).
@@ -198,6 +199,9 @@ func TestGoValuesValidate(t *testing.T) {
 		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},
 		{"tool advert go", "tool_advert", bus.ToolAdvert{Name: "get_weather", Description: "Weather", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "go", WorkerID: "w1", At: now}},
 		{"tool advert mcp", "tool_advert", bus.ToolAdvert{Name: "ev_echo", Description: "Echoes", Parameters: raw(`{"type":"object"}`), Kind: "call", Executor: "mcp", MCPServer: "ev", MCPTool: "echo", Annotations: raw(`{"readOnlyHint":true}`), WorkerID: "w1", At: local}},
+		{"grant", "grant", wire.Grant{ID: "g1", Tool: "update_file", Approved: true, GrantedBy: "alice", GrantedAt: now}},
+		{"grant full", "grant", wire.Grant{ID: "g2", Tool: "delete_file", ConversationID: "c1", ArgsDigest: mustDigest(t, `{}`), Caller: "ann", Message: "no",
+			GrantedBy: "api", GrantedAt: local, ExpiresAt: local.Add(time.Hour), Signature: make([]byte, 64)}},
 		{"requests empty", "requests", deferred.Requests{}},
 		{"requests", "requests", deferred.Requests{
 			Calls:     []deferred.Call{{ToolName: "run_job", Args: raw(`{"job":"x"}`), ToolCallID: "job1"}, {ToolName: "now", ToolCallID: "now1"}},
@@ -280,6 +284,9 @@ func TestInvalidDocuments(t *testing.T) {
 		{"tool_advert", "unknown executor", `{"name":"t","kind":"call","executor":"shell","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
 		{"tool_advert", "name with a dot", `{"name":"a.b","kind":"call","executor":"exec","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
 		{"tool_advert", "parameters a string", `{"name":"t","parameters":"{}","kind":"call","executor":"exec","worker_id":"w","at":"2026-03-01T12:00:00Z"}`},
+		{"grant", "missing tool", `{"id":"g","approved":true,"granted_by":"a","granted_at":"2026-03-01T12:00:00Z"}`},
+		{"grant", "message on an approval", `{"id":"g","tool":"t","approved":true,"message":"x","granted_by":"a","granted_at":"2026-03-01T12:00:00Z"}`},
+		{"grant", "digest not hex", `{"id":"g","tool":"t","approved":true,"args_digest":"x","granted_by":"a","granted_at":"2026-03-01T12:00:00Z"}`},
 		{"requests", "call without id", `{"calls":[{"tool_name":"t","args":{}}],"approvals":[],"metadata":{}}`},
 		{"requests", "args a string", `{"calls":[],"approvals":[{"tool_name":"t","args":"{}","tool_call_id":"i"}],"metadata":{}}`},
 		{"requests", "unknown field", `{"calls":[],"approvals":[],"metadata":{},"pending":[]}`},

@@ -29,6 +29,9 @@ type AuditRecord struct {
 	OverrideArgs   json.RawMessage `json:"override_args,omitempty" msgpack:"override_args,omitempty"`
 	Message        string          `json:"message,omitempty" msgpack:"message,omitempty"`
 	WorkerID       string          `json:"worker_id,omitempty" msgpack:"worker_id,omitempty"`
+	// Grant is the standing decision (Grant) that decided the call, when
+	// one did; no reply was then asked for.
+	Grant string `json:"grant,omitempty" msgpack:"grant,omitempty"`
 	// ReplySeq is the reply's sequence in TOOLGATE_REPLIES.
 	ReplySeq uint64    `json:"reply_seq" msgpack:"reply_seq"`
 	Time     time.Time `json:"time" msgpack:"time"`

@@ -11,13 +11,14 @@ import (
 )
 
 // DecodeMsgpack reads a Decision in its msgpack form (decided_at a msgpack
-// timestamp, signature 64 bytes of bin, override_args bin holding JSON
-// text) and also in the forms decision.schema.json gives for JSON, which a
-// bot that builds its msgpack body from the schema sends: decided_at as an
-// RFC 3339 string, signature as a base64 string, override_args as a string
-// of JSON text. Each of these has exactly one meaning, so accepting it
-// costs nothing; override_args as a msgpack map is refused, since a map
-// does not say which JSON text was signed (1.0 or 1, key order).
+// timestamp, signature 64 bytes of bin, override_args and metadata bin
+// holding JSON text) and also in the forms decision.schema.json gives for
+// JSON, which a bot that builds its msgpack body from the schema sends:
+// decided_at as an RFC 3339 string, signature as a base64 string,
+// override_args and metadata as a string of JSON text. Each of these has
+// exactly one meaning, so accepting it costs nothing; override_args or
+// metadata as a msgpack map is refused, since a map does not say which
+// JSON text was signed (1.0 or 1, key order).
 func (d *Decision) DecodeMsgpack(dec *msgpack.Decoder) error {
 	var w struct {
 		RunID        string       `msgpack:"run_id"`
@@ -26,6 +27,7 @@ func (d *Decision) DecodeMsgpack(dec *msgpack.Decoder) error {
 		Approved     bool         `msgpack:"approved"`
 		OverrideArgs jsonText     `msgpack:"override_args"`
 		Message      string       `msgpack:"message"`
+		Metadata     metadataText `msgpack:"metadata"`
 		ApproverID   string       `msgpack:"approver_id"`
 		DecidedAt    timeOrString `msgpack:"decided_at"`
 		Signature    binOrBase64  `msgpack:"signature"`
@@ -35,7 +37,7 @@ func (d *Decision) DecodeMsgpack(dec *msgpack.Decoder) error {
 	}
 	*d = Decision{
 		RunID: w.RunID, ToolCallID: w.ToolCallID, ArgsDigest: w.ArgsDigest, Approved: w.Approved,
-		OverrideArgs: json.RawMessage(w.OverrideArgs), Message: w.Message, ApproverID: w.ApproverID,
+		OverrideArgs: json.RawMessage(w.OverrideArgs), Message: w.Message, Metadata: json.RawMessage(w.Metadata), ApproverID: w.ApproverID,
 		DecidedAt: time.Time(w.DecidedAt), Signature: []byte(w.Signature),
 	}
 	return nil
@@ -101,18 +103,29 @@ func (b *binOrBase64) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return err
 }
 
-// jsonText is JSON text held in bin or str.
+// jsonText is JSON text held in bin or str: override_args.
 type jsonText []byte
 
 func (j *jsonText) DecodeMsgpack(dec *msgpack.Decoder) error {
+	return decodeJSONText(dec, "override_args", (*[]byte)(j))
+}
+
+// metadataText is jsonText for the field metadata.
+type metadataText []byte
+
+func (j *metadataText) DecodeMsgpack(dec *msgpack.Decoder) error {
+	return decodeJSONText(dec, "metadata", (*[]byte)(j))
+}
+
+func decodeJSONText(dec *msgpack.Decoder, field string, dst *[]byte) error {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return err
 	}
 	if !msgpcode.IsBin(c) && !msgpcode.IsString(c) && c != msgpcode.Nil {
-		return fmt.Errorf("override_args: want JSON text as bin (or str), got msgpack code 0x%02x", c)
+		return fmt.Errorf("%s: want JSON text as bin (or str), got msgpack code 0x%02x", field, c)
 	}
 	v, err := dec.DecodeBytes()
-	*j = v
+	*dst = v
 	return err
 }

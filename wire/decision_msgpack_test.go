@@ -22,7 +22,7 @@ func TestDecisionMsgpackForms(t *testing.T) {
 	decided := time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, time.UTC)
 	want := wire.Decision{
 		RunID: "run1", ToolCallID: "call_2", ArgsDigest: strings.Repeat("ab", 32), Approved: true,
-		OverrideArgs: []byte(`{"path":"b.txt","n":1.0}`), ApproverID: "bot", DecidedAt: decided,
+		OverrideArgs: []byte(`{"path":"b.txt","n":1.0}`), Metadata: []byte(`{"ticket":"OPS-7"}`), ApproverID: "bot", DecidedAt: decided,
 	}
 	if err := want.Sign(key); err != nil {
 		t.Fatal(err)
@@ -46,12 +46,14 @@ func TestDecisionMsgpackForms(t *testing.T) {
 		set  map[string]any
 	}{
 		{"msgpack form: timestamp, bin, bin", map[string]any{
-			"decided_at": decided, "signature": want.Signature, "override_args": []byte(want.OverrideArgs)}},
+			"decided_at": decided, "signature": want.Signature, "override_args": []byte(want.OverrideArgs),
+			"metadata": []byte(want.Metadata)}},
 		{"schema's forms: RFC 3339 string, base64, string", map[string]any{
 			"decided_at": "2026-03-01T13:00:00.5+01:00", "signature": base64.StdEncoding.EncodeToString(want.Signature),
-			"override_args": string(want.OverrideArgs)}},
+			"override_args": string(want.OverrideArgs), "metadata": string(want.Metadata)}},
 		{"mixed", map[string]any{
-			"decided_at": "2026-03-01T12:00:00.5Z", "signature": want.Signature, "override_args": string(want.OverrideArgs)}},
+			"decided_at": "2026-03-01T12:00:00.5Z", "signature": want.Signature, "override_args": string(want.OverrideArgs),
+			"metadata": []byte(want.Metadata)}},
 	}
 	for _, tc := range ok {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +65,8 @@ func TestDecisionMsgpackForms(t *testing.T) {
 			if err := wire.Decode(body(t, m), wire.ContentTypeMsgpack, &got); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
-			if !got.DecidedAt.Equal(decided) || string(got.OverrideArgs) != string(want.OverrideArgs) || string(got.Signature) != string(want.Signature) {
+			if !got.DecidedAt.Equal(decided) || string(got.OverrideArgs) != string(want.OverrideArgs) || string(got.Signature) != string(want.Signature) ||
+				string(got.Metadata) != string(want.Metadata) {
 				t.Errorf("decoded %+v, want %+v", got, want)
 			}
 			if err := got.Verify(key.Public().(ed25519.PublicKey)); err != nil {
@@ -77,6 +80,7 @@ func TestDecisionMsgpackForms(t *testing.T) {
 		why         string
 	}{
 		{"override_args as a map", "override_args", map[string]any{"path": "b.txt"}, "override_args"},
+		{"metadata as a map", "metadata", map[string]any{"ticket": "OPS-7"}, "metadata"},
 		{"decided_at not RFC 3339", "decided_at", "1 March 2026", "decided_at"},
 		{"decided_at a number", "decided_at", 1772366400, "decided_at"},
 		{"signature not base64", "signature", "not base64!", "signature"},

@@ -72,9 +72,13 @@ type Decision struct {
 	Approved     bool            `json:"approved" msgpack:"approved"`
 	OverrideArgs json.RawMessage `json:"override_args,omitempty" msgpack:"override_args,omitempty"`
 	Message      string          `json:"message,omitempty" msgpack:"message,omitempty"`
-	ApproverID   string          `json:"approver_id" msgpack:"approver_id"`
-	DecidedAt    time.Time       `json:"decided_at" msgpack:"decided_at"`
-	Signature    []byte          `json:"signature,omitempty" msgpack:"signature,omitempty"`
+	// Metadata, on an approval, reaches the approved call's tool: the
+	// worker's CallRequest.Metadata, an in-process tool's
+	// RunContext.ToolCallMetadata (D23). Signed with the rest.
+	Metadata   json.RawMessage `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	ApproverID string          `json:"approver_id" msgpack:"approver_id"`
+	DecidedAt  time.Time       `json:"decided_at" msgpack:"decided_at"`
+	Signature  []byte          `json:"signature,omitempty" msgpack:"signature,omitempty"`
 }
 
 // Event is one entry of a conversation's event stream. Published on

@@ -179,6 +179,7 @@ func (d Decision) Validate() error {
 	if len(d.OverrideArgs) != 0 && !d.Approved {
 		c.fail("override_args", "is set on a denial")
 	}
+	c.object("metadata", d.Metadata, false)
 	c.id("approver_id", d.ApproverID)
 	if d.DecidedAt.IsZero() {
 		c.fail("decided_at", "is missing")

@@ -88,6 +88,7 @@ func oneShot(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	cf := commonFlags(fs)
 	argsJSON := fs.String("args", "", "approve: JSON object replacing the model's args (checked against the tool's schema)")
 	message := fs.String("message", "", "deny: what the model is told")
+	metadata := fs.String("metadata", "", "approve: JSON object given to the approved call's tool (its call's metadata)")
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
 		return err
@@ -104,6 +105,8 @@ func oneShot(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		return errors.New("deny: --message is required: it is what the model is told")
 	case cmd != "approve" && *argsJSON != "":
 		return fmt.Errorf("%s: --args is for approve", cmd)
+	case cmd != "approve" && *metadata != "":
+		return fmt.Errorf("%s: --metadata is for approve", cmd)
 	}
 	c, err := cf.client(ctx, stdout, stderr)
 	if err != nil {
@@ -114,7 +117,7 @@ func oneShot(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	case "list":
 		return c.List(ctx)
 	case "approve":
-		return c.Approve(ctx, pos[0], json.RawMessage(*argsJSON))
+		return c.Approve(ctx, pos[0], json.RawMessage(*argsJSON), json.RawMessage(*metadata))
 	default:
 		return c.Deny(ctx, pos[0], *message)
 	}

@@ -4,8 +4,9 @@
 //
 //	approver --policy examples/policy.yaml [--key approver.key] [--interactive]
 //	approver --http 127.0.0.1:8090 [--policy ...]   # the approval inbox, a web page
-//	approver list | approve ID [--args JSON] | deny ID --message TEXT
+//	approver list | approve ID [--args JSON] [--metadata JSON] | deny ID --message TEXT
 //	approver keygen --out approver.key   # prints the public key to trust
+//	approver notify --webhook URL [--inbox-url URL]   # posts each request, Slack-style
 package main
 
 import (
@@ -40,9 +41,10 @@ func main() {
 var synopsis = []string{
 	"approver [flags]                      the bot (--policy, --interactive) and/or the inbox (--http)",
 	"approver list [flags]                 pending approval requests",
-	"approver approve ID [--args JSON]     approve (with edited args); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID",
+	"approver approve ID [--args JSON] [--metadata JSON]  approve (with edited args, metadata for the tool); ID is TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID",
 	"approver deny ID --message TEXT       deny, telling the model why",
 	"approver keygen --out FILE            a signing key; prints the public key to trust",
+	"approver notify --webhook URL [--inbox-url URL]  post each approval request to a webhook (Slack-style JSON)",
 }
 
 var env = append(slices.Clone(cli.NATSEnv),
@@ -100,7 +102,7 @@ func (o *options) check(pos []string) error {
 }
 
 // subcommands are the commands other than the bot and the inbox.
-var subcommands = []string{"keygen", "list", "approve", "deny"}
+var subcommands = []string{"keygen", "list", "approve", "deny", "notify"}
 
 // subcommand finds the subcommand in args, with flags allowed before it as
 // after it (`approver --nats URL approve ID`), and returns it with the
@@ -112,6 +114,9 @@ func subcommand(args []string) (string, []string) {
 	fs.String("args", "", "")
 	fs.String("message", "", "")
 	fs.String("out", "", "")
+	fs.String("metadata", "", "")
+	fs.String("webhook", "", "")
+	fs.String("inbox-url", "", "")
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
@@ -139,6 +144,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return keygen(rest, stdout, stderr)
 	case "list", "approve", "deny":
 		return oneShot(ctx, sub, rest, stdout, stderr)
+	case "notify":
+		return notify(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stdout)
 	if err != nil {

@@ -6,6 +6,7 @@
 //	toolgate list [--status S] [--limit N] [--cursor C] [--all] [--json]
 //	toolgate dlq [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C] [--json]
 //	toolgate audit [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C] [--json]
+//	toolgate grant [--deny] [--conversation ID] [--args JSON] [--caller ID] [--ttl D] TOOL | grants | revoke GRANT_ID
 //	toolgate health [--pid PID]  # wait until the orchestrator answers
 //	toolgate demo                # the seed's approval conversation, printed as it unfolds
 //
@@ -45,6 +46,9 @@ var command = cli.Command{
 		"toolgate [flags] list [--status S] [--limit N] [--cursor C]  a page of conversations",
 		"toolgate [flags] dlq [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C]    dead letters, newest first",
 		"toolgate [flags] audit [--conversation ID] [--tool-call-id ID] [--since T] [--limit N] [--cursor C]  audit records, newest first",
+		"toolgate [flags] grant [--deny] [--conversation ID] [--args JSON] [--caller ID] [--ttl D] TOOL  a standing decision on TOOL's calls",
+		"toolgate [flags] grants [--json]                             the standing decisions stored",
+		"toolgate [flags] revoke GRANT_ID                             revoke a standing decision",
 		"toolgate [flags] cancel CONVERSATION_ID                      cancel a conversation under way",
 		"toolgate [flags] delete CONVERSATION_ID                      delete a finished conversation",
 		"toolgate [flags] health [--pid PID]                          wait until the orchestrator answers",
@@ -222,8 +226,11 @@ var commands = map[string]subcommand{
 			return conversationTable(stdout, page.Conversations, page.NextCursor)
 		},
 	},
-	"dlq":   recordsCommand("dlq"),
-	"audit": recordsCommand("audit"),
+	"dlq":    recordsCommand("dlq"),
+	"audit":  recordsCommand("audit"),
+	"grant":  grantCommand,
+	"grants": grantsCommand,
+	"revoke": revokeCommand,
 	"cancel": {
 		synopsis: "CONVERSATION_ID", args: 1, flags: noFlags,
 		run: func(ctx context.Context, c *client.Client, _ time.Duration, _ any, args []string, stdout, stderr io.Writer) error {

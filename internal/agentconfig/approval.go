@@ -13,8 +13,8 @@ import (
 // (orchestrator.ApprovalRule).
 // Its expression is in the dialect of package rule, the same as an
 // approver policy's `when:`, so an expression over the model's args decides
-// alike at both gates; `metadata` is empty here (a request's metadata is
-// what the approvers see).
+// alike at both gates. At the orchestrator it also sees the run's context
+// (RequiredIn, docs/rules.md).
 type approvalRule struct {
 	always bool
 	rule   *rule.Rule
@@ -45,6 +45,39 @@ func (r *approvalRule) Required(tool string, args json.RawMessage) (bool, error)
 		return true, nil
 	}
 	b, err := r.rule.Eval(tool, args, nil)
+	if err != nil {
+		return true, fmt.Errorf("approval rule %q: %w", r.rule, err)
+	}
+	return b, nil
+}
+
+// RequiredIn is Required with the run's context: caller, conversation
+// and metadata (docs/rules.md). It fails closed as Required does.
+func (r *approvalRule) RequiredIn(tool string, args json.RawMessage, rc orchestrator.RuleContext) (bool, error) {
+	if r.always {
+		return true, nil
+	}
+	fail := func(what string, err error) (bool, error) {
+		return true, fmt.Errorf("approval rule %q: %s: %w", r.rule, what, err)
+	}
+	a, err := rule.DecodeObject(args)
+	if err != nil {
+		return fail("args", err)
+	}
+	m, err := rule.DecodeObject(rc.Metadata)
+	if err != nil {
+		return fail("metadata", err)
+	}
+	caller, err := rule.DecodeObject(rc.Caller)
+	if err != nil {
+		return fail("caller", err)
+	}
+	calls := make([]rule.Call, len(rc.Calls))
+	for i, c := range rc.Calls {
+		calls[i] = rule.Call{Tool: c.Tool, Outcome: c.Outcome}
+	}
+	b, err := r.rule.EvalIn(tool, a, m, rule.Context{Caller: caller,
+		Conversation: rule.Conversation(rc.ConversationID, rc.Agent, rc.Runs, calls)})
 	if err != nil {
 		return true, fmt.Errorf("approval rule %q: %w", r.rule, err)
 	}

@@ -82,6 +82,7 @@ type Config struct {
 //	GET  /v1/pending                       every pending deferred call
 //	GET  /v1/dlq                           dead letters, newest first (ops.go)
 //	GET  /v1/audit                         audit records, newest first (ops.go)
+//	POST, GET /v1/grants; DELETE /v1/grants/{id}  standing decisions (grants.go)
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
 func Handler(e Engine, cfg Config) http.Handler {
@@ -109,6 +110,7 @@ func Handler(e Engine, cfg Config) http.Handler {
 		"/v1/pending": "GET", "/healthz": "GET",
 		"/v1/dlq": "GET", "/v1/audit": "GET",
 	}
+	h.grantRoutes(mux, allowed)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 		allowed["/metrics"] = "GET"

@@ -400,6 +400,7 @@ func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.Approva
 	}
 	if dec.Approved {
 		dec.OverrideArgs = v.OverrideArgs
+		dec.Metadata = v.Metadata
 	} else {
 		dec.Message = v.Message
 	}

@@ -265,9 +265,10 @@ func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (bus.Decision, e
 	return d, nil
 }
 
-// Approve approves id, with args replacing the model's when not empty.
-func (c *CLI) Approve(ctx context.Context, id string, args json.RawMessage) error {
-	d, err := c.Decide(ctx, id, Choice{Approve: true, Args: args})
+// Approve approves id, with args replacing the model's when not empty and
+// metadata, when not empty, given to the call's tool.
+func (c *CLI) Approve(ctx context.Context, id string, args, metadata json.RawMessage) error {
+	d, err := c.Decide(ctx, id, Choice{Approve: true, Args: args, Metadata: metadata})
 	if err != nil {
 		return err
 	}

@@ -142,10 +142,10 @@ func TestCLIDecide(t *testing.T) {
 		err  error
 		want func(error) bool
 	}{
-		{"ambiguous id", cli.Approve(bustest.Context(t), "call-1", nil), func(e error) bool { return errors.Is(e, approver.ErrAmbiguous) }},
-		{"settled elsewhere", cli.Approve(bustest.Context(t), "call-3", nil), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
+		{"ambiguous id", cli.Approve(bustest.Context(t), "call-1", nil, nil), func(e error) bool { return errors.Is(e, approver.ErrAmbiguous) }},
+		{"settled elsewhere", cli.Approve(bustest.Context(t), "call-3", nil, nil), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
 		{"expired", cli.Deny(bustest.Context(t), "run-4/call-4", "x"), func(e error) bool { return errors.Is(e, approver.ErrNoRequest) }},
-		{"args the schema refuses", cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{"path":1}`)), func(e error) bool { return errors.As(e, &argsErr) }},
+		{"args the schema refuses", cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{"path":1}`), nil), func(e error) bool { return errors.As(e, &argsErr) }},
 	}
 	for _, r := range refusals {
 		if r.err == nil || !r.want(r.err) {
@@ -156,14 +156,14 @@ func TestCLIDecide(t *testing.T) {
 		t.Fatalf("a refused command published %+v", d)
 	}
 
-	if err := cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{ "path": "z" }`)); err != nil {
+	if err := cli.Approve(bustest.Context(t), "run-1/call-1", json.RawMessage(`{ "path": "z" }`), json.RawMessage(`{ "ticket": 7 }`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cli.Deny(bustest.Context(t), "run-5/call-5", "keep e"); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bus.Decision{
-		"run-1": {RunID: "run-1", ToolCallID: "call-1", Approved: true, OverrideArgs: json.RawMessage(`{"path":"z"}`), ApproverID: "cli"},
+		"run-1": {RunID: "run-1", ToolCallID: "call-1", Approved: true, OverrideArgs: json.RawMessage(`{"path":"z"}`), Metadata: json.RawMessage(`{"ticket":7}`), ApproverID: "cli"},
 		"run-5": {RunID: "run-5", ToolCallID: "call-5", Message: "keep e", ApproverID: "cli"},
 	}
 	for run, w := range want {

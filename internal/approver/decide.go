@@ -22,6 +22,9 @@ type Choice struct {
 	Args json.RawMessage
 	// Message, on a denial, is what the model is told.
 	Message string
+	// Metadata, on an approval, is a JSON object given to the approved
+	// call's tool (the decision's metadata).
+	Metadata json.RawMessage
 }
 
 // NewDecision builds, checks and (with a key) signs the decision for req
@@ -42,6 +45,9 @@ func NewDecision(req bus.ApprovalRequest, approverID string, c Choice, key ed255
 		if len(bytes.TrimSpace(c.Args)) != 0 {
 			return bus.Decision{}, errors.New("args can only be edited on an approval")
 		}
+		if len(bytes.TrimSpace(c.Metadata)) != 0 {
+			return bus.Decision{}, errors.New("metadata is given to the tool of an approved call only")
+		}
 		d.Message = c.Message
 	case len(bytes.TrimSpace(c.Args)) != 0:
 		if err := ValidateArgs(req.Parameters, c.Args); err != nil {
@@ -54,6 +60,13 @@ func NewDecision(req bus.ApprovalRequest, approverID string, c Choice, key ed255
 		if orig, err := bus.CanonicalJSON(req.Args); err != nil || !bytes.Equal(orig, canon) {
 			d.OverrideArgs = canon
 		}
+	}
+	if c.Approve && len(bytes.TrimSpace(c.Metadata)) != 0 {
+		canon, err := bus.CanonicalJSON(c.Metadata)
+		if err != nil {
+			return bus.Decision{}, fmt.Errorf("metadata: %w", err)
+		}
+		d.Metadata = canon
 	}
 	if err := d.Validate(); err != nil {
 		return bus.Decision{}, fmt.Errorf("decision for %s: %w", req.ToolCallID, err)

@@ -63,6 +63,9 @@ type Verdict struct {
 	Action       Action
 	Message      string          // set for deny
 	OverrideArgs json.RawMessage // set for approve with override_args
+	// Metadata, on an approval, is the decision's metadata: a JSON object
+	// given to the approved call's tool.
+	Metadata json.RawMessage
 	// Rule is the index of the matching rule, or -1 when nothing matched.
 	Rule int
 	// Skipped lists the rules whose expression failed to evaluate for this

@@ -38,6 +38,9 @@ const (
 	StreamAdvisories = wire.StreamAdvisories
 	BucketRuns       = wire.BucketRuns
 	BucketTools      = wire.BucketTools
+	BucketGrants     = wire.BucketGrants
+	GrantKeyAPI      = wire.GrantKeyAPI
+	GrantKeyBus      = wire.GrantKeyBus
 
 	ReplyKindCall     = wire.ReplyKindCall
 	ReplyKindApproval = wire.ReplyKindApproval

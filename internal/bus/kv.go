@@ -73,6 +73,9 @@ func (b *Bus) KeyValue(ctx context.Context, bucket string) (*KV, error) {
 // Runs opens the toolgate_runs bucket.
 func (b *Bus) Runs(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketRuns) }
 
+// Grants opens the toolgate_grants bucket.
+func (b *Bus) Grants(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketGrants) }
+
 // Tools opens the toolgate_tools bucket.
 func (b *Bus) Tools(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketTools) }
 

@@ -86,6 +86,12 @@ func RolePermissions(role string) (Permissions, error) {
 				// comes from.
 				"$JS.API.STREAM.INFO.KV_"+BucketTools,
 				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
+				// Standing decisions: approvers give (and revoke) them
+				// under bus.<id> only; api.<id> is the orchestrator's,
+				// for the grants its API's callers give.
+				"$KV."+BucketGrants+"."+GrantKeyBus+".>",
+				"$JS.API.STREAM.INFO.KV_"+BucketGrants,
+				"$JS.API.DIRECT.GET.KV_"+BucketGrants+".>",
 				// Account info, which clients such as nats.js probe
 				// before their first JetStream call.
 				"$JS.API.INFO",

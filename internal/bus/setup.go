@@ -166,6 +166,13 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 			Replicas:    c.Replicas,
 		},
 		{
+			Bucket:      BucketGrants,
+			Description: "standing decisions (grants) that approve or deny calls before anyone is asked",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+		},
+		{
 			Bucket:      BucketTools,
 			Description: "tool definitions advertised by workers",
 			History:     1,

@@ -28,7 +28,7 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	model = modeltel.Wrap(model, modeltel.Config{Metrics: r.cfg.Metrics, TracerProvider: r.cfg.TracerProvider})
 	tools := make([]agent.Tool, 0, len(cfg.Tools))
 	for i := range cfg.Tools {
-		t, err := r.discovery.newTool(&cfg.Tools[i])
+		t, err := r.discovery.newTool(agentName(cfg), &cfg.Tools[i])
 		if err != nil {
 			return nil, fmt.Errorf("tools[%d] (%s): %w", i, cfg.Tools[i].Name, err)
 		}

@@ -119,10 +119,37 @@ type DiscoverConfig struct {
 }
 
 // ApprovalRule decides whether a call of a tool needs a decision first.
-// An error means approval is required, and says why.
+// An error means approval is required, and says why. A rule that also
+// implements ContextRule is asked with the run's context instead.
 type ApprovalRule interface {
 	Required(tool string, args json.RawMessage) (bool, error)
 }
+
+// ContextRule is an ApprovalRule that decides from the run's context too
+// (docs/rules.md): who asks, what the conversation did so far.
+type ContextRule interface {
+	RequiredIn(tool string, args json.RawMessage, rc RuleContext) (bool, error)
+}
+
+// RuleContext is what a ContextRule sees of the run besides the call.
+type RuleContext struct {
+	// Caller is the run's caller object (StartRequest.Caller); nil when
+	// none was given.
+	Caller json.RawMessage
+	// Metadata is the tool's approval_metadata: what approvers would be
+	// shown with the call.
+	Metadata json.RawMessage
+	// ConversationID and Agent name the conversation and its agent.
+	ConversationID, Agent string
+	// Runs counts the conversation's runs, this one included.
+	Runs int
+	// Calls are the tool calls made so far, oldest first, with their
+	// outcomes (success, denied, failed, retry; "" while unanswered).
+	Calls []RuleCall
+}
+
+// RuleCall is one tool call of RuleContext.Calls.
+type RuleCall struct{ Tool, Outcome string }
 
 // deadline returns how long a call of this kind may stay pending; a nil
 // tool (one the config does not know) gets the defaults.

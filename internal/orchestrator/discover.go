@@ -173,7 +173,7 @@ func (d *discovery) toolset(agentName string) agent.Toolset {
 				tools = append(tools, t.(agent.Tool))
 				continue
 			}
-			t, err := d.newTool(tc)
+			t, err := d.newTool(agentName, tc)
 			if err != nil {
 				// The advert's schema does not compile: the tool is left
 				// out, not the run failed.
@@ -193,10 +193,10 @@ func (d *discovery) toolset(agentName string) agent.Toolset {
 // the tool's approval_metadata as the batch metadata, D2/D8); once
 // approved, the body runs again and defers it as an external call (D23,
 // D26). Args are validated against the schema before either (D3, D5).
-func (d *discovery) newTool(tc *ToolConfig) (agent.Tool, error) {
+func (d *discovery) newTool(agentName string, tc *ToolConfig) (agent.Tool, error) {
 	def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
 	return agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
-		if !rc.ToolCallApproved && d.approvalRequired(rc, tc, args) {
+		if !rc.ToolCallApproved && d.approvalRequired(rc, agentName, tc, args) {
 			return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
 		}
 		return nil, deferred.CallDeferred(nil)
@@ -320,11 +320,19 @@ func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
 // approvalRequired applies the tool's approval rule. It fails closed: a
 // rule that cannot be evaluated requires approval, and the reason is
 // logged.
-func (d *discovery) approvalRequired(rc *agent.RunContext, tc *ToolConfig, args json.RawMessage) bool {
+func (d *discovery) approvalRequired(rc *agent.RunContext, agentName string, tc *ToolConfig, args json.RawMessage) bool {
 	if tc.Rule == nil {
 		return false
 	}
-	need, err := tc.Rule.Required(tc.Name, args)
+	var (
+		need bool
+		err  error
+	)
+	if cr, ok := tc.Rule.(ContextRule); ok {
+		need, err = cr.RequiredIn(tc.Name, args, ruleContext(rc, agentName, tc))
+	} else {
+		need, err = tc.Rule.Required(tc.Name, args)
+	}
 	if err != nil {
 		d.log.WarnContext(rc.Context(), "approval rule failed; approval required", slog.String("tool", tc.Name),
 			slog.String("run_id", rc.RunID), slog.String("tool_call_id", rc.ToolCallID), slog.String("error", err.Error()))

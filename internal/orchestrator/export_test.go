@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // KeyedID lets tests name the ids an idempotency key gives.
@@ -79,4 +81,11 @@ func ScheduledDeadlines(o *Orchestrator) int { return o.deadlines.len() }
 func WithDispatchUnpublished(cfg Config) Config {
 	cfg.dispatchUnpublished = true
 	return cfg
+}
+
+// GrantSeen reports whether o's watch of the grants bucket holds the grant
+// id (given on the bus, not through o).
+func GrantSeen(o *Orchestrator, id string) bool {
+	values, ok := o.grantCache.snapshot()
+	return ok && (values[bus.GrantKeyBus+"."+id] != nil)
 }

@@ -21,6 +21,8 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
+	grants := rn.liveGrants(ctx, req)
+	var granted []grantUse
 	c, seq, err := rn.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
 		if !c.holdsLease(rn.cfg.InstanceID, runID) {
 			return errLeaseLost
@@ -29,11 +31,18 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 		if err != nil {
 			return err
 		}
-		return c.BeginInline(rn.cfg.InstanceID, runID, b, rn.clock())
+		now := rn.clock()
+		if err := c.BeginInline(rn.cfg.InstanceID, runID, b, now); err != nil {
+			return err
+		}
+		// A granted call's decision is taken with the other replies.
+		granted = c.applyGrants(grants, now)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
 	}
+	rn.auditGrants(ctx, convID, runID, granted)
 	rn.deadlines.schedule(c)
 	if err := rn.pub.publishBatch(ctx, c); err != nil {
 		// Not fatal: the calls stay unmarked and are published when the run

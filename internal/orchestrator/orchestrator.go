@@ -551,6 +551,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.loops.Go(func() { o.rec.reconcileLoop(first) })
 	o.loops.Go(o.rec.retentionLoop)
 	o.loops.Go(o.streamsLoop)
+	o.loops.Go(o.grantsLoop)
 	o.log.InfoContext(ctx, "orchestrator started", slog.Any("agents", o.roster.names), slog.Int("tools", len(tools)))
 	return nil
 }

@@ -64,6 +64,8 @@ type core struct {
 	discovery discovery
 	// once logs a warning once per key.
 	once onceLog
+	// grantCache holds the grants bucket as its watch sees it (grants.go).
+	grantCache grantCache
 
 	stats Stats
 }

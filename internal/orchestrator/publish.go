@@ -218,10 +218,10 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 	}
 	if pc.dispatched() {
-		// Its metadata was the approval's; an approved call that its
-		// follow-up deferred again went out with none (D8). It runs with
-		// the args it was approved with (D24).
-		req.Metadata = nil
+		// Its metadata was the approval request's; the tool gets the
+		// decision's instead, as an approved call's ToolCallMetadata
+		// (D23). It runs with the args it was approved with (D24).
+		req.Metadata = pc.Approval.Metadata
 		req.Args = pc.runArgs()
 	}
 	m, err := bus.CallMessage(req, hdr)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -331,8 +332,11 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	if res != nil && cap(res.AllMessages) > len(res.AllMessages) {
 		room = new(atomic.Bool)
 	}
+	// Read before the write, which may be retried and does no I/O.
+	grants := rn.liveGrants(ctx, deferredOf(res, runErr))
+	var granted []grantUse
 	end := func(c *Conversation) error {
-		newBatchErr = nil
+		newBatchErr, granted = nil, nil
 		owner := rn.cfg.InstanceID
 		if !c.holdsLease(owner, runID) {
 			return errLeaseLost
@@ -348,7 +352,11 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 				// A prompt the run held back goes with the next resume.
 				b.Prompt = res.HeldPrompt
 				c.historyRoom = room
-				return c.Pause(owner, runID, res.AllMessages, b, now)
+				if err := c.Pause(owner, runID, res.AllMessages, b, now); err != nil {
+					return err
+				}
+				granted = c.applyGrants(grants, now)
+				return nil
 			}
 			newBatchErr = err
 		}
@@ -367,6 +375,7 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 			if c.Status.Terminal() {
 				rn.stats.EndWrites.Add(1)
 			}
+			rn.auditGrants(ctx, convID, runID, granted)
 			rn.ended(ctx, log, c, runID)
 			return string(c.Status)
 		}
@@ -393,8 +402,18 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	if c.Status.Terminal() {
 		rn.stats.EndWrites.Add(1)
 	}
+	rn.auditGrants(ctx, convID, runID, granted)
 	rn.ended(ctx, log, c, runID)
 	return string(c.Status)
+}
+
+// deferredOf is what a run that ended with res and runErr deferred; nil
+// when it failed or deferred nothing.
+func deferredOf(res *agent.RunResult, runErr error) *deferred.Requests {
+	if runErr != nil || res == nil {
+		return nil
+	}
+	return res.Deferred
 }
 
 // ended tells what the run's end stored: an event, and for a pause the

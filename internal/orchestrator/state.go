@@ -99,7 +99,10 @@ type DecisionRecord struct {
 	OverrideArgs json.RawMessage `msgpack:"override_args,omitempty" json:"override_args,omitempty"`
 	ApproverID   string          `msgpack:"approver_id" json:"approver_id"`
 	Expired      bool            `msgpack:"expired,omitempty" json:"expired,omitempty"`
-	At           time.Time       `msgpack:"at" json:"at"`
+	// GrantID is the standing decision that decided the call before
+	// anyone was asked (grants.go); ApproverID is then "grant:<id>".
+	GrantID string    `msgpack:"grant_id,omitempty" json:"grant_id,omitempty"`
+	At      time.Time `msgpack:"at" json:"at"`
 }
 
 // RunRecord is one run of a conversation.

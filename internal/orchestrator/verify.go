@@ -29,8 +29,8 @@ type incoming struct {
 	// oversize is the size of a result over bus.MaxReplyBytes, which
 	// result replaces with a failed one saying so.
 	oversize int
-	// meta is the metadata an answer over HTTP gives an approved call's
-	// tool (Answer); a Decision on the bus has none.
+	// meta is the metadata a decision (on the bus, or an answer over HTTP)
+	// gives an approved call's tool.
 	meta json.RawMessage
 }
 
@@ -60,6 +60,7 @@ func incomingOf(r bus.Reply) (incoming, error) {
 			return incoming{}, err
 		}
 		in.kind, in.callID, in.decision = deferred.KindApproval, r.Decision.ToolCallID, r.Decision
+		in.meta = r.Decision.Metadata
 	case r.Call != nil:
 		if err := r.Call.Validate(); err != nil {
 			return incoming{}, err

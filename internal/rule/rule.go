@@ -5,6 +5,10 @@
 // way and under the same bound:
 //
 //   - variables: args and metadata (map(string, dyn)) and tool (string);
+//     at the orchestrator also caller (map(string, dyn): the run's caller
+//     object) and conversation (map(string, dyn): id, agent, runs, tools,
+//     calls; see Conversation), empty maps where they are not known (the
+//     approver's policy);
 //   - numbers from JSON are normalised: an integral number is an int, any
 //     other a double, so `args.count == 3` and `args.count + 1` work;
 //   - numbers of different types compare (`args.size > 1.5` on an int);
@@ -41,6 +45,8 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("metadata", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("tool", cel.StringType),
+		cel.Variable("caller", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("conversation", cel.MapType(cel.StringType, cel.DynType)),
 		cel.CrossTypeNumericComparisons(true),
 		ext.Strings(),
 	)
@@ -88,7 +94,48 @@ func (r *Rule) Eval(tool string, args, metadata json.RawMessage) (bool, error) {
 // EvalDecoded evaluates the rule over args and metadata already decoded by
 // DecodeObject (a policy decodes a request once for all its rules).
 func (r *Rule) EvalDecoded(tool string, args, metadata map[string]any) (bool, error) {
-	out, _, err := r.prog.Eval(map[string]any{"args": args, "metadata": metadata, "tool": tool})
+	return r.EvalIn(tool, args, metadata, Context{})
+}
+
+// Context is what a rule at the orchestrator sees of the run besides the
+// call: caller is the run's caller object (DecodeObject), conversation
+// what Conversation makes. nil ones are empty maps.
+type Context struct {
+	Caller       map[string]any
+	Conversation map[string]any
+}
+
+// Call is one tool call made so far in a conversation, for Conversation.
+type Call struct {
+	Tool string
+	// Outcome is success, denied or failed (its result), retry (the model
+	// was asked to fix its args) or "" (no result yet).
+	Outcome string
+}
+
+// Conversation is the `conversation` variable: id, agent, runs (how many
+// runs, this one included), tools (the names of the tools called so far,
+// in order, repeats kept) and calls (a list of {tool, outcome}).
+func Conversation(id, agent string, runs int, calls []Call) map[string]any {
+	tools := make([]any, len(calls))
+	cs := make([]any, len(calls))
+	for i, c := range calls {
+		tools[i] = c.Tool
+		cs[i] = map[string]any{"tool": c.Tool, "outcome": c.Outcome}
+	}
+	return map[string]any{"id": id, "agent": agent, "runs": int64(runs), "tools": tools, "calls": cs}
+}
+
+// EvalIn evaluates the rule over a tool call in c.
+func (r *Rule) EvalIn(tool string, args, metadata map[string]any, c Context) (bool, error) {
+	if c.Caller == nil {
+		c.Caller = map[string]any{}
+	}
+	if c.Conversation == nil {
+		c.Conversation = map[string]any{}
+	}
+	out, _, err := r.prog.Eval(map[string]any{"args": args, "metadata": metadata, "tool": tool,
+		"caller": c.Caller, "conversation": c.Conversation})
 	if err != nil {
 		return false, err
 	}

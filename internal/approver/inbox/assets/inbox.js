@@ -25,6 +25,7 @@
 
   function fill(card, item) {
     card.dataset.key = item.key;
+    card.id = "call-" + item.key;
     card.dataset.run = item.run_id;
     card.dataset.call = item.tool_call_id;
     card.dataset.deadline = item.deadline || "";
