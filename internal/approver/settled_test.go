@@ -299,7 +299,7 @@ func TestCLIListsAndDecidesOnlyPendingRequests(t *testing.T) {
 
 	pc := r.pending[0]
 	out.Reset()
-	if err := c.Approve(ctx, pc.ToolCallID, nil); err != nil {
+	if err := c.Approve(ctx, pc.ToolCallID, nil, nil); err != nil {
 		t.Fatalf("approve %s: %v", pc.ToolCallID, err)
 	}
 	if want := "approved " + pc.RunID + "/" + pc.ToolCallID; !strings.Contains(out.String(), want) {
@@ -315,7 +315,7 @@ func TestCLIListsAndDecidesOnlyPendingRequests(t *testing.T) {
 		}
 	}
 	// Decided already: the CLI no longer finds it.
-	if err := c.Approve(ctx, pc.ToolCallID, nil); !errors.Is(err, approver.ErrNoRequest) {
+	if err := c.Approve(ctx, pc.ToolCallID, nil, nil); !errors.Is(err, approver.ErrNoRequest) {
 		t.Errorf("second approve: err = %v, want ErrNoRequest", err)
 	}
 }
@@ -331,7 +331,7 @@ func TestCLIReportsARefusedDecision(t *testing.T) {
 	r := newSettledRig(t, orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"cli": pub}})
 	var out strings.Builder
 	c := &approver.CLI{Bus: r.bus, ID: "cli", Out: &out}
-	err = c.Approve(bustest.Context(t), r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil)
+	err = c.Approve(bustest.Context(t), r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil, nil)
 	if reason := refusedReason(t, err); !strings.Contains(reason, "not signed") {
 		t.Errorf("refused for %q, want the signature named", reason)
 	}
@@ -431,7 +431,7 @@ func TestStatusAndOutcomeUnderRolePermissions(t *testing.T) {
 	if len(ps) != len(r.pending) {
 		t.Errorf("%d pending listed, want %d", len(ps), len(r.pending))
 	}
-	err = c.Approve(ctx, r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil)
+	err = c.Approve(ctx, r.pending[0].RunID+"/"+r.pending[0].ToolCallID, nil, nil)
 	if reason := refusedReason(t, err); !strings.Contains(reason, "not signed") {
 		t.Errorf("refused for %q", reason)
 	}
