@@ -2,12 +2,9 @@ package agui
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -15,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
@@ -25,40 +23,17 @@ import (
 const maxInputBytes = 8 << 20
 
 // Engine is what the adapter needs of the orchestrator.
-type Engine interface {
-	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
-	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
-	Answer(ctx context.Context, a orchestrator.Answer) error
-	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
-	Agents() []string
-}
+type Engine = chat.Engine
 
 // Config configures the adapter.
-type Config struct {
-	// Logger receives what went wrong. nil discards it.
-	Logger *slog.Logger
-	// Clock is the time; nil is time.Now.
-	Clock func() time.Time
-	// KeepAlive is how often a run that waits (for workers, a model)
-	// sends an SSE comment, so that proxies keep it open. Defaults to 15s.
-	KeepAlive time.Duration
-}
+type Config = chat.Config
 
 // Handler serves POST /v1/agui. Mount it behind the API's authentication
 // (api.Config.Routes), which names the caller (api.CallerOf): the answers it
 // gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	h := &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
-	if h.keepAlive <= 0 {
-		h.keepAlive = 15 * time.Second
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	if h.clock == nil {
-		h.clock = time.Now
-	}
-	return h
+	cfg = cfg.WithDefaults()
+	return &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
 }
 
 type handler struct {
@@ -131,8 +106,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // thread's id (any string the client chose), in the form of the ids
 // toolgate gives ("c" and hex), which its run ids embed.
 func ConversationID(threadID string) string {
-	sum := sha256.Sum256([]byte("agui-thread\x00" + threadID))
-	return "c" + hex.EncodeToString(sum[:12])
+	return chat.ConversationID("agui-thread", threadID)
 }
 
 // plan is what an input asks for once checked: nothing of it is applied

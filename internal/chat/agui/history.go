@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -71,24 +72,8 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 			}
 		}
 	}
-	for _, r := range c.Runs {
-		if r.Prompt != "" {
-			t.prompts = append(t.prompts, r.Prompt)
-		}
-	}
-	if b := c.Batch; b != nil && b.Prompt != "" && !hasRun(c, b.PromptRunID) {
-		t.prompts = append(t.prompts, b.Prompt)
-	}
+	t.prompts = chat.Prompts(c)
 	return t
-}
-
-func hasRun(c *orchestrator.Conversation, runID string) bool {
-	for _, r := range c.Runs {
-		if r.RunID == runID {
-			return true
-		}
-	}
-	return false
 }
 
 // resultText is a tool message's content: a string result as itself,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -125,20 +126,10 @@ func (h *handler) follow(ctx context.Context, s *stream, threadID string, p *pla
 	for id := range p.known.calls {
 		f.called[id] = true
 	}
-	for se, err := range h.e.Events(ctx, threadID, 0) {
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		ev := se.Event
-		if ev.Type == wire.EventConversationCancelled && se.Time.After(p.start) {
+	for ev, cancelled := range chat.Follow(ctx, h.e, threadID, p.start, p.oldRuns) {
+		if cancelled {
 			s.finish(outcome{Type: "cancelled"}, nil)
 			return
-		}
-		if ev.RunID == "" || p.oldRuns[ev.RunID] {
-			continue
 		}
 		switch ev.Type {
 		case wire.EventRunCompleted:
@@ -174,28 +165,14 @@ func (h *handler) settle(ctx context.Context, s *stream, threadID string, p *pla
 		s.fail("internal", "conversation: "+err.Error())
 		return true
 	}
-	ran := paused != ""
-	if ran && (len(c.Runs) == 0 || c.Runs[len(c.Runs)-1].RunID != paused || c.Status != orchestrator.StatusPaused) {
+	if !chat.Settles(c, p.oldRuns, p.prompt, paused) {
 		return false
-	}
-	if !ran {
-		for _, r := range c.Runs {
-			if !p.oldRuns[r.RunID] {
-				return false // a run started by this input
-			}
-		}
 	}
 	switch c.Status {
 	case orchestrator.StatusCompleted:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.finish(outcome{Type: "success"}, c.Output)
 		return true
 	case orchestrator.StatusFailed:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.fail("run_failed", c.Error)
 		return true
 	case orchestrator.StatusCancelled:

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -65,24 +66,8 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 	for _, d := range c.Decisions {
 		t.decisions[d.ToolCallID] = d
 	}
-	for _, r := range c.Runs {
-		if r.Prompt != "" {
-			t.prompts = append(t.prompts, r.Prompt)
-		}
-	}
-	if b := c.Batch; b != nil && b.Prompt != "" && !hasRun(c, b.PromptRunID) {
-		t.prompts = append(t.prompts, b.Prompt)
-	}
+	t.prompts = chat.Prompts(c)
 	return t
-}
-
-func hasRun(c *orchestrator.Conversation, runID string) bool {
-	for _, r := range c.Runs {
-		if r.RunID == runID {
-			return true
-		}
-	}
-	return false
 }
 
 // waiting are the calls the conversation waits for an answer to.
