@@ -11,53 +11,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
-var (
-	modulesOnce sync.Once
-	modulesDir  string
-	modulesErr  error
-)
-
-// aguiModules is the node_modules holding @ag-ui/client, installed by
-// scripts/ensure-agui.sh (make test-deps) when missing. A machine without
-// node fails the test: it never skips.
+// aguiModules is the node_modules holding @ag-ui/client.
 func aguiModules(t *testing.T) string {
-	t.Helper()
-	modulesOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-		if err != nil {
-			modulesErr = err
-			return
-		}
-		if _, err := exec.LookPath("node"); err != nil {
-			modulesErr = fmt.Errorf("node is not on PATH: the AG-UI client tests need Node.js and npm (make test-deps)")
-			return
-		}
-		if out, err := exec.Command(filepath.Join(root, "scripts", "ensure-agui.sh")).CombinedOutput(); err != nil {
-			modulesErr = fmt.Errorf("scripts/ensure-agui.sh: %v\n%s", err, out)
-			return
-		}
-		modulesDir = filepath.Join(root, ".cache", "npm-agui", "node_modules")
-	})
-	if modulesErr != nil {
-		t.Fatal(modulesErr)
-	}
-	return modulesDir
+	return chattest.Modules(t, "agui", "the AG-UI client tests")
 }
 
 // otherYAML is a second agent, whose one call is an approval of its own:
@@ -113,30 +80,12 @@ func (r clientRun) last() map[string]any {
 func TestAGUIWithHttpAgent(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
-	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
-	var agents []*orchestrator.AgentConfig
-	for _, src := range []string{agentYAML, otherYAML} {
-		cfg, err := agentconfig.Parse([]byte(src), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, cfg)
-	}
+	scripts := map[string]string{"script.yaml": scriptYAML, "other.yaml": otherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, scripts), chattest.Agent(t, otherYAML, scripts))
+	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
 	t.Cleanup(srv.Close)
 
@@ -304,31 +253,11 @@ func drive(ctx context.Context, t *testing.T, modules string, input map[string]a
 func TestAGUISeedConversation(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
-	cfg, err := agentconfig.Demo()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := testkit.BuiltinTools(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Demo(t))
+	box := chattest.Files(ctx, t, sys, map[string]string{"__init__.py": "# package\n", ".env": "SECRET=1\n"})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
 	t.Cleanup(srv.Close)
 	const backup = "Now create a backup of README.md"

@@ -11,54 +11,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/aisdk"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
-var (
-	modulesOnce sync.Once
-	modulesDir  string
-	modulesErr  error
-)
-
-// aiModules is the node_modules holding the ai package, installed by
-// scripts/ensure-aisdk.sh (make test-deps) when missing. A machine without
-// node fails the test: it never skips.
+// aiModules is the node_modules holding the ai package.
 func aiModules(t *testing.T) string {
-	t.Helper()
-	modulesOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-		if err != nil {
-			modulesErr = err
-			return
-		}
-		if _, err := exec.LookPath("node"); err != nil {
-			modulesErr = fmt.Errorf("node is not on PATH: the AI SDK tests need Node.js and npm (make test-deps)")
-			return
-		}
-		if out, err := exec.Command(filepath.Join(root, "scripts", "ensure-aisdk.sh")).CombinedOutput(); err != nil {
-			modulesErr = fmt.Errorf("scripts/ensure-aisdk.sh: %v\n%s", err, out)
-			return
-		}
-		modulesDir = filepath.Join(root, ".cache", "npm-aisdk", "node_modules")
-	})
-	if modulesErr != nil {
-		t.Fatal(modulesErr)
-	}
-	return modulesDir
+	return chattest.Modules(t, "aisdk", "the AI SDK tests")
 }
 
 const agentYAML = `
@@ -212,30 +179,12 @@ func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 // the chunks and messages the library parsed.
 func TestAISDKWithChat(t *testing.T) {
 	t.Parallel()
-	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
-	var agents []*orchestrator.AgentConfig
-	for _, src := range []string{agentYAML, otherYAML} {
-		cfg, err := agentconfig.Parse([]byte(src), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, cfg)
-	}
+	scripts := map[string]string{"script.yaml": scriptYAML, "other.yaml": otherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, scripts), chattest.Agent(t, otherYAML, scripts))
+	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	// /late answers a year from now: past every approval's deadline.
 	late := func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{
@@ -416,31 +365,11 @@ func TestAISDKWithChat(t *testing.T) {
 // the follow-up run takes after the results.
 func TestAISDKSeedConversation(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Demo()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := testkit.BuiltinTools(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Demo(t))
+	box := chattest.Files(ctx, t, sys, map[string]string{"__init__.py": "# package\n", ".env": "SECRET=1\n"})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": aisdk.Handler(o, aisdk.Config{})}}))
 	t.Cleanup(srv.Close)
 	const backup = "Now create a backup of README.md"

@@ -1,0 +1,133 @@
+// Package chattest is the rig of the chat adapters' tests: an orchestrator
+// of scripted agents, a worker of the builtin file tools over a temporary
+// directory, and the npm clients the tests drive with node.
+package chattest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/internal/worker"
+)
+
+// Agent parses the agent config src whose model scripts are scripts (file
+// name to content).
+func Agent(t testing.TB, src string, scripts map[string]string) *orchestrator.AgentConfig {
+	t.Helper()
+	dir := fstest.MapFS{}
+	for name, data := range scripts {
+		dir[name] = &fstest.MapFile{Data: []byte(data)}
+	}
+	cfg, err := agentconfig.Parse([]byte(src), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// Demo is the demo agent (agentconfig.Demo).
+func Demo(t testing.TB) *orchestrator.AgentConfig {
+	t.Helper()
+	cfg, err := agentconfig.Demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// Orchestrator starts an orchestrator "orch" of agents on sys: one agent
+// as its only agent, more as its agent set.
+func Orchestrator(ctx context.Context, t testing.TB, sys *testkit.System, agents ...*orchestrator.AgentConfig) *testkit.Orchestrator {
+	t.Helper()
+	cfg := orchestrator.Config{ReconcileInterval: time.Second}
+	if len(agents) == 1 {
+		cfg.Agent = agents[0]
+	} else {
+		cfg.Agents = agents
+	}
+	o, err := sys.Orchestrator(ctx, "orch", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// Files starts a worker "files" on sys of the builtin tools named (every
+// one when none) over a new temporary directory holding files (name to
+// content), and returns the directory.
+func Files(ctx context.Context, t testing.TB, sys *testkit.System, files map[string]string, tools ...string) string {
+	t.Helper()
+	box := t.TempDir()
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(box, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := testkit.BuiltinTools(box, tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: ts}); err != nil {
+		t.Fatal(err)
+	}
+	return box
+}
+
+type install struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+var (
+	installsMu sync.Mutex
+	installs   = map[string]*install{}
+)
+
+// Modules is the node_modules of the npm package set scripts/<set>,
+// installed by scripts/ensure-<set>.sh (make test-deps) into
+// .cache/npm-<set> when missing. what names the tests for the error when
+// node is missing: a machine without node fails the test, it never skips.
+func Modules(t testing.TB, set, what string) string {
+	t.Helper()
+	installsMu.Lock()
+	in := installs[set]
+	if in == nil {
+		in = &install{}
+		installs[set] = in
+	}
+	installsMu.Unlock()
+	in.once.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+		if err != nil {
+			in.err = err
+			return
+		}
+		if _, err := exec.LookPath("node"); err != nil {
+			in.err = fmt.Errorf("node is not on PATH: %s need Node.js and npm (make test-deps)", what)
+			return
+		}
+		script := "ensure-" + set + ".sh"
+		if out, err := exec.Command(filepath.Join(root, "scripts", script)).CombinedOutput(); err != nil {
+			in.err = fmt.Errorf("scripts/%s: %v\n%s", script, err, out)
+			return
+		}
+		in.dir = filepath.Join(root, ".cache", "npm-"+set, "node_modules")
+	})
+	if in.err != nil {
+		t.Fatal(in.err)
+	}
+	return in.dir
+}
