@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -17,10 +16,7 @@ import (
 
 // stream writes one response of the chat as a UI message stream.
 type stream struct {
-	// mu orders the chunks and the keep-alive comments.
-	mu       sync.Mutex
-	w        http.ResponseWriter
-	f        http.Flusher
+	*chat.SSE
 	openText string // the text part open, if any
 	inStep   bool
 	// shown are the tool calls the message being streamed holds: a result
@@ -30,7 +26,6 @@ type stream struct {
 }
 
 func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
-	f, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -41,48 +36,10 @@ func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
 	if shown == nil {
 		shown = map[string]bool{}
 	}
-	return &stream{w: w, f: f, shown: shown}
+	return &stream{SSE: chat.NewSSE(w), shown: shown}
 }
 
-func (s *stream) emit(chunk map[string]any) {
-	data, err := json.Marshal(chunk)
-	if err != nil {
-		return
-	}
-	s.write("data: " + string(data) + "\n\n")
-}
-
-func (s *stream) write(text string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fmt.Fprint(s.w, text)
-	if s.f != nil {
-		s.f.Flush()
-	}
-}
-
-// keepAlive sends an SSE comment every d (the chat's parser skips them)
-// until the returned stop, which waits for it, is called.
-func (s *stream) keepAlive(d time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				s.write(": keep-alive\n\n")
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
-}
+func (s *stream) emit(chunk map[string]any) { s.Data(chunk) }
 
 func (s *stream) start() { s.emit(map[string]any{"type": "start"}) }
 
@@ -90,19 +47,19 @@ func (s *stream) start() { s.emit(map[string]any{"type": "start"}) }
 func (s *stream) fail(code, msg string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "error", "errorText": code + ": " + msg})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) finish(reason string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "finish", "finishReason": reason})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) abort(reason string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "abort", "reason": reason})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) step() {
@@ -184,7 +141,7 @@ func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan,
 	if !replay && h.settle(ctx, s, convID, p, "") {
 		return
 	}
-	defer s.keepAlive(h.keepAlive)()
+	defer s.KeepAlive(h.keepAlive)()
 	f := follower{s: s, runs: map[string]int{}, calls: map[string]call{}}
 	for id, c := range p.known.calls {
 		f.calls[id] = c
