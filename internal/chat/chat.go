@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"iter"
 	"log/slog"
 	"time"
@@ -136,4 +137,24 @@ func Settles(c *orchestrator.Conversation, oldRuns map[string]bool, prompt, paus
 		return ran || prompt == ""
 	}
 	return true
+}
+
+// NewPrompt checks a history's user messages (users) against the
+// conversation's prompts: the past ones all there and unchanged, at most
+// one new one after them. It reports whether there is a new one, which is
+// users[len(prompts)].
+func NewPrompt(users, prompts []string) (bool, error) {
+	n := len(prompts)
+	switch {
+	case len(users) < n:
+		return false, fmt.Errorf("the history holds %d user messages where the conversation has %d: a past message is missing", len(users), n)
+	case len(users) > n+1:
+		return false, fmt.Errorf("the history holds %d user messages where the conversation has %d: only one new message is read", len(users), n)
+	}
+	for i, p := range prompts {
+		if users[i] != p {
+			return false, fmt.Errorf("user message %d is not the conversation's: a past message was edited", i+1)
+		}
+	}
+	return len(users) == n+1, nil
 }

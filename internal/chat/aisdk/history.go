@@ -143,19 +143,11 @@ func read(msgs []UIMessage, t transcript, w waiting) (reading, error) {
 			return r, fmt.Errorf("assistant text %d is not as the server sent it: a past message was edited", i+1)
 		}
 	}
-	n := len(t.prompts)
-	switch {
-	case len(users) < n:
-		return r, fmt.Errorf("the history holds %d user messages where the conversation has %d: a past message is missing", len(users), n)
-	case len(users) > n+1:
-		return r, fmt.Errorf("the history holds %d user messages where the conversation has %d: only one new message is read", len(users), n)
+	isNew, err := chat.NewPrompt(users, t.prompts)
+	if err != nil {
+		return r, err
 	}
-	for i, p := range t.prompts {
-		if users[i] != p {
-			return r, fmt.Errorf("user message %d is not the conversation's: a past message was edited", i+1)
-		}
-	}
-	if len(users) == n+1 {
+	if n := len(t.prompts); isNew {
 		if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
 			return r, fmt.Errorf("the new user message must be the last message")
 		}
