@@ -158,3 +158,20 @@ func NewPrompt(users, prompts []string) (bool, error) {
 	}
 	return len(users) == n+1, nil
 }
+
+// Refusal is a request an adapter refuses: its protocol's error, nothing
+// applied. Forged is the answer that made it, when the orchestrator can
+// refuse and record it on its own (a call not pending, args other than the
+// call's): it is handed over, so that the attempt is in the call's counters
+// and the audit as a forged bot decision would be.
+type Refusal struct {
+	Code, Msg string
+	Forged    *orchestrator.Answer
+}
+
+func (r *Refusal) Error() string { return r.Msg }
+
+// Refuse is the refusal of code with the message format makes of args.
+func Refuse(code, format string, args ...any) *Refusal {
+	return &Refusal{Code: code, Msg: fmt.Sprintf(format, args...)}
+}

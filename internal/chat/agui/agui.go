@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -43,22 +42,6 @@ type handler struct {
 	keepAlive time.Duration
 }
 
-// refusal is an input the adapter refuses: RUN_ERROR, nothing applied.
-// forged is the resume entry's answer that made it, when the orchestrator
-// can refuse and record it on its own (a call never issued or not pending,
-// args other than the call's): it is handed over, so that the attempt is
-// in the call's counters and the audit as a forged bot decision would be.
-type refusal struct {
-	code, msg string
-	forged    *orchestrator.Answer
-}
-
-func (r *refusal) Error() string { return r.msg }
-
-func refuse(code, format string, args ...any) *refusal {
-	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !web.RequireJSON(w, r) {
 		return
@@ -84,10 +67,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := h.prepare(ctx, in)
 	if err != nil {
-		var rf *refusal
+		var rf *chat.Refusal
 		if errors.As(err, &rf) {
-			h.record(ctx, in, rf.forged)
-			s.fail(rf.code, rf.msg)
+			h.record(ctx, in, rf.Forged)
+			s.fail(rf.Code, rf.Msg)
 		} else {
 			h.log.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
@@ -164,7 +147,7 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	}
 	rd, err := read(in.Messages, p.known, frontend)
 	if err != nil {
-		return nil, refuse("history_refused", "%v", err)
+		return nil, chat.Refuse("history_refused", "%v", err)
 	}
 	p.prompt = rd.prompt
 	now := h.clock()
@@ -174,21 +157,21 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 		forged := &orchestrator.Answer{ToolCallID: callID, Decision: &orchestrator.AnswerDecision{ArgsDigest: digest, Approved: true}}
 		pc, ok := approvals[callID]
 		if !ok {
-			rf := refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
-			rf.forged = forged
+			rf := chat.Refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
+			rf.Forged = forged
 			return nil, rf
 		}
 		if answered[callID] {
-			return nil, refuse("resume_refused", "interrupt %q is answered twice", e.InterruptID)
+			return nil, chat.Refuse("resume_refused", "interrupt %q is answered twice", e.InterruptID)
 		}
 		answered[callID] = true
 		if digest != pc.ArgsDigest {
-			rf := refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
-			rf.forged = forged
+			rf := chat.Refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
+			rf.Forged = forged
 			return nil, rf
 		}
 		if !now.Before(pc.Deadline) {
-			return nil, refuse("interrupt_expired", "interrupt %q expired at %s", e.InterruptID, pc.Deadline.UTC().Format(time.RFC3339))
+			return nil, chat.Refuse("interrupt_expired", "interrupt %q expired at %s", e.InterruptID, pc.Deadline.UTC().Format(time.RFC3339))
 		}
 		a, err := decisionOf(e, pc)
 		if err != nil {
@@ -205,22 +188,22 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	}
 	if len(open) > 0 {
 		slices.Sort(open)
-		return nil, refuse("resume_required", "thread %s has open interrupts for calls %s: a resume must answer every one", in.ThreadID, strings.Join(open, ", "))
+		return nil, chat.Refuse("resume_required", "thread %s has open interrupts for calls %s: a resume must answer every one", in.ThreadID, strings.Join(open, ", "))
 	}
 	seen := map[string]bool{}
 	for _, m := range rd.answers {
 		if seen[m.ToolCallID] {
-			return nil, refuse("history_refused", "call %s is answered twice", m.ToolCallID)
+			return nil, chat.Refuse("history_refused", "call %s is answered twice", m.ToolCallID)
 		}
 		seen[m.ToolCallID] = true
 		res, err := orchestrator.ResultOf(answerJSON(m))
 		if err != nil {
-			return nil, refuse("history_refused", "tool message %s: %v", m.ID, err)
+			return nil, chat.Refuse("history_refused", "tool message %s: %v", m.ID, err)
 		}
 		p.results = append(p.results, orchestrator.Answer{ToolCallID: m.ToolCallID, Result: res})
 	}
 	if p.prompt == "" && len(p.decisions) == 0 && len(p.results) == 0 && c == nil {
-		return nil, refuse("no_input", "a new thread needs a user message")
+		return nil, chat.Refuse("no_input", "a new thread needs a user message")
 	}
 	return p, nil
 }
@@ -247,22 +230,22 @@ func decisionOf(e ResumeEntry, pc *orchestrator.PendingCall) (orchestrator.Answe
 		return orchestrator.Answer{Decision: d}, nil
 	case "resolved":
 	default:
-		return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: status %q is not resolved or cancelled", e.InterruptID, e.Status)
+		return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: status %q is not resolved or cancelled", e.InterruptID, e.Status)
 	}
 	var pl approvalPayload
 	if err := json.Unmarshal(e.Payload, &pl); err != nil || pl.Approved == nil {
-		return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: payload: want {\"approved\": true|false, ...}", e.InterruptID)
+		return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: payload: want {\"approved\": true|false, ...}", e.InterruptID)
 	}
 	if len(pl.Args) > 0 {
 		sum, err := deferred.ArgsDigest(pl.Args)
 		if err != nil || sum != pc.ArgsDigest {
-			return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: payload.args are not the args the call was issued with", e.InterruptID)
+			return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: payload.args are not the args the call was issued with", e.InterruptID)
 		}
 	}
 	d.Approved, d.Message, d.Metadata = *pl.Approved, pl.Message, pl.Metadata
 	if len(pl.EditedArgs) > 0 && string(pl.EditedArgs) != "null" {
 		if !d.Approved {
-			return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: editedArgs on a denial", e.InterruptID)
+			return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: editedArgs on a denial", e.InterruptID)
 		}
 		d.OverrideArgs = pl.EditedArgs
 	}

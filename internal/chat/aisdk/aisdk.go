@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -42,22 +41,6 @@ type handler struct {
 	keepAlive time.Duration
 }
 
-// refusal is a request the adapter refuses: the error chunk, nothing
-// applied. forged is the answer that made it, when the orchestrator can
-// refuse and record it on its own (an approval of a call not pending):
-// it is handed over, so that the attempt is in the call's counters and
-// the audit as a forged bot decision would be.
-type refusal struct {
-	code, msg string
-	forged    *orchestrator.Answer
-}
-
-func (r *refusal) Error() string { return r.msg }
-
-func refuse(code, format string, args ...any) *refusal {
-	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 // ConversationID is the conversation of a chat: derived from the chat's
 // id (any string the client chose), in the form of the ids toolgate gives
 // ("c" and hex), which its run ids embed.
@@ -86,10 +69,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := h.prepare(ctx, req)
 	if err != nil {
 		s := newStream(w, nil)
-		var rf *refusal
+		var rf *chat.Refusal
 		if errors.As(err, &rf) {
-			h.record(ctx, req, rf.forged)
-			s.fail(rf.code, rf.msg)
+			h.record(ctx, req, rf.Forged)
+			s.fail(rf.Code, rf.Msg)
 		} else {
 			h.log.WarnContext(ctx, "aisdk: prepare", slog.String("chat", req.ID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
@@ -172,10 +155,10 @@ type plan struct {
 // (each for a frontend call still waiting).
 func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	if req.ID == "" {
-		return nil, refuse("invalid_chat", "id: required")
+		return nil, chat.Refuse("invalid_chat", "id: required")
 	}
 	if req.Trigger != "" && req.Trigger != "submit-message" {
-		return nil, refuse("unsupported_trigger", "trigger %q: the server's log is the history, a response cannot be regenerated", req.Trigger)
+		return nil, chat.Refuse("unsupported_trigger", "trigger %q: the server's log is the history, a response cannot be regenerated", req.Trigger)
 	}
 	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript(), agent: req.Agent}
 	if p.agent == "" {
@@ -202,8 +185,8 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	}
 	rd, err := read(req.Messages, p.known, w)
 	if err != nil {
-		rf := refuse("history_refused", "%v", err)
-		rf.forged = forgedOf(err)
+		rf := chat.Refuse("history_refused", "%v", err)
+		rf.Forged = forgedOf(err)
 		return nil, rf
 	}
 	p.prompt, p.promptID, p.seen = rd.prompt, rd.promptID, rd.seen
@@ -220,7 +203,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 			continue
 		}
 		if !now.Before(pc.Deadline) {
-			return nil, refuse("approval_expired", "the approval of call %s expired at %s", id, pc.Deadline.UTC().Format(time.RFC3339))
+			return nil, chat.Refuse("approval_expired", "the approval of call %s expired at %s", id, pc.Deadline.UTC().Format(time.RFC3339))
 		}
 		d := &orchestrator.AnswerDecision{ArgsDigest: pc.ArgsDigest, Approved: *part.Approval.Approved}
 		if !d.Approved {
@@ -232,19 +215,19 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	}
 	if len(open) > 0 {
 		slices.Sort(open)
-		return nil, refuse("approval_required", "chat %s waits for the approval of calls %s: a request must answer every one", req.ID, strings.Join(open, ", "))
+		return nil, chat.Refuse("approval_required", "chat %s waits for the approval of calls %s: a request must answer every one", req.ID, strings.Join(open, ", "))
 	}
 	for id, part := range rd.results {
 		res, err := resultOf(part)
 		if err != nil {
-			return nil, refuse("history_refused", "tool output for call %s: %v", id, err)
+			return nil, chat.Refuse("history_refused", "tool output for call %s: %v", id, err)
 		}
 		p.results = append(p.results, orchestrator.Answer{ToolCallID: id, Result: res})
 	}
 	slices.SortFunc(p.decisions, func(a, b orchestrator.Answer) int { return strings.Compare(a.ToolCallID, b.ToolCallID) })
 	slices.SortFunc(p.results, func(a, b orchestrator.Answer) int { return strings.Compare(a.ToolCallID, b.ToolCallID) })
 	if p.prompt == "" && len(p.decisions) == 0 && len(p.results) == 0 && c == nil {
-		return nil, refuse("no_input", "a new chat needs a user message")
+		return nil, chat.Refuse("no_input", "a new chat needs a user message")
 	}
 	return p, nil
 }
