@@ -22,30 +22,6 @@ import (
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
-const agentYAML = `
-name: files
-model: {provider: script, script: script.yaml}
-tools:
-  - name: update_file
-    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
-    approval: always
-  - name: delete_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-    approval: always
-    approval_metadata: {reason: destructive}
-  - name: local_time
-    executor: frontend
-`
-
-const scriptYAML = `
-- calls:
-    - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
-    - {tool: delete_file, id: del, args: {path: b.txt}}
-    - {tool: local_time, id: time, args: {}}
-- text: done
-- text: nothing else
-`
-
 type env struct {
 	url string
 	o   *testkit.Orchestrator
@@ -59,7 +35,7 @@ func newEnvWith(t *testing.T, acfg agui.Config, workers bool) *env {
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, map[string]string{"script.yaml": scriptYAML}))
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, map[string]string{"script.yaml": chattest.FilesScript}))
 	var box string
 	if workers {
 		box = chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")

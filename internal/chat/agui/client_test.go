@@ -27,20 +27,6 @@ func aguiModules(t *testing.T) string {
 	return chattest.Modules(t, "agui", "the AG-UI client tests")
 }
 
-// otherYAML is a second agent, whose one call is an approval of its own:
-// its interrupt is no interrupt of the first agent's threads.
-const otherYAML = `
-name: other
-model: {provider: script, script: other.yaml}
-tools:
-  - {name: wipe, approval: always}
-`
-
-const otherScript = `
-- calls: [{tool: wipe, id: other_call, args: {}}]
-- text: wiped
-`
-
 // line is one JSON line of the client script.
 type line struct {
 	Step  int             `json:"step"`
@@ -80,11 +66,11 @@ func (r clientRun) last() map[string]any {
 func TestAGUIWithHttpAgent(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
-	scripts := map[string]string{"script.yaml": scriptYAML, "other.yaml": otherScript}
+	scripts := map[string]string{"script.yaml": chattest.FilesScript, "other.yaml": chattest.OtherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, scripts), chattest.Agent(t, otherYAML, scripts))
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, scripts), chattest.Agent(t, chattest.OtherAgent, scripts))
 	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
 	t.Cleanup(srv.Close)

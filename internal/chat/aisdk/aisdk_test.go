@@ -24,7 +24,7 @@ func TestAISDKHTTP(t *testing.T) {
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, map[string]string{"script.yaml": scriptYAML}))
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, map[string]string{"script.yaml": chattest.FilesScript}))
 	h := aisdk.Handler(o, aisdk.Config{})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": h, "GET /v1/ai-sdk/chat/{id}/stream": h}}))
 	t.Cleanup(srv.Close)

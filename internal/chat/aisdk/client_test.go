@@ -28,44 +28,6 @@ func aiModules(t *testing.T) string {
 	return chattest.Modules(t, "aisdk", "the AI SDK tests")
 }
 
-const agentYAML = `
-name: files
-model: {provider: script, script: script.yaml}
-tools:
-  - name: update_file
-    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
-    approval: always
-  - name: delete_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-    approval: always
-    approval_metadata: {reason: destructive}
-  - name: local_time
-    executor: frontend
-`
-
-const scriptYAML = `
-- calls:
-    - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
-    - {tool: delete_file, id: del, args: {path: b.txt}}
-    - {tool: local_time, id: time, args: {}}
-- text: done
-- text: nothing else
-`
-
-// otherYAML is a second agent, whose one call is an approval of its own:
-// its approval is no approval of the first agent's chats.
-const otherYAML = `
-name: other
-model: {provider: script, script: other.yaml}
-tools:
-  - {name: wipe, approval: always}
-`
-
-const otherScript = `
-- calls: [{tool: wipe, id: other_call, args: {}}]
-- text: wiped
-`
-
 // uiPart is a part of a UIMessage as the library holds it.
 type uiPart struct {
 	Type       string          `json:"type"`
@@ -179,11 +141,11 @@ func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 // the chunks and messages the library parsed.
 func TestAISDKWithChat(t *testing.T) {
 	t.Parallel()
-	scripts := map[string]string{"script.yaml": scriptYAML, "other.yaml": otherScript}
+	scripts := map[string]string{"script.yaml": chattest.FilesScript, "other.yaml": chattest.OtherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, agentYAML, scripts), chattest.Agent(t, otherYAML, scripts))
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, scripts), chattest.Agent(t, chattest.OtherAgent, scripts))
 	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	// /late answers a year from now: past every approval's deadline.
 	late := func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }

@@ -21,6 +21,50 @@ import (
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
+// FilesAgent is an agent "files" of the update_file and delete_file
+// approvals and the frontend tool local_time, scripted by FilesScript
+// (script.yaml): one batch of the three calls, then texts.
+const FilesAgent = `
+name: files
+model: {provider: script, script: script.yaml}
+tools:
+  - name: update_file
+    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
+    approval: always
+  - name: delete_file
+    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
+    approval: always
+    approval_metadata: {reason: destructive}
+  - name: local_time
+    executor: frontend
+`
+
+// FilesScript is FilesAgent's script.yaml.
+const FilesScript = `
+- calls:
+    - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
+    - {tool: delete_file, id: del, args: {path: b.txt}}
+    - {tool: local_time, id: time, args: {}}
+- text: done
+- text: nothing else
+`
+
+// OtherAgent is a second agent, whose one call is an approval of its own:
+// its approval is no approval of FilesAgent's conversations. Its script
+// (other.yaml) is OtherScript.
+const OtherAgent = `
+name: other
+model: {provider: script, script: other.yaml}
+tools:
+  - {name: wipe, approval: always}
+`
+
+// OtherScript is OtherAgent's other.yaml.
+const OtherScript = `
+- calls: [{tool: wipe, id: other_call, args: {}}]
+- text: wiped
+`
+
 // Agent parses the agent config src whose model scripts are scripts (file
 // name to content).
 func Agent(t testing.TB, src string, scripts map[string]string) *orchestrator.AgentConfig {
