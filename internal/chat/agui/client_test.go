@@ -1,15 +1,12 @@
 package agui_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,27 +193,13 @@ func TestAGUIWithHttpAgent(t *testing.T) {
 // step by step.
 func drive(ctx context.Context, t *testing.T, modules string, input map[string]any) []clientRun {
 	t.Helper()
-	raw, err := json.Marshal(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "agui-client.cjs"))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	cmd.Stdin = bytes.NewReader(raw)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client script: %v\n%s", err, stderr.String())
-	}
+	lines := chattest.Node(ctx, t, filepath.Join("testdata", "agui-client.cjs"), modules, input)
 	steps := input["steps"].([]map[string]any)
 	runs := make([]clientRun, len(steps))
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
+	for _, text := range lines {
 		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("client line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(text, &l); err != nil {
+			t.Fatalf("client line %q: %v", text, err)
 		}
 		r := &runs[l.Step]
 		switch {

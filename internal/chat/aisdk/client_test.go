@@ -1,15 +1,12 @@
 package aisdk_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,26 +99,13 @@ func (s stepOut) text() string {
 func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 	t.Helper()
 	input["modules"] = aiModules(t)
-	raw, err := json.Marshal(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "aisdk-client.mjs"))
-	cmd.Stdin = bytes.NewReader(raw)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client script: %v\n%s", err, stderr.String())
-	}
+	lines := chattest.Node(ctx, t, filepath.Join("testdata", "aisdk-client.mjs"), "", input)
 	steps := input["steps"].([]map[string]any)
 	outs := make([]stepOut, len(steps))
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
+	for _, text := range lines {
 		var s stepOut
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			t.Fatalf("client line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(text, &s); err != nil {
+			t.Fatalf("client line %q: %v", text, err)
 		}
 		outs[s.Step] = s
 	}

@@ -4,7 +4,10 @@
 package chattest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -174,4 +177,33 @@ func Modules(t testing.TB, set, what string) string {
 		t.Fatal(in.err)
 	}
 	return in.dir
+}
+
+// Node runs the node script with input as JSON on its stdin and returns
+// the lines it printed. nodePath, when set, is its NODE_PATH. A script
+// that fails fails the test with its stderr.
+func Node(ctx context.Context, t testing.TB, script, nodePath string, input any) [][]byte {
+	t.Helper()
+	raw, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "node", script)
+	if nodePath != "" {
+		cmd.Env = append(os.Environ(), "NODE_PATH="+nodePath)
+	}
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client script: %v\n%s", err, stderr.String())
+	}
+	var lines [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		lines = append(lines, bytes.Clone(sc.Bytes()))
+	}
+	return lines
 }
