@@ -40,16 +40,6 @@ func TestChatPageDemo(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	br := browsertest.Start(t, 60*time.Second)
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
-	}
 	assistants := func(n int) chromedp.Action[chromedp.Void] {
 		return until(`document.querySelectorAll('.msg-assistant .bubble:not(.streaming)').length === ` + strconv.Itoa(n) +
 			` && document.querySelector('#status').dataset.state === 'idle'`)

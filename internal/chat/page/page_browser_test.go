@@ -118,20 +118,10 @@ func TestChatPage(t *testing.T) {
 		}
 	}
 	// until waits for a JavaScript condition on the page.
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
 	// assistant is whether an assistant bubble says text, streamed in
 	// more than one delta.
 	assistant := func(text string) chromedp.Action[chromedp.Void] {
 		return until(fmt.Sprintf(`[...document.querySelectorAll('.msg-assistant .bubble')].some(b => b.textContent === %q && !b.classList.contains('streaming') && Number(b.dataset.deltas) > 1)`, text))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
 	}
 	card := func(call string) string { return `article.approval[data-call="` + call + `"]` }
 
@@ -262,6 +252,20 @@ func TestChatPage(t *testing.T) {
 		say("And now?"),
 		until(`[...document.querySelectorAll('.notice.run-error')].some(n => n.textContent.includes('exhausted'))`),
 		until(`document.querySelector('#status').dataset.state === 'error' && !document.querySelector('#send').disabled`),
+	)
+}
+
+// until waits for the page's condition cond to hold.
+func until(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
+}
+
+// say sends text as the user's prompt.
+func say(text string) chromedp.Action[chromedp.Void] {
+	return seq(
+		chromedp.WaitEnabled(chromedp.CSS(`#send`)),
+		chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
+		chromedp.Click(chromedp.CSS(`#send`)),
 	)
 }
 

@@ -54,16 +54,6 @@ func TestChatPageStop(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	br := browsertest.Start(t, 60*time.Second)
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
-	}
 	var thread string
 	readThread := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) (err error) {
 		thread, err = chromedp.Text(chromedp.CSS(`#thread`))(ctx, tg)
