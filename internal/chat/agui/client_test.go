@@ -260,22 +260,7 @@ func TestAGUISeedConversation(t *testing.T) {
 	if o2["type"] != "success" || !strings.Contains(text, "Cleared .env") || results["delete_file"] != "Deleting files is not allowed" || results["update_file_dotenv"] == "" {
 		t.Fatalf("second run: %s outcome %v text %q results %v %s", second.types(), o2, text, results, second.err)
 	}
-	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
-		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
-			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
-		}
-	}
-	c, err := o.Conversation(ctx, agui.ConversationID("seed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompted := false
-	for _, r := range c.Runs {
-		prompted = prompted || r.Prompt == backup
-	}
-	if c.Status != orchestrator.StatusCompleted || !prompted {
-		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
-	}
+	c := chattest.SeedDone(ctx, t, o, box, agui.ConversationID("seed"), backup)
 	by := map[string]string{}
 	for _, d := range c.Decisions {
 		by[d.ToolCallID] = d.ApproverID

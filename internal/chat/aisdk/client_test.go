@@ -355,20 +355,5 @@ func TestAISDKSeedConversation(t *testing.T) {
 	if states["delete_file"] != "output-denied" || states["update_file_dotenv"] != "output-available" || !strings.Contains(second.text(), "Cleared .env") {
 		t.Errorf("second response: %s states %v text %q", second.types(), states, second.text())
 	}
-	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
-		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
-			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
-		}
-	}
-	c, err := o.Conversation(ctx, aisdk.ConversationID("seed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompted := false
-	for _, r := range c.Runs {
-		prompted = prompted || r.Prompt == backup
-	}
-	if c.Status != orchestrator.StatusCompleted || !prompted {
-		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
-	}
+	chattest.SeedDone(ctx, t, o, box, aisdk.ConversationID("seed"), backup)
 }

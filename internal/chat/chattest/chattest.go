@@ -207,3 +207,28 @@ func Node(ctx context.Context, t testing.TB, script, nodePath string, input any)
 	}
 	return lines
 }
+
+// SeedDone checks the end of the seed's conversation conv on the demo
+// agent over box: the files as its approvals left them (the delete denied,
+// the .env update approved) and the conversation completed, a run taking
+// the prompt backup. It returns the conversation.
+func SeedDone(ctx context.Context, t testing.TB, o *testkit.Orchestrator, box, conv, backup string) *orchestrator.Conversation {
+	t.Helper()
+	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
+		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	c, err := o.Conversation(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompted := false
+	for _, r := range c.Runs {
+		prompted = prompted || r.Prompt == backup
+	}
+	if c.Status != orchestrator.StatusCompleted || !prompted {
+		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
+	}
+	return c
+}
