@@ -31,15 +31,12 @@ type Config = chat.Config
 // (api.Config.Routes), which names the caller (api.CallerOf): the answers it
 // gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	cfg = cfg.WithDefaults()
-	return &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
+	return &handler{e: e, Config: cfg.WithDefaults()}
 }
 
 type handler struct {
-	e         Engine
-	log       *slog.Logger
-	clock     func() time.Time
-	keepAlive time.Duration
+	e Engine
+	Config
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +69,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.record(ctx, in, rf.Forged)
 			s.fail(rf.Code, rf.Msg)
 		} else {
-			h.log.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
+			h.Logger.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
 		}
 		return
@@ -113,7 +110,7 @@ type plan struct {
 // once, for its call as issued, before its deadline) and the tool
 // messages (each for a frontend call still waiting).
 func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) {
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock()}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock()}
 	agent, err := h.agentOf(in)
 	if err != nil {
 		return nil, err
@@ -150,7 +147,7 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 		return nil, chat.Refuse("history_refused", "%v", err)
 	}
 	p.prompt = rd.prompt
-	now := h.clock()
+	now := h.Clock()
 	answered := map[string]bool{}
 	for _, e := range in.Resume {
 		callID, digest, _ := strings.Cut(e.InterruptID, ":")
@@ -314,7 +311,7 @@ func (h *handler) record(ctx context.Context, in RunAgentInput, a *orchestrator.
 	if err := h.e.Answer(ctx, *a); err == nil {
 		// Refused by the adapter for what the orchestrator also checks:
 		// never expected, and worth knowing.
-		h.log.ErrorContext(ctx, "agui: a resume the adapter refused was applied", slog.String("thread", in.ThreadID), slog.String("tool_call_id", a.ToolCallID))
+		h.Logger.ErrorContext(ctx, "agui: a resume the adapter refused was applied", slog.String("thread", in.ThreadID), slog.String("tool_call_id", a.ToolCallID))
 	}
 }
 

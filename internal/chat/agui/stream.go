@@ -80,7 +80,7 @@ func (h *handler) follow(ctx context.Context, s *stream, threadID string, p *pla
 	if done := h.settle(ctx, s, threadID, p, ""); done {
 		return
 	}
-	defer s.KeepAlive(h.keepAlive)()
+	defer s.KeepAlive(h.KeepAlive)()
 	f := follower{s: s, runs: map[string]int{}, called: map[string]bool{}}
 	for id := range p.known.calls {
 		f.called[id] = true

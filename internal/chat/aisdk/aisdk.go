@@ -30,15 +30,12 @@ type Config = chat.Config
 // authentication (api.Config.Routes), which names the caller
 // (api.CallerOf): the answers it gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	cfg = cfg.WithDefaults()
-	return &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
+	return &handler{e: e, Config: cfg.WithDefaults()}
 }
 
 type handler struct {
-	e         Engine
-	log       *slog.Logger
-	clock     func() time.Time
-	keepAlive time.Duration
+	e Engine
+	Config
 }
 
 // ConversationID is the conversation of a chat: derived from the chat's
@@ -74,7 +71,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.record(ctx, req, rf.Forged)
 			s.fail(rf.Code, rf.Msg)
 		} else {
-			h.log.WarnContext(ctx, "aisdk: prepare", slog.String("chat", req.ID), slog.String("error", err.Error()))
+			h.Logger.WarnContext(ctx, "aisdk: prepare", slog.String("chat", req.ID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
 		}
 		return
@@ -102,7 +99,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.log.WarnContext(ctx, "aisdk: resume", slog.String("chat", r.PathValue("id")), slog.String("error", err.Error()))
+		h.Logger.WarnContext(ctx, "aisdk: resume", slog.String("chat", r.PathValue("id")), slog.String("error", err.Error()))
 		web.WriteError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
@@ -110,7 +107,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript()}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock(), known: newTranscript()}
 	last := 0
 	for i, run := range c.Runs {
 		if run.Prompt != "" {
@@ -160,7 +157,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	if req.Trigger != "" && req.Trigger != "submit-message" {
 		return nil, chat.Refuse("unsupported_trigger", "trigger %q: the server's log is the history, a response cannot be regenerated", req.Trigger)
 	}
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript(), agent: req.Agent}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock(), known: newTranscript(), agent: req.Agent}
 	if p.agent == "" {
 		if names := h.e.Agents(); len(names) == 1 {
 			p.agent = names[0]
@@ -194,7 +191,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 		// The new user message starts a new assistant message.
 		p.seen = nil
 	}
-	now := h.clock()
+	now := h.Clock()
 	var open []string
 	for id, pc := range w.approvals {
 		part, ok := rd.decisions[id]
@@ -291,7 +288,7 @@ func (h *handler) record(ctx context.Context, req Request, a *orchestrator.Answe
 	if err := h.e.Answer(ctx, *a); err == nil {
 		// Refused by the adapter for what the orchestrator also checks:
 		// never expected, and worth knowing.
-		h.log.ErrorContext(ctx, "aisdk: an approval response the adapter refused was applied", slog.String("chat", req.ID), slog.String("tool_call_id", a.ToolCallID))
+		h.Logger.ErrorContext(ctx, "aisdk: an approval response the adapter refused was applied", slog.String("chat", req.ID), slog.String("tool_call_id", a.ToolCallID))
 	}
 }
 

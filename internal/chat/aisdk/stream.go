@@ -141,7 +141,7 @@ func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan,
 	if !replay && h.settle(ctx, s, convID, p, "") {
 		return
 	}
-	defer s.KeepAlive(h.keepAlive)()
+	defer s.KeepAlive(h.KeepAlive)()
 	f := follower{s: s, runs: map[string]int{}, calls: map[string]call{}}
 	for id, c := range p.known.calls {
 		f.calls[id] = c
