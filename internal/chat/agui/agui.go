@@ -2,12 +2,8 @@ package agui
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"iter"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -15,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
@@ -25,63 +22,21 @@ import (
 const maxInputBytes = 8 << 20
 
 // Engine is what the adapter needs of the orchestrator.
-type Engine interface {
-	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
-	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
-	Answer(ctx context.Context, a orchestrator.Answer) error
-	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
-	Agents() []string
-}
+type Engine = chat.Engine
 
 // Config configures the adapter.
-type Config struct {
-	// Logger receives what went wrong. nil discards it.
-	Logger *slog.Logger
-	// Clock is the time; nil is time.Now.
-	Clock func() time.Time
-	// KeepAlive is how often a run that waits (for workers, a model)
-	// sends an SSE comment, so that proxies keep it open. Defaults to 15s.
-	KeepAlive time.Duration
-}
+type Config = chat.Config
 
 // Handler serves POST /v1/agui. Mount it behind the API's authentication
 // (api.Config.Routes), which names the caller (api.CallerOf): the answers it
 // gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	h := &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
-	if h.keepAlive <= 0 {
-		h.keepAlive = 15 * time.Second
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	if h.clock == nil {
-		h.clock = time.Now
-	}
-	return h
+	return &handler{e: e, Config: cfg.WithDefaults()}
 }
 
 type handler struct {
-	e         Engine
-	log       *slog.Logger
-	clock     func() time.Time
-	keepAlive time.Duration
-}
-
-// refusal is an input the adapter refuses: RUN_ERROR, nothing applied.
-// forged is the resume entry's answer that made it, when the orchestrator
-// can refuse and record it on its own (a call never issued or not pending,
-// args other than the call's): it is handed over, so that the attempt is
-// in the call's counters and the audit as a forged bot decision would be.
-type refusal struct {
-	code, msg string
-	forged    *orchestrator.Answer
-}
-
-func (r *refusal) Error() string { return r.msg }
-
-func refuse(code, format string, args ...any) *refusal {
-	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
+	e Engine
+	Config
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -109,12 +64,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := h.prepare(ctx, in)
 	if err != nil {
-		var rf *refusal
+		var rf *chat.Refusal
 		if errors.As(err, &rf) {
-			h.record(ctx, in, rf.forged)
-			s.fail(rf.code, rf.msg)
+			h.record(ctx, in, rf.Forged)
+			s.fail(rf.Code, rf.Msg)
 		} else {
-			h.log.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
+			h.Logger.WarnContext(ctx, "agui: prepare", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
 		}
 		return
@@ -131,8 +86,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // thread's id (any string the client chose), in the form of the ids
 // toolgate gives ("c" and hex), which its run ids embed.
 func ConversationID(threadID string) string {
-	sum := sha256.Sum256([]byte("agui-thread\x00" + threadID))
-	return "c" + hex.EncodeToString(sum[:12])
+	return chat.ConversationID("agui-thread", threadID)
 }
 
 // plan is what an input asks for once checked: nothing of it is applied
@@ -156,7 +110,7 @@ type plan struct {
 // once, for its call as issued, before its deadline) and the tool
 // messages (each for a frontend call still waiting).
 func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) {
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock()}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock()}
 	agent, err := h.agentOf(in)
 	if err != nil {
 		return nil, err
@@ -190,31 +144,31 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	}
 	rd, err := read(in.Messages, p.known, frontend)
 	if err != nil {
-		return nil, refuse("history_refused", "%v", err)
+		return nil, chat.Refuse("history_refused", "%v", err)
 	}
 	p.prompt = rd.prompt
-	now := h.clock()
+	now := h.Clock()
 	answered := map[string]bool{}
 	for _, e := range in.Resume {
 		callID, digest, _ := strings.Cut(e.InterruptID, ":")
 		forged := &orchestrator.Answer{ToolCallID: callID, Decision: &orchestrator.AnswerDecision{ArgsDigest: digest, Approved: true}}
 		pc, ok := approvals[callID]
 		if !ok {
-			rf := refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
-			rf.forged = forged
+			rf := chat.Refuse("resume_refused", "resume for interrupt %q: no such interrupt is open on thread %s", e.InterruptID, in.ThreadID)
+			rf.Forged = forged
 			return nil, rf
 		}
 		if answered[callID] {
-			return nil, refuse("resume_refused", "interrupt %q is answered twice", e.InterruptID)
+			return nil, chat.Refuse("resume_refused", "interrupt %q is answered twice", e.InterruptID)
 		}
 		answered[callID] = true
 		if digest != pc.ArgsDigest {
-			rf := refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
-			rf.forged = forged
+			rf := chat.Refuse("resume_refused", "resume for interrupt %q: the call's args are not those it was issued with", e.InterruptID)
+			rf.Forged = forged
 			return nil, rf
 		}
 		if !now.Before(pc.Deadline) {
-			return nil, refuse("interrupt_expired", "interrupt %q expired at %s", e.InterruptID, pc.Deadline.UTC().Format(time.RFC3339))
+			return nil, chat.Refuse("interrupt_expired", "interrupt %q expired at %s", e.InterruptID, pc.Deadline.UTC().Format(time.RFC3339))
 		}
 		a, err := decisionOf(e, pc)
 		if err != nil {
@@ -231,22 +185,22 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	}
 	if len(open) > 0 {
 		slices.Sort(open)
-		return nil, refuse("resume_required", "thread %s has open interrupts for calls %s: a resume must answer every one", in.ThreadID, strings.Join(open, ", "))
+		return nil, chat.Refuse("resume_required", "thread %s has open interrupts for calls %s: a resume must answer every one", in.ThreadID, strings.Join(open, ", "))
 	}
 	seen := map[string]bool{}
 	for _, m := range rd.answers {
 		if seen[m.ToolCallID] {
-			return nil, refuse("history_refused", "call %s is answered twice", m.ToolCallID)
+			return nil, chat.Refuse("history_refused", "call %s is answered twice", m.ToolCallID)
 		}
 		seen[m.ToolCallID] = true
 		res, err := orchestrator.ResultOf(answerJSON(m))
 		if err != nil {
-			return nil, refuse("history_refused", "tool message %s: %v", m.ID, err)
+			return nil, chat.Refuse("history_refused", "tool message %s: %v", m.ID, err)
 		}
 		p.results = append(p.results, orchestrator.Answer{ToolCallID: m.ToolCallID, Result: res})
 	}
 	if p.prompt == "" && len(p.decisions) == 0 && len(p.results) == 0 && c == nil {
-		return nil, refuse("no_input", "a new thread needs a user message")
+		return nil, chat.Refuse("no_input", "a new thread needs a user message")
 	}
 	return p, nil
 }
@@ -273,22 +227,22 @@ func decisionOf(e ResumeEntry, pc *orchestrator.PendingCall) (orchestrator.Answe
 		return orchestrator.Answer{Decision: d}, nil
 	case "resolved":
 	default:
-		return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: status %q is not resolved or cancelled", e.InterruptID, e.Status)
+		return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: status %q is not resolved or cancelled", e.InterruptID, e.Status)
 	}
 	var pl approvalPayload
 	if err := json.Unmarshal(e.Payload, &pl); err != nil || pl.Approved == nil {
-		return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: payload: want {\"approved\": true|false, ...}", e.InterruptID)
+		return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: payload: want {\"approved\": true|false, ...}", e.InterruptID)
 	}
 	if len(pl.Args) > 0 {
 		sum, err := deferred.ArgsDigest(pl.Args)
 		if err != nil || sum != pc.ArgsDigest {
-			return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: payload.args are not the args the call was issued with", e.InterruptID)
+			return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: payload.args are not the args the call was issued with", e.InterruptID)
 		}
 	}
 	d.Approved, d.Message, d.Metadata = *pl.Approved, pl.Message, pl.Metadata
 	if len(pl.EditedArgs) > 0 && string(pl.EditedArgs) != "null" {
 		if !d.Approved {
-			return orchestrator.Answer{}, refuse("resume_refused", "resume for interrupt %q: editedArgs on a denial", e.InterruptID)
+			return orchestrator.Answer{}, chat.Refuse("resume_refused", "resume for interrupt %q: editedArgs on a denial", e.InterruptID)
 		}
 		d.OverrideArgs = pl.EditedArgs
 	}
@@ -357,7 +311,7 @@ func (h *handler) record(ctx context.Context, in RunAgentInput, a *orchestrator.
 	if err := h.e.Answer(ctx, *a); err == nil {
 		// Refused by the adapter for what the orchestrator also checks:
 		// never expected, and worth knowing.
-		h.log.ErrorContext(ctx, "agui: a resume the adapter refused was applied", slog.String("thread", in.ThreadID), slog.String("tool_call_id", a.ToolCallID))
+		h.Logger.ErrorContext(ctx, "agui: a resume the adapter refused was applied", slog.String("thread", in.ThreadID), slog.String("tool_call_id", a.ToolCallID))
 	}
 }
 

@@ -12,41 +12,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
-
-const agentYAML = `
-name: files
-model: {provider: script, script: script.yaml}
-tools:
-  - name: update_file
-    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
-    approval: always
-  - name: delete_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-    approval: always
-    approval_metadata: {reason: destructive}
-  - name: local_time
-    executor: frontend
-`
-
-const scriptYAML = `
-- calls:
-    - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
-    - {tool: delete_file, id: del, args: {path: b.txt}}
-    - {tool: local_time, id: time, args: {}}
-- text: done
-- text: nothing else
-`
 
 type env struct {
 	url string
@@ -58,26 +32,15 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, agui.Config{}, true) }
 
 func newEnvWith(t *testing.T, acfg agui.Config, workers bool) *env {
 	t.Helper()
-	cfg, err := agentconfig.Parse([]byte(agentYAML), fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, map[string]string{"script.yaml": chattest.FilesScript}))
+	var box string
 	if workers {
-		if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-			t.Fatal(err)
-		}
+		box = chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
+	} else {
+		box = t.TempDir()
 	}
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, acfg)}}))
 	t.Cleanup(srv.Close)

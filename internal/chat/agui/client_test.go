@@ -1,78 +1,28 @@
 package agui_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
-var (
-	modulesOnce sync.Once
-	modulesDir  string
-	modulesErr  error
-)
-
-// aguiModules is the node_modules holding @ag-ui/client, installed by
-// scripts/ensure-agui.sh (make test-deps) when missing. A machine without
-// node fails the test: it never skips.
+// aguiModules is the node_modules holding @ag-ui/client.
 func aguiModules(t *testing.T) string {
-	t.Helper()
-	modulesOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-		if err != nil {
-			modulesErr = err
-			return
-		}
-		if _, err := exec.LookPath("node"); err != nil {
-			modulesErr = fmt.Errorf("node is not on PATH: the AG-UI client tests need Node.js and npm (make test-deps)")
-			return
-		}
-		if out, err := exec.Command(filepath.Join(root, "scripts", "ensure-agui.sh")).CombinedOutput(); err != nil {
-			modulesErr = fmt.Errorf("scripts/ensure-agui.sh: %v\n%s", err, out)
-			return
-		}
-		modulesDir = filepath.Join(root, ".cache", "npm-agui", "node_modules")
-	})
-	if modulesErr != nil {
-		t.Fatal(modulesErr)
-	}
-	return modulesDir
+	return chattest.Modules(t, "agui", "the AG-UI client tests")
 }
-
-// otherYAML is a second agent, whose one call is an approval of its own:
-// its interrupt is no interrupt of the first agent's threads.
-const otherYAML = `
-name: other
-model: {provider: script, script: other.yaml}
-tools:
-  - {name: wipe, approval: always}
-`
-
-const otherScript = `
-- calls: [{tool: wipe, id: other_call, args: {}}]
-- text: wiped
-`
 
 // line is one JSON line of the client script.
 type line struct {
@@ -113,30 +63,12 @@ func (r clientRun) last() map[string]any {
 func TestAGUIWithHttpAgent(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
-	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
-	var agents []*orchestrator.AgentConfig
-	for _, src := range []string{agentYAML, otherYAML} {
-		cfg, err := agentconfig.Parse([]byte(src), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, cfg)
-	}
+	scripts := map[string]string{"script.yaml": chattest.FilesScript, "other.yaml": chattest.OtherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, scripts), chattest.Agent(t, chattest.OtherAgent, scripts))
+	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
 	t.Cleanup(srv.Close)
 
@@ -261,27 +193,13 @@ func TestAGUIWithHttpAgent(t *testing.T) {
 // step by step.
 func drive(ctx context.Context, t *testing.T, modules string, input map[string]any) []clientRun {
 	t.Helper()
-	raw, err := json.Marshal(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "agui-client.cjs"))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	cmd.Stdin = bytes.NewReader(raw)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client script: %v\n%s", err, stderr.String())
-	}
+	lines := chattest.Node(ctx, t, filepath.Join("testdata", "agui-client.cjs"), modules, input)
 	steps := input["steps"].([]map[string]any)
 	runs := make([]clientRun, len(steps))
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
+	for _, text := range lines {
 		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("client line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(text, &l); err != nil {
+			t.Fatalf("client line %q: %v", text, err)
 		}
 		r := &runs[l.Step]
 		switch {
@@ -304,31 +222,11 @@ func drive(ctx context.Context, t *testing.T, modules string, input map[string]a
 func TestAGUISeedConversation(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
-	cfg, err := agentconfig.Demo()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := testkit.BuiltinTools(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Demo(t))
+	box := chattest.Files(ctx, t, sys, map[string]string{"__init__.py": "# package\n", ".env": "SECRET=1\n"})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}}))
 	t.Cleanup(srv.Close)
 	const backup = "Now create a backup of README.md"
@@ -362,22 +260,7 @@ func TestAGUISeedConversation(t *testing.T) {
 	if o2["type"] != "success" || !strings.Contains(text, "Cleared .env") || results["delete_file"] != "Deleting files is not allowed" || results["update_file_dotenv"] == "" {
 		t.Fatalf("second run: %s outcome %v text %q results %v %s", second.types(), o2, text, results, second.err)
 	}
-	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
-		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
-			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
-		}
-	}
-	c, err := o.Conversation(ctx, agui.ConversationID("seed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompted := false
-	for _, r := range c.Runs {
-		prompted = prompted || r.Prompt == backup
-	}
-	if c.Status != orchestrator.StatusCompleted || !prompted {
-		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
-	}
+	c := chattest.SeedDone(ctx, t, o, box, agui.ConversationID("seed"), backup)
 	by := map[string]string{}
 	for _, d := range c.Decisions {
 		by[d.ToolCallID] = d.ApproverID

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -71,24 +72,8 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 			}
 		}
 	}
-	for _, r := range c.Runs {
-		if r.Prompt != "" {
-			t.prompts = append(t.prompts, r.Prompt)
-		}
-	}
-	if b := c.Batch; b != nil && b.Prompt != "" && !hasRun(c, b.PromptRunID) {
-		t.prompts = append(t.prompts, b.Prompt)
-	}
+	t.prompts = chat.Prompts(c)
 	return t
-}
-
-func hasRun(c *orchestrator.Conversation, runID string) bool {
-	for _, r := range c.Runs {
-		if r.RunID == runID {
-			return true
-		}
-	}
-	return false
 }
 
 // resultText is a tool message's content: a string result as itself,
@@ -159,19 +144,11 @@ func read(msgs []Message, t transcript, frontend map[string]bool) (reading, erro
 		}
 		r.answers = append(r.answers, m)
 	}
-	n := len(t.prompts)
-	switch {
-	case len(users) < n:
-		return r, fmt.Errorf("the history holds %d user messages where the conversation has %d: a past message is missing", len(users), n)
-	case len(users) > n+1:
-		return r, fmt.Errorf("the history holds %d user messages where the conversation has %d: only one new message is read", len(users), n)
+	isNew, err := chat.NewPrompt(users, t.prompts)
+	if err != nil {
+		return r, err
 	}
-	for i, p := range t.prompts {
-		if users[i] != p {
-			return r, fmt.Errorf("user message %d is not the conversation's: a past message was edited", i+1)
-		}
-	}
-	if len(users) == n+1 {
+	if n := len(t.prompts); isNew {
 		r.prompt = users[n]
 	}
 	return r, nil

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -16,62 +16,22 @@ import (
 
 // stream writes one AG-UI run as Server-Sent Events.
 type stream struct {
-	// mu orders the events and the keep-alive comments.
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	f       http.Flusher
+	*chat.SSE
 	in      RunAgentInput
 	openMsg string // the text message open, if any
 }
 
 func newStream(w http.ResponseWriter, in RunAgentInput) *stream {
-	f, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	return &stream{w: w, f: f, in: in}
+	return &stream{SSE: chat.NewSSE(w), in: in}
 }
 
 func (s *stream) emit(ev map[string]any) {
 	ev["timestamp"] = time.Now().UnixMilli()
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
-	s.write("data: " + string(data) + "\n\n")
-}
-
-func (s *stream) write(text string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fmt.Fprint(s.w, text)
-	if s.f != nil {
-		s.f.Flush()
-	}
-}
-
-// keepAlive sends a comment every d (AG-UI clients read only data lines)
-// until the returned stop, which waits for it, is called.
-func (s *stream) keepAlive(d time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				s.write(": keep-alive\n\n")
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+	s.Data(ev)
 }
 
 func (s *stream) started() {
@@ -120,25 +80,15 @@ func (h *handler) follow(ctx context.Context, s *stream, threadID string, p *pla
 	if done := h.settle(ctx, s, threadID, p, ""); done {
 		return
 	}
-	defer s.keepAlive(h.keepAlive)()
+	defer s.KeepAlive(h.KeepAlive)()
 	f := follower{s: s, runs: map[string]int{}, called: map[string]bool{}}
 	for id := range p.known.calls {
 		f.called[id] = true
 	}
-	for se, err := range h.e.Events(ctx, threadID, 0) {
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		ev := se.Event
-		if ev.Type == wire.EventConversationCancelled && se.Time.After(p.start) {
+	for ev, cancelled := range chat.Follow(ctx, h.e, threadID, p.start, p.oldRuns) {
+		if cancelled {
 			s.finish(outcome{Type: "cancelled"}, nil)
 			return
-		}
-		if ev.RunID == "" || p.oldRuns[ev.RunID] {
-			continue
 		}
 		switch ev.Type {
 		case wire.EventRunCompleted:
@@ -174,28 +124,14 @@ func (h *handler) settle(ctx context.Context, s *stream, threadID string, p *pla
 		s.fail("internal", "conversation: "+err.Error())
 		return true
 	}
-	ran := paused != ""
-	if ran && (len(c.Runs) == 0 || c.Runs[len(c.Runs)-1].RunID != paused || c.Status != orchestrator.StatusPaused) {
+	if !chat.Settles(c, p.oldRuns, p.prompt, paused) {
 		return false
-	}
-	if !ran {
-		for _, r := range c.Runs {
-			if !p.oldRuns[r.RunID] {
-				return false // a run started by this input
-			}
-		}
 	}
 	switch c.Status {
 	case orchestrator.StatusCompleted:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.finish(outcome{Type: "success"}, c.Output)
 		return true
 	case orchestrator.StatusFailed:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.fail("run_failed", c.Error)
 		return true
 	case orchestrator.StatusCancelled:

@@ -2,12 +2,8 @@ package aisdk
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"iter"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -15,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
 )
@@ -24,72 +21,28 @@ import (
 const maxRequestBytes = 8 << 20
 
 // Engine is what the adapter needs of the orchestrator.
-type Engine interface {
-	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
-	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
-	Answer(ctx context.Context, a orchestrator.Answer) error
-	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
-	Agents() []string
-}
+type Engine = chat.Engine
 
 // Config configures the adapter.
-type Config struct {
-	// Logger receives what went wrong. nil discards it.
-	Logger *slog.Logger
-	// Clock is the time; nil is time.Now.
-	Clock func() time.Time
-	// KeepAlive is how often a response that waits (for workers, a
-	// model) sends an SSE comment, so that proxies keep it open.
-	// Defaults to 15s.
-	KeepAlive time.Duration
-}
+type Config = chat.Config
 
 // Handler serves POST /v1/ai-sdk/chat. Mount it behind the API's
 // authentication (api.Config.Routes), which names the caller
 // (api.CallerOf): the answers it gives are that caller's.
 func Handler(e Engine, cfg Config) http.Handler {
-	h := &handler{e: e, log: cfg.Logger, clock: cfg.Clock, keepAlive: cfg.KeepAlive}
-	if h.keepAlive <= 0 {
-		h.keepAlive = 15 * time.Second
-	}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	if h.clock == nil {
-		h.clock = time.Now
-	}
-	return h
+	return &handler{e: e, Config: cfg.WithDefaults()}
 }
 
 type handler struct {
-	e         Engine
-	log       *slog.Logger
-	clock     func() time.Time
-	keepAlive time.Duration
-}
-
-// refusal is a request the adapter refuses: the error chunk, nothing
-// applied. forged is the answer that made it, when the orchestrator can
-// refuse and record it on its own (an approval of a call not pending):
-// it is handed over, so that the attempt is in the call's counters and
-// the audit as a forged bot decision would be.
-type refusal struct {
-	code, msg string
-	forged    *orchestrator.Answer
-}
-
-func (r *refusal) Error() string { return r.msg }
-
-func refuse(code, format string, args ...any) *refusal {
-	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
+	e Engine
+	Config
 }
 
 // ConversationID is the conversation of a chat: derived from the chat's
 // id (any string the client chose), in the form of the ids toolgate gives
 // ("c" and hex), which its run ids embed.
 func ConversationID(chatID string) string {
-	sum := sha256.Sum256([]byte("ai-sdk-chat\x00" + chatID))
-	return "c" + hex.EncodeToString(sum[:12])
+	return chat.ConversationID("ai-sdk-chat", chatID)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -113,12 +66,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := h.prepare(ctx, req)
 	if err != nil {
 		s := newStream(w, nil)
-		var rf *refusal
+		var rf *chat.Refusal
 		if errors.As(err, &rf) {
-			h.record(ctx, req, rf.forged)
-			s.fail(rf.code, rf.msg)
+			h.record(ctx, req, rf.Forged)
+			s.fail(rf.Code, rf.Msg)
 		} else {
-			h.log.WarnContext(ctx, "aisdk: prepare", slog.String("chat", req.ID), slog.String("error", err.Error()))
+			h.Logger.WarnContext(ctx, "aisdk: prepare", slog.String("chat", req.ID), slog.String("error", err.Error()))
 			s.fail("internal", "internal error")
 		}
 		return
@@ -146,7 +99,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.log.WarnContext(ctx, "aisdk: resume", slog.String("chat", r.PathValue("id")), slog.String("error", err.Error()))
+		h.Logger.WarnContext(ctx, "aisdk: resume", slog.String("chat", r.PathValue("id")), slog.String("error", err.Error()))
 		web.WriteError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
@@ -154,7 +107,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript()}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock(), known: newTranscript()}
 	last := 0
 	for i, run := range c.Runs {
 		if run.Prompt != "" {
@@ -199,12 +152,12 @@ type plan struct {
 // (each for a frontend call still waiting).
 func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	if req.ID == "" {
-		return nil, refuse("invalid_chat", "id: required")
+		return nil, chat.Refuse("invalid_chat", "id: required")
 	}
 	if req.Trigger != "" && req.Trigger != "submit-message" {
-		return nil, refuse("unsupported_trigger", "trigger %q: the server's log is the history, a response cannot be regenerated", req.Trigger)
+		return nil, chat.Refuse("unsupported_trigger", "trigger %q: the server's log is the history, a response cannot be regenerated", req.Trigger)
 	}
-	p := &plan{oldRuns: map[string]bool{}, start: h.clock(), known: newTranscript(), agent: req.Agent}
+	p := &plan{oldRuns: map[string]bool{}, start: h.Clock(), known: newTranscript(), agent: req.Agent}
 	if p.agent == "" {
 		if names := h.e.Agents(); len(names) == 1 {
 			p.agent = names[0]
@@ -229,8 +182,8 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	}
 	rd, err := read(req.Messages, p.known, w)
 	if err != nil {
-		rf := refuse("history_refused", "%v", err)
-		rf.forged = forgedOf(err)
+		rf := chat.Refuse("history_refused", "%v", err)
+		rf.Forged = forgedOf(err)
 		return nil, rf
 	}
 	p.prompt, p.promptID, p.seen = rd.prompt, rd.promptID, rd.seen
@@ -238,7 +191,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 		// The new user message starts a new assistant message.
 		p.seen = nil
 	}
-	now := h.clock()
+	now := h.Clock()
 	var open []string
 	for id, pc := range w.approvals {
 		part, ok := rd.decisions[id]
@@ -247,7 +200,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 			continue
 		}
 		if !now.Before(pc.Deadline) {
-			return nil, refuse("approval_expired", "the approval of call %s expired at %s", id, pc.Deadline.UTC().Format(time.RFC3339))
+			return nil, chat.Refuse("approval_expired", "the approval of call %s expired at %s", id, pc.Deadline.UTC().Format(time.RFC3339))
 		}
 		d := &orchestrator.AnswerDecision{ArgsDigest: pc.ArgsDigest, Approved: *part.Approval.Approved}
 		if !d.Approved {
@@ -259,19 +212,19 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	}
 	if len(open) > 0 {
 		slices.Sort(open)
-		return nil, refuse("approval_required", "chat %s waits for the approval of calls %s: a request must answer every one", req.ID, strings.Join(open, ", "))
+		return nil, chat.Refuse("approval_required", "chat %s waits for the approval of calls %s: a request must answer every one", req.ID, strings.Join(open, ", "))
 	}
 	for id, part := range rd.results {
 		res, err := resultOf(part)
 		if err != nil {
-			return nil, refuse("history_refused", "tool output for call %s: %v", id, err)
+			return nil, chat.Refuse("history_refused", "tool output for call %s: %v", id, err)
 		}
 		p.results = append(p.results, orchestrator.Answer{ToolCallID: id, Result: res})
 	}
 	slices.SortFunc(p.decisions, func(a, b orchestrator.Answer) int { return strings.Compare(a.ToolCallID, b.ToolCallID) })
 	slices.SortFunc(p.results, func(a, b orchestrator.Answer) int { return strings.Compare(a.ToolCallID, b.ToolCallID) })
 	if p.prompt == "" && len(p.decisions) == 0 && len(p.results) == 0 && c == nil {
-		return nil, refuse("no_input", "a new chat needs a user message")
+		return nil, chat.Refuse("no_input", "a new chat needs a user message")
 	}
 	return p, nil
 }
@@ -335,7 +288,7 @@ func (h *handler) record(ctx context.Context, req Request, a *orchestrator.Answe
 	if err := h.e.Answer(ctx, *a); err == nil {
 		// Refused by the adapter for what the orchestrator also checks:
 		// never expected, and worth knowing.
-		h.log.ErrorContext(ctx, "aisdk: an approval response the adapter refused was applied", slog.String("chat", req.ID), slog.String("tool_call_id", a.ToolCallID))
+		h.Logger.ErrorContext(ctx, "aisdk: an approval response the adapter refused was applied", slog.String("chat", req.ID), slog.String("tool_call_id", a.ToolCallID))
 	}
 }
 

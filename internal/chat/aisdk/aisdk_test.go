@@ -7,12 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/aisdk"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
@@ -22,17 +21,10 @@ import (
 // and requests refused with the error chunk alone.
 func TestAISDKHTTP(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Parse([]byte(agentYAML), fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, map[string]string{"script.yaml": chattest.FilesScript}))
 	h := aisdk.Handler(o, aisdk.Config{})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": h, "GET /v1/ai-sdk/chat/{id}/stream": h}}))
 	t.Cleanup(srv.Close)

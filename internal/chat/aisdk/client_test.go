@@ -1,103 +1,29 @@
 package aisdk_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/aisdk"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
-var (
-	modulesOnce sync.Once
-	modulesDir  string
-	modulesErr  error
-)
-
-// aiModules is the node_modules holding the ai package, installed by
-// scripts/ensure-aisdk.sh (make test-deps) when missing. A machine without
-// node fails the test: it never skips.
+// aiModules is the node_modules holding the ai package.
 func aiModules(t *testing.T) string {
-	t.Helper()
-	modulesOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-		if err != nil {
-			modulesErr = err
-			return
-		}
-		if _, err := exec.LookPath("node"); err != nil {
-			modulesErr = fmt.Errorf("node is not on PATH: the AI SDK tests need Node.js and npm (make test-deps)")
-			return
-		}
-		if out, err := exec.Command(filepath.Join(root, "scripts", "ensure-aisdk.sh")).CombinedOutput(); err != nil {
-			modulesErr = fmt.Errorf("scripts/ensure-aisdk.sh: %v\n%s", err, out)
-			return
-		}
-		modulesDir = filepath.Join(root, ".cache", "npm-aisdk", "node_modules")
-	})
-	if modulesErr != nil {
-		t.Fatal(modulesErr)
-	}
-	return modulesDir
+	return chattest.Modules(t, "aisdk", "the AI SDK tests")
 }
-
-const agentYAML = `
-name: files
-model: {provider: script, script: script.yaml}
-tools:
-  - name: update_file
-    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
-    approval: always
-  - name: delete_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-    approval: always
-    approval_metadata: {reason: destructive}
-  - name: local_time
-    executor: frontend
-`
-
-const scriptYAML = `
-- calls:
-    - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
-    - {tool: delete_file, id: del, args: {path: b.txt}}
-    - {tool: local_time, id: time, args: {}}
-- text: done
-- text: nothing else
-`
-
-// otherYAML is a second agent, whose one call is an approval of its own:
-// its approval is no approval of the first agent's chats.
-const otherYAML = `
-name: other
-model: {provider: script, script: other.yaml}
-tools:
-  - {name: wipe, approval: always}
-`
-
-const otherScript = `
-- calls: [{tool: wipe, id: other_call, args: {}}]
-- text: wiped
-`
 
 // uiPart is a part of a UIMessage as the library holds it.
 type uiPart struct {
@@ -173,26 +99,13 @@ func (s stepOut) text() string {
 func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 	t.Helper()
 	input["modules"] = aiModules(t)
-	raw, err := json.Marshal(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "aisdk-client.mjs"))
-	cmd.Stdin = bytes.NewReader(raw)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client script: %v\n%s", err, stderr.String())
-	}
+	lines := chattest.Node(ctx, t, filepath.Join("testdata", "aisdk-client.mjs"), "", input)
 	steps := input["steps"].([]map[string]any)
 	outs := make([]stepOut, len(steps))
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
+	for _, text := range lines {
 		var s stepOut
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			t.Fatalf("client line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(text, &s); err != nil {
+			t.Fatalf("client line %q: %v", text, err)
 		}
 		outs[s.Step] = s
 	}
@@ -212,30 +125,12 @@ func drive(ctx context.Context, t *testing.T, input map[string]any) []stepOut {
 // the chunks and messages the library parsed.
 func TestAISDKWithChat(t *testing.T) {
 	t.Parallel()
-	dir := fstest.MapFS{"script.yaml": {Data: []byte(scriptYAML)}, "other.yaml": {Data: []byte(otherScript)}}
-	var agents []*orchestrator.AgentConfig
-	for _, src := range []string{agentYAML, otherYAML} {
-		cfg, err := agentconfig.Parse([]byte(src), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, cfg)
-	}
+	scripts := map[string]string{"script.yaml": chattest.FilesScript, "other.yaml": chattest.OtherScript}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agents: agents, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	tools, err := testkit.BuiltinTools(box, "update_file", "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.FilesAgent, scripts), chattest.Agent(t, chattest.OtherAgent, scripts))
+	box := chattest.Files(ctx, t, sys, nil, "update_file", "delete_file")
 	// /late answers a year from now: past every approval's deadline.
 	late := func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{
@@ -416,31 +311,11 @@ func TestAISDKWithChat(t *testing.T) {
 // the follow-up run takes after the results.
 func TestAISDKSeedConversation(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Demo()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(box, ".env"), []byte("SECRET=1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := testkit.BuiltinTools(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Demo(t))
+	box := chattest.Files(ctx, t, sys, map[string]string{"__init__.py": "# package\n", ".env": "SECRET=1\n"})
 	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/ai-sdk/chat": aisdk.Handler(o, aisdk.Config{})}}))
 	t.Cleanup(srv.Close)
 	const backup = "Now create a backup of README.md"
@@ -480,20 +355,5 @@ func TestAISDKSeedConversation(t *testing.T) {
 	if states["delete_file"] != "output-denied" || states["update_file_dotenv"] != "output-available" || !strings.Contains(second.text(), "Cleared .env") {
 		t.Errorf("second response: %s states %v text %q", second.types(), states, second.text())
 	}
-	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
-		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
-			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
-		}
-	}
-	c, err := o.Conversation(ctx, aisdk.ConversationID("seed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompted := false
-	for _, r := range c.Runs {
-		prompted = prompted || r.Prompt == backup
-	}
-	if c.Status != orchestrator.StatusCompleted || !prompted {
-		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
-	}
+	chattest.SeedDone(ctx, t, o, box, aisdk.ConversationID("seed"), backup)
 }

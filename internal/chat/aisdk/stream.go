@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -16,10 +16,7 @@ import (
 
 // stream writes one response of the chat as a UI message stream.
 type stream struct {
-	// mu orders the chunks and the keep-alive comments.
-	mu       sync.Mutex
-	w        http.ResponseWriter
-	f        http.Flusher
+	*chat.SSE
 	openText string // the text part open, if any
 	inStep   bool
 	// shown are the tool calls the message being streamed holds: a result
@@ -29,7 +26,6 @@ type stream struct {
 }
 
 func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
-	f, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -40,48 +36,10 @@ func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
 	if shown == nil {
 		shown = map[string]bool{}
 	}
-	return &stream{w: w, f: f, shown: shown}
+	return &stream{SSE: chat.NewSSE(w), shown: shown}
 }
 
-func (s *stream) emit(chunk map[string]any) {
-	data, err := json.Marshal(chunk)
-	if err != nil {
-		return
-	}
-	s.write("data: " + string(data) + "\n\n")
-}
-
-func (s *stream) write(text string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fmt.Fprint(s.w, text)
-	if s.f != nil {
-		s.f.Flush()
-	}
-}
-
-// keepAlive sends an SSE comment every d (the chat's parser skips them)
-// until the returned stop, which waits for it, is called.
-func (s *stream) keepAlive(d time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				s.write(": keep-alive\n\n")
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
-}
+func (s *stream) emit(chunk map[string]any) { s.Data(chunk) }
 
 func (s *stream) start() { s.emit(map[string]any{"type": "start"}) }
 
@@ -89,19 +47,19 @@ func (s *stream) start() { s.emit(map[string]any{"type": "start"}) }
 func (s *stream) fail(code, msg string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "error", "errorText": code + ": " + msg})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) finish(reason string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "finish", "finishReason": reason})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) abort(reason string) {
 	s.endStep()
 	s.emit(map[string]any{"type": "abort", "reason": reason})
-	s.write("data: [DONE]\n\n")
+	s.Write("data: [DONE]\n\n")
 }
 
 func (s *stream) step() {
@@ -183,25 +141,15 @@ func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan,
 	if !replay && h.settle(ctx, s, convID, p, "") {
 		return
 	}
-	defer s.keepAlive(h.keepAlive)()
+	defer s.KeepAlive(h.KeepAlive)()
 	f := follower{s: s, runs: map[string]int{}, calls: map[string]call{}}
 	for id, c := range p.known.calls {
 		f.calls[id] = c
 	}
-	for se, err := range h.e.Events(ctx, convID, 0) {
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		ev := se.Event
-		if ev.Type == wire.EventConversationCancelled && se.Time.After(p.start) {
+	for ev, cancelled := range chat.Follow(ctx, h.e, convID, p.start, p.oldRuns) {
+		if cancelled {
 			s.abort("the conversation was cancelled")
 			return
-		}
-		if ev.RunID == "" || p.oldRuns[ev.RunID] {
-			continue
 		}
 		switch ev.Type {
 		case wire.EventRunCompleted:
@@ -235,28 +183,14 @@ func (h *handler) settle(ctx context.Context, s *stream, convID string, p *plan,
 		s.fail("internal", "conversation: "+err.Error())
 		return true
 	}
-	ran := paused != ""
-	if ran && (len(c.Runs) == 0 || c.Runs[len(c.Runs)-1].RunID != paused || c.Status != orchestrator.StatusPaused) {
+	if !chat.Settles(c, p.oldRuns, p.prompt, paused) {
 		return false
-	}
-	if !ran {
-		for _, r := range c.Runs {
-			if !p.oldRuns[r.RunID] {
-				return false // a run started by this request
-			}
-		}
 	}
 	switch c.Status {
 	case orchestrator.StatusCompleted:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.finish("stop")
 		return true
 	case orchestrator.StatusFailed:
-		if !ran && p.prompt != "" {
-			return false
-		}
 		s.fail("run_failed", c.Error)
 		return true
 	case orchestrator.StatusCancelled:

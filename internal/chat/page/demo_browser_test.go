@@ -14,14 +14,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // TestChatPageDemo plays what `make run APPROVER=none` offers in the page,
@@ -31,43 +30,16 @@ import (
 // local_time and confirm turns answered by the browser.
 func TestChatPageDemo(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Demo()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	if err := os.WriteFile(filepath.Join(box, "__init__.py"), []byte("# package\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := testkit.BuiltinTools(box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Demo(t))
+	box := chattest.Files(ctx, t, sys, map[string]string{"__init__.py": "# package\n"})
 	srv := httptest.NewServer(page.Handler(api.Handler(o, api.Config{
 		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(o, agui.Config{})}})))
 	t.Cleanup(srv.Close)
 
 	br := browsertest.Start(t, 60*time.Second)
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
-	}
 	assistants := func(n int) chromedp.Action[chromedp.Void] {
 		return until(`document.querySelectorAll('.msg-assistant .bubble:not(.streaming)').length === ` + strconv.Itoa(n) +
 			` && document.querySelector('#status').dataset.state === 'idle'`)

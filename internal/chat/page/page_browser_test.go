@@ -13,20 +13,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
 )
 
 // chatAgent: delete_file waits for a decision, local_time and confirm are
@@ -85,30 +83,11 @@ const (
 // conversation's stored history.
 func TestChatPage(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Parse([]byte(chatAgent), fstest.MapFS{"script.yaml": {Data: []byte(chatScript)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := t.TempDir()
-	for _, name := range []string{"old.txt", "keep.txt", "tmp.txt"} {
-		if err := os.WriteFile(filepath.Join(box, name), []byte(name), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tools, err := testkit.BuiltinTools(box, "delete_file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sys.Worker(ctx, "files", worker.Config{Tools: tools}); err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chatAgent, map[string]string{"script.yaml": chatScript}))
+	box := chattest.Files(ctx, t, sys, map[string]string{"old.txt": "old.txt", "keep.txt": "keep.txt", "tmp.txt": "tmp.txt"}, "delete_file")
 	sum := sha256.Sum256([]byte(annToken))
 	users, err := api.ParseUsers([]byte("users:\n  - {name: ann, token_sha256: " + hex.EncodeToString(sum[:]) + "}\n"))
 	if err != nil {
@@ -139,20 +118,10 @@ func TestChatPage(t *testing.T) {
 		}
 	}
 	// until waits for a JavaScript condition on the page.
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
 	// assistant is whether an assistant bubble says text, streamed in
 	// more than one delta.
 	assistant := func(text string) chromedp.Action[chromedp.Void] {
 		return until(fmt.Sprintf(`[...document.querySelectorAll('.msg-assistant .bubble')].some(b => b.textContent === %q && !b.classList.contains('streaming') && Number(b.dataset.deltas) > 1)`, text))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
 	}
 	card := func(call string) string { return `article.approval[data-call="` + call + `"]` }
 
@@ -283,6 +252,20 @@ func TestChatPage(t *testing.T) {
 		say("And now?"),
 		until(`[...document.querySelectorAll('.notice.run-error')].some(n => n.textContent.includes('exhausted'))`),
 		until(`document.querySelector('#status').dataset.state === 'error' && !document.querySelector('#send').disabled`),
+	)
+}
+
+// until waits for the page's condition cond to hold.
+func until(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
+}
+
+// say sends text as the user's prompt.
+func say(text string) chromedp.Action[chromedp.Void] {
+	return seq(
+		chromedp.WaitEnabled(chromedp.CSS(`#send`)),
+		chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
+		chromedp.Click(chromedp.CSS(`#send`)),
 	)
 }
 

@@ -5,15 +5,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
@@ -44,17 +43,10 @@ const stopScript = `
 // the cancelled outcome.
 func TestChatPageStop(t *testing.T) {
 	t.Parallel()
-	cfg, err := agentconfig.Parse([]byte(stopAgent), fstest.MapFS{"script.yaml": {Data: []byte(stopScript)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := sys.Orchestrator(ctx, "orch", orchestrator.Config{Agent: cfg, ReconcileInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, stopAgent, map[string]string{"script.yaml": stopScript}))
 	srv := httptest.NewServer(page.Handler(api.Handler(o, api.Config{
 		// Keep-alive comments every 50ms while the run waits: the page's
 		// parser must pass over them.
@@ -62,16 +54,6 @@ func TestChatPageStop(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	br := browsertest.Start(t, 60*time.Second)
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(40*time.Second))
-	}
-	say := func(text string) chromedp.Action[chromedp.Void] {
-		return seq(
-			chromedp.WaitEnabled(chromedp.CSS(`#send`)),
-			chromedp.SendKeys(chromedp.CSS(`#prompt`), text),
-			chromedp.Click(chromedp.CSS(`#send`)),
-		)
-	}
 	var thread string
 	readThread := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) (err error) {
 		thread, err = chromedp.Text(chromedp.CSS(`#thread`))(ctx, tg)
