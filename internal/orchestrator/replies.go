@@ -122,9 +122,18 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		return j.err
 	}
 	obs.recorded(j)
+	if j.v == verdictElsewhere {
+		// Nakked, so that the consumer gives it to another replica; one
+		// that holds the config judges it.
+		log.InfoContext(ctx, "decision left to the replicas of its conversation's agent config", slog.String("reason", j.reason))
+		if err := d.NakWithDelay(handOverDelay(d.NumDelivered)); err != nil {
+			log.WarnContext(ctx, "nak reply", slog.String("error", err.Error()))
+		}
+		return nil
+	}
 	rp.audit(ctx, convID, d, j)
 	switch j.v {
-	case verdictApplied:
+	case verdictApplied, verdictCounted:
 		if err := d.Ack(); err != nil {
 			log.WarnContext(ctx, "ack reply", slog.String("error", err.Error()))
 		}
@@ -140,6 +149,14 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		log.WarnContext(ctx, "reply refused", slog.String("reason", j.reason))
 		return bus.Terminal(fmt.Errorf("refused: %s", j.reason))
 	}
+}
+
+// handOverDelay is the pause before a decision this replica handed over
+// is delivered again, to any replica: short, as another replica is likely
+// to take it next, and growing, so that the deliveries the consumer allows
+// (MaxDeliver) last about twenty seconds while only this one reads.
+func handOverDelay(numDelivered uint64) time.Duration {
+	return min(time.Duration(numDelivered)*100*time.Millisecond, 2*time.Second)
 }
 
 // unknownRun refuses a reply to a run no conversation has.

@@ -69,6 +69,10 @@ type Conversation struct {
 	// application said gave it. Its runs, follow-ups included, see it as
 	// RunContext.Caller.
 	Caller json.RawMessage `msgpack:"caller,omitempty"`
+	// Signed says a config of its agent that ran it takes only signed
+	// decisions (AgentConfig.Trust): from then on, only a replica whose
+	// config does too may judge its decisions, whatever config adopts it.
+	Signed bool `msgpack:"signed,omitempty"`
 	// Unserved says why no replica runs the conversation's next run (none
 	// runs its agent), since UnservedSince; it fails after
 	// Config.AgentWait. Cleared when a replica takes the run.
@@ -204,6 +208,9 @@ type PendingCall struct {
 	Refused    int `msgpack:"refused,omitempty"`
 	// LastRefusal says why the last reply was refused.
 	LastRefusal string `msgpack:"last_refusal,omitempty"`
+	// Approvals are the approvers who approved the call so far, while
+	// its tool needs more of them (ToolConfig.Approvals).
+	Approvals []string `msgpack:"approvals,omitempty"`
 }
 
 // Decision is the applied decision of an approval call: its Reply, or its

@@ -83,7 +83,10 @@ const (
 	hdrStatus  = "Toolgate-Status"
 	hdrCreated = "Toolgate-Created"
 	hdrAgent   = "Toolgate-Agent"
-	hdrPart    = "Toolgate-Part" // "i/n"
+	// hdrDigest is the conversation's AgentDigest, by which a retention
+	// sweep tells the config that keeps it without reading its log.
+	hdrDigest = "Toolgate-Agent-Digest"
+	hdrPart   = "Toolgate-Part" // "i/n"
 )
 
 // RecordStatusHeader is the header of every record of a conversation's
@@ -484,6 +487,9 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
 	if c.Agent != "" {
 		h.Set(hdrAgent, c.Agent)
+	}
+	if c.AgentDigest != "" {
+		h.Set(hdrDigest, c.AgentDigest)
 	}
 	if origin != "" {
 		h.Set(hdrOrigin, origin)
