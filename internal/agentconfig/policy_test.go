@@ -46,6 +46,9 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"negative retention", head + "retention: -1h\n" + tool, "retention: must not be negative"},
 		{"negative approvals", head + tool + "    approvals: -1\n", "tools[0] (t).approvals: must not be negative"},
 		{"quorum above approvers", head + tool + "    approvers: [ann]\n    approvals: 2\n", "tools[0] (t).approvals: 2, but its approvers name 1"},
+		{"escalation without a group", head + tool + "    escalate_after: 5m\n", "tools[0] (t).escalate_to: required with escalate_after"},
+		{"group without escalation", head + tool + "    escalate_to: [ops]\n", "tools[0] (t).escalate_after: required with escalate_to"},
+		{"escalation after the deadline", head + tool + "    deadline: 5m\n    escalate_after: 10m\n    escalate_to: [ops]\n", "escalate_after: 10m0s is not before the deadline 5m0s"},
 		{"bad self approval", head + tool + "    self_approval: maybe\n", `tools[0] (t).self_approval: "maybe"`},
 	}
 	for _, tc := range cases {

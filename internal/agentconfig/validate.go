@@ -81,6 +81,16 @@ func validateApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig, 
 	if n := distinctApprovers(c, t); t.Approvals > 1 && n > 0 && n < t.Approvals {
 		return fieldErrorf(at+".approvals", "%s.approvals: %d, but its approvers name %d people", label, t.Approvals, n)
 	}
+	switch {
+	case t.EscalateAfter < 0:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: must not be negative", label)
+	case t.EscalateAfter > 0 && len(t.EscalateTo) == 0:
+		return fieldErrorf(at+".escalate_to", "%s.escalate_to: required with escalate_after (the approvers or roles to hand the call to)", label)
+	case t.EscalateAfter == 0 && len(t.EscalateTo) > 0:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: required with escalate_to", label)
+	case t.EscalateAfter > 0 && t.Deadline > 0 && t.EscalateAfter >= t.Deadline:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: %s is not before the deadline %s", label, t.EscalateAfter.D(), t.Deadline.D())
+	}
 	switch t.SelfApproval {
 	case "", orchestrator.SelfApprovalAllow, "deny":
 	default:

@@ -122,6 +122,12 @@ type ToolConfig struct {
 	// its own call; by default (empty) the approver who is the caller
 	// (RunContext.Caller's id) may deny it but not approve it.
 	SelfApproval string `json:"self_approval,omitempty"`
+	// EscalateAfter, when set, hands an approval call still unanswered
+	// this long after it was published to EscalateTo (names or roles), who
+	// may then decide it too: an approval_escalated event, and the request
+	// published again naming them (attempt 2). Shorter than the deadline.
+	EscalateAfter Duration `json:"escalate_after,omitempty"`
+	EscalateTo    []string `json:"escalate_to,omitempty"`
 
 	// Rule is Approval compiled; nil never requires approval.
 	Rule ApprovalRule `json:"-"`

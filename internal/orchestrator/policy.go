@@ -93,7 +93,7 @@ func (p *agentPolicy) signed() bool { return len(p.keys) > 0 }
 // the call is not in c's batch) of tool tc (nil when the config names
 // none), may not count: its signer is not trusted, its approver is not
 // among the tool's, or it approves a call its own approver requested.
-func (p *agentPolicy) check(c *Conversation, tc *ToolConfig, in incoming) error {
+func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in incoming) error {
 	d := in.decision
 	if p.signed() {
 		if in.http {
@@ -107,7 +107,8 @@ func (p *agentPolicy) check(c *Conversation, tc *ToolConfig, in incoming) error 
 	if tc == nil {
 		return nil
 	}
-	if len(tc.Approvers) > 0 && !p.mayDecide(tc.Approvers, d.ApproverID) {
+	if len(tc.Approvers) > 0 && !p.mayDecide(tc.Approvers, d.ApproverID) &&
+		(pc == nil || !pc.Escalated || !p.mayDecide(tc.EscalateTo, d.ApproverID)) {
 		return fmt.Errorf("approver %q may not decide tool %s (approvers: %s)", d.ApproverID, tc.Name, strings.Join(tc.Approvers, ", "))
 	}
 	if d.Approved && tc.SelfApproval != SelfApprovalAllow {

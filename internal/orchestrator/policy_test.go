@@ -300,3 +300,58 @@ func TestQuorumOfTwo(t *testing.T) {
 		t.Errorf("approvals counted = %d, want 1", n)
 	}
 }
+
+// An approval unanswered for its tool's escalate_after is escalated at
+// that time: an approval_escalated event, its request published again
+// (attempt 2) naming the escalation group, whose member then decides it
+// though the tool's approvers do not name them.
+func TestApprovalEscalates(t *testing.T) {
+	t.Parallel()
+	const after = 700 * time.Millisecond
+	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) {
+		tc.Approvers = []string{"ann"}
+		tc.EscalateAfter, tc.EscalateTo = orchestrator.Duration(after), []string{"ops"}
+	})
+	del := pendingCall(t, p.c, "delete_file")
+	if want := del.PublishedAt.Add(after); !del.EscalateAt.Equal(want) {
+		t.Fatalf("escalate_at %s, want %s", del.EscalateAt, want)
+	}
+	evs := collectEvents(t, p.b, p.c.ID, func(evs []bus.Event) bool {
+		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
+	})
+	i := slices.IndexFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
+	ev := evs[i]
+	if ev.ToolCallID != "delete_file" || ev.Time.Before(del.EscalateAt) {
+		t.Errorf("escalated %s at %s, before its time %s", ev.ToolCallID, ev.Time, del.EscalateAt)
+	}
+	if d := eventData(t, ev); fmt.Sprint(d["to"]) != "[ops]" || d["tool"] != "delete_file" {
+		t.Errorf("event data %v", d)
+	}
+	st, err := p.b.JetStream().Stream(ctxT(t), bus.StreamApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := bus.ApprovalSubject("delete_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetLastMsgForSubject(ctxT(t), subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req bus.ApprovalRequest
+	if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Attempt != 2 || !slices.Equal(req.EscalatedTo, []string{"ops"}) || req.ToolCallID != "delete_file" {
+		t.Errorf("request published again: attempt %d, escalated_to %v", req.Attempt, req.EscalatedTo)
+	}
+	if pc := p.call("the escalation mark", func(pc *orchestrator.PendingCall) bool { return pc.Escalated }); answered(pc) {
+		t.Fatalf("answered %+v", pc.Reply)
+	}
+	// bob is in ops, the escalation group, not among the tool's approvers.
+	p.decide("bob", true)
+	if pc := p.call("bob's approval", answered); pc.Refused != 0 {
+		t.Errorf("bob's approval after the escalation refused: %q", pc.LastRefusal)
+	}
+}

@@ -274,6 +274,9 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			if len(pc.Metadata) == 0 && tool != nil {
 				pc.Metadata = tool.ApprovalMetadata
 			}
+			if tool != nil && tool.EscalateAfter > 0 {
+				pc.EscalateAt = now.Add(tool.EscalateAfter.D())
+			}
 			if tool != nil && tool.Executor != ExecutorFrontend {
 				// A configured or discovered tool: its workers run the
 				// call once it is approved. A frontend's tool waits for

@@ -244,7 +244,7 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 			if pc != nil {
 				tc = ag.cfg.tool(pc.ToolName)
 			}
-			j.in.trustErr, j.in.quorum = ag.policy.check(c, tc, j.in), quorum(tc)
+			j.in.trustErr, j.in.quorum = ag.policy.check(c, pc, tc, j.in), quorum(tc)
 		}
 		settled := pc != nil && pc.Reply != nil
 		j.v, j.reason = c.Apply(j.in, now)

@@ -211,6 +211,11 @@ type PendingCall struct {
 	// Approvals are the approvers who approved the call so far, while
 	// its tool needs more of them (ToolConfig.Approvals).
 	Approvals []string `msgpack:"approvals,omitempty"`
+	// EscalateAt is when an approval call still unanswered is handed to
+	// its tool's EscalateTo (ToolConfig.EscalateAfter); Escalated is set
+	// once it was.
+	EscalateAt time.Time `msgpack:"escalate_at,omitempty"`
+	Escalated  bool      `msgpack:"escalated,omitempty"`
 }
 
 // Decision is the applied decision of an approval call: its Reply, or its
@@ -310,8 +315,19 @@ func (b *Batch) nextDeadline() time.Time {
 		if c.Reply == nil && (t.IsZero() || c.Deadline.Before(t)) {
 			t = c.Deadline
 		}
+		if at := c.escalation(); !at.IsZero() && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
 	}
 	return t
+}
+
+// escalation is when c is to be escalated; zero when it is not (any more).
+func (c *PendingCall) escalation() time.Time {
+	if c.Reply != nil || c.Escalated || c.Kind != deferred.KindApproval {
+		return time.Time{}
+	}
+	return c.EscalateAt
 }
 
 // requests is the batch as the paused run produced it, which the follow-up
