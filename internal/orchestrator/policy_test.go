@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -168,6 +169,7 @@ func auditOf(t *testing.T, b *bus.Bus, convID string) []orchestrator.AuditRecord
 // conversation started by caller.
 type policyEnv struct {
 	t     *testing.T
+	e     *env
 	o     *orchestrator.Orchestrator
 	b     *bus.Bus
 	c     *orchestrator.Conversation
@@ -186,7 +188,7 @@ func newPolicyEnv(t *testing.T, caller string, edit func(*orchestrator.ToolConfi
 			edit(&cfg.Tools[i])
 		}
 	}
-	p := &policyEnv{t: t, keys: map[string]ed25519.PrivateKey{}}
+	p := &policyEnv{t: t, e: e, keys: map[string]ed25519.PrivateKey{}}
 	trust := map[string]ed25519.PublicKey{}
 	for _, name := range []string{"ann", "bob", "mallory"} {
 		pub, priv := newKey(t)
@@ -353,5 +355,31 @@ func TestApprovalEscalates(t *testing.T) {
 	p.decide("bob", true)
 	if pc := p.call("bob's approval", answered); pc.Refused != 0 {
 		t.Errorf("bob's approval after the escalation refused: %q", pc.LastRefusal)
+	}
+}
+
+// Over HTTP the tool's approvers and separation of duties hold as on the
+// bus (the approver is the user the API names), and a replica that does
+// not hold the conversation's agent config does not take an answer.
+func TestAnswerOverHTTPUnderThePolicy(t *testing.T) {
+	t.Parallel()
+	p := newPolicyEnv(t, "ann", func(tc *orchestrator.ToolConfig) { tc.Approvers = []string{"ops"} })
+	answer := func(o *orchestrator.Orchestrator, by string, approved bool) error {
+		return o.Answer(ctxT(t), orchestrator.Answer{ConversationID: p.c.ID, ToolCallID: "delete_file", By: by, Identified: true,
+			Decision: &orchestrator.AnswerDecision{Approved: approved, ArgsDigest: p.base.ArgsDigest}})
+	}
+	var ae *orchestrator.AnswerError
+	for _, tc := range []struct{ by, why string }{{"mallory", "may not decide tool delete_file"}, {"ann", "may not approve its own call"}} {
+		if err := answer(p.o, tc.by, true); !errors.As(err, &ae) || ae.Code != orchestrator.AnswerForbidden || !strings.Contains(ae.Reason, tc.why) {
+			t.Errorf("%s's approval over HTTP: %v, want forbidden: %s", tc.by, err, tc.why)
+		}
+	}
+	_, cb := namedAgent(t, "beta", "")
+	other, _ := p.e.orch(cb)
+	if err := answer(other, "bob", true); !errors.As(err, &ae) || ae.Code != orchestrator.AnswerElsewhere {
+		t.Errorf("an answer to a replica of another agent: %v, want elsewhere", err)
+	}
+	if err := answer(p.o, "bob", true); err != nil {
+		t.Fatalf("bob's approval over HTTP: %v", err)
 	}
 }
