@@ -311,7 +311,7 @@ func (c *Conversation) Escalate(now time.Time) []*PendingCall {
 	var out []*PendingCall
 	for _, pc := range c.Batch.Calls {
 		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
-			pc.Escalated = true
+			pc.Escalation.Done = true
 			out = append(out, pc)
 		}
 	}

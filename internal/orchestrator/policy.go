@@ -108,7 +108,7 @@ func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in
 		return nil
 	}
 	if len(tc.Approvers) > 0 && !p.mayDecide(tc.Approvers, d.ApproverID) &&
-		(pc == nil || !pc.Escalated || !p.mayDecide(tc.EscalateTo, d.ApproverID)) {
+		(pc == nil || !pc.escalated() || !p.mayDecide(tc.EscalateTo, d.ApproverID)) {
 		return fmt.Errorf("approver %q may not decide tool %s (approvers: %s)", d.ApproverID, tc.Name, strings.Join(tc.Approvers, ", "))
 	}
 	if d.Approved && tc.SelfApproval != SelfApprovalAllow {
@@ -143,6 +143,39 @@ func (p *agentPolicy) mayDecide(approvers []string, id string) bool {
 		}
 	}
 	return false
+}
+
+// approversOf lists the names that may decide call pc of tool tc (its
+// approvers and, once pc is escalated, its escalation group, roles
+// expanded), sorted; nil when anyone trusted may.
+func (p *agentPolicy) approversOf(tc *ToolConfig, pc *PendingCall) []string {
+	if tc == nil || len(tc.Approvers) == 0 {
+		return nil
+	}
+	names := slices.Clone(tc.Approvers)
+	if pc != nil && pc.escalated() {
+		names = append(names, tc.EscalateTo...)
+	}
+	var out []string
+	for _, n := range names {
+		if members, ok := p.roles[n]; ok {
+			out = append(out, members...)
+		} else {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// approversFor is approversOf for call pc of c as this replica's config of
+// c's agent has it.
+func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
 }
 
 // quorum is how many distinct approvers a call of tc needs.

@@ -24,7 +24,8 @@ func signed(t *testing.T, d bus.Decision, key ed25519.PrivateKey) bus.Decision {
 // Two replicas on one server, one of an agent whose conversations take
 // only signed decisions (A), the other of another agent and with no trust
 // keys (B): an unsigned decision for A's conversation that B reads is not
-// applied by B, which hands it over; A refuses it; a signed one is applied.
+// applied by B, which hands it back to the consumer; a replica of A's
+// config (A2) reads it then and refuses it; a signed one is applied.
 // Before trust was the agent config's, B applied it (its own flag said
 // nothing is checked) and the call was approved.
 func TestUnsignedDecisionNeverAppliedByAnyReplica(t *testing.T) {
@@ -67,14 +68,19 @@ func TestUnsignedDecisionNeverAppliedByAnyReplica(t *testing.T) {
 		t.Errorf("the conversation does not record that it takes signed decisions only")
 	}
 
-	// A replica holding the conversation's config judges it: refused.
+	// A replica holding the conversation's config judges it: refused. B
+	// stops reading, so that A2 reads what B handed back whichever way the
+	// server spreads the redeliveries.
 	a2, _ := e.orch(orchestrator.Config{InstanceID: "A2", TrustedApprovers: trust, ReconcileInterval: 1 << 40})
+	if err := b.StopReplies(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
 	waitDeadLetter(t, test, "not signed")
 	cur = waitCall(t, a2, c.ID, "delete_file", "the refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
 	if pc := pendingCall(t, cur, "delete_file"); pc.Reply != nil {
 		t.Fatalf("delete_file answered by %+v", pc.Reply)
 	}
-	// A signed one counts, whoever reads it first.
+	// A signed one counts.
 	publishRaw(t, test, decisionSubject(t, c.Batch.RunID), "signed", signed(t, unsigned, priv))
 	waitCall(t, a2, c.ID, "delete_file", "the signed decision to apply", func(pc *orchestrator.PendingCall) bool {
 		return pc.Reply != nil || pc.Approval != nil
@@ -315,16 +321,16 @@ func TestApprovalEscalates(t *testing.T) {
 		tc.EscalateAfter, tc.EscalateTo = orchestrator.Duration(after), []string{"ops"}
 	})
 	del := pendingCall(t, p.c, "delete_file")
-	if want := del.PublishedAt.Add(after); !del.EscalateAt.Equal(want) {
-		t.Fatalf("escalate_at %s, want %s", del.EscalateAt, want)
+	if want := del.PublishedAt.Add(after); del.Escalation == nil || !del.Escalation.At.Equal(want) {
+		t.Fatalf("escalation %+v, want at %s", del.Escalation, want)
 	}
 	evs := collectEvents(t, p.b, p.c.ID, func(evs []bus.Event) bool {
 		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
 	})
 	i := slices.IndexFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
 	ev := evs[i]
-	if ev.ToolCallID != "delete_file" || ev.Time.Before(del.EscalateAt) {
-		t.Errorf("escalated %s at %s, before its time %s", ev.ToolCallID, ev.Time, del.EscalateAt)
+	if ev.ToolCallID != "delete_file" || ev.Time.Before(del.Escalation.At) {
+		t.Errorf("escalated %s at %s, before its time %s", ev.ToolCallID, ev.Time, del.Escalation.At)
 	}
 	if d := eventData(t, ev); fmt.Sprint(d["to"]) != "[ops]" || d["tool"] != "delete_file" {
 		t.Errorf("event data %v", d)
@@ -345,10 +351,25 @@ func TestApprovalEscalates(t *testing.T) {
 	if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &req); err != nil {
 		t.Fatal(err)
 	}
-	if req.Attempt != 2 || !slices.Equal(req.EscalatedTo, []string{"ops"}) || req.ToolCallID != "delete_file" {
-		t.Errorf("request published again: attempt %d, escalated_to %v", req.Attempt, req.EscalatedTo)
+	if req.Attempt != 2 || !slices.Equal(req.EscalatedTo, []string{"ops"}) || req.ToolCallID != "delete_file" ||
+		!slices.Equal(req.Approvers, []string{"ann", "bob"}) {
+		t.Errorf("request published again: attempt %d, escalated_to %v, approvers %v", req.Attempt, req.EscalatedTo, req.Approvers)
 	}
-	if pc := p.call("the escalation mark", func(pc *orchestrator.PendingCall) bool { return pc.Escalated }); answered(pc) {
+	var first *bus.ApprovalRequest
+	for seq := uint64(1); seq < raw.Sequence && first == nil; seq++ {
+		m, err := st.GetMsg(ctxT(t), seq)
+		if err != nil {
+			continue
+		}
+		var r bus.ApprovalRequest
+		if bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &r) == nil && r.ToolCallID == "delete_file" && r.Attempt == 1 {
+			first = &r
+		}
+	}
+	if first == nil || !slices.Equal(first.Approvers, []string{"ann"}) {
+		t.Errorf("first request %+v, want one naming ann as its approver", first)
+	}
+	if pc := p.call("the escalation mark", func(pc *orchestrator.PendingCall) bool { return pc.Escalation != nil && pc.Escalation.Done }); answered(pc) {
 		t.Fatalf("answered %+v", pc.Reply)
 	}
 	// bob is in ops, the escalation group, not among the tool's approvers.

@@ -126,7 +126,7 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		// Nakked, so that the consumer gives it to another replica; one
 		// that holds the config judges it.
 		log.InfoContext(ctx, "decision left to the replicas of its conversation's agent config", slog.String("reason", j.reason))
-		if err := d.NakWithDelay(handOverDelay(d.NumDelivered)); err != nil {
+		if err := d.NakWithDelay(handOverDelay()); err != nil {
 			log.WarnContext(ctx, "nak reply", slog.String("error", err.Error()))
 		}
 		return nil
@@ -152,12 +152,14 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 }
 
 // handOverDelay is the pause before a decision this replica handed over
-// is delivered again, to any replica: short, as another replica is likely
-// to take it next, and growing, so that the deliveries the consumer allows
-// (MaxDeliver) last about twenty seconds while only this one reads.
-func handOverDelay(numDelivered uint64) time.Duration {
-	return min(time.Duration(numDelivered)*100*time.Millisecond, 2*time.Second)
-}
+// is delivered again, to any replica. It outlasts the pull that took it
+// (replyPullExpiry): a pull stays first in the server's line of waiting
+// pulls until it is full or expires, so that a shorter pause gave it back
+// to this replica's same pull every time (20 deliveries in a row in a test
+// of two replicas, then the dead letter), not to the replica that holds
+// the config. The deliveries the consumer allows (MaxDeliver) then last
+// about half a minute.
+func handOverDelay() time.Duration { return replyPullExpiry + 500*time.Millisecond }
 
 // unknownRun refuses a reply to a run no conversation has.
 func (rp *replyPipeline) unknownRun(ctx context.Context, d *bus.Delivery[bus.Reply], in incoming, obs *replyObservation) error {

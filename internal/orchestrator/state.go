@@ -211,12 +211,21 @@ type PendingCall struct {
 	// Approvals are the approvers who approved the call so far, while
 	// its tool needs more of them (ToolConfig.Approvals).
 	Approvals []string `msgpack:"approvals,omitempty"`
-	// EscalateAt is when an approval call still unanswered is handed to
-	// its tool's EscalateTo (ToolConfig.EscalateAfter); Escalated is set
-	// once it was.
-	EscalateAt time.Time `msgpack:"escalate_at,omitempty"`
-	Escalated  bool      `msgpack:"escalated,omitempty"`
+	// Escalation is set on an approval call of a tool with
+	// EscalateAfter: a pointer, as most calls have none and every paused
+	// conversation's calls are kept.
+	Escalation *Escalation `msgpack:"escalation,omitempty"`
 }
+
+// Escalation is when an approval call still unanswered is handed to its
+// tool's EscalateTo (ToolConfig.EscalateAfter), and whether it was.
+type Escalation struct {
+	At   time.Time `msgpack:"at"`
+	Done bool      `msgpack:"done,omitempty"`
+}
+
+// escalated reports whether c was handed to its tool's EscalateTo.
+func (c *PendingCall) escalated() bool { return c.Escalation != nil && c.Escalation.Done }
 
 // Decision is the applied decision of an approval call: its Reply, or its
 // Approval once the call went to its workers; nil while none was applied.
@@ -324,10 +333,10 @@ func (b *Batch) nextDeadline() time.Time {
 
 // escalation is when c is to be escalated; zero when it is not (any more).
 func (c *PendingCall) escalation() time.Time {
-	if c.Reply != nil || c.Escalated || c.Kind != deferred.KindApproval {
+	if c.Reply != nil || c.Escalation == nil || c.Escalation.Done || c.Kind != deferred.KindApproval {
 		return time.Time{}
 	}
-	return c.EscalateAt
+	return c.Escalation.At
 }
 
 // requests is the batch as the paused run produced it, which the follow-up
