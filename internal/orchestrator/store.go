@@ -83,8 +83,9 @@ const (
 	hdrStatus  = "Toolgate-Status"
 	hdrCreated = "Toolgate-Created"
 	hdrAgent   = "Toolgate-Agent"
-	// hdrDigest is the conversation's AgentDigest, by which a retention
-	// sweep tells the config that keeps it without reading its log.
+	// hdrDigest is the conversation's AgentDigest, on the records that
+	// finish it, by which a retention sweep tells the config that keeps it
+	// without reading its log.
 	hdrDigest = "Toolgate-Agent-Digest"
 	hdrPart   = "Toolgate-Part" // "i/n"
 )
@@ -488,7 +489,9 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	if c.Agent != "" {
 		h.Set(hdrAgent, c.Agent)
 	}
-	if c.AgentDigest != "" {
+	if c.AgentDigest != "" && c.Status.Terminal() {
+		// Read by the retention sweep from finished conversations only;
+		// the records of those under way do without its bytes.
 		h.Set(hdrDigest, c.AgentDigest)
 	}
 	if origin != "" {
