@@ -15,7 +15,8 @@ type AuditRecord struct {
 	// Kind is the reply's category: "approval" (a decision) or "call" (a
 	// result).
 	Kind string `json:"kind" msgpack:"kind"`
-	// Verdict is applied, refused or late.
+	// Verdict is applied, counted (an approval towards its tool's
+	// quorum), refused or late.
 	Verdict        string          `json:"verdict" msgpack:"verdict"`
 	Reason         string          `json:"reason,omitempty" msgpack:"reason,omitempty"`
 	ConversationID string          `json:"conversation_id,omitempty" msgpack:"conversation_id,omitempty"`

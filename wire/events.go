@@ -42,7 +42,19 @@ const (
 	// worker is taking (none pulls them, none holds one); it waits for a
 	// worker until its deadline. ToolCallID is set.
 	EventToolUnserved = "tool_unserved" // Data: ToolUnserved
+	// EventApprovalEscalated: an approval call was unanswered for its
+	// tool's escalate_after; its request was published again for the
+	// escalation group, who may decide it too. ToolCallID is set.
+	EventApprovalEscalated = "approval_escalated" // Data: ApprovalEscalated
 )
+
+// ApprovalEscalated is the data of an approval_escalated event.
+type ApprovalEscalated struct {
+	Tool string `json:"tool"`
+	// To are the approvers or roles the call was handed to.
+	To       []string  `json:"to"`
+	Deadline time.Time `json:"deadline"`
+}
 
 // RunStarted is the data of a run_started event.
 type RunStarted struct {

@@ -38,6 +38,14 @@ type ApprovalRequest struct {
 	Metadata        json.RawMessage `json:"metadata,omitempty" msgpack:"metadata,omitempty"` // the reason, from ApprovalRequired or the tool's config
 	Deadline        time.Time       `json:"deadline" msgpack:"deadline"`
 	Attempt         int             `json:"attempt" msgpack:"attempt"`
+	// EscalatedTo, on a request published again because it was not
+	// answered in its tool's escalate_after, names the approvers or roles
+	// it is handed to.
+	EscalatedTo []string `json:"escalated_to,omitempty" msgpack:"escalated_to,omitempty"`
+	// Approvers names who may decide the call (the tool's approvers: and,
+	// once escalated, its escalate_to:, roles expanded); empty when anyone
+	// trusted may. An approver not named leaves the request to them.
+	Approvers []string `json:"approvers,omitempty" msgpack:"approvers,omitempty"`
 }
 
 // Outcome of a CallReply.

@@ -26,7 +26,7 @@ func TestHTTPUsersFlag(t *testing.T) {
 		return p
 	}
 	good := write("users.yaml", "users:\n  - {name: ann, token_sha256: "+hash+"}\n")
-	o, err := parseFlags([]string{"--http", "0.0.0.0:0", "--http-users", good}, io.Discard)
+	o, err := parseFlags([]string{"--http", "0.0.0.0:0", "--http-users", good, "--allow-unsigned"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -68,6 +70,7 @@ type options struct {
 	agentFiles                                                        cli.Pairs
 	agentWait                                                         time.Duration
 	trust                                                             cli.Pairs
+	allowUnsigned                                                     bool
 	shutdownTimeout                                                   time.Duration
 	leaseTTL, reconcileInterval, replyAckWait, retention, claimWindow time.Duration
 	maxRuns                                                           int
@@ -94,7 +97,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "HTTP API address; a non-loopback address needs --http-token-file")
 	fs.Var(&o.agentFiles, "agent", "agent config (YAML or JSON), or a directory of them (every *.yaml, *.yml, *.json); repeatable, for several agents, each named by its name: or its file's base name; none: the built-in demo")
 	fs.DurationVar(&o.agentWait, "agent-wait", 10*time.Minute, "how long a conversation that needs a run waits for a replica running its agent (an agent_unavailable event says it waits) before it fails")
-	fs.Var(&o.trust, "trust-approver", "NAME=PUBKEY: accept decisions of approver NAME only when signed by this base64 ed25519 key (repeatable; none: decisions are not signature-checked)")
+	fs.Var(&o.trust, "trust-approver", "NAME=PUBKEY: accept decisions of approver NAME only when signed by this base64 ed25519 key (repeatable); the default of the agent files that have no trust: (a file's trust: wins); none: decisions are not signature-checked")
+	fs.BoolVar(&o.allowUnsigned, "allow-unsigned", false, "start even though the HTTP API or NATS listens beyond loopback and an agent takes unsigned decisions (no trust keys)")
 	fs.StringVar(&o.tokenFile, "http-token-file", "", "file holding the bearer token the HTTP API requires")
 	fs.StringVar(&o.httpUsers, "http-users", "", "users file (YAML: users: [{name, token_sha256}]): the HTTP API admits each user's bearer token and records the user's name on the decisions it gives")
 	fs.StringVar(&o.natsUsers, "nats-users", "", "users file (YAML: users: [{name, password, role}], role orchestrator, worker or approver): the embedded server admits only these users, each limited to its role's subjects; required to listen beyond loopback")
@@ -109,7 +113,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
-	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them")
+	fs.DurationVar(&o.retention, "retention", 30*24*time.Hour, "finished (completed, failed, cancelled) conversations are deleted this long after their last change; audit records stay. 0 keeps them. The default of the agent files that have no retention: (a file's retention: wins)")
 	fs.DurationVar(&o.replyAckWait, "reply-ack-wait", 30*time.Second, "ack wait of the replies consumer: a reply a dead replica was handling is delivered again after it")
 	fs.DurationVar(&o.claimWindow, "claim-window", 50*time.Millisecond, "how long a run may go on before what it starts from is stored (a follow-up's claim of its batch, a new conversation's start): one that pauses or ends within it is stored with that, one write fewer; a start is answered once stored; 0 stores every claim and start before its run begins")
 	pos, err := fs.Parse(args, stdout)
@@ -190,7 +194,66 @@ func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool))
 	if s.agents, err = loadAgents(o.agentFiles, lookupEnv, logger); err != nil {
 		return nil, err
 	}
+	if err := checkSigned(o, s.agents, s.trusted); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// checkSigned refuses to start a replica reachable beyond loopback (its
+// HTTP API, its embedded NATS server, or a NATS server elsewhere) with an
+// agent that takes unsigned decisions, unless --allow-unsigned says so:
+// whoever reaches the bus or the API could otherwise decide any call.
+func checkSigned(o options, agents []*orchestrator.AgentConfig, trusted map[string]ed25519.PublicKey) error {
+	if o.allowUnsigned {
+		return nil
+	}
+	exposed := ""
+	switch {
+	case web.CheckListen(o.httpAddr, false) != nil:
+		exposed = "--http " + o.httpAddr
+	case o.natsURL == "" && web.CheckListen(o.natsListen, false) != nil:
+		exposed = "--nats-listen " + o.natsListen
+	case o.natsURL != "" && !loopbackURLs(o.natsURL):
+		exposed = "--nats " + o.natsURL
+	}
+	if exposed == "" {
+		return nil
+	}
+	for _, a := range agents {
+		trust := len(trusted)
+		if a.Trust != nil {
+			trust = len(a.Trust)
+		}
+		if trust == 0 {
+			name := a.Name
+			if name == "" {
+				name = orchestrator.DefaultAgentName
+			}
+			return fmt.Errorf("%s listens beyond loopback and agent %s takes unsigned decisions: give trust keys (--trust-approver NAME=PUBKEY, or trust: in the agent file), or --allow-unsigned", exposed, name)
+		}
+	}
+	return nil
+}
+
+// loopbackURLs reports whether every server of a --nats list is on this
+// machine.
+func loopbackURLs(list string) bool {
+	for _, raw := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil {
+			return false
+		}
+		host := u.Hostname()
+		if host == "localhost" {
+			continue
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {

@@ -3,7 +3,9 @@ package agentconfig
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -29,15 +31,88 @@ func validate(c *orchestrator.AgentConfig, needTools bool) error {
 			return err
 		}
 	}
+	if err := validatePolicy(c); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(c.Tools))
 	for i := range c.Tools {
 		t := &c.Tools[i]
 		if err := validateTool(t, fmt.Sprintf("tools[%d]", i), seen); err != nil {
 			return err
 		}
+		if err := validateApprovers(c, t, fmt.Sprintf("tools[%d]", i)); err != nil {
+			return err
+		}
 		seen[t.Name] = true
 	}
 	return nil
+}
+
+// validatePolicy checks who may decide (trust:, roles:) and retention:.
+func validatePolicy(c *orchestrator.AgentConfig) error {
+	for _, name := range slices.Sorted(maps.Keys(c.Trust)) {
+		if _, err := orchestrator.ParsePublicKey(c.Trust[name]); err != nil {
+			return fieldErrorf("trust."+name, "trust.%s: %w (want a base64 ed25519 public key)", name, err)
+		}
+	}
+	for _, role := range slices.Sorted(maps.Keys(c.Roles)) {
+		if len(c.Roles[role]) == 0 {
+			return fieldErrorf("roles."+role, "roles.%s: lists no approver", role)
+		}
+	}
+	if c.Retention != nil && *c.Retention < 0 {
+		return fieldErrorf("retention", "retention: must not be negative (0s keeps finished conversations)")
+	}
+	return nil
+}
+
+// validateApprovers checks a tool's approvers:, approvals: and
+// self_approval:.
+func validateApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig, at string) error {
+	label := fmt.Sprintf("%s (%s)", at, t.Name)
+	for i, a := range t.Approvers {
+		if a == "" {
+			return fieldErrorf(fmt.Sprintf("%s.approvers[%d]", at, i), "%s.approvers[%d]: empty name", label, i)
+		}
+	}
+	if t.Approvals < 0 {
+		return fieldErrorf(at+".approvals", "%s.approvals: must not be negative", label)
+	}
+	if n := distinctApprovers(c, t); t.Approvals > 1 && n > 0 && n < t.Approvals {
+		return fieldErrorf(at+".approvals", "%s.approvals: %d, but its approvers name %d people", label, t.Approvals, n)
+	}
+	switch {
+	case t.EscalateAfter < 0:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: must not be negative", label)
+	case t.EscalateAfter > 0 && len(t.EscalateTo) == 0:
+		return fieldErrorf(at+".escalate_to", "%s.escalate_to: required with escalate_after (the approvers or roles to hand the call to)", label)
+	case t.EscalateAfter == 0 && len(t.EscalateTo) > 0:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: required with escalate_to", label)
+	case t.EscalateAfter > 0 && t.Deadline > 0 && t.EscalateAfter >= t.Deadline:
+		return fieldErrorf(at+".escalate_after", "%s.escalate_after: %s is not before the deadline %s", label, t.EscalateAfter.D(), t.Deadline.D())
+	}
+	switch t.SelfApproval {
+	case "", orchestrator.SelfApprovalAllow, "deny":
+	default:
+		return fieldErrorf(at+".self_approval", "%s.self_approval: %q (want allow or deny)", label, t.SelfApproval)
+	}
+	return nil
+}
+
+// distinctApprovers counts the people a tool's approvers name (roles
+// expanded); 0 when it names none (anyone trusted may decide).
+func distinctApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig) int {
+	people := map[string]bool{}
+	for _, a := range t.Approvers {
+		if members, ok := c.Roles[a]; ok {
+			for _, m := range members {
+				people[m] = true
+			}
+			continue
+		}
+		people[a] = true
+	}
+	return len(people)
 }
 
 func validateModel(c *orchestrator.AgentConfig) error {

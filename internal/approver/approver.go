@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,6 +227,12 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 	if a.expired(req) {
 		log.InfoContext(ctx, "request past its deadline, skipped", slog.Time("deadline", req.Deadline))
 		a.done(ctx, key, req, OutcomeExpired)
+		return nil
+	}
+	if len(req.Approvers) > 0 && !slices.Contains(req.Approvers, a.cfg.ID) {
+		// The orchestrator would refuse its decision.
+		log.InfoContext(ctx, "not among the call's approvers: left to them", slog.Any("approvers", req.Approvers))
+		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
 	}
 	known, err := a.pending(ctx, log, req)

@@ -38,6 +38,21 @@ type AgentConfig struct {
 	// match an entry (the first that matches decides); a tool listed under
 	// Tools is the configured one.
 	Discover []DiscoverConfig `json:"discover,omitempty"`
+	// Trust maps approver names to their base64 ed25519 public keys. When
+	// not empty, a decision from NATS counts only if it is signed by the
+	// key of the approver it names, and one over HTTP only from a user the
+	// API names (D36). Nil takes Config.TrustedApprovers (the
+	// orchestrator's --trust-approver); an empty map trusts no key even on
+	// a replica given some. Being in the config, it is in its digest: the
+	// conversations of the agent are decided under the trust of the config
+	// they record, whichever replica reads the decision.
+	Trust map[string]string `json:"trust,omitempty"`
+	// Roles name groups of approvers (names as in Trust or the API's
+	// users) that a tool's Approvers may name.
+	Roles map[string][]string `json:"roles,omitempty"`
+	// Retention is how long a finished conversation of this agent is kept
+	// after its last change; "0s" keeps them. Nil takes Config.Retention.
+	Retention *Duration `json:"retention,omitempty"`
 
 	// Script holds the responses of a script model, read from Model.Script.
 	Script []agent.ScriptResponse `json:"-"`
@@ -96,6 +111,23 @@ type ToolConfig struct {
 	// workers but answered over HTTP by the frontend driving the
 	// conversation.
 	Executor string `json:"executor,omitempty"`
+	// Approvers, when set, names who may decide the tool's calls: approver
+	// names (as in Trust or the API's users) or roles (AgentConfig.Roles).
+	// A decision by anyone else is refused and audited.
+	Approvers []string `json:"approvers,omitempty"`
+	// Approvals is how many distinct approvers must approve a call before
+	// it is approved; 0 and 1 mean one. One denial denies it.
+	Approvals int `json:"approvals,omitempty"`
+	// SelfApproval is SelfApprovalAllow to let the run's caller approve
+	// its own call; by default (empty) the approver who is the caller
+	// (RunContext.Caller's id) may deny it but not approve it.
+	SelfApproval string `json:"self_approval,omitempty"`
+	// EscalateAfter, when set, hands an approval call still unanswered
+	// this long after it was published to EscalateTo (names or roles), who
+	// may then decide it too: an approval_escalated event, and the request
+	// published again naming them (attempt 2). Shorter than the deadline.
+	EscalateAfter Duration `json:"escalate_after,omitempty"`
+	EscalateTo    []string `json:"escalate_to,omitempty"`
 
 	// Rule is Approval compiled; nil never requires approval.
 	Rule ApprovalRule `json:"-"`

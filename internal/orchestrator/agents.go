@@ -26,6 +26,7 @@ type agentRuntime struct {
 	digest string
 	cfg    *AgentConfig
 	agent  *agent.Agent
+	policy agentPolicy
 }
 
 // AgentDigest is the SHA-256 (hex) of the canonical JSON of what in an
@@ -117,11 +118,16 @@ func agentName(c *AgentConfig) string {
 func (r *roster) buildAgents() error {
 	r.agents = map[string]*agentRuntime{}
 	for _, cfg := range r.cfg.agentList() {
+		cfg = withDefaults(cfg, r.cfg.TrustedApprovers, r.cfg.Retention)
+		pol, err := compilePolicy(cfg)
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", agentName(cfg), err)
+		}
 		a, err := r.buildAgent(cfg)
 		if err != nil {
 			return fmt.Errorf("agent %s: %w", agentName(cfg), err)
 		}
-		rt := &agentRuntime{name: agentName(cfg), digest: AgentDigest(cfg), cfg: cfg, agent: a}
+		rt := &agentRuntime{name: agentName(cfg), digest: AgentDigest(cfg), cfg: cfg, agent: a, policy: pol}
 		r.agents[rt.name] = rt
 		r.names = append(r.names, rt.name)
 		if r.def == nil {
@@ -294,7 +300,28 @@ func (r *roster) take(c *Conversation) bool {
 	if a.name != c.Agent || a.digest != c.AgentDigest || c.Unserved != "" {
 		c.SetAgent(a.name, a.digest)
 	}
+	c.Signed = c.Signed || a.policy.signed()
 	return true
+}
+
+// judge is the agent of this replica whose policy decides c's decisions:
+// the one that runs c as c records it, or, once no live replica advertises
+// c's config, the one that adopts it (the upgrade rule), unless c took
+// only signed decisions and that one's config takes unsigned ones. Nil
+// when this replica may not judge them: they are left to the replicas that
+// may (policy.go).
+func (r *roster) judge(c *Conversation) *agentRuntime {
+	if a := r.runnable(c); a != nil {
+		return a
+	}
+	a := r.agentOf(c)
+	if a == nil || r.replicas.serves(c.Agent, c.AgentDigest, r.clock()) {
+		return nil
+	}
+	if c.Signed && !a.policy.signed() {
+		return nil
+	}
+	return a
 }
 
 // agentNameOf is the name of c's agent (the default agent's for a

@@ -98,8 +98,13 @@ const (
 	// AnswerRefused: the wrong kind, another args digest, a worker's call.
 	AnswerRefused AnswerCode = "refused"
 	// AnswerForbidden: the caller may not decide (approver keys are
-	// trusted and the caller is no named user).
+	// trusted and the caller is no named user, or the tool's approvers do
+	// not name it, or it is the run's caller approving its own call).
 	AnswerForbidden AnswerCode = "forbidden"
+	// AnswerElsewhere: this replica does not hold the config of the
+	// conversation's agent that judges its decisions (policy.go); a
+	// replica that does may take the answer.
+	AnswerElsewhere AnswerCode = "elsewhere"
 )
 
 func (e *AnswerError) Error() string {
@@ -157,8 +162,8 @@ func (o *Orchestrator) Answer(ctx context.Context, a Answer) error {
 	obs.recorded(j)
 	rp.auditAs(ctx, c.ID, "audit/http/"+o.cfg.InstanceID+"/"+strconv.FormatUint(answerSeq.Add(1), 10), 0, j)
 	log := rp.replyLog(in, c.ID).With(slog.String("by", a.By))
-	if j.v == verdictApplied {
-		log.DebugContext(ctx, "answer applied")
+	if j.v == verdictApplied || j.v == verdictCounted {
+		log.DebugContext(ctx, "answer applied", slog.String("verdict", j.v.String()))
 		return nil
 	}
 	log.WarnContext(ctx, "answer not applied", slog.String("verdict", j.v.String()), slog.String("reason", j.reason))
@@ -168,6 +173,10 @@ func (o *Orchestrator) Answer(ctx context.Context, a Answer) error {
 		code = AnswerDuplicate
 	case j.v == verdictLate:
 		code = AnswerLate
+	case j.v == verdictElsewhere:
+		code = AnswerElsewhere
+	case j.v == verdictRefused && j.in.trustErr != nil && j.reason == j.in.trustErr.Error():
+		code = AnswerForbidden
 	case j.v == verdictRefused && (c.Batch == nil || c.Batch.RunID != runID || c.Batch.call(a.ToolCallID) == nil):
 		code = AnswerNotIssued
 	}
@@ -195,7 +204,12 @@ func answeredRun(c *Conversation) string {
 func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (incoming, error) {
 	now := o.clock().UTC()
 	if d := a.Decision; d != nil {
-		if len(o.cfg.TrustedApprovers) > 0 && !a.Identified {
+		ag := o.roster.judge(c)
+		if ag == nil {
+			return incoming{}, &AnswerError{ConversationID: c.ID, ToolCallID: a.ToolCallID, Code: AnswerElsewhere,
+				Reason: fmt.Sprintf("this replica does not hold agent %q with the conversation's config %s: answer through a replica that runs it", c.Agent, ShortDigest(c.AgentDigest))}
+		}
+		if ag.policy.signed() && !a.Identified {
 			return incoming{}, &AnswerError{ConversationID: c.ID, ToolCallID: a.ToolCallID, Code: AnswerForbidden,
 				Reason: "approver keys are trusted: a decision over HTTP needs a caller named by the API's users"}
 		}
@@ -210,7 +224,8 @@ func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (
 		if err := checkReplySize(bus.Reply{RunID: runID, Decision: dec}); err != nil {
 			return incoming{}, &BadRequestError{err.Error()}
 		}
-		return incoming{runID: runID, callID: a.ToolCallID, kind: deferred.KindApproval, decision: dec, meta: d.Metadata}, nil
+		return incoming{runID: runID, callID: a.ToolCallID, kind: deferred.KindApproval, decision: dec, meta: d.Metadata,
+			http: true, identified: a.Identified}, nil
 	}
 	r := a.Result
 	res := &bus.CallReply{RunID: runID, ToolCallID: a.ToolCallID, Outcome: r.Outcome, Value: r.Value, Content: r.Content,

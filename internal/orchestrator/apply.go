@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -20,10 +21,17 @@ const (
 	verdictDuplicate                // the call was already answered; acked
 	verdictRefused                  // not acceptable; recorded, dead-lettered
 	verdictLate                     // past the call's deadline; recorded, dead-lettered
+	// verdictCounted: an approval recorded towards its call's quorum
+	// (ToolConfig.Approvals), which more approvers must reach; acked.
+	verdictCounted
+	// verdictElsewhere: a decision this replica may not judge, not holding
+	// its conversation's agent config (policy.go); nothing recorded, the
+	// reply is handed to the other replicas (nakked).
+	verdictElsewhere
 )
 
 func (v verdict) String() string {
-	return [...]string{"applied", "duplicate", "refused", "late"}[v]
+	return [...]string{"applied", "duplicate", "refused", "late", "counted", "handed_over"}[v]
 }
 
 // applyReply records a reply in the conversation c (read for a CAS) and
@@ -107,6 +115,16 @@ func applyReply(c *Conversation, in incoming, now time.Time) (verdict, string) {
 		reason := fmt.Sprintf("call %s expired at %s", pc.ToolCallID, pc.Deadline.UTC().Format(time.RFC3339))
 		pc.LastRefusal = reason
 		return verdictLate, reason
+	}
+	if d := in.decision; d != nil && d.Approved && in.quorum > 1 {
+		if slices.Contains(pc.Approvals, d.ApproverID) {
+			pc.Duplicates++
+			return verdictDuplicate, fmt.Sprintf("approver %s already approved call %s", d.ApproverID, pc.ToolCallID)
+		}
+		pc.Approvals = append(pc.Approvals, d.ApproverID)
+		if len(pc.Approvals) < in.quorum {
+			return verdictCounted, fmt.Sprintf("approval %d of %d for call %s", len(pc.Approvals), in.quorum, pc.ToolCallID)
+		}
 	}
 	pc.Reply = replyOf(in, now)
 	pc.Reply.Trace = in.trace

@@ -29,6 +29,7 @@ const (
 	EventConversationCancelled = wire.EventConversationCancelled
 	EventAgentUnavailable      = wire.EventAgentUnavailable
 	EventToolUnserved          = wire.EventToolUnserved
+	EventApprovalEscalated     = wire.EventApprovalEscalated
 )
 
 // Events are for UIs, so they leave the hot path: they are queued in order

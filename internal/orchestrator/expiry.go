@@ -194,9 +194,11 @@ func (rc *reconciler) expiryLoop() {
 // through the same CAS path as replies, withdraws the external ones from the
 // work queue, then completes the batch if that made it complete (D37).
 func (rc *reconciler) expire(ctx context.Context, convID string) {
-	var expired []*PendingCall
+	var expired, escalated []*PendingCall
 	conv, err := rc.store.update(ctx, convID, func(c *Conversation) error {
-		if expired = c.Expire(rc.clock()); len(expired) == 0 {
+		now := rc.clock()
+		escalated = c.Escalate(now)
+		if expired = c.Expire(now); len(expired) == 0 && len(escalated) == 0 {
 			return errUnchanged
 		}
 		return nil
@@ -215,6 +217,11 @@ func (rc *reconciler) expire(ctx context.Context, convID string) {
 		rc.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
 		rc.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
 		rc.withdraw(ctx, convID, conv.Batch.RunID, expired)
+	}
+	for _, pc := range escalated {
+		if pc.Reply == nil {
+			rc.escalate(ctx, conv, pc)
+		}
 	}
 	rc.pipe.afterApply(ctx, conv)
 }

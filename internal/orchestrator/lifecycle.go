@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -115,9 +117,10 @@ func (co *core) remove(ctx context.Context, id string) error {
 }
 
 // Sweep runs one retention sweep as if it were now, as the retention loop
-// does every tenth of Config.Retention (at most ten minutes apart): it
-// deletes the conversations that finished before now less the retention
-// (none when it is 0) and removes the tombstones of those deleted more
+// does every tenth of the shortest retention of its agents (at most ten
+// minutes apart): it deletes the conversations that finished before now
+// less the retention of their agent's config (AgentConfig.Retention, none
+// when it is 0) and removes the tombstones of those deleted more
 // than a day before now, and returns how many conversations it deleted.
 // It reads what aged since the last sweep of any replica, not every stored
 // conversation.
@@ -128,16 +131,16 @@ func (o *Orchestrator) Sweep(ctx context.Context, now time.Time) (int, error) {
 // maxRetentionNap bounds the wait between sweeps.
 const maxRetentionNap = 10 * time.Minute
 
-// retentionLoop deletes finished conversations older than Config.Retention,
-// looking every tenth of it (at most every maxRetentionNap), and the
+// retentionLoop deletes finished conversations older than their agent's
+// retention, looking every tenth of the shortest (at most every maxRetentionNap), and the
 // tombstones of deleted conversations older than a day (with no
 // retention too: a DELETE leaves one). Every replica sweeps; the sweeps go
 // on from where the last one ended, whichever replica it was, and one that
 // finds a conversation another deleted moves on.
 func (rc *reconciler) retentionLoop() {
 	every := maxRetentionNap
-	if rc.cfg.Retention > 0 {
-		every = min(rc.cfg.Retention/10, maxRetentionNap)
+	for _, r := range rc.roster.retentions() {
+		every = min(every, r/10)
 	}
 	t := newTicker(every)
 	defer t.Stop()
@@ -152,66 +155,29 @@ func (rc *reconciler) retentionLoop() {
 			// Where it stopped, the next sweep goes on.
 			rc.log.WarnContext(ctx, "retention", slog.Int("deleted", n), slog.String("error", err.Error()))
 		} else if n > 0 {
-			rc.log.InfoContext(ctx, "retention: finished conversations deleted", slog.Int("deleted", n), slog.Duration("retention", rc.cfg.Retention))
+			rc.log.InfoContext(ctx, "retention: finished conversations deleted", slog.Int("deleted", n))
 		}
 		cancel()
 	}
 }
 
-// sweep deletes the conversations that finished before now - Retention
-// and returns how many it deleted; it also removes the tombstones of
-// conversations deleted more than tombstoneLife ago. What it reads is the
-// stretch of the conversations' stream that aged past those times since
-// the last sweep (store.sweepAged), not every stored conversation.
+// sweep deletes the conversations that finished before now less the
+// retention of their agent, as the config they record says (policy.go): a
+// sweep per retention this replica's agents have, each with a cursor of
+// its own, deletes those of its agents whose config this replica holds (a
+// replica's own setting never deletes a conversation of an agent kept
+// longer, or one it does not know). It returns how many it deleted; it
+// also removes the tombstones of conversations deleted more than
+// tombstoneLife ago. What it reads is the stretch of the conversations'
+// stream that aged past those times since the last sweep (store.sweepAged),
+// not every stored conversation.
 func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 	var n atomic.Int64
-	if rc.cfg.Retention > 0 {
-		cutoff := now.Add(-rc.cfg.Retention)
-		// Every record carries the status the conversation is left in,
-		// so a finished conversation's last record says finished: the
-		// records of conversations under way, and tombstones, are not
-		// read for.
-		ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
-		err := rc.store.sweepAged(ctx, cursorFinished, cutoff, ends, func(sums []ConversationSummary) error {
-			g, gctx := errgroup.WithContext(ctx)
-			g.SetLimit(deleteInFlight)
-			for _, sum := range sums {
-				if !sum.Status.Terminal() || !sum.UpdatedAt.Before(cutoff) {
-					// Under way, or changed since: its later record
-					// comes past the cutoff in its turn.
-					continue
-				}
-				if rc.stopped.Load() {
-					g.Go(func() error { return ErrStopped })
-					break
-				}
-				g.Go(func() error {
-					var (
-						ce      *ConflictError
-						corrupt *CorruptError
-					)
-					switch err := rc.remove(gctx, sum.ID); {
-					case err == nil:
-						n.Add(1)
-					case errors.Is(err, ErrNotFound), errors.As(err, &ce):
-					case errors.As(err, &corrupt):
-						// Left to an operator, and past: stopping here
-						// would stop every later deletion with it.
-						rc.observer.reconcileError()
-						rc.log.ErrorContext(ctx, "retention: conversation left as it is: its log cannot be read (DELETE ?corrupt=true removes it)",
-							slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
-					default:
-						return err
-					}
-					return nil
-				})
+	for _, r := range rc.roster.retentions() {
+		if err := rc.sweepRetention(ctx, now, r, &n); err != nil {
+			if errors.Is(err, ErrStopped) {
+				return int(n.Load()), nil
 			}
-			return g.Wait()
-		})
-		if errors.Is(err, ErrStopped) {
-			return int(n.Load()), nil
-		}
-		if err != nil {
 			return int(n.Load()), err
 		}
 	}
@@ -220,6 +186,91 @@ func (rc *reconciler) sweep(ctx context.Context, now time.Time) (int, error) {
 		rc.log.InfoContext(ctx, "retention: tombstones of deleted conversations removed", slog.Int("removed", gone))
 	}
 	return int(n.Load()), err
+}
+
+// finishedCursor names the cursor of the sweep of retention r: one per
+// retention, as each reads the stream up to its own cutoff.
+func finishedCursor(r time.Duration) string {
+	return cursorFinished + "." + strconv.FormatInt(r.Milliseconds(), 10)
+}
+
+// sweepRetention deletes the conversations finished before now - r of the
+// agents this replica holds with retention r, counting them in n.
+func (rc *reconciler) sweepRetention(ctx context.Context, now time.Time, r time.Duration, n *atomic.Int64) error {
+	cutoff := now.Add(-r)
+	// Every record carries the status the conversation is left in, so a
+	// finished conversation's last record says finished: the records of
+	// conversations under way, and tombstones, are not read for.
+	ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
+	return rc.store.sweepAged(ctx, finishedCursor(r), cutoff, ends, func(sums []ConversationSummary) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(deleteInFlight)
+		for _, sum := range sums {
+			if !sum.Status.Terminal() || !sum.UpdatedAt.Before(cutoff) {
+				// Under way, or changed since: its later record comes past
+				// the cutoff in its turn.
+				continue
+			}
+			if a := rc.roster.keeper(sum.Agent, sum.digest); a == nil || a.policy.retention != r {
+				// Another agent's, or kept for another time: its
+				// replicas' sweeps delete it.
+				continue
+			}
+			if rc.stopped.Load() {
+				g.Go(func() error { return ErrStopped })
+				break
+			}
+			g.Go(func() error {
+				var (
+					ce      *ConflictError
+					corrupt *CorruptError
+				)
+				switch err := rc.remove(gctx, sum.ID); {
+				case err == nil:
+					n.Add(1)
+				case errors.Is(err, ErrNotFound), errors.As(err, &ce):
+				case errors.As(err, &corrupt):
+					// Left to an operator, and past: stopping here would
+					// stop every later deletion with it.
+					rc.observer.reconcileError()
+					rc.log.ErrorContext(ctx, "retention: conversation left as it is: its log cannot be read (DELETE ?corrupt=true removes it)",
+						slog.String("conversation_id", sum.ID), slog.String("error", err.Error()))
+				default:
+					return err
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	})
+}
+
+// keeper is the agent of this replica whose config says how long a
+// conversation of agent, recorded with digest, is kept: the one with that
+// digest (or any, for a conversation recorded without), or, once no live
+// replica advertises the digest, the one that adopts it (the upgrade
+// rule); nil when it is another's to say.
+func (r *roster) keeper(agent, digest string) *agentRuntime {
+	a := r.agentOf(&Conversation{Agent: agent})
+	if a == nil || digest == "" || digest == a.digest {
+		return a
+	}
+	if r.replicas.serves(agent, digest, r.clock()) {
+		return nil
+	}
+	return a
+}
+
+// retentions lists the retentions of this replica's agents that delete
+// (positive), each once.
+func (r *roster) retentions() []time.Duration {
+	var out []time.Duration
+	for _, name := range r.names {
+		if d := r.agents[name].policy.retention; d > 0 && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // deleteInFlight bounds the deletions of a retention sweep in flight at

@@ -301,6 +301,26 @@ func (c *Conversation) Expire(now time.Time) []*PendingCall {
 	return expired
 }
 
+// Escalate marks the approval calls whose escalation time has passed
+// unanswered as escalated (their tool's EscalateTo may decide them too)
+// and returns them.
+func (c *Conversation) Escalate(now time.Time) []*PendingCall {
+	if c.Batch == nil || c.Status.ended() {
+		return nil
+	}
+	var out []*PendingCall
+	for _, pc := range c.Batch.Calls {
+		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
+			pc.Escalation.Done = true
+			out = append(out, pc)
+		}
+	}
+	if len(out) > 0 {
+		c.UpdatedAt = now
+	}
+	return out
+}
+
 // Cancel ends a conversation that is not finished: its pending approvals are
 // denied and its pending external calls failed with CancelledMessage, the
 // lease of a run under way is dropped (the run's result is then refused as

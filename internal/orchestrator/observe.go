@@ -86,6 +86,10 @@ func (c counters) reply(r replyObservation) {
 		}
 	case replyError:
 		s.TransientErrors.Add(1)
+	case verdictElsewhere.String():
+		s.DecisionsHandedOver.Add(1)
+	case verdictCounted.String():
+		s.ApprovalsCounted.Add(1)
 	default: // refused, invalid, unknown run
 		s.Refused.Add(1)
 		s.DeadLettered.Add(1)

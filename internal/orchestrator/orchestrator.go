@@ -122,9 +122,11 @@ type Config struct {
 	// LookupEnv resolves the agent config's api_key_env. Nil means no
 	// environment: a config that names a variable fails.
 	LookupEnv func(string) (string, bool)
-	// TrustedApprovers maps approver ids to their ed25519 public keys. When
-	// non-empty, a decision counts only if it is signed by the key of the
-	// approver it names (D36). Empty: decisions are not signature-checked.
+	// TrustedApprovers maps approver ids to their ed25519 public keys: the
+	// AgentConfig.Trust of every agent whose config sets none (folded in
+	// before its digest is taken). When an agent's trust is non-empty, a
+	// decision counts only if it is signed by the key of the approver it
+	// names (D36). Empty: decisions are not signature-checked.
 	TrustedApprovers map[string]ed25519.PublicKey
 	// InstanceID names this replica in leases and logs. Defaults to a
 	// random id.
@@ -145,7 +147,8 @@ type Config struct {
 	// orchestrator starts have to be advertised before it warns about
 	// them: workers start after it. Defaults to 30s.
 	AdvertGrace time.Duration
-	// Retention, when positive, is how long a finished conversation is
+	// Retention, when positive, is the AgentConfig.Retention of every
+	// agent whose config sets none: how long a finished conversation is
 	// kept after its last change; then it is deleted (Delete). Zero keeps
 	// them.
 	Retention time.Duration
@@ -378,6 +381,12 @@ type Stats struct {
 	// HandedOver counts the runs this replica handed to the replicas of
 	// another agent (or config digest) by a nudge.
 	HandedOver atomic.Int64
+	// DecisionsHandedOver counts the decisions this replica left to the
+	// others, not holding their conversation's agent config (policy.go).
+	DecisionsHandedOver atomic.Int64
+	// ApprovalsCounted counts the approvals recorded towards a quorum
+	// that they did not complete (ToolConfig.Approvals).
+	ApprovalsCounted atomic.Int64
 	// UnservedCalls counts the external calls published while no worker
 	// took calls of their tool (each told by a tool_unserved event).
 	UnservedCalls atomic.Int64

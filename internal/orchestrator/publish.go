@@ -202,6 +202,7 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		req := bus.ApprovalRequest{
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
+			Approvers: p.roster.approversFor(c, pc),
 		}
 		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
@@ -273,6 +274,9 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			pc.ArgsDigest = d
 			if len(pc.Metadata) == 0 && tool != nil {
 				pc.Metadata = tool.ApprovalMetadata
+			}
+			if tool != nil && tool.EscalateAfter > 0 {
+				pc.Escalation = &Escalation{At: now.Add(tool.EscalateAfter.D())}
 			}
 			if tool != nil && tool.Executor != ExecutorFrontend {
 				// A configured or discovered tool: its workers run the

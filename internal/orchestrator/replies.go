@@ -122,10 +122,19 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		return j.err
 	}
 	obs.recorded(j)
+	if j.v == verdictElsewhere {
+		// Nakked, so that the consumer gives it to another replica; one
+		// that holds the config judges it.
+		log.InfoContext(ctx, "decision left to the replicas of its conversation's agent config", slog.String("reason", j.reason))
+		if err := d.NakWithDelay(handOverDelay()); err != nil {
+			log.WarnContext(ctx, "nak reply", slog.String("error", err.Error()))
+		}
+		return nil
+	}
 	rp.audit(ctx, convID, d, j)
 	rp.tellOutcome(d, j.in, j.v.String(), j.reason)
 	switch j.v {
-	case verdictApplied:
+	case verdictApplied, verdictCounted:
 		if err := d.Ack(); err != nil {
 			log.WarnContext(ctx, "ack reply", slog.String("error", err.Error()))
 		}
@@ -142,6 +151,16 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		return bus.Terminal(fmt.Errorf("refused: %s", j.reason))
 	}
 }
+
+// handOverDelay is the pause before a decision this replica handed over
+// is delivered again, to any replica. It outlasts the pull that took it
+// (replyPullExpiry): a pull stays first in the server's line of waiting
+// pulls until it is full or expires, so that a shorter pause gave it back
+// to this replica's same pull every time (20 deliveries in a row in a test
+// of two replicas, then the dead letter), not to the replica that holds
+// the config. The deliveries the consumer allows (MaxDeliver) then last
+// about half a minute.
+func handOverDelay() time.Duration { return replyPullExpiry + 500*time.Millisecond }
 
 // unknownRun refuses a reply to a run no conversation has.
 func (rp *replyPipeline) unknownRun(ctx context.Context, d *bus.Delivery[bus.Reply], in incoming, obs *replyObservation) error {

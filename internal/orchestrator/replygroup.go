@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -222,17 +223,32 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 // applyJobs applies jobs to c in the order their replies were stored,
 // whatever order their handlers joined in, and gives each its verdict and
 // what it answered. A decision that approves a call dispatchable says may
-// go to its workers is dispatched to them (Conversation.Dispatch).
-func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*Conversation, *PendingCall) bool) {
+// go to its workers is dispatched to them (Conversation.Dispatch). A
+// decision is judged under the policy of the agent holder gives for c (nil
+// when this replica does not hold c's agent config, and the decision is
+// left to the replicas that do); a nil holder judges none.
+func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*Conversation, *PendingCall) bool, holder func(*Conversation) *agentRuntime) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	for _, j := range jobs {
 		pc := c.Batch.call(j.in.callID)
 		if c.Batch == nil || c.Batch.RunID != j.in.runID {
 			pc = nil
 		}
+		j.tool, j.publishedAt, j.at, j.expired, j.dispatched = "", time.Time{}, now, false, nil
+		if j.in.decision != nil && holder != nil {
+			ag := holder(c)
+			if ag == nil {
+				j.v, j.reason = verdictElsewhere, fmt.Sprintf("this replica does not hold agent %q with the conversation's config %s", c.Agent, ShortDigest(c.AgentDigest))
+				continue
+			}
+			var tc *ToolConfig
+			if pc != nil {
+				tc = ag.cfg.tool(pc.ToolName)
+			}
+			j.in.trustErr, j.in.quorum = ag.policy.check(c, pc, tc, j.in), quorum(tc)
+		}
 		settled := pc != nil && pc.Reply != nil
 		j.v, j.reason = c.Apply(j.in, now)
-		j.tool, j.publishedAt, j.at, j.expired, j.dispatched = "", time.Time{}, now, false, nil
 		if pc != nil {
 			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
 			j.expired = j.v == verdictLate && !settled
@@ -256,7 +272,10 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 	var followUp string
 	apply := func(c *Conversation) error {
 		now := rp.clock()
-		applyJobs(c, jobs, now, rp.dispatchable)
+		applyJobs(c, jobs, now, rp.dispatchable, rp.roster.judge)
+		if !slices.ContainsFunc(jobs, func(j *replyJob) bool { return j.v != verdictElsewhere }) {
+			return errUnchanged
+		}
 		c.UpdatedAt = now
 		followUp = rp.runner.claimIn(c, now)
 		return nil

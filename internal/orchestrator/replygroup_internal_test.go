@@ -162,7 +162,7 @@ func TestGroupAppliesInStreamOrder(t *testing.T) {
 		return j
 	}
 	second, first := answer(`"second"`, 8), answer(`"first"`, 7)
-	applyJobs(c, []*replyJob{second, first}, now, nil)
+	applyJobs(c, []*replyJob{second, first}, now, nil, nil)
 	if r := c.Batch.Calls[0].Reply; r == nil || string(r.Value) != `"first"` {
 		t.Errorf("reply = %+v, want the first stored", r)
 	}

@@ -163,6 +163,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	}
 	c := NewConversation(convID, rec, lease, now)
 	c.Agent, c.AgentDigest, c.Caller = name, digest, req.Caller
+	c.Signed = local != nil && local.policy.signed()
 	if local != nil && o.cfg.ClaimWindow >= 0 {
 		// Stored with the run's pause or end when the run gets that far
 		// within the window (tentative.go).
@@ -228,6 +229,7 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 			repeat, err = c.Start(rec, &l, now)
 			if err == nil && !repeat && here {
 				c.SetAgent(a.name, a.digest)
+				c.Signed = c.Signed || a.policy.signed()
 			}
 		}
 		if err == nil && repeat && !sameRequest(c, runID, req) {

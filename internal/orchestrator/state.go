@@ -69,6 +69,10 @@ type Conversation struct {
 	// application said gave it. Its runs, follow-ups included, see it as
 	// RunContext.Caller.
 	Caller json.RawMessage `msgpack:"caller,omitempty"`
+	// Signed says a config of its agent that ran it takes only signed
+	// decisions (AgentConfig.Trust): from then on, only a replica whose
+	// config does too may judge its decisions, whatever config adopts it.
+	Signed bool `msgpack:"signed,omitempty"`
 	// Unserved says why no replica runs the conversation's next run (none
 	// runs its agent), since UnservedSince; it fails after
 	// Config.AgentWait. Cleared when a replica takes the run.
@@ -207,7 +211,24 @@ type PendingCall struct {
 	Refused    int `msgpack:"refused,omitempty"`
 	// LastRefusal says why the last reply was refused.
 	LastRefusal string `msgpack:"last_refusal,omitempty"`
+	// Approvals are the approvers who approved the call so far, while
+	// its tool needs more of them (ToolConfig.Approvals).
+	Approvals []string `msgpack:"approvals,omitempty"`
+	// Escalation is set on an approval call of a tool with
+	// EscalateAfter: a pointer, as most calls have none and every paused
+	// conversation's calls are kept.
+	Escalation *Escalation `msgpack:"escalation,omitempty"`
 }
+
+// Escalation is when an approval call still unanswered is handed to its
+// tool's EscalateTo (ToolConfig.EscalateAfter), and whether it was.
+type Escalation struct {
+	At   time.Time `msgpack:"at"`
+	Done bool      `msgpack:"done,omitempty"`
+}
+
+// escalated reports whether c was handed to its tool's EscalateTo.
+func (c *PendingCall) escalated() bool { return c.Escalation != nil && c.Escalation.Done }
 
 // Decision is the applied decision of an approval call: its Reply, or its
 // Approval once the call went to its workers; nil while none was applied.
@@ -306,8 +327,19 @@ func (b *Batch) nextDeadline() time.Time {
 		if c.Reply == nil && (t.IsZero() || c.Deadline.Before(t)) {
 			t = c.Deadline
 		}
+		if at := c.escalation(); !at.IsZero() && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
 	}
 	return t
+}
+
+// escalation is when c is to be escalated; zero when it is not (any more).
+func (c *PendingCall) escalation() time.Time {
+	if c.Reply != nil || c.Escalation == nil || c.Escalation.Done || c.Kind != deferred.KindApproval {
+		return time.Time{}
+	}
+	return c.Escalation.At
 }
 
 // requests is the batch as the paused run produced it, which the follow-up

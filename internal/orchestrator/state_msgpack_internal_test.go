@@ -58,6 +58,6 @@ func TestConversationMsgpackWritesEveryField(t *testing.T) {
 	at := time.Now()
 	c := Conversation{ID: "c", Status: StatusPaused, History: []agent.Message{{}}, Runs: []*RunRecord{{}}, Batch: &Batch{}, Output: "o",
 		Error: "e", Lease: &Lease{}, StaleReplies: 1, Decisions: []DecisionRecord{{}}, Agent: "a", AgentDigest: "d",
-		Caller: json.RawMessage(`1`), Unserved: "u", UnservedSince: at, CreatedAt: at, UpdatedAt: at}
+		Caller: json.RawMessage(`1`), Signed: true, Unserved: "u", UnservedSince: at, CreatedAt: at, UpdatedAt: at}
 	msgpackmaptest.EveryField(t, reflect.TypeFor[Conversation](), msgpackmaptest.Encode(t, c, false, false))
 }

@@ -83,7 +83,11 @@ const (
 	hdrStatus  = "Toolgate-Status"
 	hdrCreated = "Toolgate-Created"
 	hdrAgent   = "Toolgate-Agent"
-	hdrPart    = "Toolgate-Part" // "i/n"
+	// hdrDigest is the conversation's AgentDigest, on the records that
+	// finish it, by which a retention sweep tells the config that keeps it
+	// without reading its log.
+	hdrDigest = "Toolgate-Agent-Digest"
+	hdrPart   = "Toolgate-Part" // "i/n"
 )
 
 // RecordStatusHeader is the header of every record of a conversation's
@@ -484,6 +488,11 @@ func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r 
 	h.Set(hdrCreated, c.CreatedAt.UTC().Format(time.RFC3339Nano))
 	if c.Agent != "" {
 		h.Set(hdrAgent, c.Agent)
+	}
+	if c.AgentDigest != "" && c.Status.Terminal() {
+		// Read by the retention sweep from finished conversations only;
+		// the records of those under way do without its bytes.
+		h.Set(hdrDigest, c.AgentDigest)
 	}
 	if origin != "" {
 		h.Set(hdrOrigin, origin)

@@ -35,6 +35,8 @@ type ConversationSummary struct {
 	Agent     string    `json:"agent,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// digest is the AgentDigest its last record names.
+	digest string
 }
 
 // summaryChunk is how many conversations one request of last records
@@ -69,7 +71,7 @@ func (s *store) summaries(ctx context.Context, ids []string) ([]ConversationSumm
 		created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(hdrCreated))
 		out = append(out, ConversationSummary{
 			ID: id, Status: Status(m.Header.Get(hdrStatus)), Agent: m.Header.Get(hdrAgent),
-			CreatedAt: created, UpdatedAt: m.Time.UTC(),
+			CreatedAt: created, UpdatedAt: m.Time.UTC(), digest: m.Header.Get(hdrDigest),
 		})
 	}
 	return out, nil

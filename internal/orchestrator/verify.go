@@ -2,10 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -20,9 +18,14 @@ type incoming struct {
 	kind     deferred.Kind // the category the reply subject claims
 	decision *bus.Decision
 	result   *bus.CallReply
-	// trustErr is why the decision's signer is not trusted; nil if it is or
-	// no keys are configured.
+	// trustErr is why the decision may not count under the policy of its
+	// conversation's agent (agentPolicy.check); set when it is applied.
 	trustErr error
+	// quorum is how many distinct approvers the decided call needs.
+	quorum int
+	// http says the decision came over HTTP (Answer), unsigned;
+	// identified that its approver is a user the API names.
+	http, identified bool
 	// trace is the context of the span that consumes the reply, kept with
 	// the applied reply for the follow-up it may complete.
 	trace map[string]string
@@ -35,9 +38,10 @@ type incoming struct {
 }
 
 // verify decodes and checks a reply before it reaches its conversation: its
-// form (a malformed one is refused at once), its size (a result over the
-// limit becomes a failed one saying so) and, for a decision, whether its
-// signer is trusted (kept on it: the refusal is recorded on the call).
+// form (a malformed one is refused at once) and its size (a result over the
+// limit becomes a failed one saying so). Whether a decision's signer may
+// decide is for the policy of its conversation's agent, when it is applied
+// (applyJobs).
 func (rp *replyPipeline) verify(ctx context.Context, r bus.Reply) (incoming, error) {
 	in, err := incomingOf(r)
 	if err != nil {
@@ -47,7 +51,6 @@ func (rp *replyPipeline) verify(ctx context.Context, r bus.Reply) (incoming, err
 		rp.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
 			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", bus.MaxReplyBytes))
 	}
-	in.trustErr = rp.checkTrust(in)
 	in.trace = telemetry.InjectMap(ctx)
 	return in, nil
 }
@@ -77,23 +80,4 @@ func incomingOf(r bus.Reply) (incoming, error) {
 		return incoming{}, err
 	}
 	return in, nil
-}
-
-// checkTrust verifies a decision's signature when trusted keys are
-// configured (D36).
-func (rp *replyPipeline) checkTrust(in incoming) error {
-	if in.decision == nil || len(rp.cfg.TrustedApprovers) == 0 {
-		return nil
-	}
-	key, ok := rp.cfg.TrustedApprovers[in.decision.ApproverID]
-	if !ok {
-		return fmt.Errorf("approver %q is not trusted", in.decision.ApproverID)
-	}
-	if len(in.decision.Signature) == 0 {
-		return fmt.Errorf("decision from %s is not signed", in.decision.ApproverID)
-	}
-	if err := in.decision.Verify(ed25519.PublicKey(key)); err != nil {
-		return fmt.Errorf("decision from %s: %w", in.decision.ApproverID, err)
-	}
-	return nil
 }

@@ -1,0 +1,213 @@
+package orchestrator
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bus"
+)
+
+// SelfApprovalAllow, as ToolConfig.SelfApproval, lets a run's caller
+// approve its own calls.
+const SelfApprovalAllow = "allow"
+
+// Who may decide which call, and how long a finished conversation is kept,
+// belong to the deployment, not to the replica that happens to read a
+// decision or sweep: they are in the agent config, whose digest each
+// conversation records. A replica's own defaults (Config.TrustedApprovers,
+// Config.Retention) are folded into its configs before their digests are
+// taken, so that two replicas whose configs have one digest enforce one
+// policy, and a replica without the conversation's digest applies none of
+// its decisions (it hands them over) and deletes none of its conversations.
+
+// agentPolicy is an agent config's Trust, Roles and Retention, compiled.
+type agentPolicy struct {
+	keys  map[string]ed25519.PublicKey
+	roles map[string][]string
+	// retention is 0 when finished conversations are kept.
+	retention time.Duration
+}
+
+// withDefaults is a copy of c given the replica's trusted keys and
+// retention where c sets none.
+func withDefaults(c *AgentConfig, trusted map[string]ed25519.PublicKey, retention time.Duration) *AgentConfig {
+	cp := *c
+	if cp.Trust == nil && len(trusted) > 0 {
+		cp.Trust = make(map[string]string, len(trusted))
+		for name, k := range trusted {
+			cp.Trust[name] = base64.StdEncoding.EncodeToString(k)
+		}
+	}
+	if cp.Retention == nil && retention > 0 {
+		r := Duration(retention)
+		cp.Retention = &r
+	}
+	return &cp
+}
+
+// compilePolicy reads c's policy; an error names the key that is not one.
+func compilePolicy(c *AgentConfig) (agentPolicy, error) {
+	p := agentPolicy{roles: c.Roles}
+	if c.Retention != nil {
+		p.retention = c.Retention.D()
+	}
+	for name, s := range c.Trust {
+		k, err := ParsePublicKey(s)
+		if err != nil {
+			return agentPolicy{}, fmt.Errorf("trust %s: %w", name, err)
+		}
+		if p.keys == nil {
+			p.keys = map[string]ed25519.PublicKey{}
+		}
+		p.keys[name] = k
+	}
+	return p, nil
+}
+
+// ParsePublicKey reads a base64 (standard, padded or not) ed25519 public
+// key.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(s); err != nil {
+			return nil, errors.New("key is not base64")
+		}
+	}
+	if len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("key is %d bytes, want %d", len(b), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// signed reports whether the policy takes only signed decisions (from
+// NATS) and decisions of named users (over HTTP).
+func (p *agentPolicy) signed() bool { return len(p.keys) > 0 }
+
+// check says why decision in, for call pc of conversation c (nil when
+// the call is not in c's batch) of tool tc (nil when the config names
+// none), may not count: its signer is not trusted, its approver is not
+// among the tool's, or it approves a call its own approver requested.
+func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in incoming) error {
+	d := in.decision
+	if p.signed() {
+		if in.http {
+			if !in.identified {
+				return errors.New("approver keys are trusted: a decision over HTTP needs a caller named by the API's users")
+			}
+		} else if err := p.verify(d); err != nil {
+			return err
+		}
+	}
+	if tc == nil {
+		return nil
+	}
+	if len(tc.Approvers) > 0 && !p.mayDecide(tc.Approvers, d.ApproverID) &&
+		(pc == nil || !pc.escalated() || !p.mayDecide(tc.EscalateTo, d.ApproverID)) {
+		return fmt.Errorf("approver %q may not decide tool %s (approvers: %s)", d.ApproverID, tc.Name, strings.Join(tc.Approvers, ", "))
+	}
+	if d.Approved && tc.SelfApproval != SelfApprovalAllow {
+		if who := CallerID(c.Caller); who != "" && who == d.ApproverID {
+			return fmt.Errorf("approver %q is the run's caller: it may not approve its own call", d.ApproverID)
+		}
+	}
+	return nil
+}
+
+// verify checks a decision's signature against its approver's key (D36).
+func (p *agentPolicy) verify(d *bus.Decision) error {
+	key, ok := p.keys[d.ApproverID]
+	if !ok {
+		return fmt.Errorf("approver %q is not trusted", d.ApproverID)
+	}
+	if len(d.Signature) == 0 {
+		return fmt.Errorf("decision from %s is not signed", d.ApproverID)
+	}
+	if err := d.Verify(key); err != nil {
+		return fmt.Errorf("decision from %s: %w", d.ApproverID, err)
+	}
+	return nil
+}
+
+// mayDecide reports whether approver id is named by approvers, itself or
+// by a role that lists it.
+func (p *agentPolicy) mayDecide(approvers []string, id string) bool {
+	for _, a := range approvers {
+		if a == id || slices.Contains(p.roles[a], id) {
+			return true
+		}
+	}
+	return false
+}
+
+// approversOf lists the names that may decide call pc of tool tc (its
+// approvers and, once pc is escalated, its escalation group, roles
+// expanded), sorted; nil when anyone trusted may.
+func (p *agentPolicy) approversOf(tc *ToolConfig, pc *PendingCall) []string {
+	if tc == nil || len(tc.Approvers) == 0 {
+		return nil
+	}
+	names := slices.Clone(tc.Approvers)
+	if pc != nil && pc.escalated() {
+		names = append(names, tc.EscalateTo...)
+	}
+	var out []string
+	for _, n := range names {
+		if members, ok := p.roles[n]; ok {
+			out = append(out, members...)
+		} else {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// approversFor is approversOf for call pc of c as this replica's config of
+// c's agent has it.
+func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+}
+
+// quorum is how many distinct approvers a call of tc needs.
+func quorum(tc *ToolConfig) int {
+	if tc == nil || tc.Approvals < 1 {
+		return 1
+	}
+	return tc.Approvals
+}
+
+// CallerID is the identity of a run's caller (StartRequest.Caller) that
+// separation of duties compares approvers with: the caller itself when it
+// is a string, else its "id", else its "name"; "" when it has none.
+func CallerID(caller json.RawMessage) string {
+	if len(caller) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(caller, &s) == nil {
+		return s
+	}
+	var o struct {
+		ID   any `json:"id"`
+		Name any `json:"name"`
+	}
+	if json.Unmarshal(caller, &o) != nil {
+		return ""
+	}
+	for _, v := range []any{o.ID, o.Name} {
+		if s, ok := v.(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
+}
