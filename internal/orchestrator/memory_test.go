@@ -113,7 +113,10 @@ func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 	after := clientHeap()
 	per := max(after-before, 0) / n
 	t.Logf("heap per paused conversation: %d bytes", per)
-	if per > 4096 {
-		t.Errorf("heap grew by %d bytes per paused conversation, want at most 4096", per)
+	// A paused conversation costs its index entries and its cache entry
+	// (the state kept encoded), not its decoded state; the bound leaves
+	// room for what a state's policy and approvals fields add to those.
+	if per > 4608 {
+		t.Errorf("heap grew by %d bytes per paused conversation, want at most 4608", per)
 	}
 }
