@@ -41,6 +41,9 @@ func TestComposeFile(t *testing.T) {
 	if strings.Contains(strings.Join(o.Command, " "), "--agent") {
 		t.Error("the orchestrator runs an --agent file, which ignores OPENAI_API_KEY")
 	}
+	if cmd := strings.Join(o.Command, " "); !strings.Contains(cmd, "--allow-unsigned") && !strings.Contains(cmd, "--trust-approver") {
+		t.Error("the orchestrator listens beyond loopback with neither --trust-approver nor --allow-unsigned: it refuses to start")
+	}
 	if _, ok := o.Environment["OPENAI_API_KEY"]; !ok {
 		t.Error("OPENAI_API_KEY is not passed to the orchestrator")
 	}
