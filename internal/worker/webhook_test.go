@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/httpretry/httpretrytest"
 	"github.com/toolgate/toolgate/internal/worker"
 )
 
@@ -96,28 +97,6 @@ func TestWebhookLongErrorBodyIsShortened(t *testing.T) {
 	if reply.Outcome != bus.OutcomeFailed || len(reply.Message) > 600 {
 		t.Errorf("got outcome %q with a %d-byte message, want failed and short", reply.Outcome, len(reply.Message))
 	}
-}
-
-// waits records the waits between a webhook's attempts instead of
-// sleeping, against a clock that they move.
-type waits struct {
-	mu  sync.Mutex
-	now time.Time
-	got []time.Duration
-}
-
-func (w *waits) clock() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.now
-}
-
-func (w *waits) sleep(_ context.Context, d time.Duration) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.got = append(w.got, d)
-	w.now = w.now.Add(d)
-	return nil
 }
 
 // A transient answer (408, 429, 5xx, no connection) is POSTed again, with
@@ -228,8 +207,8 @@ func TestWebhookRetries(t *testing.T) {
 			}
 			h := tt.hook
 			h.URL = srv.URL
-			w := &waits{now: start}
-			worker.SetWebhookClock(&h, w.clock, w.sleep)
+			w := httpretrytest.New(start)
+			worker.SetWebhookClock(&h, w.Clock, w.Sleep)
 			req := callRequest("t", `{}`)
 			req.Deadline = start.Add(time.Minute)
 			if tt.deadline != 0 {
@@ -249,12 +228,11 @@ func TestWebhookRetries(t *testing.T) {
 					t.Errorf("attempt %d Idempotency-Key %q, want run1:call1", i, k)
 				}
 			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if len(w.got) != len(tt.wantWaits) {
-				t.Fatalf("waits %v, want %d of them", w.got, len(tt.wantWaits))
+			got := w.All()
+			if len(got) != len(tt.wantWaits) {
+				t.Fatalf("waits %v, want %d of them", got, len(tt.wantWaits))
 			}
-			for i, d := range w.got {
+			for i, d := range got {
 				if d < tt.wantWaits[i][0] || d > tt.wantWaits[i][1] {
 					t.Errorf("wait %d = %s, want within %v", i, d, tt.wantWaits[i])
 				}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
+	"github.com/toolgate/toolgate/internal/httpretry/httpretrytest"
 )
 
 func TestMain(m *testing.M) {
@@ -762,34 +763,6 @@ func TestContextCancelled(t *testing.T) {
 	}
 }
 
-// waits records the waits between attempts instead of sleeping, against a
-// clock that they move.
-type waits struct {
-	mu  sync.Mutex
-	now time.Time
-	got []time.Duration
-}
-
-func (w *waits) clock() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.now
-}
-
-func (w *waits) sleep(_ context.Context, d time.Duration) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.got = append(w.got, d)
-	w.now = w.now.Add(d)
-	return nil
-}
-
-func (w *waits) all() []time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]time.Duration(nil), w.got...)
-}
-
 // The wait before each retry is the server's Retry-After (seconds or an
 // HTTP-date) or Retry-After-Ms when it gives one, else the configured
 // backoff doubled at each retry, less up to a quarter of jitter, capped;
@@ -898,13 +871,13 @@ func TestRetryWaits(t *testing.T) {
 			cfg := tt.cfg
 			cfg.Stream = tt.stream
 			m := f.model(t, cfg)
-			w := &waits{now: start}
-			openai.SetClock(m, w.clock, w.sleep)
+			w := httpretrytest.New(start)
+			openai.SetClock(m, w.Clock, w.Sleep)
 			got, err := m.Request(t.Context(), userRequest("Hi"))
 			if n := f.attemptCount(); n != tt.wantAttempts {
 				t.Errorf("server saw %d attempts, want %d", n, tt.wantAttempts)
 			}
-			waited := w.all()
+			waited := w.All()
 			if len(waited) != len(tt.want) {
 				t.Fatalf("waits %v, want %d of them", waited, len(tt.want))
 			}
