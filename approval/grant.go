@@ -52,7 +52,7 @@ func GiveGrant(ctx context.Context, nc *nats.Conn, g Grant, key ed25519.PrivateK
 			return Grant{}, fmt.Errorf("approval: %w", err)
 		}
 	}
-	err := withBus(nc, func(b *bus.Bus) error { return b.PutGrant(ctx, bus.GrantKeyBus, g) })
+	err := withBus(nc, func(b *bus.Bus) error { return b.PutGrant(ctx, wire.GrantKeyBus, g) })
 	if err != nil {
 		return Grant{}, fmt.Errorf("approval: %w", err)
 	}
@@ -65,7 +65,7 @@ func RevokeGrant(ctx context.Context, nc *nats.Conn, id string) error {
 	if nc == nil {
 		return errors.New("approval: connection is nil")
 	}
-	err := withBus(nc, func(b *bus.Bus) error { return b.DeleteGrant(ctx, id, bus.GrantKeyBus) })
+	err := withBus(nc, func(b *bus.Bus) error { return b.DeleteGrant(ctx, id, wire.GrantKeyBus) })
 	if err != nil {
 		return fmt.Errorf("approval: %w", err)
 	}

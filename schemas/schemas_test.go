@@ -23,12 +23,12 @@ import (
 
 // goTypes maps every schema to the Go type whose JSON form it describes.
 var goTypes = map[string]reflect.Type{
-	"call_request":     reflect.TypeFor[bus.CallRequest](),
-	"approval_request": reflect.TypeFor[bus.ApprovalRequest](),
-	"call_reply":       reflect.TypeFor[bus.CallReply](),
-	"decision":         reflect.TypeFor[bus.Decision](),
-	"event":            reflect.TypeFor[bus.Event](),
-	"event_batch":      reflect.TypeFor[bus.EventBatch](),
+	"call_request":     reflect.TypeFor[wire.CallRequest](),
+	"approval_request": reflect.TypeFor[wire.ApprovalRequest](),
+	"call_reply":       reflect.TypeFor[wire.CallReply](),
+	"decision":         reflect.TypeFor[wire.Decision](),
+	"event":            reflect.TypeFor[wire.Event](),
+	"event_batch":      reflect.TypeFor[wire.EventBatch](),
 	"requests":         reflect.TypeFor[deferred.Requests](),
 	"results":          reflect.TypeFor[deferred.Results](),
 	"tool_advert":      reflect.TypeFor[bus.ToolAdvert](),
@@ -129,7 +129,7 @@ func TestDecisionExampleSignatures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d bus.Decision
+		var d wire.Decision
 		if err := json.Unmarshal(doc, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestGoValuesValidate(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	local := time.Date(2026, 3, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600))
 	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
-	signed := func(d bus.Decision) bus.Decision {
+	signed := func(d wire.Decision) wire.Decision {
 		if err := d.Sign(key); err != nil {
 			t.Fatal(err)
 		}
@@ -176,22 +176,22 @@ func TestGoValuesValidate(t *testing.T) {
 		schema string
 		value  any
 	}{
-		{"call request", "call_request", bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "get_location", Args: raw(`{"precision":"city"}`), Deadline: now, Attempt: 1}},
-		{"call request with metadata", "call_request", bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call 1/ü", ToolName: "run_job", Args: raw(`{}`), Metadata: raw(`{"queue":"slow"}`), Deadline: local, Attempt: 3}},
-		{"approval request", "approval_request", bus.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "delete_file", Args: raw(`{"path":"a.txt"}`), ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Deadline: now, Attempt: 1}},
-		{"approval request full", "approval_request", bus.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "update_file", ToolDescription: "Update a file", Parameters: raw(`{"type":"object"}`), Args: raw(`{"path":".env","content":""}`), ArgsDigest: mustDigest(t, `{"path":".env","content":""}`), Metadata: raw(`{"reason":"protected"}`), Deadline: now, Attempt: 2}},
-		{"reply return", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn, Value: raw(`"Berlin"`), WorkerID: "w1"}},
-		{"reply return without value", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn}},
-		{"reply return with extras", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeReturn, Value: raw(`{"order":17}`), Content: "Receipt", Metadata: raw(`{"cents":1999}`)}},
-		{"reply retry", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeRetry, Message: "use ISO dates"}},
-		{"reply failed", "call_reply", bus.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: bus.OutcomeFailed, Message: "timed out"}},
-		{"decision approved", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, ApproverID: "alice", DecidedAt: now})},
-		{"decision approved with override", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, OverrideArgs: raw(`{"path":"b.txt"}`), ApproverID: "alice", DecidedAt: local})},
-		{"decision denied", "decision", signed(bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), Approved: false, Message: "no", ApproverID: "bot", DecidedAt: now})},
-		{"decision unsigned", "decision", bus.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), ApproverID: "bot", DecidedAt: now}},
-		{"event minimal", "event", bus.Event{ConversationID: "c1", Type: "run_started", Time: now}},
-		{"event full", "event", bus.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"t","tool_call_id":"call_1","value":1}}`), Time: local}},
-		{"event of an unknown type", "event", bus.Event{ConversationID: "c1", Type: "something_new", Data: raw(`[1,"two"]`), Time: now}},
+		{"call request", "call_request", wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "get_location", Args: raw(`{"precision":"city"}`), Deadline: now, Attempt: 1}},
+		{"call request with metadata", "call_request", wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call 1/ü", ToolName: "run_job", Args: raw(`{}`), Metadata: raw(`{"queue":"slow"}`), Deadline: local, Attempt: 3}},
+		{"approval request", "approval_request", wire.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "delete_file", Args: raw(`{"path":"a.txt"}`), ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Deadline: now, Attempt: 1}},
+		{"approval request full", "approval_request", wire.ApprovalRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_2", ToolName: "update_file", ToolDescription: "Update a file", Parameters: raw(`{"type":"object"}`), Args: raw(`{"path":".env","content":""}`), ArgsDigest: mustDigest(t, `{"path":".env","content":""}`), Metadata: raw(`{"reason":"protected"}`), Deadline: now, Attempt: 2}},
+		{"reply return", "call_reply", wire.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: wire.OutcomeReturn, Value: raw(`"Berlin"`), WorkerID: "w1"}},
+		{"reply return without value", "call_reply", wire.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: wire.OutcomeReturn}},
+		{"reply return with extras", "call_reply", wire.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: wire.OutcomeReturn, Value: raw(`{"order":17}`), Content: "Receipt", Metadata: raw(`{"cents":1999}`)}},
+		{"reply retry", "call_reply", wire.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: wire.OutcomeRetry, Message: "use ISO dates"}},
+		{"reply failed", "call_reply", wire.CallReply{RunID: "r1", ToolCallID: "call_1", Outcome: wire.OutcomeFailed, Message: "timed out"}},
+		{"decision approved", "decision", signed(wire.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, ApproverID: "alice", DecidedAt: now})},
+		{"decision approved with override", "decision", signed(wire.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{"path":"a.txt"}`), Approved: true, OverrideArgs: raw(`{"path":"b.txt"}`), ApproverID: "alice", DecidedAt: local})},
+		{"decision denied", "decision", signed(wire.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), Approved: false, Message: "no", ApproverID: "bot", DecidedAt: now})},
+		{"decision unsigned", "decision", wire.Decision{RunID: "r1", ToolCallID: "call_2", ArgsDigest: mustDigest(t, `{}`), ApproverID: "bot", DecidedAt: now}},
+		{"event minimal", "event", wire.Event{ConversationID: "c1", Type: "run_started", Time: now}},
+		{"event full", "event", wire.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"t","tool_call_id":"call_1","value":1}}`), Time: local}},
+		{"event of an unknown type", "event", wire.Event{ConversationID: "c1", Type: "something_new", Data: raw(`[1,"two"]`), Time: now}},
 		{"run", "run", orchestrator.RunInfo{RunID: "r1_c1", ConversationID: "c1", Status: orchestrator.StatusPaused}},
 		{"run queued", "run", orchestrator.RunInfo{RunID: "r2_c1", ConversationID: "c1", Status: orchestrator.StatusQueued}},
 		{"pending none", "pending", pendingAnswer{Pending: []api.PendingView{}}},
@@ -479,7 +479,7 @@ func TestEventDataSchemasMatchGoTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		doc, err := json.Marshal(bus.Event{ConversationID: "c1", RunID: "r1", Type: typ, Data: d, Time: now})
+		doc, err := json.Marshal(wire.Event{ConversationID: "c1", RunID: "r1", Type: typ, Data: d, Time: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -488,7 +488,7 @@ func TestEventDataSchemasMatchGoTypes(t *testing.T) {
 		}
 		// The schema holds the data to its type: the data of another
 		// type does not pass.
-		doc, err = json.Marshal(bus.Event{ConversationID: "c1", Type: typ, Data: json.RawMessage(`{"unrelated":1}`), Time: now})
+		doc, err = json.Marshal(wire.Event{ConversationID: "c1", Type: typ, Data: json.RawMessage(`{"unrelated":1}`), Time: now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,10 +30,8 @@
 // linked nats-server, and nothing outside the repository could name a
 // message. They were moved, not wrapped: a wrapper would be a second set
 // of types to keep in step with the first, and the contract has exactly
-// one definition by nature. internal/bus declares type aliases and
-// constants that refer to this package, so the transport, the
-// orchestrator and the tools read as before and a value crosses between
-// them without conversion; new code should name wire directly.
+// one definition by nature. Every package, the transport included, names
+// it as wire.
 //
 // # Stability
 //

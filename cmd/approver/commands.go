@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // common are the flags every mode shares.
@@ -63,7 +64,7 @@ func (c *common) filter() (string, error) {
 	if c.tool == "" {
 		return "", nil
 	}
-	f, err := bus.ApprovalSubject(c.tool)
+	f, err := wire.ApprovalSubject(c.tool)
 	if err != nil {
 		return "", fmt.Errorf("--tool: %w", err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func main() {
@@ -86,7 +87,7 @@ func (o *options) check(pos []string) error {
 	if len(pos) != 0 {
 		return cli.Usagef(command.Name, "unexpected argument %q", pos[0])
 	}
-	if err := bus.ValidateToken("--id", o.id); err != nil {
+	if err := wire.ValidateToken("--id", o.id); err != nil {
 		return err
 	}
 	if o.policy == "" && !o.interactive && o.httpAddr == "" {

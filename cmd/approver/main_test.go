@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/cli/clitest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +43,7 @@ func TestKeygenThenDecide(t *testing.T) {
 	publishApproval(t, b, `{"path":"__init__.py"}`)
 
 	r := start(t, "--nats", srv.ClientURL(), "--policy", "../../examples/policy.yaml", "--key", keyFile, "--id", "cli-test")
-	var d *bus.Decision
+	var d *wire.Decision
 	bustest.Poll(t, bustest.Timeout, "a decision", func() (bool, string) {
 		r.checkRunning(t)
 		d = bustest.LastDecision(t, b, "run-1")
@@ -63,11 +64,11 @@ func TestKeygenThenDecide(t *testing.T) {
 // call-1 of run-1.
 func publishApproval(t *testing.T, b *bus.Bus, args string) {
 	t.Helper()
-	digest, err := bus.DigestArgs(json.RawMessage(args))
+	digest, err := wire.DigestArgs(json.RawMessage(args))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PublishApproval(bustest.Context(t), bus.ApprovalRequest{
+	if _, err := b.PublishApproval(bustest.Context(t), wire.ApprovalRequest{
 		RunID: "run-1", ConversationID: "conv-1", ToolCallID: "call-1", ToolName: "delete_file",
 		Args: json.RawMessage(args), ArgsDigest: digest, Deadline: time.Now().Add(time.Hour),
 	}); err != nil {
@@ -120,7 +121,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 
 func TestDefaultID(t *testing.T) {
 	id := cli.DefaultID("approver", "")
-	if err := bus.ValidateToken("id", id); err != nil {
+	if err := wire.ValidateToken("id", id); err != nil {
 		t.Errorf("DefaultID = %q: %v", id, err)
 	}
 }

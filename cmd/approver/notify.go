@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const notifySynopsis = "approver notify --webhook URL [--inbox-url URL] [flags]"
@@ -41,7 +42,7 @@ func notify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return cli.Usagef("approver notify", "--%s: want an http(s) URL", name)
 		}
 	}
-	if err := bus.ValidateToken("--id", cf.id); err != nil {
+	if err := wire.ValidateToken("--id", cf.id); err != nil {
 		return err
 	}
 	if err := cf.nats.Check(); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/internal/cli/clitest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const authWait = 30 * time.Second
@@ -191,15 +192,15 @@ func TestNATSUsersPerRole(t *testing.T) {
 	pctx, pcancel := context.WithTimeout(context.Background(), authWait)
 	defer pcancel()
 	run := conv.Runs[0].RunID
-	dec := bus.Decision{RunID: run, ToolCallID: "delete_file", ArgsDigest: strings.Repeat("0", 64), Approved: true, ApproverID: "bot", DecidedAt: time.Now()}
-	res := bus.CallReply{RunID: run, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: []byte(`"forged"`), WorkerID: "bot"}
+	dec := wire.Decision{RunID: run, ToolCallID: "delete_file", ArgsDigest: strings.Repeat("0", 64), Approved: true, ApproverID: "bot", DecidedAt: time.Now()}
+	res := wire.CallReply{RunID: run, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: []byte(`"forged"`), WorkerID: "bot"}
 	if _, err := wb.PublishDecision(pctx, dec); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
 	}
 	if _, err := ab.PublishCallReply(pctx, res); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("approver publishing a result: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := wb.PublishCall(pctx, bus.CallRequest{RunID: run, ConversationID: conv.ConversationID, ToolCallID: "x", ToolName: "delete_file", Args: []byte(`{"path":"README.md"}`), Deadline: time.Now().Add(time.Minute)}); !errors.Is(err, bus.ErrPermissionDenied) {
+	if _, err := wb.PublishCall(pctx, wire.CallRequest{RunID: run, ConversationID: conv.ConversationID, ToolCallID: "x", ToolName: "delete_file", Args: []byte(`{"path":"README.md"}`), Deadline: time.Now().Add(time.Minute)}); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a call: err = %v, want ErrPermissionDenied", err)
 	}
 	if _, err := ab.Runs(pctx); !errors.Is(err, bus.ErrPermissionDenied) {

@@ -42,6 +42,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/web"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func main() {
@@ -122,9 +123,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	}
 	switch *wireForm {
 	case "msgpack":
-		o.contentType = bus.ContentTypeMsgpack
+		o.contentType = wire.ContentTypeMsgpack
 	case "json":
-		o.contentType = bus.ContentTypeJSON
+		o.contentType = wire.ContentTypeJSON
 	default:
 		return o, fmt.Errorf("--wire %q: want msgpack or json", *wireForm)
 	}
@@ -439,7 +440,7 @@ func parseTrust(list cli.Pairs) (map[string]ed25519.PublicKey, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("--trust-approver %q: want NAME=PUBKEY", v)
 		}
-		if err := bus.ValidateToken("approver name", name); err != nil {
+		if err := wire.ValidateToken("approver name", name); err != nil {
 			return nil, fmt.Errorf("--trust-approver: %w", err)
 		}
 		pub, err := approver.ParsePublicKey(key)

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestWireFlag(t *testing.T) {
 	t.Parallel()
-	for arg, want := range map[string]string{"": bus.ContentTypeMsgpack, "msgpack": bus.ContentTypeMsgpack, "json": bus.ContentTypeJSON} {
+	for arg, want := range map[string]string{"": wire.ContentTypeMsgpack, "msgpack": wire.ContentTypeMsgpack, "json": wire.ContentTypeJSON} {
 		args := []string{}
 		if arg != "" {
 			args = append(args, "--wire", arg)

@@ -36,6 +36,7 @@ import (
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func main() { cli.Main("tool-worker", run) }
@@ -251,7 +252,7 @@ func splitPair(flagName, v string) (name, value string, err error) {
 	if !ok || name == "" || strings.TrimSpace(value) == "" {
 		return "", "", fmt.Errorf("--%s %q: want NAME=VALUE", flagName, v)
 	}
-	if err := bus.ValidateToken("tool name", name); err != nil {
+	if err := wire.ValidateToken("tool name", name); err != nil {
 		return "", "", fmt.Errorf("--%s: %w", flagName, err)
 	}
 	return name, value, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/cli/clitest"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -52,7 +53,7 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 	b := bustest.Connect(t, srv, "test")
 	bustest.Setup(t, b)
 
-	replies := make(chan bus.CallReply, 4)
+	replies := make(chan wire.CallReply, 4)
 	sub, err := b.ConsumeReplies(t.Context(), "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
 		func(_ context.Context, d *bus.Delivery[bus.Reply]) error {
 			if d.Msg.Call != nil {
@@ -85,7 +86,7 @@ func TestRunServesCallsUntilCancelled(t *testing.T) {
 		{"update_file", `{"path":"a.txt","content":"hi"}`},
 		{"shout", `{}`},
 	} {
-		req := bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: string(rune('a' + i)), ToolName: c.tool,
+		req := wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: string(rune('a' + i)), ToolName: c.tool,
 			Args: json.RawMessage(c.args), Deadline: time.Now().Add(time.Minute)}
 		if _, err := b.PublishCall(t.Context(), req); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestExecProgramDoesNotSeeThePassword(t *testing.T) {
 	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
 	b := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "test", User: bus.RoleOrchestrator, Password: secret})
 	bustest.Setup(t, b)
-	replies := make(chan bus.CallReply, 4)
+	replies := make(chan wire.CallReply, 4)
 	sub, err := b.ConsumeReplies(t.Context(), "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
 		func(_ context.Context, d *bus.Delivery[bus.Reply]) error {
 			if d.Msg.Call != nil {
@@ -245,12 +246,12 @@ printf '"%s"' "$found"
 		return run(ctx, []string{"--nats", srv.ClientURL(), "--user", bus.RoleWorker, "--password-file", pwFile,
 			"--exec", "spy=" + spy, "--id", "w1", "--advertise=false"}, io.Discard, &logs)
 	})
-	req := bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "a", ToolName: "spy",
+	req := wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "a", ToolName: "spy",
 		Args: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}
 	if _, err := b.PublishCall(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	var r bus.CallReply
+	var r wire.CallReply
 	bustest.Poll(t, bustest.Timeout, "the spy's reply", func() (bool, string) {
 		select {
 		case r = <-replies:
@@ -259,7 +260,7 @@ printf '"%s"' "$found"
 			return false, logs.String()
 		}
 	})
-	if r.Outcome != bus.OutcomeReturn || string(r.Value) != `""` {
+	if r.Outcome != wire.OutcomeReturn || string(r.Value) != `""` {
 		t.Errorf("the program found the password in:%s (%s %s)", r.Value, r.Outcome, r.Message)
 	}
 	if v, ok := os.LookupEnv(bus.EnvPassword); ok {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The orchestrator's `approval:` and an approver policy's `when:` are one
@@ -52,7 +52,7 @@ func TestApprovalAndPolicyDecideAlike(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: policy: %v", tc.expr, err)
 		}
-		v, err := p.Evaluate(bus.ApprovalRequest{ToolName: "update_file", ToolCallID: "c", Args: json.RawMessage(tc.args)})
+		v, err := p.Evaluate(wire.ApprovalRequest{ToolName: "update_file", ToolCallID: "c", Args: json.RawMessage(tc.args)})
 		if err != nil {
 			t.Fatalf("%s: evaluate: %v", tc.expr, err)
 		}

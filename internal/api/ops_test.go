@@ -56,7 +56,7 @@ func TestHTTPDeadLettersAndAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := nats.Header{bus.HeaderConversation: []string{rs.ConversationID}}
+	hdr := nats.Header{wire.HeaderConversation: []string{rs.ConversationID}}
 	for _, id := range []string{"delete_file", "update_file_dotenv"} {
 		d := wire.Decision{RunID: rs.RunID, ToolCallID: id, ArgsDigest: strings.Repeat("0", 64), Approved: true, ApproverID: "ann", DecidedAt: time.Now()}
 		if _, err := b.PublishDecision(ctx, d, hdr); err != nil {
@@ -85,7 +85,7 @@ func TestHTTPDeadLettersAndAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.JetStream().PublishMsg(ctx, &nats.Msg{Subject: subj, Data: []byte("not a decision"), Header: nats.Header{bus.HeaderConversation: []string{rs.ConversationID}}}); err != nil {
+	if _, err := b.JetStream().PublishMsg(ctx, &nats.Msg{Subject: subj, Data: []byte("not a decision"), Header: nats.Header{wire.HeaderConversation: []string{rs.ConversationID}}}); err != nil {
 		t.Fatal(err)
 	}
 	dlq := waitRecords(t, sys, "/v1/dlq", "dead_letters", 3)

@@ -17,12 +17,13 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Asker decides escalated requests, typically a human at a terminal
 // (*Prompt). A verdict with ActionEscalate means "skip": no decision.
 type Asker interface {
-	Ask(ctx context.Context, req bus.ApprovalRequest) (Verdict, error)
+	Ask(ctx context.Context, req wire.ApprovalRequest) (Verdict, error)
 }
 
 // Outcome says how the approver handled one request, for HandledFunc.
@@ -64,8 +65,8 @@ type Config struct {
 	// Key signs decisions. nil sends them unsigned; an orchestrator that
 	// trusts keys refuses those.
 	Key ed25519.PrivateKey
-	// Filter narrows the requests seen, e.g. bus.ApprovalSubject(tool).
-	// Defaults to bus.AllApprovals.
+	// Filter narrows the requests seen, e.g. wire.ApprovalSubject(tool).
+	// Defaults to wire.AllApprovals.
 	Filter string
 	// Consume tunes the durable consumer. With an Asker, PullMaxMessages
 	// defaults to 1 and AutoInProgress is on, so that requests do not wait
@@ -80,10 +81,10 @@ type Config struct {
 	// HandledFunc, if set, is called after each request is handled (its
 	// delivery about to be acked). Called from the consume loop; keep it
 	// short.
-	HandledFunc func(req bus.ApprovalRequest, o Outcome)
+	HandledFunc func(req wire.ApprovalRequest, o Outcome)
 	// RefusedFunc, if set, is told why the orchestrator refused a
 	// decision (before HandledFunc with OutcomeRefused).
-	RefusedFunc func(req bus.ApprovalRequest, err *RefusedError)
+	RefusedFunc func(req wire.ApprovalRequest, err *RefusedError)
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
@@ -104,7 +105,7 @@ type Config struct {
 // back to be delivered again with back-off, unless it is bus.Terminal: then
 // the request is dead-lettered.
 type Decider interface {
-	Decide(ctx context.Context, req bus.ApprovalRequest) (Verdict, error)
+	Decide(ctx context.Context, req wire.ApprovalRequest) (Verdict, error)
 }
 
 func (c Config) withDefaults() Config {
@@ -112,7 +113,7 @@ func (c Config) withDefaults() Config {
 		c.Decider = c.Policy
 	}
 	if c.Filter == "" {
-		c.Filter = bus.AllApprovals
+		c.Filter = wire.AllApprovals
 	}
 	if c.Asker != nil {
 		if c.Consume.PullMaxMessages == 0 {
@@ -139,7 +140,7 @@ func (c Config) validate() error {
 	if c.Bus == nil {
 		return errors.New("bus is required")
 	}
-	if err := bus.ValidateToken("approver id", c.ID); err != nil {
+	if err := wire.ValidateToken("approver id", c.ID); err != nil {
 		return err
 	}
 	if c.Decider == nil && c.Asker == nil {
@@ -186,7 +187,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	}
 	defer a.running.Store(false)
 	sub, err := a.cfg.Bus.ConsumeApprovals(ctx, a.cfg.ID, a.cfg.Filter, a.cfg.Consume,
-		bus.HandlerFunc[bus.ApprovalRequest](a.handle))
+		bus.HandlerFunc[wire.ApprovalRequest](a.handle))
 	if err != nil {
 		return fmt.Errorf("approver %s: %w", a.cfg.ID, err)
 	}
@@ -206,7 +207,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	return runErr
 }
 
-func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 	req := d.Msg
 	log := a.logger.With(slog.String("run_id", req.RunID), slog.String("tool_call_id", req.ToolCallID),
 		slog.String("tool", req.ToolName))
@@ -306,7 +307,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[bus.ApprovalReque
 // decide asks the Decider (escalate when there is none). An error that
 // says the request can never be decided is dead-lettered; any other hands
 // the request back for later.
-func (a *Approver) decide(ctx context.Context, log *slog.Logger, span trace.Span, req bus.ApprovalRequest) (Verdict, error) {
+func (a *Approver) decide(ctx context.Context, log *slog.Logger, span trace.Span, req wire.ApprovalRequest) (Verdict, error) {
 	if a.cfg.Decider == nil {
 		return Verdict{Action: ActionEscalate, Rule: -1}, nil
 	}
@@ -334,7 +335,7 @@ func (a *Approver) decide(ctx context.Context, log *slog.Logger, span trace.Span
 // expired when the deadline passed before the answer, which is then not
 // sent. An Asker that fails for good (its input closed) stops the
 // approver, and the request goes back for an approver still there.
-func (a *Approver) ask(ctx context.Context, log *slog.Logger, req bus.ApprovalRequest) (v Verdict, expired bool, err error) {
+func (a *Approver) ask(ctx context.Context, log *slog.Logger, req wire.ApprovalRequest) (v Verdict, expired bool, err error) {
 	v, err = a.cfg.Asker.Ask(ctx, req)
 	switch {
 	case errors.Is(err, ErrExpired):
@@ -369,7 +370,7 @@ const (
 // answers, nothing can be known (the request is handled as before, and
 // the orchestrator refuses a decision it cannot apply when it comes); a
 // failed request hands req back to be delivered again.
-func (a *Approver) pending(ctx context.Context, log *slog.Logger, req bus.ApprovalRequest) (pendingStatus, error) {
+func (a *Approver) pending(ctx context.Context, log *slog.Logger, req wire.ApprovalRequest) (pendingStatus, error) {
 	st, err := Status(ctx, a.cfg.Bus, req)
 	switch {
 	case errors.Is(err, ErrNoOrchestrator):
@@ -396,8 +397,8 @@ func (a *Approver) tell(msg string) {
 // it waits for the orchestrator's outcome (a *RefusedError when it did not
 // apply it). A failed publish hands the request back: its redelivery
 // publishes again under the same Nats-Msg-Id.
-func (a *Approver) publish(ctx context.Context, span trace.Span, req bus.ApprovalRequest, v Verdict, wait bool) (bus.Decision, error) {
-	dec := bus.Decision{
+func (a *Approver) publish(ctx context.Context, span trace.Span, req wire.ApprovalRequest, v Verdict, wait bool) (wire.Decision, error) {
+	dec := wire.Decision{
 		RunID:      req.RunID,
 		ToolCallID: req.ToolCallID,
 		ArgsDigest: req.ArgsDigest,
@@ -446,16 +447,16 @@ func (a *Approver) deadLetter(span trace.Span, reason string, err error) {
 	span.SetAttributes(telemetry.AttrOutcome.String("dead_letter"))
 }
 
-func (a *Approver) expired(req bus.ApprovalRequest) bool {
+func (a *Approver) expired(req wire.ApprovalRequest) bool {
 	return !req.Deadline.IsZero() && !a.cfg.Clock().Before(req.Deadline)
 }
 
-func (a *Approver) done(ctx context.Context, key string, req bus.ApprovalRequest, o Outcome) {
+func (a *Approver) done(ctx context.Context, key string, req wire.ApprovalRequest, o Outcome) {
 	a.seen.add(key)
 	a.handled(ctx, req, o)
 }
 
-func (a *Approver) handled(ctx context.Context, req bus.ApprovalRequest, o Outcome) {
+func (a *Approver) handled(ctx context.Context, req wire.ApprovalRequest, o Outcome) {
 	a.cfg.Metrics.Handled(a.cfg.ID, string(o))
 	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrOutcome.String(string(o)))
 	if a.cfg.HandledFunc != nil {
@@ -463,7 +464,7 @@ func (a *Approver) handled(ctx context.Context, req bus.ApprovalRequest, o Outco
 	}
 }
 
-func seenKey(req bus.ApprovalRequest) string {
+func seenKey(req wire.ApprovalRequest) string {
 	return fmt.Sprintf("%s/%s/%d", req.RunID, req.ToolCallID, req.Attempt)
 }
 

@@ -20,13 +20,14 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type handled struct {
 	approverID string
-	req        bus.ApprovalRequest
+	req        wire.ApprovalRequest
 	outcome    approver.Outcome
 }
 
@@ -36,7 +37,7 @@ func runApprover(t *testing.T, cfg approver.Config) <-chan handled {
 	t.Helper()
 	ch := make(chan handled, 64)
 	id := cfg.ID
-	cfg.HandledFunc = func(req bus.ApprovalRequest, o approver.Outcome) {
+	cfg.HandledFunc = func(req wire.ApprovalRequest, o approver.Outcome) {
 		ch <- handled{approverID: id, req: req, outcome: o}
 	}
 	if cfg.Logger == nil {
@@ -50,13 +51,13 @@ func runApprover(t *testing.T, cfg approver.Config) <-chan handled {
 	return ch
 }
 
-func approvalRequest(t *testing.T, run, call, tool, args string) bus.ApprovalRequest {
+func approvalRequest(t *testing.T, run, call, tool, args string) wire.ApprovalRequest {
 	t.Helper()
-	digest, err := bus.DigestArgs(json.RawMessage(args))
+	digest, err := wire.DigestArgs(json.RawMessage(args))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bus.ApprovalRequest{
+	return wire.ApprovalRequest{
 		RunID: run, ConversationID: "conv-1", ToolCallID: call, ToolName: tool,
 		Args: json.RawMessage(args), ArgsDigest: digest,
 		Metadata: json.RawMessage(`{"reason":"test"}`),
@@ -64,7 +65,7 @@ func approvalRequest(t *testing.T, run, call, tool, args string) bus.ApprovalReq
 	}
 }
 
-func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
+func publish(t *testing.T, b *bus.Bus, reqs ...wire.ApprovalRequest) {
 	t.Helper()
 	for _, r := range reqs {
 		if _, err := b.PublishApproval(bustest.Context(t), r); err != nil {
@@ -109,20 +110,20 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		req     bus.ApprovalRequest
-		want    *bus.Decision // nil: no decision
+		req     wire.ApprovalRequest
+		want    *wire.Decision // nil: no decision
 		outcome approver.Outcome
 	}{
 		{
 			name:    "deny with message",
 			req:     approvalRequest(t, "run-a", "c1", "delete_file", `{"path":"/tmp/x"}`),
-			want:    &bus.Decision{Approved: false, Message: "Deleting files is not allowed"},
+			want:    &wire.Decision{Approved: false, Message: "Deleting files is not allowed"},
 			outcome: approver.OutcomeDenied,
 		},
 		{
 			name:    "approve with override args",
 			req:     approvalRequest(t, "run-b", "c2", "pay", `{"amount":5,"to":"bob"}`),
-			want:    &bus.Decision{Approved: true, OverrideArgs: json.RawMessage(`{"amount":20,"note":"capped"}`)},
+			want:    &wire.Decision{Approved: true, OverrideArgs: json.RawMessage(`{"amount":20,"note":"capped"}`)},
 			outcome: approver.OutcomeApproved,
 		},
 		{
@@ -133,7 +134,7 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 		{
 			name:    "approve",
 			req:     approvalRequest(t, "run-d", "c4", "write_file", `{"path":"a","content":"b"}`),
-			want:    &bus.Decision{Approved: true},
+			want:    &wire.Decision{Approved: true},
 			outcome: approver.OutcomeApproved,
 		},
 	}
@@ -161,7 +162,7 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 			t.Errorf("%s: %v", tt.name, err)
 		}
 		// The id docs/protocol.md gives: <run_id>/<tool_call_id>/decision.<approver_id>.<hash>.
-		subj, err := bus.DecisionSubject(tt.req.RunID)
+		subj, err := wire.DecisionSubject(tt.req.RunID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,10 +172,10 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 		}
 		sum := sha256.Sum256(append(body, got[0].Signature...))
 		wantID := tt.req.RunID + "/" + tt.req.ToolCallID + "/decision.bot-1." + hex.EncodeToString(sum[:8])
-		if id := bustest.Messages(t, b, bus.StreamReplies, subj)[0].Headers().Get(bus.HeaderMsgID); id != wantID {
+		if id := bustest.Messages(t, b, wire.StreamReplies, subj)[0].Headers().Get(wire.HeaderMsgID); id != wantID {
 			t.Errorf("%s: Nats-Msg-Id %q, want %q", tt.name, id, wantID)
 		}
-		if diff := cmp.Diff(want, got[0], cmpopts.IgnoreFields(bus.Decision{}, "Signature"),
+		if diff := cmp.Diff(want, got[0], cmpopts.IgnoreFields(wire.Decision{}, "Signature"),
 			cmpopts.EquateEmpty(), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
 			t.Errorf("%s: decision (-want +got):\n%s", tt.name, diff)
 		}
@@ -187,7 +188,7 @@ func TestApproverPublishesSignedDecisions(t *testing.T) {
 func waitAcked(t *testing.T, b *bus.Bus, durable string) {
 	t.Helper()
 	bustest.Poll(t, bustest.Timeout, "consumer "+durable+" to have acked everything", func() (bool, string) {
-		c, err := b.JetStream().Consumer(bustest.Context(t), bus.StreamApprovals, durable)
+		c, err := b.JetStream().Consumer(bustest.Context(t), wire.StreamApprovals, durable)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // CLI runs the approver's one-shot commands: list, approve, deny. It reads
@@ -29,7 +30,7 @@ type CLI struct {
 	ID string
 	// Key signs decisions; nil sends them unsigned.
 	Key ed25519.PrivateKey
-	// Filter narrows the requests seen. Defaults to bus.AllApprovals.
+	// Filter narrows the requests seen. Defaults to wire.AllApprovals.
 	Filter string
 	// Orchestrator, when set, is the authority on what is pending.
 	Orchestrator *client.Client
@@ -56,7 +57,7 @@ func (c *CLI) now() time.Time {
 
 // Pending is an open approval request as the CLI lists it.
 type Pending struct {
-	Request bus.ApprovalRequest
+	Request wire.ApprovalRequest
 	Stored  time.Time // when the request was published
 }
 
@@ -98,8 +99,8 @@ func (c *CLI) Pending(ctx context.Context) ([]Pending, error) {
 // openFunc answers whether a request is still pending: the word of the
 // orchestrators on NATS (which know of deleted conversations too), else
 // of the one at --orchestrator, else the events'.
-func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(bus.ApprovalRequest) bool, error) {
-	asked := make([]bus.ApprovalRequest, 0, len(reqs))
+func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(wire.ApprovalRequest) bool, error) {
+	asked := make([]wire.ApprovalRequest, 0, len(reqs))
 	for _, sr := range reqs {
 		asked = append(asked, sr.Request)
 	}
@@ -108,7 +109,7 @@ func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(bus.Appr
 	stop()
 	switch {
 	case err == nil:
-		return func(r bus.ApprovalRequest) bool { return statuses[Ref(r)].Pending() }, nil
+		return func(r wire.ApprovalRequest) bool { return statuses[Ref(r)].Pending() }, nil
 	case !errors.Is(err, ErrNoOrchestrator):
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(bus.Appr
 				open[[2]string{p.RunID, p.ToolCallID}] = true
 			}
 		}
-		return func(r bus.ApprovalRequest) bool { return open[[2]string{r.RunID, r.ToolCallID}] }, nil
+		return func(r wire.ApprovalRequest) bool { return open[[2]string{r.RunID, r.ToolCallID}] }, nil
 	}
 	c.note("no orchestrator answers on NATS: what is pending comes from the conversation events, which a deleted conversation takes with it")
 	stop = c.step("reading conversation events")
@@ -139,7 +140,7 @@ func (c *CLI) openFunc(ctx context.Context, reqs []StoredRequest) (func(bus.Appr
 	for _, se := range evs {
 		s.Observe(se.Event)
 	}
-	return func(r bus.ApprovalRequest) bool {
+	return func(r wire.ApprovalRequest) bool {
 		_, settled := s.Settled(r)
 		return !settled
 	}, nil
@@ -191,19 +192,19 @@ func (c *CLI) List(ctx context.Context) error {
 
 // Find resolves id, a tool_call_id or run_id/tool_call_id, to its open
 // request.
-func (c *CLI) Find(ctx context.Context, id string) (bus.ApprovalRequest, error) {
+func (c *CLI) Find(ctx context.Context, id string) (wire.ApprovalRequest, error) {
 	runID, callID := "", id
 	if i := strings.LastIndex(id, "/"); i >= 0 {
 		runID, callID = id[:i], id[i+1:]
 	}
 	if callID == "" {
-		return bus.ApprovalRequest{}, fmt.Errorf("%q: want TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID", id)
+		return wire.ApprovalRequest{}, fmt.Errorf("%q: want TOOL_CALL_ID or RUN_ID/TOOL_CALL_ID", id)
 	}
 	ps, err := c.Pending(ctx)
 	if err != nil {
-		return bus.ApprovalRequest{}, err
+		return wire.ApprovalRequest{}, err
 	}
-	var found []bus.ApprovalRequest
+	var found []wire.ApprovalRequest
 	for _, p := range ps {
 		if p.Request.ToolCallID == callID && (runID == "" || p.Request.RunID == runID) {
 			found = append(found, p.Request)
@@ -211,7 +212,7 @@ func (c *CLI) Find(ctx context.Context, id string) (bus.ApprovalRequest, error) 
 	}
 	switch len(found) {
 	case 0:
-		return bus.ApprovalRequest{}, fmt.Errorf("%s: %w", id, ErrNoRequest)
+		return wire.ApprovalRequest{}, fmt.Errorf("%s: %w", id, ErrNoRequest)
 	case 1:
 		return found[0], nil
 	}
@@ -220,7 +221,7 @@ func (c *CLI) Find(ctx context.Context, id string) (bus.ApprovalRequest, error) 
 		runs = append(runs, r.RunID+"/"+r.ToolCallID)
 	}
 	slices.Sort(runs)
-	return bus.ApprovalRequest{}, fmt.Errorf("%s: %w: give one of %s", id, ErrAmbiguous, strings.Join(runs, ", "))
+	return wire.ApprovalRequest{}, fmt.Errorf("%s: %w: give one of %s", id, ErrAmbiguous, strings.Join(runs, ", "))
 }
 
 // note tells of a fallback on Progress.
@@ -234,24 +235,24 @@ func (c *CLI) note(msg string) {
 // the orchestrator's outcome: a *RefusedError when it did not apply it,
 // ErrNoOutcome when it did not say in time (OutcomeTimeout). Without an
 // orchestrator answering on NATS the decision is only published.
-func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (bus.Decision, error) {
-	if err := bus.ValidateToken("approver id", c.ID); err != nil {
-		return bus.Decision{}, err
+func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (wire.Decision, error) {
+	if err := wire.ValidateToken("approver id", c.ID); err != nil {
+		return wire.Decision{}, err
 	}
 	req, err := c.Find(ctx, id)
 	if err != nil {
-		return bus.Decision{}, err
+		return wire.Decision{}, err
 	}
 	d, err := NewDecision(req, c.ID, ch, c.Key, c.now())
 	if err != nil {
-		return bus.Decision{}, err
+		return wire.Decision{}, err
 	}
 	if _, err := Status(ctx, c.Bus, req); errors.Is(err, ErrNoOrchestrator) {
 		stop := c.step("publishing the decision")
 		_, err = c.Bus.PublishDecision(ctx, d)
 		stop()
 		if err != nil {
-			return bus.Decision{}, err
+			return wire.Decision{}, err
 		}
 		c.note("no orchestrator answers on NATS: the decision is published, not confirmed")
 		return d, nil
@@ -290,7 +291,7 @@ func (c *CLI) Deny(ctx context.Context, id, message string) error {
 	return err
 }
 
-func signedNote(d bus.Decision) string {
+func signedNote(d wire.Decision) string {
 	if d.Signature != nil {
 		return " (signed)"
 	}
@@ -298,7 +299,7 @@ func signedNote(d bus.Decision) string {
 }
 
 func compact(raw json.RawMessage) string {
-	if c, err := bus.CanonicalJSON(raw); err == nil {
+	if c, err := wire.CanonicalJSON(raw); err == nil {
 		return string(c)
 	}
 	return string(raw)

@@ -23,13 +23,13 @@ import (
 
 const cliSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
 
-func cliRequest(t *testing.T, run, call, args string, deadline time.Time) bus.ApprovalRequest {
+func cliRequest(t *testing.T, run, call, args string, deadline time.Time) wire.ApprovalRequest {
 	t.Helper()
-	digest, err := bus.DigestArgs(json.RawMessage(args))
+	digest, err := wire.DigestArgs(json.RawMessage(args))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bus.ApprovalRequest{
+	return wire.ApprovalRequest{
 		RunID: run, ConversationID: "conv-" + run, ToolCallID: call, ToolName: "delete_file",
 		Parameters: json.RawMessage(cliSchema), Args: json.RawMessage(args), ArgsDigest: digest, Deadline: deadline,
 	}
@@ -42,7 +42,7 @@ func cliFixture(t *testing.T) *bus.Bus {
 	b := bustest.NewBus(t)
 	ctx := bustest.Context(t)
 	later := time.Now().Add(time.Hour)
-	reqs := []bus.ApprovalRequest{
+	reqs := []wire.ApprovalRequest{
 		cliRequest(t, "run-1", "call-1", `{"path":"a"}`, later),
 		cliRequest(t, "run-2", "call-1", `{"path":"b"}`, later),
 		cliRequest(t, "run-3", "call-3", `{"path":"c"}`, later),
@@ -57,7 +57,7 @@ func cliFixture(t *testing.T) *bus.Bus {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.PublishEvent(ctx, bus.Event{ConversationID: "conv-run-3", RunID: "run-3", ToolCallID: "call-3",
+	if _, err := b.PublishEvent(ctx, wire.Event{ConversationID: "conv-run-3", RunID: "run-3", ToolCallID: "call-3",
 		Type: wire.EventReplyApplied, Data: json.RawMessage(`{"kind":"approval"}`), Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestCLIDecide(t *testing.T) {
 	if err := cli.Deny(bustest.Context(t), "run-5/call-5", "keep e"); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bus.Decision{
+	want := map[string]wire.Decision{
 		"run-1": {RunID: "run-1", ToolCallID: "call-1", Approved: true, OverrideArgs: json.RawMessage(`{"path":"z"}`), Metadata: json.RawMessage(`{"ticket":7}`), ApproverID: "cli"},
 		"run-5": {RunID: "run-5", ToolCallID: "call-5", Message: "keep e", ApproverID: "cli"},
 	}
@@ -174,7 +174,7 @@ func TestCLIDecide(t *testing.T) {
 		if err := approver.Verify(key.Public().(ed25519.PublicKey), *d); err != nil {
 			t.Errorf("%s: %v", run, err)
 		}
-		w.ArgsDigest, _ = bus.DigestArgs(map[string]json.RawMessage{"run-1": json.RawMessage(`{"path":"a"}`), "run-5": json.RawMessage(`{"path":"e"}`)}[run])
+		w.ArgsDigest, _ = wire.DigestArgs(map[string]json.RawMessage{"run-1": json.RawMessage(`{"path":"a"}`), "run-5": json.RawMessage(`{"path":"e"}`)}[run])
 		d.Signature, d.DecidedAt = nil, time.Time{}
 		if diff := cmp.Diff(w, *d); diff != "" {
 			t.Errorf("%s decision (-want +got):\n%s", run, diff)
@@ -222,14 +222,14 @@ func TestValidateArgs(t *testing.T) {
 func TestScanEventsLeavesNoConsumer(t *testing.T) {
 	t.Parallel()
 	b := cliFixture(t)
-	before := bustest.Consumers(t, b, bus.StreamEvents)
+	before := bustest.Consumers(t, b, wire.StreamEvents)
 	for range 3 {
 		evs, err := approver.ConversationEvents(bustest.Context(t), b, "conv-run-3")
 		if err != nil || len(evs) != 1 {
 			t.Fatalf("events %v (%v)", evs, err)
 		}
 	}
-	if n := bustest.Consumers(t, b, bus.StreamEvents); n != before {
-		t.Errorf("%d consumers of %s after 3 scans, %d before", n, bus.StreamEvents, before)
+	if n := bustest.Consumers(t, b, wire.StreamEvents); n != before {
+		t.Errorf("%d consumers of %s after 3 scans, %d before", n, wire.StreamEvents, before)
 	}
 }

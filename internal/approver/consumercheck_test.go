@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // errorLog keeps the records of a logger's connection.
@@ -58,13 +59,13 @@ func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 	}
 
 	ctx := bustest.Context(t)
-	cons, err := other.JetStream().Consumer(ctx, bus.StreamApprovals, "policybot")
+	cons, err := other.JetStream().Consumer(ctx, wire.StreamApprovals, "policybot")
 	if err != nil {
 		t.Fatal(err)
 	}
 	edited := cons.CachedInfo().Config
 	edited.FilterSubject = "toolgate.approval.other"
-	if _, err := other.JetStream().UpdateConsumer(ctx, bus.StreamApprovals, edited); err != nil {
+	if _, err := other.JetStream().UpdateConsumer(ctx, wire.StreamApprovals, edited); err != nil {
 		t.Fatal(err)
 	}
 	// "skipped" is passed over when the edited consumer delivers "bait".
@@ -79,8 +80,8 @@ func TestBotTellsAndRestoresItsEditedConsumer(t *testing.T) {
 		t.Errorf("ConsumerDrifts = %d, want at least 1", n)
 	}
 	bustest.WaitFor(t, "the filter put back", func() bool {
-		c, err := other.JetStream().Consumer(ctx, bus.StreamApprovals, "policybot")
-		return err == nil && c.CachedInfo().Config.FilterSubject == bus.AllApprovals
+		c, err := other.JetStream().Consumer(ctx, wire.StreamApprovals, "policybot")
+		return err == nil && c.CachedInfo().Config.FilterSubject == wire.AllApprovals
 	})
 	publish(t, other, approvalRequest(t, "run-2", "c2", "pay", `{}`))
 	decided := map[string]approver.Outcome{}

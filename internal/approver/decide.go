@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Choice is a human's answer to one approval request, from the inbox or the
@@ -31,8 +31,8 @@ type Choice struct {
 // exactly as the bot does: args_digest copied from the request, approverID,
 // decided_at now in UTC. Edited args that the schema refuses are an
 // *ArgsError.
-func NewDecision(req bus.ApprovalRequest, approverID string, c Choice, key ed25519.PrivateKey, now time.Time) (bus.Decision, error) {
-	d := bus.Decision{
+func NewDecision(req wire.ApprovalRequest, approverID string, c Choice, key ed25519.PrivateKey, now time.Time) (wire.Decision, error) {
+	d := wire.Decision{
 		RunID:      req.RunID,
 		ToolCallID: req.ToolCallID,
 		ArgsDigest: req.ArgsDigest,
@@ -43,37 +43,37 @@ func NewDecision(req bus.ApprovalRequest, approverID string, c Choice, key ed255
 	switch {
 	case !c.Approve:
 		if len(bytes.TrimSpace(c.Args)) != 0 {
-			return bus.Decision{}, errors.New("args can only be edited on an approval")
+			return wire.Decision{}, errors.New("args can only be edited on an approval")
 		}
 		if len(bytes.TrimSpace(c.Metadata)) != 0 {
-			return bus.Decision{}, errors.New("metadata is given to the tool of an approved call only")
+			return wire.Decision{}, errors.New("metadata is given to the tool of an approved call only")
 		}
 		d.Message = c.Message
 	case len(bytes.TrimSpace(c.Args)) != 0:
 		if err := ValidateArgs(req.Parameters, c.Args); err != nil {
-			return bus.Decision{}, err
+			return wire.Decision{}, err
 		}
-		canon, err := bus.CanonicalJSON(c.Args)
+		canon, err := wire.CanonicalJSON(c.Args)
 		if err != nil {
-			return bus.Decision{}, &ArgsError{Problems: []string{err.Error()}}
+			return wire.Decision{}, &ArgsError{Problems: []string{err.Error()}}
 		}
-		if orig, err := bus.CanonicalJSON(req.Args); err != nil || !bytes.Equal(orig, canon) {
+		if orig, err := wire.CanonicalJSON(req.Args); err != nil || !bytes.Equal(orig, canon) {
 			d.OverrideArgs = canon
 		}
 	}
 	if c.Approve && len(bytes.TrimSpace(c.Metadata)) != 0 {
-		canon, err := bus.CanonicalJSON(c.Metadata)
+		canon, err := wire.CanonicalJSON(c.Metadata)
 		if err != nil {
-			return bus.Decision{}, fmt.Errorf("metadata: %w", err)
+			return wire.Decision{}, fmt.Errorf("metadata: %w", err)
 		}
 		d.Metadata = canon
 	}
 	if err := d.Validate(); err != nil {
-		return bus.Decision{}, fmt.Errorf("decision for %s: %w", req.ToolCallID, err)
+		return wire.Decision{}, fmt.Errorf("decision for %s: %w", req.ToolCallID, err)
 	}
 	if key != nil {
 		if err := Sign(key, &d); err != nil {
-			return bus.Decision{}, err
+			return wire.Decision{}, err
 		}
 	}
 	return d, nil

@@ -11,6 +11,6 @@
 // expression fails does not match, an unusable request is dead-lettered,
 // a request past its deadline is skipped.
 //
-// Sign and Verify use bus.Decision.SigningBytes, so the orchestrator and
+// Sign and Verify use wire.Decision.SigningBytes, so the orchestrator and
 // approvers in other languages check signatures over the same bytes.
 package approver

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Notifier is a Decider that decides nothing: it posts each approval
@@ -39,7 +39,7 @@ type NotifyMessage struct {
 }
 
 // Decide posts req and escalates it.
-func (n *Notifier) Decide(ctx context.Context, req bus.ApprovalRequest) (Verdict, error) {
+func (n *Notifier) Decide(ctx context.Context, req wire.ApprovalRequest) (Verdict, error) {
 	if n.Webhook == "" {
 		return Verdict{}, errors.New("notify: no webhook")
 	}
@@ -74,7 +74,7 @@ func (n *Notifier) Decide(ctx context.Context, req bus.ApprovalRequest) (Verdict
 }
 
 // CardURL is the link to req's card in the inbox at base; "" without base.
-func CardURL(base string, req bus.ApprovalRequest) string {
+func CardURL(base string, req wire.ApprovalRequest) string {
 	if base == "" {
 		return ""
 	}
@@ -82,9 +82,9 @@ func CardURL(base string, req bus.ApprovalRequest) string {
 }
 
 // Message is what Decide posts for req.
-func (n *Notifier) Message(req bus.ApprovalRequest) NotifyMessage {
+func (n *Notifier) Message(req wire.ApprovalRequest) NotifyMessage {
 	args := string(req.Args)
-	if c, err := bus.CanonicalJSON(req.Args); err == nil {
+	if c, err := wire.CanonicalJSON(req.Args); err == nil {
 		args = string(c)
 	}
 	if len(args) > 500 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/rule"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Action is what a policy rule does with a matching request.
@@ -212,7 +213,7 @@ func compileRule(r Rule) (compiledRule, string, error) {
 
 // Decide is Evaluate as a Decider: a request the policy cannot evaluate
 // (its args are not an object) can never be, so the error is terminal.
-func (p *Policy) Decide(_ context.Context, req bus.ApprovalRequest) (Verdict, error) {
+func (p *Policy) Decide(_ context.Context, req wire.ApprovalRequest) (Verdict, error) {
 	v, err := p.Evaluate(req)
 	if err != nil {
 		return v, bus.Terminal(err)
@@ -226,7 +227,7 @@ func (p *Policy) Len() int { return len(p.rules) }
 // Evaluate finds the first rule matching req. It returns an error only when
 // the request itself is unusable (args or metadata that are not JSON
 // objects); such a request gets no verdict at all.
-func (p *Policy) Evaluate(req bus.ApprovalRequest) (Verdict, error) {
+func (p *Policy) Evaluate(req wire.ApprovalRequest) (Verdict, error) {
 	args, err := rule.DecodeObject(req.Args)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate %s: args: %w", req.ToolCallID, err)

@@ -12,11 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
-func request(tool, args, meta string) bus.ApprovalRequest {
-	r := bus.ApprovalRequest{ToolCallID: "call-1", RunID: "run-1", ToolName: tool, Args: json.RawMessage(args)}
+func request(tool, args, meta string) wire.ApprovalRequest {
+	r := wire.ApprovalRequest{ToolCallID: "call-1", RunID: "run-1", ToolName: tool, Args: json.RawMessage(args)}
 	if meta != "" {
 		r.Metadata = json.RawMessage(meta)
 	}
@@ -63,7 +63,7 @@ func TestPolicyEvaluate(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		req         bus.ApprovalRequest
+		req         wire.ApprovalRequest
 		want        approver.Verdict
 		wantSkipped []int
 	}{
@@ -285,7 +285,7 @@ func TestAdvancedExamplePolicy(t *testing.T) {
 	}
 	tests := []struct {
 		name         string
-		req          bus.ApprovalRequest
+		req          wire.ApprovalRequest
 		want         approver.Action
 		wantOverride string
 	}{

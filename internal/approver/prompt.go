@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrExpired is returned by Prompt.Ask when the request's deadline passes
@@ -131,7 +131,7 @@ func (p *Prompt) readLine(ctx context.Context) (string, error) {
 // Ask shows req and waits for an answer until req's deadline. Skip is a
 // verdict with ActionEscalate. An expired request returns ErrExpired; input
 // that ends returns an error wrapping io.EOF.
-func (p *Prompt) Ask(ctx context.Context, req bus.ApprovalRequest) (Verdict, error) {
+func (p *Prompt) Ask(ctx context.Context, req wire.ApprovalRequest) (Verdict, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	askCtx := ctx
@@ -148,7 +148,7 @@ func (p *Prompt) Ask(ctx context.Context, req bus.ApprovalRequest) (Verdict, err
 	return v, err
 }
 
-func (p *Prompt) ask(ctx context.Context, req bus.ApprovalRequest) (Verdict, error) {
+func (p *Prompt) ask(ctx context.Context, req wire.ApprovalRequest) (Verdict, error) {
 	p.show(req)
 	for {
 		fmt.Fprint(p.out, "[a]pprove [d]eny [e]dit args [s]kip > ")
@@ -217,7 +217,7 @@ func (p *Prompt) editArgs(ctx context.Context) (json.RawMessage, bool, error) {
 	}
 }
 
-func (p *Prompt) show(req bus.ApprovalRequest) {
+func (p *Prompt) show(req wire.ApprovalRequest) {
 	w := p.out
 	fmt.Fprintf(w, "\n=== approval request ===\n")
 	fmt.Fprintf(w, "tool:     %s\n", req.ToolName)

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // syncBuffer lets a test read the prompt's output while Ask still writes.
@@ -35,8 +35,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func promptRequest() bus.ApprovalRequest {
-	return bus.ApprovalRequest{
+func promptRequest() wire.ApprovalRequest {
+	return wire.ApprovalRequest{
 		RunID: "run-1", ToolCallID: "call-7", ToolName: "delete_file",
 		ToolDescription: "Deletes a file.",
 		Args:            json.RawMessage(`{"path":"/tmp/x","force":true}`),

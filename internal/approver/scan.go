@@ -8,28 +8,29 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // StoredRequest is an approval request read back from TOOLGATE_APPROVALS.
 type StoredRequest struct {
-	Request bus.ApprovalRequest
+	Request wire.ApprovalRequest
 	Seq     uint64
 	Time    time.Time // when the stream stored it
 }
 
 // ScanApprovals reads the approval requests stored in TOOLGATE_APPROVALS
-// under filter (bus.AllApprovals when empty), oldest first, up to the end
+// under filter (wire.AllApprovals when empty), oldest first, up to the end
 // of the stream as it was when the scan began. Requests that cannot be
 // decoded are skipped: a reader is not their owner. It needs no durable
 // consumer, so one-shot commands leave no state behind.
 func ScanApprovals(ctx context.Context, b *bus.Bus, filter string) ([]StoredRequest, error) {
 	if filter == "" {
-		filter = bus.AllApprovals
+		filter = wire.AllApprovals
 	}
 	var out []StoredRequest
-	err := scan(ctx, b, bus.StreamApprovals, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
-		var r bus.ApprovalRequest
-		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &r); err != nil {
+	err := scan(ctx, b, wire.StreamApprovals, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
+		var r wire.ApprovalRequest
+		if err := wire.Decode(m.Data(), m.Headers().Get(wire.HeaderContentType), &r); err != nil {
 			return
 		}
 		if r.Validate() != nil {
@@ -47,15 +48,15 @@ func ScanApprovals(ctx context.Context, b *bus.Bus, filter string) ([]StoredRequ
 // conversation), oldest first, up to the end of the stream as it was when
 // the scan began.
 func ScanEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.StoredEvent, error) {
-	filter := bus.AllEvents
+	filter := wire.AllEvents
 	if conversationID != "" {
 		var err error
-		if filter, err = bus.EventSubject(conversationID); err != nil {
+		if filter, err = wire.EventSubject(conversationID); err != nil {
 			return nil, fmt.Errorf("scan events: %w", err)
 		}
 	}
 	var out []bus.StoredEvent
-	err := scan(ctx, b, bus.StreamEvents, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
+	err := scan(ctx, b, wire.StreamEvents, filter, func(m jetstream.Msg, meta *jetstream.MsgMetadata) {
 		events, err := bus.DecodeEvents(m.Data(), m.Headers())
 		if err != nil {
 			return
@@ -72,12 +73,12 @@ func ScanEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.S
 
 // ConversationEvents is ScanEvents without the stream positions: the
 // events of one conversation, oldest first.
-func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]bus.Event, error) {
+func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) ([]wire.Event, error) {
 	stored, err := ScanEvents(ctx, b, conversationID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]bus.Event, 0, len(stored))
+	out := make([]wire.Event, 0, len(stored))
 	for _, se := range stored {
 		out = append(out, se.Event)
 	}
@@ -91,5 +92,5 @@ func ConversationEvents(ctx context.Context, b *bus.Bus, conversationID string) 
 // events stream but not those of the approvals stream, where the bots'
 // durables are: there the scan's consumer expires by itself.
 func scan(ctx context.Context, b *bus.Bus, stream, filter string, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
-	return b.ScanStream(ctx, stream, filter, stream != bus.StreamEvents, fn)
+	return b.ScanStream(ctx, stream, filter, stream != wire.StreamEvents, fn)
 }

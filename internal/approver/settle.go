@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"sync"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -47,7 +46,7 @@ func NewSettlements() *Settlements {
 }
 
 // Observe records what ev settles and reports whether it settled anything.
-func (s *Settlements) Observe(ev bus.Event) bool {
+func (s *Settlements) Observe(ev wire.Event) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch ev.Type {
@@ -103,7 +102,7 @@ func (s *Settlements) Observe(ev bus.Event) bool {
 }
 
 // Settled reports whether req was settled elsewhere, and how.
-func (s *Settlements) Settled(req bus.ApprovalRequest) (Settlement, bool) {
+func (s *Settlements) Settled(req wire.ApprovalRequest) (Settlement, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st, ok := s.calls[callKey{req.RunID, req.ToolCallID}]; ok {

@@ -158,13 +158,13 @@ func approvalCalls(c *orchestrator.Conversation) []wire.PendingCall {
 
 // requestOf is the approval request of a pending call, as far as a
 // decision needs it.
-func requestOf(t *testing.T, pc wire.PendingCall) bus.ApprovalRequest {
+func requestOf(t *testing.T, pc wire.PendingCall) wire.ApprovalRequest {
 	t.Helper()
-	digest, err := bus.DigestArgs(pc.Args)
+	digest, err := wire.DigestArgs(pc.Args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bus.ApprovalRequest{RunID: pc.RunID, ConversationID: pc.ConversationID, ToolCallID: pc.ToolCallID,
+	return wire.ApprovalRequest{RunID: pc.RunID, ConversationID: pc.ConversationID, ToolCallID: pc.ToolCallID,
 		ToolName: pc.ToolName, Args: pc.Args, ArgsDigest: digest, Deadline: pc.Deadline}
 }
 
@@ -187,7 +187,7 @@ type recordingAsker struct {
 	told   []string
 }
 
-func (a *recordingAsker) Ask(_ context.Context, req bus.ApprovalRequest) (approver.Verdict, error) {
+func (a *recordingAsker) Ask(_ context.Context, req wire.ApprovalRequest) (approver.Verdict, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, req.RunID+"/"+req.ToolCallID)
@@ -375,7 +375,7 @@ func TestInboxShowsOnlyPendingRequests(t *testing.T) {
 		if !in.Ready() {
 			return false, "not ready"
 		}
-		c, err := r.bus.JetStream().Consumer(ctx, bus.StreamApprovals, "person-inbox")
+		c, err := r.bus.JetStream().Consumer(ctx, wire.StreamApprovals, "person-inbox")
 		if err != nil {
 			return false, err.Error()
 		}

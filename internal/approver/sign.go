@@ -12,15 +12,15 @@ import (
 	"os"
 	"strings"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Sign sets d.Signature to the ed25519 signature of d's canonical signing
-// bytes, bus.Decision.SigningBytes: the canonical JSON (sorted keys, compact,
+// bytes, wire.Decision.SigningBytes: the canonical JSON (sorted keys, compact,
 // no HTML escaping) of the decision's JSON form with the signature left out
 // and decided_at in UTC. Sign last: any field changed afterwards breaks the
 // signature.
-func Sign(key ed25519.PrivateKey, d *bus.Decision) error {
+func Sign(key ed25519.PrivateKey, d *wire.Decision) error {
 	if len(key) != ed25519.PrivateKeySize {
 		return fmt.Errorf("sign decision: private key is %d bytes, want %d", len(key), ed25519.PrivateKeySize)
 	}
@@ -31,8 +31,8 @@ func Sign(key ed25519.PrivateKey, d *bus.Decision) error {
 }
 
 // Verify checks d.Signature against pub over the same signing bytes Sign
-// uses. A missing or wrong signature is bus.ErrBadSignature.
-func Verify(pub ed25519.PublicKey, d bus.Decision) error {
+// uses. A missing or wrong signature is wire.ErrBadSignature.
+func Verify(pub ed25519.PublicKey, d wire.Decision) error {
 	if err := d.Verify(pub); err != nil {
 		return fmt.Errorf("verify decision %s from %s: %w", d.ToolCallID, d.ApproverID, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
@@ -24,8 +24,8 @@ func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
 	return pub, priv
 }
 
-func sampleDecision() bus.Decision {
-	return bus.Decision{
+func sampleDecision() wire.Decision {
+	return wire.Decision{
 		RunID:        "run-1",
 		ToolCallID:   "call-1",
 		ArgsDigest:   "3f0a1e6ad4f1e1c3c1d23f6e5c1f0f7d2b6f2d6c4c0b1f0e2a5d6c7b8a9f0e1d",
@@ -51,28 +51,28 @@ func TestSignVerify(t *testing.T) {
 	if err := approver.Verify(pub, d); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
-	if err := approver.Verify(otherPub, d); !errors.Is(err, bus.ErrBadSignature) {
+	if err := approver.Verify(otherPub, d); !errors.Is(err, wire.ErrBadSignature) {
 		t.Errorf("Verify with another key: %v, want ErrBadSignature", err)
 	}
 	unsigned := sampleDecision()
-	if err := approver.Verify(pub, unsigned); !errors.Is(err, bus.ErrBadSignature) {
+	if err := approver.Verify(pub, unsigned); !errors.Is(err, wire.ErrBadSignature) {
 		t.Errorf("Verify unsigned: %v, want ErrBadSignature", err)
 	}
 
 	tampers := []struct {
 		name string
-		f    func(*bus.Decision)
+		f    func(*wire.Decision)
 	}{
-		{"run_id", func(d *bus.Decision) { d.RunID = "run-2" }},
-		{"tool_call_id", func(d *bus.Decision) { d.ToolCallID = "call-2" }},
-		{"args_digest", func(d *bus.Decision) { d.ArgsDigest = "0" + d.ArgsDigest[1:] }},
-		{"approved", func(d *bus.Decision) { d.Approved = false }},
-		{"override_args value", func(d *bus.Decision) { d.OverrideArgs = json.RawMessage(`{"path":"/etc/passwd","n":1}`) }},
-		{"override_args dropped", func(d *bus.Decision) { d.OverrideArgs = nil }},
-		{"message", func(d *bus.Decision) { d.Message = "x" }},
-		{"approver_id", func(d *bus.Decision) { d.ApproverID = "mallory" }},
-		{"decided_at", func(d *bus.Decision) { d.DecidedAt = d.DecidedAt.Add(time.Nanosecond) }},
-		{"signature", func(d *bus.Decision) { d.Signature = append([]byte{d.Signature[0] ^ 1}, d.Signature[1:]...) }},
+		{"run_id", func(d *wire.Decision) { d.RunID = "run-2" }},
+		{"tool_call_id", func(d *wire.Decision) { d.ToolCallID = "call-2" }},
+		{"args_digest", func(d *wire.Decision) { d.ArgsDigest = "0" + d.ArgsDigest[1:] }},
+		{"approved", func(d *wire.Decision) { d.Approved = false }},
+		{"override_args value", func(d *wire.Decision) { d.OverrideArgs = json.RawMessage(`{"path":"/etc/passwd","n":1}`) }},
+		{"override_args dropped", func(d *wire.Decision) { d.OverrideArgs = nil }},
+		{"message", func(d *wire.Decision) { d.Message = "x" }},
+		{"approver_id", func(d *wire.Decision) { d.ApproverID = "mallory" }},
+		{"decided_at", func(d *wire.Decision) { d.DecidedAt = d.DecidedAt.Add(time.Nanosecond) }},
+		{"signature", func(d *wire.Decision) { d.Signature = append([]byte{d.Signature[0] ^ 1}, d.Signature[1:]...) }},
 	}
 	for _, tt := range tampers {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestSignVerify(t *testing.T) {
 			c := d
 			c.Signature = append([]byte(nil), d.Signature...)
 			tt.f(&c)
-			if err := approver.Verify(pub, c); !errors.Is(err, bus.ErrBadSignature) {
+			if err := approver.Verify(pub, c); !errors.Is(err, wire.ErrBadSignature) {
 				t.Errorf("Verify after changing %s: %v, want ErrBadSignature", tt.name, err)
 			}
 		})
@@ -99,7 +99,7 @@ func TestSignVerify(t *testing.T) {
 func TestSignedDecisionSurvivesTheWire(t *testing.T) {
 	t.Parallel()
 	pub, priv := newKey(t)
-	for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
+	for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
 		t.Run(ct, func(t *testing.T) {
 			t.Parallel()
 			d := sampleDecision()
@@ -107,12 +107,12 @@ func TestSignedDecisionSurvivesTheWire(t *testing.T) {
 			if err := approver.Sign(priv, &d); err != nil {
 				t.Fatal(err)
 			}
-			data, err := bus.Encode(d, ct)
+			data, err := wire.Encode(d, ct)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got bus.Decision
-			if err := bus.Decode(data, ct, &got); err != nil {
+			var got wire.Decision
+			if err := wire.Decode(data, ct, &got); err != nil {
 				t.Fatal(err)
 			}
 			if err := approver.Verify(pub, got); err != nil {

@@ -24,7 +24,7 @@ const statusTimeout = 10 * time.Second
 // Statuses asks the orchestrator where the calls of reqs stand. The
 // answer maps each call (RunID, ToolCallID) to its status; with
 // ErrNoOrchestrator (or another error) it is nil and nothing is known.
-func Statuses(ctx context.Context, b *bus.Bus, reqs []bus.ApprovalRequest) (map[CallRef]wire.ApprovalStatus, error) {
+func Statuses(ctx context.Context, b *bus.Bus, reqs []wire.ApprovalRequest) (map[CallRef]wire.ApprovalStatus, error) {
 	out := make(map[CallRef]wire.ApprovalStatus, len(reqs))
 	for start := 0; start < len(reqs); start += wire.MaxStatusCalls {
 		chunk := reqs[start:min(start+wire.MaxStatusCalls, len(reqs))]
@@ -63,11 +63,11 @@ func Statuses(ctx context.Context, b *bus.Bus, reqs []bus.ApprovalRequest) (map[
 type CallRef struct{ RunID, ToolCallID string }
 
 // Ref is the call req asks about.
-func Ref(req bus.ApprovalRequest) CallRef { return CallRef{req.RunID, req.ToolCallID} }
+func Ref(req wire.ApprovalRequest) CallRef { return CallRef{req.RunID, req.ToolCallID} }
 
 // Status is the status of one request (Statuses of one).
-func Status(ctx context.Context, b *bus.Bus, req bus.ApprovalRequest) (wire.ApprovalStatus, error) {
-	m, err := Statuses(ctx, b, []bus.ApprovalRequest{req})
+func Status(ctx context.Context, b *bus.Bus, req wire.ApprovalRequest) (wire.ApprovalStatus, error) {
+	m, err := Statuses(ctx, b, []wire.ApprovalRequest{req})
 	if err != nil {
 		return wire.ApprovalStatus{}, err
 	}
@@ -111,7 +111,7 @@ var ErrNoOutcome = errors.New("decision published, but the orchestrator has not 
 // the orchestrator did not say in time, ErrNoOrchestrator when none
 // answers. A publish that fails is returned as it is (the decision may be
 // sent again: it keeps its Nats-Msg-Id).
-func SendDecision(ctx context.Context, b *bus.Bus, d bus.Decision, timeout time.Duration, hdr ...nats.Header) error {
+func SendDecision(ctx context.Context, b *bus.Bus, d wire.Decision, timeout time.Duration, hdr ...nats.Header) error {
 	s := decisionSender{bus: b, timeout: timeout}
 	return s.send(ctx, d, hdr...)
 }
@@ -121,7 +121,7 @@ type decisionSender struct {
 	timeout time.Duration
 }
 
-func (s decisionSender) send(ctx context.Context, d bus.Decision, hdr ...nats.Header) error {
+func (s decisionSender) send(ctx context.Context, d wire.Decision, hdr ...nats.Header) error {
 	id, err := d.MsgID()
 	if err != nil {
 		return err
@@ -155,7 +155,7 @@ func (s decisionSender) send(ctx context.Context, d bus.Decision, hdr ...nats.He
 	if err != nil {
 		return err
 	}
-	req := bus.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
+	req := wire.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
 	if ack.Duplicate {
 		// The same decision was stored before and its outcome told then.
 		return s.fromStatus(ctx, req, d.ApproverID)
@@ -183,7 +183,7 @@ func (s decisionSender) send(ctx context.Context, d bus.Decision, hdr ...nats.He
 
 // fromStatus tells what became of a decision whose outcome was not heard,
 // from its call's status: decided by this approver is applied.
-func (s decisionSender) fromStatus(ctx context.Context, req bus.ApprovalRequest, approverID string) error {
+func (s decisionSender) fromStatus(ctx context.Context, req wire.ApprovalRequest, approverID string) error {
 	st, err := Status(ctx, s.bus, req)
 	switch {
 	case err != nil:

@@ -15,17 +15,18 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // decisionHeaders reads the headers of the decisions stored for run.
 func decisionHeaders(t *testing.T, b *bus.Bus, run string) []nats.Header {
 	t.Helper()
-	subj, err := bus.DecisionSubject(run)
+	subj, err := wire.DecisionSubject(run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []nats.Header
-	for _, m := range bustest.Messages(t, b, bus.StreamReplies, subj) {
+	for _, m := range bustest.Messages(t, b, wire.StreamReplies, subj) {
 		out = append(out, m.Headers())
 	}
 	return out
@@ -51,7 +52,7 @@ func TestApproverMetricsAndTrace(t *testing.T) {
 	// The orchestrator's side: one run span per request.
 	tracer := telemetry.Tracer(tp)
 	parents := map[string]trace.SpanContext{}
-	for _, r := range []bus.ApprovalRequest{
+	for _, r := range []wire.ApprovalRequest{
 		approvalRequest(t, "run-a", "c1", "delete_file", `{"path":"/tmp/x"}`),
 		approvalRequest(t, "run-b", "c2", "write_file", `{"path":"a","content":"b"}`),
 		approvalRequest(t, "run-c", "c3", "pay", `{"amount":500}`),

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Metrics of the codec case: raw is JSON, toolgate is msgpack (the
-// default wire codec), both through bus.Encode and bus.Decode as messages
+// default wire codec), both through wire.Encode and wire.Decode as messages
 // travel, validation included.
 const (
 	MetricCodecNsPerOp     = "codec_ns_per_op"
@@ -32,11 +32,11 @@ type CodecMessage struct {
 func CodecMessages() []CodecMessage {
 	run := runID("c", 1)
 	return []CodecMessage{
-		{"CallRequest", sampleCallRequest(run, "conv_"+run[4:], toolCallID(run, 0)), func() any { return new(bus.CallRequest) }},
-		{"ApprovalRequest", sampleApprovalRequest(), func() any { return new(bus.ApprovalRequest) }},
-		{"CallReply", replyFor(sampleCallRequest(run, "conv_"+run[4:], toolCallID(run, 0)), "worker-1"), func() any { return new(bus.CallReply) }},
-		{"Decision", sampleDecision(), func() any { return new(bus.Decision) }},
-		{"Event", sampleEvent(), func() any { return new(bus.Event) }},
+		{"CallRequest", sampleCallRequest(run, "conv_"+run[4:], toolCallID(run, 0)), func() any { return new(wire.CallRequest) }},
+		{"ApprovalRequest", sampleApprovalRequest(), func() any { return new(wire.ApprovalRequest) }},
+		{"CallReply", replyFor(sampleCallRequest(run, "conv_"+run[4:], toolCallID(run, 0)), "worker-1"), func() any { return new(wire.CallReply) }},
+		{"Decision", sampleDecision(), func() any { return new(wire.Decision) }},
+		{"Event", sampleEvent(), func() any { return new(wire.Event) }},
 	}
 }
 
@@ -54,7 +54,7 @@ func (cb CodecBenchmark) Name() string {
 }
 
 func codecName(ct string) string {
-	if ct == bus.ContentTypeJSON {
+	if ct == wire.ContentTypeJSON {
 		return "json"
 	}
 	return "msgpack"
@@ -65,12 +65,12 @@ func codecName(ct string) string {
 func CodecBenchmarks() ([]CodecBenchmark, error) {
 	var out []CodecBenchmark
 	for _, m := range CodecMessages() {
-		for _, ct := range []string{bus.ContentTypeJSON, bus.ContentTypeMsgpack} {
-			data, err := bus.Encode(m.Value, ct)
+		for _, ct := range []string{wire.ContentTypeJSON, wire.ContentTypeMsgpack} {
+			data, err := wire.Encode(m.Value, ct)
 			if err != nil {
 				return nil, fmt.Errorf("encode %s as %s: %w", m.Name, ct, err)
 			}
-			if err := bus.Decode(data, ct, m.New()); err != nil {
+			if err := wire.Decode(data, ct, m.New()); err != nil {
 				return nil, fmt.Errorf("decode %s as %s: %w", m.Name, ct, err)
 			}
 			out = append(out,
@@ -78,7 +78,7 @@ func CodecBenchmarks() ([]CodecBenchmark, error) {
 					b.ReportAllocs()
 					b.SetBytes(int64(len(data)))
 					for b.Loop() {
-						if _, err := bus.Encode(m.Value, ct); err != nil {
+						if _, err := wire.Encode(m.Value, ct); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -87,7 +87,7 @@ func CodecBenchmarks() ([]CodecBenchmark, error) {
 					b.ReportAllocs()
 					b.SetBytes(int64(len(data)))
 					for b.Loop() {
-						if err := bus.Decode(data, ct, m.New()); err != nil {
+						if err := wire.Decode(data, ct, m.New()); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -162,11 +162,11 @@ func setBenchTime(d time.Duration) (restore func(), err error) {
 func WireSizes() (map[string][2]int, error) {
 	out := map[string][2]int{}
 	for _, m := range CodecMessages() {
-		j, err := bus.Encode(m.Value, bus.ContentTypeJSON)
+		j, err := wire.Encode(m.Value, wire.ContentTypeJSON)
 		if err != nil {
 			return nil, err
 		}
-		mp, err := bus.Encode(m.Value, bus.ContentTypeMsgpack)
+		mp, err := wire.Encode(m.Value, wire.ContentTypeMsgpack)
 		if err != nil {
 			return nil, err
 		}

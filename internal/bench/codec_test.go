@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/toolgate/toolgate/internal/bench"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func BenchmarkCodec(b *testing.B) {
@@ -24,15 +24,15 @@ func BenchmarkCodec(b *testing.B) {
 func TestCodecSamplesRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, m := range bench.CodecMessages() {
-		for _, ct := range []string{bus.ContentTypeJSON, bus.ContentTypeMsgpack} {
+		for _, ct := range []string{wire.ContentTypeJSON, wire.ContentTypeMsgpack} {
 			t.Run(m.Name+"/"+ct, func(t *testing.T) {
 				t.Parallel()
-				data, err := bus.Encode(m.Value, ct)
+				data, err := wire.Encode(m.Value, ct)
 				if err != nil {
 					t.Fatal(err)
 				}
 				got := m.New()
-				if err := bus.Decode(data, ct, got); err != nil {
+				if err := wire.Decode(data, ct, got); err != nil {
 					t.Fatal(err)
 				}
 				if diff := cmp.Diff(m.Value, derefAny(got)); diff != "" {
@@ -45,15 +45,15 @@ func TestCodecSamplesRoundTrip(t *testing.T) {
 
 func derefAny(v any) any {
 	switch p := v.(type) {
-	case *bus.CallRequest:
+	case *wire.CallRequest:
 		return *p
-	case *bus.ApprovalRequest:
+	case *wire.ApprovalRequest:
 		return *p
-	case *bus.CallReply:
+	case *wire.CallReply:
 		return *p
-	case *bus.Decision:
+	case *wire.Decision:
 		return *p
-	case *bus.Event:
+	case *wire.Event:
 		return *p
 	}
 	return v

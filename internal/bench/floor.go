@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const floorSubject = "bench.rr." + sampleTool
@@ -31,18 +31,18 @@ func (t *FloorTarget) Name() string { return "core_nats" }
 // respond answers a call request as a worker named name would, at once.
 func respond(name string, bg *failure) nats.MsgHandler {
 	return func(msg *nats.Msg) {
-		var req bus.CallRequest
-		if err := bus.Decode(msg.Data, msg.Header.Get(hdrContentType), &req); err != nil {
+		var req wire.CallRequest
+		if err := wire.Decode(msg.Data, msg.Header.Get(hdrContentType), &req); err != nil {
 			bg.set(fmt.Errorf("responder %s: decode call: %w", name, err))
 			return
 		}
-		data, err := bus.Encode(replyFor(req, name), bus.ContentTypeMsgpack)
+		data, err := wire.Encode(replyFor(req, name), wire.ContentTypeMsgpack)
 		if err != nil {
 			bg.set(fmt.Errorf("responder %s: encode reply: %w", name, err))
 			return
 		}
 		out := &nats.Msg{Data: data, Header: nats.Header{}}
-		out.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		out.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 		if err := msg.RespondMsg(out); err != nil {
 			bg.set(fmt.Errorf("responder %s: respond: %w", name, err))
 		}
@@ -83,12 +83,12 @@ func (t *FloorTarget) Run(ctx context.Context, c Case) (Measurement, error) {
 	send := func(ctx context.Context, b *batch) error {
 		for i, id := range b.calls {
 			b.sent[i] = time.Now()
-			data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
+			data, err := wire.Encode(sampleCallRequest(b.run, b.conversation, id), wire.ContentTypeMsgpack)
 			if err != nil {
 				return err
 			}
 			msg := &nats.Msg{Subject: floorSubject, Data: data, Header: nats.Header{}}
-			msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+			msg.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 			msg.Header.Set(hdrRun, b.run)
 			msg.Header.Set(hdrCall, id)
 			go func() {
@@ -100,8 +100,8 @@ func (t *FloorTarget) Run(ctx context.Context, c Case) (Measurement, error) {
 					return
 				}
 				at := time.Now()
-				var rep bus.CallReply
-				if err := bus.Decode(resp.Data, resp.Header.Get(hdrContentType), &rep); err != nil {
+				var rep wire.CallReply
+				if err := wire.Decode(resp.Data, resp.Header.Get(hdrContentType), &rep); err != nil {
 					bg.set(fmt.Errorf("decode reply %s: %w", id, err))
 					return
 				}

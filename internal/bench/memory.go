@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -150,9 +151,9 @@ type pausedRun struct {
 }
 
 type pausedBatch struct {
-	RunID string            `msgpack:"run_id"`
-	Calls []bus.CallRequest `msgpack:"calls"`
-	Reply *bus.CallReply    `msgpack:"reply,omitempty"`
+	RunID string             `msgpack:"run_id"`
+	Calls []wire.CallRequest `msgpack:"calls"`
+	Reply *wire.CallReply    `msgpack:"reply,omitempty"`
 }
 
 func newPausedRecord(conversation, run, call string) pausedRecord {
@@ -171,7 +172,7 @@ func newPausedRecord(conversation, run, call string) pausedRecord {
 			}, Usage: map[string]int{"input_tokens": 412, "output_tokens": 58, "requests": 1}},
 		},
 		Runs:    []pausedRun{{RunID: run, Status: "paused", Prompt: prompt, Started: sampleDeadline}},
-		Batch:   pausedBatch{RunID: run, Calls: []bus.CallRequest{req}},
+		Batch:   pausedBatch{RunID: run, Calls: []wire.CallRequest{req}},
 		Created: sampleDeadline,
 		Updated: sampleDeadline,
 	}
@@ -301,9 +302,9 @@ func (t *RawMemoryTarget) RunMemory(ctx context.Context, c MemoryCase) (mm Memor
 func rawCallOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 	return func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 		run := runID(prefix, int64(i))
-		data, err := bus.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), bus.ContentTypeMsgpack)
+		data, err := wire.Encode(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), wire.ContentTypeMsgpack)
 		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		msg.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 		return msg, []jetstream.PublishOpt{jetstream.WithMsgID(run + "." + toolCallID(run, 0) + ".call")}, err
 	}
 }
@@ -312,9 +313,9 @@ func rawCallOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, er
 func rawReplyOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 	return func(i int) (*nats.Msg, []jetstream.PublishOpt, error) {
 		run := runID(prefix, int64(i))
-		data, err := bus.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), bus.ContentTypeMsgpack)
-		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		data, err := wire.Encode(replyFor(sampleCallRequest(run, conversationID(prefix, i), toolCallID(run, 0)), "bench-worker-0"), wire.ContentTypeMsgpack)
+		msg := &nats.Msg{Subject: rawReplyPrefix + run + "." + wire.ReplyKindCall, Data: data, Header: nats.Header{}}
+		msg.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 		msg.Header.Set(hdrRun, run)
 		msg.Header.Set(hdrCall, toolCallID(run, 0))
 		msg.Header.Set(hdrConversation, conversationID(prefix, i))
@@ -328,7 +329,7 @@ func rawReplyOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, e
 func rawMemoryStore(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, func() error, error) {
 	var kvCfg jetstream.KeyValueConfig
 	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
-		if kc.Bucket == bus.BucketRuns {
+		if kc.Bucket == wire.BucketRuns {
 			kvCfg = kc
 		}
 	}
@@ -478,8 +479,8 @@ func (t *RawMemoryTarget) applyReplies(ctx context.Context, js jetstream.JetStre
 		}
 	})
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		var rep bus.CallReply
-		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
+		var rep wire.CallReply
+		if err := wire.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
 			bg.set(fmt.Errorf("decode reply: %w", err))
 			return
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The sample messages have the sizes of a typical file-editing call: ids
@@ -24,8 +24,8 @@ func runID(prefix string, n int64) string { return fmt.Sprintf("run_%s%022d", pr
 
 func toolCallID(run string, i int) string { return fmt.Sprintf("call_%s_%03d", run[4:], i) }
 
-func sampleCallRequest(run, conversation, call string) bus.CallRequest {
-	return bus.CallRequest{
+func sampleCallRequest(run, conversation, call string) wire.CallRequest {
+	return wire.CallRequest{
 		RunID:          run,
 		ConversationID: conversation,
 		ToolCallID:     call,
@@ -37,13 +37,13 @@ func sampleCallRequest(run, conversation, call string) bus.CallRequest {
 	}
 }
 
-func sampleApprovalRequest() bus.ApprovalRequest {
+func sampleApprovalRequest() wire.ApprovalRequest {
 	args := json.RawMessage(sampleArgs)
-	digest, err := bus.DigestArgs(args)
+	digest, err := wire.DigestArgs(args)
 	if err != nil {
 		panic(err) // sampleArgs is a constant JSON object
 	}
-	return bus.ApprovalRequest{
+	return wire.ApprovalRequest{
 		RunID:           runID("a", 1),
 		ConversationID:  "conv_" + runID("a", 1)[4:],
 		ToolCallID:      toolCallID(runID("a", 1), 0),
@@ -60,19 +60,19 @@ func sampleApprovalRequest() bus.ApprovalRequest {
 }
 
 // replyFor is what the built-in noop tool answers: the arguments back.
-func replyFor(req bus.CallRequest, worker string) bus.CallReply {
-	return bus.CallReply{
+func replyFor(req wire.CallRequest, worker string) wire.CallReply {
+	return wire.CallReply{
 		RunID:      req.RunID,
 		ToolCallID: req.ToolCallID,
-		Outcome:    bus.OutcomeReturn,
+		Outcome:    wire.OutcomeReturn,
 		Value:      req.Args,
 		WorkerID:   worker,
 	}
 }
 
-func sampleDecision() bus.Decision {
+func sampleDecision() wire.Decision {
 	a := sampleApprovalRequest()
-	return bus.Decision{
+	return wire.Decision{
 		RunID:      a.RunID,
 		ToolCallID: a.ToolCallID,
 		ArgsDigest: a.ArgsDigest,
@@ -84,8 +84,8 @@ func sampleDecision() bus.Decision {
 	}
 }
 
-func sampleEvent() bus.Event {
-	return bus.Event{
+func sampleEvent() wire.Event {
+	return wire.Event{
 		ConversationID: "conv_" + runID("a", 1)[4:],
 		RunID:          runID("a", 1),
 		Type:           "tool_call_deferred",

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Streams and subjects of the raw baseline; they do not overlap toolgate's,
@@ -68,10 +69,10 @@ var rawPullExpiry = jetstream.PullExpiry(10 * time.Second)
 // store in the background, and creating one of the same name at once can
 // fail ("error creating store for stream").
 func rawStreams(gen string) (calls, replies jetstream.StreamConfig, err error) {
-	if calls, err = streamAs(bus.StreamCalls, rawCallsStream+"_"+gen, rawCallPrefix+">"); err != nil {
+	if calls, err = streamAs(wire.StreamCalls, rawCallsStream+"_"+gen, rawCallPrefix+">"); err != nil {
 		return calls, replies, err
 	}
-	replies, err = streamAs(bus.StreamReplies, rawRepliesStream+"_"+gen, rawReplyPrefix+">")
+	replies, err = streamAs(wire.StreamReplies, rawRepliesStream+"_"+gen, rawReplyPrefix+">")
 	return calls, replies, err
 }
 
@@ -204,8 +205,8 @@ func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, repli
 	collect, err := replyCons.Consume(func(msg jetstream.Msg) {
 		at := time.Now()
 		countRedelivery(msg, redelivered)
-		var rep bus.CallReply
-		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
+		var rep wire.CallReply
+		if err := wire.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &rep); err != nil {
 			bg.set(fmt.Errorf("decode reply: %w", err))
 			_ = msg.Term()
 			return
@@ -231,12 +232,12 @@ func sendRawBatch(ctx context.Context, js jetstream.JetStream, b *batch) error {
 		if b.sent[i].IsZero() {
 			b.sent[i] = time.Now()
 		}
-		data, err := bus.Encode(sampleCallRequest(b.run, b.conversation, id), bus.ContentTypeMsgpack)
+		data, err := wire.Encode(sampleCallRequest(b.run, b.conversation, id), wire.ContentTypeMsgpack)
 		if err != nil {
 			return err
 		}
 		msg := &nats.Msg{Subject: rawCallPrefix + sampleTool, Data: data, Header: nats.Header{}}
-		msg.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		msg.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 		msg.Header.Set(hdrRun, b.run)
 		msg.Header.Set(hdrConversation, b.conversation)
 		msg.Header.Set(hdrCall, id)
@@ -276,20 +277,20 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *fa
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		countRedelivery(msg, redelivered)
-		var req bus.CallRequest
-		if err := bus.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &req); err != nil {
+		var req wire.CallRequest
+		if err := wire.Decode(msg.Data(), msg.Headers().Get(hdrContentType), &req); err != nil {
 			bg.set(fmt.Errorf("worker %s: decode call: %w", name, err))
 			_ = msg.Term()
 			return
 		}
-		data, err := bus.Encode(replyFor(req, name), bus.ContentTypeMsgpack)
+		data, err := wire.Encode(replyFor(req, name), wire.ContentTypeMsgpack)
 		if err != nil {
 			bg.set(fmt.Errorf("worker %s: encode reply: %w", name, err))
 			_ = msg.Term()
 			return
 		}
-		out := &nats.Msg{Subject: rawReplyPrefix + req.RunID + "." + bus.ReplyKindCall, Data: data, Header: nats.Header{}}
-		out.Header.Set(hdrContentType, bus.ContentTypeMsgpack)
+		out := &nats.Msg{Subject: rawReplyPrefix + req.RunID + "." + wire.ReplyKindCall, Data: data, Header: nats.Header{}}
+		out.Header.Set(hdrContentType, wire.ContentTypeMsgpack)
 		out.Header.Set(hdrRun, req.RunID)
 		out.Header.Set(hdrCall, req.ToolCallID)
 		if _, err := js.PublishMsg(wctx, out, jetstream.WithMsgID(req.RunID+"."+req.ToolCallID+".result")); err != nil {

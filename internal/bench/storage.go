@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Streams and subjects the storage floor adds to the raw baseline's.
@@ -52,7 +53,7 @@ func StorageSizesOf(m *Measurement) StorageSizes {
 	if n := per(bus.StreamConversations); n > 0 {
 		s.Record = n
 	}
-	if n := per(bus.StreamEvents); n > 0 {
+	if n := per(wire.StreamEvents); n > 0 {
 		s.Event = n
 	}
 	return s
@@ -81,7 +82,7 @@ func storageStreams(gen string) (log, events jetstream.StreamConfig, err error) 
 	if log, err = streamAs(bus.StreamConversations, storageLogStream+"_"+gen, storageLogPrefix+gen+".>"); err != nil {
 		return log, events, err
 	}
-	events, err = streamAs(bus.StreamEvents, storageEventsStream+"_"+gen, storageEventPrefix+gen+".>")
+	events, err = streamAs(wire.StreamEvents, storageEventsStream+"_"+gen, storageEventPrefix+gen+".>")
 	return log, events, err
 }
 
@@ -147,7 +148,7 @@ func recordHeader(run string, expect uint64) nats.Header {
 // conversation conv.
 func eventHeader(conv string) nats.Header {
 	h := nats.Header{}
-	h.Set(hdrContentType, bus.ContentTypeMsgpack)
+	h.Set(hdrContentType, wire.ContentTypeMsgpack)
 	h.Set(hdrConversation, conv)
 	return h
 }
@@ -180,7 +181,7 @@ func (s *storageRun) start(ctx context.Context, b *batch) error {
 // reply completes the conversation of a reply on a goroutine of its own,
 // as toolgate's replies are recorded concurrently: the reply is
 // acknowledged and its batch complete once the second record is stored.
-func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep bus.CallReply, reg *registry) {
+func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep wire.CallReply, reg *registry) {
 	s.pending.Go(func() {
 		if err := s.complete(ctx, rep.RunID); err != nil {
 			s.bg.set(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -433,7 +434,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 				delete(states, name)
 			}
 			m.Stored, m.StoredBytes = storedPer(calls, (bus.SetupConfig{}).StreamConfigs(), states0, states)
-			m.Events = m.Stored[bus.StreamEvents]
+			m.Events = m.Stored[wire.StreamEvents]
 		}
 	}
 	return m, nil
@@ -760,8 +761,8 @@ func answers(runs []string) ([]bus.Outgoing, error) {
 	replies := make([]bus.Outgoing, len(runs))
 	for i, run := range runs {
 		var err error
-		if replies[i], err = bus.CallReplyMessage(bus.CallReply{
-			RunID: run, ToolCallID: "call_000", Outcome: bus.OutcomeReturn,
+		if replies[i], err = bus.CallReplyMessage(wire.CallReply{
+			RunID: run, ToolCallID: "call_000", Outcome: wire.OutcomeReturn,
 			Value: json.RawMessage(sampleArgs), WorkerID: "bench-worker-0",
 		}); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bench"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestToolgateTarget(t *testing.T) {
@@ -37,7 +38,7 @@ func TestToolgateTarget(t *testing.T) {
 		// pause are one record, and its claim and end another). Compared
 		// per conversation, in whole messages, not as a sum of fractions.
 		perConv := func(stream string) float64 { return math.Round(m.Stored[stream] * float64(c.Batch)) }
-		if m.Stored[bus.StreamCalls] < 1 || m.Stored[bus.StreamReplies] < 1 || perConv(bus.StreamConversations) < 1 {
+		if m.Stored[wire.StreamCalls] < 1 || m.Stored[wire.StreamReplies] < 1 || perConv(bus.StreamConversations) < 1 {
 			t.Errorf("%s: stored per call %v", c.Name(), m.Stored)
 		}
 		// At least the start's append (with the pause, or before it) per

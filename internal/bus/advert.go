@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Executors a tool advert may name.
@@ -41,11 +43,11 @@ type ToolAdvert struct {
 // Validate checks what a reader of the bucket relies on; each error names
 // the field.
 func (a ToolAdvert) Validate() error {
-	if err := ValidateToken("name", a.Name); err != nil {
+	if err := wire.ValidateToken("name", a.Name); err != nil {
 		return err
 	}
-	if a.Kind != ReplyKindCall {
-		return fmt.Errorf("kind %q: want %q", a.Kind, ReplyKindCall)
+	if a.Kind != wire.ReplyKindCall {
+		return fmt.Errorf("kind %q: want %q", a.Kind, wire.ReplyKindCall)
 	}
 	if !slices.Contains(advertExecutors, a.Executor) {
 		return fmt.Errorf("executor %q: want one of %v", a.Executor, advertExecutors)

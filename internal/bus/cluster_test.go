@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestClusterConfigErrors(t *testing.T) {
@@ -133,7 +134,7 @@ func (c *r3) restart(i int) {
 func TestClusterR3SurvivesANode(t *testing.T) {
 	t.Parallel()
 	cl, b := startR3(t, bus.ConnConfig{})
-	st, err := b.JetStream().Stream(ctxT(t), bus.StreamCalls)
+	st, err := b.JetStream().Stream(ctxT(t), wire.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 	if _, err := b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c1")); err != nil {
 		t.Fatal(err)
 	}
-	cl.nodes[cl.leader(bus.StreamCalls)].Shutdown()
+	cl.nodes[cl.leader(wire.StreamCalls)].Shutdown()
 	deadline := time.Now().Add(wait)
 	for {
 		_, err = b.PublishCall(ctxT(t), bustest.SampleCall("run1", "c2"))
@@ -159,7 +160,7 @@ func TestClusterR3SurvivesANode(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if n := streamMsgs(t, b, bus.StreamCalls); n != 2 {
+	if n := streamMsgs(t, b, wire.StreamCalls); n != 2 {
 		t.Errorf("calls stream holds %d messages, want 2", n)
 	}
 }
@@ -249,7 +250,7 @@ func TestClusterWritesWaitForALeader(t *testing.T) {
 	}()
 	var events []bus.Outgoing
 	for _, typ := range []string{"first", "second"} {
-		o, err := bus.EventMessage(bus.Event{ConversationID: "celect2", Type: typ, Time: time.Now()}, "")
+		o, err := bus.EventMessage(wire.Event{ConversationID: "celect2", Type: typ, Time: time.Now()}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,10 +269,10 @@ func TestClusterWritesWaitForALeader(t *testing.T) {
 	}
 	// Read once the cluster answers again: its meta layer may still be
 	// settling after the election.
-	eventSubj, _ := bus.EventSubject("celect2")
+	eventSubj, _ := wire.EventSubject("celect2")
 	rctx := bustest.Context(t)
 	bustest.Poll(t, wait, "the count of the events stored", func() (bool, string) {
-		st, err := patient.JetStream().Stream(rctx, bus.StreamEvents)
+		st, err := patient.JetStream().Stream(rctx, wire.StreamEvents)
 		if err != nil {
 			return false, err.Error()
 		}

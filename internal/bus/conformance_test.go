@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // runBusConformance checks the behaviour every bus must have; newBus
@@ -25,15 +26,15 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		t.Parallel()
 		b := newBus(t)
 		want := bustest.SampleCall("run1", "c1")
-		got := make(chan *bus.Delivery[bus.CallRequest], 1)
+		got := make(chan *bus.Delivery[wire.CallRequest], 1)
 		consumeCalls(t, b, "weather", fast,
-			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d; return nil })
+			func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error { got <- d; return nil })
 		publishCall(t, b, want)
 		d := bustest.Recv(t, got, "call")
 		if diff := cmp.Diff(want, d.Msg); diff != "" {
 			t.Errorf("call (-want +got):\n%s", diff)
 		}
-		if d.Header.Get(bus.HeaderRun) != "run1" || d.Header.Get(bus.HeaderCall) != "c1" || d.Header.Get(bus.HeaderConversation) != "conv1" {
+		if d.Header.Get(wire.HeaderRun) != "run1" || d.Header.Get(wire.HeaderCall) != "c1" || d.Header.Get(wire.HeaderConversation) != "conv1" {
 			t.Errorf("id headers: %v", d.Header)
 		}
 		if d.NumDelivered != 1 || d.StreamSeq == 0 || d.Subject != "toolgate.call.weather" {
@@ -46,11 +47,11 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		want := bustest.SampleApproval("run1", "c2")
 		// Two approvers each see every request.
-		got1 := make(chan bus.ApprovalRequest, 1)
-		got2 := make(chan bus.ApprovalRequest, 1)
-		for name, ch := range map[string]chan bus.ApprovalRequest{"bot": got1, "human": got2} {
-			s, err := b.ConsumeApprovals(bustest.Context(t), name, "", fast, bus.HandlerFunc[bus.ApprovalRequest](
-				func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error { ch <- d.Msg; return nil }))
+		got1 := make(chan wire.ApprovalRequest, 1)
+		got2 := make(chan wire.ApprovalRequest, 1)
+		for name, ch := range map[string]chan wire.ApprovalRequest{"bot": got1, "human": got2} {
+			s, err := b.ConsumeApprovals(bustest.Context(t), name, "", fast, bus.HandlerFunc[wire.ApprovalRequest](
+				func(_ context.Context, d *bus.Delivery[wire.ApprovalRequest]) error { ch <- d.Msg; return nil }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +60,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if _, err := b.PublishApproval(bustest.Context(t), want); err != nil {
 			t.Fatal(err)
 		}
-		for _, ch := range []chan bus.ApprovalRequest{got1, got2} {
+		for _, ch := range []chan wire.ApprovalRequest{got1, got2} {
 			if diff := cmp.Diff(want, bustest.Recv(t, ch, "approval")); diff != "" {
 				t.Errorf("approval (-want +got):\n%s", diff)
 			}
@@ -81,8 +82,8 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Fatal(err)
 		}
 		want := []bus.Reply{
-			{Kind: bus.ReplyKindCall, RunID: "run1", Call: &reply},
-			{Kind: bus.ReplyKindApproval, RunID: "run1", Decision: &dec},
+			{Kind: wire.ReplyKindCall, RunID: "run1", Call: &reply},
+			{Kind: wire.ReplyKindApproval, RunID: "run1", Decision: &dec},
 		}
 		for i := range want {
 			if diff := cmp.Diff(want[i], bustest.Recv(t, got, "reply")); diff != "" {
@@ -94,7 +95,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 	t.Run("events round trip", func(t *testing.T) {
 		t.Parallel()
 		b := newBus(t)
-		evs := []bus.Event{
+		evs := []wire.Event{
 			{ConversationID: "conv1", RunID: "run1", Type: "tool_call", ToolCallID: "c1", Data: json.RawMessage(`{"a":1}`), Time: deadline},
 			{ConversationID: "conv2", Type: "other", Time: deadline},
 			{ConversationID: "conv1", RunID: "run2", Type: "done", Time: deadline},
@@ -104,7 +105,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				t.Fatal(err)
 			}
 		}
-		var got []bus.Event
+		var got []wire.Event
 		var seqs []uint64
 		for se, err := range b.Events(bustest.Context(t), "conv1", 0) {
 			if err != nil {
@@ -116,7 +117,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				break
 			}
 		}
-		if diff := cmp.Diff([]bus.Event{evs[0], evs[2]}, got); diff != "" {
+		if diff := cmp.Diff([]wire.Event{evs[0], evs[2]}, got); diff != "" {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
 		// Resuming after the first yields the second.
@@ -146,7 +147,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if !ack.Duplicate {
 			t.Error("second publish not reported as duplicate")
 		}
-		if n := bustest.StreamMsgs(t, b, bus.StreamReplies); n != 1 {
+		if n := bustest.StreamMsgs(t, b, wire.StreamReplies); n != 1 {
 			t.Errorf("replies stream holds %d messages, want 1", n)
 		}
 		// Decisions of different approvers are not duplicates of each other.
@@ -157,7 +158,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				t.Fatal(err)
 			}
 		}
-		if n := bustest.StreamMsgs(t, b, bus.StreamReplies); n != 3 {
+		if n := bustest.StreamMsgs(t, b, wire.StreamReplies); n != 3 {
 			t.Errorf("replies stream holds %d messages, want 3", n)
 		}
 	})
@@ -167,7 +168,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		var handled atomic.Int32
 		consumeCalls(t, b, "weather", fast,
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { handled.Add(1); return nil })
+			func(context.Context, *bus.Delivery[wire.CallRequest]) error { handled.Add(1); return nil })
 		// Raw publishes past the codec: garbage, and a valid body that
 		// fails validation.
 		hdr := nats.Header{"X-Trace": []string{"t1"}}
@@ -175,7 +176,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Fatal(err)
 		}
 		dl := nextDeadLetter(t, b, 0)
-		if dl.Kind != bus.DLQDecode || dl.Subject != "toolgate.call.weather" || dl.Stream != bus.StreamCalls || dl.StreamSeq != 1 {
+		if dl.Kind != bus.DLQDecode || dl.Subject != "toolgate.call.weather" || dl.Stream != wire.StreamCalls || dl.StreamSeq != 1 {
 			t.Errorf("dead letter = kind %q subject %q stream %q seq %d", dl.Kind, dl.Subject, dl.Stream, dl.StreamSeq)
 		}
 		if dl.Reason == "" || dl.Header.Get("X-Trace") != "t1" || string(dl.Data) != "\xc1\x00" {
@@ -188,7 +189,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			t.Fatal(err)
 		}
 		if _, err := b.JetStream().PublishMsg(bustest.Context(t), &nats.Msg{Subject: "toolgate.call.weather", Data: data,
-			Header: nats.Header{bus.HeaderContentType: []string{bus.ContentTypeJSON}}}); err != nil {
+			Header: nats.Header{wire.HeaderContentType: []string{wire.ContentTypeJSON}}}); err != nil {
 			t.Fatal(err)
 		}
 		dl = nextDeadLetter(t, b, dl.Seq)
@@ -199,7 +200,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		// from the work queue (terminated).
 		done := make(chan struct{})
 		consumeCalls(t, b, "other", fast,
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { close(done); return nil })
+			func(context.Context, *bus.Delivery[wire.CallRequest]) error { close(done); return nil })
 		c := bustest.SampleCall("run1", "c9")
 		c.ToolName = "other"
 		publishCall(t, b, c)
@@ -207,7 +208,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if handled.Load() != 0 {
 			t.Errorf("handler saw %d poison messages", handled.Load())
 		}
-		bustest.WaitFor(t, "work queue empty", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "work queue empty", func() bool { return bustest.StreamMsgs(t, b, wire.StreamCalls) == 0 })
 	})
 
 	t.Run("reply body must match its subject", func(t *testing.T) {
@@ -217,7 +218,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		consumeReplies(t, b, "orchestrator", fast,
 			func(context.Context, *bus.Delivery[bus.Reply]) error { handled.Add(1); return nil })
 		// A decision body published on a result subject.
-		data, err := bus.Encode(bustest.SampleDecision("run1", "c1"), "")
+		data, err := wire.Encode(bustest.SampleDecision("run1", "c1"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +247,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		got := make(chan uint64, 3)
 		consumeCalls(t, b, "weather", fast,
-			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+			func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error {
 				got <- d.NumDelivered
 				switch d.NumDelivered {
 				case 1:
@@ -262,7 +263,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 				t.Fatalf("delivery %d, want %d", n, want)
 			}
 		}
-		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, wire.StreamCalls) == 0 })
 	})
 
 	t.Run("explicit nak with delay", func(t *testing.T) {
@@ -270,7 +271,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		b := newBus(t)
 		got := make(chan time.Time, 2)
 		consumeCalls(t, b, "weather", fast,
-			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+			func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error {
 				got <- time.Now()
 				if d.NumDelivered == 1 {
 					return d.NakWithDelay(300 * time.Millisecond)
@@ -289,15 +290,15 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		t.Parallel()
 		b := newBus(t)
 		consumeCalls(t, b, "weather", fast,
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
+			func(context.Context, *bus.Delivery[wire.CallRequest]) error {
 				return bus.Terminal(errors.New("tool is gone"))
 			})
 		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		dl := nextDeadLetter(t, b, 0)
-		if dl.Kind != bus.DLQHandler || dl.Reason != "tool is gone" || dl.Header.Get(bus.HeaderRun) != "run1" {
+		if dl.Kind != bus.DLQHandler || dl.Reason != "tool is gone" || dl.Header.Get(wire.HeaderRun) != "run1" {
 			t.Errorf("dead letter %+v", dl)
 		}
-		bustest.WaitFor(t, "termed", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "termed", func() bool { return bustest.StreamMsgs(t, b, wire.StreamCalls) == 0 })
 	})
 
 	t.Run("max deliveries become a dead letter and a failed reply", func(t *testing.T) {
@@ -306,7 +307,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		cfg := fast
 		cfg.MaxDeliver = 2
 		consumeCalls(t, b, "weather", cfg,
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error { return errors.New("always") })
+			func(context.Context, *bus.Delivery[wire.CallRequest]) error { return errors.New("always") })
 		md, err := b.HandleMaxDeliveries(bustest.Context(t), bus.MaxDeliveriesConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -317,17 +318,17 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			func(_ context.Context, d *bus.Delivery[bus.Reply]) error { replies <- d.Msg; return nil })
 		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		r := bustest.Recv(t, replies, "failed reply")
-		want := bus.Reply{Kind: bus.ReplyKindCall, RunID: "run1", Call: &bus.CallReply{
-			RunID: "run1", ToolCallID: "c1", Outcome: bus.OutcomeFailed, Message: "exhausted 2 deliveries", WorkerID: "toolgate",
+		want := bus.Reply{Kind: wire.ReplyKindCall, RunID: "run1", Call: &wire.CallReply{
+			RunID: "run1", ToolCallID: "c1", Outcome: wire.OutcomeFailed, Message: "exhausted 2 deliveries", WorkerID: "toolgate",
 		}}
 		if diff := cmp.Diff(want, r); diff != "" {
 			t.Errorf("reply (-want +got):\n%s", diff)
 		}
 		dl := nextDeadLetter(t, b, 0)
-		if dl.Kind != bus.DLQMaxDeliveries || dl.Stream != bus.StreamCalls || dl.Reason != "exhausted 2 deliveries" {
+		if dl.Kind != bus.DLQMaxDeliveries || dl.Stream != wire.StreamCalls || dl.Reason != "exhausted 2 deliveries" {
 			t.Errorf("dead letter %+v", dl)
 		}
-		bustest.WaitFor(t, "call deleted", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "call deleted", func() bool { return bustest.StreamMsgs(t, b, wire.StreamCalls) == 0 })
 	})
 
 	t.Run("batch publish", func(t *testing.T) {
@@ -353,10 +354,10 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		if err := b.PublishBatch(bustest.Context(t), out); err != nil {
 			t.Fatal(err)
 		}
-		if n := bustest.StreamMsgs(t, b, bus.StreamCalls); n != 3 {
+		if n := bustest.StreamMsgs(t, b, wire.StreamCalls); n != 3 {
 			t.Errorf("calls: %d messages, want 3", n)
 		}
-		if n := bustest.StreamMsgs(t, b, bus.StreamApprovals); n != 1 {
+		if n := bustest.StreamMsgs(t, b, wire.StreamApprovals); n != 1 {
 			t.Errorf("approvals: %d messages, want 1", n)
 		}
 		// A message nobody captures fails alone, naming its index.
@@ -384,7 +385,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		arrived := make(chan string, 2)
 		release := make(chan struct{})
 		consumeCalls(t, b, "weather", cfg,
-			func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+			func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error {
 				arrived <- d.Msg.ToolCallID
 				<-release
 				return nil
@@ -408,7 +409,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		cfg.AutoInProgress = true
 		deliveries := make(chan uint64, 4)
 		consumeCalls(t, b, "weather", cfg,
-			func(ctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+			func(ctx context.Context, d *bus.Delivery[wire.CallRequest]) error {
 				deliveries <- d.NumDelivered
 				if d.NumDelivered == 1 {
 					// Outlive AckWait three times over.
@@ -421,7 +422,7 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 			})
 		publishCall(t, b, bustest.SampleCall("run1", "c1"))
 		bustest.Recv(t, deliveries, "delivery")
-		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, bus.StreamCalls) == 0 })
+		bustest.WaitFor(t, "acked", func() bool { return bustest.StreamMsgs(t, b, wire.StreamCalls) == 0 })
 		select {
 		case n := <-deliveries:
 			t.Errorf("redelivered (delivery %d) although in progress", n)
@@ -435,8 +436,8 @@ func runBusConformance(t *testing.T, newBus func(t *testing.T) *bus.Bus) {
 		started := make(chan struct{})
 		release := make(chan struct{})
 		var finished atomic.Bool
-		s, err := b.ConsumeCalls(bustest.Context(t), "weather", fast, bus.HandlerFunc[bus.CallRequest](
-			func(context.Context, *bus.Delivery[bus.CallRequest]) error {
+		s, err := b.ConsumeCalls(bustest.Context(t), "weather", fast, bus.HandlerFunc[wire.CallRequest](
+			func(context.Context, *bus.Delivery[wire.CallRequest]) error {
 				close(started)
 				<-release
 				finished.Store(true)
@@ -473,7 +474,7 @@ func TestConformanceTCPJSON(t *testing.T) {
 	t.Parallel()
 	runBusConformance(t, func(t *testing.T) *bus.Bus {
 		srv := bustest.NewServer(t)
-		b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: srv.ClientURL(), Name: "test", ContentType: bus.ContentTypeJSON, Logger: testLogger(t)})
+		b, err := bus.Connect(bustest.Context(t), bus.ConnConfig{URL: srv.ClientURL(), Name: "test", ContentType: wire.ContentTypeJSON, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ConnConfig configures a client connection.
@@ -68,7 +69,7 @@ func (c ConnConfig) withDefaults() ConnConfig {
 		c.Name = "toolgate"
 	}
 	if c.ContentType == "" {
-		c.ContentType = ContentTypeMsgpack
+		c.ContentType = wire.ContentTypeMsgpack
 	}
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 5 * time.Second
@@ -208,7 +209,7 @@ func authOption(cfg ConnConfig) (nats.Option, error) {
 }
 
 func connect(ctx context.Context, cfg ConnConfig, extra ...nats.Option) (*Bus, error) {
-	if _, err := normalizeContentType(cfg.ContentType); err != nil {
+	if _, err := wire.NormalizeContentType(cfg.ContentType); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	logger := cfg.Logger.With(slog.String("component", "bus"), slog.String("client", cfg.Name))

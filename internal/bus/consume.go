@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Handler handles one delivered message. Returning nil acks it (unless the
@@ -701,11 +702,11 @@ func handleOne[T any](ctx context.Context, b *Bus, s *Subscription, logger *slog
 		return
 	}
 	logger = logger.With(slog.Uint64("stream_seq", meta.Sequence.Stream), slog.Uint64("delivered", meta.NumDelivered))
-	ct := m.Headers().Get(HeaderContentType)
+	ct := m.Headers().Get(wire.HeaderContentType)
 	v, err := decode(m, ct)
 	if err != nil {
 		kind := DLQInvalid
-		var de *DecodeError
+		var de *wire.DecodeError
 		if errors.As(err, &de) {
 			kind = DLQDecode
 		}
@@ -732,7 +733,7 @@ func handleOne[T any](ctx context.Context, b *Bus, s *Subscription, logger *slog
 		sub:          s,
 	}
 	if d.ContentType == "" {
-		d.ContentType = ContentTypeMsgpack
+		d.ContentType = wire.ContentTypeMsgpack
 	}
 	var stopProgress func()
 	if cfg.AutoInProgress {
@@ -799,21 +800,21 @@ func progress[T any](d *Delivery[T], every time.Duration) (stop func()) {
 // ConsumeCalls runs handler for the calls of one tool on the durable
 // call_<tool> shared by every worker of that tool, one message per loop
 // (PullMaxMessages 1).
-func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, h Handler[CallRequest]) (*Subscription, error) {
-	name, err := CallConsumerName(tool)
+func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, h Handler[wire.CallRequest]) (*Subscription, error) {
+	name, err := wire.CallConsumerName(tool)
 	if err != nil {
 		return nil, fmt.Errorf("consume calls: %w", err)
 	}
 	cfg = cfg.withDefaults(1)
 	cfg.PullMaxMessages = 1
 	cc := callConsumerBase(name, tool)
-	s, err := consume(ctx, b, StreamCalls, cc, cfg, func(m jetstream.Msg, ct string) (CallRequest, error) {
-		var r CallRequest
-		if err := Decode(m.Data(), ct, &r); err != nil {
+	s, err := consume(ctx, b, wire.StreamCalls, cc, cfg, func(m jetstream.Msg, ct string) (wire.CallRequest, error) {
+		var r wire.CallRequest
+		if err := wire.Decode(m.Data(), ct, &r); err != nil {
 			return r, err
 		}
 		if r.ToolName != tool {
-			return r, &ValidationError{Message: "call request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
+			return r, &wire.ValidationError{Message: "call request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
 		}
 		return r, nil
 	}, h)
@@ -824,7 +825,7 @@ func (b *Bus) ConsumeCalls(ctx context.Context, tool string, cfg ConsumeConfig, 
 }
 
 func callConsumerBase(name, tool string) jetstream.ConsumerConfig {
-	subj, _ := CallSubject(tool)
+	subj, _ := wire.CallSubject(tool)
 	return jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "calls of tool " + tool,
@@ -839,7 +840,7 @@ func callConsumerBase(name, tool string) jetstream.ConsumerConfig {
 // without an ack raises the MAX_DELIVERIES advisory that fails the call
 // "exhausted 5 deliveries" (HandleMaxDeliveries).
 func CallConsumerConfig(tool string) (jetstream.ConsumerConfig, error) {
-	name, err := CallConsumerName(tool)
+	name, err := wire.CallConsumerName(tool)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
@@ -861,8 +862,8 @@ func (b *Bus) EnsureCallConsumer(ctx context.Context, tool string) error {
 	if err != nil {
 		return fmt.Errorf("call consumer: %w", err)
 	}
-	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
-	_, err = b.js.CreateConsumer(gctx, StreamCalls, cc)
+	gctx, release := b.deny.guard(ctx, jsAPIFor(wire.StreamCalls))
+	_, err = b.js.CreateConsumer(gctx, wire.StreamCalls, cc)
 	derr := denied(gctx)
 	release()
 	if derr != nil {
@@ -878,12 +879,12 @@ func (b *Bus) EnsureCallConsumer(ctx context.Context, tool string) error {
 // ConsumeApprovals runs handler for approval requests on the approver's own
 // durable, so every approver sees every request. filter defaults to
 // AllApprovals (toolgate.approval.>); ApprovalSubject(tool) narrows it.
-func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg ConsumeConfig, h Handler[ApprovalRequest]) (*Subscription, error) {
-	if err := ValidateToken("durable name", durable); err != nil {
+func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg ConsumeConfig, h Handler[wire.ApprovalRequest]) (*Subscription, error) {
+	if err := wire.ValidateToken("durable name", durable); err != nil {
 		return nil, fmt.Errorf("consume approvals: %w", err)
 	}
 	if filter == "" {
-		filter = AllApprovals
+		filter = wire.AllApprovals
 	}
 	cfg = cfg.withDefaults(16)
 	cc := jetstream.ConsumerConfig{
@@ -891,13 +892,13 @@ func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg 
 		Description:   "approver " + durable,
 		FilterSubject: filter,
 	}
-	s, err := consume(ctx, b, StreamApprovals, cc, cfg, func(m jetstream.Msg, ct string) (ApprovalRequest, error) {
-		var r ApprovalRequest
-		if err := Decode(m.Data(), ct, &r); err != nil {
+	s, err := consume(ctx, b, wire.StreamApprovals, cc, cfg, func(m jetstream.Msg, ct string) (wire.ApprovalRequest, error) {
+		var r wire.ApprovalRequest
+		if err := wire.Decode(m.Data(), ct, &r); err != nil {
 			return r, err
 		}
-		if want, _ := ApprovalSubject(r.ToolName); want != m.Subject() {
-			return r, &ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
+		if want, _ := wire.ApprovalSubject(r.ToolName); want != m.Subject() {
+			return r, &wire.ValidationError{Message: "approval request", Field: "tool_name", Reason: fmt.Sprintf("%q does not match subject %s", r.ToolName, m.Subject())}
 		}
 		return r, r.Validate()
 	}, h)
@@ -914,8 +915,8 @@ func (b *Bus) ConsumeApprovals(ctx context.Context, durable, filter string, cfg 
 type Reply struct {
 	Kind     string
 	RunID    string
-	Call     *CallReply
-	Decision *Decision
+	Call     *wire.CallReply
+	Decision *wire.Decision
 }
 
 // ToolCallID of the reply.
@@ -932,16 +933,16 @@ func (r Reply) ToolCallID() string {
 // ConsumeReplies runs handler for results and decisions on a durable shared
 // by every orchestrator replica.
 func (b *Bus) ConsumeReplies(ctx context.Context, durable string, cfg ConsumeConfig, h Handler[Reply]) (*Subscription, error) {
-	if err := ValidateToken("durable name", durable); err != nil {
+	if err := wire.ValidateToken("durable name", durable); err != nil {
 		return nil, fmt.Errorf("consume replies: %w", err)
 	}
 	cfg = cfg.withDefaults(64)
 	cc := jetstream.ConsumerConfig{
 		Durable:       durable,
 		Description:   "orchestrator replies",
-		FilterSubject: AllReplies,
+		FilterSubject: wire.AllReplies,
 	}
-	s, err := consume(ctx, b, StreamReplies, cc, cfg, decodeReply, h)
+	s, err := consume(ctx, b, wire.StreamReplies, cc, cfg, decodeReply, h)
 	if err != nil {
 		return nil, fmt.Errorf("consume replies %s: %w", durable, err)
 	}
@@ -949,28 +950,28 @@ func (b *Bus) ConsumeReplies(ctx context.Context, durable string, cfg ConsumeCon
 }
 
 func decodeReply(m jetstream.Msg, ct string) (Reply, error) {
-	run, kind, err := ParseReplySubject(m.Subject())
+	run, kind, err := wire.ParseReplySubject(m.Subject())
 	if err != nil {
-		return Reply{}, &ValidationError{Message: "reply", Field: "subject", Reason: err.Error()}
+		return Reply{}, &wire.ValidationError{Message: "reply", Field: "subject", Reason: err.Error()}
 	}
 	r := Reply{Kind: kind, RunID: run}
 	var bodyRun string
 	switch kind {
-	case ReplyKindCall:
-		r.Call = new(CallReply)
-		if err := Decode(m.Data(), ct, r.Call); err != nil {
+	case wire.ReplyKindCall:
+		r.Call = new(wire.CallReply)
+		if err := wire.Decode(m.Data(), ct, r.Call); err != nil {
 			return r, err
 		}
 		bodyRun = r.Call.RunID
 	default:
-		r.Decision = new(Decision)
-		if err := Decode(m.Data(), ct, r.Decision); err != nil {
+		r.Decision = new(wire.Decision)
+		if err := wire.Decode(m.Data(), ct, r.Decision); err != nil {
 			return r, err
 		}
 		bodyRun = r.Decision.RunID
 	}
 	if bodyRun != run {
-		return r, &ValidationError{Message: "reply", Field: "run_id", Reason: fmt.Sprintf("%q does not match subject %s", bodyRun, m.Subject())}
+		return r, &wire.ValidationError{Message: "reply", Field: "run_id", Reason: fmt.Sprintf("%q does not match subject %s", bodyRun, m.Subject())}
 	}
 	return r, nil
 }
@@ -982,12 +983,12 @@ func decodeReply(m jetstream.Msg, ct string) (Reply, error) {
 // neither has nobody taking its calls now. A consumer that does not exist
 // has neither.
 func (b *Bus) CallTakers(ctx context.Context, tool string) (waiting, unacked int, err error) {
-	name, err := CallConsumerName(tool)
+	name, err := wire.CallConsumerName(tool)
 	if err != nil {
 		return 0, 0, fmt.Errorf("call takers: %w", err)
 	}
-	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
-	c, err := b.js.Consumer(gctx, StreamCalls, name)
+	gctx, release := b.deny.guard(ctx, jsAPIFor(wire.StreamCalls))
+	c, err := b.js.Consumer(gctx, wire.StreamCalls, name)
 	derr := denied(gctx)
 	release()
 	if derr != nil {

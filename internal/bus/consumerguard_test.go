@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 const guardUsers = `
@@ -74,8 +75,8 @@ func TestRolesCannotEditConsumersNotTheirs(t *testing.T) {
 
 	// The bot's own durable, and the one mallory may run.
 	got := make(chan string, 16)
-	handler := func(who string) bus.Handler[bus.ApprovalRequest] {
-		return bus.HandlerFunc[bus.ApprovalRequest](func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+	handler := func(who string) bus.Handler[wire.ApprovalRequest] {
+		return bus.HandlerFunc[wire.ApprovalRequest](func(_ context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 			got <- who + ":" + d.Msg.ToolCallID
 			return nil
 		})
@@ -87,13 +88,13 @@ func TestRolesCannotEditConsumersNotTheirs(t *testing.T) {
 		}
 		stop(t, sub)
 	}
-	botCfg, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "policybot")
+	botCfg, err := orch.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "policybot")
 	if err != nil {
 		t.Fatal(err)
 	}
 	silenced := botCfg.CachedInfo().Config
 	silenced.FilterSubject = "toolgate.approval.nothing"
-	for name, edit := range edits(c["mallory"].JetStream(), bus.StreamApprovals, silenced) {
+	for name, edit := range edits(c["mallory"].JetStream(), wire.StreamApprovals, silenced) {
 		ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
 		if err := edit(ctx); err == nil {
 			t.Errorf("mallory's %s of policybot's durable succeeded", name)
@@ -102,17 +103,17 @@ func TestRolesCannotEditConsumersNotTheirs(t *testing.T) {
 	}
 	// Nor may it make the bot's inbox durable before the bot does.
 	ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
-	_, err = c["mallory"].JetStream().CreateConsumer(ctx, bus.StreamApprovals, jetstream.ConsumerConfig{Durable: "policybot-inbox", AckPolicy: jetstream.AckExplicitPolicy})
+	_, err = c["mallory"].JetStream().CreateConsumer(ctx, wire.StreamApprovals, jetstream.ConsumerConfig{Durable: "policybot-inbox", AckPolicy: jetstream.AckExplicitPolicy})
 	cancel()
 	if err == nil {
 		t.Error("mallory made policybot-inbox")
 	}
-	if info, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "policybot"); err != nil || info.CachedInfo().Config.FilterSubject != bus.AllApprovals {
+	if info, err := orch.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "policybot"); err != nil || info.CachedInfo().Config.FilterSubject != wire.AllApprovals {
 		t.Fatalf("policybot's durable after the refused edits: %+v, %v", info, err)
 	}
 	args := json.RawMessage(`{}`)
-	digest, _ := bus.DigestArgs(args)
-	if _, err := orch.PublishApproval(ctxT(t), bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: "a1", ToolName: "pay",
+	digest, _ := wire.DigestArgs(args)
+	if _, err := orch.PublishApproval(ctxT(t), wire.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: "a1", ToolName: "pay",
 		Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,16 +126,16 @@ func TestRolesCannotEditConsumersNotTheirs(t *testing.T) {
 	}
 
 	// Workers bind to the call durable the orchestrator makes.
-	if _, err := c["w1"].ConsumeCalls(ctxT(t), "other", bus.ConsumeConfig{}, bus.HandlerFunc[bus.CallRequest](
-		func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil })); !errors.Is(err, bus.ErrConsumerMissing) || !bus.Transient(err) {
+	if _, err := c["w1"].ConsumeCalls(ctxT(t), "other", bus.ConsumeConfig{}, bus.HandlerFunc[wire.CallRequest](
+		func(context.Context, *bus.Delivery[wire.CallRequest]) error { return nil })); !errors.Is(err, bus.ErrConsumerMissing) || !bus.Transient(err) {
 		t.Errorf("a worker's consume of a tool without call consumer = %v, want ErrConsumerMissing, transient", err)
 	}
 	if err := orch.EnsureCallConsumer(ctxT(t), "echo"); err != nil {
 		t.Fatal(err)
 	}
 	calls := make(chan string, 4)
-	sub, err := c["w1"].ConsumeCalls(ctxT(t), "echo", bus.ConsumeConfig{}, bus.HandlerFunc[bus.CallRequest](
-		func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+	sub, err := c["w1"].ConsumeCalls(ctxT(t), "echo", bus.ConsumeConfig{}, bus.HandlerFunc[wire.CallRequest](
+		func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error {
 			calls <- d.Msg.ToolCallID
 			return nil
 		}))
@@ -148,14 +149,14 @@ func TestRolesCannotEditConsumersNotTheirs(t *testing.T) {
 	}
 	broken := want
 	broken.FilterSubject = "toolgate.call.nothing"
-	for name, edit := range edits(c["w2"].JetStream(), bus.StreamCalls, broken) {
+	for name, edit := range edits(c["w2"].JetStream(), wire.StreamCalls, broken) {
 		ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
 		if err := edit(ctx); err == nil {
 			t.Errorf("w2's %s of call_echo succeeded", name)
 		}
 		cancel()
 	}
-	if _, err := orch.PublishCall(ctxT(t), bus.CallRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: "e1", ToolName: "echo",
+	if _, err := orch.PublishCall(ctxT(t), wire.CallRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: "e1", ToolName: "echo",
 		Args: args, Deadline: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 	// edit is skipped by the edited consumer before the check puts it back.
 	cfg := bus.ConsumeConfig{CheckEvery: 300 * time.Millisecond, OnDrift: func(d bus.ConsumerDrift) { drifts <- d }}
 	sub, err := b.ConsumeApprovals(ctxT(t), "bot", "", cfg,
-		bus.HandlerFunc[bus.ApprovalRequest](func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+		bus.HandlerFunc[wire.ApprovalRequest](func(_ context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 			got <- d.Msg.ToolCallID
 			return nil
 		}))
@@ -213,10 +214,10 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop(t, sub)
-	request := func(call string) bus.ApprovalRequest {
+	request := func(call string) wire.ApprovalRequest {
 		args := json.RawMessage(`{}`)
-		digest, _ := bus.DigestArgs(args)
-		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "pay",
+		digest, _ := wire.DigestArgs(args)
+		return wire.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "pay",
 			Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour)}
 	}
 	if _, err := other.PublishApproval(ctxT(t), request("before")); err != nil {
@@ -226,13 +227,13 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 		t.Fatalf("got %s, want before", id)
 	}
 
-	cons, err := other.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot")
+	cons, err := other.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "bot")
 	if err != nil {
 		t.Fatal(err)
 	}
 	edited := cons.CachedInfo().Config
 	edited.FilterSubject = "toolgate.approval.nothing"
-	if _, err := other.JetStream().UpdateConsumer(ctxT(t), bus.StreamApprovals, edited); err != nil {
+	if _, err := other.JetStream().UpdateConsumer(ctxT(t), wire.StreamApprovals, edited); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.PublishApproval(ctxT(t), request("during")); err != nil {
@@ -258,8 +259,8 @@ func TestConsumerChangedUnderneathIsToldAndPutBack(t *testing.T) {
 		t.Errorf("ConsumerDrifts = %d, want at least 1", b.ConsumerDrifts())
 	}
 	bustest.WaitFor(t, "the filter put back", func() bool {
-		c, err := other.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot")
-		return err == nil && c.CachedInfo().Config.FilterSubject == bus.AllApprovals
+		c, err := other.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "bot")
+		return err == nil && c.CachedInfo().Config.FilterSubject == wire.AllApprovals
 	})
 	for {
 		if id := bustest.Recv(t, got, "the request published while the filter was changed"); id == "during" {
@@ -298,7 +299,7 @@ func TestServerConfigBlockDeniesOtherApproversDurables(t *testing.T) {
 	if want := bus.ApproverDeny(append(bus.ApproverConsumers("policybot"), "ops-bot")); !slices.Equal(deny["mallory"], want) {
 		t.Errorf("mallory's publish deny = %v, want %v", deny["mallory"], want)
 	}
-	if slices.Contains(deny["ops"], "$JS.API.CONSUMER.CREATE."+bus.StreamApprovals+".ops-bot") || !slices.Contains(deny["ops"], "$JS.API.CONSUMER.CREATE."+bus.StreamApprovals+".mallory") {
+	if slices.Contains(deny["ops"], "$JS.API.CONSUMER.CREATE."+wire.StreamApprovals+".ops-bot") || !slices.Contains(deny["ops"], "$JS.API.CONSUMER.CREATE."+wire.StreamApprovals+".mallory") {
 		t.Errorf("ops's publish deny = %v, want the others' durables, not its own", deny["ops"])
 	}
 	if len(deny["w1"]) != 0 || len(deny["orch"]) != 0 {
@@ -317,12 +318,12 @@ func TestOwnConsumersHaveNoDrift(t *testing.T) {
 	bustest.Setup(t, b)
 	cfg := bus.ConsumeConfig{CheckEvery: 10 * time.Millisecond}
 	for range 2 {
-		calls, err := b.ConsumeCalls(ctxT(t), "echo", cfg, bus.HandlerFunc[bus.CallRequest](func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil }))
+		calls, err := b.ConsumeCalls(ctxT(t), "echo", cfg, bus.HandlerFunc[wire.CallRequest](func(context.Context, *bus.Delivery[wire.CallRequest]) error { return nil }))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop(t, calls)
-		approvals, err := b.ConsumeApprovals(ctxT(t), "bot", "toolgate.approval.pay", cfg, bus.HandlerFunc[bus.ApprovalRequest](func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
+		approvals, err := b.ConsumeApprovals(ctxT(t), "bot", "toolgate.approval.pay", cfg, bus.HandlerFunc[wire.ApprovalRequest](func(context.Context, *bus.Delivery[wire.ApprovalRequest]) error { return nil }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +338,7 @@ func TestOwnConsumersHaveNoDrift(t *testing.T) {
 	if err := b.EnsureCallConsumer(ctxT(t), "other"); err != nil {
 		t.Fatal(err)
 	}
-	other, err := b.ConsumeCalls(ctxT(t), "other", cfg, bus.HandlerFunc[bus.CallRequest](func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil }))
+	other, err := b.ConsumeCalls(ctxT(t), "other", cfg, bus.HandlerFunc[wire.CallRequest](func(context.Context, *bus.Delivery[wire.CallRequest]) error { return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

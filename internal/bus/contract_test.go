@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A worker written in another language only binds to call_<tool>: the
@@ -64,7 +65,7 @@ func TestForeignWorkerBindsToTheCallConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.Consumer(ctx, bus.StreamCalls, "call_flaky")
+	cons, err := js.Consumer(ctx, wire.StreamCalls, "call_flaky")
 	if err != nil {
 		t.Fatalf("bind to call_flaky before any tool-worker ran: %v", err)
 	}
@@ -90,7 +91,7 @@ func TestForeignWorkerBindsToTheCallConsumer(t *testing.T) {
 	t.Cleanup(cc.Stop)
 
 	r := bustest.Recv(t, replies, "the failed reply")
-	if r.Call == nil || r.Call.Outcome != bus.OutcomeFailed || r.Call.Message != "exhausted 5 deliveries" || r.Call.ToolCallID != "c1" {
+	if r.Call == nil || r.Call.Outcome != wire.OutcomeFailed || r.Call.Message != "exhausted 5 deliveries" || r.Call.ToolCallID != "c1" {
 		t.Fatalf("reply %+v, want failed \"exhausted 5 deliveries\"", r.Call)
 	}
 	if n := deliveries.Load(); n != 5 {
@@ -107,9 +108,9 @@ func TestCallConsumerKeepsAWorkersSettings(t *testing.T) {
 	bustest.Setup(t, orch)
 	worker := bustest.Connect(t, srv, "worker")
 	consumeCalls(t, worker, "weather", bus.ConsumeConfig{AckWait: 3 * time.Second},
-		func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil })
+		func(context.Context, *bus.Delivery[wire.CallRequest]) error { return nil })
 	publishCall(t, orch, bustest.SampleCall("run1", "c1"))
-	cons, err := orch.JetStream().Consumer(bustest.Context(t), bus.StreamCalls, "call_weather")
+	cons, err := orch.JetStream().Consumer(bustest.Context(t), wire.StreamCalls, "call_weather")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,15 +181,15 @@ func TestProtocolDocStreamsAndSubjects(t *testing.T) {
 	t.Parallel()
 	doc := protocolDoc(t)
 	values := map[string]string{"tool": "T", "run_id": "R", "conversation_id": "C", "kind": "decode",
-		"stream": bus.StreamCalls, "consumer": "call_T"}
+		"stream": wire.StreamCalls, "consumer": "call_T"}
 	built := map[string]func() (string, error){
-		"toolgate.call.<tool>":             func() (string, error) { return bus.CallSubject("T") },
-		"toolgate.approval.<tool>":         func() (string, error) { return bus.ApprovalSubject("T") },
-		"toolgate.reply.<run_id>.call":     func() (string, error) { return bus.CallReplySubject("R") },
-		"toolgate.reply.<run_id>.approval": func() (string, error) { return bus.DecisionSubject("R") },
-		"toolgate.event.<conversation_id>": func() (string, error) { return bus.EventSubject("C") },
-		"toolgate.dlq.<kind>":              func() (string, error) { return bus.DLQSubject("decode") },
-		"toolgate.audit.<run_id>":          func() (string, error) { return bus.AuditSubject("R") },
+		"toolgate.call.<tool>":             func() (string, error) { return wire.CallSubject("T") },
+		"toolgate.approval.<tool>":         func() (string, error) { return wire.ApprovalSubject("T") },
+		"toolgate.reply.<run_id>.call":     func() (string, error) { return wire.CallReplySubject("R") },
+		"toolgate.reply.<run_id>.approval": func() (string, error) { return wire.DecisionSubject("R") },
+		"toolgate.event.<conversation_id>": func() (string, error) { return wire.EventSubject("C") },
+		"toolgate.dlq.<kind>":              func() (string, error) { return wire.DLQSubject("decode") },
+		"toolgate.audit.<run_id>":          func() (string, error) { return wire.AuditSubject("R") },
 		"toolgate.conv.<conversation_id>":  func() (string, error) { return bus.ConversationSubject("C"), nil },
 	}
 	configs := map[string][]string{}
@@ -290,7 +291,7 @@ func TestProtocolDocMessageIDs(t *testing.T) {
 	}
 }
 
-func mustID(t *testing.T, d bus.Decision) string {
+func mustID(t *testing.T, d wire.Decision) string {
 	t.Helper()
 	id, err := d.MsgID()
 	if err != nil {
@@ -338,8 +339,8 @@ func TestProtocolDocDeadLetters(t *testing.T) {
 			t.Errorf("dead-letter kind %s is not in the doc", kind)
 		}
 	}
-	for _, h := range []string{bus.HeaderDLQReason, bus.HeaderDLQSubject, bus.HeaderDLQStream, bus.HeaderDLQSeq,
-		bus.HeaderDLQConsumer, bus.HeaderDLQTruncated, "Toolgate-DLQ-Msg-Id"} {
+	for _, h := range []string{wire.HeaderDLQReason, wire.HeaderDLQSubject, wire.HeaderDLQStream, wire.HeaderDLQSeq,
+		wire.HeaderDLQConsumer, wire.HeaderDLQTruncated, "Toolgate-DLQ-Msg-Id"} {
 		if !strings.Contains(doc, "| `"+h+"` |") {
 			t.Errorf("dead-letter header %s is not in the doc", h)
 		}

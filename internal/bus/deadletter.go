@@ -42,13 +42,13 @@ func truncateReason(s string) string {
 // with its original subject and headers plus the reason. The id is derived
 // from the original stream and sequence, so a copy made twice is stored once.
 func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer string, seq uint64, subject string, hdr nats.Header, data []byte) error {
-	subj, err := DLQSubject(kind)
+	subj, err := wire.DLQSubject(kind)
 	if err != nil {
 		return err
 	}
 	m := nats.NewMsg(subj)
 	for k, vs := range hdr {
-		if k == HeaderMsgID || k == "Nats-Expected-Stream" || k == "Nats-Expected-Last-Sequence" ||
+		if k == wire.HeaderMsgID || k == "Nats-Expected-Stream" || k == "Nats-Expected-Last-Sequence" ||
 			k == "Nats-Expected-Last-Subject-Sequence" || k == "Nats-Expected-Last-Msg-Id" || k == "Nats-TTL" {
 			continue
 		}
@@ -56,17 +56,17 @@ func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer str
 			m.Header.Add(k, v)
 		}
 	}
-	if id := hdr.Get(HeaderMsgID); id != "" {
+	if id := hdr.Get(wire.HeaderMsgID); id != "" {
 		m.Header.Set("Toolgate-DLQ-Msg-Id", id)
 	}
-	m.Header.Set(HeaderDLQReason, sanitizeHeader(truncateReason(reason)))
-	m.Header.Set(HeaderDLQSubject, subject)
-	m.Header.Set(HeaderDLQStream, stream)
-	m.Header.Set(HeaderDLQSeq, strconv.FormatUint(seq, 10))
+	m.Header.Set(wire.HeaderDLQReason, sanitizeHeader(truncateReason(reason)))
+	m.Header.Set(wire.HeaderDLQSubject, subject)
+	m.Header.Set(wire.HeaderDLQStream, stream)
+	m.Header.Set(wire.HeaderDLQSeq, strconv.FormatUint(seq, 10))
 	if consumer != "" {
-		m.Header.Set(HeaderDLQConsumer, consumer)
+		m.Header.Set(wire.HeaderDLQConsumer, consumer)
 	}
-	m.Header.Set(HeaderMsgID, "dlq/"+stream+"/"+strconv.FormatUint(seq, 10))
+	m.Header.Set(wire.HeaderMsgID, "dlq/"+stream+"/"+strconv.FormatUint(seq, 10))
 	m.Data = data
 	_, err = b.publishMsg(ctx, m)
 	if errors.Is(err, nats.ErrMaxPayload) {
@@ -74,7 +74,7 @@ func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer str
 		// copy's headers are added: keep what fits and say so, rather than
 		// leave it to be redelivered, and fail to be copied, forever.
 		keep := max(int(b.nc.MaxPayload())-headerSize(m.Header)-256, 0)
-		m.Header.Set(HeaderDLQTruncated, strconv.Itoa(len(data)))
+		m.Header.Set(wire.HeaderDLQTruncated, strconv.Itoa(len(data)))
 		m.Data = data[:min(keep, len(data))]
 		_, err = b.publishMsg(ctx, m)
 	}
@@ -145,7 +145,7 @@ type DeadLetter struct {
 
 // GetDeadLetter reads dead letter number seq of TOOLGATE_DLQ.
 func (b *Bus) GetDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
-	st, err := b.js.Stream(ctx, StreamDLQ)
+	st, err := b.js.Stream(ctx, wire.StreamDLQ)
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("get dead letter: %w", errNotSetUp(err))
 	}
@@ -154,19 +154,19 @@ func (b *Bus) GetDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error)
 		return DeadLetter{}, fmt.Errorf("get dead letter %d: %w", seq, err)
 	}
 	dl := DeadLetter{
-		Reason:   raw.Header.Get(HeaderDLQReason),
-		Subject:  raw.Header.Get(HeaderDLQSubject),
-		Stream:   raw.Header.Get(HeaderDLQStream),
-		Consumer: raw.Header.Get(HeaderDLQConsumer),
+		Reason:   raw.Header.Get(wire.HeaderDLQReason),
+		Subject:  raw.Header.Get(wire.HeaderDLQSubject),
+		Stream:   raw.Header.Get(wire.HeaderDLQStream),
+		Consumer: raw.Header.Get(wire.HeaderDLQConsumer),
 		Header:   raw.Header,
 		Data:     raw.Data,
 		Seq:      raw.Sequence,
 		Time:     raw.Time,
 	}
-	if n := len(subjectDLQ) + 1; len(raw.Subject) > n {
+	if n := len(wire.PrefixDLQ) + 1; len(raw.Subject) > n {
 		dl.Kind = raw.Subject[n:]
 	}
-	dl.StreamSeq, _ = strconv.ParseUint(raw.Header.Get(HeaderDLQSeq), 10, 64)
+	dl.StreamSeq, _ = strconv.ParseUint(raw.Header.Get(wire.HeaderDLQSeq), 10, 64)
 	return dl, nil
 }
 
@@ -203,7 +203,7 @@ func (b *Bus) HandleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig) 
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "toolgate"
 	}
-	if err := ValidateToken("durable name", cfg.Durable); err != nil {
+	if err := wire.ValidateToken("durable name", cfg.Durable); err != nil {
 		return nil, fmt.Errorf("handle max deliveries: %w", err)
 	}
 	ccfg := ConsumeConfig{MaxDeliver: -1}.withDefaults(16)
@@ -211,17 +211,17 @@ func (b *Bus) HandleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig) 
 	decode := func(m jetstream.Msg, _ string) (maxDeliveriesAdvisory, error) {
 		var a maxDeliveriesAdvisory
 		if err := json.Unmarshal(m.Data(), &a); err != nil {
-			return a, &DecodeError{ContentType: ContentTypeJSON, Err: err}
+			return a, &wire.DecodeError{ContentType: wire.ContentTypeJSON, Err: err}
 		}
 		if a.Stream == "" || a.StreamSeq == 0 {
-			return a, &ValidationError{Message: "max deliveries advisory", Field: "stream_seq", Reason: "is missing"}
+			return a, &wire.ValidationError{Message: "max deliveries advisory", Field: "stream_seq", Reason: "is missing"}
 		}
 		return a, nil
 	}
 	h := HandlerFunc[maxDeliveriesAdvisory](func(ctx context.Context, d *Delivery[maxDeliveriesAdvisory]) error {
 		return b.handleMaxDeliveries(ctx, cfg, d.Msg)
 	})
-	s, err := consume(ctx, b, StreamAdvisories, cc, ccfg, decode, Handler[maxDeliveriesAdvisory](h))
+	s, err := consume(ctx, b, wire.StreamAdvisories, cc, ccfg, decode, Handler[maxDeliveriesAdvisory](h))
 	if err != nil {
 		return nil, fmt.Errorf("handle max deliveries: %w", err)
 	}
@@ -248,18 +248,18 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig, 
 	b.logger.WarnContext(ctx, "message exhausted its deliveries",
 		slog.String("stream", a.Stream), slog.String("consumer", a.Consumer),
 		slog.Uint64("stream_seq", a.StreamSeq), slog.Uint64("deliveries", a.Deliveries))
-	if a.Stream != StreamCalls {
+	if a.Stream != wire.StreamCalls {
 		return nil
 	}
-	var req CallRequest
-	if err := Decode(raw.Data, raw.Header.Get(HeaderContentType), &req); err == nil {
-		_, err := b.PublishCallReply(ctx, CallReply{
+	var req wire.CallRequest
+	if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &req); err == nil {
+		_, err := b.PublishCallReply(ctx, wire.CallReply{
 			RunID:      req.RunID,
 			ToolCallID: req.ToolCallID,
-			Outcome:    OutcomeFailed,
+			Outcome:    wire.OutcomeFailed,
 			Message:    reason,
 			WorkerID:   cfg.WorkerID,
-		}, nats.Header{HeaderConversation: []string{req.ConversationID}})
+		}, nats.Header{wire.HeaderConversation: []string{req.ConversationID}})
 		if err != nil {
 			return fmt.Errorf("max deliveries %s #%d: failed reply: %w", a.Stream, a.StreamSeq, err)
 		}

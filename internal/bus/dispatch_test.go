@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // With Dispatch, handlers that wait for one another all run at once, up to
@@ -75,7 +76,7 @@ func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
 		t.Errorf("%d handlers at once, Concurrency is %d", m, n)
 	}
 	// Every message is acked (the handlers returned nil).
-	cons, err := b.JetStream().Consumer(ctxT(t), bus.StreamReplies, "dispatch")
+	cons, err := b.JetStream().Consumer(ctxT(t), wire.StreamReplies, "dispatch")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,7 @@
 // server or cluster, the streams, consumers and KV buckets toolgate needs,
 // publishing with de-duplication ids, typed pull consumers with explicit
 // ack/nak/term, and dead letters. The messages it carries, their subjects,
-// codecs and validation are package wire's (bus names them through
-// aliases); the embedded server is package embedded's, so that programs
+// codecs and validation are package wire's; the embedded server is package embedded's, so that programs
 // that only connect do not link nats-server. It holds no agent logic.
 //
 // Streams and subjects: see package wire. Besides them, bus sets up

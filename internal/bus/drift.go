@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrConsumerMissing is returned when a durable consumer does not exist and
@@ -254,7 +255,7 @@ func (s *Subscription) watchConfig(ctx context.Context, b *Bus, stream string, w
 				mayUpdate = false
 			}
 		}
-		if d.Restored && filterDrift(changes) && stream != StreamCalls && replay != nil && upto > lastGood {
+		if d.Restored && filterDrift(changes) && stream != wire.StreamCalls && replay != nil && upto > lastGood {
 			d.Replayed, d.ReplayErr = s.replaySkipped(ctx, b, stream, want, lastGood, upto, replay)
 			lastGood = upto
 		}

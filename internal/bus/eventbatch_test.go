@@ -13,12 +13,13 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
-func batchOf(conv string, n int) []bus.Event {
-	events := make([]bus.Event, n)
+func batchOf(conv string, n int) []wire.Event {
+	events := make([]wire.Event, n)
 	for i := range events {
-		events[i] = bus.Event{ConversationID: conv, RunID: "run1", Type: fmt.Sprintf("step_%d", i),
+		events[i] = wire.Event{ConversationID: conv, RunID: "run1", Type: fmt.Sprintf("step_%d", i),
 			Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Time: deadline}
 	}
 	return events
@@ -29,7 +30,7 @@ func batchOf(conv string, n int) []bus.Event {
 // encodings; a single event is stored as a plain event.
 func TestEventBatchRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, ct := range []string{bus.ContentTypeMsgpack, bus.ContentTypeJSON} {
+	for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
 		t.Run(ct, func(t *testing.T) {
 			t.Parallel()
 			srv := bustest.StartServer(t, embedded.ServerConfig{})
@@ -38,18 +39,18 @@ func TestEventBatchRoundTrip(t *testing.T) {
 			one := batchOf("conv1", 1)
 			three := batchOf("conv1", 3)
 			var msgs []bus.Outgoing
-			for _, events := range [][]bus.Event{one, three} {
+			for _, events := range [][]wire.Event{one, three} {
 				m, err := bus.EventBatchMessage(events)
 				if err != nil {
 					t.Fatal(err)
 				}
 				msgs = append(msgs, m)
 			}
-			if msgs[0].Header.Get(bus.HeaderEventBatch) != "" {
+			if msgs[0].Header.Get(wire.HeaderEventBatch) != "" {
 				t.Error("a single event is marked as a batch")
 			}
-			if got := msgs[1].Header.Get(bus.HeaderEventBatch); got != "3" {
-				t.Errorf("%s = %q, want 3", bus.HeaderEventBatch, got)
+			if got := msgs[1].Header.Get(wire.HeaderEventBatch); got != "3" {
+				t.Errorf("%s = %q, want 3", wire.HeaderEventBatch, got)
 			}
 			if err := b.PublishBatch(ctxT(t), msgs); err != nil {
 				t.Fatal(err)
@@ -64,7 +65,7 @@ func TestEventBatchRoundTrip(t *testing.T) {
 					break
 				}
 			}
-			want := append(append([]bus.Event{}, one...), three...)
+			want := append(append([]wire.Event{}, one...), three...)
 			for i, se := range got {
 				if diff := cmp.Diff(want[i], se.Event); diff != "" {
 					t.Errorf("event %d (-want +got):\n%s", i, diff)
@@ -86,23 +87,23 @@ func TestEventBatchRefused(t *testing.T) {
 	bad[1].Type = ""
 	cases := []struct {
 		name   string
-		events []bus.Event
+		events []wire.Event
 		want   string
 	}{
 		{"empty", nil, "is empty"},
 		{"two conversations", mixed, `events[2]: conversation_id "conv2" is not the batch's "conv1"`},
 		{"invalid event", bad, "events[1]"},
-		{"too many", batchOf("conv1", bus.MaxEventBatch+1), "more than"},
+		{"too many", batchOf("conv1", wire.MaxEventBatch+1), "more than"},
 	}
 	for _, c := range cases {
 		if _, err := bus.EventBatchMessage(c.events); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
-		data, err := json.Marshal(bus.EventBatch{Events: c.events})
+		data, err := json.Marshal(wire.EventBatch{Events: c.events})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hdr := map[string][]string{bus.HeaderEventBatch: {"1"}, bus.HeaderContentType: {bus.ContentTypeJSON}}
+		hdr := map[string][]string{wire.HeaderEventBatch: {"1"}, wire.HeaderContentType: {wire.ContentTypeJSON}}
 		if _, err := bus.DecodeEvents(data, hdr); err == nil {
 			t.Errorf("%s: decoded", c.name)
 		}
@@ -140,14 +141,14 @@ func TestPublishedBytesReusedOnlyWhenDone(t *testing.T) {
 	b := bustest.Connect(t, srv, "events")
 	bustest.Setup(t, b)
 	const senders, rounds = 4, 25
-	want := map[string][]bus.Event{}
+	want := map[string][]wire.Event{}
 	var mu sync.Mutex
 	var g errgroup.Group
 	for s := range senders {
 		g.Go(func() error {
 			for r := range rounds {
 				var msgs []bus.Outgoing
-				var sent []bus.Event
+				var sent []wire.Event
 				for c := range 3 {
 					conv := fmt.Sprintf("conv-%d-%d-%d", s, r, c)
 					events := batchOf(conv, 1+(s+r+c)%5)
@@ -180,7 +181,7 @@ func TestPublishedBytesReusedOnlyWhenDone(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]bus.Event{}
+	got := map[string][]wire.Event{}
 	n := 0
 	for _, events := range want {
 		n += len(events)

@@ -9,12 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // StoredEvent is an event read back from TOOLGATE_EVENTS; Seq orders a
 // conversation's events and lets a reader resume (e.g. SSE Last-Event-ID).
 type StoredEvent struct {
-	Event Event
+	Event wire.Event
 	Seq   uint64
 	// Index is the event's place in its message: 0, or its position in an
 	// EventBatch.
@@ -30,10 +31,10 @@ type StoredEvent struct {
 // consumer is deleted when the reading ends (see DropOrdered).
 func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64) iter.Seq2[StoredEvent, error] {
 	return func(yield func(StoredEvent, error) bool) {
-		filter := AllEvents
+		filter := wire.AllEvents
 		if conversationID != "" {
 			var err error
-			if filter, err = EventSubject(conversationID); err != nil {
+			if filter, err = wire.EventSubject(conversationID); err != nil {
 				yield(StoredEvent{}, fmt.Errorf("events: %w", err))
 				return
 			}
@@ -43,7 +44,7 @@ func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64
 			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			cfg.OptStartSeq = afterSeq + 1
 		}
-		cons, err := b.js.OrderedConsumer(ctx, StreamEvents, cfg)
+		cons, err := b.js.OrderedConsumer(ctx, wire.StreamEvents, cfg)
 		if err != nil {
 			yield(StoredEvent{}, fmt.Errorf("events: %w", errNotSetUp(err)))
 			return
@@ -57,7 +58,7 @@ func (b *Bus) Events(ctx context.Context, conversationID string, afterSeq uint64
 		defer func() {
 			stop()
 			it.Stop()
-			b.DropOrdered(ctx, StreamEvents, cons)
+			b.DropOrdered(ctx, wire.StreamEvents, cons)
 		}()
 		for {
 			m, err := it.Next()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // FromConn wraps a connection the caller opened (and closes): the public
@@ -21,7 +22,7 @@ func FromConn(nc *nats.Conn, cfg ConnConfig) (*Bus, error) {
 		return nil, errors.New("connection is nil")
 	}
 	cfg = cfg.withDefaults()
-	if _, err := normalizeContentType(cfg.ContentType); err != nil {
+	if _, err := wire.NormalizeContentType(cfg.ContentType); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	logger := cfg.Logger.With(slog.String("component", "bus"), slog.String("client", cfg.Name))

@@ -22,13 +22,13 @@ func TestApproverGrantsOnlyUnderBus(t *testing.T) {
 	approver := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "bot", User: bus.RoleApprover, Password: bus.RoleApprover + "-pw", Role: bus.RoleApprover})
 	ctx := bustest.Context(t)
 	g := wire.Grant{ID: "g1", Tool: "delete_file", GrantedBy: "bot", GrantedAt: time.Now()}
-	if err := approver.PutGrant(ctx, bus.GrantKeyBus, g); err != nil {
+	if err := approver.PutGrant(ctx, wire.GrantKeyBus, g); err != nil {
 		t.Fatalf("under bus: %v", err)
 	}
 	g.ID = "g2"
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := approver.PutGrant(short, bus.GrantKeyAPI, g); err == nil {
+	if err := approver.PutGrant(short, wire.GrantKeyAPI, g); err == nil {
 		t.Error("an approver wrote under api")
 	}
 	kv, err := orch.Grants(ctx)
@@ -39,7 +39,7 @@ func TestApproverGrantsOnlyUnderBus(t *testing.T) {
 	if err != nil || len(keys) != 1 || keys[0] != "bus.g1" {
 		t.Errorf("keys %v, %v; want only bus.g1", keys, err)
 	}
-	if err := approver.DeleteGrant(ctx, "g1", bus.GrantKeyBus); err != nil {
+	if err := approver.DeleteGrant(ctx, "g1", wire.GrantKeyBus); err != nil {
 		t.Fatalf("revoke under bus: %v", err)
 	}
 	if keys, err := kv.Keys(ctx); err != nil || len(keys) != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,9 +34,9 @@ func stop(t *testing.T, s *bus.Subscription) {
 }
 
 // consumeCalls consumes tool's calls with fn until the test ends.
-func consumeCalls(t *testing.T, b *bus.Bus, tool string, cfg bus.ConsumeConfig, fn func(context.Context, *bus.Delivery[bus.CallRequest]) error) *bus.Subscription {
+func consumeCalls(t *testing.T, b *bus.Bus, tool string, cfg bus.ConsumeConfig, fn func(context.Context, *bus.Delivery[wire.CallRequest]) error) *bus.Subscription {
 	t.Helper()
-	s, err := b.ConsumeCalls(ctxT(t), tool, cfg, bus.HandlerFunc[bus.CallRequest](fn))
+	s, err := b.ConsumeCalls(ctxT(t), tool, cfg, bus.HandlerFunc[wire.CallRequest](fn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func consumeReplies(t *testing.T, b *bus.Bus, durable string, cfg bus.ConsumeCon
 	stop(t, s)
 }
 
-func publishCall(t *testing.T, b *bus.Bus, c bus.CallRequest) {
+func publishCall(t *testing.T, b *bus.Bus, c wire.CallRequest) {
 	t.Helper()
 	if _, err := b.PublishCall(ctxT(t), c); err != nil {
 		t.Fatalf("publish call %s: %v", c.ToolCallID, err)
@@ -64,7 +65,7 @@ func publishCall(t *testing.T, b *bus.Bus, c bus.CallRequest) {
 func nextDeadLetter(t *testing.T, b *bus.Bus, after uint64) bus.DeadLetter {
 	t.Helper()
 	ctx := ctxT(t)
-	cons, err := b.JetStream().OrderedConsumer(ctx, bus.StreamDLQ, jetstream.OrderedConsumerConfig{
+	cons, err := b.JetStream().OrderedConsumer(ctx, wire.StreamDLQ, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
 	})
 	if err != nil {

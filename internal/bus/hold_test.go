@@ -9,15 +9,16 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // holdApprovals consumes approval requests on durable, holding each and
 // handing it out on the returned channel.
-func holdApprovals(t *testing.T, b *bus.Bus, durable string, ackWait time.Duration) (*bus.Subscription, <-chan *bus.Delivery[bus.ApprovalRequest]) {
+func holdApprovals(t *testing.T, b *bus.Bus, durable string, ackWait time.Duration) (*bus.Subscription, <-chan *bus.Delivery[wire.ApprovalRequest]) {
 	t.Helper()
-	got := make(chan *bus.Delivery[bus.ApprovalRequest], 4)
+	got := make(chan *bus.Delivery[wire.ApprovalRequest], 4)
 	s, err := b.ConsumeApprovals(ctxT(t), durable, "", bus.ConsumeConfig{AckWait: ackWait, MaxDeliver: -1},
-		bus.HandlerFunc[bus.ApprovalRequest](func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+		bus.HandlerFunc[wire.ApprovalRequest](func(_ context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 			if err := d.Hold(); err != nil {
 				return err
 			}
@@ -32,7 +33,7 @@ func holdApprovals(t *testing.T, b *bus.Bus, durable string, ackWait time.Durati
 
 func consumerInfo(t *testing.T, b *bus.Bus, durable string) *jetstream.ConsumerInfo {
 	t.Helper()
-	c, err := b.JetStream().Consumer(ctxT(t), bus.StreamApprovals, durable)
+	c, err := b.JetStream().Consumer(ctxT(t), wire.StreamApprovals, durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestHeldDeliveryWaitsForItsHolder(t *testing.T) {
 	// after the held one did and never acks it. Once the server delivers
 	// the control's copy again, AckWait has passed on the server's clock
 	// for the held one too.
-	ctl, err := b.JetStream().CreateOrUpdateConsumer(ctxT(t), bus.StreamApprovals, jetstream.ConsumerConfig{
+	ctl, err := b.JetStream().CreateOrUpdateConsumer(ctxT(t), wire.StreamApprovals, jetstream.ConsumerConfig{
 		Durable: "control", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // KV errors callers branch on (errors.Is).
@@ -71,13 +72,13 @@ func (b *Bus) KeyValue(ctx context.Context, bucket string) (*KV, error) {
 }
 
 // Runs opens the toolgate_runs bucket.
-func (b *Bus) Runs(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketRuns) }
+func (b *Bus) Runs(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, wire.BucketRuns) }
 
 // Grants opens the toolgate_grants bucket.
-func (b *Bus) Grants(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketGrants) }
+func (b *Bus) Grants(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, wire.BucketGrants) }
 
 // Tools opens the toolgate_tools bucket.
-func (b *Bus) Tools(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, BucketTools) }
+func (b *Bus) Tools(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, wire.BucketTools) }
 
 // Bucket is the bucket's name.
 func (k *KV) Bucket() string { return k.kv.Bucket() }

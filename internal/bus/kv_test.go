@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestRunsKVCompareAndSet(t *testing.T) {
@@ -179,7 +180,7 @@ func TestKVPurgeUpToAndList(t *testing.T) {
 	if m, err := runs.Markers(ctx, ""); err != nil || len(m) != 1 || m[0].Key != "gone" || m[0].Op != bus.OpDelete {
 		t.Errorf("markers: %+v, %v; want the delete of gone", m, err)
 	}
-	stream, err := b.JetStream().Stream(ctx, "KV_"+bus.BucketRuns)
+	stream, err := b.JetStream().Stream(ctx, "KV_"+wire.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}

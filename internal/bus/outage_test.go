@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // logLines is a log sink safe to read while written.
@@ -61,7 +62,7 @@ func TestServerRestartWarnsOncePerOutage(t *testing.T) {
 	var subs []*bus.Subscription
 	for _, tool := range []string{"a", "b", "c", "d"} {
 		s, err := b.ConsumeCalls(ctxT(t), tool, bus.ConsumeConfig{AckWait: 3 * time.Second, PullExpiry: time.Second},
-			bus.HandlerFunc[bus.CallRequest](func(context.Context, *bus.Delivery[bus.CallRequest]) error { return nil }))
+			bus.HandlerFunc[wire.CallRequest](func(context.Context, *bus.Delivery[wire.CallRequest]) error { return nil }))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,17 +51,17 @@ func RolePermissions(role string) (Permissions, error) {
 			// Workers bind to call_<tool>, which the orchestrator makes;
 			// they may neither make nor update it (one API subject does
 			// both), so no worker can change the durable all share.
-			Publish: append(consumerBindAPI(StreamCalls),
-				subjectReply+".*."+ReplyKindCall,
-				subjectDLQ+".>",
+			Publish: append(consumerBindAPI(wire.StreamCalls),
+				wire.PrefixReply+".*."+wire.ReplyKindCall,
+				wire.PrefixDLQ+".>",
 				// Looking a call up before running it: one the
 				// orchestrator withdrew is gone (CallQueued).
-				"$JS.API.STREAM.MSG.GET."+StreamCalls,
-				"$KV."+BucketTools+".>",
-				"$JS.API.STREAM.INFO.KV_"+BucketTools,
+				"$JS.API.STREAM.MSG.GET."+wire.StreamCalls,
+				"$KV."+wire.BucketTools+".>",
+				"$JS.API.STREAM.INFO.KV_"+wire.BucketTools,
 				// Reading an advert (KeyValue.Get): without it a worker's
 				// Get gets no answer and waits for its deadline.
-				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
+				"$JS.API.DIRECT.GET.KV_"+wire.BucketTools+".>",
 				"$JS.API.INFO",
 			),
 			// Cancel notices stop calls of cancelled conversations.
@@ -78,20 +78,20 @@ func RolePermissions(role string) (Permissions, error) {
 			// that stream expire by themselves instead. Nor may an
 			// approver user make or update the durables of another
 			// (ApproverDeny, which the users file adds).
-			Publish: append(append(consumerAPI(StreamApprovals), consumerAPI(StreamEvents)...),
-				"$JS.API.CONSUMER.DELETE."+StreamEvents+".>",
-				subjectReply+".*."+ReplyKindApproval,
-				subjectDLQ+".>",
+			Publish: append(append(consumerAPI(wire.StreamApprovals), consumerAPI(wire.StreamEvents)...),
+				"$JS.API.CONSUMER.DELETE."+wire.StreamEvents+".>",
+				wire.PrefixReply+".*."+wire.ReplyKindApproval,
+				wire.PrefixDLQ+".>",
 				// Reading a tool's advert, which says what MCP server it
 				// comes from.
-				"$JS.API.STREAM.INFO.KV_"+BucketTools,
-				"$JS.API.DIRECT.GET.KV_"+BucketTools+".>",
+				"$JS.API.STREAM.INFO.KV_"+wire.BucketTools,
+				"$JS.API.DIRECT.GET.KV_"+wire.BucketTools+".>",
 				// Standing decisions: approvers give (and revoke) them
 				// under bus.<id> only; api.<id> is the orchestrator's,
 				// for the grants its API's callers give.
-				"$KV."+BucketGrants+"."+GrantKeyBus+".>",
-				"$JS.API.STREAM.INFO.KV_"+BucketGrants,
-				"$JS.API.DIRECT.GET.KV_"+BucketGrants+".>",
+				"$KV."+wire.BucketGrants+"."+wire.GrantKeyBus+".>",
+				"$JS.API.STREAM.INFO.KV_"+wire.BucketGrants,
+				"$JS.API.DIRECT.GET.KV_"+wire.BucketGrants+".>",
 				// Account info, which clients such as nats.js probe
 				// before their first JetStream call.
 				"$JS.API.INFO",
@@ -142,9 +142,9 @@ func ApproverDeny(consumers []string) []string {
 	var out []string
 	for _, c := range consumers {
 		out = append(out,
-			"$JS.API.CONSUMER.CREATE."+StreamApprovals+"."+c,
-			"$JS.API.CONSUMER.CREATE."+StreamApprovals+"."+c+".>",
-			"$JS.API.CONSUMER.DURABLE.CREATE."+StreamApprovals+"."+c,
+			"$JS.API.CONSUMER.CREATE."+wire.StreamApprovals+"."+c,
+			"$JS.API.CONSUMER.CREATE."+wire.StreamApprovals+"."+c+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+wire.StreamApprovals+"."+c,
 		)
 	}
 	return out

@@ -60,15 +60,15 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	// The values are shared, not copied: a message's header is only read,
 	// and Set replaces a value rather than changing it.
 	maps.Copy(m.Header, o.Header)
-	ct := m.Header.Get(HeaderContentType)
+	ct := m.Header.Get(wire.HeaderContentType)
 	if ct == "" {
 		ct = b.cfg.ContentType
 	}
-	ct, err := normalizeContentType(ct)
+	ct, err := wire.NormalizeContentType(ct)
 	if err != nil {
 		return nil, nil, err
 	}
-	m.Header.Set(HeaderContentType, ct)
+	m.Header.Set(wire.HeaderContentType, ct)
 	v := o.Value
 	if o.valid {
 		v = validated{o.Value}
@@ -79,7 +79,7 @@ func (b *Bus) message(o Outgoing) (*nats.Msg, *[]byte, error) {
 	}
 	m.Data = data
 	if o.MsgID != "" {
-		m.Header.Set(HeaderMsgID, o.MsgID)
+		m.Header.Set(wire.HeaderMsgID, o.MsgID)
 	}
 	return m, buf, nil
 }
@@ -162,7 +162,7 @@ func addHeaders(h nats.Header, hs ...nats.Header) {
 
 func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 	retries := 0
-	if m.Header.Get(HeaderMsgID) != "" {
+	if m.Header.Get(wire.HeaderMsgID) != "" {
 		retries = b.cfg.PublishRetries
 	}
 	var nl noLeader
@@ -191,7 +191,7 @@ func (b *Bus) publishMsg(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, e
 		}
 		attempt++
 		b.logger.WarnContext(ctx, "publish timed out, sending again with the same id",
-			slog.String("subject", m.Subject), slog.String("msg_id", m.Header.Get(HeaderMsgID)),
+			slog.String("subject", m.Subject), slog.String("msg_id", m.Header.Get(wire.HeaderMsgID)),
 			slog.Int("attempt", attempt+1))
 	}
 }
@@ -297,7 +297,7 @@ func (b *Bus) awaitBatchAck(ctx context.Context, m *nats.Msg, fut jetstream.PubA
 	// ack did not come in time (sent again only with an id, which makes
 	// the stream drop it if it was stored after all).
 	retryable := noStreamTook(err) || (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, jetstream.ErrAsyncPublishTimeout)) && m.Header.Get(HeaderMsgID) != ""
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout)) && m.Header.Get(wire.HeaderMsgID) != ""
 	if retryable && ctx.Err() == nil {
 		again := nats.NewMsg(m.Subject)
 		again.Header, again.Data = m.Header, m.Data
@@ -316,13 +316,13 @@ func (b *Bus) awaitBatchAck(ctx context.Context, m *nats.Msg, fut jetstream.PubA
 func idHeaders(runID, conversationID, toolCallID string, extra ...nats.Header) nats.Header {
 	h := make(nats.Header, 4)
 	if runID != "" {
-		h.Set(HeaderRun, runID)
+		h.Set(wire.HeaderRun, runID)
 	}
 	if conversationID != "" {
-		h.Set(HeaderConversation, conversationID)
+		h.Set(wire.HeaderConversation, conversationID)
 	}
 	if toolCallID != "" {
-		h.Set(HeaderCall, toolCallID)
+		h.Set(wire.HeaderCall, toolCallID)
 	}
 	addHeaders(h, extra...)
 	return h
@@ -330,11 +330,11 @@ func idHeaders(runID, conversationID, toolCallID string, extra ...nats.Header) n
 
 // CallMessage is the Outgoing for a call request: subject
 // toolgate.call.<tool>, id MsgID(run, call, "call.<attempt>").
-func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
+func CallMessage(r wire.CallRequest, hdr ...nats.Header) (Outgoing, error) {
 	if err := r.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := CallSubject(r.ToolName)
+	subj, err := wire.CallSubject(r.ToolName)
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -350,11 +350,11 @@ func CallMessage(r CallRequest, hdr ...nats.Header) (Outgoing, error) {
 
 // ApprovalMessage is the Outgoing for an approval request: subject
 // toolgate.approval.<tool>, id MsgID(run, call, "approval.<attempt>").
-func ApprovalMessage(r ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
+func ApprovalMessage(r wire.ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
 	if err := r.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := ApprovalSubject(r.ToolName)
+	subj, err := wire.ApprovalSubject(r.ToolName)
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -369,11 +369,11 @@ func ApprovalMessage(r ApprovalRequest, hdr ...nats.Header) (Outgoing, error) {
 
 // CallReplyMessage is the Outgoing for a worker's result: subject
 // toolgate.reply.<run>.call, id CallReply.MsgID.
-func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
+func CallReplyMessage(r wire.CallReply, hdr ...nats.Header) (Outgoing, error) {
 	if err := r.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := CallReplySubject(r.RunID)
+	subj, err := wire.CallReplySubject(r.RunID)
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -388,11 +388,11 @@ func CallReplyMessage(r CallReply, hdr ...nats.Header) (Outgoing, error) {
 
 // DecisionMessage is the Outgoing for an approver's decision: subject
 // toolgate.reply.<run>.approval, id Decision.MsgID.
-func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
+func DecisionMessage(d wire.Decision, hdr ...nats.Header) (Outgoing, error) {
 	if err := d.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := DecisionSubject(d.RunID)
+	subj, err := wire.DecisionSubject(d.RunID)
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -412,15 +412,15 @@ func DecisionMessage(d Decision, hdr ...nats.Header) (Outgoing, error) {
 // EventMessage is the Outgoing for an event on toolgate.event.<conversation>.
 // Events carry no natural id, so they are not de-duplicated unless msgID
 // is given.
-func EventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
+func EventMessage(e wire.Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 	if err := e.Validate(); err != nil {
 		return Outgoing{}, err
 	}
 	return eventMessage(e, msgID, hdr...)
 }
 
-func eventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
-	subj, err := EventSubject(e.ConversationID)
+func eventMessage(e wire.Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
+	subj, err := wire.EventSubject(e.ConversationID)
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -437,8 +437,8 @@ func eventMessage(e Event, msgID string, hdr ...nats.Header) (Outgoing, error) {
 // conversation, in order, as one message on toolgate.event.<conversation>
 // (marked with HeaderEventBatch); one event is sent as EventMessage sends
 // it.
-func EventBatchMessage(events []Event) (Outgoing, error) {
-	if err := (EventBatch{Events: events}).Validate(); err != nil {
+func EventBatchMessage(events []wire.Event) (Outgoing, error) {
+	if err := (wire.EventBatch{Events: events}).Validate(); err != nil {
 		return Outgoing{}, err
 	}
 	return eventBatchMessage(events)
@@ -447,32 +447,32 @@ func EventBatchMessage(events []Event) (Outgoing, error) {
 // EncodedEventBatchMessage is EventBatchMessage for events whose data
 // encoding/json produced: their data is not scanned again
 // (Event.ValidateEncoded).
-func EncodedEventBatchMessage(events []Event) (Outgoing, error) {
-	if err := (EventBatch{Events: events}).ValidateEncoded(); err != nil {
+func EncodedEventBatchMessage(events []wire.Event) (Outgoing, error) {
+	if err := (wire.EventBatch{Events: events}).ValidateEncoded(); err != nil {
 		return Outgoing{}, err
 	}
 	return eventBatchMessage(events)
 }
 
 // eventBatchMessage is the Outgoing of events, which are valid.
-func eventBatchMessage(events []Event) (Outgoing, error) {
+func eventBatchMessage(events []wire.Event) (Outgoing, error) {
 	if len(events) == 1 {
 		return eventMessage(events[0], "")
 	}
-	batch := EventBatch{Events: events}
-	subj, err := EventSubject(events[0].ConversationID)
+	batch := wire.EventBatch{Events: events}
+	subj, err := wire.EventSubject(events[0].ConversationID)
 	if err != nil {
 		return Outgoing{}, err
 	}
 	hdr := idHeaders("", events[0].ConversationID, "")
-	hdr.Set(HeaderEventBatch, strconv.Itoa(len(events)))
+	hdr.Set(wire.HeaderEventBatch, strconv.Itoa(len(events)))
 	return Outgoing{Subject: subj, Value: batch, Header: hdr, valid: true}, nil
 }
 
 // DecodeEvents decodes a message of TOOLGATE_EVENTS: one event, or the
 // events of an EventBatch (HeaderEventBatch).
-func DecodeEvents(data []byte, hdr nats.Header) ([]Event, error) {
-	return wire.DecodeEvents(data, hdr.Get(HeaderContentType), hdr.Get(HeaderEventBatch) != "")
+func DecodeEvents(data []byte, hdr nats.Header) ([]wire.Event, error) {
+	return wire.DecodeEvents(data, hdr.Get(wire.HeaderContentType), hdr.Get(wire.HeaderEventBatch) != "")
 }
 
 func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err error) (*jetstream.PubAck, error) {
@@ -497,31 +497,31 @@ func (b *Bus) publishOutgoing(ctx context.Context, what string, o Outgoing, err 
 }
 
 // PublishCall publishes a call request for the tool's workers.
-func (b *Bus) PublishCall(ctx context.Context, r CallRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
+func (b *Bus) PublishCall(ctx context.Context, r wire.CallRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o, err := CallMessage(r, hdr...)
 	return b.publishOutgoing(ctx, "call", o, err)
 }
 
 // PublishApproval publishes an approval request for every approver.
-func (b *Bus) PublishApproval(ctx context.Context, r ApprovalRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
+func (b *Bus) PublishApproval(ctx context.Context, r wire.ApprovalRequest, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o, err := ApprovalMessage(r, hdr...)
 	return b.publishOutgoing(ctx, "approval", o, err)
 }
 
 // PublishCallReply publishes a worker's result.
-func (b *Bus) PublishCallReply(ctx context.Context, r CallReply, hdr ...nats.Header) (*jetstream.PubAck, error) {
+func (b *Bus) PublishCallReply(ctx context.Context, r wire.CallReply, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o, err := CallReplyMessage(r, hdr...)
 	return b.publishOutgoing(ctx, "call reply", o, err)
 }
 
 // PublishDecision publishes an approver's decision.
-func (b *Bus) PublishDecision(ctx context.Context, d Decision, hdr ...nats.Header) (*jetstream.PubAck, error) {
+func (b *Bus) PublishDecision(ctx context.Context, d wire.Decision, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o, err := DecisionMessage(d, hdr...)
 	return b.publishOutgoing(ctx, "decision", o, err)
 }
 
 // PublishEvent publishes a conversation event (not de-duplicated).
-func (b *Bus) PublishEvent(ctx context.Context, e Event, hdr ...nats.Header) (*jetstream.PubAck, error) {
+func (b *Bus) PublishEvent(ctx context.Context, e wire.Event, hdr ...nats.Header) (*jetstream.PubAck, error) {
 	o, err := EventMessage(e, "", hdr...)
 	return b.publishOutgoing(ctx, "event", o, err)
 }
@@ -529,7 +529,7 @@ func (b *Bus) PublishEvent(ctx context.Context, e Event, hdr ...nats.Header) (*j
 // PublishAudit records v (a settled decision, a refused reply…) on
 // toolgate.audit.<run>; msgID de-duplicates a record written twice.
 func (b *Bus) PublishAudit(ctx context.Context, runID, msgID string, v any, hdr ...nats.Header) (*jetstream.PubAck, error) {
-	subj, err := AuditSubject(runID)
+	subj, err := wire.AuditSubject(runID)
 	if err != nil {
 		return nil, fmt.Errorf("publish audit: %w", err)
 	}

@@ -10,19 +10,20 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A message its constructor validated is encoded without validating it
 // again, to exactly the bytes the validating encoder gives, in either
 // content type.
 func TestValidatedMessageEncodesTheSame(t *testing.T) {
-	ev := Event{ConversationID: "c1", RunID: "r1", Type: "run_started", Data: json.RawMessage(`{"prompt":"hi"}`), Time: time.Unix(1700000000, 5).UTC()}
-	req := CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "noop", Args: json.RawMessage(`{"a":1}`), Deadline: time.Unix(1700000100, 0).UTC(), Attempt: 1}
+	ev := wire.Event{ConversationID: "c1", RunID: "r1", Type: "run_started", Data: json.RawMessage(`{"prompt":"hi"}`), Time: time.Unix(1700000000, 5).UTC()}
+	req := wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "call_1", ToolName: "noop", Args: json.RawMessage(`{"a":1}`), Deadline: time.Unix(1700000100, 0).UTC(), Attempt: 1}
 	evMsg, err := EventMessage(ev, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	batchMsg, err := EventBatchMessage([]Event{ev, ev})
+	batchMsg, err := EventBatchMessage([]wire.Event{ev, ev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ct := range []string{ContentTypeMsgpack, ContentTypeJSON} {
+	for _, ct := range []string{wire.ContentTypeMsgpack, wire.ContentTypeJSON} {
 		b := &Bus{cfg: ConnConfig{ContentType: ct}}
 		for _, o := range []Outgoing{evMsg, batchMsg, callMsg} {
 			if !o.valid {
@@ -40,7 +41,7 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := Encode(o.Value, ct)
+			want, err := wire.Encode(o.Value, ct)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,8 +51,8 @@ func TestValidatedMessageEncodesTheSame(t *testing.T) {
 		}
 	}
 	// An Outgoing made by hand is still validated.
-	b := &Bus{cfg: ConnConfig{ContentType: ContentTypeMsgpack}}
-	if _, _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: Event{}, Header: nats.Header{}}); err == nil {
+	b := &Bus{cfg: ConnConfig{ContentType: wire.ContentTypeMsgpack}}
+	if _, _, err := b.message(Outgoing{Subject: "toolgate.event.c1", Value: wire.Event{}, Header: nats.Header{}}); err == nil {
 		t.Error("an invalid event made by hand was encoded")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A scan of the events while conversations' events are purged (a delete,
@@ -39,8 +40,8 @@ func TestScanStreamWhileLogsArePurged(t *testing.T) {
 	go func() {
 		defer close(purged)
 		for c := range convs {
-			subj, _ := bus.EventSubject(fmt.Sprintf("conv%d", c))
-			if err := b.PurgeLog(ctx, bus.StreamEvents, subj, 0); err != nil {
+			subj, _ := wire.EventSubject(fmt.Sprintf("conv%d", c))
+			if err := b.PurgeLog(ctx, wire.StreamEvents, subj, 0); err != nil {
 				t.Error(err)
 				return
 			}
@@ -50,7 +51,7 @@ func TestScanStreamWhileLogsArePurged(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var n int
 		var prev uint64
-		err := b.ScanStream(sctx, bus.StreamEvents, bus.AllEvents, false, func(_ jetstream.Msg, meta *jetstream.MsgMetadata) {
+		err := b.ScanStream(sctx, wire.StreamEvents, wire.AllEvents, false, func(_ jetstream.Msg, meta *jetstream.MsgMetadata) {
 			if meta.Sequence.Stream <= prev {
 				t.Errorf("scan %d: sequence %d after %d", scans, meta.Sequence.Stream, prev)
 			}
@@ -66,7 +67,7 @@ func TestScanStreamWhileLogsArePurged(t *testing.T) {
 		}
 		select {
 		case <-purged:
-			if n := bustest.Consumers(t, b, bus.StreamEvents); n != 0 {
+			if n := bustest.Consumers(t, b, wire.StreamEvents); n != 0 {
 				t.Errorf("%d consumers left behind", n)
 			}
 			return
@@ -119,13 +120,13 @@ func TestScanStreamAsApprover(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := count(bus.StreamApprovals, bus.AllApprovals, true, later); n != 3 {
+	if n := count(wire.StreamApprovals, wire.AllApprovals, true, later); n != 3 {
 		t.Errorf("scanned %d approval requests, want the 3 there when the scan began", n)
 	}
-	if n := count(bus.StreamEvents, bus.AllEvents, false, nil); n != 1 {
+	if n := count(wire.StreamEvents, wire.AllEvents, false, nil); n != 1 {
 		t.Errorf("scanned %d event messages, want 1", n)
 	}
-	if n := bustest.Consumers(t, orch, bus.StreamEvents); n != 0 {
+	if n := bustest.Consumers(t, orch, wire.StreamEvents); n != 0 {
 		t.Errorf("%d consumers of the events left behind", n)
 	}
 }

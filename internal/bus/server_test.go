@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestStoreDirLockRefusesSecondServer(t *testing.T) {
@@ -60,7 +61,7 @@ func TestServerStateSurvivesRestart(t *testing.T) {
 
 	srv = startServerCfg(t, cfg)
 	b = bustest.ConnectConfig(t, srv, bus.ConnConfig{})
-	if n := bustest.StreamMsgs(t, b, bus.StreamCalls); n != 1 {
+	if n := bustest.StreamMsgs(t, b, wire.StreamCalls); n != 1 {
 		t.Errorf("after restart the calls stream holds %d messages, want 1", n)
 	}
 }
@@ -111,7 +112,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if err := b.Setup(ctx, bus.SetupConfig{CallsMaxMsgs: 2, EventsMaxAge: time.Hour}); err != nil {
 		t.Fatalf("setup with changed bound: %v", err)
 	}
-	st, err := b.JetStream().Stream(ctx, bus.StreamCalls)
+	st, err := b.JetStream().Stream(ctx, wire.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if _, err := b.PublishCall(ctx, bustest.SampleCall("run1", "c3")); err == nil {
 		t.Error("publish beyond CallsMaxMsgs succeeded")
 	}
-	for _, name := range []string{bus.StreamApprovals, bus.StreamReplies, bus.StreamEvents, bus.StreamDLQ, bus.StreamAudit, bus.StreamAdvisories} {
+	for _, name := range []string{wire.StreamApprovals, wire.StreamReplies, wire.StreamEvents, wire.StreamDLQ, wire.StreamAudit, wire.StreamAdvisories} {
 		if _, err := b.JetStream().Stream(ctx, name); err != nil {
 			t.Errorf("stream %s: %v", name, err)
 		}
@@ -141,7 +142,7 @@ func TestSetupIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if runs.Bucket() != bus.BucketRuns {
+	if runs.Bucket() != wire.BucketRuns {
 		t.Errorf("bucket %s", runs.Bucket())
 	}
 	if _, err := b.Tools(ctx); err != nil {
@@ -189,8 +190,8 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan string, 1)
-	s, err := worker.ConsumeCalls(ctx, "weather", bus.ConsumeConfig{}, bus.HandlerFunc[bus.CallRequest](
-		func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error { got <- d.Msg.ToolCallID; return nil }))
+	s, err := worker.ConsumeCalls(ctx, "weather", bus.ConsumeConfig{}, bus.HandlerFunc[wire.CallRequest](
+		func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error { got <- d.Msg.ToolCallID; return nil }))
 	if err != nil {
 		t.Fatalf("worker consuming calls: %v", err)
 	}
@@ -218,8 +219,8 @@ func TestRolePermissions(t *testing.T) {
 	if _, err := approver.CallQueued(ctx, queued.Sequence); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("approver looking up a call: %v, want ErrPermissionDenied", err)
 	}
-	as, err := approver.ConsumeApprovals(ctx, "bot", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
-		func(context.Context, *bus.Delivery[bus.ApprovalRequest]) error { return nil }))
+	as, err := approver.ConsumeApprovals(ctx, "bot", "", bus.ConsumeConfig{}, bus.HandlerFunc[wire.ApprovalRequest](
+		func(context.Context, *bus.Delivery[wire.ApprovalRequest]) error { return nil }))
 	if err != nil {
 		t.Fatalf("approver consuming approvals: %v", err)
 	}
@@ -256,7 +257,7 @@ func TestRolePermissions(t *testing.T) {
 	}
 
 	// What they must not do fails, and nothing reaches the stream.
-	before := bustest.StreamMsgs(t, orch, bus.StreamReplies)
+	before := bustest.StreamMsgs(t, orch, wire.StreamReplies)
 	if _, err := worker.PublishDecision(ctx, bustest.SampleDecision("run1", "c9")); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a decision: err = %v, want ErrPermissionDenied", err)
 	}
@@ -273,7 +274,7 @@ func TestRolePermissions(t *testing.T) {
 	if err := worker.Setup(ctx, bus.SetupConfig{}); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker setting up streams: err = %v, want ErrPermissionDenied", err)
 	}
-	if n := bustest.StreamMsgs(t, orch, bus.StreamReplies); n != before {
+	if n := bustest.StreamMsgs(t, orch, wire.StreamReplies); n != before {
 		t.Errorf("replies grew from %d to %d", before, n)
 	}
 	// Core NATS reports the violation on the connection.
@@ -427,8 +428,8 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 	bustest.Setup(t, orch)
 	bot, mallory := conn(bus.RoleApprover), conn(bus.RoleApprover)
 	got := make(chan string, 16)
-	sub, err := bot.ConsumeApprovals(ctxT(t), "bot-a", "", bus.ConsumeConfig{}, bus.HandlerFunc[bus.ApprovalRequest](
-		func(_ context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+	sub, err := bot.ConsumeApprovals(ctxT(t), "bot-a", "", bus.ConsumeConfig{}, bus.HandlerFunc[wire.ApprovalRequest](
+		func(_ context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 			got <- d.Msg.ToolCallID
 			return nil
 		}))
@@ -438,21 +439,21 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 	t.Cleanup(func() { stop(t, sub) })
 
 	ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
-	err = mallory.JetStream().DeleteConsumer(ctx, bus.StreamApprovals, "bot-a")
+	err = mallory.JetStream().DeleteConsumer(ctx, wire.StreamApprovals, "bot-a")
 	cancel()
 	if err == nil {
 		t.Fatal("an approver deleted another approver's consumer")
 	}
-	if _, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+	if _, err := orch.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "bot-a"); err != nil {
 		t.Fatalf("bot-a's consumer after the refused delete: %v", err)
 	}
-	request := func(call string) bus.ApprovalRequest {
+	request := func(call string) wire.ApprovalRequest {
 		args := json.RawMessage(`{"path":"x"}`)
-		d, err := bus.DigestArgs(args)
+		d, err := wire.DigestArgs(args)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return bus.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
+		return wire.ApprovalRequest{RunID: "run1", ConversationID: "conv1", ToolCallID: call, ToolName: "delete_file",
 			Parameters: json.RawMessage(`{"type":"object"}`), Args: args, ArgsDigest: d, Deadline: time.Now().Add(time.Hour)}
 	}
 	if _, err := orch.PublishApproval(ctxT(t), request("before")); err != nil {
@@ -462,11 +463,11 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 		t.Fatalf("got %s", id)
 	}
 
-	if err := orch.JetStream().DeleteConsumer(ctxT(t), bus.StreamApprovals, "bot-a"); err != nil {
+	if err := orch.JetStream().DeleteConsumer(ctxT(t), wire.StreamApprovals, "bot-a"); err != nil {
 		t.Fatal(err)
 	}
 	bustest.Poll(t, bustest.Timeout, "bot-a's consumer made again", func() (bool, string) {
-		_, err := orch.JetStream().Consumer(ctxT(t), bus.StreamApprovals, "bot-a")
+		_, err := orch.JetStream().Consumer(ctxT(t), wire.StreamApprovals, "bot-a")
 		return err == nil, fmt.Sprint(err)
 	})
 	if _, err := orch.PublishApproval(ctxT(t), request("after")); err != nil {

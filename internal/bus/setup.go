@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // SetupConfig sizes toolgate's streams and buckets. Zero values take the
@@ -102,30 +103,30 @@ func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
 			Duplicates:  c.DuplicateWindow,
 		}
 	}
-	calls := base(StreamCalls, "external tool calls for workers", subjectCall+".>")
+	calls := base(wire.StreamCalls, "external tool calls for workers", wire.PrefixCall+".>")
 	calls.Retention = jetstream.WorkQueuePolicy
 	calls.Discard = jetstream.DiscardNew
 	calls.MaxMsgs = c.CallsMaxMsgs
 
-	approvals := base(StreamApprovals, "approval requests, fanned out to approvers", subjectApproval+".>")
+	approvals := base(wire.StreamApprovals, "approval requests, fanned out to approvers", wire.PrefixApproval+".>")
 	approvals.MaxAge = c.ApprovalsMaxAge
 
-	replies := base(StreamReplies, "tool results and approval decisions", subjectReply+".>")
+	replies := base(wire.StreamReplies, "tool results and approval decisions", wire.PrefixReply+".>")
 	replies.MaxAge = c.RepliesMaxAge
 
-	events := base(StreamEvents, "agent events per conversation", subjectEvent+".>")
+	events := base(wire.StreamEvents, "agent events per conversation", wire.PrefixEvent+".>")
 	events.MaxAge = c.EventsMaxAge
 
-	dlq := base(StreamDLQ, "messages that could not be handled", subjectDLQ+".>")
+	dlq := base(wire.StreamDLQ, "messages that could not be handled", wire.PrefixDLQ+".>")
 	dlq.MaxAge = c.DLQMaxAge
 
-	audit := base(StreamAudit, "decisions and settlements kept for audit", subjectAudit+".>")
+	audit := base(wire.StreamAudit, "decisions and settlements kept for audit", wire.PrefixAudit+".>")
 	audit.MaxAge = c.AuditMaxAge
 
-	adv := base(StreamAdvisories, "max-deliveries advisories of toolgate consumers",
-		advisoryMaxDeliveries+"."+StreamCalls+".*",
-		advisoryMaxDeliveries+"."+StreamApprovals+".*",
-		advisoryMaxDeliveries+"."+StreamReplies+".*",
+	adv := base(wire.StreamAdvisories, "max-deliveries advisories of toolgate consumers",
+		advisoryMaxDeliveries+"."+wire.StreamCalls+".*",
+		advisoryMaxDeliveries+"."+wire.StreamApprovals+".*",
+		advisoryMaxDeliveries+"."+wire.StreamReplies+".*",
 	)
 	adv.MaxAge = c.DLQMaxAge
 
@@ -144,7 +145,7 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return []jetstream.KeyValueConfig{
 		{
-			Bucket:         BucketRuns,
+			Bucket:         wire.BucketRuns,
 			Description:    "conversations stored before their logs (read once and moved), and the run index of that time",
 			History:        1,
 			Storage:        jetstream.FileStorage,
@@ -166,14 +167,14 @@ func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 			Replicas:    c.Replicas,
 		},
 		{
-			Bucket:      BucketGrants,
+			Bucket:      wire.BucketGrants,
 			Description: "standing decisions (grants) that approve or deny calls before anyone is asked",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 		},
 		{
-			Bucket:      BucketTools,
+			Bucket:      wire.BucketTools,
 			Description: "tool definitions advertised by workers",
 			History:     1,
 			TTL:         c.ToolsTTL,

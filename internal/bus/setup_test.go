@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // signalWriter closes seen the first time a log line contains want.
@@ -76,7 +77,7 @@ func TestSetupRetriesUntilTheClusterHasALeader(t *testing.T) {
 	if err := bustest.Recv(t, done, "setup"); err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
-	info, err := b.JetStream().Stream(ctxT(t), bus.StreamAudit)
+	info, err := b.JetStream().Stream(ctxT(t), wire.StreamAudit)
 	if err != nil {
 		t.Fatalf("audit stream after setup: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A subscription whose context ends stops fetching before it cancels its
@@ -25,8 +26,8 @@ func TestStoppedByItsContextHandsBackAtOnce(t *testing.T) {
 		id := fmt.Sprintf("c%d", i)
 		ctx, cancel := context.WithCancel(ctxT(t))
 		started := make(chan struct{}, 1)
-		_, err := b.ConsumeCalls(ctx, "weather", cfg, bus.HandlerFunc[bus.CallRequest](
-			func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+		_, err := b.ConsumeCalls(ctx, "weather", cfg, bus.HandlerFunc[wire.CallRequest](
+			func(hctx context.Context, d *bus.Delivery[wire.CallRequest]) error {
 				select {
 				case started <- struct{}{}:
 				default:
@@ -42,7 +43,7 @@ func TestStoppedByItsContextHandsBackAtOnce(t *testing.T) {
 		cancel()
 
 		next := make(chan string, 8)
-		s := consumeCalls(t, b, "weather", cfg, func(_ context.Context, d *bus.Delivery[bus.CallRequest]) error {
+		s := consumeCalls(t, b, "weather", cfg, func(_ context.Context, d *bus.Delivery[wire.CallRequest]) error {
 			next <- d.Msg.ToolCallID
 			return d.Ack()
 		})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // User is a NATS user of toolgate's server.
@@ -105,7 +106,7 @@ func ParseUsers(data []byte) ([]User, error) {
 				user.Consumers = ApproverConsumers(u.Name)
 			}
 			for _, c := range user.Consumers {
-				if err := ValidateToken("consumer name", c); err != nil {
+				if err := wire.ValidateToken("consumer name", c); err != nil {
 					return nil, fmt.Errorf("user %s: %w", u.Name, err)
 				}
 			}

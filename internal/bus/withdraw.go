@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Withdrawing calls. The calls stream is a work queue: it holds a call
@@ -34,11 +35,11 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	subj, err := CallSubject(tool)
+	subj, err := wire.CallSubject(tool)
 	if err != nil {
 		return 0, err
 	}
-	st, err := b.stream(ctx, StreamCalls)
+	st, err := b.stream(ctx, wire.StreamCalls)
 	if err != nil {
 		return 0, fmt.Errorf("withdraw calls of run %s: %w", runID, err)
 	}
@@ -57,7 +58,7 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 			return deleted, fmt.Errorf("withdraw calls of run %s: read %s: %w", runID, subj, err)
 		}
 		seq = m.Sequence + 1
-		if m.Header.Get(HeaderRun) != runID || !want[m.Header.Get(HeaderCall)] {
+		if m.Header.Get(wire.HeaderRun) != runID || !want[m.Header.Get(wire.HeaderCall)] {
 			continue
 		}
 		if err := st.DeleteMsg(ctx, m.Sequence); err != nil {
@@ -65,7 +66,7 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 				// Acked meanwhile.
 				continue
 			}
-			return deleted, fmt.Errorf("withdraw call %s of run %s: %w", m.Header.Get(HeaderCall), runID, err)
+			return deleted, fmt.Errorf("withdraw call %s of run %s: %w", m.Header.Get(wire.HeaderCall), runID, err)
 		}
 		deleted++
 	}
@@ -78,9 +79,9 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 // A user not allowed the lookup (NATS users written before it was added
 // to the worker's role) gets ErrPermissionDenied at once.
 func (b *Bus) CallQueued(ctx context.Context, seq uint64) (bool, error) {
-	gctx, release := b.deny.guard(ctx, jsAPIFor(StreamCalls))
+	gctx, release := b.deny.guard(ctx, jsAPIFor(wire.StreamCalls))
 	defer release()
-	st, err := b.stream(gctx, StreamCalls)
+	st, err := b.stream(gctx, wire.StreamCalls)
 	if err == nil {
 		_, err = st.GetMsg(gctx, seq)
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func newFlags() (*cli.FlagSet, *bool, *string) {
@@ -89,7 +89,7 @@ func TestParseHeadStopsAtTheCommand(t *testing.T) {
 
 func TestDefaultIDIsASubjectToken(t *testing.T) {
 	for _, id := range []string{cli.DefaultID("approver", ""), cli.DefaultID("", "42")} {
-		if err := bus.ValidateToken("id", id); err != nil {
+		if err := wire.ValidateToken("id", id); err != nil {
 			t.Errorf("%q: %v", id, err)
 		}
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // auditRecords reads every record of TOOLGATE_AUDIT.
 func auditRecords(t *testing.T, b *bus.Bus) []orchestrator.AuditRecord {
 	t.Helper()
-	st, err := b.JetStream().Stream(clCtx(t), bus.StreamAudit)
+	st, err := b.JetStream().Stream(clCtx(t), wire.StreamAudit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func auditRecords(t *testing.T, b *bus.Bus) []orchestrator.AuditRecord {
 			continue
 		}
 		var r orchestrator.AuditRecord
-		if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &r); err != nil {
+		if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &r); err != nil {
 			t.Fatalf("audit record %d: %v", seq, err)
 		}
 		out = append(out, r)
@@ -83,7 +84,7 @@ func TestDecisionsAudited(t *testing.T) {
 	}
 	decide := func(call, approver string, approved bool, dig string, key ed25519.PrivateKey) {
 		t.Helper()
-		d := bus.Decision{RunID: run, ToolCallID: call, ArgsDigest: dig, Approved: approved, ApproverID: approver, DecidedAt: time.Now().UTC()}
+		d := wire.Decision{RunID: run, ToolCallID: call, ArgsDigest: dig, Approved: approved, ApproverID: approver, DecidedAt: time.Now().UTC()}
 		if !approved {
 			d.Message = "not that file"
 		}
@@ -109,7 +110,7 @@ func TestDecisionsAudited(t *testing.T) {
 	// handled concurrently.
 	ghost := func(call string) {
 		t.Helper()
-		if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: call, Outcome: bus.OutcomeReturn, Value: []byte(`1`), WorkerID: "mallory"}); err != nil {
+		if _, err := test.PublishCallReply(clCtx(t), wire.CallReply{RunID: run, ToolCallID: call, Outcome: wire.OutcomeReturn, Value: []byte(`1`), WorkerID: "mallory"}); err != nil {
 			t.Fatal(err)
 		}
 		clWaitFor(t, "the refused result audited", func() (bool, string) {
@@ -154,7 +155,7 @@ func TestDecisionsAudited(t *testing.T) {
 		{"delete_file", "bot", "applied", ""},
 		{"delete_file", "bot", "refused", "args digest of call delete_file does not match"},
 		{"delete_file", "bot", "refused", "decision from bot is not signed"},
-		{"delete_file", "bot", "refused", "decision from bot: " + bus.ErrBadSignature.Error()},
+		{"delete_file", "bot", "refused", "decision from bot: " + wire.ErrBadSignature.Error()},
 		{"delete_file", "mallory", "refused", `approver "mallory" is not trusted`},
 		{"update_file_dotenv", "bot", "applied", ""},
 	}

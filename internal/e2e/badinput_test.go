@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // singleServer is one embedded server with toolgate's streams set up, a
@@ -47,7 +48,7 @@ func rawPublish(t *testing.T, b *bus.Bus, subject, contentType string, data []by
 	m := nats.NewMsg(subject)
 	m.Data = data
 	if contentType != "" {
-		m.Header.Set(bus.HeaderContentType, contentType)
+		m.Header.Set(wire.HeaderContentType, contentType)
 	}
 	_, err := b.JetStream().PublishMsg(clCtx(t), m)
 	return err
@@ -57,10 +58,10 @@ func encode(t *testing.T, v any, contentType string) []byte {
 	t.Helper()
 	var data []byte
 	var err error
-	if contentType == bus.ContentTypeJSON {
+	if contentType == wire.ContentTypeJSON {
 		data, err = json.Marshal(v)
 	} else {
-		data, err = bus.Encode(v, contentType)
+		data, err = wire.Encode(v, contentType)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func encode(t *testing.T, v any, contentType string) []byte {
 // dlqReasons lists every dead letter as "kind subject: reason".
 func dlqReasons(t *testing.T, b *bus.Bus) []string {
 	t.Helper()
-	st, err := b.JetStream().Stream(clCtx(t), bus.StreamDLQ)
+	st, err := b.JetStream().Stream(clCtx(t), wire.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,21 +130,21 @@ func TestBadInputDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	callSubj, _ := bus.CallReplySubject(run)
-	decSubj, _ := bus.DecisionSubject(run)
-	ghostSubj, _ := bus.CallReplySubject("r-ghost")
+	callSubj, _ := wire.CallReplySubject(run)
+	decSubj, _ := wire.DecisionSubject(run)
+	ghostSubj, _ := wire.CallReplySubject("r-ghost")
 	// Run ids name their conversation; one naming no conversation, and one
 	// naming this conversation but none of its runs.
 	noConvRun, strayRun := "r0123456789abcdef01234567_c0123456789abcdef01234567", "r0123456789abcdef01234567_"+conv.ID
-	noConvSubj, _ := bus.CallReplySubject(noConvRun)
-	straySubj, _ := bus.CallReplySubject(strayRun)
-	readFile, _ := bus.CallSubject("read_file")
-	approvalSubj, _ := bus.ApprovalSubject("delete_file")
-	decision := func(call, digest string) bus.Decision {
-		return bus.Decision{RunID: run, ToolCallID: call, ArgsDigest: digest, Approved: true, ApproverID: "mallory", DecidedAt: conv.UpdatedAt}
+	noConvSubj, _ := wire.CallReplySubject(noConvRun)
+	straySubj, _ := wire.CallReplySubject(strayRun)
+	readFile, _ := wire.CallSubject("read_file")
+	approvalSubj, _ := wire.ApprovalSubject("delete_file")
+	decision := func(call, digest string) wire.Decision {
+		return wire.Decision{RunID: run, ToolCallID: call, ArgsDigest: digest, Approved: true, ApproverID: "mallory", DecidedAt: conv.UpdatedAt}
 	}
-	result := func(runID, call string) bus.CallReply {
-		return bus.CallReply{RunID: runID, ToolCallID: call, Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"forged"`), WorkerID: "mallory"}
+	result := func(runID, call string) wire.CallReply {
+		return wire.CallReply{RunID: runID, ToolCallID: call, Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"forged"`), WorkerID: "mallory"}
 	}
 	maxPayload := int(test.Conn().MaxPayload())
 
@@ -153,11 +154,11 @@ func TestBadInputDeadLettered(t *testing.T) {
 		want                       string // in the dead letter's reason
 	}{
 		{"undecodable msgpack", callSubj, "", []byte{0xc1, 0x00}, "decode application/msgpack"},
-		{"undecodable json", callSubj, bus.ContentTypeJSON, []byte(`{"run_id":`), "decode application/json"},
+		{"undecodable json", callSubj, wire.ContentTypeJSON, []byte(`{"run_id":`), "decode application/json"},
 		{"unknown content type", callSubj, "text/plain", []byte(`hi`), "unsupported content type"},
-		{"wrong types", callSubj, bus.ContentTypeJSON, []byte(`{"run_id":"` + run + `","tool_call_id":7,"outcome":"return"}`), "cannot unmarshal number"},
-		{"missing call id", callSubj, bus.ContentTypeJSON, []byte(`{"run_id":"` + run + `","outcome":"return","value":1}`), "tool_call_id: is empty"},
-		{"missing run id", callSubj, bus.ContentTypeJSON, []byte(`{"tool_call_id":"update_file_readme","outcome":"return","value":1}`), "run_id"},
+		{"wrong types", callSubj, wire.ContentTypeJSON, []byte(`{"run_id":"` + run + `","tool_call_id":7,"outcome":"return"}`), "cannot unmarshal number"},
+		{"missing call id", callSubj, wire.ContentTypeJSON, []byte(`{"run_id":"` + run + `","outcome":"return","value":1}`), "tool_call_id: is empty"},
+		{"missing run id", callSubj, wire.ContentTypeJSON, []byte(`{"tool_call_id":"update_file_readme","outcome":"return","value":1}`), "run_id"},
 		{"run id not the subject's", callSubj, "", encode(t, result("r-other", "update_file_readme"), ""), "does not match subject"},
 		{"unknown run", ghostSubj, "", encode(t, result("r-ghost", "update_file_readme"), ""), "unknown run r-ghost"},
 		{"run of no conversation", noConvSubj, "", encode(t, result(noConvRun, "update_file_readme"), ""), "unknown run " + noConvRun},
@@ -165,10 +166,10 @@ func TestBadInputDeadLettered(t *testing.T) {
 		{"unknown call", callSubj, "", encode(t, result(run, "no_such_call"), ""), "no call no_such_call"},
 		{"result for an approval", callSubj, "", encode(t, result(run, "delete_file"), ""), "wrong kind: a result for approval call delete_file"},
 		{"decision for an external call", decSubj, "", encode(t, decision("update_file_readme", digests["update_file_readme"]), ""), "wrong kind: a decision for external call update_file_readme"},
-		{"decision with another digest", decSubj, bus.ContentTypeJSON, encode(t, decision("delete_file", strings.Repeat("ab", 32)), bus.ContentTypeJSON), "args digest of call delete_file does not match"},
+		{"decision with another digest", decSubj, wire.ContentTypeJSON, encode(t, decision("delete_file", strings.Repeat("ab", 32)), wire.ContentTypeJSON), "args digest of call delete_file does not match"},
 		{"undecodable call request", readFile, "", []byte{0x93, 0x01}, "decode application/msgpack"},
-		{"call request for another tool", readFile, "", encode(t, bus.CallRequest{RunID: run, ConversationID: conv.ID, ToolCallID: "x", ToolName: "delete_file", Args: json.RawMessage(`{}`), Deadline: conv.UpdatedAt.Add(1e12)}, ""), "does not match subject"},
-		{"huge result of no call, just under the max payload", callSubj, "", encode(t, bus.CallReply{RunID: run, ToolCallID: "huge_call", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"` + strings.Repeat("x", maxPayload-300) + `"`)}, ""), "no call huge_call"},
+		{"call request for another tool", readFile, "", encode(t, wire.CallRequest{RunID: run, ConversationID: conv.ID, ToolCallID: "x", ToolName: "delete_file", Args: json.RawMessage(`{}`), Deadline: conv.UpdatedAt.Add(1e12)}, ""), "does not match subject"},
+		{"huge result of no call, just under the max payload", callSubj, "", encode(t, wire.CallReply{RunID: run, ToolCallID: "huge_call", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"` + strings.Repeat("x", maxPayload-300) + `"`)}, ""), "no call huge_call"},
 	}
 	for _, tc := range cases {
 		if err := rawPublish(t, test, tc.subject, tc.contentType, tc.data); err != nil {
@@ -206,7 +207,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 		}
 	}
 	// The copy of the huge one keeps what fits and says how big it was.
-	st, err := test.JetStream().Stream(clCtx(t), bus.StreamDLQ)
+	st, err := test.JetStream().Stream(clCtx(t), wire.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 			continue
 		}
 		huge++
-		if dl.Header.Get(bus.HeaderDLQTruncated) == "" || len(dl.Data) >= maxPayload-300 {
+		if dl.Header.Get(wire.HeaderDLQTruncated) == "" || len(dl.Data) >= maxPayload-300 {
 			t.Errorf("the huge dead letter (%d bytes) is not marked truncated", len(dl.Data))
 		}
 	}
@@ -227,7 +228,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 
 	// Undisturbed: the right decisions complete the conversation as the
 	// seed example says.
-	for _, d := range []bus.Decision{
+	for _, d := range []wire.Decision{
 		{RunID: run, ToolCallID: "delete_file", ArgsDigest: digests["delete_file"], Approved: false, Message: "Deleting files is not allowed", ApproverID: "alice", DecidedAt: conv.UpdatedAt},
 		{RunID: run, ToolCallID: "update_file_dotenv", ArgsDigest: digests["update_file_dotenv"], Approved: true, ApproverID: "alice", DecidedAt: conv.UpdatedAt},
 	} {
@@ -292,7 +293,7 @@ func TestSchemaFailureIsARetryPrompt(t *testing.T) {
 	if !strings.Contains(c.Output, "path") {
 		t.Errorf("the retry prompt does not name the bad field: %q", c.Output)
 	}
-	st, err := b.JetStream().Stream(clCtx(t), bus.StreamCalls)
+	st, err := b.JetStream().Stream(clCtx(t), wire.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 }
 
-// A result over bus.MaxReplyBytes from a worker that did not check it (a
+// A result over wire.MaxReplyBytes from a worker that did not check it (a
 // native one) is taken as a failed result saying so: the call fails at
 // once, where the model sees why, instead of waiting for its deadline to
 // fail as timed out although the tool ran. Nothing is dead-lettered.
@@ -397,10 +398,10 @@ func TestHugeResultFailsTheCall(t *testing.T) {
 	})
 	run := conv.Batch.RunID
 	value := json.RawMessage(`"` + strings.Repeat("x", int(test.Conn().MaxPayload())-400) + `"`)
-	if _, err := test.PublishCallReply(clCtx(t), bus.CallReply{RunID: run, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: value, WorkerID: "w"}); err != nil {
+	if _, err := test.PublishCallReply(clCtx(t), wire.CallReply{RunID: run, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: value, WorkerID: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("result too large: %d bytes, limit %d", len(value), bus.MaxReplyBytes)
+	want := fmt.Sprintf("result too large: %d bytes, limit %d", len(value), wire.MaxReplyBytes)
 	clWaitFor(t, "the call failed as too large", func() (bool, string) {
 		conv, err = o.Conversation(clCtx(t), info.ConversationID)
 		if err != nil || conv.Batch == nil {
@@ -417,7 +418,7 @@ func TestHugeResultFailsTheCall(t *testing.T) {
 		if pc.ToolCallID != "update_file_readme" {
 			continue
 		}
-		if r := pc.Reply; r.Outcome != string(bus.OutcomeFailed) || r.Message != want || r.By != "w" {
+		if r := pc.Reply; r.Outcome != string(wire.OutcomeFailed) || r.Message != want || r.By != "w" {
 			t.Errorf("the call's reply: %s %q by %q, want failed %q by w", r.Outcome, r.Message, r.By, want)
 		}
 	}

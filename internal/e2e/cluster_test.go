@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A 3-node cluster with R3 streams and buckets loses nothing when the
@@ -27,7 +28,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	setupRetry(t, cl.connect("setup", bus.ConnConfig{}), bus.SetupConfig{Replicas: 3})
 	t.Logf("cluster up and set up in %s", time.Since(began).Round(time.Millisecond))
 	sys := testkit.Test(t, testkit.Options{URL: cl.URL(), NoSetup: true, Logger: clLogger(t)})
-	for _, stream := range []string{bus.StreamCalls, bus.StreamReplies, bus.StreamConversations} {
+	for _, stream := range []string{wire.StreamCalls, wire.StreamReplies, bus.StreamConversations} {
 		st, err := cl.connect("check", bus.ConnConfig{}).JetStream().Stream(clCtx(t), stream)
 		if err != nil {
 			t.Fatal(err)
@@ -110,7 +111,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		a := o.Stats().RepliesApplied.Load()
 		return a >= 24, fmt.Sprintf("applied %d", a)
 	})
-	victim := cl.streamLeader(bus.StreamReplies)
+	victim := cl.streamLeader(wire.StreamReplies)
 	if victim < 0 {
 		t.Fatal("no leader for the replies stream")
 	}
@@ -127,12 +128,12 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	// the orchestrator, the replies still to come for the conversations
 	// started so far.
 	js := conns["orchestrator"].JetStream()
-	callsInfo, err := js.Stream(clCtx(t), bus.StreamCalls)
+	callsInfo, err := js.Stream(clCtx(t), wire.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	queued := callsInfo.CachedInfo().State.Msgs
-	ci, err := jsConsumerInfo(t, js, bus.StreamReplies, "orchestrator")
+	ci, err := jsConsumerInfo(t, js, wire.StreamReplies, "orchestrator")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		t.Errorf("follow-ups launched %d and relaunched %d, %d dropped before their claim was stored; want at most %d launched and %d in all, give or take the dropped",
 			f, r, dropped, n, n)
 	}
-	if leader := cl.streamLeader(bus.StreamReplies); leader < 0 || leader == victim {
+	if leader := cl.streamLeader(wire.StreamReplies); leader < 0 || leader == victim {
 		t.Errorf("replies stream leader after the kill: %d", leader)
 	}
 	for _, name := range onVictim {
@@ -228,7 +229,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	// once) and its second reply is dropped as a duplicate, so the queue
 	// drains without a second application (checked above and below).
 	js = cl.connect("final", bus.ConnConfig{}).JetStream()
-	calls, err := js.Stream(clCtx(t), bus.StreamCalls)
+	calls, err := js.Stream(clCtx(t), wire.StreamCalls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		return info.State.Msgs == 0, fmt.Sprintf("%d calls left", info.State.Msgs)
 	})
 	clWaitFor(t, "every reply acked", func() (bool, string) {
-		ci, err := jsConsumerInfo(t, js, bus.StreamReplies, "orchestrator")
+		ci, err := jsConsumerInfo(t, js, wire.StreamReplies, "orchestrator")
 		if err != nil {
 			return false, err.Error()
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // slowAgent has one tool, run by the exec workers.
@@ -57,7 +58,7 @@ func startHeldByA(t *testing.T) (s *system, b *bus.Bus, api *client.Client, a *p
 func waitReplies(t *testing.T, b *bus.Bus, what string, n int) {
 	t.Helper()
 	waitFor(t, what, func() (bool, string) {
-		m := bustest.StreamMsgs(t, b, bus.StreamReplies)
+		m := bustest.StreamMsgs(t, b, wire.StreamReplies)
 		return m >= uint64(n), fmt.Sprint(m)
 	})
 }
@@ -87,8 +88,8 @@ func TestWorkerKilledMidCallRedelivered(t *testing.T) {
 	if na, nb := s.starts(run.RunID, "c1", "a"), s.starts(run.RunID, "c1", "b"); na != 1 || nb != 1 {
 		t.Errorf("runs of the call: a %d, b %d; want 1 each", na, nb)
 	}
-	subj, _ := bus.CallReplySubject(run.RunID)
-	if n := bustest.SubjectMsgs(t, b, bus.StreamReplies, subj); n != 1 {
+	subj, _ := wire.CallReplySubject(run.RunID)
+	if n := bustest.SubjectMsgs(t, b, wire.StreamReplies, subj); n != 1 {
 		t.Errorf("%d results stored for the run, want 1", n)
 	}
 	if n := checkAppliedOnce(t, b, run.ConversationID); n != 1 {
@@ -132,8 +133,8 @@ func TestFrozenWorkerAndItsReplacementBothReply(t *testing.T) {
 		t.Errorf("worker a exited with %v", a.err)
 	}
 
-	subj, _ := bus.CallReplySubject(run.RunID)
-	if n := bustest.SubjectMsgs(t, b, bus.StreamReplies, subj); n != 1 {
+	subj, _ := wire.CallReplySubject(run.RunID)
+	if n := bustest.SubjectMsgs(t, b, wire.StreamReplies, subj); n != 1 {
 		t.Errorf("%d results stored for the run, want 1 (the second dropped by its id)", n)
 	}
 	conv, err := api.Conversation(ctxT(t), run.ConversationID)
@@ -277,9 +278,9 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 	runs := startRuns(t, 1, api)
 	run := runs[0]
 	waitFor(t, "the batch to be published", func() (bool, string) {
-		ext := bustest.SubjectMsgs(t, b, bus.StreamCalls, "toolgate.call.ext")
-		slow := bustest.SubjectMsgs(t, b, bus.StreamCalls, "toolgate.call.slow")
-		ask := bustest.SubjectMsgs(t, b, bus.StreamApprovals, "toolgate.approval.ask")
+		ext := bustest.SubjectMsgs(t, b, wire.StreamCalls, "toolgate.call.ext")
+		slow := bustest.SubjectMsgs(t, b, wire.StreamCalls, "toolgate.call.slow")
+		ask := bustest.SubjectMsgs(t, b, wire.StreamApprovals, "toolgate.approval.ask")
 		return ext == 1 && slow == 1 && ask == 1, fmt.Sprintf("ext %d slow %d ask %d", ext, slow, ask)
 	})
 	o1.kill()
@@ -295,7 +296,7 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 
 	// Replies after the deadline are refused as late, dead-lettered and
 	// counted on their call.
-	st, err := b.JetStream().Stream(ctxT(t), bus.StreamApprovals)
+	st, err := b.JetStream().Stream(ctxT(t), wire.StreamApprovals)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,17 +304,17 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req bus.ApprovalRequest
-	if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &req); err != nil {
+	var req wire.ApprovalRequest
+	if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PublishDecision(ctxT(t), bus.Decision{
+	if _, err := b.PublishDecision(ctxT(t), wire.Decision{
 		RunID: run.RunID, ToolCallID: "a1", ArgsDigest: req.ArgsDigest, Approved: true, ApproverID: "late-bot", DecidedAt: time.Now().UTC(),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.PublishCallReply(ctxT(t), bus.CallReply{
-		RunID: run.RunID, ToolCallID: "e1", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"late"`), WorkerID: "late-worker",
+	if _, err := b.PublishCallReply(ctxT(t), wire.CallReply{
+		RunID: run.RunID, ToolCallID: "e1", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"late"`), WorkerID: "late-worker",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +342,8 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 		}
 	}
 
-	if _, err := b.PublishCallReply(ctxT(t), bus.CallReply{
-		RunID: run.RunID, ToolCallID: "s1", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "test",
+	if _, err := b.PublishCallReply(ctxT(t), wire.CallReply{
+		RunID: run.RunID, ToolCallID: "s1", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "test",
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // waitTimeout bounds every wait on a condition: generous, for a loaded
@@ -509,7 +510,7 @@ func checkCompleted(t *testing.T, conv *client.Conversation, wantRuns int, calls
 }
 
 // convEvents reads every stored event of a conversation.
-func convEvents(t *testing.T, b *bus.Bus, convID string) []bus.Event {
+func convEvents(t *testing.T, b *bus.Bus, convID string) []wire.Event {
 	t.Helper()
 	events, err := approver.ConversationEvents(ctxT(t), b, convID)
 	if err != nil {

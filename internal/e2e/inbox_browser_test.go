@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/wire"
 
 	"github.com/chromedp/chromedp"
 
@@ -239,7 +240,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 	if !appr.Approved || string(appr.OverrideArgs) != `{"content":"SECRET=2","path":".env"}` || appr.ApproverID != ibApprover {
 		t.Errorf("approval on the bus = %+v (override %s)", appr, appr.OverrideArgs)
 	}
-	for _, d := range []bus.Decision{deny, appr} {
+	for _, d := range []wire.Decision{deny, appr} {
 		if err := approver.Verify(pub, d); err != nil {
 			t.Errorf("decision for %s: %v", d.ToolCallID, err)
 		}
@@ -326,7 +327,7 @@ func TestInboxBrowserEndToEnd(t *testing.T) {
 }
 
 // ibDecision reads the decision published for one call of run.
-func ibDecision(t *testing.T, b *bus.Bus, runID, callID string) bus.Decision {
+func ibDecision(t *testing.T, b *bus.Bus, runID, callID string) wire.Decision {
 	t.Helper()
 	for _, d := range bustest.Decisions(t, b, runID) {
 		if d.ToolCallID == callID {
@@ -334,7 +335,7 @@ func ibDecision(t *testing.T, b *bus.Bus, runID, callID string) bus.Decision {
 		}
 	}
 	t.Fatalf("no decision for %s/%s", runID, callID)
-	return bus.Decision{}
+	return wire.Decision{}
 }
 
 type ibReturn struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // namedAgent is the external seed agent named name, whose model answers
@@ -39,7 +40,7 @@ func namedAgent(t *testing.T, name, extra string) (*orchestrator.AgentConfig, or
 // runStarts are the run_started events of a conversation, as "agent@replica".
 func runStarts(t *testing.T, b *bus.Bus, convID string, n int) []string {
 	t.Helper()
-	evs := collectEvents(t, b, convID, func(evs []bus.Event) bool {
+	evs := collectEvents(t, b, convID, func(evs []wire.Event) bool {
 		k := 0
 		for _, ev := range evs {
 			if ev.Type == orchestrator.EventRunStarted {

@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Executors of a configured tool (ToolConfig.Executor).
@@ -64,9 +65,9 @@ type AnswerDecision struct {
 
 // AnswerResult is the result of a frontend tool's call, in the forms a
 // worker's result takes (D25): a value, or a return with content and
-// metadata (bus.OutcomeReturn), a retry or a failure with a message.
+// metadata (wire.OutcomeReturn), a retry or a failure with a message.
 type AnswerResult struct {
-	Outcome  bus.Outcome
+	Outcome  wire.Outcome
 	Value    json.RawMessage
 	Content  string
 	Message  string
@@ -213,7 +214,7 @@ func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (
 			return incoming{}, &AnswerError{ConversationID: c.ID, ToolCallID: a.ToolCallID, Code: AnswerForbidden,
 				Reason: "approver keys are trusted: a decision over HTTP needs a caller named by the API's users"}
 		}
-		dec := &bus.Decision{RunID: runID, ToolCallID: a.ToolCallID, ArgsDigest: d.ArgsDigest, Approved: d.Approved,
+		dec := &wire.Decision{RunID: runID, ToolCallID: a.ToolCallID, ArgsDigest: d.ArgsDigest, Approved: d.Approved,
 			OverrideArgs: d.OverrideArgs, Message: d.Message, ApproverID: a.By, DecidedAt: now}
 		if err := dec.Validate(); err != nil {
 			return incoming{}, &BadRequestError{err.Error()}
@@ -228,7 +229,7 @@ func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (
 			http: true, identified: a.Identified}, nil
 	}
 	r := a.Result
-	res := &bus.CallReply{RunID: runID, ToolCallID: a.ToolCallID, Outcome: r.Outcome, Value: r.Value, Content: r.Content,
+	res := &wire.CallReply{RunID: runID, ToolCallID: a.ToolCallID, Outcome: r.Outcome, Value: r.Value, Content: r.Content,
 		Message: r.Message, Metadata: r.Metadata, WorkerID: a.By}
 	if err := res.Validate(); err != nil {
 		return incoming{}, &BadRequestError{err.Error()}
@@ -240,7 +241,7 @@ func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (
 			Reason: fmt.Sprintf("call %s of tool %s is executed by workers, not by a frontend", a.ToolCallID, pc.ToolName)}
 	}
 	if wr, ok := res.WithinLimit(); !ok {
-		return incoming{}, &BadRequestError{fmt.Sprintf("result: larger than %d bytes", bus.MaxReplyBytes)}
+		return incoming{}, &BadRequestError{fmt.Sprintf("result: larger than %d bytes", wire.MaxReplyBytes)}
 	} else {
 		res = &wr
 	}
@@ -293,7 +294,7 @@ func ResultOf(raw json.RawMessage) (*AnswerResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			r := &AnswerResult{Outcome: bus.OutcomeReturn, Value: f.ReturnValue, Content: content}
+			r := &AnswerResult{Outcome: wire.OutcomeReturn, Value: f.ReturnValue, Content: content}
 			if len(r.Value) == 0 {
 				r.Value = json.RawMessage("null")
 			}
@@ -309,12 +310,12 @@ func ResultOf(raw json.RawMessage) (*AnswerResult, error) {
 			if msg == "" {
 				return nil, &BadRequestError{"result.message: required for " + f.Kind}
 			}
-			r := &AnswerResult{Outcome: bus.OutcomeRetry, Message: msg}
+			r := &AnswerResult{Outcome: wire.OutcomeRetry, Message: msg}
 			if f.Kind == "tool-failed" {
-				r.Outcome = bus.OutcomeFailed
+				r.Outcome = wire.OutcomeFailed
 			}
 			return r, nil
 		}
 	}
-	return &AnswerResult{Outcome: bus.OutcomeReturn, Value: raw}, nil
+	return &AnswerResult{Outcome: wire.OutcomeReturn, Value: raw}, nil
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // What a reply does to a conversation, without I/O: the transition Apply
@@ -190,9 +190,9 @@ func replyOf(in incoming, now time.Time) *Reply {
 	res := in.result
 	r := &Reply{By: res.WorkerID, At: now}
 	switch res.Outcome {
-	case bus.OutcomeRetry:
+	case wire.OutcomeRetry:
 		r.Outcome, r.Message = OutcomeRetry, res.Message
-	case bus.OutcomeFailed:
+	case wire.OutcomeFailed:
 		r.Outcome, r.Message = OutcomeFailed, res.Message
 	default:
 		r.Outcome, r.Value, r.Content, r.Metadata = OutcomeReturn, res.Value, res.Content, res.Metadata

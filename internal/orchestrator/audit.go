@@ -44,9 +44,9 @@ func (rp *replyPipeline) auditAs(ctx context.Context, convID, msgID string, seq 
 	}
 	hdr := nats.Header{}
 	if convID != "" {
-		hdr.Set(bus.HeaderConversation, convID)
+		hdr.Set(wire.HeaderConversation, convID)
 	}
-	hdr.Set(bus.HeaderCall, in.callID)
+	hdr.Set(wire.HeaderCall, in.callID)
 	if _, err := rp.bus.PublishAudit(ctx, in.runID, msgID, rec, hdr); err != nil {
 		rp.log.WarnContext(ctx, "audit record not published", slog.String("run_id", in.runID),
 			slog.String("tool_call_id", in.callID), slog.String("verdict", rec.Verdict), slog.String("error", err.Error()))

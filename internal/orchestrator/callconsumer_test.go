@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The orchestrator, not a tool-worker, creates call_<tool>: a worker in
@@ -26,7 +26,7 @@ func TestForeignWorkerBindsToTheOrchestratorsCallConsumer(t *testing.T) {
 
 	// No tool-worker ran: the consumer is the orchestrator's.
 	js := e.connect("foreign").JetStream()
-	cons, err := js.Consumer(ctxT(t), bus.StreamCalls, "call_calculate_answer")
+	cons, err := js.Consumer(ctxT(t), wire.StreamCalls, "call_calculate_answer")
 	if err != nil {
 		t.Fatalf("bind to call_calculate_answer: %v", err)
 	}

@@ -103,8 +103,8 @@ func TestCancelRacesReply(t *testing.T) {
 			c := startPaused(t, o)
 			runID := c.Batch.RunID
 			reply := func() {
-				publishRaw(t, b, callSubject(t, runID), "r-"+order, bus.CallReply{
-					RunID: runID, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"done"`), WorkerID: "w",
+				publishRaw(t, b, callSubject(t, runID), "r-"+order, wire.CallReply{
+					RunID: runID, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"done"`), WorkerID: "w",
 				})
 			}
 			var cancelErr error
@@ -208,11 +208,11 @@ func TestCancelStopsWorkerCall(t *testing.T) {
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, "")})
 	entered := make(chan struct{}, 1)
 	stopped := make(chan error, 1)
-	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	exec := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		entered <- struct{}{}
 		<-ctx.Done()
 		stopped <- context.Cause(ctx)
-		return bus.CallReply{}, ctx.Err()
+		return wire.CallReply{}, ctx.Err()
 	})
 	spec := worker.ToolSpec{Name: "calculate_answer", Parameters: json.RawMessage(`{"type":"object"}`)}
 	w, err := worker.New(worker.Config{Bus: e.connect("worker"), Tools: []worker.Tool{{Spec: spec, Executor: exec, Kind: "test"}}, ID: "w1", Logger: testLogger(t)})
@@ -240,7 +240,7 @@ func TestCancelStopsWorkerCall(t *testing.T) {
 	case <-ctxT(t).Done():
 		t.Fatal("the executor was not stopped")
 	}
-	info2, err := e.connect("check").JetStream().Consumer(ctxT(t), bus.StreamCalls, "call_calculate_answer")
+	info2, err := e.connect("check").JetStream().Consumer(ctxT(t), wire.StreamCalls, "call_calculate_answer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
 		return n == 0, fmt.Sprintf("%d pending", n)
 	})
 	eventSubject := wire.PrefixEvent + "." + c.ID
-	eventMsgs := bustest.SubjectMsgs(t, reader, bus.StreamEvents, eventSubject)
+	eventMsgs := bustest.SubjectMsgs(t, reader, wire.StreamEvents, eventSubject)
 
 	fired := proxy.Arm("HPUB "+bus.ConversationSubject(c.ID), true)
 	_, err := o.Cancel(ctxT(t), c.ID)
@@ -303,7 +303,7 @@ func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
 	})
 	// The cancel's event message, and no other: neither told twice nor by
 	// the retry.
-	if n := bustest.SubjectMsgs(t, reader, bus.StreamEvents, eventSubject); n != eventMsgs+1 {
+	if n := bustest.SubjectMsgs(t, reader, wire.StreamEvents, eventSubject); n != eventMsgs+1 {
 		t.Errorf("%d event messages after the pause's %d, want the cancel's alone", n, eventMsgs)
 	}
 	if n := logLength(t, reader, c.ID); n != before+1 {

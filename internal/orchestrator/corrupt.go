@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A conversation whose log cannot be read (CorruptError) cannot be deleted
@@ -63,7 +64,7 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 		ConversationID: id, RunID: id, Time: o.clock().UTC(),
 	}
 	hdr := nats.Header{}
-	hdr.Set(bus.HeaderConversation, id)
+	hdr.Set(wire.HeaderConversation, id)
 	if _, err := o.bus.PublishAudit(ctx, id, "audit/conversation/"+id+"/"+rec.Time.Format(time.RFC3339Nano), rec, hdr); err != nil {
 		return fmt.Errorf("conversation %s deleted, but its audit record was not written: %w", id, err)
 	}

@@ -132,7 +132,7 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 	if status, body := doJSON(t, "DELETE", conv+bad.ID+"?corrupt=true", "", ""); status != http.StatusNotFound {
 		t.Errorf("second DELETE ?corrupt=true: %d %v, want 404", status, body)
 	}
-	audit, err := e.connect("auditor").JetStream().Stream(ctxT(t), bus.StreamAudit)
+	audit, err := e.connect("auditor").JetStream().Stream(ctxT(t), wire.StreamAudit)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A stream's meta.inf damaged while its server was down (an external
@@ -96,12 +97,12 @@ func TestMissingStreamNamedUntilRestored(t *testing.T) {
 	js := e.connect("operator").JetStream()
 	var dlq jetstream.StreamConfig
 	for _, sc := range (bus.SetupConfig{}).StreamConfigs() {
-		if sc.Name == bus.StreamDLQ {
+		if sc.Name == wire.StreamDLQ {
 			dlq = sc
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		if err := js.DeleteStream(ctxT(t), bus.StreamDLQ); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := js.DeleteStream(ctxT(t), wire.StreamDLQ); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Fatal(err)
 		}
 		_, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: "SQUATTER", Subjects: dlq.Subjects})
@@ -115,13 +116,13 @@ func TestMissingStreamNamedUntilRestored(t *testing.T) {
 	}
 	waitFor(t, "health naming the missing stream", func() (bool, string) {
 		err := o.Health(ctxT(t))
-		return err != nil && strings.Contains(err.Error(), bus.StreamDLQ+": ") && strings.Contains(err.Error(), "not created again"), fmt.Sprint(err)
+		return err != nil && strings.Contains(err.Error(), wire.StreamDLQ+": ") && strings.Contains(err.Error(), "not created again"), fmt.Sprint(err)
 	})
 	if err := js.DeleteStream(ctxT(t), "SQUATTER"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stream created again", func() (bool, string) {
-		_, serr := js.Stream(ctxT(t), bus.StreamDLQ)
+		_, serr := js.Stream(ctxT(t), wire.StreamDLQ)
 		herr := o.Health(ctxT(t))
 		return serr == nil && herr == nil, fmt.Sprint(serr, herr)
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // seenMetadata records the metadata each call reached its tool with.
@@ -43,7 +44,7 @@ func (s *seenMetadata) get(callID string) (string, bool) {
 func decideSigned(t *testing.T, b *bus.Bus, c *orchestrator.Conversation, call string, approved bool, meta string, key ed25519.PrivateKey) {
 	t.Helper()
 	pc := pendingCall(t, c, call)
-	d := bus.Decision{RunID: c.Batch.RunID, ToolCallID: call, ArgsDigest: pc.ArgsDigest, Approved: approved,
+	d := wire.Decision{RunID: c.Batch.RunID, ToolCallID: call, ArgsDigest: pc.ArgsDigest, Approved: approved,
 		ApproverID: "bot", DecidedAt: time.Now().UTC()}
 	if meta != "" {
 		d.Metadata = json.RawMessage(meta)
@@ -72,7 +73,7 @@ func TestDecisionMetadataReachesTheWorker(t *testing.T) {
 	}
 	var tools []worker.Tool
 	for _, spec := range worker.BuiltinTools() {
-		tools = append(tools, worker.Tool{Spec: spec, Executor: worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+		tools = append(tools, worker.Tool{Spec: spec, Executor: worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 			seen.add(req.ToolCallID, req.Metadata)
 			return bi.Execute(ctx, req)
 		})})

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 	goworker "github.com/toolgate/toolgate/worker"
 )
 
@@ -302,7 +303,7 @@ func TestDiscoveredToolChangedBeforeApproval(t *testing.T) {
 	if p == nil || p.Outcome != agent.OutcomeDenied || !strings.Contains(string(p.Value)+p.Content, orchestrator.ToolChangedMessage("pay")) {
 		t.Fatalf("p1 return = %+v, want denied with %q", p, orchestrator.ToolChangedMessage("pay"))
 	}
-	if n := bustest.StreamMsgs(t, e.connect("calls"), bus.StreamCalls); n != 0 {
+	if n := bustest.StreamMsgs(t, e.connect("calls"), wire.StreamCalls); n != 0 {
 		t.Errorf("%d calls published, want none", n)
 	}
 }

@@ -21,7 +21,7 @@ import (
 func decide(t *testing.T, b *bus.Bus, c *orchestrator.Conversation, call, msgID string, approved bool, message string) {
 	t.Helper()
 	pc := pendingCall(t, c, call)
-	publishRaw(t, b, decisionSubject(t, c.Batch.RunID), msgID, bus.Decision{
+	publishRaw(t, b, decisionSubject(t, c.Batch.RunID), msgID, wire.Decision{
 		RunID: c.Batch.RunID, ToolCallID: call, ArgsDigest: pc.ArgsDigest, Approved: approved, Message: message,
 		ApproverID: "bot", DecidedAt: time.Now().UTC(),
 	})
@@ -93,8 +93,8 @@ func TestApprovedCallDispatchedOnce(t *testing.T) {
 		t.Errorf("dispatched call %+v, want pending, unmarked, approved by bot", pc)
 	}
 	// Whoever watches the events learns the call went to the workers.
-	evs := collectEvents(t, b, c.ID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventCallDispatched })
+	evs := collectEvents(t, b, c.ID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventCallDispatched })
 	})
 	for _, ev := range evs {
 		if ev.Type != orchestrator.EventCallDispatched {
@@ -198,7 +198,7 @@ func TestEditedApprovalDispatchedWhenValid(t *testing.T) {
 			}
 			b := e.connect("test")
 			decide(t, b, c, "delete_file", "deny", false, "Deleting files is not allowed")
-			publishRaw(t, b, decisionSubject(t, c.Batch.RunID), "approve-edited", bus.Decision{
+			publishRaw(t, b, decisionSubject(t, c.Batch.RunID), "approve-edited", wire.Decision{
 				RunID: c.Batch.RunID, ToolCallID: "update_file_dotenv", ArgsDigest: pendingCall(t, c, "update_file_dotenv").ArgsDigest,
 				Approved: true, OverrideArgs: []byte(tc.edited), ApproverID: "bot", DecidedAt: time.Now().UTC(),
 			})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -26,7 +25,7 @@ func (rc *reconciler) escalate(ctx context.Context, conv *Conversation, pc *Pend
 	log := rc.log.With(slog.String("conversation_id", conv.ID), slog.String("run_id", runID), slog.String("tool_call_id", pc.ToolCallID))
 	log.InfoContext(ctx, "approval escalated", slog.Any("to", to))
 	rc.events.publish(ctx, conv.ID, runID, EventApprovalEscalated, pc.ToolCallID, wire.ApprovalEscalated{Tool: pc.ToolName, To: to, Deadline: pc.Deadline.UTC()})
-	req := bus.ApprovalRequest{
+	req := wire.ApprovalRequest{
 		RunID: runID, ConversationID: conv.ID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 2, EscalatedTo: to,
 		Approvers: rc.roster.approversFor(conv, pc),

@@ -71,7 +71,7 @@ const (
 // queuedEvent is an event waiting to be published. A text delta keeps its
 // text apart so that deltas of a run queued back to back are sent as one.
 type queuedEvent struct {
-	ev    bus.Event
+	ev    wire.Event
 	delta *agentEventData
 	// data holds ev.Data (bus.EncodePooled), given back once the event
 	// is published.
@@ -132,7 +132,7 @@ const convEventsCap = 8
 // needs them, and they were a tenth of a resumed conversation's garbage.
 var (
 	queuedArrays = arrayPool[queuedEvent]{pool: sync.Pool{New: func() any { return new([]queuedEvent) }}}
-	eventArrays  = arrayPool[bus.Event]{pool: sync.Pool{New: func() any { return new([]bus.Event) }}}
+	eventArrays  = arrayPool[wire.Event]{pool: sync.Pool{New: func() any { return new([]wire.Event) }}}
 )
 
 type arrayPool[T any] struct{ pool sync.Pool }
@@ -431,12 +431,12 @@ func newEventPublisher(b *bus.Bus, log *slog.Logger, clock func() time.Time) *ev
 // purge removes the events of conversation id, those still queued first:
 // published after the purge, they would outlive the conversation.
 func (p *eventPublisher) purge(ctx context.Context, id string) error {
-	subj, err := bus.EventSubject(id)
+	subj, err := wire.EventSubject(id)
 	if err != nil {
 		return err
 	}
 	p.queue.forget(id)
-	return p.bus.PurgeLog(ctx, bus.StreamEvents, subj, 0)
+	return p.bus.PurgeLog(ctx, wire.StreamEvents, subj, 0)
 }
 
 // loop publishes queued events until the queue is closed and empty.
@@ -465,13 +465,13 @@ func (p *eventPublisher) loop() {
 }
 
 // publishQueued publishes what the queue held: the events of each
-// conversation as one message (bus.EventBatch), in their order, so that a
+// conversation as one message (wire.EventBatch), in their order, so that a
 // busy run's events cost one stored message instead of one each.
 func (p *eventPublisher) publishQueued(batch [][]queuedEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 	defer cancel()
 	msgs := make([]bus.Outgoing, 0, len(batch))
-	arrays := make([][]bus.Event, 0, len(batch))
+	arrays := make([][]wire.Event, 0, len(batch))
 	defer func() {
 		for _, a := range arrays {
 			eventArrays.put(a)
@@ -487,7 +487,7 @@ func (p *eventPublisher) publishQueued(batch [][]queuedEvent) {
 			q := &queued[i]
 			ev := q.ev
 			if q.delta != nil {
-				b, e, err := bus.EncodePooled(q.delta, bus.ContentTypeJSON)
+				b, e, err := bus.EncodePooled(q.delta, wire.ContentTypeJSON)
 				if err != nil {
 					p.log.WarnContext(ctx, "encode event", slog.String("type", ev.Type), slog.String("error", err.Error()))
 					continue
@@ -530,15 +530,15 @@ const eventOverhead = 512
 
 // chunkEvents splits events into batches of at most eventBatchBytes of
 // estimated size, keeping their order; the batches share events' array.
-func chunkEvents(events []bus.Event) [][]bus.Event {
+func chunkEvents(events []wire.Event) [][]wire.Event {
 	var (
-		out   [][]bus.Event
+		out   [][]wire.Event
 		first int
 		size  int
 	)
 	for i, e := range events {
 		n := len(e.Data) + eventOverhead
-		if i > first && (size+n > eventBatchBytes || i-first == bus.MaxEventBatch) {
+		if i > first && (size+n > eventBatchBytes || i-first == wire.MaxEventBatch) {
 			out = append(out, events[first:i:i])
 			first, size = i, 0
 		}
@@ -572,12 +572,12 @@ func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID
 	)
 	if data != nil {
 		var err error
-		if raw, buf, err = bus.EncodePooled(data, bus.ContentTypeJSON); err != nil {
+		if raw, buf, err = bus.EncodePooled(data, wire.ContentTypeJSON); err != nil {
 			p.log.WarnContext(ctx, "encode event", slog.String("type", typ), slog.String("error", err.Error()))
 			return
 		}
 	}
-	p.emit(ctx, queuedEvent{ev: bus.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}, data: buf})
+	p.emit(ctx, queuedEvent{ev: wire.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}, data: buf})
 }
 
 func (p *eventPublisher) emit(ctx context.Context, q queuedEvent) {
@@ -624,7 +624,7 @@ func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, e
 	d := agentEventData{Kind: ev.Kind, Delta: ev.Delta, Part: ev.Part, Message: ev.Message, Requests: ev.Requests, Results: ev.Results, Result: ev.Result}
 	if ev.Kind == agent.EventTextDelta {
 		p.emit(ctx, queuedEvent{
-			ev:    bus.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: p.clock().UTC()},
+			ev:    wire.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: p.clock().UTC()},
 			delta: &d,
 		})
 		return

@@ -15,15 +15,16 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Events are batched in order, within the size bound; a large event goes
 // alone.
 func TestChunkEvents(t *testing.T) {
-	ev := func(typ string, data int) bus.Event {
-		return bus.Event{ConversationID: "c", Type: typ, Data: json.RawMessage(`"` + strings.Repeat("x", data) + `"`)}
+	ev := func(typ string, data int) wire.Event {
+		return wire.Event{ConversationID: "c", Type: typ, Data: json.RawMessage(`"` + strings.Repeat("x", data) + `"`)}
 	}
-	events := []bus.Event{ev("a", 10), ev("b", 10), ev("big", eventBatchBytes), ev("c", 100<<10), ev("d", 100<<10), ev("e", 100<<10)}
+	events := []wire.Event{ev("a", 10), ev("b", 10), ev("big", eventBatchBytes), ev("c", 100<<10), ev("d", 100<<10), ev("e", 100<<10)}
 	var got [][]string
 	for _, chunk := range chunkEvents(events) {
 		var types []string
@@ -36,13 +37,13 @@ func TestChunkEvents(t *testing.T) {
 		t.Errorf("chunks %s, want %s", g, want)
 	}
 
-	many := make([]bus.Event, 3*bus.MaxEventBatch)
+	many := make([]wire.Event, 3*wire.MaxEventBatch)
 	for i := range many {
 		many[i] = ev(fmt.Sprint(i), 0)
 	}
 	n := 0
 	for _, chunk := range chunkEvents(many) {
-		if len(chunk) > bus.MaxEventBatch {
+		if len(chunk) > wire.MaxEventBatch {
 			t.Errorf("a chunk of %d events", len(chunk))
 		}
 		for _, e := range chunk {
@@ -63,7 +64,7 @@ func TestInvalidEventDroppedAlone(t *testing.T) {
 	b := bustest.NewBus(t)
 	p := newEventPublisher(b, slog.New(slog.DiscardHandler), time.Now)
 	ev := func(typ string) queuedEvent {
-		return queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
+		return queuedEvent{ev: wire.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}
 	}
 	p.publishQueued([][]queuedEvent{{ev("first"), ev(""), ev("third")}})
 	var got []string
@@ -97,7 +98,7 @@ func TestEventQueueGathersAStep(t *testing.T) {
 	q := newEventQueue()
 	first := time.Now()
 	for _, typ := range []string{"run_started", "model_response", "run_paused"} {
-		if !q.push(queuedEvent{ev: bus.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}) {
+		if !q.push(queuedEvent{ev: wire.Event{ConversationID: "c1", Type: typ, Time: time.Now()}}) {
 			t.Fatal("push refused")
 		}
 	}
@@ -109,7 +110,7 @@ func TestEventQueueGathersAStep(t *testing.T) {
 		t.Fatalf("took %d events, want the 3 of the step", len(got))
 	}
 	// Closed, what is left goes at once.
-	q.push(queuedEvent{ev: bus.Event{ConversationID: "c1", Type: "run_completed", Time: time.Now()}})
+	q.push(queuedEvent{ev: wire.Event{ConversationID: "c1", Type: "run_completed", Time: time.Now()}})
 	q.close()
 	if got := taken(q); len(got) != 1 {
 		t.Errorf("took %d events of a closed queue, want 1", len(got))
@@ -124,7 +125,7 @@ func TestEventQueueGathersAStep(t *testing.T) {
 func TestEventQueueHoldsARunsEvents(t *testing.T) {
 	q := newEventQueue()
 	push := func(conv, typ string) {
-		q.push(queuedEvent{ev: bus.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
+		q.push(queuedEvent{ev: wire.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
 	}
 	q.hold("running")
 	push("running", "reply_applied")
@@ -170,7 +171,7 @@ func TestEventQueueHoldsARunsEvents(t *testing.T) {
 func TestEventQueueAwaitsQuickReplies(t *testing.T) {
 	q := newEventQueue()
 	push := func(typ string) {
-		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: typ, Time: time.Now()}})
+		q.push(queuedEvent{ev: wire.Event{ConversationID: "c", Type: typ, Time: time.Now()}})
 	}
 	at := time.Now()
 	q.hold("c")
@@ -231,13 +232,13 @@ func TestEventQueueHoldsAFewStepsAtMost(t *testing.T) {
 	q := newEventQueue()
 	q.hold("c")
 	for range eventHoldCount - 1 {
-		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+		q.push(queuedEvent{ev: wire.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
 	}
 	now := time.Now()
 	if ready, _ := q.ready(now); ready["c"] {
 		t.Fatalf("%d events of a held conversation: ready %v; want them waiting", eventHoldCount-1, ready)
 	}
-	q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	q.push(queuedEvent{ev: wire.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
 	if ready, _ := q.ready(now); !ready["c"] {
 		t.Fatalf("%d events of a held conversation: ready %v; want them to go", eventHoldCount, ready)
 	}
@@ -252,7 +253,7 @@ func TestEventQueueHoldsAFewStepsAtMost(t *testing.T) {
 func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
 	q := newEventQueue()
 	for range eventBatchMax + 10 {
-		q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+		q.push(queuedEvent{ev: wire.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
 	}
 	at := time.Now() // after every push: all are past the linger at at+eventLinger
 	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
@@ -261,7 +262,7 @@ func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
 	if got := taken(q); len(got) != eventBatchMax {
 		t.Fatalf("took %d events; want a batch of %d", len(got), eventBatchMax)
 	}
-	q.push(queuedEvent{ev: bus.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
+	q.push(queuedEvent{ev: wire.Event{ConversationID: "c", Type: "tool_call", Time: time.Now()}})
 	if ready, _ := q.ready(at.Add(eventLinger)); !ready["c"] {
 		t.Fatalf("the rest of a full batch, past the linger of its oldest: ready %v; want it", ready)
 	}
@@ -280,7 +281,7 @@ func TestEventQueueTakesWhatABatchLeft(t *testing.T) {
 func TestEventQueueForget(t *testing.T) {
 	q := newEventQueue()
 	push := func(conv, typ string) {
-		q.push(queuedEvent{ev: bus.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
+		q.push(queuedEvent{ev: wire.Event{ConversationID: conv, Type: typ, Time: time.Now()}})
 	}
 	push("gone", "run_started")
 	inFlight := taken(q)
@@ -342,7 +343,7 @@ func TestAgentEventDataFields(t *testing.T) {
 func TestEventQueueKeepsConversationsApart(t *testing.T) {
 	q := newEventQueue()
 	push := func(conv, run, typ string) {
-		ev := queuedEvent{ev: bus.Event{ConversationID: conv, RunID: run, Type: typ, Time: time.Now()}}
+		ev := queuedEvent{ev: wire.Event{ConversationID: conv, RunID: run, Type: typ, Time: time.Now()}}
 		if typ == "text_delta" {
 			ev.delta = &agentEventData{Kind: agent.EventTextDelta, Delta: conv + run}
 		}
@@ -355,7 +356,7 @@ func TestEventQueueKeepsConversationsApart(t *testing.T) {
 	push("new", "r2", "text_delta")
 	push("old", "r1", "text_delta")
 	push("old", "r3", "text_delta") // another run's delta does not merge
-	if !q.pushAll([]queuedEvent{{ev: bus.Event{ConversationID: "new", Type: "tool_call"}}, {ev: bus.Event{ConversationID: "new", Type: "run_paused"}}}) {
+	if !q.pushAll([]queuedEvent{{ev: wire.Event{ConversationID: "new", Type: "tool_call"}}, {ev: wire.Event{ConversationID: "new", Type: "run_paused"}}}) {
 		t.Fatal("pushAll refused")
 	}
 	q.close()
@@ -521,7 +522,7 @@ func TestEventDataIsMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, e, err := bus.EncodePooled(v, bus.ContentTypeJSON)
+		got, e, err := bus.EncodePooled(v, wire.ContentTypeJSON)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -530,7 +531,7 @@ func TestEventDataIsMarshal(t *testing.T) {
 		}
 		bus.ReleaseEncoded(e)
 	}
-	if _, _, err := bus.EncodePooled(func() {}, bus.ContentTypeJSON); err == nil {
+	if _, _, err := bus.EncodePooled(func() {}, wire.ContentTypeJSON); err == nil {
 		t.Error("a value JSON cannot hold was encoded")
 	}
 }

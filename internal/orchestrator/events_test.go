@@ -25,8 +25,8 @@ import (
 // publishResult publishes a worker's "ok" result for a call.
 func publishResult(t *testing.T, b *bus.Bus, runID, callID, msgID string) {
 	t.Helper()
-	publishRaw(t, b, callSubject(t, runID), msgID, bus.CallReply{
-		RunID: runID, ToolCallID: callID, Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
+	publishRaw(t, b, callSubject(t, runID), msgID, wire.CallReply{
+		RunID: runID, ToolCallID: callID, Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
 	})
 }
 
@@ -35,11 +35,11 @@ func publishResult(t *testing.T, b *bus.Bus, runID, callID, msgID string) {
 // schemas/event.schema.json, whose $defs give each type's data: what the
 // orchestrator emits in every test that watches events is what the
 // protocol documents.
-func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Event) bool) []bus.Event {
+func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]wire.Event) bool) []wire.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	var evs []bus.Event
+	var evs []wire.Event
 	for se, err := range b.Events(ctx, convID, 0) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -57,7 +57,7 @@ func collectEvents(t *testing.T, b *bus.Bus, convID string, enough func([]bus.Ev
 	return nil
 }
 
-func checkEventSchema(t *testing.T, ev bus.Event) {
+func checkEventSchema(t *testing.T, ev wire.Event) {
 	t.Helper()
 	doc, err := json.Marshal(ev)
 	if err != nil {
@@ -68,7 +68,7 @@ func checkEventSchema(t *testing.T, ev bus.Event) {
 	}
 }
 
-func eventTypes(evs []bus.Event) string {
+func eventTypes(evs []wire.Event) string {
 	var s []string
 	for _, ev := range evs {
 		s = append(s, ev.Type+":"+ev.ToolCallID)
@@ -77,20 +77,20 @@ func eventTypes(evs []bus.Event) string {
 }
 
 // event finds the last event of type typ about call (any call when "").
-func event(evs []bus.Event, typ, call string) (bus.Event, bool) {
+func event(evs []wire.Event, typ, call string) (wire.Event, bool) {
 	for i := len(evs) - 1; i >= 0; i-- {
 		if evs[i].Type == typ && (call == "" || evs[i].ToolCallID == call) {
 			return evs[i], true
 		}
 	}
-	return bus.Event{}, false
+	return wire.Event{}, false
 }
 
-func hasEvent(typ, call string) func([]bus.Event) bool {
-	return func(evs []bus.Event) bool { _, ok := event(evs, typ, call); return ok }
+func hasEvent(typ, call string) func([]wire.Event) bool {
+	return func(evs []wire.Event) bool { _, ok := event(evs, typ, call); return ok }
 }
 
-func eventData(t *testing.T, ev bus.Event) map[string]any {
+func eventData(t *testing.T, ev wire.Event) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(ev.Data, &m); err != nil {
@@ -157,7 +157,7 @@ func TestEventsTellWhoDecided(t *testing.T) {
 	if diff := cmp.Diff(wantDecided, decided); diff != "" {
 		t.Errorf("conversation decisions (-want +got):\n%s", diff)
 	}
-	var pauses []bus.Event
+	var pauses []wire.Event
 	for _, ev := range evs {
 		if ev.Type == orchestrator.EventRunPaused {
 			pauses = append(pauses, ev)
@@ -185,10 +185,10 @@ func TestRefusalAndExpiryEvents(t *testing.T) {
 	b := e.connect("test")
 	runID := c.Batch.RunID
 
-	publishRaw(t, b, decisionSubject(t, runID), "forged", bus.Decision{
+	publishRaw(t, b, decisionSubject(t, runID), "forged", wire.Decision{
 		RunID: runID, ToolCallID: "delete_file", ArgsDigest: strings.Repeat("0", 64), Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC(),
 	})
-	evs := collectEvents(t, b, c.ID, func(evs []bus.Event) bool {
+	evs := collectEvents(t, b, c.ID, func(evs []wire.Event) bool {
 		return hasEvent(orchestrator.EventReplyRefused, "delete_file")(evs) && hasEvent(orchestrator.EventCallsExpired, "")(evs)
 	})
 	refused, _ := event(evs, orchestrator.EventReplyRefused, "delete_file")
@@ -229,7 +229,7 @@ func TestApprovedOverrideArgsReachTheWorker(t *testing.T) {
 	c := startPaused(t, o)
 	b := e.connect("test")
 	runID := c.Batch.RunID
-	for callID, d := range map[string]bus.Decision{
+	for callID, d := range map[string]wire.Decision{
 		"delete_file":        {Approved: false, Message: "no"},
 		"update_file_dotenv": {Approved: true, OverrideArgs: json.RawMessage(`{"path":".env.example","content":"API_KEY=\n"}`)},
 	} {

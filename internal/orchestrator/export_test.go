@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // KeyedID lets tests name the ids an idempotency key gives.
@@ -87,5 +87,5 @@ func WithDispatchUnpublished(cfg Config) Config {
 // id (given on the bus, not through o).
 func GrantSeen(o *Orchestrator, id string) bool {
 	values, ok := o.grantCache.snapshot()
-	return ok && (values[bus.GrantKeyBus+"."+id] != nil)
+	return ok && (values[wire.GrantKeyBus+"."+id] != nil)
 }

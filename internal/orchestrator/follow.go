@@ -6,6 +6,7 @@ import (
 	"iter"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // StoredEvent is an event read back from TOOLGATE_EVENTS with its place
@@ -18,7 +19,7 @@ type StoredEvent = bus.StoredEvent
 // a conversation yields ErrNotFound.
 func (o *Orchestrator) Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[StoredEvent, error] {
 	return func(yield func(StoredEvent, error) bool) {
-		if _, err := bus.EventSubject(id); err != nil {
+		if _, err := wire.EventSubject(id); err != nil {
 			yield(StoredEvent{}, fmt.Errorf("conversation %s: %w", id, ErrNotFound))
 			return
 		}

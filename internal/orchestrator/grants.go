@@ -68,11 +68,11 @@ func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error)
 	if err := g.Validate(); err != nil {
 		return Grant{}, &BadRequestError{err.Error()}
 	}
-	if err := o.bus.PutGrant(ctx, bus.GrantKeyAPI, g); err != nil {
+	if err := o.bus.PutGrant(ctx, wire.GrantKeyAPI, g); err != nil {
 		return Grant{}, err
 	}
 	if raw, err := json.Marshal(g); err == nil {
-		o.grantCache.set(bus.GrantKeyAPI+"."+g.ID, raw)
+		o.grantCache.set(wire.GrantKeyAPI+"."+g.ID, raw)
 	}
 	o.log.InfoContext(ctx, "grant given", slog.String("grant_id", g.ID), slog.String("tool", g.Tool),
 		slog.Bool("approved", g.Approved), slog.String("by", g.GrantedBy))
@@ -83,7 +83,7 @@ func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error)
 // orchestrator makes of it.
 type StoredGrant struct {
 	Grant
-	// Source is where it was given: bus.GrantKeyAPI or bus.GrantKeyBus.
+	// Source is where it was given: wire.GrantKeyAPI or wire.GrantKeyBus.
 	Source string `json:"source"`
 	// Ignored says why the orchestrator does not apply it ("" when it
 	// does): expired, unsigned or signed by a key it does not trust.
@@ -99,15 +99,15 @@ func (o *Orchestrator) Grants(ctx context.Context) ([]StoredGrant, error) {
 // RevokeGrant deletes the grant id: calls made after it are asked about
 // again. ErrNotFound when there is none.
 func (o *Orchestrator) RevokeGrant(ctx context.Context, id string) error {
-	err := o.bus.DeleteGrant(ctx, id, bus.GrantKeyAPI, bus.GrantKeyBus)
+	err := o.bus.DeleteGrant(ctx, id, wire.GrantKeyAPI, wire.GrantKeyBus)
 	if errors.Is(err, bus.ErrGrantNotFound) {
 		return fmt.Errorf("grant %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return err
 	}
-	o.grantCache.set(bus.GrantKeyAPI+"."+id, nil)
-	o.grantCache.set(bus.GrantKeyBus+"."+id, nil)
+	o.grantCache.set(wire.GrantKeyAPI+"."+id, nil)
+	o.grantCache.set(wire.GrantKeyBus+"."+id, nil)
 	o.log.InfoContext(ctx, "grant revoked", slog.String("grant_id", id))
 	return nil
 }
@@ -229,10 +229,10 @@ func (co *core) grantIgnored(key, source string, g Grant, now time.Time) string 
 		return "expired at " + g.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	switch source {
-	case bus.GrantKeyAPI:
+	case wire.GrantKeyAPI:
 		// Written by an orchestrator, for a caller its API authenticated.
 		return ""
-	case bus.GrantKeyBus:
+	case wire.GrantKeyBus:
 		if len(co.cfg.TrustedApprovers) == 0 {
 			return ""
 		}
@@ -367,8 +367,8 @@ func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []gr
 			ArgsDigest: u.digest, Message: u.grant.Message, Grant: u.grant.ID, Time: co.clock().UTC(),
 		}
 		hdr := nats.Header{}
-		hdr.Set(bus.HeaderConversation, convID)
-		hdr.Set(bus.HeaderCall, u.callID)
+		hdr.Set(wire.HeaderConversation, convID)
+		hdr.Set(wire.HeaderCall, u.callID)
 		if _, err := co.bus.PublishAudit(ctx, runID, "audit/grant/"+runID+"/"+u.callID, rec, hdr); err != nil {
 			co.log.WarnContext(ctx, "audit record of a grant's use not published", slog.String("run_id", runID),
 				slog.String("tool_call_id", u.callID), slog.String("grant_id", u.grant.ID), slog.String("error", err.Error()))

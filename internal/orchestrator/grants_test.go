@@ -34,12 +34,12 @@ const dotenvArgs = `{"path":".env","content":""}`
 // auditOf is the audit records of run runID.
 func auditOf(t *testing.T, b *bus.Bus, runID string) []wire.AuditRecord {
 	t.Helper()
-	subj, err := bus.AuditSubject(runID)
+	subj, err := wire.AuditSubject(runID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []wire.AuditRecord
-	for _, m := range bustest.Messages(t, b, bus.StreamAudit, subj) {
+	for _, m := range bustest.Messages(t, b, wire.StreamAudit, subj) {
 		var rec wire.AuditRecord
 		if err := wire.Decode(m.Data(), m.Headers().Get("Content-Type"), &rec); err != nil {
 			t.Fatal(err)
@@ -74,7 +74,7 @@ func TestGrantedCallsGoOutWithoutAsking(t *testing.T) {
 	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	checkSeedHistory(t, c)
 	b := e.connect("test")
-	if n := bustest.StreamMsgs(t, b, bus.StreamApprovals); n != 0 {
+	if n := bustest.StreamMsgs(t, b, wire.StreamApprovals); n != 0 {
 		t.Errorf("%d approval requests published, want none", n)
 	}
 	if env, err := os.ReadFile(filepath.Join(sandbox, ".env")); err != nil || len(env) != 0 {
@@ -162,7 +162,7 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 				// Asked: its approval request is published with the
 				// delete's.
 				waitFor(t, "two approval requests", func() (bool, string) {
-					n := bustest.StreamMsgs(t, b, bus.StreamApprovals)
+					n := bustest.StreamMsgs(t, b, wire.StreamApprovals)
 					return n == 2, fmt.Sprint(n)
 				})
 				return
@@ -171,7 +171,7 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 				t.Errorf("decided by %q, want the grant", pc.Decision().By)
 			}
 			waitFor(t, "the delete's approval request", func() (bool, string) {
-				n := bustest.StreamMsgs(t, b, bus.StreamApprovals)
+				n := bustest.StreamMsgs(t, b, wire.StreamApprovals)
 				return n == 1, fmt.Sprint(n)
 			})
 		})
@@ -213,7 +213,7 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(gs) != 1 || gs[0].ID != g.ID || gs[0].Source != bus.GrantKeyBus || !strings.Contains(gs[0].Ignored, tc.ignored) || (tc.ignored == "") != (gs[0].Ignored == "") {
+			if len(gs) != 1 || gs[0].ID != g.ID || gs[0].Source != wire.GrantKeyBus || !strings.Contains(gs[0].Ignored, tc.ignored) || (tc.ignored == "") != (gs[0].Ignored == "") {
 				t.Fatalf("grants listed %+v, want %s ignored for %q", gs, g.ID, tc.ignored)
 			}
 			info, err := o.StartRun(ctxT(t), seedPrompt, "")

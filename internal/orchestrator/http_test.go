@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func doJSON(t *testing.T, method, url, token, body string) (int, map[string]any) {
@@ -32,9 +33,9 @@ func TestSSEResumesInsideEventBatch(t *testing.T) {
 	srv := httptest.NewServer(api.Handler(o, api.Config{}))
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
-	var events []bus.Event
+	var events []wire.Event
 	for _, typ := range []string{"probe_a", "probe_b", "probe_c"} {
-		events = append(events, bus.Event{ConversationID: paused.ID, Type: typ, Time: time.Now()})
+		events = append(events, wire.Event{ConversationID: paused.ID, Type: typ, Time: time.Now()})
 	}
 	m, err := bus.EventBatchMessage(events)
 	if err != nil {
@@ -89,7 +90,7 @@ func TestSSEConsumerDeletedWhenClientGoes(t *testing.T) {
 	t.Cleanup(srv.Close)
 	paused := startPaused(t, o)
 	probe := e.connect("probe")
-	before := bustest.Consumers(t, probe, bus.StreamEvents)
+	before := bustest.Consumers(t, probe, wire.StreamEvents)
 	cl := &client.Client{BaseURL: srv.URL}
 	const streams = 3
 	for range streams {
@@ -103,7 +104,7 @@ func TestSSEConsumerDeletedWhenClientGoes(t *testing.T) {
 		cancel()
 	}
 	bustest.Poll(t, bustest.Timeout, "the closed streams' consumers deleted", func() (bool, string) {
-		n := bustest.Consumers(t, probe, bus.StreamEvents)
-		return n == before, fmt.Sprintf("%d consumers of %s, %d before %d streams", n, bus.StreamEvents, before, streams)
+		n := bustest.Consumers(t, probe, wire.StreamEvents)
+		return n == before, fmt.Sprintf("%d consumers of %s, %d before %d streams", n, wire.StreamEvents, before, streams)
 	})
 }

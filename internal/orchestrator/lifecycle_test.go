@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // pauseModel pauses on a calculate_answer call when the prompt says
@@ -154,9 +155,9 @@ func TestDeleteConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A late result leaves an audit record.
-	publishRaw(t, b, callSubject(t, c.Batch.RunID), "late", bus.CallReply{RunID: c.Batch.RunID, ToolCallID: "calc", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`1`), WorkerID: "w"})
+	publishRaw(t, b, callSubject(t, c.Batch.RunID), "late", wire.CallReply{RunID: c.Batch.RunID, ToolCallID: "calc", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`1`), WorkerID: "w"})
 	waitDeadLetter(t, b, "was cancelled")
-	evSubj, _ := bus.EventSubject(id)
+	evSubj, _ := wire.EventSubject(id)
 	count := func(stream, subject string) uint64 {
 		s, err := b.JetStream().Stream(ctxT(t), stream)
 		if err != nil {
@@ -168,9 +169,9 @@ func TestDeleteConversation(t *testing.T) {
 		}
 		return info.State.Subjects[subject]
 	}
-	auditSubj, _ := bus.AuditSubject(c.Batch.RunID)
+	auditSubj, _ := wire.AuditSubject(c.Batch.RunID)
 	waitFor(t, "the events and the audit record", func() (bool, string) {
-		ev, au := count(bus.StreamEvents, evSubj), count(bus.StreamAudit, auditSubj)
+		ev, au := count(wire.StreamEvents, evSubj), count(wire.StreamAudit, auditSubj)
 		return ev > 0 && au > 0, fmt.Sprintf("events %d, audit %d", ev, au)
 	})
 
@@ -180,10 +181,10 @@ func TestDeleteConversation(t *testing.T) {
 	if _, err := o.Conversation(ctxT(t), id); !errors.Is(err, orchestrator.ErrNotFound) {
 		t.Errorf("after delete: %v, want not found", err)
 	}
-	if n := count(bus.StreamEvents, evSubj); n != 0 {
+	if n := count(wire.StreamEvents, evSubj); n != 0 {
 		t.Errorf("%d events left", n)
 	}
-	if n := count(bus.StreamAudit, auditSubj); n == 0 {
+	if n := count(wire.StreamAudit, auditSubj); n == 0 {
 		t.Error("the audit record went with the conversation")
 	}
 	if status, body := doJSON(t, "DELETE", url, "", ""); status != 404 {

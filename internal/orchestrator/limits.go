@@ -4,13 +4,14 @@ import (
 	"fmt"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // MaxReplyBytes bounds what a reply adds to its conversation (see
-// bus.MaxReplyBytes). A larger result is taken as a failed one saying so;
+// wire.MaxReplyBytes). A larger result is taken as a failed one saying so;
 // a larger decision is refused and dead-lettered (retrying it would only
 // delay that).
-const MaxReplyBytes = bus.MaxReplyBytes
+const MaxReplyBytes = wire.MaxReplyBytes
 
 // checkReplySize refuses a decision its conversation will not hold.
 func checkReplySize(r bus.Reply) error {

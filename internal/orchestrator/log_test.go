@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // loopModel calls calculate_answer until it has seen calls results, then
@@ -41,9 +42,9 @@ func bigWorker(t *testing.T, e *env, n int) {
 	t.Helper()
 	b := e.connect("big-worker")
 	value := json.RawMessage(`"` + strings.Repeat("x", n) + `"`)
-	s, err := b.ConsumeCalls(ctxT(t), "calculate_answer", bus.ConsumeConfig{}, bus.HandlerFunc[bus.CallRequest](
-		func(ctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
-			_, err := b.PublishCallReply(ctx, bus.CallReply{RunID: d.Msg.RunID, ToolCallID: d.Msg.ToolCallID, Outcome: bus.OutcomeReturn, Value: value, WorkerID: "big"})
+	s, err := b.ConsumeCalls(ctxT(t), "calculate_answer", bus.ConsumeConfig{}, bus.HandlerFunc[wire.CallRequest](
+		func(ctx context.Context, d *bus.Delivery[wire.CallRequest]) error {
+			_, err := b.PublishCallReply(ctx, wire.CallReply{RunID: d.Msg.RunID, ToolCallID: d.Msg.ToolCallID, Outcome: wire.OutcomeReturn, Value: value, WorkerID: "big"})
 			return err
 		}))
 	if err != nil {

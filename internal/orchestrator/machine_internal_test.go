@@ -12,8 +12,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Every transition of the state machine, from each state it is offered in:
@@ -73,10 +73,10 @@ func TestTransitions(t *testing.T) {
 		}
 	}
 	result := func(call string) incoming {
-		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindCall, result: &bus.CallReply{ToolCallID: call, Value: json.RawMessage(`1`)}}
+		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindCall, result: &wire.CallReply{ToolCallID: call, Value: json.RawMessage(`1`)}}
 	}
 	untrustedDecision := func(call string) incoming {
-		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindApproval, decision: &bus.Decision{ToolCallID: call, Approved: true, ApproverID: "mallory"},
+		return incoming{runID: "r1_c1", callID: call, kind: deferred.KindApproval, decision: &wire.Decision{ToolCallID: call, Approved: true, ApproverID: "mallory"},
 			trustErr: errors.New(`approver "mallory" is not trusted`)}
 	}
 	conflict := func(err error) bool { var ce *ConflictError; return errors.As(err, &ce) }
@@ -562,7 +562,7 @@ func TestTransitions(t *testing.T) {
 			c.Dispatch("a", now)
 			return c
 		}, func(c *Conversation) error {
-			again := incoming{runID: "r1_c1", callID: "a", kind: deferred.KindApproval, decision: &bus.Decision{ToolCallID: "a", ArgsDigest: "d", Approved: true}}
+			again := incoming{runID: "r1_c1", callID: "a", kind: deferred.KindApproval, decision: &wire.Decision{ToolCallID: "a", ArgsDigest: "d", Approved: true}}
 			if v, why := c.Apply(again, now); v != verdictDuplicate {
 				return errors.New("the decision again: " + v.String() + ": " + why)
 			}

@@ -593,10 +593,10 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	s.fresh.saw(last)
-	if legacy, err := co.bus.KeyValue(ctx, bus.BucketRuns); err == nil {
+	if legacy, err := co.bus.KeyValue(ctx, wire.BucketRuns); err == nil {
 		s.legacy = legacy
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("bucket %s: %w", bus.BucketRuns, err)
+		return nil, fmt.Errorf("bucket %s: %w", wire.BucketRuns, err)
 	}
 	return s, nil
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // SelfApprovalAllow, as ToolConfig.SelfApproval, lets a run's caller
@@ -120,7 +120,7 @@ func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in
 }
 
 // verify checks a decision's signature against its approver's key (D36).
-func (p *agentPolicy) verify(d *bus.Decision) error {
+func (p *agentPolicy) verify(d *wire.Decision) error {
 	key, ok := p.keys[d.ApproverID]
 	if !ok {
 		return fmt.Errorf("approver %q is not trusted", d.ApproverID)

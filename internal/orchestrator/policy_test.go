@@ -11,9 +11,10 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
-func signed(t *testing.T, d bus.Decision, key ed25519.PrivateKey) bus.Decision {
+func signed(t *testing.T, d wire.Decision, key ed25519.PrivateKey) wire.Decision {
 	t.Helper()
 	if err := d.Sign(key); err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestUnsignedDecisionNeverAppliedByAnyReplica(t *testing.T) {
 
 	test := e.connect("test")
 	del := pendingCall(t, c, "delete_file")
-	unsigned := bus.Decision{RunID: c.Batch.RunID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC()}
+	unsigned := wire.Decision{RunID: c.Batch.RunID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC()}
 	publishRaw(t, test, decisionSubject(t, c.Batch.RunID), "unsigned", unsigned)
 	waitFor(t, "B to read the unsigned decision", func() (bool, string) {
 		cur, err := b.Conversation(ctxT(t), c.ID)
@@ -145,7 +146,7 @@ func TestRetentionIsTheAgentConfigs(t *testing.T) {
 // auditOfConversation reads the audit records of conversation convID.
 func auditOfConversation(t *testing.T, b *bus.Bus, convID string) []orchestrator.AuditRecord {
 	t.Helper()
-	st, err := b.JetStream().Stream(ctxT(t), bus.StreamAudit)
+	st, err := b.JetStream().Stream(ctxT(t), wire.StreamAudit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func auditOfConversation(t *testing.T, b *bus.Bus, convID string) []orchestrator
 			continue
 		}
 		var r orchestrator.AuditRecord
-		if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &r); err != nil {
+		if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &r); err != nil {
 			t.Fatalf("audit record %d: %v", seq, err)
 		}
 		if r.ConversationID == convID {
@@ -180,7 +181,7 @@ type policyEnv struct {
 	b     *bus.Bus
 	c     *orchestrator.Conversation
 	keys  map[string]ed25519.PrivateKey
-	base  bus.Decision
+	base  wire.Decision
 	msgID int
 }
 
@@ -208,7 +209,7 @@ func newPolicyEnv(t *testing.T, caller string, edit func(*orchestrator.ToolConfi
 	p.c = waitCall(t, p.o, info.ConversationID, "delete_file", "the approval request", func(pc *orchestrator.PendingCall) bool { return true })
 	p.b = e.connect("test")
 	del := pendingCall(t, p.c, "delete_file")
-	p.base = bus.Decision{RunID: p.c.Batch.RunID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, DecidedAt: time.Now().UTC()}
+	p.base = wire.Decision{RunID: p.c.Batch.RunID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, DecidedAt: time.Now().UTC()}
 	return p
 }
 
@@ -324,10 +325,10 @@ func TestApprovalEscalates(t *testing.T) {
 	if want := del.PublishedAt.Add(after); del.Escalation == nil || !del.Escalation.At.Equal(want) {
 		t.Fatalf("escalation %+v, want at %s", del.Escalation, want)
 	}
-	evs := collectEvents(t, p.b, p.c.ID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
+	evs := collectEvents(t, p.b, p.c.ID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
 	})
-	i := slices.IndexFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
+	i := slices.IndexFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventApprovalEscalated })
 	ev := evs[i]
 	if ev.ToolCallID != "delete_file" || ev.Time.Before(del.Escalation.At) {
 		t.Errorf("escalated %s at %s, before its time %s", ev.ToolCallID, ev.Time, del.Escalation.At)
@@ -335,11 +336,11 @@ func TestApprovalEscalates(t *testing.T) {
 	if d := eventData(t, ev); fmt.Sprint(d["to"]) != "[ops]" || d["tool"] != "delete_file" {
 		t.Errorf("event data %v", d)
 	}
-	st, err := p.b.JetStream().Stream(ctxT(t), bus.StreamApprovals)
+	st, err := p.b.JetStream().Stream(ctxT(t), wire.StreamApprovals)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj, err := bus.ApprovalSubject("delete_file")
+	subj, err := wire.ApprovalSubject("delete_file")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,22 +348,22 @@ func TestApprovalEscalates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req bus.ApprovalRequest
-	if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &req); err != nil {
+	var req wire.ApprovalRequest
+	if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &req); err != nil {
 		t.Fatal(err)
 	}
 	if req.Attempt != 2 || !slices.Equal(req.EscalatedTo, []string{"ops"}) || req.ToolCallID != "delete_file" ||
 		!slices.Equal(req.Approvers, []string{"ann", "bob"}) {
 		t.Errorf("request published again: attempt %d, escalated_to %v, approvers %v", req.Attempt, req.EscalatedTo, req.Approvers)
 	}
-	var first *bus.ApprovalRequest
+	var first *wire.ApprovalRequest
 	for seq := uint64(1); seq < raw.Sequence && first == nil; seq++ {
 		m, err := st.GetMsg(ctxT(t), seq)
 		if err != nil {
 			continue
 		}
-		var r bus.ApprovalRequest
-		if bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &r) == nil && r.ToolCallID == "delete_file" && r.Attempt == 1 {
+		var r wire.ApprovalRequest
+		if wire.Decode(m.Data, m.Header.Get(wire.HeaderContentType), &r) == nil && r.ToolCallID == "delete_file" && r.Attempt == 1 {
 			first = &r
 		}
 	}

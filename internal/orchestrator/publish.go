@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // publishBatch publishes every call of the conversation's batch not yet
@@ -199,7 +200,7 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 	convID := c.ID
 	hdr := telemetry.HeaderOf(runTrace)
 	if pc.Kind == deferred.KindApproval {
-		req := bus.ApprovalRequest{
+		req := wire.ApprovalRequest{
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 			Approvers: p.roster.approversFor(c, pc),
@@ -214,7 +215,7 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		}
 		return m, nil
 	}
-	req := bus.CallRequest{
+	req := wire.CallRequest{
 		RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 	}

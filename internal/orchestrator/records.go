@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -95,7 +94,7 @@ type AuditPage struct {
 // DeadLetters returns a page of dead letters, newest first.
 func (o *Orchestrator) DeadLetters(ctx context.Context, q RecordQuery) (DeadLetterPage, error) {
 	page := DeadLetterPage{DeadLetters: []DeadLetter{}}
-	next, err := o.scanBack(ctx, bus.StreamDLQ, &q, func(raw *jetstream.RawStreamMsg) bool {
+	next, err := o.scanBack(ctx, wire.StreamDLQ, &q, func(raw *jetstream.RawStreamMsg) bool {
 		dl := deadLetterOf(raw)
 		if !q.keeps(dl.ConversationID, dl.ToolCallID) {
 			return false
@@ -115,16 +114,16 @@ func (o *Orchestrator) DeadLetters(ctx context.Context, q RecordQuery) (DeadLett
 // hidden: an audit trail with a hole must say so.
 func (o *Orchestrator) AuditRecords(ctx context.Context, q RecordQuery) (AuditPage, error) {
 	page := AuditPage{Records: []AuditEntry{}}
-	next, err := o.scanBack(ctx, bus.StreamAudit, &q, func(raw *jetstream.RawStreamMsg) bool {
+	next, err := o.scanBack(ctx, wire.StreamAudit, &q, func(raw *jetstream.RawStreamMsg) bool {
 		var rec AuditRecord
-		if err := bus.Decode(raw.Data, raw.Header.Get(bus.HeaderContentType), &rec); err != nil {
-			rec = AuditRecord{Verdict: "unreadable", Reason: err.Error(), RunID: raw.Header.Get(bus.HeaderRun), Time: raw.Time.UTC()}
+		if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &rec); err != nil {
+			rec = AuditRecord{Verdict: "unreadable", Reason: err.Error(), RunID: raw.Header.Get(wire.HeaderRun), Time: raw.Time.UTC()}
 		}
 		if rec.ConversationID == "" {
-			rec.ConversationID = raw.Header.Get(bus.HeaderConversation)
+			rec.ConversationID = raw.Header.Get(wire.HeaderConversation)
 		}
 		if rec.ToolCallID == "" {
-			rec.ToolCallID = raw.Header.Get(bus.HeaderCall)
+			rec.ToolCallID = raw.Header.Get(wire.HeaderCall)
 		}
 		if !q.keeps(rec.ConversationID, rec.ToolCallID) {
 			return false
@@ -216,15 +215,15 @@ func deadLetterOf(raw *jetstream.RawStreamMsg) DeadLetter {
 	h := raw.Header
 	dl := DeadLetter{
 		Seq: raw.Sequence, Time: raw.Time.UTC(),
-		Reason: h.Get(bus.HeaderDLQReason), Subject: h.Get(bus.HeaderDLQSubject),
-		Stream: h.Get(bus.HeaderDLQStream), Consumer: h.Get(bus.HeaderDLQConsumer),
-		ConversationID: h.Get(bus.HeaderConversation), RunID: h.Get(bus.HeaderRun), ToolCallID: h.Get(bus.HeaderCall),
+		Reason: h.Get(wire.HeaderDLQReason), Subject: h.Get(wire.HeaderDLQSubject),
+		Stream: h.Get(wire.HeaderDLQStream), Consumer: h.Get(wire.HeaderDLQConsumer),
+		ConversationID: h.Get(wire.HeaderConversation), RunID: h.Get(wire.HeaderRun), ToolCallID: h.Get(wire.HeaderCall),
 	}
 	if n := len(wire.PrefixDLQ) + 1; len(raw.Subject) > n {
 		dl.Kind = raw.Subject[n:]
 	}
-	dl.StreamSeq, _ = strconv.ParseUint(h.Get(bus.HeaderDLQSeq), 10, 64)
-	dl.Truncated, _ = strconv.Atoi(h.Get(bus.HeaderDLQTruncated))
+	dl.StreamSeq, _ = strconv.ParseUint(h.Get(wire.HeaderDLQSeq), 10, 64)
+	dl.Truncated, _ = strconv.Atoi(h.Get(wire.HeaderDLQTruncated))
 	dl.Body, dl.BodyBase64 = bodyJSON(raw.Data, h)
 	if dl.Body != nil && (dl.ConversationID == "" || dl.RunID == "" || dl.ToolCallID == "") {
 		// A reply or a call says whose it is in its body too, and a
@@ -257,7 +256,7 @@ func bodyJSON(data []byte, h nats.Header) (json.RawMessage, []byte) {
 		return nil, nil
 	}
 	var v any
-	if err := bus.Decode(data, h.Get(bus.HeaderContentType), &v); err == nil {
+	if err := wire.Decode(data, h.Get(wire.HeaderContentType), &v); err == nil {
 		if b, err := json.Marshal(jsonable(v)); err == nil {
 			return b, nil
 		}

@@ -214,7 +214,7 @@ func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *repl
 		} else if r := in.result; r != nil {
 			data.Outcome, data.WorkerID = string(r.Outcome), r.WorkerID
 			if data.Outcome == "" {
-				data.Outcome = string(bus.OutcomeReturn)
+				data.Outcome = string(wire.OutcomeReturn)
 			}
 		}
 		rp.events.publish(ctx, convID, in.runID, EventReplyApplied, in.callID, data)

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // publishRaw publishes a reply under its own message id, so that the
@@ -25,7 +26,7 @@ func publishRaw(t *testing.T, b *bus.Bus, subject, msgID string, v any) {
 }
 
 func callSubject(t *testing.T, runID string) string {
-	s, err := bus.CallReplySubject(runID)
+	s, err := wire.CallReplySubject(runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func callSubject(t *testing.T, runID string) string {
 }
 
 func decisionSubject(t *testing.T, runID string) string {
-	s, err := bus.DecisionSubject(runID)
+	s, err := wire.DecisionSubject(runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +54,8 @@ func TestDuplicateReplyAppliedOnce(t *testing.T) {
 	b := e.connect("test")
 	runID := c.Batch.RunID
 	for i, v := range []string{`"first"`, `"second"`} {
-		publishRaw(t, b, callSubject(t, runID), "dup-"+string(rune('a'+i)), bus.CallReply{
-			RunID: runID, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: json.RawMessage(v), WorkerID: "w",
+		publishRaw(t, b, callSubject(t, runID), "dup-"+string(rune('a'+i)), wire.CallReply{
+			RunID: runID, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: json.RawMessage(v), WorkerID: "w",
 		})
 	}
 	c = waitCall(t, o, c.ID, "update_file_readme", "the duplicate to be counted", func(pc *orchestrator.PendingCall) bool {
@@ -92,11 +93,11 @@ func TestWrongKindRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publishRaw(t, b, decisionSubject(t, runID), "wk-1", bus.Decision{
+	publishRaw(t, b, decisionSubject(t, runID), "wk-1", wire.Decision{
 		RunID: runID, ToolCallID: "update_file_readme", ArgsDigest: digest, Approved: true, ApproverID: "bot", DecidedAt: time.Now(),
 	})
-	publishRaw(t, b, callSubject(t, runID), "wk-2", bus.CallReply{
-		RunID: runID, ToolCallID: "delete_file", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"deleted"`), WorkerID: "w",
+	publishRaw(t, b, callSubject(t, runID), "wk-2", wire.CallReply{
+		RunID: runID, ToolCallID: "delete_file", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"deleted"`), WorkerID: "w",
 	})
 	waitDeadLetter(t, b, "a decision for external call update_file_readme")
 	waitDeadLetter(t, b, "a result for approval call delete_file")
@@ -126,7 +127,7 @@ func TestForgedDecisionsRefused(t *testing.T) {
 	runID := c.Batch.RunID
 	del := pendingCall(t, c, "delete_file")
 
-	sign := func(d bus.Decision, key ed25519.PrivateKey) bus.Decision {
+	sign := func(d wire.Decision, key ed25519.PrivateKey) wire.Decision {
 		t.Helper()
 		if key != nil {
 			if err := d.Sign(key); err != nil {
@@ -135,7 +136,7 @@ func TestForgedDecisionsRefused(t *testing.T) {
 		}
 		return d
 	}
-	good := bus.Decision{RunID: runID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC()}
+	good := wire.Decision{RunID: runID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, Approved: true, ApproverID: "bot", DecidedAt: time.Now().UTC()}
 	wrongDigest := good
 	wrongDigest.ArgsDigest = strings.Repeat("0", 64)
 	unknown := good
@@ -145,7 +146,7 @@ func TestForgedDecisionsRefused(t *testing.T) {
 
 	cases := []struct {
 		name   string
-		d      bus.Decision
+		d      wire.Decision
 		reason string
 	}{
 		{"wrong digest", sign(wrongDigest, priv), "args digest"},
@@ -193,8 +194,8 @@ func TestLateReplyRefusedAfterExpiry(t *testing.T) {
 		t.Fatalf("expired reply = %+v", pc.Reply)
 	}
 	b := e.connect("test")
-	publishRaw(t, b, callSubject(t, c.Batch.RunID), "late-1", bus.CallReply{
-		RunID: c.Batch.RunID, ToolCallID: "update_file_readme", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
+	publishRaw(t, b, callSubject(t, c.Batch.RunID), "late-1", wire.CallReply{
+		RunID: c.Batch.RunID, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
 	})
 	waitDeadLetter(t, b, "late")
 	c = waitCall(t, o, c.ID, "update_file_readme", "the late reply to be recorded", func(pc *orchestrator.PendingCall) bool {
@@ -278,8 +279,8 @@ func TestLateReplyRecordedAfterTheBatchEnded(t *testing.T) {
 		t.Fatalf("the paused run %q, batch %+v: want a run whose batch is over", runID, c.Batch)
 	}
 	b := e.connect("test")
-	publishRaw(t, b, callSubject(t, runID), "late-after-the-end", bus.CallReply{
-		RunID: runID, ToolCallID: callID, Outcome: bus.OutcomeReturn, Value: json.RawMessage(`42`), WorkerID: "w",
+	publishRaw(t, b, callSubject(t, runID), "late-after-the-end", wire.CallReply{
+		RunID: runID, ToolCallID: callID, Outcome: wire.OutcomeReturn, Value: json.RawMessage(`42`), WorkerID: "w",
 	})
 	waitDeadLetter(t, b, "expired before this reply came")
 	evs := collectEvents(t, b, c.ID, hasEvent(orchestrator.EventReplyRefused, callID))
@@ -287,12 +288,12 @@ func TestLateReplyRecordedAfterTheBatchEnded(t *testing.T) {
 	if v := eventData(t, ev)["verdict"]; v != "late" {
 		t.Errorf("reply_refused verdict %v, want late", v)
 	}
-	auditSubj, err := bus.AuditSubject(runID)
+	auditSubj, err := wire.AuditSubject(runID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the late reply's audit record", func() (bool, string) {
-		n := bustest.SubjectMsgs(t, b, bus.StreamAudit, auditSubj)
+		n := bustest.SubjectMsgs(t, b, wire.StreamAudit, auditSubj)
 		return n > 0, fmt.Sprint(n)
 	})
 	if n := o.Stats().Late.Load(); n != 1 {

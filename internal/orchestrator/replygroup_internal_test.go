@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // groupProbe is a groupCommit whose state and commits a test sets and
@@ -158,7 +158,7 @@ func TestGroupAppliesInStreamOrder(t *testing.T) {
 	answer := func(value string, seq uint64) *replyJob {
 		j := job("r", "a", seq)
 		j.in.kind = deferred.KindCall
-		j.in.result = &bus.CallReply{RunID: "r", ToolCallID: "a", Outcome: bus.OutcomeReturn, Value: json.RawMessage(value)}
+		j.in.result = &wire.CallReply{RunID: "r", ToolCallID: "a", Outcome: wire.OutcomeReturn, Value: json.RawMessage(value)}
 		return j
 	}
 	second, first := answer(`"second"`, 8), answer(`"first"`, 7)

@@ -77,7 +77,7 @@ func (o *Orchestrator) answerApprovalStatus(ctx context.Context, m *nats.Msg) {
 // conversation has (its conversation deleted) is unknown, so never pending.
 func (o *Orchestrator) approvalStatus(ctx context.Context, ref wire.CallRef) (wire.ApprovalStatus, error) {
 	st := wire.ApprovalStatus{RunID: ref.RunID, ToolCallID: ref.ToolCallID, State: wire.StateUnknown}
-	if bus.ValidateToken("run id", ref.RunID) != nil || ref.ToolCallID == "" {
+	if wire.ValidateToken("run id", ref.RunID) != nil || ref.ToolCallID == "" {
 		return st, nil
 	}
 	convID, err := o.store.conversationOf(ctx, ref.RunID)

@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Start does not wait on what is due. The second orchestrator's user may
@@ -23,7 +24,7 @@ func TestStartDoesNotWaitOnReadsThatHang(t *testing.T) {
 	t.Parallel()
 	blind := bus.User{Name: "blind", Password: "blind-pw", Permissions: bus.Permissions{
 		Publish: []string{"toolgate.>", "$JS.ACK.>", "$KV.>", "$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.CONSUMER.>",
-			"$JS.API.DIRECT.GET.KV_>", "$JS.API.DIRECT.GET." + bus.StreamEvents + ".>"},
+			"$JS.API.DIRECT.GET.KV_>", "$JS.API.DIRECT.GET." + wire.StreamEvents + ".>"},
 	}}
 	admin := bus.User{Name: "admin", Password: "admin-pw"}
 	e := envWith(t, t.TempDir(), embedded.ServerConfig{Users: []bus.User{admin, blind}})

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // On a store that runs out of room (a real 8 MiB tmpfs, so JetStream sizes
@@ -144,12 +145,12 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 	// nor what the reply changes can then be stored. (A worker that starts
 	// on a full disk cannot make its consumer and stops.)
 	ran, answer := make(chan struct{}, 8), make(chan struct{})
-	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	exec := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		ran <- struct{}{}
 		select {
 		case <-answer:
 		case <-ctx.Done():
-			return bus.CallReply{}, ctx.Err()
+			return wire.CallReply{}, ctx.Err()
 		}
 		return worker.ReturnValue(json.RawMessage("42")), nil
 	})
@@ -195,7 +196,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 	// take what it changes; either way the conversation stays paused.
 	ops := e.connect("operator")
 	waitFor(t, "the worker's reply stored, or the call back at the worker", func() (bool, string) {
-		n := bustest.StreamMsgs(t, ops, bus.StreamReplies)
+		n := bustest.StreamMsgs(t, ops, wire.StreamReplies)
 		return n > 0 || len(ran) > 0, fmt.Sprintf("replies stored %d, runs again %d", n, len(ran))
 	})
 	if c, err := o.Conversation(ctxT(t), before); err != nil || c.Status != orchestrator.StatusPaused {

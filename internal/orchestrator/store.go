@@ -15,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrNotFound is returned for a conversation or run that does not exist.
@@ -221,7 +222,7 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 // the state as used; without it the cache is left as it was, and the
 // state returned is the caller's.
 func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, uint64, error) {
-	if err := bus.ValidateToken("conversation id", id); err != nil {
+	if err := wire.ValidateToken("conversation id", id); err != nil {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
 	lookup := s.cache.get

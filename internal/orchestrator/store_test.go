@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A conversation stored by the earlier build (one value in KV
@@ -41,7 +42,7 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 	if err := stream.Purge(ctxT(t), jetstream.WithPurgeSubject(bus.ConversationSubject(info.ConversationID))); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctxT(t), bus.BucketRuns)
+	kv, err := js.KeyValue(ctxT(t), wire.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}

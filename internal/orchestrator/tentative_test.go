@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // answerModel asks calculate_answer once, then answers; onFollowUp runs
@@ -99,11 +100,11 @@ func TestFollowUpStoredWithItsClaim(t *testing.T) {
 	if err != nil || stored.Status != orchestrator.StatusCompleted || len(stored.History) != len(c.History) || stored.Lease != nil {
 		t.Errorf("folded from the log: %v, %s", err, describe(stored))
 	}
-	evs := collectEvents(t, b, info.ConversationID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	evs := collectEvents(t, b, info.ConversationID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
-	applied := slices.IndexFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyApplied })
-	followUp := slices.IndexFunc(evs, func(ev bus.Event) bool {
+	applied := slices.IndexFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyApplied })
+	followUp := slices.IndexFunc(evs, func(ev wire.Event) bool {
 		return ev.Type == orchestrator.EventRunStarted && ev.RunID == c.Runs[1].RunID
 	})
 	if applied < 0 || followUp < applied {
@@ -149,8 +150,8 @@ func TestTentativeFollowUpDroppedOnChange(t *testing.T) {
 	if n := o.Stats().FollowUps.Load(); n != 1 {
 		t.Errorf("%d follow-ups claimed, want 1", n)
 	}
-	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
 	started, applied := 0, 0
 	for _, ev := range evs {
@@ -195,10 +196,10 @@ func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
 	if n := o.Stats().FollowUps.Load(); n != 0 {
 		t.Errorf("%d follow-ups claimed, want 0", n)
 	}
-	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyRefused })
+	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyRefused })
 	})
-	if slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventReplyApplied }) {
+	if slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyApplied }) {
 		t.Errorf("events %s: the reply is told applied", eventTypes(evs))
 	}
 }
@@ -363,8 +364,8 @@ func TestStartStoredWithItsEnd(t *testing.T) {
 	if w, s := o.Stats().StartedWithEnd.Load(), o.Stats().RunsStarted.Load(); w != 1 || s != 1 {
 		t.Errorf("%d starts stored with their end, %d started; want 1 and 1", w, s)
 	}
-	evs := collectEvents(t, b, info.ConversationID, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	evs := collectEvents(t, b, info.ConversationID, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
 	if evs[0].Type != orchestrator.EventRunStarted {
 		t.Errorf("events %s: want the run started first", eventTypes(evs))
@@ -488,8 +489,8 @@ func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 	if n := logLength(t, reader, id); n != 2 {
 		t.Errorf("the log holds %d records, want 2", n)
 	}
-	evs := collectEvents(t, reader, id, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	evs := collectEvents(t, reader, id, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
 	counts := map[string]int{}
 	for _, ev := range evs {
@@ -518,8 +519,8 @@ func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 		return n >= 2, fmt.Sprintf("%d rounds", n)
 	})
 	proxy.Cut()
-	evs := collectEvents(t, reader, id, func(evs []bus.Event) bool {
-		return slices.ContainsFunc(evs, func(ev bus.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
+	evs := collectEvents(t, reader, id, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
 	c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
 	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -48,11 +47,11 @@ func (co *core) failTooLarge(ctx context.Context, convID string, tl *TooLargeErr
 // failed outcome saying why: what a reply becomes when its conversation
 // cannot hold it.
 func shrunk(in incoming, tl *TooLargeError) incoming {
-	if in.result == nil || in.result.Outcome == bus.OutcomeFailed {
+	if in.result == nil || in.result.Outcome == wire.OutcomeFailed {
 		return in
 	}
 	r := *in.result
-	r.Outcome = bus.OutcomeFailed
+	r.Outcome = wire.OutcomeFailed
 	r.Message = fmt.Sprintf("result not kept: %d bytes of value and content would take the conversation over the store's limit of %d bytes", len(r.Value)+len(r.Content)+len(r.Metadata), tl.Limit)
 	r.Value, r.Content, r.Metadata = nil, "", nil
 	in.result = &r

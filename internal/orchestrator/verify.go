@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // incoming is a decoded reply: a decision or a result.
@@ -16,8 +17,8 @@ type incoming struct {
 	runID    string
 	callID   string
 	kind     deferred.Kind // the category the reply subject claims
-	decision *bus.Decision
-	result   *bus.CallReply
+	decision *wire.Decision
+	result   *wire.CallReply
 	// trustErr is why the decision may not count under the policy of its
 	// conversation's agent (agentPolicy.check); set when it is applied.
 	trustErr error
@@ -29,7 +30,7 @@ type incoming struct {
 	// trace is the context of the span that consumes the reply, kept with
 	// the applied reply for the follow-up it may complete.
 	trace map[string]string
-	// oversize is the size of a result over bus.MaxReplyBytes, which
+	// oversize is the size of a result over wire.MaxReplyBytes, which
 	// result replaces with a failed one saying so.
 	oversize int
 	// meta is the metadata a decision (on the bus, or an answer over HTTP)
@@ -49,7 +50,7 @@ func (rp *replyPipeline) verify(ctx context.Context, r bus.Reply) (incoming, err
 	}
 	if in.oversize > 0 {
 		rp.log.WarnContext(ctx, "result too large; taking it as failed", slog.String("run_id", in.runID),
-			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", bus.MaxReplyBytes))
+			slog.String("tool_call_id", in.callID), slog.Int("bytes", in.oversize), slog.Int("limit", wire.MaxReplyBytes))
 	}
 	in.trace = telemetry.InjectMap(ctx)
 	return in, nil

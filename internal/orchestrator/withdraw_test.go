@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A conversation's external call that is still queued when the
@@ -46,16 +46,16 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the cancelled call withdrawn", func() (bool, string) {
-				n := bustest.StreamMsgs(t, e.connect("ops"), bus.StreamCalls)
+				n := bustest.StreamMsgs(t, e.connect("ops"), wire.StreamCalls)
 				return n == 0, fmt.Sprint(n)
 			})
 			pc := c.Batch.Calls[0]
-			again := bus.CallRequest{RunID: c.Batch.RunID, ConversationID: c.ID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
+			again := wire.CallRequest{RunID: c.Batch.RunID, ConversationID: c.ID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 				Args: pc.Args, Deadline: time.Now().Add(time.Hour), Attempt: 2}
 			if _, err := e.connect("stale").PublishCall(ctxT(t), again); err != nil {
 				t.Fatal(err)
 			}
-			if n := bustest.StreamMsgs(t, e.connect("ops"), bus.StreamCalls); n != 1 {
+			if n := bustest.StreamMsgs(t, e.connect("ops"), wire.StreamCalls); n != 1 {
 				t.Fatalf("%d calls queued, want the copy published again", n)
 			}
 			if err := o.Delete(ctxT(t), c.ID); err != nil {
@@ -75,12 +75,12 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 			ops := e.connect("ops")
 			// The call that expires may be withdrawn already: its publish
 			// was acked, so it was queued.
-			if n := bustest.StreamMsgs(t, ops, bus.StreamCalls); n != 1 && tc.name != "expired" {
+			if n := bustest.StreamMsgs(t, ops, wire.StreamCalls); n != 1 && tc.name != "expired" {
 				t.Fatalf("%d calls queued, want 1", n)
 			}
 			tc.settle(t, e, o, c)
 			waitFor(t, "the call withdrawn from the queue", func() (bool, string) {
-				n := bustest.StreamMsgs(t, ops, bus.StreamCalls)
+				n := bustest.StreamMsgs(t, ops, wire.StreamCalls)
 				return n == 0, fmt.Sprintf("%d queued", n)
 			})
 
@@ -92,7 +92,7 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.run("worker", w.Run)
-			cons, err := ops.JetStream().Consumer(ctxT(t), bus.StreamCalls, "call_calculate_answer")
+			cons, err := ops.JetStream().Consumer(ctxT(t), wire.StreamCalls, "call_calculate_answer")
 			if err != nil {
 				t.Fatal(err)
 			}

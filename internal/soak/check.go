@@ -14,7 +14,6 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -112,7 +111,7 @@ func (s *system) waitDeadLetters(ctx context.Context) {
 	want := len(s.bad)
 	s.mu.Unlock()
 	for {
-		if n, err := s.streamMsgs(ctx, bus.StreamDLQ, ""); err == nil && n >= uint64(want) {
+		if n, err := s.streamMsgs(ctx, wire.StreamDLQ, ""); err == nil && n >= uint64(want) {
 			return
 		}
 		select {
@@ -139,7 +138,7 @@ func (s *system) waitRepliesSettled(ctx context.Context) {
 	// published runs again once its ack wait passes, and that second
 	// result is the duplicate to count.
 	for {
-		if n, err := s.streamMsgs(ctx, bus.StreamCalls, ""); err == nil && n == 0 {
+		if n, err := s.streamMsgs(ctx, wire.StreamCalls, ""); err == nil && n == 0 {
 			break
 		}
 		select {
@@ -150,8 +149,8 @@ func (s *system) waitRepliesSettled(ctx context.Context) {
 	}
 	for {
 		js := s.ctl.JetStream()
-		cons, err := js.Consumer(ctx, bus.StreamReplies, "orchestrator")
-		st, serr := js.Stream(ctx, bus.StreamReplies)
+		cons, err := js.Consumer(ctx, wire.StreamReplies, "orchestrator")
+		st, serr := js.Stream(ctx, wire.StreamReplies)
 		if err == nil && serr == nil {
 			info, err := cons.Info(ctx)
 			sinfo, serr := st.Info(ctx)
@@ -187,7 +186,7 @@ func (s *system) streamMsgs(ctx context.Context, stream, subject string) (uint64
 }
 
 // events reads every stored event of a conversation.
-func (s *system) events(ctx context.Context, convID string) ([]bus.Event, error) {
+func (s *system) events(ctx context.Context, convID string) ([]wire.Event, error) {
 	return approver.ConversationEvents(ctx, s.ctl, convID)
 }
 
@@ -444,7 +443,7 @@ func checkFollowUps(c *orchestrator.Conversation, paused map[string]bool) string
 // checkDeadLetters checks that the dead-letter stream holds exactly the
 // malformed messages injected, each once.
 func (s *system) checkDeadLetters(ctx context.Context, bad map[string]string) (int, []string) {
-	st, err := s.ctl.JetStream().Stream(ctx, bus.StreamDLQ)
+	st, err := s.ctl.JetStream().Stream(ctx, wire.StreamDLQ)
 	if err != nil {
 		return 0, []string{err.Error()}
 	}

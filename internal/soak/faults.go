@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // injectFaults injects one fault at a time, at random gaps around
@@ -115,11 +114,11 @@ func (s *system) faultDuplicate(ctx context.Context, rng *rand.Rand, n int) erro
 	}
 	a := s.answered[rng.IntN(len(s.answered))]
 	s.mu.Unlock()
-	subj, err := bus.CallReplySubject(a.runID)
+	subj, err := wire.CallReplySubject(a.runID)
 	if err != nil {
 		return err
 	}
-	reply := bus.CallReply{RunID: a.runID, ToolCallID: a.callID, Outcome: bus.OutcomeReturn,
+	reply := wire.CallReply{RunID: a.runID, ToolCallID: a.callID, Outcome: wire.OutcomeReturn,
 		Value: resultValue(a.runID + ":" + a.callID), WorkerID: "soak-duplicate"}
 	if _, err := s.ctl.Publish(ctx, subj, fmt.Sprintf("soak-dup-%d", n), reply); err != nil {
 		return fmt.Errorf("duplicate reply: %w", err)
@@ -162,21 +161,21 @@ func (s *system) faultBadMessage(ctx context.Context, rng *rand.Rand, n int) err
 	var err error
 	switch kind {
 	case FaultBadReplyBody:
-		subj, _ := bus.CallReplySubject(run)
+		subj, _ := wire.CallReplySubject(run)
 		err = s.publishRaw(ctx, subj, id, hdr, []byte(`{"run_id": "`+run+`", "tool_call_id": `))
 	case FaultBadReplyRun:
-		subj, _ := bus.CallReplySubject(run)
-		_, err = s.ctl.Publish(ctx, subj, "soak-"+id, bus.CallReply{
-			RunID: "rsoakother", ToolCallID: "k0", Outcome: bus.OutcomeReturn, Value: resultValue("forged"), WorkerID: "soak-bad",
+		subj, _ := wire.CallReplySubject(run)
+		_, err = s.ctl.Publish(ctx, subj, "soak-"+id, wire.CallReply{
+			RunID: "rsoakother", ToolCallID: "k0", Outcome: wire.OutcomeReturn, Value: resultValue("forged"), WorkerID: "soak-bad",
 		}, hdr)
 	case FaultUnknownRun:
 		ghost := fmt.Sprintf("rsoakghost%d", n)
-		subj, _ := bus.CallReplySubject(ghost)
-		_, err = s.ctl.Publish(ctx, subj, "soak-"+id, bus.CallReply{
-			RunID: ghost, ToolCallID: "k0", Outcome: bus.OutcomeReturn, Value: resultValue("ghost"), WorkerID: "soak-bad",
+		subj, _ := wire.CallReplySubject(ghost)
+		_, err = s.ctl.Publish(ctx, subj, "soak-"+id, wire.CallReply{
+			RunID: ghost, ToolCallID: "k0", Outcome: wire.OutcomeReturn, Value: resultValue("ghost"), WorkerID: "soak-bad",
 		}, hdr)
 	default:
-		subj, _ := bus.CallSubject(toolWork)
+		subj, _ := wire.CallSubject(toolWork)
 		err = s.publishRaw(ctx, subj, id, hdr, []byte(`not a call`))
 	}
 	if err != nil {
@@ -195,8 +194,8 @@ func (s *system) publishRaw(ctx context.Context, subject, id string, hdr nats.He
 	for k, v := range hdr {
 		m.Header[k] = v
 	}
-	m.Header.Set(bus.HeaderContentType, bus.ContentTypeJSON)
-	m.Header.Set(bus.HeaderMsgID, "soak-"+id)
+	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
+	m.Header.Set(wire.HeaderMsgID, "soak-"+id)
 	m.Data = data
 	_, err := s.ctl.JetStream().PublishMsg(ctx, m)
 	return err

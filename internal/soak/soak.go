@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config sizes a soak run. Zero values take the defaults.
@@ -330,7 +331,7 @@ func (s *system) restartReplica(ctx context.Context, r *replica, grace time.Dura
 }
 
 func (s *system) startWorker(ctx context.Context, w *workerSlot) error {
-	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	exec := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		return s.execute(ctx, w, req)
 	})
 	c, err := s.sys.Worker(ctx, "worker-"+w.name, worker.Config{
@@ -354,7 +355,7 @@ func (s *system) startWorker(ctx context.Context, w *workerSlot) error {
 // execute is every worker's executor: it takes a little while (so that
 // kills land mid-call), records the run, and answers with the call's
 // idempotency key.
-func (s *system) execute(ctx context.Context, w *workerSlot, req bus.CallRequest) (bus.CallReply, error) {
+func (s *system) execute(ctx context.Context, w *workerSlot, req wire.CallRequest) (wire.CallReply, error) {
 	key := worker.IdempotencyKey(req)
 	s.mu.Lock()
 	w.inflight++
@@ -370,7 +371,7 @@ func (s *system) execute(ctx context.Context, w *workerSlot, req bus.CallRequest
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return bus.CallReply{}, ctx.Err()
+		return wire.CallReply{}, ctx.Err()
 	case <-t.C:
 	}
 	s.mu.Lock()

@@ -11,7 +11,7 @@ import (
 )
 
 // Header names of the W3C trace context, as they travel in NATS headers
-// (bus.HeaderTraceParent is the first).
+// (wire.HeaderTraceParent is the first).
 const (
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"

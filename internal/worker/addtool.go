@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // dynamicTools is the part of a Worker that lets tools be added while it
@@ -44,7 +45,7 @@ func (w *Worker) started(ctx, subCtx context.Context, subs []*bus.Subscription) 
 // while Run serves, on a consumer of its own, drained with the others. It
 // fails once the worker drains, and for a name already served.
 func (w *Worker) AddTool(t Tool) error {
-	if err := bus.ValidateToken("tool name", t.Spec.Name); err != nil {
+	if err := wire.ValidateToken("tool name", t.Spec.Name); err != nil {
 		return err
 	}
 	if t.Executor == nil {

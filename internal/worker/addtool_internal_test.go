@@ -12,14 +12,15 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // withdrawable is an executor that advertises its tool while offered is
 // true, as an MCP server does until it drops the tool.
 type withdrawable struct{ offered atomic.Bool }
 
-func (x *withdrawable) Execute(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
-	return bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ran ` + req.ToolCallID + `"`)}, nil
+func (x *withdrawable) Execute(_ context.Context, req wire.CallRequest) (wire.CallReply, error) {
+	return wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ran ` + req.ToolCallID + `"`)}, nil
 }
 
 func (x *withdrawable) advertFor(name string) (bus.ToolAdvert, bool) {
@@ -66,8 +67,8 @@ func TestAddToolAndWithdrawOverTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &logSink{}
-	fixed := ExecutorFunc(func(context.Context, bus.CallRequest) (bus.CallReply, error) {
-		return bus.CallReply{Outcome: bus.OutcomeReturn}, nil
+	fixed := ExecutorFunc(func(context.Context, wire.CallRequest) (wire.CallReply, error) {
+		return wire.CallReply{Outcome: wire.OutcomeReturn}, nil
 	})
 	w, err := New(Config{Bus: b, ID: "w1", Advertise: true, AdvertiseEvery: time.Hour, Logger: slog.New(sink),
 		Tools: []Tool{{Spec: ToolSpec{Name: "fixed"}, Executor: fixed}}})
@@ -98,7 +99,7 @@ func TestAddToolAndWithdrawOverTheBus(t *testing.T) {
 	if a.Executor != "mcp" || a.WorkerID != "w1" || a.Description != "added while running" {
 		t.Errorf("advert = %+v", a)
 	}
-	replies := make(chan bus.CallReply, 1)
+	replies := make(chan wire.CallReply, 1)
 	sub, err := b.ConsumeReplies(ctx, "test", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
 		func(_ context.Context, d *bus.Delivery[bus.Reply]) error {
 			if d.Msg.Call != nil {
@@ -115,7 +116,7 @@ func TestAddToolAndWithdrawOverTheBus(t *testing.T) {
 	if _, err := b.PublishCall(ctx, call); err != nil {
 		t.Fatal(err)
 	}
-	if r := bustest.Recv(t, replies, "the added tool's reply"); r.Outcome != bus.OutcomeReturn || string(r.Value) != `"ran c1"` {
+	if r := bustest.Recv(t, replies, "the added tool's reply"); r.Outcome != wire.OutcomeReturn || string(r.Value) != `"ran c1"` {
 		t.Errorf("reply = %+v", r)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // advertiser is an executor that says itself what to advertise for a tool
@@ -51,7 +52,7 @@ func (w *Worker) advertise(ctx context.Context) {
 				}
 				delete(withdrawn, tool.Spec.Name)
 			}
-			a.Kind = bus.ReplyKindCall
+			a.Kind = wire.ReplyKindCall
 			a.Executor = tool.Kind
 			a.WorkerID = w.cfg.ID
 			a.At = w.cfg.Clock().UTC()

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ToolSpec describes a tool as a model sees it: its name, what it does and
@@ -129,12 +129,12 @@ func NewBuiltin(sandbox string) (*Builtin, error) {
 func (b *Builtin) Sandbox() string { return b.sandbox }
 
 // Execute runs the built-in tool named by req.ToolName.
-func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+func (b *Builtin) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	if err := ctx.Err(); err != nil {
 		if timedOut(ctx) {
 			return Failed(TimedOutMessage), nil
 		}
-		return bus.CallReply{}, fmt.Errorf("builtin %s: %w", req.ToolName, err)
+		return wire.CallReply{}, fmt.Errorf("builtin %s: %w", req.ToolName, err)
 	}
 	switch req.ToolName {
 	case ToolUpdateFile:
@@ -190,7 +190,7 @@ func (b *Builtin) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 // decodeArgs decodes a call's arguments strictly into v, a pointer to a
 // struct whose fields are all required *string; bad or missing arguments
 // ask the model to try again, as a validation error would.
-func decodeArgs(raw json.RawMessage, v any) (bus.CallReply, bool) {
+func decodeArgs(raw json.RawMessage, v any) (wire.CallReply, bool) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage("{}")
 	}
@@ -210,11 +210,11 @@ func decodeArgs(raw json.RawMessage, v any) (bus.CallReply, bool) {
 	if len(missing) > 0 {
 		return Retry("invalid arguments: missing %s", strings.Join(missing, ", ")), false
 	}
-	return bus.CallReply{}, true
+	return wire.CallReply{}, true
 }
 
 // sandboxPath checks that path names something inside the sandbox.
-func sandboxPath(path string) (string, *bus.CallReply) {
+func sandboxPath(path string) (string, *wire.CallReply) {
 	if path == "" {
 		r := Retry("invalid arguments: path is empty")
 		return "", &r
@@ -233,7 +233,7 @@ func sandboxPath(path string) (string, *bus.CallReply) {
 
 // fsFailure turns a file-system error into a failed reply without the
 // sandbox's absolute path.
-func fsFailure(op, path string, err error) bus.CallReply {
+func fsFailure(op, path string, err error) wire.CallReply {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Failed("File %s not found", pyRepr(path))
@@ -252,7 +252,7 @@ func fsFailure(op, path string, err error) bus.CallReply {
 
 // open checks path and opens the sandbox to work on it; the root is the
 // caller's to close.
-func (b *Builtin) open(path string) (root *os.Root, clean string, bad *bus.CallReply) {
+func (b *Builtin) open(path string) (root *os.Root, clean string, bad *wire.CallReply) {
 	clean, bad = sandboxPath(path)
 	if bad != nil {
 		return nil, "", bad
@@ -265,7 +265,7 @@ func (b *Builtin) open(path string) (root *os.Root, clean string, bad *bus.CallR
 	return root, clean, nil
 }
 
-func (b *Builtin) updateFile(path, content string) bus.CallReply {
+func (b *Builtin) updateFile(path, content string) wire.CallReply {
 	root, clean, bad := b.open(path)
 	if bad != nil {
 		return *bad
@@ -282,7 +282,7 @@ func (b *Builtin) updateFile(path, content string) bus.CallReply {
 	return ReturnValue(jsonString(fmt.Sprintf("File %s updated: %s", pyRepr(path), pyRepr(content))))
 }
 
-func (b *Builtin) deleteFile(path string) bus.CallReply {
+func (b *Builtin) deleteFile(path string) wire.CallReply {
 	root, clean, bad := b.open(path)
 	if bad != nil {
 		return *bad
@@ -294,7 +294,7 @@ func (b *Builtin) deleteFile(path string) bus.CallReply {
 	return ReturnValue(jsonString(fmt.Sprintf("File %s deleted", pyRepr(path))))
 }
 
-func (b *Builtin) readFile(path string) bus.CallReply {
+func (b *Builtin) readFile(path string) wire.CallReply {
 	root, clean, bad := b.open(path)
 	if bad != nil {
 		return *bad

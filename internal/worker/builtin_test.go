@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestBuiltin(t *testing.T) {
@@ -33,38 +33,38 @@ func TestBuiltin(t *testing.T) {
 		name string
 		tool string
 		args string
-		want bus.CallReply
+		want wire.CallReply
 	}{
 		{"update", "update_file", `{"path":"README.md","content":"Hello, world!"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' updated: 'Hello, world!'"`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' updated: 'Hello, world!'"`)}},
 		{"read", "read_file", `{"path":"README.md"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"Hello, world!"`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"Hello, world!"`)}},
 		{"update nested with a quote", "update_file", `{"path":"docs/it's.txt","content":"a\nb"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File \"docs/it's.txt\" updated: 'a\\nb'"`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File \"docs/it's.txt\" updated: 'a\\nb'"`)}},
 		{"delete", "delete_file", `{"path":"README.md"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' deleted"`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' deleted"`)}},
 		{"delete missing", "delete_file", `{"path":"README.md"}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed, Message: "File 'README.md' not found"}},
+			wire.CallReply{Outcome: wire.OutcomeFailed, Message: "File 'README.md' not found"}},
 		{"absolute path refused", "read_file", `{"path":"` + outside + `"}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed}},
+			wire.CallReply{Outcome: wire.OutcomeFailed}},
 		{"dot-dot escape refused", "update_file", `{"path":"../outside.txt","content":"x"}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed, Message: "path '../outside.txt' is outside the sandbox"}},
+			wire.CallReply{Outcome: wire.OutcomeFailed, Message: "path '../outside.txt' is outside the sandbox"}},
 		{"hidden dot-dot escape refused", "delete_file", `{"path":"docs/../../outside.txt"}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed, Message: "path 'docs/../../outside.txt' is outside the sandbox"}},
+			wire.CallReply{Outcome: wire.OutcomeFailed, Message: "path 'docs/../../outside.txt' is outside the sandbox"}},
 		{"symlink escape refused", "read_file", `{"path":"up/outside.txt"}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed, Message: "path 'up/outside.txt' is outside the sandbox"}},
+			wire.CallReply{Outcome: wire.OutcomeFailed, Message: "path 'up/outside.txt' is outside the sandbox"}},
 		{"missing argument asks again", "update_file", `{"path":"a.txt"}`,
-			bus.CallReply{Outcome: bus.OutcomeRetry, Message: "invalid arguments: missing content"}},
+			wire.CallReply{Outcome: wire.OutcomeRetry, Message: "invalid arguments: missing content"}},
 		{"unknown argument asks again", "read_file", `{"path":"a.txt","mode":"r"}`,
-			bus.CallReply{Outcome: bus.OutcomeRetry}},
+			wire.CallReply{Outcome: wire.OutcomeRetry}},
 		{"calculate_answer", "calculate_answer", `{"question":"life, the universe and everything"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`42`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`42`)}},
 		{"send_to_worker", "send_to_worker", `{"task":"backup README.md"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"Task 'backup README.md' completed"`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"Task 'backup README.md' completed"`)}},
 		{"noop", "noop", `{"n": 1, "s": "x"}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"n":1,"s":"x"}`)}},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"n":1,"s":"x"}`)}},
 		{"unknown tool", "format_disk", `{}`,
-			bus.CallReply{Outcome: bus.OutcomeFailed, Message: `unknown built-in tool "format_disk"`}},
+			wire.CallReply{Outcome: wire.OutcomeFailed, Message: `unknown built-in tool "format_disk"`}},
 	}
 	for _, s := range steps {
 		got, err := b.Execute(t.Context(), callRequest(s.tool, s.args))
@@ -73,7 +73,7 @@ func TestBuiltin(t *testing.T) {
 		}
 		opts := []cmp.Option{}
 		if s.want.Message == "" {
-			opts = append(opts, cmpopts.IgnoreFields(bus.CallReply{}, "Message"))
+			opts = append(opts, cmpopts.IgnoreFields(wire.CallReply{}, "Message"))
 		}
 		if diff := cmp.Diff(s.want, got, opts...); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", s.name, diff)

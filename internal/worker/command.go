@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ExitRetry is the exit status with which a command asks the model to try
@@ -67,9 +67,9 @@ func NewCommand(command string) (*Command, error) {
 }
 
 // Execute runs the program for req.
-func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+func (c *Command) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	if len(c.Argv) == 0 {
-		return bus.CallReply{}, errors.New("exec: empty command")
+		return wire.CallReply{}, errors.New("exec: empty command")
 	}
 	if len(req.Args) == 0 {
 		req.Args = json.RawMessage("{}")
@@ -113,7 +113,7 @@ func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		if timedOut(ctx) {
 			return Failed(TimedOutMessage), nil
 		}
-		return bus.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], context.Cause(ctx))
+		return wire.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], context.Cause(ctx))
 	}
 	var exitErr *exec.ExitError
 	switch {
@@ -135,7 +135,7 @@ func (c *Command) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		// The program exited but something it started kept its output open;
 		// what it printed is complete.
 	default:
-		return bus.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], runErr)
+		return wire.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], runErr)
 	}
 	if stdout.overflow {
 		return Failed("output exceeds %d bytes", maxOut), nil
@@ -162,7 +162,7 @@ func retryMessage(stdout []byte, stderr string) string {
 	if len(bytes.TrimSpace(stdout)) > 0 {
 		r := ParseResult(stdout)
 		switch {
-		case r.Outcome != bus.OutcomeReturn:
+		case r.Outcome != wire.OutcomeReturn:
 			if r.Message != "" {
 				return r.Message
 			}
@@ -181,7 +181,7 @@ func retryMessage(stdout []byte, stderr string) string {
 }
 
 // IdempotencyKey identifies a call across redeliveries: run_id:tool_call_id.
-func IdempotencyKey(req bus.CallRequest) string {
+func IdempotencyKey(req wire.CallRequest) string {
 	return req.RunID + ":" + req.ToolCallID
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // script writes an executable shell script into a temporary folder.
@@ -25,8 +25,8 @@ func script(t *testing.T, body string) string {
 	return path
 }
 
-func callRequest(tool, args string) bus.CallRequest {
-	return bus.CallRequest{
+func callRequest(tool, args string) wire.CallRequest {
+	return wire.CallRequest{
 		RunID:          "run1",
 		ConversationID: "conv1",
 		ToolCallID:     "call1",
@@ -42,68 +42,68 @@ func TestCommand(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
-		want   bus.CallReply
+		want   wire.CallReply
 	}{
 		{
 			name:   "json value",
 			script: `echo '{"answer": 42}'`,
-			want:   bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"answer":42}`)},
+			want:   wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"answer":42}`)},
 		},
 		{
 			name:   "non-json stdout is a string",
 			script: `echo "File 'a.txt' deleted"`,
-			want:   bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File 'a.txt' deleted"`)},
+			want:   wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File 'a.txt' deleted"`)},
 		},
 		{
 			name:   "request on stdin",
 			script: `cat`,
-			want: bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(
+			want: wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(
 				`{"run_id":"run1","conversation_id":"conv1","tool_call_id":"call1","tool_name":"echo","args":{"x":1},"deadline":"DEADLINE","attempt":1}`)},
 		},
 		{
 			name:   "environment",
 			script: `printf '%s|%s|%s' "$TOOLGATE_RUN_ID" "$TOOLGATE_TOOL_CALL_ID" "$TOOLGATE_IDEMPOTENCY_KEY"`,
-			want:   bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"run1|call1|run1:call1"`)},
+			want:   wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"run1|call1|run1:call1"`)},
 		},
 		{
 			name:   "tool-return form",
 			script: `echo '{"kind":"tool-return","return_value":"ok","content":"extra","metadata":{"k":"v"}}'`,
-			want:   bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"ok"`), Content: "extra", Metadata: json.RawMessage(`{"k":"v"}`)},
+			want:   wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ok"`), Content: "extra", Metadata: json.RawMessage(`{"k":"v"}`)},
 		},
 		{
 			name:   "model-retry form",
 			script: `echo '{"kind":"model-retry","message":"ask again"}'`,
-			want:   bus.CallReply{Outcome: bus.OutcomeRetry, Message: "ask again"},
+			want:   wire.CallReply{Outcome: wire.OutcomeRetry, Message: "ask again"},
 		},
 		{
 			name:   "tool-failed form",
 			script: `echo '{"kind":"tool-failed","message":"no luck"}'`,
-			want:   bus.CallReply{Outcome: bus.OutcomeFailed, Message: "no luck"},
+			want:   wire.CallReply{Outcome: wire.OutcomeFailed, Message: "no luck"},
 		},
 		{
 			name:   "exit 75 retries with stdout",
 			script: "echo 'use a smaller number'\nexit 75",
-			want:   bus.CallReply{Outcome: bus.OutcomeRetry, Message: "use a smaller number"},
+			want:   wire.CallReply{Outcome: wire.OutcomeRetry, Message: "use a smaller number"},
 		},
 		{
 			name:   "exit 75 retries with stderr when stdout is empty",
 			script: "echo 'rate limited' >&2\nexit 75",
-			want:   bus.CallReply{Outcome: bus.OutcomeRetry, Message: "rate limited"},
+			want:   wire.CallReply{Outcome: wire.OutcomeRetry, Message: "rate limited"},
 		},
 		{
 			name:   "exit 75 with a model-retry form",
 			script: "echo '{\"kind\":\"model-retry\",\"message\":\"m\"}'\nexit 75",
-			want:   bus.CallReply{Outcome: bus.OutcomeRetry, Message: "m"},
+			want:   wire.CallReply{Outcome: wire.OutcomeRetry, Message: "m"},
 		},
 		{
 			name:   "failure with stderr",
 			script: "echo partial\necho 'line 1' >&2\necho 'disk full' >&2\nexit 3",
-			want:   bus.CallReply{Outcome: bus.OutcomeFailed, Message: "line 1\ndisk full"},
+			want:   wire.CallReply{Outcome: wire.OutcomeFailed, Message: "line 1\ndisk full"},
 		},
 		{
 			name:   "failure without stderr",
 			script: "exit 2",
-			want:   bus.CallReply{Outcome: bus.OutcomeFailed, Message: "exit status 2"},
+			want:   wire.CallReply{Outcome: wire.OutcomeFailed, Message: "exit status 2"},
 		},
 	}
 	for _, tt := range tests {
@@ -137,7 +137,7 @@ exit 1`)}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Outcome != bus.OutcomeFailed || !strings.HasSuffix(got.Message, "the real cause") || len(got.Message) > 2048 {
+	if got.Outcome != wire.OutcomeFailed || !strings.HasSuffix(got.Message, "the real cause") || len(got.Message) > 2048 {
 		t.Errorf("got outcome %q, message of %d bytes ending %q; want failed, ≤ 2 KiB, ending with the last line",
 			got.Outcome, len(got.Message), got.Message[max(0, len(got.Message)-40):])
 	}
@@ -154,7 +154,7 @@ func TestCommandTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
-	if diff := cmp.Diff(bus.CallReply{Outcome: bus.OutcomeFailed, Message: "timed out"}, got); diff != "" {
+	if diff := cmp.Diff(wire.CallReply{Outcome: wire.OutcomeFailed, Message: "timed out"}, got); diff != "" {
 		t.Errorf("reply (-want +got):\n%s", diff)
 	}
 	if took := time.Since(start); took > 10*time.Second {
@@ -180,7 +180,7 @@ func TestCommandMissingProgramFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
-	if got.Outcome != bus.OutcomeFailed {
+	if got.Outcome != wire.OutcomeFailed {
 		t.Errorf("outcome = %q, want failed", got.Outcome)
 	}
 }
@@ -192,7 +192,7 @@ func TestCommandOutputLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Outcome != bus.OutcomeFailed || !strings.Contains(got.Message, "1000") {
+	if got.Outcome != wire.OutcomeFailed || !strings.Contains(got.Message, "1000") {
 		t.Errorf("got %+v, want failed for output over 1000 bytes", got)
 	}
 }
@@ -207,7 +207,7 @@ func TestNewCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"ok":true}`)}, got); diff != "" {
+	if diff := cmp.Diff(wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"ok":true}`)}, got); diff != "" {
 		t.Errorf("reply (-want +got):\n%s", diff)
 	}
 	if _, err := worker.NewCommand("   "); err == nil {

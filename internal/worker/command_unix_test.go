@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A program that puts a child in the background and exits does not leave
@@ -30,7 +30,7 @@ func TestCommandKillsWhatTheProgramLeftBehind(t *testing.T) {
 echo $! > `+pidFile+`
 echo '"left a child"'`)}}
 	got, err := cmd.Execute(t.Context(), callRequest("bg", `{}`))
-	if err != nil || got.Outcome != bus.OutcomeReturn {
+	if err != nil || got.Outcome != wire.OutcomeReturn {
 		t.Fatalf("Execute = %+v, %v", got, err)
 	}
 	raw, err := os.ReadFile(pidFile)

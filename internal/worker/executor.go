@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Executor runs one external call. It fills the outcome fields of the reply
@@ -21,14 +21,14 @@ import (
 // webhook down, the worker shutting down): the call is released and retried
 // later.
 type Executor interface {
-	Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error)
+	Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error)
 }
 
 // ExecutorFunc adapts a function to Executor.
-type ExecutorFunc func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error)
+type ExecutorFunc func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error)
 
 // Execute calls f(ctx, req).
-func (f ExecutorFunc) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+func (f ExecutorFunc) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	return f(ctx, req)
 }
 
@@ -42,7 +42,7 @@ var errTimedOut = errors.New("call deadline exceeded")
 
 // withCallDeadline bounds ctx by the call's deadline; a zero deadline means
 // none. timedOut reports whether ctx ended because of that deadline.
-func withCallDeadline(ctx context.Context, req bus.CallRequest) (context.Context, context.CancelFunc) {
+func withCallDeadline(ctx context.Context, req wire.CallRequest) (context.Context, context.CancelFunc) {
 	if req.Deadline.IsZero() {
 		return context.WithCancel(ctx)
 	}
@@ -56,18 +56,18 @@ func timedOut(ctx context.Context) bool {
 // Reply constructors for executors.
 
 // ReturnValue is a reply with outcome return and the JSON value v.
-func ReturnValue(v json.RawMessage) bus.CallReply {
-	return bus.CallReply{Outcome: bus.OutcomeReturn, Value: v}
+func ReturnValue(v json.RawMessage) wire.CallReply {
+	return wire.CallReply{Outcome: wire.OutcomeReturn, Value: v}
 }
 
 // Failed is a reply with outcome failed.
-func Failed(format string, args ...any) bus.CallReply {
-	return bus.CallReply{Outcome: bus.OutcomeFailed, Message: fmt.Sprintf(format, args...)}
+func Failed(format string, args ...any) wire.CallReply {
+	return wire.CallReply{Outcome: wire.OutcomeFailed, Message: fmt.Sprintf(format, args...)}
 }
 
 // Retry is a reply with outcome retry: the model is asked to try again.
-func Retry(format string, args ...any) bus.CallReply {
-	return bus.CallReply{Outcome: bus.OutcomeRetry, Message: fmt.Sprintf(format, args...)}
+func Retry(format string, args ...any) wire.CallReply {
+	return wire.CallReply{Outcome: wire.OutcomeRetry, Message: fmt.Sprintf(format, args...)}
 }
 
 // resultForm is the union of Pydantic AI's serialized result shapes (D34):
@@ -88,7 +88,7 @@ type resultForm struct {
 //     "tool-failed" follows Pydantic AI's form of that result;
 //   - any other JSON value is returned as the value;
 //   - anything else is returned as a JSON string of the trimmed text.
-func ParseResult(out []byte) bus.CallReply {
+func ParseResult(out []byte) wire.CallReply {
 	out = bytes.TrimSpace(out)
 	if len(out) == 0 {
 		return ReturnValue(json.RawMessage("null"))
@@ -101,7 +101,7 @@ func ParseResult(out []byte) bus.CallReply {
 		if err := json.Unmarshal(out, &f); err == nil {
 			switch f.Kind {
 			case "tool-return":
-				r := bus.CallReply{Outcome: bus.OutcomeReturn, Value: f.ReturnValue, Content: textOf(f.Content)}
+				r := wire.CallReply{Outcome: wire.OutcomeReturn, Value: f.ReturnValue, Content: textOf(f.Content)}
 				if len(r.Value) == 0 {
 					r.Value = json.RawMessage("null")
 				}
@@ -111,9 +111,9 @@ func ParseResult(out []byte) bus.CallReply {
 				r.Value = compact(r.Value)
 				return r
 			case "model-retry":
-				return bus.CallReply{Outcome: bus.OutcomeRetry, Message: textOf(f.Message)}
+				return wire.CallReply{Outcome: wire.OutcomeRetry, Message: textOf(f.Message)}
 			case "tool-failed":
-				return bus.CallReply{Outcome: bus.OutcomeFailed, Message: textOf(f.Message)}
+				return wire.CallReply{Outcome: wire.OutcomeFailed, Message: textOf(f.Message)}
 			}
 		}
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestParseResult(t *testing.T) {
@@ -15,32 +15,32 @@ func TestParseResult(t *testing.T) {
 	tests := []struct {
 		name string
 		out  string
-		want bus.CallReply
+		want wire.CallReply
 	}{
-		{"empty is null", "  \n", bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`null`)}},
-		{"number", "42\n", bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`42`)}},
-		{"object compacted", `{"a": 1,  "b": [1, 2]}`, bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"a":1,"b":[1,2]}`)}},
-		{"json string", `"hi"`, bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"hi"`)}},
-		{"plain text", "File 'a' deleted\n", bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File 'a' deleted"`)}},
-		{"text with quotes", `say "x"`, bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"say \"x\""`)}},
+		{"empty is null", "  \n", wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`null`)}},
+		{"number", "42\n", wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`42`)}},
+		{"object compacted", `{"a": 1,  "b": [1, 2]}`, wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"a":1,"b":[1,2]}`)}},
+		{"json string", `"hi"`, wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"hi"`)}},
+		{"plain text", "File 'a' deleted\n", wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File 'a' deleted"`)}},
+		{"text with quotes", `say "x"`, wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"say \"x\""`)}},
 		{
 			"tool-return",
 			`{"kind":"tool-return","return_value":{"n":1},"content":"see this","metadata":{"m":true}}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"n":1}`), Content: "see this", Metadata: json.RawMessage(`{"m":true}`)},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"n":1}`), Content: "see this", Metadata: json.RawMessage(`{"m":true}`)},
 		},
 		{
 			"tool-return without value or metadata",
 			`{"kind":"tool-return","metadata":null}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`null`)},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`null`)},
 		},
 		{
 			"tool-return with list content",
 			`{"kind":"tool-return","return_value":1,"content":["a","b"]}`,
-			bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`1`), Content: `["a","b"]`},
+			wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`1`), Content: `["a","b"]`},
 		},
-		{"model-retry", `{"kind":"model-retry","message":"try 2"}`, bus.CallReply{Outcome: bus.OutcomeRetry, Message: "try 2"}},
-		{"tool-failed", `{"kind":"tool-failed","message":"boom"}`, bus.CallReply{Outcome: bus.OutcomeFailed, Message: "boom"}},
-		{"other kind is a value", `{"kind":"other","x":1}`, bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"kind":"other","x":1}`)}},
+		{"model-retry", `{"kind":"model-retry","message":"try 2"}`, wire.CallReply{Outcome: wire.OutcomeRetry, Message: "try 2"}},
+		{"tool-failed", `{"kind":"tool-failed","message":"boom"}`, wire.CallReply{Outcome: wire.OutcomeFailed, Message: "boom"}},
+		{"other kind is a value", `{"kind":"other","x":1}`, wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"kind":"other","x":1}`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // MCPConfig configures one MCP server whose tools a worker serves.
@@ -108,7 +109,7 @@ func (s *mcpSession) ended() bool {
 // cannot be started or listed, so that a misconfigured worker stops at once.
 // Close ends it.
 func NewMCPServer(ctx context.Context, cfg MCPConfig) (*MCPServer, error) {
-	if err := bus.ValidateToken("MCP server name", cfg.Name); err != nil {
+	if err := wire.ValidateToken("MCP server name", cfg.Name); err != nil {
 		return nil, err
 	}
 	if (len(cfg.Command) == 0) == (cfg.URL == "") {
@@ -366,7 +367,7 @@ func (s *MCPServer) setTools(list []*mcp.Tool) {
 	tools := make(map[string]*mcp.Tool, len(list))
 	for _, t := range list {
 		name := s.cfg.Prefix + t.Name
-		if err := bus.ValidateToken("tool name", name); err != nil {
+		if err := wire.ValidateToken("tool name", name); err != nil {
 			s.log.Warn("MCP tool not served: its name cannot be a toolgate tool name", slog.String("tool", t.Name), slog.Any("error", err))
 			continue
 		}
@@ -445,7 +446,7 @@ func (s *MCPServer) refreshLoop(ctx context.Context) {
 }
 
 // Execute calls the tool on the MCP server.
-func (s *MCPServer) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	s.mu.Lock()
 	t, ok := s.tools[req.ToolName]
 	s.mu.Unlock()
@@ -459,7 +460,7 @@ func (s *MCPServer) Execute(ctx context.Context, req bus.CallRequest) (bus.CallR
 		if timedOut(ctx) {
 			return Failed(TimedOutMessage), nil
 		}
-		return bus.CallReply{}, err
+		return wire.CallReply{}, err
 	}
 	// The session may have restarted with another list.
 	s.mu.Lock()
@@ -488,7 +489,7 @@ func (s *MCPServer) Execute(ctx context.Context, req bus.CallRequest) (bus.CallR
 			// The SDK has sent notifications/cancelled for the request.
 			return Failed(TimedOutMessage), nil
 		case ctx.Err() != nil:
-			return bus.CallReply{}, fmt.Errorf("MCP server %s: %w", s.cfg.Name, context.Cause(ctx))
+			return wire.CallReply{}, fmt.Errorf("MCP server %s: %w", s.cfg.Name, context.Cause(ctx))
 		}
 		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Environment of the test binary run as a misbehaving MCP server (see
@@ -124,15 +124,15 @@ func TestMCPBrokenSessionFailsItsCallsWithoutRunningThemAgain(t *testing.T) {
 			e.publish(t, call("breaker", "c2", `{}`))
 			replies := got.wait(t, 2)
 			for _, r := range replies {
-				if r.Outcome != bus.OutcomeFailed || !strings.Contains(r.Message, "MCP server bad") || !strings.Contains(r.Message, "not run again") {
+				if r.Outcome != wire.OutcomeFailed || !strings.Contains(r.Message, "MCP server bad") || !strings.Contains(r.Message, "not run again") {
 					t.Errorf("reply %s = %+v, want failed with the broken session's reason", r.ToolCallID, r)
 				}
 			}
 			// Both calls are acked: nothing is left to deliver again.
 			for _, tool := range []string{"slow", "breaker"} {
-				name, _ := bus.CallConsumerName(tool)
+				name, _ := wire.CallConsumerName(tool)
 				bustest.WaitFor(t, "call_"+tool+" settled", func() bool {
-					c, err := e.bus.JetStream().Consumer(ctx, bus.StreamCalls, name)
+					c, err := e.bus.JetStream().Consumer(ctx, wire.StreamCalls, name)
 					if err != nil {
 						return false
 					}

@@ -7,8 +7,7 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // maxInlineData bounds the binary content (an image, audio, a blob) given
@@ -26,7 +25,7 @@ const maxInlineData = 96 << 10
 //     gets as a user message after the tool results: a line describing each,
 //     with a data URL for small binary content and the text of a text
 //     resource.
-func mcpReply(res *mcp.CallToolResult) bus.CallReply {
+func mcpReply(res *mcp.CallToolResult) wire.CallReply {
 	var texts, other []string
 	for _, c := range res.Content {
 		switch c := c.(type) {
@@ -43,7 +42,7 @@ func mcpReply(res *mcp.CallToolResult) bus.CallReply {
 		}
 		return Failed("%s", msg)
 	}
-	r := bus.CallReply{Outcome: bus.OutcomeReturn}
+	r := wire.CallReply{Outcome: wire.OutcomeReturn}
 	if res.StructuredContent != nil {
 		v, err := json.Marshal(res.StructuredContent)
 		if err != nil {

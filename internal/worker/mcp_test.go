@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func newTestMCP(t *testing.T, cfg MCPConfig) *MCPServer {
@@ -34,12 +34,12 @@ func newTestMCP(t *testing.T, cfg MCPConfig) *MCPServer {
 	return s
 }
 
-func mcpCall(tool, args string) bus.CallRequest {
-	return bus.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "t1", ToolName: tool,
+func mcpCall(tool, args string) wire.CallRequest {
+	return wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "t1", ToolName: tool,
 		Args: json.RawMessage(args), Deadline: time.Now().Add(time.Minute)}
 }
 
-func execMCP(t *testing.T, s *MCPServer, req bus.CallRequest) bus.CallReply {
+func execMCP(t *testing.T, s *MCPServer, req wire.CallRequest) wire.CallReply {
 	t.Helper()
 	r, err := s.Execute(t.Context(), req)
 	if err != nil {
@@ -78,25 +78,25 @@ func TestMCPEverythingStdio(t *testing.T) {
 		t.Errorf("advert = %+v, %v; want server everything, tool echo, its schema", a, ok)
 	}
 
-	if r := execMCP(t, s, mcpCall("ev_echo", `{"message":"hi"}`)); r.Outcome != bus.OutcomeReturn || string(r.Value) != `"Echo: hi"` {
+	if r := execMCP(t, s, mcpCall("ev_echo", `{"message":"hi"}`)); r.Outcome != wire.OutcomeReturn || string(r.Value) != `"Echo: hi"` {
 		t.Errorf("echo = %+v", r)
 	}
-	if r := execMCP(t, s, mcpCall("ev_get-sum", `{"a":2,"b":40}`)); r.Outcome != bus.OutcomeReturn || !strings.Contains(string(r.Value), "42") {
+	if r := execMCP(t, s, mcpCall("ev_get-sum", `{"a":2,"b":40}`)); r.Outcome != wire.OutcomeReturn || !strings.Contains(string(r.Value), "42") {
 		t.Errorf("get-sum = %+v", r)
 	}
 	// Args the server refuses: a result with isError, which the model sees.
-	if r := execMCP(t, s, mcpCall("ev_get-sum", `{"a":"two"}`)); r.Outcome != bus.OutcomeFailed || r.Message == "" {
+	if r := execMCP(t, s, mcpCall("ev_get-sum", `{"a":"two"}`)); r.Outcome != wire.OutcomeFailed || r.Message == "" {
 		t.Errorf("get-sum with bad args = %+v, want failed with the server's message", r)
 	}
 	r := execMCP(t, s, mcpCall("ev_get-structured-content", `{"location":"Chicago"}`))
 	var weather struct {
 		Temperature float64 `json:"temperature"`
 	}
-	if r.Outcome != bus.OutcomeReturn || json.Unmarshal(r.Value, &weather) != nil || weather.Temperature != 36 {
+	if r.Outcome != wire.OutcomeReturn || json.Unmarshal(r.Value, &weather) != nil || weather.Temperature != 36 {
 		t.Errorf("structured content = %+v, want the structured value", r)
 	}
 	r = execMCP(t, s, mcpCall("ev_get-tiny-image", `{}`))
-	if r.Outcome != bus.OutcomeReturn || !strings.Contains(r.Content, "data:image/png;base64,iVBOR") || !strings.Contains(string(r.Value), "image") {
+	if r.Outcome != wire.OutcomeReturn || !strings.Contains(r.Content, "data:image/png;base64,iVBOR") || !strings.Contains(string(r.Value), "image") {
 		t.Errorf("image = value %s content %.120q, want the text as value and the image as a data URL in the content", r.Value, r.Content)
 	}
 
@@ -104,7 +104,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 	var progress atomic.Int32
 	ctx := withProgress(t.Context(), func() { progress.Add(1) })
 	lr, err := s.Execute(ctx, mcpCall("ev_trigger-long-running-operation", `{"duration":0.3,"steps":3}`))
-	if err != nil || lr.Outcome != bus.OutcomeReturn {
+	if err != nil || lr.Outcome != wire.OutcomeReturn {
 		t.Fatalf("long-running = %+v, %v", lr, err)
 	}
 	// The last one may be handled after the result: the client reads
@@ -118,7 +118,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 	req := mcpCall("ev_trigger-long-running-operation", `{"duration":30,"steps":30}`)
 	req.Deadline = time.Now().Add(500 * time.Millisecond)
 	start := time.Now()
-	if r := execMCP(t, s, req); r.Outcome != bus.OutcomeFailed || r.Message != TimedOutMessage {
+	if r := execMCP(t, s, req); r.Outcome != wire.OutcomeFailed || r.Message != TimedOutMessage {
 		t.Errorf("call past its deadline = %+v, want failed %q", r, TimedOutMessage)
 	}
 	if took := time.Since(start); took > 20*time.Second {
@@ -138,7 +138,7 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 
 	pid1 := execMCP(t, s, mcpCall("whoami", `{}`)).Value
 	r := execMCP(t, s, mcpCall("crash", `{}`))
-	if r.Outcome != bus.OutcomeFailed || !strings.Contains(r.Message, "MCP server crashy stopped during the call") || !strings.Contains(r.Message, "not run again") ||
+	if r.Outcome != wire.OutcomeFailed || !strings.Contains(r.Message, "MCP server crashy stopped during the call") || !strings.Contains(r.Message, "not run again") ||
 		!strings.Contains(r.Message, "exiting on purpose") {
 		t.Errorf("crashing call = %+v, want failed saying the server stopped, with its stderr", r)
 	}
@@ -148,7 +148,7 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 		t.Errorf("whoami after the crash = %s, before = %s: want a new process", pid2, pid1)
 	}
 
-	if r := execMCP(t, s, mcpCall("add-tool", `{"name":"late_echo"}`)); r.Outcome != bus.OutcomeReturn {
+	if r := execMCP(t, s, mcpCall("add-tool", `{"name":"late_echo"}`)); r.Outcome != wire.OutcomeReturn {
 		t.Fatalf("add-tool = %+v", r)
 	}
 	deadline := time.After(30 * time.Second)
@@ -163,10 +163,10 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 		}
 	}
 	r = execMCP(t, s, mcpCall("late_echo", `{"text":"x"}`))
-	if r.Outcome != bus.OutcomeReturn || string(r.Value) != `{"echoed":{"text":"x"}}` {
+	if r.Outcome != wire.OutcomeReturn || string(r.Value) != `{"echoed":{"text":"x"}}` {
 		t.Errorf("late_echo = %+v", r)
 	}
-	if r := execMCP(t, s, mcpCall("not_there", `{}`)); r.Outcome != bus.OutcomeFailed || !strings.Contains(r.Message, "no longer offered") {
+	if r := execMCP(t, s, mcpCall("not_there", `{}`)); r.Outcome != wire.OutcomeFailed || !strings.Contains(r.Message, "no longer offered") {
 		t.Errorf("unknown tool = %+v", r)
 	}
 }
@@ -183,7 +183,7 @@ func TestMCPFilesystemSandbox(t *testing.T) {
 
 	inside := filepath.Join(sandbox, "note.txt")
 	args, _ := json.Marshal(map[string]string{"path": inside, "content": "hello"})
-	if r := execMCP(t, s, mcpCall("fs_write_file", string(args))); r.Outcome != bus.OutcomeReturn {
+	if r := execMCP(t, s, mcpCall("fs_write_file", string(args))); r.Outcome != wire.OutcomeReturn {
 		t.Fatalf("write_file inside the sandbox = %+v", r)
 	}
 	if b, err := os.ReadFile(inside); err != nil || string(b) != "hello" {
@@ -191,7 +191,7 @@ func TestMCPFilesystemSandbox(t *testing.T) {
 	}
 	args, _ = json.Marshal(map[string]string{"path": filepath.Join(outside, "secret.txt")})
 	r := execMCP(t, s, mcpCall("fs_read_text_file", string(args)))
-	if r.Outcome != bus.OutcomeFailed || strings.Contains(r.Message, "top secret") {
+	if r.Outcome != wire.OutcomeFailed || strings.Contains(r.Message, "top secret") {
 		t.Errorf("read outside the sandbox = %+v, want failed without the content", r)
 	}
 }
@@ -235,7 +235,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	}
 	var progress atomic.Int32
 	ctx := withProgress(t.Context(), func() { progress.Add(1) })
-	if r, err := s.Execute(ctx, mcpCall("trigger-long-running-operation", `{"duration":0.2,"steps":2}`)); err != nil || r.Outcome != bus.OutcomeReturn {
+	if r, err := s.Execute(ctx, mcpCall("trigger-long-running-operation", `{"duration":0.2,"steps":2}`)); err != nil || r.Outcome != wire.OutcomeReturn {
 		t.Errorf("long-running over HTTP = %+v, %v", r, err)
 	}
 	if n := progress.Load(); n < 1 {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/disktest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // logSignal closes seen the first time a log line contains want.
@@ -43,7 +44,7 @@ func (s *logSignal) logger() *slog.Logger {
 func echoTool(name string) worker.Tool {
 	return worker.Tool{
 		Spec: worker.ToolSpec{Name: name},
-		Executor: worker.ExecutorFunc(func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
+		Executor: worker.ExecutorFunc(func(_ context.Context, req wire.CallRequest) (wire.CallReply, error) {
 			return worker.ReturnValue(req.Args), nil
 		}),
 	}
@@ -65,7 +66,7 @@ func TestWorkerStartsOnceTheStreamsExist(t *testing.T) {
 	got := e.replies(t)
 	e.publish(t, call("echo", "c1", `{"x":1}`))
 	r := got.wait(t, 1)[0]
-	if r.ToolCallID != "c1" || r.Outcome != bus.OutcomeReturn || string(r.Value) != `{"x":1}` || r.WorkerID != "w1" {
+	if r.ToolCallID != "c1" || r.Outcome != wire.OutcomeReturn || string(r.Value) != `{"x":1}` || r.WorkerID != "w1" {
 		t.Errorf("reply = %+v, want c1 returning {\"x\":1} from w1", r)
 	}
 	if err := stop(); err != nil {
@@ -124,7 +125,7 @@ func TestWorkerAdvertisesOnceTheBucketExists(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := bustest.Context(t)
-	if err := e.bus.JetStream().DeleteKeyValue(ctx, bus.BucketTools); err != nil {
+	if err := e.bus.JetStream().DeleteKeyValue(ctx, wire.BucketTools); err != nil {
 		t.Fatal(err)
 	}
 	retrying := newLogSignal("tool advertisements not possible yet; retrying")
@@ -179,13 +180,13 @@ func TestWorkerWaitsForItsConsumerAndTellsWhenItChanges(t *testing.T) {
 	}
 
 	ctx := bustest.Context(t)
-	cons, err := orch.JetStream().Consumer(ctx, bus.StreamCalls, "call_echo")
+	cons, err := orch.JetStream().Consumer(ctx, wire.StreamCalls, "call_echo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	edited := cons.CachedInfo().Config
 	edited.FilterSubject = "toolgate.call.nothing"
-	if _, err := orch.JetStream().UpdateConsumer(ctx, bus.StreamCalls, edited); err != nil {
+	if _, err := orch.JetStream().UpdateConsumer(ctx, wire.StreamCalls, edited); err != nil {
 		t.Fatal(err)
 	}
 	bustest.Recv(t, changed.seen, "an error record of the changed consumer")

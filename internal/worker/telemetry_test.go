@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // replyHeaders collects the headers of every call reply, by tool_call_id.
@@ -66,9 +67,9 @@ func TestWorkerMetricsAndTrace(t *testing.T) {
 	reg := prometheus.NewRegistry()
 
 	var attempts atomic.Int32
-	flaky := worker.ExecutorFunc(func(context.Context, bus.CallRequest) (bus.CallReply, error) {
+	flaky := worker.ExecutorFunc(func(context.Context, wire.CallRequest) (wire.CallReply, error) {
 		if attempts.Add(1) == 1 {
-			return bus.CallReply{}, errors.New("webhook down")
+			return wire.CallReply{}, errors.New("webhook down")
 		}
 		return worker.ReturnValue(json.RawMessage(`"ok"`)), nil
 	})
@@ -157,16 +158,16 @@ func TestWorkerPassesTraceContextThrough(t *testing.T) {
 	headers := e.replyHeaders(t)
 	run(t, newWorker(t, worker.Config{Bus: e.bus, Tools: builtinTools(t)}))
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	hdr := nats.Header{bus.HeaderTraceParent: {tp}}
+	hdr := nats.Header{wire.HeaderTraceParent: {tp}}
 	if _, err := e.bus.PublishCall(t.Context(), call(worker.ToolNoop, "c1", `{}`), hdr); err != nil {
 		t.Fatal(err)
 	}
 	h := headers("c1")
-	if got := h.Get(bus.HeaderTraceParent); got != tp {
+	if got := h.Get(wire.HeaderTraceParent); got != tp {
 		t.Errorf("reply traceparent %q, want %q", got, tp)
 	}
 	// The id docs/protocol.md gives a result: <run_id>/<tool_call_id>/result.
-	if got := h.Get(bus.HeaderMsgID); got != "run1/c1/result" {
+	if got := h.Get(wire.HeaderMsgID); got != "run1/c1/result" {
 		t.Errorf("reply Nats-Msg-Id %q, want run1/c1/result", got)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/httpretry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Webhook is the http executor: it POSTs each call to a URL.
@@ -71,7 +71,7 @@ const bodyExcerpt = 512
 
 // Execute POSTs req to the webhook, again after each transient answer
 // while retries and the call's deadline allow.
-func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+func (h *Webhook) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	if len(req.Args) == 0 {
 		req.Args = json.RawMessage("{}")
 	}
@@ -114,7 +114,7 @@ func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 		if ctx.Err() != nil {
 			// The worker is stopping or the call was cancelled: it
 			// decides what becomes of the call.
-			return bus.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), t.err)
+			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), t.err)
 		}
 		if n >= retries {
 			return Failed("%s", t.message(n+1)), nil
@@ -132,7 +132,7 @@ func (h *Webhook) Execute(ctx context.Context, req bus.CallRequest) (bus.CallRep
 			if timedOut(ctx) {
 				return Failed(TimedOutMessage), nil
 			}
-			return bus.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), err)
+			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), err)
 		}
 	}
 }
@@ -156,7 +156,7 @@ func (t *transient) message(attempts int) string {
 }
 
 // post makes one attempt: a reply, or what makes it transient.
-func (h *Webhook) post(ctx context.Context, req bus.CallRequest, body []byte) (bus.CallReply, *transient) {
+func (h *Webhook) post(ctx context.Context, req wire.CallRequest, body []byte) (wire.CallReply, *transient) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
 	if err != nil {
 		// Not the error: it quotes the URL, credentials and all.
@@ -188,12 +188,12 @@ func (h *Webhook) post(ctx context.Context, req bus.CallRequest, body []byte) (b
 		if errors.As(err, &ue) {
 			err = ue.Err // without the URL, which may hold credentials
 		}
-		return bus.CallReply{}, &transient{err: err}
+		return wire.CallReply{}, &transient{err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return bus.CallReply{}, &transient{err: fmt.Errorf("read response: %w", err)}
+		return wire.CallReply{}, &transient{err: fmt.Errorf("read response: %w", err)}
 	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
@@ -203,7 +203,7 @@ func (h *Webhook) post(ctx context.Context, req bus.CallRequest, body []byte) (b
 		return ParseResult(data), nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		st := statusText(resp.Status, data)
-		return bus.CallReply{}, &transient{status: st, header: resp.Header, err: errors.New(st)}
+		return wire.CallReply{}, &transient{status: st, header: resp.Header, err: errors.New(st)}
 	default:
 		return Failed("%s", statusText(resp.Status, data)), nil
 	}

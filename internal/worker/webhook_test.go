@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/httpretry/httpretrytest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestWebhook(t *testing.T) {
@@ -25,24 +25,24 @@ func TestWebhook(t *testing.T) {
 		name   string
 		status int
 		body   string
-		want   bus.CallReply
+		want   wire.CallReply
 	}{
-		{name: "2xx json", status: 200, body: `{"temp": 21.5}`, want: bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`{"temp":21.5}`)}},
-		{name: "2xx text", status: 201, body: "sunny", want: bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"sunny"`)}},
-		{name: "2xx model-retry", status: 200, body: `{"kind":"model-retry","message":"which city?"}`, want: bus.CallReply{Outcome: bus.OutcomeRetry, Message: "which city?"}},
-		{name: "2xx tool-failed", status: 200, body: `{"kind":"tool-failed","message":"closed"}`, want: bus.CallReply{Outcome: bus.OutcomeFailed, Message: "closed"}},
-		{name: "4xx fails", status: 404, body: "no such city\n", want: bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 404 Not Found: no such city"}},
-		{name: "4xx without body", status: 403, want: bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 403 Forbidden"}},
+		{name: "2xx json", status: 200, body: `{"temp": 21.5}`, want: wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`{"temp":21.5}`)}},
+		{name: "2xx text", status: 201, body: "sunny", want: wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"sunny"`)}},
+		{name: "2xx model-retry", status: 200, body: `{"kind":"model-retry","message":"which city?"}`, want: wire.CallReply{Outcome: wire.OutcomeRetry, Message: "which city?"}},
+		{name: "2xx tool-failed", status: 200, body: `{"kind":"tool-failed","message":"closed"}`, want: wire.CallReply{Outcome: wire.OutcomeFailed, Message: "closed"}},
+		{name: "4xx fails", status: 404, body: "no such city\n", want: wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 404 Not Found: no such city"}},
+		{name: "4xx without body", status: 403, want: wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 403 Forbidden"}},
 		// Without retries a transient answer fails the call at once.
-		{name: "429 without retries", status: 429, body: "slow down", want: bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 429 Too Many Requests: slow down"}},
-		{name: "5xx without retries", status: 503, body: "down", want: bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 503 Service Unavailable: down"}},
+		{name: "429 without retries", status: 429, body: "slow down", want: wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 429 Too Many Requests: slow down"}},
+		{name: "5xx without retries", status: 503, body: "down", want: wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 503 Service Unavailable: down"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var got struct {
 				header http.Header
-				body   bus.CallRequest
+				body   wire.CallRequest
 			}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				got.header = r.Header.Clone()
@@ -94,7 +94,7 @@ func TestWebhookLongErrorBodyIsShortened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reply.Outcome != bus.OutcomeFailed || len(reply.Message) > 600 {
+	if reply.Outcome != wire.OutcomeFailed || len(reply.Message) > 600 {
 		t.Errorf("got outcome %q with a %d-byte message, want failed and short", reply.Outcome, len(reply.Message))
 	}
 }
@@ -120,7 +120,7 @@ func TestWebhookRetries(t *testing.T) {
 		// wantWaits is each wait's range [lo, hi].
 		wantWaits    [][2]time.Duration
 		wantAttempts int
-		want         bus.CallReply
+		want         wire.CallReply
 		wantIn       string // for a failure: in its message
 		wantNotIn    string
 	}{
@@ -129,7 +129,7 @@ func TestWebhookRetries(t *testing.T) {
 			answers:      []answer{{503, map[string]string{"Retry-After": "7"}}},
 			wantWaits:    [][2]time.Duration{{7 * time.Second, 7 * time.Second}},
 			wantAttempts: 2,
-			want:         bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"done"`)},
+			want:         wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"done"`)},
 		},
 		{
 			name:         "429 with retry-after date",
@@ -137,7 +137,7 @@ func TestWebhookRetries(t *testing.T) {
 			deadline:     5 * time.Minute,
 			wantWaits:    [][2]time.Duration{{89 * time.Second, 90 * time.Second}}, // the date is in whole seconds
 			wantAttempts: 2,
-			want:         bus.CallReply{Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"done"`)},
+			want:         wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"done"`)},
 		},
 		{
 			name:    "backoff doubles, then the last answer fails the call",
@@ -149,7 +149,7 @@ func TestWebhookRetries(t *testing.T) {
 				{6 * time.Second, 8 * time.Second},
 			},
 			wantAttempts: 4,
-			want:         bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 503 Service Unavailable: busy"},
+			want:         wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 503 Service Unavailable: busy"},
 		},
 		{
 			name:         "retry-after past the deadline",
@@ -161,14 +161,14 @@ func TestWebhookRetries(t *testing.T) {
 			name:         "4xx not retried",
 			answers:      []answer{{400, map[string]string{"Retry-After": "1"}}},
 			wantAttempts: 1,
-			want:         bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 400 Bad Request: busy"},
+			want:         wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 400 Bad Request: busy"},
 		},
 		{
 			name:         "retries off",
 			hook:         worker.Webhook{Retries: -1},
 			answers:      []answer{{503, nil}},
 			wantAttempts: 1,
-			want:         bus.CallReply{Outcome: bus.OutcomeFailed, Message: "HTTP 503 Service Unavailable: busy"},
+			want:         wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 503 Service Unavailable: busy"},
 		},
 		{
 			name:      "unreachable",
@@ -238,7 +238,7 @@ func TestWebhookRetries(t *testing.T) {
 				}
 			}
 			if tt.wantIn != "" {
-				if reply.Outcome != bus.OutcomeFailed || !strings.Contains(reply.Message, tt.wantIn) || (tt.wantNotIn != "" && strings.Contains(reply.Message, tt.wantNotIn)) {
+				if reply.Outcome != wire.OutcomeFailed || !strings.Contains(reply.Message, tt.wantIn) || (tt.wantNotIn != "" && strings.Contains(reply.Message, tt.wantNotIn)) {
 					t.Errorf("reply %+v, want failed with %q", reply, tt.wantIn)
 				}
 				return
@@ -288,7 +288,7 @@ func TestWebhookTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(bus.CallReply{Outcome: bus.OutcomeFailed, Message: "timed out"}, reply); diff != "" {
+	if diff := cmp.Diff(wire.CallReply{Outcome: wire.OutcomeFailed, Message: "timed out"}, reply); diff != "" {
 		t.Errorf("reply (-want +got):\n%s", diff)
 	}
 }

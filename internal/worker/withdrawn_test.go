@@ -7,11 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // A call delivered to a worker and withdrawn by the orchestrator before it
@@ -23,17 +23,17 @@ func TestWithdrawnCallIsNotRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	slow := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	slow := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		entered <- struct{}{}
 		select {
 		case <-release:
 		case <-ctx.Done():
-			return bus.CallReply{}, ctx.Err()
+			return wire.CallReply{}, ctx.Err()
 		}
 		return worker.ReturnValue([]byte(`"slow"`)), nil
 	})
 	var ran atomic.Int64
-	other := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	other := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		ran.Add(1)
 		return worker.ReturnValue([]byte(`"other"`)), nil
 	})
@@ -48,7 +48,7 @@ func TestWithdrawnCallIsNotRun(t *testing.T) {
 	e.publish(t, call("slow", "s1", `{}`))
 	bustest.Recv(t, entered, "the slow call at the worker")
 	e.publish(t, call("other", "o1", `{}`))
-	cons, err := e.bus.JetStream().Consumer(t.Context(), bus.StreamCalls, "call_other")
+	cons, err := e.bus.JetStream().Consumer(t.Context(), wire.StreamCalls, "call_other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestWithdrawnCallIsNotRun(t *testing.T) {
 	if n := ran.Load(); n != 0 {
 		t.Errorf("the withdrawn call ran %d times", n)
 	}
-	if n := bustest.StreamMsgs(t, e.bus, bus.StreamCalls); n != 0 {
+	if n := bustest.StreamMsgs(t, e.bus, wire.StreamCalls); n != 0 {
 		t.Errorf("%d calls left in the stream", n)
 	}
 }

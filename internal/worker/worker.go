@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Tool is one tool a worker serves.
@@ -142,7 +143,7 @@ func (c Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Tools {
-		if err := bus.ValidateToken("tool name", t.Spec.Name); err != nil {
+		if err := wire.ValidateToken("tool name", t.Spec.Name); err != nil {
 			return err
 		}
 		if seen[t.Spec.Name] {
@@ -328,7 +329,7 @@ func (w *Worker) consume(ctx, subCtx context.Context, t Tool) (*bus.Subscription
 		AutoInProgress: true,
 		CheckEvery:     w.cfg.ConsumerCheckEvery,
 	}
-	h := bus.HandlerFunc[bus.CallRequest](func(hctx context.Context, d *bus.Delivery[bus.CallRequest]) error {
+	h := bus.HandlerFunc[wire.CallRequest](func(hctx context.Context, d *bus.Delivery[wire.CallRequest]) error {
 		return w.handle(hctx, t, d)
 	})
 	pause := consumeRetryMin
@@ -426,7 +427,7 @@ func (w *Worker) drain(subs []*bus.Subscription) error {
 
 // handle runs one call. It ends the delivery itself (ack, nak) so that
 // nothing is left for after the drain.
-func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[bus.CallRequest]) error {
+func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[wire.CallRequest]) error {
 	w.enter()
 	defer w.leave()
 	req := d.Msg
@@ -495,7 +496,7 @@ func (w *Worker) takeSlot(ctx context.Context) bool {
 type callRun struct {
 	w    *Worker
 	tool string
-	d    *bus.Delivery[bus.CallRequest]
+	d    *bus.Delivery[wire.CallRequest]
 	log  *slog.Logger
 	span trace.Span
 	// outcome and took are what the call is counted as.
@@ -516,7 +517,7 @@ func (c *callRun) stopCancelled(ctx context.Context) {
 // passed. It reports false when it ended the delivery itself (the call was
 // cancelled, handed back, or is to be delivered again) and there is no
 // reply to send.
-func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool) {
+func (c *callRun) execute(ctx context.Context, ex Executor) (wire.CallReply, bool) {
 	req := c.d.Msg
 	if !req.Deadline.IsZero() && !c.w.cfg.Clock().Before(req.Deadline) {
 		c.outcome = telemetry.CallOutcomeExpired
@@ -540,7 +541,7 @@ func (c *callRun) execute(ctx context.Context, ex Executor) (bus.CallReply, bool
 	default:
 		c.later(ctx, telemetry.CallOutcomeError, "executor error", err)
 	}
-	return bus.CallReply{}, false
+	return wire.CallReply{}, false
 }
 
 // later hands the call back to be delivered again after the back-off of
@@ -556,7 +557,7 @@ func (c *callRun) later(ctx context.Context, outcome, what string, err error) {
 
 // seal addresses the reply to its call and replaces one that is invalid
 // or over the size limit by a failed result saying so.
-func (c *callRun) seal(ctx context.Context, reply bus.CallReply) bus.CallReply {
+func (c *callRun) seal(ctx context.Context, reply wire.CallReply) wire.CallReply {
 	req, id := c.d.Msg, c.w.cfg.ID
 	reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, id
 	if err := reply.Validate(); err != nil {
@@ -566,13 +567,13 @@ func (c *callRun) seal(ctx context.Context, reply bus.CallReply) bus.CallReply {
 	}
 	if r, ok := reply.WithinLimit(); !ok {
 		// Sending it whole would cost a large message for nothing.
-		c.log.WarnContext(ctx, "result too large; sending a failed result instead", slog.Int("bytes", reply.PayloadBytes()), slog.Int("limit", bus.MaxReplyBytes))
+		c.log.WarnContext(ctx, "result too large; sending a failed result instead", slog.Int("bytes", reply.PayloadBytes()), slog.Int("limit", wire.MaxReplyBytes))
 		reply = r
 	}
 	if c.outcome != telemetry.CallOutcomeExpired {
 		c.outcome = string(reply.Outcome)
 	}
-	if reply.Outcome == bus.OutcomeFailed {
+	if reply.Outcome == wire.OutcomeFailed {
 		c.span.SetStatus(codes.Error, "tool call failed")
 	}
 	return reply
@@ -580,9 +581,9 @@ func (c *callRun) seal(ctx context.Context, reply bus.CallReply) bus.CallReply {
 
 // publish sends the reply and then acks the call; a reply that cannot be
 // published hands the call back for a later delivery.
-func (c *callRun) publish(ctx context.Context, reply bus.CallReply) {
+func (c *callRun) publish(ctx context.Context, reply wire.CallReply) {
 	hdr := nats.Header{}
-	hdr.Set(bus.HeaderConversation, c.d.Msg.ConversationID)
+	hdr.Set(wire.HeaderConversation, c.d.Msg.ConversationID)
 	// The reply continues the call's trace, so that the follow-up run the
 	// orchestrator starts from it joins the same trace.
 	telemetry.Inject(ctx, hdr)
@@ -600,7 +601,7 @@ func (c *callRun) publish(ctx context.Context, reply bus.CallReply) {
 	}
 }
 
-func (w *Worker) release(log *slog.Logger, d *bus.Delivery[bus.CallRequest], delay time.Duration) {
+func (w *Worker) release(log *slog.Logger, d *bus.Delivery[wire.CallRequest], delay time.Duration) {
 	if err := d.NakWithDelay(delay); err != nil {
 		log.Warn("nak", slog.Any("error", err))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // env is an embedded server with toolgate's streams, for one test.
@@ -38,7 +39,7 @@ func newEnv(t *testing.T) *env {
 // the order they were stored.
 type replies struct {
 	mu   sync.Mutex
-	got  []bus.CallReply
+	got  []wire.CallReply
 	more chan struct{}
 }
 
@@ -71,13 +72,13 @@ func (e *env) replies(t *testing.T) *replies {
 }
 
 // wait returns the replies once there are at least n, or fails the test.
-func (r *replies) wait(t *testing.T, n int) []bus.CallReply {
+func (r *replies) wait(t *testing.T, n int) []wire.CallReply {
 	t.Helper()
 	timeout := time.NewTimer(20 * time.Second)
 	defer timeout.Stop()
 	for {
 		r.mu.Lock()
-		got := append([]bus.CallReply(nil), r.got...)
+		got := append([]wire.CallReply(nil), r.got...)
 		r.mu.Unlock()
 		if len(got) >= n {
 			return got
@@ -90,7 +91,7 @@ func (r *replies) wait(t *testing.T, n int) []bus.CallReply {
 	}
 }
 
-func (e *env) publish(t *testing.T, req bus.CallRequest) {
+func (e *env) publish(t *testing.T, req wire.CallRequest) {
 	t.Helper()
 	if _, err := e.bus.PublishCall(t.Context(), req); err != nil {
 		t.Fatalf("publish call: %v", err)
@@ -112,8 +113,8 @@ func run(t *testing.T, w *worker.Worker) (stop func() error) {
 	return bustest.Run(t, "worker", w.Run)
 }
 
-func call(tool, id, args string) bus.CallRequest {
-	return bus.CallRequest{
+func call(tool, id, args string) wire.CallRequest {
+	return wire.CallRequest{
 		RunID:          "run1",
 		ConversationID: "conv1",
 		ToolCallID:     id,
@@ -143,7 +144,7 @@ func TestWorkerReplies(t *testing.T) {
 	var ranLate atomic.Int32
 	tools := append(builtinTools(t), worker.Tool{
 		Spec: worker.ToolSpec{Name: "late"},
-		Executor: worker.ExecutorFunc(func(context.Context, bus.CallRequest) (bus.CallReply, error) {
+		Executor: worker.ExecutorFunc(func(context.Context, wire.CallRequest) (wire.CallReply, error) {
 			ranLate.Add(1)
 			return worker.ReturnValue(json.RawMessage(`"ran"`)), nil
 		}),
@@ -158,16 +159,16 @@ func TestWorkerReplies(t *testing.T) {
 	expired.Deadline = time.Now().Add(-time.Second)
 	e.publish(t, expired)
 
-	byID := map[string]bus.CallReply{}
+	byID := map[string]wire.CallReply{}
 	for _, r := range got.wait(t, 5) {
 		byID[r.ToolCallID] = r
 	}
-	want := map[string]bus.CallReply{
-		"c1": {RunID: "run1", ToolCallID: "c1", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' updated: 'Hello, world!'"`), WorkerID: "w1"},
-		"c2": {RunID: "run1", ToolCallID: "c2", Outcome: bus.OutcomeReturn, Value: json.RawMessage(`42`), WorkerID: "w1"},
-		"c3": {RunID: "run1", ToolCallID: "c3", Outcome: bus.OutcomeFailed, Message: "path '../../etc/passwd' is outside the sandbox", WorkerID: "w1"},
-		"c4": {RunID: "run1", ToolCallID: "c4", Outcome: bus.OutcomeRetry, Message: "invalid arguments: missing content", WorkerID: "w1"},
-		"c5": {RunID: "run1", ToolCallID: "c5", Outcome: bus.OutcomeFailed, Message: "timed out", WorkerID: "w1"},
+	want := map[string]wire.CallReply{
+		"c1": {RunID: "run1", ToolCallID: "c1", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"File 'README.md' updated: 'Hello, world!'"`), WorkerID: "w1"},
+		"c2": {RunID: "run1", ToolCallID: "c2", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`42`), WorkerID: "w1"},
+		"c3": {RunID: "run1", ToolCallID: "c3", Outcome: wire.OutcomeFailed, Message: "path '../../etc/passwd' is outside the sandbox", WorkerID: "w1"},
+		"c4": {RunID: "run1", ToolCallID: "c4", Outcome: wire.OutcomeRetry, Message: "invalid arguments: missing content", WorkerID: "w1"},
+		"c5": {RunID: "run1", ToolCallID: "c5", Outcome: wire.OutcomeFailed, Message: "timed out", WorkerID: "w1"},
 	}
 	if diff := cmp.Diff(want, byID); diff != "" {
 		t.Errorf("replies (-want +got):\n%s", diff)
@@ -177,34 +178,34 @@ func TestWorkerReplies(t *testing.T) {
 	}
 }
 
-// A result over bus.MaxReplyBytes, which the orchestrator would refuse, is
+// A result over wire.MaxReplyBytes, which the orchestrator would refuse, is
 // sent as a failed result saying so (the model sees it at once, instead of
 // a "timed out" at the call's deadline); one at the limit goes as it is.
 func TestWorkerFailsResultTooLarge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	got := e.replies(t)
-	sized := worker.ExecutorFunc(func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	sized := worker.ExecutorFunc(func(_ context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		var args struct{ Bytes int }
 		if err := json.Unmarshal(req.Args, &args); err != nil {
-			return bus.CallReply{}, err
+			return wire.CallReply{}, err
 		}
 		return worker.ReturnValue(json.RawMessage(`"` + strings.Repeat("x", args.Bytes-2) + `"`)), nil
 	})
 	warned := newLogSignal("result too large")
 	run(t, newWorker(t, worker.Config{Bus: e.bus, ID: "w1", Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "sized"}, Executor: sized}},
 		Logger: warned.logger()}))
-	e.publish(t, call("sized", "over", fmt.Sprintf(`{"bytes":%d}`, bus.MaxReplyBytes+1)))
-	e.publish(t, call("sized", "at", fmt.Sprintf(`{"bytes":%d}`, bus.MaxReplyBytes)))
-	byID := map[string]bus.CallReply{}
+	e.publish(t, call("sized", "over", fmt.Sprintf(`{"bytes":%d}`, wire.MaxReplyBytes+1)))
+	e.publish(t, call("sized", "at", fmt.Sprintf(`{"bytes":%d}`, wire.MaxReplyBytes)))
+	byID := map[string]wire.CallReply{}
 	for _, r := range got.wait(t, 2) {
 		byID[r.ToolCallID] = r
 	}
 	over := byID["over"]
-	if want := fmt.Sprintf("result too large: %d bytes, limit %d", bus.MaxReplyBytes+1, bus.MaxReplyBytes); over.Outcome != bus.OutcomeFailed || over.Message != want || over.Value != nil {
+	if want := fmt.Sprintf("result too large: %d bytes, limit %d", wire.MaxReplyBytes+1, wire.MaxReplyBytes); over.Outcome != wire.OutcomeFailed || over.Message != want || over.Value != nil {
 		t.Errorf("over the limit: %s %q (%d bytes of value), want failed %q", over.Outcome, over.Message, len(over.Value), want)
 	}
-	if at := byID["at"]; at.Outcome != bus.OutcomeReturn || len(at.Value) != bus.MaxReplyBytes {
+	if at := byID["at"]; at.Outcome != wire.OutcomeReturn || len(at.Value) != wire.MaxReplyBytes {
 		t.Errorf("at the limit: %s %q (%d bytes of value)", at.Outcome, at.Message, len(at.Value))
 	}
 	select {
@@ -219,9 +220,9 @@ func TestWorkerRetriesInfrastructureErrors(t *testing.T) {
 	e := newEnv(t)
 	got := e.replies(t)
 	var attempts atomic.Int32
-	flaky := worker.ExecutorFunc(func(context.Context, bus.CallRequest) (bus.CallReply, error) {
+	flaky := worker.ExecutorFunc(func(context.Context, wire.CallRequest) (wire.CallReply, error) {
 		if attempts.Add(1) == 1 {
-			return bus.CallReply{}, errors.New("webhook down")
+			return wire.CallReply{}, errors.New("webhook down")
 		}
 		return worker.ReturnValue(json.RawMessage(`"second time lucky"`)), nil
 	})
@@ -232,7 +233,7 @@ func TestWorkerRetriesInfrastructureErrors(t *testing.T) {
 	}))
 	e.publish(t, call("flaky", "c1", `{}`))
 	r := got.wait(t, 1)
-	if r[0].Outcome != bus.OutcomeReturn || string(r[0].Value) != `"second time lucky"` {
+	if r[0].Outcome != wire.OutcomeReturn || string(r[0].Value) != `"second time lucky"` {
 		t.Errorf("reply = %+v, want the second attempt's value", r[0])
 	}
 	if n := attempts.Load(); n != 2 {
@@ -253,7 +254,7 @@ func TestWorkersShareTheQueue(t *testing.T) {
 		bothOnce sync.Once
 	)
 	exec := func(id string) worker.Executor {
-		return worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+		return worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 			mu.Lock()
 			runs[req.ToolCallID]++
 			inFlight[id] = true
@@ -266,7 +267,7 @@ func TestWorkersShareTheQueue(t *testing.T) {
 			select {
 			case <-both:
 			case <-ctx.Done():
-				return bus.CallReply{}, ctx.Err()
+				return wire.CallReply{}, ctx.Err()
 			}
 			mu.Lock()
 			delete(inFlight, id)
@@ -313,12 +314,12 @@ func TestWorkerInProgressKeepsLongCall(t *testing.T) {
 	e := newEnv(t)
 	got := e.replies(t)
 	var runs atomic.Int32
-	slow := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	slow := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		runs.Add(1)
 		select {
 		case <-time.After(3 * time.Second): // three times AckWait
 		case <-ctx.Done():
-			return bus.CallReply{}, ctx.Err()
+			return wire.CallReply{}, ctx.Err()
 		}
 		return worker.ReturnValue(json.RawMessage(`"slow but sure"`)), nil
 	})
@@ -330,7 +331,7 @@ func TestWorkerInProgressKeepsLongCall(t *testing.T) {
 	}))
 	e.publish(t, call("slow", "c1", `{}`))
 	r := got.wait(t, 1)
-	if r[0].Outcome != bus.OutcomeReturn {
+	if r[0].Outcome != wire.OutcomeReturn {
 		t.Errorf("reply = %+v", r[0])
 	}
 	if n := runs.Load(); n != 1 {
@@ -344,7 +345,7 @@ func TestWorkerConcurrencyIsSharedAcrossTools(t *testing.T) {
 	got := e.replies(t)
 	var active, peak atomic.Int32
 	release := make(chan struct{})
-	block := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	block := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		n := active.Add(1)
 		defer active.Add(-1)
 		for {
@@ -356,7 +357,7 @@ func TestWorkerConcurrencyIsSharedAcrossTools(t *testing.T) {
 		select {
 		case <-release:
 		case <-ctx.Done():
-			return bus.CallReply{}, ctx.Err()
+			return wire.CallReply{}, ctx.Err()
 		}
 		return worker.ReturnValue(json.RawMessage(`1`)), nil
 	})
@@ -386,8 +387,8 @@ func TestWorkerConcurrencyIsSharedAcrossTools(t *testing.T) {
 
 func ackPending(t *testing.T, e *env, tool string) int {
 	t.Helper()
-	name, _ := bus.CallConsumerName(tool)
-	c, err := e.bus.JetStream().Consumer(t.Context(), bus.StreamCalls, name)
+	name, _ := wire.CallConsumerName(tool)
+	c, err := e.bus.JetStream().Consumer(t.Context(), wire.StreamCalls, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0 // the worker has not created it yet
 	}
@@ -407,12 +408,12 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 	got := e.replies(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
-	exec := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	exec := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		close(started)
 		select {
 		case <-release:
 		case <-ctx.Done():
-			return bus.CallReply{}, ctx.Err()
+			return wire.CallReply{}, ctx.Err()
 		}
 		return worker.ReturnValue(json.RawMessage(`"finished during drain"`)), nil
 	})
@@ -453,7 +454,7 @@ func TestWorkerDrainFinishesCallsInFlight(t *testing.T) {
 		Bus:     e.bus,
 		AckWait: 3 * time.Second,
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: worker.ExecutorFunc(
-			func(_ context.Context, req bus.CallRequest) (bus.CallReply, error) {
+			func(_ context.Context, req wire.CallRequest) (wire.CallReply, error) {
 				ran.Store(req.ToolCallID, true)
 				return worker.ReturnValue(json.RawMessage(`"next worker"`)), nil
 			})}},
@@ -472,10 +473,10 @@ func TestWorkerDrainTimeoutHandsCallsBack(t *testing.T) {
 	e := newEnv(t)
 	got := e.replies(t)
 	started := make(chan struct{})
-	stuck := worker.ExecutorFunc(func(ctx context.Context, req bus.CallRequest) (bus.CallReply, error) {
+	stuck := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 		close(started)
 		<-ctx.Done() // only the drain timeout ends it
-		return bus.CallReply{}, ctx.Err()
+		return wire.CallReply{}, ctx.Err()
 	})
 	stop := run(t, newWorker(t, worker.Config{
 		Bus:          e.bus,
@@ -497,7 +498,7 @@ func TestWorkerDrainTimeoutHandsCallsBack(t *testing.T) {
 	w2, err := worker.New(worker.Config{
 		Bus: bustest.Connect(t, e.srv, "test"),
 		Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "job"}, Executor: worker.ExecutorFunc(
-			func(context.Context, bus.CallRequest) (bus.CallReply, error) {
+			func(context.Context, wire.CallRequest) (wire.CallReply, error) {
 				delivered.Add(1)
 				return worker.ReturnValue(json.RawMessage(`"redelivered"`)), nil
 			})}},
@@ -537,7 +538,7 @@ func TestWorkerAdvertisesTools(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	noop := worker.ExecutorFunc(func(context.Context, bus.CallRequest) (bus.CallReply, error) { return bus.CallReply{}, nil })
+	noop := worker.ExecutorFunc(func(context.Context, wire.CallRequest) (wire.CallReply, error) { return wire.CallReply{}, nil })
 	e := newEnv(t)
 	tests := []struct {
 		name string

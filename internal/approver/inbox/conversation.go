@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -117,7 +116,7 @@ func (b *builder) call(runID, id, tool, kind string) *deferredCall {
 	return c
 }
 
-// The JSON shapes of agent events inside bus.Event.Data.
+// The JSON shapes of agent events inside wire.Event.Data.
 type agentPart struct {
 	Kind       string          `json:"part_kind"`
 	Content    string          `json:"content"`
@@ -144,7 +143,7 @@ type agentEvent struct {
 	} `json:"results"`
 }
 
-func (b *builder) observe(ev bus.Event, at time.Time) {
+func (b *builder) observe(ev wire.Event, at time.Time) {
 	switch ev.Type {
 	case wire.EventRunStarted:
 		var d wire.RunStarted
@@ -220,7 +219,7 @@ func (b *builder) settlePending(runID string, ids []string, settle func(*deferre
 }
 
 // modelResponse adds the response's text and its tool calls.
-func (b *builder) modelResponse(ev bus.Event, at time.Time) {
+func (b *builder) modelResponse(ev wire.Event, at time.Time) {
 	var d agentEvent
 	if json.Unmarshal(ev.Data, &d) != nil || d.Message == nil {
 		return
@@ -239,7 +238,7 @@ func (b *builder) modelResponse(ev bus.Event, at time.Time) {
 
 // toolResult adds what a tool returned (or the retry it asked for) and
 // settles its deferred call by it.
-func (b *builder) toolResult(ev bus.Event, at time.Time) {
+func (b *builder) toolResult(ev wire.Event, at time.Time) {
 	var d agentEvent
 	if json.Unmarshal(ev.Data, &d) != nil || d.Part == nil {
 		return
@@ -265,7 +264,7 @@ func (b *builder) toolResult(ev bus.Event, at time.Time) {
 }
 
 // deferredResults settles the calls an inline handler resolved.
-func (b *builder) deferredResults(ev bus.Event) {
+func (b *builder) deferredResults(ev wire.Event) {
 	var d agentEvent
 	if json.Unmarshal(ev.Data, &d) != nil || d.Results == nil {
 		return
@@ -301,7 +300,7 @@ func (b *builder) deferredResults(ev bus.Event) {
 
 // replyApplied settles a call by the reply applied to it, naming who
 // decided; a decision made in this inbox says so.
-func (b *builder) replyApplied(ev bus.Event) {
+func (b *builder) replyApplied(ev wire.Event) {
 	var d wire.ReplyApplied
 	_ = json.Unmarshal(ev.Data, &d)
 	c := b.call(ev.RunID, ev.ToolCallID, "", d.Kind)
@@ -458,7 +457,7 @@ func (in *Inbox) transcriptFromOrchestrator(ctx context.Context, id string) (*tr
 
 func (in *Inbox) conversation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := bus.EventSubject(id); err != nil {
+	if _, err := wire.EventSubject(id); err != nil {
 		in.render(w, http.StatusNotFound, "conversation.html", pageData{Title: "Conversation", ID: in.cfg.ID, Error: fmt.Sprintf("%q is not a conversation id.", id)})
 		return
 	}

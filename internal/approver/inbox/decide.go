@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/approver"
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrNotPending is returned by Decide for a request the inbox does not hold
@@ -18,24 +18,24 @@ var ErrNotPending = errors.New("not pending")
 // Decide publishes a human's decision on a held request and lets the
 // request go. Edited args the tool's schema refuses are an
 // *approver.ArgsError, and nothing is sent.
-func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approver.Choice) (bus.Decision, error) {
+func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approver.Choice) (wire.Decision, error) {
 	key := keyOf(runID, toolCallID)
 	e, ok := in.store.get(key)
 	if !ok {
 		if r := in.store.reason(key); r != "" {
-			return bus.Decision{}, fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, r)
+			return wire.Decision{}, fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, r)
 		}
-		return bus.Decision{}, fmt.Errorf("decide %s: %w", key, ErrNotPending)
+		return wire.Decision{}, fmt.Errorf("decide %s: %w", key, ErrNotPending)
 	}
 	d, err := approver.NewDecision(e.req, in.cfg.ID, c, in.cfg.Key, in.cfg.Clock())
 	if err != nil {
-		return bus.Decision{}, err
+		return wire.Decision{}, err
 	}
 	if !e.req.Deadline.IsZero() && !d.DecidedAt.Before(e.req.Deadline) {
-		return bus.Decision{}, fmt.Errorf("decide %s: %w (expired)", key, ErrNotPending)
+		return wire.Decision{}, fmt.Errorf("decide %s: %w (expired)", key, ErrNotPending)
 	}
 	if err := in.send(ctx, key, d); err != nil {
-		return bus.Decision{}, err
+		return wire.Decision{}, err
 	}
 	in.decided.add(d)
 	outcome := "denied"
@@ -62,8 +62,8 @@ const OutcomeTimeout = 10 * time.Second
 // settled meanwhile is ErrNotPending and leaves the inbox; a decision the
 // orchestrator refuses is a *approver.RefusedError (the request leaves the
 // inbox unless the call still waits, e.g. for a signature it trusts).
-func (in *Inbox) send(ctx context.Context, key string, d bus.Decision) error {
-	req := bus.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
+func (in *Inbox) send(ctx context.Context, key string, d wire.Decision) error {
+	req := wire.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
 	st, err := approver.Status(ctx, in.cfg.Bus, req)
 	switch {
 	case errors.Is(err, approver.ErrNoOrchestrator):

@@ -19,7 +19,7 @@
 // bot, the inbox thus shows a request until the bot's decision (or anyone
 // else's) has been applied.
 //
-// Decisions are published as the bot's are: bus.Decision with the
+// Decisions are published as the bot's are: wire.Decision with the
 // request's args_digest, the approver's id, decided_at, signed with the
 // approver's key when it has one. Edited args are checked against the
 // tool's schema (ApprovalRequest.Parameters) before anything is sent.

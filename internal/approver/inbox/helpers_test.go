@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -68,13 +69,13 @@ func startInbox(t *testing.T, cfg inbox.Config) (in *inbox.Inbox, stop func()) {
 const schemaPath = `{"type":"object","properties":{"path":{"type":"string","minLength":1},"force":{"type":"boolean"}},"required":["path"],"additionalProperties":false}`
 
 // request builds a valid approval request for delete_file.
-func request(t *testing.T, run, call, args string, deadline time.Time) bus.ApprovalRequest {
+func request(t *testing.T, run, call, args string, deadline time.Time) wire.ApprovalRequest {
 	t.Helper()
-	digest, err := bus.DigestArgs(json.RawMessage(args))
+	digest, err := wire.DigestArgs(json.RawMessage(args))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bus.ApprovalRequest{
+	return wire.ApprovalRequest{
 		RunID: run, ConversationID: "conv-" + run, ToolCallID: call, ToolName: "delete_file",
 		ToolDescription: "Delete a file in the workspace.",
 		Parameters:      json.RawMessage(schemaPath),
@@ -84,7 +85,7 @@ func request(t *testing.T, run, call, args string, deadline time.Time) bus.Appro
 	}
 }
 
-func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
+func publish(t *testing.T, b *bus.Bus, reqs ...wire.ApprovalRequest) {
 	t.Helper()
 	for _, r := range reqs {
 		if _, err := b.PublishApproval(bustest.Context(t), r); err != nil {
@@ -93,7 +94,7 @@ func publish(t *testing.T, b *bus.Bus, reqs ...bus.ApprovalRequest) {
 	}
 }
 
-func publishEvent(t *testing.T, b *bus.Bus, ev bus.Event) {
+func publishEvent(t *testing.T, b *bus.Bus, ev wire.Event) {
 	t.Helper()
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
@@ -103,9 +104,9 @@ func publishEvent(t *testing.T, b *bus.Bus, ev bus.Event) {
 	}
 }
 
-func waitDecision(t *testing.T, b *bus.Bus, run string) bus.Decision {
+func waitDecision(t *testing.T, b *bus.Bus, run string) wire.Decision {
 	t.Helper()
-	var d *bus.Decision
+	var d *wire.Decision
 	bustest.WaitFor(t, "decision for "+run, func() bool {
 		d = bustest.LastDecision(t, b, run)
 		return d != nil

@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Config configures an Inbox.
@@ -32,8 +33,8 @@ type Config struct {
 	Durable string
 	// Key signs decisions. nil sends them unsigned.
 	Key ed25519.PrivateKey
-	// Filter narrows the requests shown, e.g. bus.ApprovalSubject(tool).
-	// Defaults to bus.AllApprovals.
+	// Filter narrows the requests shown, e.g. wire.ApprovalSubject(tool).
+	// Defaults to wire.AllApprovals.
 	Filter string
 	// Token, when set, must come with every request but /healthz and
 	// /login: as a bearer header or as the cookie the login form sets.
@@ -69,7 +70,7 @@ func (c Config) withDefaults() Config {
 		c.Durable = c.ID + "-inbox"
 	}
 	if c.Filter == "" {
-		c.Filter = bus.AllApprovals
+		c.Filter = wire.AllApprovals
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 5 * time.Second
@@ -96,10 +97,10 @@ func (c Config) validate() error {
 	if c.Bus == nil {
 		return errors.New("bus is required")
 	}
-	if err := bus.ValidateToken("approver id", c.ID); err != nil {
+	if err := wire.ValidateToken("approver id", c.ID); err != nil {
 		return err
 	}
-	if err := bus.ValidateToken("durable name", c.Durable); err != nil {
+	if err := wire.ValidateToken("durable name", c.Durable); err != nil {
 		return err
 	}
 	if c.Key != nil && len(c.Key) != ed25519.PrivateKeySize {
@@ -216,7 +217,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 // eventsEnd is the last sequence of TOOLGATE_EVENTS now: the replay has
 // caught up when it has passed it.
 func (in *Inbox) eventsEnd(ctx context.Context) (uint64, error) {
-	return in.cfg.Bus.LastSequence(ctx, bus.StreamEvents)
+	return in.cfg.Bus.LastSequence(ctx, wire.StreamEvents)
 }
 
 // followEvents replays every conversation's events and follows new ones,
@@ -264,13 +265,13 @@ func (in *Inbox) dropSettled() {
 // must come back each time.
 func (in *Inbox) consume(ctx context.Context) (*bus.Subscription, error) {
 	cfg := bus.ConsumeConfig{AckWait: in.cfg.AckWait, MaxDeliver: -1, MaxAckPending: in.cfg.MaxPending, PullMaxMessages: 64}
-	return in.cfg.Bus.ConsumeApprovals(ctx, in.cfg.Durable, in.cfg.Filter, cfg, bus.HandlerFunc[bus.ApprovalRequest](in.take))
+	return in.cfg.Bus.ConsumeApprovals(ctx, in.cfg.Durable, in.cfg.Filter, cfg, bus.HandlerFunc[wire.ApprovalRequest](in.take))
 }
 
 // take holds one delivered request, or lets it be acked when there is
 // nothing to show. One that does not decode or is invalid the bus
 // dead-letters before it gets here.
-func (in *Inbox) take(ctx context.Context, d *bus.Delivery[bus.ApprovalRequest]) error {
+func (in *Inbox) take(ctx context.Context, d *bus.Delivery[wire.ApprovalRequest]) error {
 	r := d.Msg
 	log := in.log.With(slog.String("run_id", r.RunID), slog.String("tool_call_id", r.ToolCallID))
 	now := in.cfg.Clock()
@@ -392,9 +393,9 @@ func (in *Inbox) syncStatus(ctx context.Context) {
 	if len(items) == 0 {
 		return
 	}
-	reqs := make([]bus.ApprovalRequest, 0, len(items))
+	reqs := make([]wire.ApprovalRequest, 0, len(items))
 	for _, it := range items {
-		reqs = append(reqs, bus.ApprovalRequest{RunID: it.RunID, ToolCallID: it.ToolCallID})
+		reqs = append(reqs, wire.ApprovalRequest{RunID: it.RunID, ToolCallID: it.ToolCallID})
 	}
 	statuses, err := approver.Statuses(ctx, in.cfg.Bus, reqs)
 	switch {

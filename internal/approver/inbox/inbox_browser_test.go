@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/browsertest"
+	"github.com/toolgate/toolgate/wire"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 )
 
@@ -132,7 +132,7 @@ func TestBrowserInbox(t *testing.T) {
 		t.Errorf("approval = %+v (override %s)", d, d.OverrideArgs)
 	}
 
-	publishEvent(t, b, bus.Event{ConversationID: gone.ConversationID, RunID: gone.RunID, ToolCallID: gone.ToolCallID,
+	publishEvent(t, b, wire.Event{ConversationID: gone.ConversationID, RunID: gone.RunID, ToolCallID: gone.ToolCallID,
 		Type: "reply_applied", Data: json.RawMessage(`{"kind":"approval"}`)})
 	var flash string
 	run("a request settled elsewhere leaves every open page",

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestListShowsPendingRequests(t *testing.T) {
@@ -76,14 +77,14 @@ func TestApproveAndDenyPublishSignedDecisions(t *testing.T) {
 
 	tests := []struct {
 		name string
-		req  bus.ApprovalRequest
+		req  wire.ApprovalRequest
 		body string
-		want bus.Decision
+		want wire.Decision
 	}{
 		{"approve", r1, `{"run_id":"run-1","tool_call_id":"call-1","approve":true}`,
-			bus.Decision{RunID: "run-1", ToolCallID: "call-1", ArgsDigest: r1.ArgsDigest, Approved: true, ApproverID: "alice"}},
+			wire.Decision{RunID: "run-1", ToolCallID: "call-1", ArgsDigest: r1.ArgsDigest, Approved: true, ApproverID: "alice"}},
 		{"deny", r2, `{"run_id":"run-2","tool_call_id":"call-9","approve":false,"message":"  not that file  "}`,
-			bus.Decision{RunID: "run-2", ToolCallID: "call-9", ArgsDigest: r2.ArgsDigest, Message: "not that file", ApproverID: "alice"}},
+			wire.Decision{RunID: "run-2", ToolCallID: "call-9", ArgsDigest: r2.ArgsDigest, Message: "not that file", ApproverID: "alice"}},
 	}
 	for _, tt := range tests {
 		rec := do(t, h, http.MethodPost, "/api/decide", tt.body, nil)
@@ -244,14 +245,14 @@ func TestRequestsSettledElsewhereLeave(t *testing.T) {
 	bb := request(t, "run-b", "call-1", `{"path":"b"}`, dl)
 	c := request(t, "run-c", "call-1", `{"path":"c"}`, dl)
 	keep := request(t, "run-d", "call-1", `{"path":"d"}`, dl)
-	publishEvent(t, b, bus.Event{ConversationID: c.ConversationID, RunID: "run-c", Type: "run_started"})
+	publishEvent(t, b, wire.Event{ConversationID: c.ConversationID, RunID: "run-c", Type: "run_started"})
 	publish(t, b, a, bb, c, keep)
 	bustest.WaitFor(t, "four pending", func() bool { return len(in.Pending()) == 4 })
 
-	publishEvent(t, b, bus.Event{ConversationID: a.ConversationID, RunID: "run-a", ToolCallID: "call-1", Type: "reply_applied",
+	publishEvent(t, b, wire.Event{ConversationID: a.ConversationID, RunID: "run-a", ToolCallID: "call-1", Type: "reply_applied",
 		Data: json.RawMessage(`{"kind":"approval"}`)})
-	publishEvent(t, b, bus.Event{ConversationID: bb.ConversationID, RunID: "run-b", Type: "calls_expired", Data: json.RawMessage(`{"calls":1}`)})
-	publishEvent(t, b, bus.Event{ConversationID: c.ConversationID, RunID: "run-c2", Type: "run_started", Data: json.RawMessage(`{"resume":true}`)})
+	publishEvent(t, b, wire.Event{ConversationID: bb.ConversationID, RunID: "run-b", Type: "calls_expired", Data: json.RawMessage(`{"calls":1}`)})
+	publishEvent(t, b, wire.Event{ConversationID: c.ConversationID, RunID: "run-c2", Type: "run_started", Data: json.RawMessage(`{"resume":true}`)})
 	waitPending(t, in, "run-d/call-1")
 }
 
@@ -368,7 +369,7 @@ func TestConversationFromEvents(t *testing.T) {
 	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	conv := "conv-9"
-	evs := []bus.Event{
+	evs := []wire.Event{
 		{RunID: "run-1", Type: "run_started", Data: json.RawMessage(`{"resume":false,"prompt":"Clean up the repo"}`)},
 		{RunID: "run-1", Type: "model_response", Data: json.RawMessage(`{"kind":"model_response","message":{"kind":"response","parts":[
 			{"part_kind":"text","content":"I will delete two files."},
@@ -410,7 +411,7 @@ func TestConversationApprovedCallRan(t *testing.T) {
 	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
 	conv := "conv-10"
-	evs := []bus.Event{
+	evs := []wire.Event{
 		{RunID: "run-1", Type: "run_started", Data: json.RawMessage(`{"resume":false,"prompt":"Set the secret"}`)},
 		{RunID: "run-1", Type: "deferred_requests", Data: json.RawMessage(`{"kind":"deferred_requests","requests":{"calls":[],"approvals":[
 			{"tool_name":"update_file","tool_call_id":"u1","args":{"path":".env"}}],"metadata":{}}}`)},
@@ -473,7 +474,7 @@ func TestConversationFromOrchestrator(t *testing.T) {
 
 // conversationPage publishes evs as the events of conversation conv and
 // returns the inbox's page of it.
-func conversationPage(t *testing.T, b *bus.Bus, in *inbox.Inbox, conv string, evs []bus.Event) string {
+func conversationPage(t *testing.T, b *bus.Bus, in *inbox.Inbox, conv string, evs []wire.Event) string {
 	t.Helper()
 	for _, ev := range evs {
 		ev.ConversationID = conv
@@ -530,7 +531,7 @@ func TestConversationUnservedThenCancelled(t *testing.T) {
 	t.Parallel()
 	b := bustest.NewBus(t)
 	in, _ := startInbox(t, inbox.Config{Bus: b})
-	evs := []bus.Event{
+	evs := []wire.Event{
 		{RunID: "run-1", Type: "run_started", Data: json.RawMessage(`{"resume":false,"prompt":"Answer and clean"}`)},
 		{RunID: "run-1", Type: "deferred_requests", Data: json.RawMessage(`{"kind":"deferred_requests","requests":{"calls":[
 			{"tool_name":"calculate","tool_call_id":"k1","args":{}}],"approvals":[{"tool_name":"delete_file","tool_call_id":"a1","args":{"path":"x"}}],"metadata":{}}}`)},
@@ -542,7 +543,7 @@ func TestConversationUnservedThenCancelled(t *testing.T) {
 	if want := `<td><span class="state state-pending">pending</span></td><td></td><td>no worker takes calls of calculate: the call waits until one does or its deadline passes</td>`; !strings.Contains(page, want) {
 		t.Errorf("page lacks %q:\n%s", want, page)
 	}
-	page = conversationPage(t, b, in, "conv-11", []bus.Event{
+	page = conversationPage(t, b, in, "conv-11", []wire.Event{
 		{RunID: "run-1", Type: "conversation_cancelled", Data: json.RawMessage(`{"reason":"cancelled","tool_call_ids":["k1","a1"]}`)},
 	})
 	for _, want := range []string{
@@ -569,7 +570,7 @@ func TestUnshowableRequestsAreDeadLettered(t *testing.T) {
 	raw := func(subject string, data []byte) {
 		t.Helper()
 		hdr := nats.Header{}
-		hdr.Set(bus.HeaderContentType, bus.ContentTypeJSON)
+		hdr.Set(wire.HeaderContentType, wire.ContentTypeJSON)
 		if _, err := b.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: subject, Header: hdr, Data: data}); err != nil {
 			t.Fatal(err)
 		}
@@ -597,7 +598,7 @@ func TestUnshowableRequestsAreDeadLettered(t *testing.T) {
 	})
 	want := []struct{ kind, reason string }{{bus.DLQDecode, ""}, {bus.DLQInvalid, "tool_name"}, {bus.DLQInvalid, "args_digest"}}
 	for i, dl := range dls {
-		if dl.Kind != want[i].kind || !strings.Contains(dl.Reason, want[i].reason) || dl.Stream != bus.StreamApprovals {
+		if dl.Kind != want[i].kind || !strings.Contains(dl.Reason, want[i].reason) || dl.Stream != wire.StreamApprovals {
 			t.Errorf("dead letter %d: %s %q from %s, want %s naming %q", i, dl.Kind, dl.Reason, dl.Stream, want[i].kind, want[i].reason)
 		}
 	}

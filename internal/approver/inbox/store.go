@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // keyOf identifies a request: a tool_call_id is unique within its run.
@@ -15,8 +16,8 @@ func keyOf(runID, toolCallID string) string { return runID + "/" + toolCallID }
 
 // entry is a held request and its held delivery (bus.Delivery.Hold).
 type entry struct {
-	req      bus.ApprovalRequest
-	msg      *bus.Delivery[bus.ApprovalRequest]
+	req      wire.ApprovalRequest
+	msg      *bus.Delivery[wire.ApprovalRequest]
 	seq      uint64
 	received time.Time
 	// mcpServer is the MCP server the tool comes from, as its advert
@@ -231,15 +232,15 @@ func (s *store) generation() uint64 {
 type decidedLog struct {
 	mu    sync.Mutex
 	max   int
-	byKey map[string]bus.Decision
+	byKey map[string]wire.Decision
 	order []string
 }
 
 func newDecidedLog(max int) *decidedLog {
-	return &decidedLog{max: max, byKey: make(map[string]bus.Decision)}
+	return &decidedLog{max: max, byKey: make(map[string]wire.Decision)}
 }
 
-func (l *decidedLog) add(d bus.Decision) {
+func (l *decidedLog) add(d wire.Decision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := keyOf(d.RunID, d.ToolCallID)
@@ -258,7 +259,7 @@ func (l *decidedLog) has(key string) bool {
 	return ok
 }
 
-func (l *decidedLog) get(key string) (bus.Decision, bool) {
+func (l *decidedLog) get(key string) (wire.Decision, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, ok := l.byKey[key]

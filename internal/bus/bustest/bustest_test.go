@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,12 +23,12 @@ func TestDecisionsReadBack(t *testing.T) {
 	if got := bustest.Decisions(t, b, "run-1"); len(got) != 0 {
 		t.Fatalf("Decisions before any = %+v", got)
 	}
-	digest, err := bus.DigestArgs([]byte(`{}`))
+	digest, err := wire.DigestArgs([]byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, who := range []string{"alice", "bob"} {
-		d := bus.Decision{RunID: "run-1", ToolCallID: "c1", ArgsDigest: digest, Approved: true, ApproverID: who, DecidedAt: time.Now()}
+		d := wire.Decision{RunID: "run-1", ToolCallID: "c1", ArgsDigest: digest, Approved: true, ApproverID: who, DecidedAt: time.Now()}
 		if _, err := b.PublishDecision(bustest.Context(t), d); err != nil {
 			t.Fatal(err)
 		}
@@ -40,11 +40,11 @@ func TestDecisionsReadBack(t *testing.T) {
 	if d := bustest.LastDecision(t, b, "run-1"); d == nil || d.ApproverID != "bob" {
 		t.Errorf("LastDecision = %+v, want bob's", d)
 	}
-	subj, _ := bus.DecisionSubject("run-1")
-	if n := bustest.SubjectMsgs(t, b, bus.StreamReplies, subj); n != 2 {
+	subj, _ := wire.DecisionSubject("run-1")
+	if n := bustest.SubjectMsgs(t, b, wire.StreamReplies, subj); n != 2 {
 		t.Errorf("SubjectMsgs = %d, want 2", n)
 	}
-	if n := bustest.StreamMsgs(t, b, bus.StreamReplies); n != 2 {
+	if n := bustest.StreamMsgs(t, b, wire.StreamReplies); n != 2 {
 		t.Errorf("StreamMsgs = %d, want 2", n)
 	}
 	if dl := bustest.DeadLetters(t, b); len(dl) != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // StreamMsgs is the number of messages stream holds.
@@ -74,16 +75,16 @@ func Messages(t testing.TB, b *bus.Bus, stream, subject string) []jetstream.Msg 
 }
 
 // Decisions reads every decision stored for run, oldest first.
-func Decisions(t testing.TB, b *bus.Bus, run string) []bus.Decision {
+func Decisions(t testing.TB, b *bus.Bus, run string) []wire.Decision {
 	t.Helper()
-	subj, err := bus.DecisionSubject(run)
+	subj, err := wire.DecisionSubject(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []bus.Decision
-	for _, m := range Messages(t, b, bus.StreamReplies, subj) {
-		var d bus.Decision
-		if err := bus.Decode(m.Data(), m.Headers().Get(bus.HeaderContentType), &d); err != nil {
+	var out []wire.Decision
+	for _, m := range Messages(t, b, wire.StreamReplies, subj) {
+		var d wire.Decision
+		if err := wire.Decode(m.Data(), m.Headers().Get(wire.HeaderContentType), &d); err != nil {
 			t.Fatalf("decode decision: %v", err)
 		}
 		out = append(out, d)
@@ -93,17 +94,17 @@ func Decisions(t testing.TB, b *bus.Bus, run string) []bus.Decision {
 
 // LastDecision reads the last decision stored for run, or nil if there is
 // none.
-func LastDecision(t testing.TB, b *bus.Bus, run string) *bus.Decision {
+func LastDecision(t testing.TB, b *bus.Bus, run string) *wire.Decision {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	subj, err := bus.DecisionSubject(run)
+	subj, err := wire.DecisionSubject(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.JetStream().Stream(ctx, bus.StreamReplies)
+	st, err := b.JetStream().Stream(ctx, wire.StreamReplies)
 	if err != nil {
-		t.Fatalf("stream %s: %v", bus.StreamReplies, err)
+		t.Fatalf("stream %s: %v", wire.StreamReplies, err)
 	}
 	m, err := st.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -112,8 +113,8 @@ func LastDecision(t testing.TB, b *bus.Bus, run string) *bus.Decision {
 	if err != nil {
 		t.Fatalf("last decision of %s: %v", run, err)
 	}
-	var d bus.Decision
-	if err := bus.Decode(m.Data, m.Header.Get(bus.HeaderContentType), &d); err != nil {
+	var d wire.Decision
+	if err := wire.Decode(m.Data, m.Header.Get(wire.HeaderContentType), &d); err != nil {
 		t.Fatalf("decode decision: %v", err)
 	}
 	return &d
@@ -122,7 +123,7 @@ func LastDecision(t testing.TB, b *bus.Bus, run string) *bus.Decision {
 // DeadLetters reads every dead letter, oldest first.
 func DeadLetters(t testing.TB, b *bus.Bus) []bus.DeadLetter {
 	t.Helper()
-	info := streamInfo(t, b, bus.StreamDLQ)
+	info := streamInfo(t, b, wire.StreamDLQ)
 	var out []bus.DeadLetter
 	if info.State.Msgs == 0 {
 		return out

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ServerConfig configures an embedded NATS server with JetStream.
@@ -119,7 +120,7 @@ func (c ServerConfig) validate() error {
 		}
 	}
 	if cl := c.Cluster; cl != nil {
-		if err := bus.ValidateToken("cluster name", cl.Name); err != nil {
+		if err := wire.ValidateToken("cluster name", cl.Name); err != nil {
 			return err
 		}
 		if _, _, err := splitListen(cl.Listen); err != nil {

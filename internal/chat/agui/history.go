@@ -7,10 +7,10 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The ids of the messages the adapter streams are derived from the
@@ -231,9 +231,9 @@ func sameAnswer(m Message, p agent.Part) bool {
 		return false
 	}
 	switch res.Outcome {
-	case bus.OutcomeRetry:
+	case wire.OutcomeRetry:
 		return p.Kind == agent.PartRetryPrompt && p.Content == res.Message
-	case bus.OutcomeFailed:
+	case wire.OutcomeFailed:
 		return p.Kind == agent.PartToolReturn && p.Outcome == agent.OutcomeFailed && resultText(p) == res.Message
 	}
 	return p.Kind == agent.PartToolReturn && sameArgs(string(p.Value), string(res.Value))
