@@ -23,7 +23,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -32,11 +31,11 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/api/site"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
-	"github.com/toolgate/toolgate/internal/chat/agui"
-	"github.com/toolgate/toolgate/internal/chat/aisdk"
+	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -317,10 +316,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	// calls close the bus and the embedded server.
 	// The chat page's files need no token (a browser cannot send one on
 	// a navigation); the API calls it makes do.
-	chat := aisdk.Handler(orch, aisdk.Config{Logger: s.logger})
-	err = web.Serve(ctx, ln, page.Handler(api.Handler(orch, api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg),
-		Routes: map[string]http.Handler{"POST /v1/agui": agui.Handler(orch, agui.Config{Logger: s.logger}),
-			"POST /v1/ai-sdk/chat": chat, "GET /v1/ai-sdk/chat/{id}/stream": chat}})),
+	err = web.Serve(ctx, ln, site.Handler(orch, site.Config{API: api.Config{Token: s.token, Users: s.users, Logger: s.logger, Metrics: telemetry.Handler(reg)},
+		Chat: chat.Config{Logger: s.logger}}),
 		web.ServeConfig{Logger: s.logger})
 	s.logger.Info("shutting down")
 	stopOrch(orch, o.shutdownTimeout, s.logger)

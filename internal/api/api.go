@@ -86,11 +86,25 @@ type Config struct {
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
 func Handler(e Engine, cfg Config) http.Handler {
+	h, mux := routes(e, cfg)
+	return h.authenticate(mux)
+}
+
+// Patterns lists the patterns Handler(_, cfg) registers, in no order: each
+// route ("GET /v1/pending"), each path's fallback answering 405 to the
+// other methods ("/v1/pending"), and "/", which answers 404. The OpenAPI
+// document (docs/openapi.yaml) is checked against them.
+func Patterns(cfg Config) []string {
+	_, mux := routes(nil, cfg)
+	return mux.patterns
+}
+
+func routes(e Engine, cfg Config) (*api, *routeMux) {
 	h := &api{o: e, token: cfg.Token, users: cfg.Users, log: cfg.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("POST /v1/runs", h.startRun)
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
 	mux.HandleFunc("GET /v1/conversations", h.listConversations)
@@ -127,7 +141,7 @@ func Handler(e Engine, cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return h.authenticate(mux)
+	return h, mux
 }
 
 type api struct {

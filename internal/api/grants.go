@@ -51,7 +51,7 @@ type GrantList struct {
 //	POST   /v1/grants        give a standing decision (201, the grant)
 //	GET    /v1/grants        every grant stored, each saying whether it applies
 //	DELETE /v1/grants/{id}   revoke one (200 {"id","status":"revoked"}; 404 when there is none)
-func (h *api) grantRoutes(mux *http.ServeMux, allowed map[string]string) {
+func (h *api) grantRoutes(mux *routeMux, allowed map[string]string) {
 	mux.HandleFunc("POST /v1/grants", h.giveGrant)
 	mux.HandleFunc("GET /v1/grants", h.listGrants)
 	mux.HandleFunc("DELETE /v1/grants/{id}", h.revokeGrant)
