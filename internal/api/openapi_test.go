@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -568,4 +569,22 @@ func readFrames(t *testing.T, body io.Reader, until string) []sseFrame {
 	}
 	t.Fatalf("stream ended (%v) before an event %q; read %d", sc.Err(), until, len(frames))
 	return nil
+}
+
+// docs/http-api.md, the API's page for people, names every operation of
+// the document ("`GET /v1/pending`"), so that the two stay in step.
+func TestHTTPAPIPageNamesEveryOperation(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	md, err := os.ReadFile("../../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for route, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if op := "`" + method + " " + route + "`"; !bytes.Contains(md, []byte(op)) {
+				t.Errorf("docs/http-api.md does not name %s", op)
+			}
+		}
+	}
 }
