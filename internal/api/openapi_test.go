@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -586,5 +588,80 @@ func TestHTTPAPIPageNamesEveryOperation(t *testing.T) {
 				t.Errorf("docs/http-api.md does not name %s", op)
 			}
 		}
+	}
+}
+
+// jsonFields are the names of the JSON object t encodes to or decodes
+// from, embedded structs' included.
+func jsonFields(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" || !f.IsExported() && !f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			names = append(names, jsonFields(f.Type)...)
+			continue
+		}
+		names = append(names, cmp.Or(name, f.Name))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// The document's own schemas of bodies have the fields of the Go types the
+// handlers decode (which refuse unknown fields) and encode: a field added
+// to one is added to the other.
+func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	tests := []struct {
+		schema string
+		typ    reflect.Type
+	}{
+		{"StartRun", reflect.TypeFor[api.StartRunRequest]()},
+		{"Answer", reflect.TypeFor[api.AnswerRequest]()},
+		{"AnswerDecision", reflect.TypeFor[api.DecisionBody]()},
+		{"AnswerState", reflect.TypeFor[api.AnswerState]()},
+		{"GrantRequest", reflect.TypeFor[api.GrantBody]()},
+		{"ConversationState", reflect.TypeFor[api.ConversationState]()},
+		{"ConversationList", reflect.TypeFor[orchestrator.ConversationList]()},
+		{"ConversationSummary", reflect.TypeFor[orchestrator.ConversationSummary]()},
+		{"DeadLetterPage", reflect.TypeFor[orchestrator.DeadLetterPage]()},
+		{"DeadLetter", reflect.TypeFor[orchestrator.DeadLetter]()},
+		{"AuditPage", reflect.TypeFor[orchestrator.AuditPage]()},
+		{"AuditRecord", reflect.TypeFor[orchestrator.AuditEntry]()},
+		{"GrantList", reflect.TypeFor[api.GrantList]()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.schema, func(t *testing.T) {
+			t.Parallel()
+			ref := doc.Components.Schemas[tc.schema]
+			if ref == nil {
+				t.Fatalf("no schema %s", tc.schema)
+			}
+			var props []string
+			for p := range ref.Value.Properties {
+				props = append(props, p)
+			}
+			slices.Sort(props)
+			if want := jsonFields(tc.typ); !slices.Equal(props, want) {
+				t.Errorf("%s has %q, %s has %q", tc.schema, props, tc.typ, want)
+			}
+		})
+	}
+	// A stored grant is the grant (schemas/grant.schema.json) and what the
+	// orchestrator makes of it.
+	var props []string
+	for _, s := range doc.Components.Schemas["StoredGrant"].Value.AllOf {
+		for p := range s.Value.Properties {
+			props = append(props, p)
+		}
+	}
+	slices.Sort(props)
+	if want := jsonFields(reflect.TypeFor[orchestrator.StoredGrant]()); !slices.Equal(props, want) {
+		t.Errorf("StoredGrant has %q, orchestrator.StoredGrant has %q", props, want)
 	}
 }
