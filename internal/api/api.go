@@ -85,6 +85,9 @@ type Config struct {
 //	POST, GET /v1/grants; DELETE /v1/grants/{id}  standing decisions (grants.go)
 //	GET  /metrics                          Prometheus metrics (when cfg.Metrics is set)
 //	GET  /healthz                          liveness
+//
+// docs/openapi.yaml documents them, with the chat routes site mounts; the
+// package's tests hold it to Patterns and to a live server's answers.
 func Handler(e Engine, cfg Config) http.Handler {
 	h, mux := routes(e, cfg)
 	return h.authenticate(mux)
