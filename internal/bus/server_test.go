@@ -480,3 +480,57 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 		}
 	}
 }
+
+// The JavaScript clients (nats, @nats-io/jetstream) create a consumer with
+// a list of filters, as an ordered consumer on the events often has, by
+// the nameless $JS.API.CONSUMER.CREATE.<stream>, the name in the body: an
+// approver may do that on the events stream (before, its bot never saw an
+// event), not on the approvals stream, where names in the body would get
+// past the deny list of other approvers' durables.
+func TestApproverNamelessConsumerCreate(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: roleUsers(t)})
+	conn := func(role string) *bus.Bus {
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role, Logger: testLogger(t)})
+	}
+	orch := conn(bus.RoleOrchestrator)
+	bustest.Setup(t, orch)
+	bot := conn(bus.RoleApprover)
+	for _, tc := range []struct {
+		name, stream, filter string
+		allowed              bool
+	}{
+		{"events", wire.StreamEvents, wire.PrefixEvent + ".>", true},
+		{"approvals", wire.StreamApprovals, wire.PrefixApproval + ".>", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// What nats.js sends for js.consumers.get(stream, {filter_subjects: [...]}).
+			req, err := json.Marshal(map[string]any{"stream_name": tc.stream, "config": map[string]any{
+				"name": "oc_" + tc.name + "_1", "filter_subjects": []string{tc.filter}, "deliver_policy": "new",
+				"ack_policy": "none", "max_deliver": 1, "mem_storage": true, "num_replicas": 1, "inactive_threshold": int64(5 * time.Minute),
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
+			defer cancel()
+			msg, err := bot.Conn().RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+tc.stream, req)
+			_, infoErr := orch.JetStream().Consumer(ctxT(t), tc.stream, "oc_"+tc.name+"_1")
+			if !tc.allowed {
+				if err == nil || infoErr == nil {
+					t.Errorf("an approver made a consumer of %s by the nameless create (request: %v, consumer: %v)", tc.stream, err, infoErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("nameless create on %s: %v", tc.stream, err)
+			}
+			var resp struct {
+				Error *struct{ Description string } `json:"error"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil || infoErr != nil {
+				t.Errorf("nameless create on %s: %s (%v, consumer: %v)", tc.stream, msg.Data, err, infoErr)
+			}
+		})
+	}
+}
