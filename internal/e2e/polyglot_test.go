@@ -52,8 +52,9 @@ func example(t *testing.T, path string) string {
 }
 
 // polyglotSystem is an orchestrator process with its embedded NATS server
-// (with users when users is set), running the agent with the script.
-func polyglotSystem(t *testing.T, agentYAML string, script []map[string]any, users string) (s *system, api *client.Client) {
+// (with users when users is set), running the agent with the script; extra
+// are more flags.
+func polyglotSystem(t *testing.T, agentYAML string, script []map[string]any, users string, extra ...string) (s *system, api *client.Client) {
 	t.Helper()
 	s = newSystem(t, agentYAML, script, false)
 	httpAddr := freeAddr(t)
@@ -68,6 +69,7 @@ func polyglotSystem(t *testing.T, agentYAML string, script []map[string]any, use
 		}
 		args = append(args, "--nats-users", path)
 	}
+	args = append(args, extra...)
 	p := startProc(t, s.dir, "orchestrator", bins.orchestrator, nil, args...)
 	api = &client.Client{BaseURL: "http://" + httpAddr, HTTP: httpClient}
 	if err := api.WaitHealthy(ctxT(t)); err != nil {
@@ -207,12 +209,23 @@ tools:
 // approves a small refund, which then runs on the Node worker, and denies
 // a large one with a message; it learns both outcomes from the events,
 // through the ordered consumer that nats.js creates with a filter list.
+// The orchestrator publishes msgpack, or JSON with --wire json: the
+// examples read both.
 func TestNodeWorkerAndApprovalBot(t *testing.T) {
 	t.Parallel()
 	modules, err := ensureExamples()
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, wireForm := range []string{"msgpack", "json"} {
+		t.Run(wireForm, func(t *testing.T) {
+			t.Parallel()
+			nodeConversation(t, modules, "--wire", wireForm)
+		})
+	}
+}
+
+func nodeConversation(t *testing.T, modules string, flags ...string) {
 	agent := `model: {provider: script, script: script.json}
 tools:
   - name: lookup_order
@@ -235,7 +248,7 @@ tools:
 			{"tool": "refund_order", "id": "c_big", "args": map[string]any{"order_id": "A-7", "amount": 500}},
 		}},
 		answer,
-	), users)
+	), users, flags...)
 	env := func(user, password string) []string {
 		return []string{"NODE_PATH=" + modules, "NATS_URL=" + s.natsURL, "NATS_USER=" + user, "NATS_PASSWORD=" + password}
 	}
