@@ -11,7 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The examples in other languages (examples/python, examples/node) each
@@ -288,4 +290,46 @@ tools:
 	waitLine(t, bot, regexp.MustCompile(`(?m)^event reply_applied c_small approved=true by refund-bot`))
 	waitLine(t, bot, regexp.MustCompile(`(?m)^event reply_applied c_big approved=false by refund-bot`))
 	waitLine(t, worker, regexp.MustCompile(`(?m)^answered refund_order c_small`))
+
+	// The bot's message ids are those the Go approver would give its
+	// decisions: its canonical JSON is the orchestrator's, which a signed
+	// decision needs.
+	b, err := bus.Connect(ctxT(t), bus.ConnConfig{URL: s.natsURL, Name: "e2e-test", User: "orchestrator", Password: "orch-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st, err := b.JetStream().Stream(ctxT(t), wire.StreamReplies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := 0
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		raw, err := st.GetMsg(ctxT(t), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(raw.Subject, "."+wire.ReplyKindApproval) {
+			continue
+		}
+		decisions++
+		var d wire.Decision
+		if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &d); err != nil {
+			t.Fatalf("decision %d: %v", seq, err)
+		}
+		want, err := d.MsgID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := raw.Header.Get("Nats-Msg-Id"); got != want {
+			t.Errorf("decision %s: Nats-Msg-Id %s, want %s (body %s)", d.ToolCallID, got, want, raw.Data)
+		}
+	}
+	if decisions != 2 {
+		t.Errorf("%d decisions stored, want the bot's 2", decisions)
+	}
 }
