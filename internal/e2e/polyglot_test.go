@@ -23,25 +23,34 @@ import (
 // repoRoot is the repository, from this package's directory.
 var repoRoot = filepath.Join("..", "..")
 
-// ensureExamples installs what the examples need (python3, the npm packages
-// of examples/node) once, as make test-deps does; a machine where that
-// cannot be done fails the tests: they never skip.
-var ensureExamples = sync.OnceValues(func() (string, error) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return "", fmt.Errorf("%s is not on PATH: the Node examples need Node.js and npm (make test-deps)", tool)
+// ensurePython and ensureNode install what the examples need (python3; the
+// npm packages of examples/node, and python3) once, as make test-deps
+// does; a machine where that cannot be done fails the tests: they never
+// skip.
+var (
+	ensurePython = sync.OnceValue(func() error {
+		if out, err := exec.Command(filepath.Join(repoRoot, "scripts", "ensure-python.sh")).CombinedOutput(); err != nil {
+			return fmt.Errorf("scripts/ensure-python.sh: %v\n%s", err, out)
 		}
-	}
-	out, err := exec.Command(filepath.Join(repoRoot, "scripts", "ensure-examples.sh")).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("scripts/ensure-examples.sh: %v\n%s", err, out)
-	}
-	dir := os.Getenv("TOOLGATE_EXAMPLES_NPM_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot, ".cache", "npm-examples")
-	}
-	return filepath.Abs(filepath.Join(dir, "node_modules"))
-})
+		return nil
+	})
+	ensureNode = sync.OnceValues(func() (string, error) {
+		for _, tool := range []string{"node", "npm"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				return "", fmt.Errorf("%s is not on PATH: the Node examples need Node.js and npm (make test-deps)", tool)
+			}
+		}
+		out, err := exec.Command(filepath.Join(repoRoot, "scripts", "ensure-examples.sh")).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("scripts/ensure-examples.sh: %v\n%s", err, out)
+		}
+		dir := os.Getenv("TOOLGATE_EXAMPLES_NPM_DIR")
+		if dir == "" {
+			dir = filepath.Join(repoRoot, ".cache", "npm-examples")
+		}
+		return filepath.Abs(filepath.Join(dir, "node_modules"))
+	})
+)
 
 // example is the absolute path of a file of examples/.
 func example(t *testing.T, path string) string {
@@ -152,7 +161,7 @@ const temperatureParams = `{type: object, properties: {value: {type: number}, fr
 // model-retry form the model reads.
 func TestPythonExecutors(t *testing.T) {
 	t.Parallel()
-	if _, err := ensureExamples(); err != nil {
+	if err := ensurePython(); err != nil {
 		t.Fatal(err)
 	}
 	agent := `model: {provider: script, script: script.json}
@@ -215,7 +224,7 @@ tools:
 // examples read both.
 func TestNodeWorkerAndApprovalBot(t *testing.T) {
 	t.Parallel()
-	modules, err := ensureExamples()
+	modules, err := ensureNode()
 	if err != nil {
 		t.Fatal(err)
 	}
