@@ -120,7 +120,15 @@ async function serve({ nc, js, jsm, tool, id, cancelled, signal }) {
       await sleep(1000, signal);
       continue;
     }
-    if (m) await handle({ nc, js, jsm, tool, id, cancelled, m, ackWaitMs });
+    if (!m) continue;
+    try {
+      await handle({ js, jsm, tool, id, cancelled, m, ackWaitMs });
+    } catch (err) {
+      // The reply could not be stored (NATS unreachable, say): the call
+      // comes back after a while, to this worker or another.
+      console.error(`${tool}: ${err.message}; handing the call back`);
+      m.nak(5000);
+    }
   }
 }
 
