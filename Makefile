@@ -23,11 +23,12 @@ test: vet test-deps ## vet, gofmt check and every test with the race detector
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd examples/go-sdk && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-deps: ## install what the tests need (chromium for the inbox browser test, npm MCP servers, the AG-UI client, the AI SDK)
+test-deps: ## install what the tests need (chromium for the inbox browser test, npm MCP servers, the AG-UI client, the AI SDK, python3 and nats.js for the examples)
 	@scripts/ensure-chromium.sh
 	@scripts/ensure-mcp.sh
 	@scripts/ensure-agui.sh
 	@scripts/ensure-aisdk.sh
+	@scripts/ensure-examples.sh
 
 vet: ## go vet
 	$(GO) vet ./...

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,25 +13,32 @@ import (
 )
 
 // docker-compose.yml cannot be run here; what the first hour with it
-// needs is held by reading it: the documented curl sends the token, the
-// orchestrator runs the demo (which reads OPENAI_API_KEY, an --agent file
-// does not), the worker replicas share one sandbox, and bin/ stays out of
-// the build context.
+// needs is held by reading it: three orchestrator replicas on the
+// three-node NATS, each started with flags this binary takes (the stream
+// replicas by their current name) and on a host port of its own; the
+// documented curl sends the token, the orchestrators run the demo (which
+// reads OPENAI_API_KEY, an --agent file does not), every process knows
+// every NATS node, the worker replicas share one sandbox, and bin/ stays
+// out of the build context.
 func TestComposeFile(t *testing.T) {
 	data, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	type service struct {
+		Image       string            `yaml:"image"`
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+		Volumes     []string          `yaml:"volumes"`
+		Ports       []string          `yaml:"ports"`
+		Secrets     []string          `yaml:"secrets"`
+		Deploy      struct {
+			Replicas int `yaml:"replicas"`
+		} `yaml:"deploy"`
+	}
 	var c struct {
-		Services map[string]struct {
-			Command     []string          `yaml:"command"`
-			Environment map[string]string `yaml:"environment"`
-			Volumes     []string          `yaml:"volumes"`
-			Deploy      struct {
-				Replicas int `yaml:"replicas"`
-			} `yaml:"deploy"`
-		} `yaml:"services"`
-		Volumes map[string]any `yaml:"volumes"`
+		Services map[string]service `yaml:"services"`
+		Volumes  map[string]any     `yaml:"volumes"`
 	}
 	if err := yaml.Unmarshal(data, &c); err != nil {
 		t.Fatal(err)
@@ -37,15 +46,84 @@ func TestComposeFile(t *testing.T) {
 	if !strings.Contains(string(data), `-H "Authorization: Bearer $(cat deploy/api_token.example)"`) {
 		t.Error("the curl in the header sends no token")
 	}
-	o := c.Services["orchestrator"]
-	if strings.Contains(strings.Join(o.Command, " "), "--agent") {
-		t.Error("the orchestrator runs an --agent file, which ignores OPENAI_API_KEY")
+	var natsNodes []string
+	for name, s := range c.Services {
+		if strings.HasPrefix(s.Image, "nats:") {
+			natsNodes = append(natsNodes, "nats://"+name+":4222")
+		}
 	}
-	if cmd := strings.Join(o.Command, " "); !strings.Contains(cmd, "--allow-unsigned") && !strings.Contains(cmd, "--trust-approver") {
-		t.Error("the orchestrator listens beyond loopback with neither --trust-approver nor --allow-unsigned: it refuses to start")
+	if len(natsNodes) != 3 {
+		t.Errorf("%d NATS nodes %v, want 3", len(natsNodes), natsNodes)
 	}
-	if _, ok := o.Environment["OPENAI_API_KEY"]; !ok {
-		t.Error("OPENAI_API_KEY is not passed to the orchestrator")
+	// natsFlag is the --nats a command gives, and whether it names every node.
+	natsFlag := func(cmd []string) (string, bool) {
+		for _, a := range cmd {
+			if list, ok := strings.CutPrefix(a, "--nats="); ok {
+				urls := strings.Split(list, ",")
+				slices.Sort(urls)
+				nodes := slices.Sorted(slices.Values(natsNodes))
+				return list, slices.Equal(urls, nodes)
+			}
+		}
+		return "", false
+	}
+
+	hostPorts := map[string]string{}
+	orchestrators := 0
+	for name, o := range c.Services {
+		if len(o.Command) == 0 || o.Command[0] != "orchestrator" {
+			continue
+		}
+		orchestrators += max(o.Deploy.Replicas, 1)
+		cmd := strings.Join(o.Command, " ")
+		opts, err := parseFlags(o.Command[1:], io.Discard)
+		if err != nil {
+			t.Errorf("%s: orchestrator refuses its flags: %v", name, err)
+			continue
+		}
+		if len(opts.warnings) != 0 {
+			t.Errorf("%s: %q", name, opts.warnings)
+		}
+		if opts.streamReplicas != len(natsNodes) {
+			t.Errorf("%s: --stream-replicas %d on %d NATS nodes", name, opts.streamReplicas, len(natsNodes))
+		}
+		if list, all := natsFlag(o.Command); !all {
+			t.Errorf("%s: --nats=%s, want every node %v", name, list, natsNodes)
+		}
+		if strings.Contains(cmd, "--agent") {
+			t.Errorf("%s runs an --agent file, which ignores OPENAI_API_KEY", name)
+		}
+		if !strings.Contains(cmd, "--allow-unsigned") && !strings.Contains(cmd, "--trust-approver") {
+			t.Errorf("%s listens beyond loopback with neither --trust-approver nor --allow-unsigned: it refuses to start", name)
+		}
+		if opts.tokenFile == "" || !slices.Contains(o.Secrets, "api_token") {
+			t.Errorf("%s: its API takes no token (--http-token-file %q, secrets %v)", name, opts.tokenFile, o.Secrets)
+		}
+		if _, ok := o.Environment["OPENAI_API_KEY"]; !ok {
+			t.Errorf("OPENAI_API_KEY is not passed to %s", name)
+		}
+		_, httpPort, _ := strings.Cut(opts.httpAddr, ":")
+		if len(o.Ports) != 1 {
+			t.Errorf("%s: ports %v, want one", name, o.Ports)
+		}
+		for _, p := range o.Ports {
+			host, container, _ := strings.Cut(p, ":")
+			if container != httpPort {
+				t.Errorf("%s publishes %s, not its --http port %s", name, p, httpPort)
+			}
+			if other, taken := hostPorts[host]; taken {
+				t.Errorf("%s and %s both publish host port %s", name, other, host)
+			}
+			hostPorts[host] = name
+		}
+	}
+	if orchestrators != 3 {
+		t.Errorf("%d orchestrator replicas, want 3", orchestrators)
+	}
+	for _, name := range []string{"tool-worker", "approver"} {
+		if list, all := natsFlag(c.Services[name].Command); !all {
+			t.Errorf("%s: --nats=%s, want every node %v", name, list, natsNodes)
+		}
 	}
 	w := c.Services["tool-worker"]
 	if w.Deploy.Replicas > 1 {

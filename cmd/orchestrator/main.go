@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -76,7 +77,12 @@ type options struct {
 	maxRuns                                                           int
 	// storeMinFreeMiB is the embedded store's MinFreeBytes, in MiB.
 	storeMinFreeMiB int
-	replicas        int
+	// streamReplicas are the replicas of the streams and KV buckets it
+	// creates (--stream-replicas; not the orchestrator's own replicas,
+	// which are processes).
+	streamReplicas int
+	// warnings are said once the logger exists: deprecated flags used.
+	warnings []string
 	// contentType of the calls, approval requests and events published
 	// (--wire).
 	contentType string
@@ -109,7 +115,10 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long runs in progress may take to finish")
 	fs.IntVar(&o.maxRuns, "max-runs", 16, "runs executing at once")
-	fs.IntVar(&o.replicas, "replicas", 1, "replicas of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster")
+	fs.IntVar(&o.streamReplicas, "stream-replicas", 1, "replicas NATS keeps of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster (orchestrator replicas are processes: start more of them)")
+	// The flag's name until it said which replicas it means; deployments
+	// that pass it keep working, told to rename it.
+	oldReplicas := fs.Int("replicas", 0, "deprecated: --stream-replicas")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unrenewed; a run whose orchestrator died is relaunched after it")
 	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", 15*time.Second, "how often stored conversations are scanned for work a dead or stopped replica left undone")
 	wireForm := fs.String("wire", "msgpack", "body encoding of the calls, approval requests and events it publishes: msgpack, or json for workers and approvers that read only JSON (every reader accepts both)")
@@ -119,6 +128,15 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	pos, err := fs.Parse(args, stdout)
 	if err != nil {
 		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["replicas"] {
+		if set["stream-replicas"] && *oldReplicas != o.streamReplicas {
+			return o, fmt.Errorf("--replicas %d and --stream-replicas %d: give --stream-replicas only (--replicas is its deprecated name)", *oldReplicas, o.streamReplicas)
+		}
+		o.streamReplicas = *oldReplicas
+		o.warnings = append(o.warnings, "--replicas is deprecated and will be removed: use --stream-replicas (the replicas of the streams, not of the orchestrator)")
 	}
 	switch *wireForm {
 	case "msgpack":
@@ -139,8 +157,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--claim-window %s: must not be negative (0 stores every claim first)", o.claimWindow)
 	case o.retention < 0:
 		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
-	case o.replicas < 1 || o.replicas > 5:
-		return o, fmt.Errorf("--replicas %d: want 1 to 5", o.replicas)
+	case o.streamReplicas < 1 || o.streamReplicas > 5:
+		return o, fmt.Errorf("--stream-replicas %d: want 1 to 5", o.streamReplicas)
 	case o.natsURL != "" && o.natsUsers != "":
 		return o, errors.New("--nats-users configures the embedded server: with --nats, give the server those users (see --write-nats-config) and connect with --user/--password or --creds")
 	case o.writeNATSConfig != "" && o.natsUsers == "":
@@ -171,6 +189,9 @@ func prepare(o options, stderr io.Writer, lookupEnv func(string) (string, bool))
 		return nil, err
 	}
 	s := &setup{o: o, logger: logger}
+	for _, w := range o.warnings {
+		logger.Warn(w)
+	}
 	if s.auth, err = natsAuthOf(o, lookupEnv); err != nil {
 		return nil, err
 	}
@@ -359,7 +380,7 @@ func (s *setup) startBus(ctx context.Context) (*buses, error) {
 	if bs.events, err = connect("orchestrator-events"); err != nil {
 		return bs, err
 	}
-	return bs, bs.b.Setup(cctx, bus.SetupConfig{Replicas: o.replicas})
+	return bs, bs.b.Setup(cctx, bus.SetupConfig{Replicas: o.streamReplicas})
 }
 
 func (bs *buses) close() {

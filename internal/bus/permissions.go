@@ -80,6 +80,14 @@ func RolePermissions(role string) (Permissions, error) {
 			// (ApproverDeny, which the users file adds).
 			Publish: append(append(consumerAPI(wire.StreamApprovals), consumerAPI(wire.StreamEvents)...),
 				"$JS.API.CONSUMER.DELETE."+wire.StreamEvents+".>",
+				// The nameless create, which both JavaScript clients
+				// (nats, @nats-io/jetstream) send for a consumer with a
+				// list of filters, an ordered one among them: the name
+				// is in the body then. On the events stream an approver
+				// may make any consumer anyway. Not on the approvals
+				// stream: a name in the body would get past
+				// ApproverDeny, which matches names in the subject.
+				"$JS.API.CONSUMER.CREATE."+wire.StreamEvents,
 				wire.PrefixReply+".*."+wire.ReplyKindApproval,
 				wire.PrefixDLQ+".>",
 				// Reading a tool's advert, which says what MCP server it

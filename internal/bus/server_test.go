@@ -480,3 +480,71 @@ func TestApproverConsumerCannotBeDeletedAndComesBack(t *testing.T) {
 		}
 	}
 }
+
+// The JavaScript clients (nats, @nats-io/jetstream) create a consumer with
+// a list of filters, as an ordered consumer on the events often has, by
+// the nameless $JS.API.CONSUMER.CREATE.<stream>, the name in the body: an
+// approver may do that on the events stream (before, its bot never saw an
+// event), not on the approvals stream, where names in the body would get
+// past the deny list of other approvers' durables. With one filter given
+// as a string they send name and filter in the subject, which an approver
+// may use on both.
+func TestApproverNamelessConsumerCreate(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{NoListen: true, Users: roleUsers(t)})
+	conn := func(role string) *bus.Bus {
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role, Logger: testLogger(t)})
+	}
+	orch := conn(bus.RoleOrchestrator)
+	bustest.Setup(t, orch)
+	bot := conn(bus.RoleApprover)
+	for _, tc := range []struct {
+		name, stream, filter string
+		inSubject            bool
+		allowed              bool
+	}{
+		{name: "events", stream: wire.StreamEvents, filter: wire.PrefixEvent + ".>", allowed: true},
+		{name: "approvals", stream: wire.StreamApprovals, filter: wire.PrefixApproval + ".>"},
+		{name: "approvals-filter-in-subject", stream: wire.StreamApprovals, filter: wire.PrefixApproval + ".>", inSubject: true, allowed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "oc_" + tc.name + "_1"
+			// What nats.js sends for js.consumers.get(stream, {filter_subjects: [...]})
+			// (a list: nameless) or {filter_subjects: "..."} (a string).
+			cfg := map[string]any{
+				"name": name, "deliver_policy": "new", "ack_policy": "none", "max_deliver": 1,
+				"mem_storage": true, "num_replicas": 1, "inactive_threshold": int64(5 * time.Minute),
+			}
+			subject := "$JS.API.CONSUMER.CREATE." + tc.stream
+			if tc.inSubject {
+				cfg["filter_subject"] = tc.filter
+				subject += "." + name + "." + tc.filter
+			} else {
+				cfg["filter_subjects"] = []string{tc.filter}
+			}
+			req, err := json.Marshal(map[string]any{"stream_name": tc.stream, "config": cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
+			defer cancel()
+			msg, err := bot.Conn().RequestWithContext(ctx, subject, req)
+			_, infoErr := orch.JetStream().Consumer(ctxT(t), tc.stream, name)
+			if !tc.allowed {
+				if err == nil || infoErr == nil {
+					t.Errorf("an approver made a consumer of %s by %s (request: %v, consumer: %v)", tc.stream, subject, err, infoErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", subject, err)
+			}
+			var resp struct {
+				Error *struct{ Description string } `json:"error"`
+			}
+			if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil || infoErr != nil {
+				t.Errorf("%s: %s (%v, consumer: %v)", subject, msg.Data, err, infoErr)
+			}
+		})
+	}
+}
