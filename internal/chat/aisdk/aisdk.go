@@ -77,6 +77,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := newStream(w, p.seen)
+	if p.after, err = h.e.LastEventSeq(ctx); err != nil {
+		h.Logger.WarnContext(ctx, "aisdk: last event", slog.String("chat", req.ID), slog.String("error", err.Error()))
+		s.fail("internal", "internal error")
+		return
+	}
 	if err := h.apply(ctx, req, p); err != nil {
 		s.fail(errCode(err), err.Error())
 		return
@@ -144,6 +149,10 @@ type plan struct {
 	oldRuns map[string]bool
 	// start is when the request came: a cancel after it ends the stream.
 	start time.Time
+	// after is the last event stored before the request was applied: its
+	// runs' events come after it. 0 reads the conversation's log from its
+	// start.
+	after uint64
 }
 
 // prepare checks the request against the conversation: the history the

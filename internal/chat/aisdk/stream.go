@@ -146,7 +146,8 @@ func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan,
 	for id, c := range p.known.calls {
 		f.calls[id] = c
 	}
-	for ev, cancelled := range chat.Follow(ctx, h.e, convID, p.start, p.oldRuns) {
+	for se, cancelled := range chat.Follow(ctx, h.e, convID, p.after, p.start, p.oldRuns) {
+		ev := se.Event
 		if cancelled {
 			s.abort("the conversation was cancelled")
 			return

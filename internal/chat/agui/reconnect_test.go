@@ -1,0 +1,177 @@
+package agui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/chat/agui"
+	"github.com/toolgate/toolgate/internal/chat/chattest"
+	"github.com/toolgate/toolgate/internal/testkit"
+	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// slowAgent streams a text and calls slow, a worker's tool that returns
+// only once the test lets it: the run is still going when its client's
+// connection drops.
+const slowAgent = `
+name: slow
+model: {provider: script, script: slow.yaml}
+tools:
+  - name: slow
+    parameters: {type: object, properties: {}}
+`
+
+const slowScript = `
+- text: Let me look into it for you
+  calls: [{tool: slow, id: slow_call, args: {}}]
+- text: found it
+- text: again done
+`
+
+// A run whose connection drops mid-run, inside its first text message,
+// while the run waits for a worker: @ag-ui/client sends the run's input
+// again with the id of the last event it applied as Last-Event-ID, and the
+// stream goes on from there (RUN_STARTED again, the message it has a part
+// of opened again): the library's messages hold every text, call and
+// result exactly once. The next prompt's run streams only its own events.
+func TestAGUIReconnect(t *testing.T) {
+	t.Parallel()
+	modules := aguiModules(t)
+	sys := testkit.Test(t, testkit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, slowAgent, map[string]string{"slow.yaml": slowScript}))
+	release := make(chan struct{})
+	slow := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return wire.CallReply{}, ctx.Err()
+		}
+		return wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"the answer"`)}, nil
+	})
+	if _, err := sys.Worker(ctx, "slow", worker.Config{Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "slow"}, Executor: slow}}}); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	h := agui.Handler(o, agui.Config{})
+	reconnected := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Last-Event-ID") != "" {
+			// The worker's call returns once the client is back.
+			once.Do(func() { close(release) })
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(api.Handler(o, api.Config{Routes: map[string]http.Handler{"POST /v1/agui": reconnected}}))
+	t.Cleanup(srv.Close)
+
+	lines := chattest.Node(ctx, t, filepath.Join("testdata", "agui-reconnect.cjs"), modules, map[string]any{
+		"url": srv.URL + "/v1/agui", "threadId": "dropped", "prompt": "Look it up",
+		// RUN_STARTED, TEXT_MESSAGE_START, "Let ", then the cut.
+		"cutAfter": 4, "next": "Again",
+	})
+	type phase struct {
+		events []map[string]any
+		end    struct {
+			Messages []struct {
+				ID         string `json:"id"`
+				Role       string `json:"role"`
+				Content    string `json:"content"`
+				ToolCallID string `json:"toolCallId"`
+				ToolCalls  []struct {
+					ID string `json:"id"`
+				} `json:"toolCalls"`
+			} `json:"messages"`
+			LastEventID string `json:"lastEventId"`
+		}
+		err string
+	}
+	phases := map[string]*phase{"cut": {}, "reconnect": {}, "next": {}}
+	for _, text := range lines {
+		var l struct {
+			Phase string          `json:"phase"`
+			Event map[string]any  `json:"event"`
+			End   json.RawMessage `json:"end"`
+			Error string          `json:"error"`
+		}
+		if err := json.Unmarshal(text, &l); err != nil {
+			t.Fatalf("client line %q: %v", text, err)
+		}
+		p := phases[l.Phase]
+		switch {
+		case l.Event != nil:
+			p.events = append(p.events, l.Event)
+		case l.End != nil:
+			if err := json.Unmarshal(l.End, &p.end); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			p.err = l.Error
+		}
+	}
+	for name, p := range phases {
+		t.Logf("%s: %s %s", name, types(p.events), p.err)
+	}
+	cut, again, next := phases["cut"], phases["reconnect"], phases["next"]
+	if types(cut.events) != "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT" || cut.end.LastEventID == "" {
+		t.Fatalf("before the cut: %s, last event id %q %s", types(cut.events), cut.end.LastEventID, cut.err)
+	}
+	if again.err != "" || len(again.events) == 0 || again.events[0]["type"] != "RUN_STARTED" || last(t, again.events)["type"] != "RUN_FINISHED" {
+		t.Fatalf("reconnect: %s %s", types(again.events), again.err)
+	}
+	// Every event once over the two connections, but RUN_STARTED and the
+	// start of the message the cut fell in, which the reconnect opens again.
+	count := map[string]int{}
+	key := func(ev map[string]any) string {
+		return fmt.Sprintf("%v %v%v %v", ev["type"], ev["messageId"], ev["toolCallId"], ev["delta"])
+	}
+	var text strings.Builder
+	for _, ev := range append(cut.events, again.events...) {
+		count[key(ev)]++
+		if ev["type"] == "TEXT_MESSAGE_CONTENT" {
+			text.WriteString(fmt.Sprint(ev["delta"]))
+		}
+	}
+	for k, n := range count {
+		want := 1
+		if strings.HasPrefix(k, "RUN_STARTED") || k == key(cut.events[1]) {
+			want = 2
+		}
+		if n != want {
+			t.Errorf("%s: %d times, want %d", k, n, want)
+		}
+	}
+	if text.String() != "Let me look into it for youfound it" {
+		t.Errorf("texts streamed: %q", text.String())
+	}
+	var got []string
+	for _, m := range again.end.Messages {
+		got = append(got, fmt.Sprintf("%s:%s:%d:%s", m.Role, m.Content, len(m.ToolCalls), m.ToolCallID))
+	}
+	want := []string{"user:Look it up:0:", "assistant:Let me look into it for you:1:", "tool:the answer:0:slow_call", "assistant:found it:0:"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the library's messages after the reconnect:\n got %q\nwant %q", got, want)
+	}
+	var nextText strings.Builder
+	for _, ev := range next.events {
+		switch ev["type"] {
+		case "TEXT_MESSAGE_CONTENT":
+			nextText.WriteString(fmt.Sprint(ev["delta"]))
+		case "TOOL_CALL_START", "TOOL_CALL_RESULT":
+			t.Errorf("the next prompt's run streams an event of the first: %v", ev)
+		}
+	}
+	if next.err != "" || nextText.String() != "again done" || next.events[0]["type"] != "RUN_STARTED" || last(t, next.events)["type"] != "RUN_FINISHED" {
+		t.Errorf("the next prompt's run: %s %q %s", types(next.events), nextText.String(), next.err)
+	}
+}
