@@ -54,9 +54,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, "runId: required")
 		return
 	}
-	var resume *cursor
+	var resume *chat.Cursor
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		c, err := parseCursor(v)
+		c, err := chat.ParseCursor(v)
 		if err != nil {
 			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: %v", v, err))
 			return
@@ -94,7 +94,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail("internal", "internal error")
 		return
 	}
-	s.at.base, s.at.runs = p.base, len(p.oldRuns)
+	s.at.Base, s.at.Runs = p.base, len(p.oldRuns)
 	if err := h.apply(ctx, in, p); err != nil {
 		s.fail(errCode(err), err.Error())
 		return
@@ -108,7 +108,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // read or applied, the run's stream goes on after that event. It starts
 // with RUN_STARTED and opens again the message or tool call the client
 // has a part of; every other event the client has is left out.
-func (h *handler) reconnect(ctx context.Context, s *stream, in RunAgentInput, at cursor) {
+func (h *handler) reconnect(ctx context.Context, s *stream, in RunAgentInput, at chat.Cursor) {
 	c, err := h.e.Conversation(ctx, ConversationID(in.ThreadID))
 	switch {
 	case errors.Is(err, orchestrator.ErrNotFound):
@@ -118,12 +118,12 @@ func (h *handler) reconnect(ctx context.Context, s *stream, in RunAgentInput, at
 		h.Logger.WarnContext(ctx, "agui: reconnect", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
 		s.fail("internal", "internal error")
 		return
-	case at.runs > len(c.Runs):
+	case at.Runs > len(c.Runs):
 		s.fail("reconnect_refused", "Last-Event-ID: not an event of thread "+in.ThreadID)
 		return
 	}
-	p := &plan{oldRuns: map[string]bool{}, base: at.base}
-	for _, r := range c.Runs[:at.runs] {
+	p := &plan{oldRuns: map[string]bool{}, base: at.Base}
+	for _, r := range c.Runs[:at.Runs] {
 		p.oldRuns[r.RunID] = true
 	}
 	// The calls the run's stream started from: made by the runs before.
@@ -138,7 +138,7 @@ func (h *handler) reconnect(ctx context.Context, s *stream, in RunAgentInput, at
 			}
 		}
 	}
-	s.at = cursor{base: at.base, runs: at.runs}
+	s.at = chat.Cursor{Base: at.Base, Runs: at.Runs}
 	s.skip = &at
 	s.started()
 	h.follow(ctx, s, c.ID, p)

@@ -15,17 +15,17 @@ import (
 )
 
 // stream writes one AG-UI run as Server-Sent Events, each under the id of
-// its place in the run (cursor).
+// its place in the run (chat.Cursor).
 type stream struct {
 	*chat.SSE
 	in      RunAgentInput
 	openMsg string // the text message open, if any
 	// at is the place of the next event.
-	at cursor
+	at chat.Cursor
 	// skip, on a reconnect, is the place of the last event the client
 	// has: the events up to it are made again, to know the state there,
 	// but not sent.
-	skip *cursor
+	skip *chat.Cursor
 	// openText and openCall are the TEXT_MESSAGE_START and TOOL_CALL_START
 	// of the message and the call open at the last event made: a
 	// reconnect that resumes inside one opens it again, as the client
@@ -43,15 +43,15 @@ func newStream(w http.ResponseWriter, in RunAgentInput) *stream {
 
 // from sets the place of the events made next: of the stored event se.
 func (s *stream) from(se orchestrator.StoredEvent) {
-	s.at.seq, s.at.idx, s.at.k = se.Seq, se.Index, 0
+	s.at.Seq, s.at.Idx, s.at.K = se.Seq, se.Index, 0
 }
 
 func (s *stream) emit(ev map[string]any) {
 	ev["timestamp"] = time.Now().UnixMilli()
 	id := s.at
-	s.at.k++
+	s.at.K++
 	if s.skip != nil {
-		if !id.after(*s.skip) {
+		if !id.After(*s.skip) {
 			s.track(ev)
 			return
 		}
@@ -84,7 +84,7 @@ func (s *stream) track(ev map[string]any) {
 // starts with it), there under the place the client resumes from.
 func (s *stream) started() {
 	id := s.at
-	s.at.k++
+	s.at.K++
 	if s.skip != nil {
 		id = *s.skip
 	}
