@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,27 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/testkit"
-	"github.com/toolgate/toolgate/internal/worker"
-	"github.com/toolgate/toolgate/wire"
 )
-
-// slowAgent streams a text and calls slow, a worker's tool that returns
-// only once the test lets it: the run is still going when its client's
-// connection drops.
-const slowAgent = `
-name: slow
-model: {provider: script, script: slow.yaml}
-tools:
-  - name: slow
-    parameters: {type: object, properties: {}}
-`
-
-const slowScript = `
-- text: Let me look into it for you
-  calls: [{tool: slow, id: slow_call, args: {}}]
-- text: found it
-- text: again done
-`
 
 // A run whose connection drops mid-run, inside its first text message,
 // while the run waits for a worker: @ag-ui/client sends the run's input
@@ -50,25 +29,13 @@ func TestAGUIReconnect(t *testing.T) {
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, slowAgent, map[string]string{"slow.yaml": slowScript}))
-	release := make(chan struct{})
-	slow := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return wire.CallReply{}, ctx.Err()
-		}
-		return wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"the answer"`)}, nil
-	})
-	if _, err := sys.Worker(ctx, "slow", worker.Config{Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "slow"}, Executor: slow}}}); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
+	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.SlowAgent, map[string]string{"slow.yaml": chattest.SlowScript}))
+	release := chattest.Slow(ctx, t, sys)
 	h := agui.Handler(o, agui.Config{})
 	reconnected := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Last-Event-ID") != "" {
 			// The worker's call returns once the client is back.
-			once.Do(func() { close(release) })
+			release()
 		}
 		h.ServeHTTP(w, r)
 	})
