@@ -344,6 +344,11 @@ func (h *handler) apply(ctx context.Context, in RunAgentInput, p *plan) error {
 		req := orchestrator.StartRequest{
 			Prompt: p.prompt, Agent: p.agent, Caller: callerJSON,
 			IdempotencyKey: "agui-" + in.RunID,
+			// The tools the input declares are the thread's from now on.
+			FrontendTools: make([]agent.ToolDef, 0, len(in.Tools)),
+		}
+		for _, t := range in.Tools {
+			req.FrontendTools = append(req.FrontendTools, agent.ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 		}
 		if p.conv == nil {
 			req.NewConversationID = ConversationID(in.ThreadID)
@@ -388,6 +393,10 @@ func errCode(err error) string {
 	var ce *orchestrator.ConflictError
 	if errors.As(err, &ce) {
 		return "conflict"
+	}
+	var be *orchestrator.BadRequestError
+	if errors.As(err, &be) {
+		return "bad_request"
 	}
 	return "refused"
 }
