@@ -1,6 +1,7 @@
 package agui_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -140,5 +141,94 @@ func TestAGUIReconnect(t *testing.T) {
 	}
 	if next.err != "" || nextText.String() != "again done" || next.events[0]["type"] != "RUN_STARTED" || last(t, next.events)["type"] != "RUN_FINISHED" {
 		t.Errorf("the next prompt's run: %s %q %s", types(next.events), nextText.String(), next.err)
+	}
+}
+
+// sseEvent is an event of a raw SSE answer with its id.
+type sseEvent struct {
+	id string
+	ev map[string]any
+}
+
+// postWithID posts input with Last-Event-ID lastID (none when empty) and
+// returns the status and the events of the answer with their ids.
+func (e *env) postWithID(t *testing.T, input map[string]any, lastID string) (int, []sseEvent) {
+	t.Helper()
+	body, _ := json.Marshal(input)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/agui", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var (
+		out []sseEvent
+		id  string
+	)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+			id = v
+		}
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, sseEvent{id: id, ev: ev})
+		}
+		if sc.Text() == "" {
+			id = ""
+		}
+	}
+	return resp.StatusCode, out
+}
+
+func describe(evs []sseEvent) string {
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "%s %v%v [%s]\n", e.ev["type"], e.ev["toolCallId"], e.ev["messageId"], e.id)
+	}
+	return b.String()
+}
+
+// A reconnect at every event of a run gets the rest of the run, under the
+// same ids, after RUN_STARTED (under the id it resumes from) and, when it
+// falls inside a tool call, the call's TOOL_CALL_START again (without an
+// id: the client's last id stays the one it sent). A Last-Event-ID that
+// is no event id of the endpoint is a 400; one of no run of the thread
+// ends the stream with RUN_ERROR reconnect_refused.
+func TestAGUIReconnectAtEveryEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	input := map[string]any{"threadId": "again", "runId": "r1", "messages": []any{map[string]any{"id": "u1", "role": "user", "content": "go"}}}
+	status, first := e.postWithID(t, input, "")
+	if status != http.StatusOK || len(first) < 4 || first[len(first)-1].ev["type"] != "RUN_FINISHED" {
+		t.Fatalf("first run: %d\n%s", status, describe(first))
+	}
+	for i := range first[:len(first)-1] {
+		status, again := e.postWithID(t, input, first[i].id)
+		want := []sseEvent{{id: first[i].id, ev: map[string]any{"type": "RUN_STARTED"}}}
+		if open := first[i].ev; open["type"] == "TOOL_CALL_START" || open["type"] == "TOOL_CALL_ARGS" {
+			want = append(want, sseEvent{ev: map[string]any{"type": "TOOL_CALL_START", "toolCallId": open["toolCallId"]}})
+		}
+		want = append(want, first[i+1:]...)
+		if status != http.StatusOK || describe(again) != describe(want) {
+			t.Errorf("reconnect after event %d:\n got %s\nwant %s", i, describe(again), describe(want))
+		}
+	}
+	if status, _ := e.postWithID(t, input, "1.2.3"); status != http.StatusBadRequest {
+		t.Errorf("a malformed Last-Event-ID: %d", status)
+	}
+	_, evs := e.postWithID(t, map[string]any{"threadId": "never", "runId": "r1"}, first[1].id)
+	if len(evs) != 1 || evs[0].ev["code"] != "reconnect_refused" {
+		t.Errorf("a Last-Event-ID of no run of the thread: %s", describe(evs))
 	}
 }
