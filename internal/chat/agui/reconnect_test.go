@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
+	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -22,21 +23,30 @@ import (
 // while the run waits for a worker: @ag-ui/client sends the run's input
 // again with the id of the last event it applied as Last-Event-ID, and the
 // stream goes on from there (RUN_STARTED again, the message it has a part
-// of opened again): the library's messages hold every text, call and
-// result exactly once. The next prompt's run streams only its own events.
+// of opened again), through another replica: the library's messages hold
+// every text, call and result exactly once. The next prompt's run streams
+// only its own events.
 func TestAGUIReconnect(t *testing.T) {
 	t.Parallel()
 	modules := aguiModules(t)
 	sys := testkit.Test(t, testkit.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o := chattest.Orchestrator(ctx, t, sys, chattest.Agent(t, chattest.SlowAgent, map[string]string{"slow.yaml": chattest.SlowScript}))
+	slow := chattest.Agent(t, chattest.SlowAgent, map[string]string{"slow.yaml": chattest.SlowScript})
+	o := chattest.Orchestrator(ctx, t, sys, slow)
+	other, err := sys.Orchestrator(ctx, "orch2", orchestrator.Config{Agent: slow, ReconcileInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	release := chattest.Slow(ctx, t, sys)
-	h := agui.Handler(o, agui.Config{})
+	h, otherH := agui.Handler(o, agui.Config{}), agui.Handler(other, agui.Config{})
 	reconnected := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Last-Event-ID") != "" {
-			// The worker's call returns once the client is back.
+			// The client comes back through another replica, and the
+			// worker's call returns once it is there.
 			release()
+			otherH.ServeHTTP(w, r)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})
