@@ -24,6 +24,7 @@ type Engine interface {
 	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
 	Answer(ctx context.Context, a orchestrator.Answer) error
 	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
+	LastEventSeq(ctx context.Context) (uint64, error)
 	Agents() []string
 }
 
@@ -86,13 +87,13 @@ func hasRun(c *orchestrator.Conversation, runID string) bool {
 	return false
 }
 
-// Follow yields the events of conversation id's runs other than oldRuns
-// (the runs before this request), and its cancellation when it came after
-// start (cancelled true), until ctx ends or the caller stops. An error
-// reading the events is skipped while ctx lives.
-func Follow(ctx context.Context, e Engine, id string, start time.Time, oldRuns map[string]bool) iter.Seq2[wire.Event, bool] {
-	return func(yield func(wire.Event, bool) bool) {
-		for se, err := range e.Events(ctx, id, 0) {
+// Follow yields the events of conversation id stored after sequence after
+// of its runs other than oldRuns (the runs before this request), and its
+// cancellation when it came after start (cancelled true), until ctx ends or
+// the caller stops. An error reading the events is skipped while ctx lives.
+func Follow(ctx context.Context, e Engine, id string, after uint64, start time.Time, oldRuns map[string]bool) iter.Seq2[orchestrator.StoredEvent, bool] {
+	return func(yield func(orchestrator.StoredEvent, bool) bool) {
+		for se, err := range e.Events(ctx, id, after) {
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -101,13 +102,13 @@ func Follow(ctx context.Context, e Engine, id string, start time.Time, oldRuns m
 			}
 			ev := se.Event
 			if ev.Type == wire.EventConversationCancelled && se.Time.After(start) {
-				yield(ev, true)
+				yield(se, true)
 				return
 			}
 			if ev.RunID == "" || oldRuns[ev.RunID] {
 				continue
 			}
-			if !yield(ev, false) {
+			if !yield(se, false) {
 				return
 			}
 		}

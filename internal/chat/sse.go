@@ -32,6 +32,17 @@ func (s *SSE) Data(v any) {
 	s.Write("data: " + string(data) + "\n\n")
 }
 
+// Event sends v as JSON in one data line under the SSE id id, which a
+// client that reconnects gives back as Last-Event-ID; a v that does not
+// marshal is not sent.
+func (s *SSE) Event(id string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.Write("id: " + id + "\ndata: " + string(data) + "\n\n")
+}
+
 // Write sends text as it is.
 func (s *SSE) Write(text string) {
 	s.mu.Lock()

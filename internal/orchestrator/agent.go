@@ -35,10 +35,8 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 		tools = append(tools, t)
 	}
 	tools = append(tools, r.cfg.Tools...)
-	var toolsets []agent.Toolset
-	if len(cfg.Discover) > 0 {
-		toolsets = append(toolsets, r.discovery.toolset(agentName(cfg)))
-	}
+	// The run's discovered tools and its frontend's (runTools).
+	toolsets := []agent.Toolset{r.discovery.toolset(agentName(cfg))}
 	var handlers []agent.Handler
 	if cfg.InlineWait > 0 {
 		wait := cfg.InlineWait.D()

@@ -180,7 +180,10 @@ func (d *discovery) toolset(agentName string) agent.Toolset {
 				d.once.warn("schema:"+key, "advertised tool not offered", slog.String("tool", name), slog.String("reason", err.Error()))
 				continue
 			}
-			d.builtTools.Store(key, t)
+			if tc.Executor != ExecutorFrontend {
+				// A frontend's tools come and go with its conversations.
+				d.builtTools.Store(key, t)
+			}
 			tools = append(tools, t)
 		}
 		return tools, nil

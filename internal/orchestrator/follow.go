@@ -39,3 +39,10 @@ func (o *Orchestrator) Events(ctx context.Context, id string, afterSeq uint64) i
 		}
 	}
 }
+
+// LastEventSeq is the sequence of the last event stored, of any
+// conversation: Events after it yields only what comes next, so that a
+// reader can follow what a request it is about to make causes.
+func (o *Orchestrator) LastEventSeq(ctx context.Context) (uint64, error) {
+	return o.bus.LastSequence(ctx, wire.StreamEvents)
+}

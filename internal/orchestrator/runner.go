@@ -186,6 +186,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	// The tools are those of this moment for the whole run: a tool that a
 	// worker starts or stops advertising meanwhile is seen by the next run.
 	rt := rn.discovery.toolsForRun(ag.cfg)
+	rn.discovery.addFrontend(rt, c.FrontendTools)
 	rn.discovery.runTools.Store(runID, rt)
 	defer rn.discovery.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/toolgate/toolgate/internal/agent"
 )
 
 // StartRequest asks for a run.
@@ -40,6 +42,13 @@ type StartRequest struct {
 	// see it as RunContext.Caller. It is passed on as given, as
 	// trustworthy as the client that sends it. At most MaxCallerBytes.
 	Caller json.RawMessage
+	// FrontendTools are tools the frontend that drives the conversation
+	// declares (AG-UI's RunAgentInput.tools): offered to the model in the
+	// conversation's runs beside the agent's, each call of one waiting for
+	// the frontend's answer as a call of an executor: frontend tool does.
+	// Non-nil replaces the conversation's; nil keeps them. Checked by
+	// checkFrontendTools and against the agent's tools (*BadRequestError).
+	FrontendTools []agent.ToolDef
 }
 
 // MaxCallerBytes bounds StartRequest.Caller: who is asking, not a
@@ -106,6 +115,9 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 	if err := checkCaller(req.Caller); err != nil {
 		return RunInfo{}, err
 	}
+	if err := checkFrontendTools(req.FrontendTools); err != nil {
+		return RunInfo{}, err
+	}
 	if o.storage.full.Load() != nil {
 		// Once a start met a full store, the next ones ask the server
 		// first rather than wait for an answer it will not give.
@@ -148,6 +160,11 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	if err != nil {
 		return RunInfo{}, err
 	}
+	if local != nil {
+		if err := o.discovery.frontendClash(local.cfg, req.FrontendTools); err != nil {
+			return RunInfo{}, err
+		}
+	}
 	if req.NewConversationID != "" {
 		// Looked for before anything runs: a first run started from memory
 		// (tentative.go) would call the model before its store found the
@@ -162,7 +179,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		lease.Until = now
 	}
 	c := NewConversation(convID, rec, lease, now)
-	c.Agent, c.AgentDigest, c.Caller = name, digest, req.Caller
+	c.Agent, c.AgentDigest, c.Caller, c.FrontendTools = name, digest, req.Caller, req.FrontendTools
 	c.Signed = local != nil && local.policy.signed()
 	if local != nil && o.cfg.ClaimWindow >= 0 {
 		// Stored with the run's pause or end when the run gets that far
@@ -212,6 +229,11 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		if req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
 			return &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.roster.agentNameOf(c)}
 		}
+		if a := o.roster.agentOf(c); a != nil {
+			if err := o.discovery.frontendClash(a.cfg, req.FrontendTools); err != nil {
+				return err
+			}
+		}
 		var err error
 		queued = c.Status == StatusPaused && c.runRecord(runID) == nil
 		if queued {
@@ -240,6 +262,9 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		}
 		if err == nil {
 			c.Caller = req.Caller
+			if req.FrontendTools != nil {
+				c.FrontendTools = req.FrontendTools
+			}
 		}
 		return err
 	})

@@ -69,6 +69,9 @@ type Conversation struct {
 	// application said gave it. Its runs, follow-ups included, see it as
 	// RunContext.Caller.
 	Caller json.RawMessage `msgpack:"caller,omitempty"`
+	// FrontendTools are the tools its frontend declared
+	// (StartRequest.FrontendTools), offered in its runs.
+	FrontendTools []agent.ToolDef `msgpack:"frontend_tools,omitempty"`
 	// Signed says a config of its agent that ran it takes only signed
 	// decisions (AgentConfig.Trust): from then on, only a replica whose
 	// config does too may judge its decisions, whatever config adopts it.

@@ -7,13 +7,13 @@ import (
 )
 
 // EncodeMsgpack writes c as msgpack's reflection would, without its
-// garbage on each of twelve optional fields (package msgpackmap): every
+// garbage on each of thirteen optional fields (package msgpackmap): every
 // stored change encodes the head of its conversation up to three times
 // (its fingerprint, diff's comparison, the record).
 func (c Conversation) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w := msgpackmap.Writer{Enc: enc}
 	w.Len(6 + msgpackmap.Count(c.Batch != nil, c.Output != "", c.Error != "", c.Lease != nil, c.StaleReplies != 0, len(c.Decisions) > 0,
-		c.Agent != "", c.AgentDigest != "", len(c.Caller) > 0, c.Signed, c.Unserved != "", !c.UnservedSince.IsZero()))
+		c.Agent != "", c.AgentDigest != "", len(c.Caller) > 0, len(c.FrontendTools) > 0, c.Signed, c.Unserved != "", !c.UnservedSince.IsZero()))
 	w.Str("id", c.ID)
 	w.Str("status", string(c.Status))
 	w.Value("history", c.History)
@@ -44,6 +44,9 @@ func (c Conversation) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if len(c.Caller) > 0 {
 		w.Bin("caller", c.Caller)
+	}
+	if len(c.FrontendTools) > 0 {
+		w.Value("frontend_tools", c.FrontendTools)
 	}
 	if c.Signed {
 		w.Value("signed", true)

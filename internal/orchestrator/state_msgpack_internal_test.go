@@ -36,6 +36,9 @@ func TestConversationMsgpackAsReflection(t *testing.T) {
 		func(c *Conversation) {
 			c.History = []agent.Message{{Kind: agent.KindRequest, Parts: []agent.Part{{Kind: agent.PartUserPrompt, Content: "hi"}}, Timestamp: at}}
 			c.Runs = []*RunRecord{{RunID: "r1", Status: StatusPaused, StartedAt: at}}
+			// The one optional field with the fields always written: no
+			// other optional field's count stands in for it.
+			c.FrontendTools = []agent.ToolDef{{Name: "page_color", Parameters: json.RawMessage(`{"type":"object"}`)}}
 		},
 		func(c *Conversation) { c.StaleReplies = 3; c.Decisions = []DecisionRecord{} },
 	}
@@ -58,6 +61,6 @@ func TestConversationMsgpackWritesEveryField(t *testing.T) {
 	at := time.Now()
 	c := Conversation{ID: "c", Status: StatusPaused, History: []agent.Message{{}}, Runs: []*RunRecord{{}}, Batch: &Batch{}, Output: "o",
 		Error: "e", Lease: &Lease{}, StaleReplies: 1, Decisions: []DecisionRecord{{}}, Agent: "a", AgentDigest: "d",
-		Caller: json.RawMessage(`1`), Signed: true, Unserved: "u", UnservedSince: at, CreatedAt: at, UpdatedAt: at}
+		Caller: json.RawMessage(`1`), FrontendTools: []agent.ToolDef{{}}, Signed: true, Unserved: "u", UnservedSince: at, CreatedAt: at, UpdatedAt: at}
 	msgpackmaptest.EveryField(t, reflect.TypeFor[Conversation](), msgpackmaptest.Encode(t, c, false, false))
 }

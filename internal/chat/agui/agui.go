@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -52,6 +54,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusBadRequest, "runId: required")
 		return
 	}
+	var resume *chat.Cursor
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		c, err := chat.ParseCursor(v)
+		if err != nil {
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: %v", v, err))
+			return
+		}
+		resume = &c
+	}
 	if err := web.Stream(w); err != nil {
 		web.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -60,6 +71,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if in.ThreadID == "" {
 		s.fail("invalid_thread", "threadId: required")
+		return
+	}
+	if resume != nil {
+		h.reconnect(ctx, s, in, *resume)
 		return
 	}
 	p, err := h.prepare(ctx, in)
@@ -74,12 +89,59 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if p.base, err = h.e.LastEventSeq(ctx); err != nil {
+		h.Logger.WarnContext(ctx, "agui: last event", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
+		s.fail("internal", "internal error")
+		return
+	}
+	s.at.Base, s.at.Runs = p.base, len(p.oldRuns)
 	if err := h.apply(ctx, in, p); err != nil {
 		s.fail(errCode(err), err.Error())
 		return
 	}
 	s.started()
 	h.follow(ctx, s, ConversationID(in.ThreadID), p)
+}
+
+// reconnect serves an input sent again with the Last-Event-ID of the run
+// it started (HttpAgent.runAgent with the same runId): nothing of it is
+// read or applied, the run's stream goes on after that event. It starts
+// with RUN_STARTED and opens again the message or tool call the client
+// has a part of; every other event the client has is left out.
+func (h *handler) reconnect(ctx context.Context, s *stream, in RunAgentInput, at chat.Cursor) {
+	c, err := h.e.Conversation(ctx, ConversationID(in.ThreadID))
+	switch {
+	case errors.Is(err, orchestrator.ErrNotFound):
+		s.fail("reconnect_refused", "Last-Event-ID: thread "+in.ThreadID+" has no run")
+		return
+	case err != nil:
+		h.Logger.WarnContext(ctx, "agui: reconnect", slog.String("thread", in.ThreadID), slog.String("error", err.Error()))
+		s.fail("internal", "internal error")
+		return
+	case at.Runs > len(c.Runs):
+		s.fail("reconnect_refused", "Last-Event-ID: not an event of thread "+in.ThreadID)
+		return
+	}
+	p := &plan{oldRuns: map[string]bool{}, base: at.Base}
+	for _, r := range c.Runs[:at.Runs] {
+		p.oldRuns[r.RunID] = true
+	}
+	// The calls the run's stream started from: made by the runs before.
+	p.known.calls = map[string]bool{}
+	for _, m := range c.History {
+		if !p.oldRuns[m.RunID] {
+			continue
+		}
+		for _, part := range m.Parts {
+			if part.Kind == agent.PartToolCall {
+				p.known.calls[part.ToolCallID] = true
+			}
+		}
+	}
+	s.at = chat.Cursor{Base: at.Base, Runs: at.Runs}
+	s.skip = &at
+	s.started()
+	h.follow(ctx, s, c.ID, p)
 }
 
 // ConversationID is the conversation of an AG-UI thread: derived from the
@@ -103,6 +165,9 @@ type plan struct {
 	oldRuns map[string]bool
 	// start is when the input came: a cancel after it ends the run.
 	start time.Time
+	// base is the last event stored before the input was applied: the
+	// events of its runs come after it.
+	base uint64
 }
 
 // prepare checks the input against the conversation: the history the
@@ -279,6 +344,11 @@ func (h *handler) apply(ctx context.Context, in RunAgentInput, p *plan) error {
 		req := orchestrator.StartRequest{
 			Prompt: p.prompt, Agent: p.agent, Caller: callerJSON,
 			IdempotencyKey: "agui-" + in.RunID,
+			// The tools the input declares are the thread's from now on.
+			FrontendTools: make([]agent.ToolDef, 0, len(in.Tools)),
+		}
+		for _, t := range in.Tools {
+			req.FrontendTools = append(req.FrontendTools, agent.ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 		}
 		if p.conv == nil {
 			req.NewConversationID = ConversationID(in.ThreadID)
@@ -323,6 +393,10 @@ func errCode(err error) string {
 	var ce *orchestrator.ConflictError
 	if errors.As(err, &ce) {
 		return "conflict"
+	}
+	var be *orchestrator.BadRequestError
+	if errors.As(err, &be) {
+		return "bad_request"
 	}
 	return "refused"
 }

@@ -65,7 +65,8 @@ type ToolCall struct {
 	} `json:"function"`
 }
 
-// Tool is a tool the frontend declares.
+// Tool is a tool the frontend declares: a frontend tool of the thread's
+// runs (orchestrator.StartRequest.FrontendTools).
 type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`

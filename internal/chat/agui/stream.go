@@ -14,11 +14,23 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// stream writes one AG-UI run as Server-Sent Events.
+// stream writes one AG-UI run as Server-Sent Events, each under the id of
+// its place in the run (chat.Cursor).
 type stream struct {
 	*chat.SSE
 	in      RunAgentInput
 	openMsg string // the text message open, if any
+	// at is the place of the next event.
+	at chat.Cursor
+	// skip, on a reconnect, is the place of the last event the client
+	// has: the events up to it are made again, to know the state there,
+	// but not sent.
+	skip *chat.Cursor
+	// openText and openCall are the TEXT_MESSAGE_START and TOOL_CALL_START
+	// of the message and the call open at the last event made: a
+	// reconnect that resumes inside one opens it again, as the client
+	// checks that a stream opens what it continues.
+	openText, openCall map[string]any
 }
 
 func newStream(w http.ResponseWriter, in RunAgentInput) *stream {
@@ -29,13 +41,54 @@ func newStream(w http.ResponseWriter, in RunAgentInput) *stream {
 	return &stream{SSE: chat.NewSSE(w), in: in}
 }
 
-func (s *stream) emit(ev map[string]any) {
-	ev["timestamp"] = time.Now().UnixMilli()
-	s.Data(ev)
+// from sets the place of the events made next: of the stored event se.
+func (s *stream) from(se orchestrator.StoredEvent) {
+	s.at.Seq, s.at.Idx, s.at.K = se.Seq, se.Index, 0
 }
 
+func (s *stream) emit(ev map[string]any) {
+	ev["timestamp"] = time.Now().UnixMilli()
+	id := s.at
+	s.at.K++
+	if s.skip != nil {
+		if !id.After(*s.skip) {
+			s.track(ev)
+			return
+		}
+		s.skip = nil
+		if s.openText != nil && ev["type"] != evTextStart {
+			s.Data(s.openText)
+		}
+		if s.openCall != nil && ev["type"] != evToolCallStart {
+			s.Data(s.openCall)
+		}
+	}
+	s.track(ev)
+	s.Event(id.String(), ev)
+}
+
+func (s *stream) track(ev map[string]any) {
+	switch ev["type"] {
+	case evTextStart:
+		s.openText = ev
+	case evTextEnd:
+		s.openText = nil
+	case evToolCallStart:
+		s.openCall = ev
+	case evToolCallEnd:
+		s.openCall = nil
+	}
+}
+
+// started sends RUN_STARTED, also on a reconnect (the client's stream
+// starts with it), there under the place the client resumes from.
 func (s *stream) started() {
-	s.emit(map[string]any{"type": evRunStarted, "threadId": s.in.ThreadID, "runId": s.in.RunID, "protocolVersion": ProtocolVersion})
+	id := s.at
+	s.at.K++
+	if s.skip != nil {
+		id = *s.skip
+	}
+	s.Event(id.String(), map[string]any{"type": evRunStarted, "threadId": s.in.ThreadID, "runId": s.in.RunID, "protocolVersion": ProtocolVersion, "timestamp": time.Now().UnixMilli()})
 }
 
 // fail ends the run with RUN_ERROR (alone, when the run never began).
@@ -85,7 +138,9 @@ func (h *handler) follow(ctx context.Context, s *stream, threadID string, p *pla
 	for id := range p.known.calls {
 		f.called[id] = true
 	}
-	for ev, cancelled := range chat.Follow(ctx, h.e, threadID, p.start, p.oldRuns) {
+	for se, cancelled := range chat.Follow(ctx, h.e, threadID, p.base, p.start, p.oldRuns) {
+		s.from(se)
+		ev := se.Event
 		if cancelled {
 			s.finish(outcome{Type: "cancelled"}, nil)
 			return

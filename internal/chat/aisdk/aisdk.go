@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -77,6 +79,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := newStream(w, p.seen)
+	if p.prompt == "" {
+		s.mode = modeContinue
+	}
+	if p.after, err = h.e.LastEventSeq(ctx); err != nil {
+		h.Logger.WarnContext(ctx, "aisdk: last event", slog.String("chat", req.ID), slog.String("error", err.Error()))
+		s.fail("internal", "internal error")
+		return
+	}
+	s.at.Base, s.at.Runs = p.after, len(p.oldRuns)
 	if err := h.apply(ctx, req, p); err != nil {
 		s.fail(errCode(err), err.Error())
 		return
@@ -86,13 +97,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // resume serves GET /v1/ai-sdk/chat/{id}/stream, where the chat's
-// transport reconnects (resumeStream): a replay of the chat's last
-// assistant message (the runs since the last prompt, as the transport
-// expects by default), followed live until the conversation waits for the
-// user or ends; 204 for a chat without a run. It reads nothing from the
-// client and applies nothing.
+// transport reconnects (resumeStream). Without Last-Event-ID, a replay of
+// the chat's last assistant message (the runs since the last prompt, as
+// the transport expects by default), followed live until the conversation
+// waits for the user or ends; 204 for a chat without a run. With the id of
+// the last chunk the client has, the response it came from goes on after
+// it (for a transport made with resumeStreamIsReplay: false, whose chat
+// kept the message's state). It reads nothing from the client and applies
+// nothing.
 func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	var (
+		mode byte
+		at   *chat.Cursor
+	)
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		m, c, err := parseEventID(v)
+		if err != nil {
+			web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID %q: %v", v, err))
+			return
+		}
+		mode, at = m, &c
+	}
 	c, err := h.e.Conversation(ctx, ConversationID(r.PathValue("id")))
 	if errors.Is(err, orchestrator.ErrNotFound) || err == nil && len(c.Runs) == 0 {
 		w.WriteHeader(http.StatusNoContent)
@@ -103,8 +129,16 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
+	if at != nil && at.Runs > len(c.Runs) {
+		web.WriteError(w, http.StatusBadRequest, fmt.Sprintf("Last-Event-ID: not an event of chat %s", r.PathValue("id")))
+		return
+	}
 	if err := web.Stream(w); err != nil {
 		web.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if at != nil {
+		h.reconnect(ctx, w, c, mode, *at)
 		return
 	}
 	p := &plan{oldRuns: map[string]bool{}, start: h.Clock(), known: newTranscript()}
@@ -118,6 +152,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		p.oldRuns[run.RunID] = true
 	}
 	s := newStream(w, nil)
+	s.mode, s.at.Runs = modeReplay, last
 	s.start()
 	if c.Status == orchestrator.StatusCancelled {
 		// Its cancel is no event after this request: the replay would
@@ -126,6 +161,50 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.follow(ctx, s, c.ID, p, true)
+}
+
+// reconnect goes on with the response whose chunk at the client has: its
+// chunks are made again as that response made them (its runs, the calls
+// its client had, the calls its message showed) and those up to at left
+// out.
+func (h *handler) reconnect(ctx context.Context, w http.ResponseWriter, c *orchestrator.Conversation, mode byte, at chat.Cursor) {
+	p := &plan{oldRuns: map[string]bool{}, after: at.Base, known: newTranscript()}
+	last := 0
+	for i, run := range c.Runs[:at.Runs] {
+		p.oldRuns[run.RunID] = true
+		if run.Prompt != "" {
+			last = i
+		}
+	}
+	shown := map[string]bool{}
+	if mode == modeReplay {
+		// A replay reads the log from its start; only a cancel after
+		// this request ends it, as one before would have ended the first.
+		p.start = h.Clock()
+	}
+	for _, m := range c.History {
+		if !p.oldRuns[m.RunID] || mode == modeReplay {
+			continue
+		}
+		lastMessage := slices.ContainsFunc(c.Runs[last:at.Runs], func(r *orchestrator.RunRecord) bool { return r.RunID == m.RunID })
+		for _, part := range m.Parts {
+			switch part.Kind {
+			case agent.PartToolCall:
+				p.known.calls[part.ToolCallID] = call{name: part.ToolName, args: part.Args}
+			case agent.PartToolReturn, agent.PartRetryPrompt:
+			default:
+				continue
+			}
+			if mode == modeContinue && lastMessage {
+				// The calls of the message the request went on with.
+				shown[part.ToolCallID] = true
+			}
+		}
+	}
+	s := newStream(w, shown)
+	s.mode, s.at, s.skip = mode, chat.Cursor{Base: at.Base, Runs: at.Runs}, &at
+	s.start()
+	h.follow(ctx, s, c.ID, p, mode == modeReplay)
 }
 
 // plan is what a request asks for once checked: nothing of it is applied
@@ -144,6 +223,10 @@ type plan struct {
 	oldRuns map[string]bool
 	// start is when the request came: a cancel after it ends the stream.
 	start time.Time
+	// after is the last event stored before the request was applied: its
+	// runs' events come after it. 0 reads the conversation's log from its
+	// start.
+	after uint64
 }
 
 // prepare checks the request against the conversation: the history the

@@ -18,7 +18,9 @@
 // worker's result, on behalf of the API's authenticated caller.
 //
 // GET /v1/ai-sdk/chat/{id}/stream, where the transport reconnects,
-// replays the chat's last assistant message and follows it live.
+// replays the chat's last assistant message and follows it live; with the
+// Last-Event-ID of a chunk (every chunk has an SSE id), it goes on with
+// that chunk's response after it.
 package aisdk
 
 import "encoding/json"

@@ -14,7 +14,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// stream writes one response of the chat as a UI message stream.
+// stream writes one response of the chat as a UI message stream, each
+// chunk under the id of its place in the response: its mode and a
+// chat.Cursor.
 type stream struct {
 	*chat.SSE
 	openText string // the text part open, if any
@@ -23,6 +25,39 @@ type stream struct {
 	// for another call (one of an earlier message, answered with a new
 	// user message) announces the call first.
 	shown map[string]bool
+	// mode says how the response began (a mode* letter): what a
+	// reconnect needs to make its chunks again.
+	mode byte
+	// at is the place of the next chunk.
+	at chat.Cursor
+	// skip, on a reconnect, is the place of the last chunk the client
+	// has: the chunks up to it are made again, to know the state there,
+	// but not sent.
+	skip *chat.Cursor
+}
+
+// The modes of a response, the first letter of its chunks' ids.
+const (
+	modeNew      = 'n' // a request with a new user message: a new assistant message
+	modeContinue = 'c' // a request of answers: the last assistant message goes on
+	modeReplay   = 'r' // a reconnect without Last-Event-ID: the last assistant message again
+)
+
+// eventID is a chunk's SSE id.
+func eventID(mode byte, at chat.Cursor) string { return string(mode) + at.String() }
+
+// parseEventID reads an eventID.
+func parseEventID(s string) (byte, chat.Cursor, error) {
+	if s == "" || (s[0] != modeNew && s[0] != modeContinue && s[0] != modeReplay) {
+		return 0, chat.Cursor{}, fmt.Errorf("want an event id of this endpoint")
+	}
+	at, err := chat.ParseCursor(s[1:])
+	return s[0], at, err
+}
+
+// from sets the place of the chunks made next: of the stored event se.
+func (s *stream) from(se orchestrator.StoredEvent) {
+	s.at.Seq, s.at.Idx, s.at.K = se.Seq, se.Index, 0
 }
 
 func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
@@ -36,12 +71,31 @@ func newStream(w http.ResponseWriter, shown map[string]bool) *stream {
 	if shown == nil {
 		shown = map[string]bool{}
 	}
-	return &stream{SSE: chat.NewSSE(w), shown: shown}
+	return &stream{SSE: chat.NewSSE(w), shown: shown, mode: modeNew}
 }
 
-func (s *stream) emit(chunk map[string]any) { s.Data(chunk) }
+func (s *stream) emit(chunk map[string]any) {
+	id := s.at
+	s.at.K++
+	if s.skip != nil {
+		if !id.After(*s.skip) {
+			return
+		}
+		s.skip = nil
+	}
+	s.Event(eventID(s.mode, id), chunk)
+}
 
-func (s *stream) start() { s.emit(map[string]any{"type": "start"}) }
+// start sends the start chunk, also on a reconnect, there under the place
+// the client resumes from.
+func (s *stream) start() {
+	id := s.at
+	s.at.K++
+	if s.skip != nil {
+		id = *s.skip
+	}
+	s.Event(eventID(s.mode, id), map[string]any{"type": "start"})
+}
 
 // fail ends the stream with the error chunk.
 func (s *stream) fail(code, msg string) {
@@ -146,7 +200,9 @@ func (h *handler) follow(ctx context.Context, s *stream, convID string, p *plan,
 	for id, c := range p.known.calls {
 		f.calls[id] = c
 	}
-	for ev, cancelled := range chat.Follow(ctx, h.e, convID, p.start, p.oldRuns) {
+	for se, cancelled := range chat.Follow(ctx, h.e, convID, p.after, p.start, p.oldRuns) {
+		s.from(se)
+		ev := se.Event
 		if cancelled {
 			s.abort("the conversation was cancelled")
 			return

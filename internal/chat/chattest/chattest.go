@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // FilesAgent is an agent "files" of the update_file and delete_file
@@ -67,6 +68,47 @@ const OtherScript = `
 - calls: [{tool: wipe, id: other_call, args: {}}]
 - text: wiped
 `
+
+// SlowAgent is an agent "slow" whose first response streams a text and
+// calls slow, the tool of the worker Slow starts; its script (slow.yaml) is
+// SlowScript.
+const SlowAgent = `
+name: slow
+model: {provider: script, script: slow.yaml}
+tools:
+  - name: slow
+    parameters: {type: object, properties: {}}
+`
+
+// SlowScript is SlowAgent's slow.yaml: the text and the call, then a text
+// for the follow-up and one for the next prompt.
+const SlowScript = `
+- text: Let me look into it for you
+  calls: [{tool: slow, id: slow_call, args: {}}]
+- text: found it
+- text: again done
+`
+
+// Slow starts a worker "slow" on sys of the tool slow, whose calls return
+// "the answer" once release is called: a run that calls it is still going
+// until then.
+func Slow(ctx context.Context, t testing.TB, sys *testkit.System) (release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	slow := worker.ExecutorFunc(func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return wire.CallReply{}, ctx.Err()
+		}
+		return wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"the answer"`)}, nil
+	})
+	if _, err := sys.Worker(ctx, "slow", worker.Config{Tools: []worker.Tool{{Spec: worker.ToolSpec{Name: "slow"}, Executor: slow}}}); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
 
 // Agent parses the agent config src whose model scripts are scripts (file
 // name to content).

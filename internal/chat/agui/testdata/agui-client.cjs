@@ -3,6 +3,8 @@
 //
 // stdin: {"url": "...", "threads": {"a": {"threadId": "...", "agent": "..."}},
 //         "steps": [{"thread": "a", "edit": "text", "user": "text", "tool": {"toolCallId", "content"},
+//                    "tools": [{name, description, parameters}] (the tools the frontend declares),
+//                    "restore": true (the thread's messages put back as they were before the step),
 //                    "resume": [{"toolCallId" | "interruptId" | "seen": toolCallId |
 //                                "interruptOf": {"thread", "toolCallId"},
 //                                "status", "payload"}]}]}
@@ -36,6 +38,7 @@ async function main() {
   for (const [i, step] of input.steps.entries()) {
     const agent = agents[step.thread];
     const out = (o) => process.stdout.write(JSON.stringify({ step: i, ...o }) + "\n");
+    const before = structuredClone(agent.messages);
     try {
       if (step.edit) {
         // Rewrites the thread's first user message, as a tampering client would.
@@ -45,6 +48,7 @@ async function main() {
       if (step.user) agent.addMessage({ id: randomUUID(), role: "user", content: step.user });
       if (step.tool) agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: step.tool.toolCallId, content: step.tool.content });
       const params = { forwardedProps: agent.forwardedAgent ? { agent: agent.forwardedAgent } : {} };
+      if (step.tools) params.tools = step.tools;
       if (step.resume) {
         params.resume = step.resume.map((e) => {
           const entry = { interruptId: interruptFor(agents, e, step.thread), status: e.status };
@@ -61,6 +65,7 @@ async function main() {
     } catch (err) {
       out({ error: String(err && err.message ? err.message : err) });
     }
+    if (step.restore) agent.setMessages(before);
   }
 }
 
