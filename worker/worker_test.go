@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/schemas"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
+	"github.com/toolgate/toolgate/worker/prommetrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -301,7 +302,7 @@ func TestRegisterRefusesBadTools(t *testing.T) {
 func TestMetricsCountEveryOutcome(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(e.nc, worker.Config{ID: "w1", Metrics: reg})
+	w, err := worker.New(e.nc, worker.Config{ID: "w1", Metrics: prommetrics.New(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -34,24 +34,15 @@ func (f ExecutorFunc) Execute(ctx context.Context, req wire.CallRequest) (wire.C
 
 // TimedOutMessage is the message of a failed reply for a call whose deadline
 // passed before it finished (D37).
-const TimedOutMessage = "timed out"
-
-// errTimedOut is the cancellation cause of a call's context when the call's
-// own deadline passes, told apart from the worker shutting down.
-var errTimedOut = errors.New("call deadline exceeded")
+const TimedOutMessage = callctx.TimedOutMessage
 
 // withCallDeadline bounds ctx by the call's deadline; a zero deadline means
 // none. timedOut reports whether ctx ended because of that deadline.
 func withCallDeadline(ctx context.Context, req wire.CallRequest) (context.Context, context.CancelFunc) {
-	if req.Deadline.IsZero() {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadlineCause(ctx, req.Deadline, errTimedOut)
+	return callctx.WithDeadline(ctx, req.Deadline)
 }
 
-func timedOut(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errTimedOut)
-}
+func timedOut(ctx context.Context) bool { return callctx.TimedOut(ctx) }
 
 // Reply constructors for executors.
 

@@ -19,8 +19,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
+	"github.com/toolgate/toolgate/worker"
 )
 
 // MCPConfig configures one MCP server whose tools a worker serves.
@@ -236,9 +237,9 @@ func (s *MCPServer) closeSession(sess *mcpSession) error {
 	return err
 }
 
-// advertFor is what the worker advertises for tool name; ok is false once
-// the server no longer offers it.
-func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
+// Advert is what the worker advertises for tool name (worker.Advertiser);
+// ok is false once the server no longer offers it.
+func (s *MCPServer) Advert(name string) (a worker.Advert, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.tools[name]
@@ -246,8 +247,7 @@ func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
 		return a, false
 	}
 	params, _ := json.Marshal(t.InputSchema)
-	a = bus.ToolAdvert{
-		Name:        name,
+	a = worker.Advert{
 		Description: mcpDescription(t),
 		Parameters:  params,
 		MCPServer:   s.cfg.Name,
@@ -477,7 +477,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 	params := &mcp.CallToolParams{Name: t.Name, Arguments: args}
 	token := "toolgate-" + strconv.FormatUint(s.nextToken.Add(1), 10)
 	params.SetProgressToken(token)
-	if f := progressFunc(ctx); f != nil {
+	if f := callctx.Progress(ctx); f != nil {
 		s.progress.Store(token, f)
 		defer s.progress.Delete(token)
 	}
@@ -611,18 +611,4 @@ func (s *syncTail) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.t.String()
-}
-
-// progressKeyType carries a call's in-progress function in its context.
-type progressKeyType struct{}
-
-// withProgress returns ctx carrying f, which an executor calls when the call
-// made progress (the worker sends an in-progress ack).
-func withProgress(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, progressKeyType{}, f)
-}
-
-func progressFunc(ctx context.Context) func() {
-	f, _ := ctx.Value(progressKeyType{}).(func())
-	return f
 }

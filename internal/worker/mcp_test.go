@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -73,7 +74,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 	if tools["ev_echo"].Spec.Description == "" {
 		t.Error("echo has no description")
 	}
-	a, ok := s.advertFor("ev_echo")
+	a, ok := s.Advert("ev_echo")
 	if !ok || a.MCPServer != "everything" || a.MCPTool != "echo" || len(a.Parameters) == 0 {
 		t.Errorf("advert = %+v, %v; want server everything, tool echo, its schema", a, ok)
 	}
@@ -102,7 +103,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 
 	// Progress notifications reach the call's in-progress function.
 	var progress atomic.Int32
-	ctx := withProgress(t.Context(), func() { progress.Add(1) })
+	ctx := callctx.WithProgress(t.Context(), func() { progress.Add(1) })
 	lr, err := s.Execute(ctx, mcpCall("ev_trigger-long-running-operation", `{"duration":0.3,"steps":3}`))
 	if err != nil || lr.Outcome != wire.OutcomeReturn {
 		t.Fatalf("long-running = %+v, %v", lr, err)
@@ -153,7 +154,7 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 	}
 	deadline := time.After(30 * time.Second)
 	for {
-		if _, ok := s.advertFor("late_echo"); ok {
+		if _, ok := s.Advert("late_echo"); ok {
 			break
 		}
 		select {
@@ -234,7 +235,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		t.Errorf("echo over streamable HTTP = %+v", r)
 	}
 	var progress atomic.Int32
-	ctx := withProgress(t.Context(), func() { progress.Add(1) })
+	ctx := callctx.WithProgress(t.Context(), func() { progress.Add(1) })
 	if r, err := s.Execute(ctx, mcpCall("trigger-long-running-operation", `{"duration":0.2,"steps":2}`)); err != nil || r.Outcome != wire.OutcomeReturn {
 		t.Errorf("long-running over HTTP = %+v, %v", r, err)
 	}
