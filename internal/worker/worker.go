@@ -18,18 +18,6 @@ import (
 	"github.com/toolgate/toolgate/worker"
 )
 
-// Tool is one tool a worker serves.
-type Tool struct {
-	// Spec names the tool (required) and, for the toolgate_tools
-	// advertisement, describes it; Description and Parameters may be empty.
-	Spec ToolSpec
-	// Executor runs the tool's calls; required.
-	Executor Executor
-	// Kind names the executor in the advertisement: "exec", "http",
-	// "builtin". Defaults to "custom".
-	Kind string
-}
-
 // Config configures a Worker: worker.Config on a bus the caller made, with
 // the tools listed.
 type Config struct {
