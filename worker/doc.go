@@ -31,7 +31,7 @@
 //
 // Use wraps every handler, outermost first, like net/http middleware:
 // Tracing makes a span per call (child of the orchestrator's trace, which
-// the call's headers carry). Metrics are not a middleware but
+// the call's headers carry) on the provider it is given. Metrics are not a middleware but
 // Config.Metrics, since the worker, not a handler, sees every call's
 // outcome (expired before it ran, handed back by a drain, a reply that
 // could not be published).
@@ -39,7 +39,7 @@
 // # What this package is
 //
 // It is the engine every toolgate worker runs, tool-worker's exec
-// commands, webhooks and MCP servers included: those are Handlers in
+// commands, webhooks and MCP servers included: those run as Handlers from
 // packages of their own that only the tool-worker binary links. The
 // delivery rules (ack after publish, redelivery with back-off, drain,
 // consumer creation through a cluster's elections, cancel notices,
