@@ -119,8 +119,8 @@ type Config struct {
 	AdvertiseEvery time.Duration
 	// ConsumerCheckEvery is how often each tool's consumer on the server
 	// is compared with the worker's configuration: a change by another
-	// client is logged as an error, counted (ConsumerDrifts) and put back
-	// if the worker's user may. Defaults to 30s.
+	// client is logged as an error and put back if the worker's user may.
+	// Defaults to 30s.
 	ConsumerCheckEvery time.Duration
 	// Metrics, when set, counts every call the worker takes (see Metrics;
 	// package prommetrics gives Prometheus collectors). nil counts nothing.
@@ -261,10 +261,6 @@ func newOnBus(b *bus.Bus, cfg Config) (*Worker, error) {
 
 // ID is the worker id set on replies.
 func (w *Worker) ID() string { return w.cfg.ID }
-
-// ConsumerDrifts is how many times a consumer of this worker was found
-// with a configuration other than its own (see Config.ConsumerCheckEvery).
-func (w *Worker) ConsumerDrifts() int64 { return w.bus.ConsumerDrifts() }
 
 // Use adds middleware around every tool's handler; the first added is the
 // outermost. Middleware added after a tool started serving does not wrap
