@@ -13,7 +13,7 @@ import (
 
 // advertise renews the advertisements until ctx ends, every AdvertiseEvery
 // and whenever Readvertise asks. A bucket that is missing or a failed put is
-// logged, never fatal. A tool its executor withdraws has its entry deleted,
+// logged, never fatal. A tool its handler withdraws (Advertiser) has its entry deleted,
 // once.
 func (w *Worker) advertise(ctx context.Context) {
 	kv := w.openTools(ctx)

@@ -208,7 +208,7 @@ func (w *Worker) drain(subs []*bus.Subscription) error {
 		})
 	}
 	wg.Wait()
-	// Drain cancels the handlers' context when it times out; executors
+	// Drain cancels the handlers' context when it times out; handlers
 	// return soon after, and their calls are nak'd before the handler ends.
 	done := w.whenIdle()
 	grace := time.NewTimer(w.cfg.PublishTimeout + 5*time.Second)
@@ -248,7 +248,7 @@ func (w *Worker) handle(ctx context.Context, t Tool, d *bus.Delivery[wire.CallRe
 	}
 	defer func() { <-w.slots }()
 
-	// Every path below sets c.outcome (and c.took, when the executor ran).
+	// Every path below sets c.outcome (and c.took, when the handler ran).
 	w.cfg.Metrics.CallStarted(c.tool)
 	defer func() {
 		w.cfg.Metrics.CallFinished(c.tool, c.outcome, c.took)

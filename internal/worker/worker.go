@@ -127,9 +127,6 @@ func New(cfg Config) (*Worker, error) {
 	return iw, nil
 }
 
-// Public is the worker.Worker this one is.
-func (w *Worker) Public() *worker.Worker { return w.w }
-
 // ID is the worker id set on replies.
 func (w *Worker) ID() string { return w.w.ID() }
 
@@ -147,15 +144,15 @@ func (w *Worker) AddTool(t Tool) error {
 	}
 	return w.w.Handle(worker.Tool{
 		Name: t.Spec.Name, Description: t.Spec.Description, Parameters: t.Spec.Parameters,
-		Handler: Handler(t.Executor), Kind: t.Kind,
+		Handler: handlerOf(t.Executor), Kind: t.Kind,
 	})
 }
 
 // Readvertise asks the advertiser to renew every advertisement now.
 func (w *Worker) Readvertise() { w.w.Readvertise() }
 
-// Handler is ex as a worker.Handler, an Advertiser too if ex is one.
-func Handler(ex Executor) worker.Handler {
+// handlerOf is ex as a worker.Handler, an Advertiser too if ex is one.
+func handlerOf(ex Executor) worker.Handler {
 	if h, ok := ex.(worker.Handler); ok {
 		return h
 	}
