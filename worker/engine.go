@@ -319,7 +319,7 @@ func (c *callRun) execute(ctx context.Context, h Handler) (wire.CallReply, bool)
 	if !req.Deadline.IsZero() && !c.w.cfg.Clock().Before(req.Deadline) {
 		c.outcome = OutcomeExpired
 		c.log.InfoContext(ctx, "deadline passed before the call ran")
-		return failed(callctx.TimedOutMessage), true
+		return wire.CallReply(failed(callctx.TimedOutMessage)), true
 	}
 	start := time.Now()
 	r, err := run(ctx, h, req)
@@ -359,7 +359,7 @@ func (c *callRun) seal(ctx context.Context, reply wire.CallReply) wire.CallReply
 	reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, id
 	if err := reply.Validate(); err != nil {
 		c.log.WarnContext(ctx, "executor gave an invalid reply", slog.Any("error", err))
-		reply = failed(fmt.Sprintf("invalid tool result: %v", err))
+		reply = wire.CallReply(failed(fmt.Sprintf("invalid tool result: %v", err)))
 		reply.RunID, reply.ToolCallID, reply.WorkerID = req.RunID, req.ToolCallID, id
 	}
 	if r, ok := reply.WithinLimit(); !ok {
@@ -409,12 +409,15 @@ func (w *Worker) backoff(numDelivered uint64) time.Duration {
 }
 
 // run runs a call's handler within the call's deadline and turns the
-// answer forms (Retry, Fail, a deadline passed) into replies.
-func run(ctx context.Context, h Handler, call Call) (Reply, error) {
+// answer forms (Retry, Fail, a deadline passed) into replies. Call and
+// Reply are wire.CallRequest and wire.CallReply field for field, so the
+// conversions below stop compiling when the wire gains a field they lack.
+func run(ctx context.Context, h Handler, call wire.CallRequest) (wire.CallReply, error) {
 	ctx, cancel := callctx.WithDeadline(ctx, call.Deadline)
 	defer cancel()
-	r, err := h.Handle(ctx, call)
-	return answer(ctx, r, err)
+	r, err := h.Handle(ctx, Call(call))
+	r, err = answer(ctx, r, err)
+	return wire.CallReply(r), err
 }
 
 func answer(ctx context.Context, r Reply, err error) (Reply, error) {

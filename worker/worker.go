@@ -21,15 +21,60 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Call is a call request: the tool, its args (JSON), the run and
-// conversation it belongs to, its deadline and attempt. See
-// wire.CallRequest for its fields.
-type Call = wire.CallRequest
+// Call is a call of a tool: what the orchestrator published on
+// toolgate.call.<tool> (wire.CallRequest, field for field).
+type Call struct {
+	// RunID is the run that made the call; the reply goes to it.
+	RunID string `json:"run_id"`
+	// ConversationID is the conversation the run belongs to.
+	ConversationID string `json:"conversation_id"`
+	// ToolCallID is the model's id of the call, unique in the run.
+	ToolCallID string `json:"tool_call_id"`
+	// ToolName is the tool called.
+	ToolName string `json:"tool_name"`
+	// Args are the call's arguments, a JSON object already validated
+	// against the tool's JSON Schema by the orchestrator; {} when the model
+	// sent none.
+	Args json.RawMessage `json:"args"`
+	// Metadata is the JSON object the tool attached when it deferred
+	// itself, or, for a call that needed approval, the approval's; absent
+	// when there is none.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Deadline is when the orchestrator settles the call itself as failed
+	// ("timed out") and refuses a later reply. The handler's context ends
+	// then. Zero means none.
+	Deadline time.Time `json:"deadline"`
+	// Attempt is which publication of this call this is, from 1 (see
+	// docs/protocol.md); JetStream's redeliveries of one publication keep
+	// it.
+	Attempt int `json:"attempt"`
+}
 
-// Reply is a handler's answer. A handler fills Outcome and Value (or
-// Message, Content, Metadata); the worker sets the ids. See wire.CallReply
-// for its fields.
-type Reply = wire.CallReply
+// Reply is a handler's answer (wire.CallReply, field for field). A handler
+// fills Outcome and Value, or Message; Content and Metadata are optional.
+// The worker sets RunID, ToolCallID and WorkerID.
+type Reply struct {
+	// RunID and ToolCallID address the reply to its call; set by the
+	// worker.
+	RunID      string `json:"run_id"`
+	ToolCallID string `json:"tool_call_id"`
+	// Outcome is wire.OutcomeReturn (the default when empty),
+	// wire.OutcomeRetry or wire.OutcomeFailed; Return, Retry and Fail
+	// build them.
+	Outcome wire.Outcome `json:"outcome"`
+	// Value is the result of a return, a JSON value.
+	Value json.RawMessage `json:"value,omitempty"`
+	// Content, for a return, is extra text the model receives as a user
+	// message after all tool results (Pydantic AI's ToolReturn.content).
+	Content string `json:"content,omitempty"`
+	// Message is what the model is told of a retry or a failure.
+	Message string `json:"message,omitempty"`
+	// Metadata, for a return, is a JSON object kept on the tool-return
+	// part of the history and not shown to the model.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// WorkerID is the id of the worker that answered; set by the worker.
+	WorkerID string `json:"worker_id,omitempty"`
+}
 
 // Handler runs the calls of a tool.
 type Handler interface {

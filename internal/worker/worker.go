@@ -165,7 +165,8 @@ func handlerOf(ex Executor) worker.Handler {
 type executorHandler struct{ ex Executor }
 
 func (h executorHandler) Handle(ctx context.Context, call worker.Call) (worker.Reply, error) {
-	return h.ex.Execute(ctx, call)
+	r, err := h.ex.Execute(ctx, wire.CallRequest(call))
+	return worker.Reply(r), err
 }
 
 type advertisingHandler struct {
@@ -174,5 +175,6 @@ type advertisingHandler struct {
 }
 
 func (h advertisingHandler) Handle(ctx context.Context, call worker.Call) (worker.Reply, error) {
-	return h.ex.Execute(ctx, call)
+	r, err := h.ex.Execute(ctx, wire.CallRequest(call))
+	return worker.Reply(r), err
 }
