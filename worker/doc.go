@@ -31,18 +31,21 @@
 //
 // Use wraps every handler, outermost first, like net/http middleware:
 // Tracing makes a span per call (child of the orchestrator's trace, which
-// the call's headers carry). Metrics are not a middleware but
+// the call's headers carry) on the provider it is given. Metrics are not a middleware but
 // Config.Metrics, since the worker, not a handler, sees every call's
 // outcome (expired before it ran, handed back by a drain, a reply that
 // could not be published).
 //
 // # What this package is
 //
-// It wraps the engine of the tool-worker binary (internal/worker), the one
-// that also runs exec commands, webhooks and MCP servers: the delivery
-// rules (ack after publish, redelivery with back-off, drain, consumer
-// creation through a cluster's elections) are written once and hold for
-// both. This package adds the Go-facing part: handlers, the typed adapter
-// whose schema comes from the args type, the answer forms and middleware.
-// It does not link nats-server.
+// It is the engine every toolgate worker runs, tool-worker's exec
+// commands, webhooks and MCP servers included: those run as Handlers from
+// packages of their own that only the tool-worker binary links. The
+// delivery rules (ack after publish, redelivery with back-off, drain,
+// consumer creation through a cluster's elections, cancel notices,
+// advertisements) are written once here. The package links the NATS
+// client, msgpack, the OpenTelemetry trace API (no SDK, no exporter) and
+// the schema reflector of typed tools, and neither nats-server nor the
+// Prometheus client: Config.Metrics and Config.TracerProvider take what a
+// main wires (see package prommetrics).
 package worker

@@ -6,8 +6,10 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/telemetry/natstrace"
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -22,31 +24,35 @@ func outcomeOf(ctx context.Context, r Reply, err error) string {
 		return string(wire.OutcomeReturn)
 	case errors.As(err, &ae):
 		return string(ae.outcome)
-	case errors.Is(context.Cause(ctx), errTimedOut):
+	case callctx.TimedOut(ctx):
 		return string(wire.OutcomeFailed)
 	}
-	return telemetry.CallOutcomeError
+	return OutcomeError
 }
 
 // Tracing makes a span "tool <name>" per call, a child of the trace the
 // call's headers carry (the orchestrator's run), with the run,
 // conversation and call ids; an answer other than return marks it as an
-// error. tp nil uses the global provider.
+// error. tp nil makes no spans: pass otel.GetTracerProvider() for the
+// global one (the worker does not link the global on its own).
 func Tracing(tp trace.TracerProvider) Middleware {
-	tracer := telemetry.Tracer(tp)
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	tracer := tp.Tracer(natstrace.InstrumentationName)
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, call Call) (Reply, error) {
 			ctx, span := tracer.Start(ctx, "tool "+call.ToolName, trace.WithAttributes(
-				telemetry.AttrRunID.String(call.RunID),
-				telemetry.AttrConversationID.String(call.ConversationID),
-				telemetry.AttrToolCallID.String(call.ToolCallID),
-				telemetry.AttrTool.String(call.ToolName),
-				telemetry.AttrAttempt.Int(call.Attempt),
+				natstrace.AttrRunID.String(call.RunID),
+				natstrace.AttrConversationID.String(call.ConversationID),
+				natstrace.AttrToolCallID.String(call.ToolCallID),
+				natstrace.AttrTool.String(call.ToolName),
+				natstrace.AttrAttempt.Int(call.Attempt),
 			))
 			defer span.End()
 			r, err := next.Handle(ctx, call)
 			outcome := outcomeOf(ctx, r, err)
-			span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+			span.SetAttributes(natstrace.AttrOutcome.String(outcome))
 			if outcome != string(wire.OutcomeReturn) {
 				if err != nil {
 					span.RecordError(err)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/toolgate/toolgate/internal/argschema"
+	"github.com/toolgate/toolgate/internal/typeschema"
 )
 
 // Func builds a tool from a typed function: the JSON Schema of its args is
@@ -21,16 +21,16 @@ func Func[Args, Out any](name, description string, fn func(ctx context.Context, 
 	if fn == nil {
 		return Tool{}, fmt.Errorf("worker: tool %s: function is nil", name)
 	}
-	schema, err := argschema.Reflect(reflect.TypeFor[Args]())
+	schema, err := typeschema.Of(reflect.TypeFor[Args]())
 	if err != nil {
 		return Tool{}, fmt.Errorf("worker: tool %s: %w", name, err)
 	}
-	compiled, err := argschema.Compile(name, schema)
+	checker, err := typeschema.Compile(schema)
 	if err != nil {
 		return Tool{}, fmt.Errorf("worker: tool %s: %w", name, err)
 	}
 	h := HandlerFunc(func(ctx context.Context, call Call) (Reply, error) {
-		if err := compiled.Validate(call.Args); err != nil {
+		if err := checker.Check(call.Args); err != nil {
 			return Reply{}, Retry("invalid args: %v", err)
 		}
 		var args Args

@@ -17,9 +17,11 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
 	"github.com/toolgate/toolgate/schemas"
 	"github.com/toolgate/toolgate/wire"
 	"github.com/toolgate/toolgate/worker"
+	"github.com/toolgate/toolgate/worker/prommetrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -301,7 +303,7 @@ func TestRegisterRefusesBadTools(t *testing.T) {
 func TestMetricsCountEveryOutcome(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(e.nc, worker.Config{ID: "w1", Metrics: reg})
+	w, err := worker.New(e.nc, worker.Config{ID: "w1", Metrics: prommetrics.New(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,4 +360,65 @@ func callsByOutcome(t *testing.T, reg *prometheus.Registry, tool string) map[str
 		}
 	}
 	return got
+}
+
+// With a tracer provider, the worker's span of a call and the Tracing
+// middleware's span of its handler join the trace the call's headers
+// carry, and the reply's headers continue it.
+func TestTracingJoinsTheCallsTrace(t *testing.T) {
+	e := newEnv(t)
+	tp, exp := telemetrytest.Tracer(t)
+	w, err := worker.New(e.nc, worker.Config{ID: "w1", TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Use(worker.Tracing(tp))
+	err = w.Handle(worker.Tool{Name: "job", Handler: worker.HandlerFunc(func(context.Context, worker.Call) (worker.Reply, error) {
+		return worker.Return("done")
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	hdr := nats.Header{}
+	hdr.Set(wire.HeaderContentType, wire.ContentTypeMsgpack)
+	hdr.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	o, err := bus.CallMessage(wire.CallRequest{RunID: "r1", ConversationID: "c1", ToolCallID: "t1", ToolName: "job",
+		Args: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)}, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bus.PublishBatch(bustest.Context(t), []bus.Outgoing{o}); err != nil {
+		t.Fatal(err)
+	}
+	e.reply(t, "r1", "t1")
+	subject, err := wire.CallReplySubject("r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parent := bustest.Messages(t, e.bus, wire.StreamReplies, subject)[0].Headers().Get("traceparent"); !strings.Contains(parent, traceID) {
+		t.Errorf("reply traceparent = %q, want trace %s", parent, traceID)
+	}
+	callSubject, err := wire.CallSubject("job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's span ends just after the reply is stored.
+	names := []string{"tool job", "process " + callSubject}
+	bustest.Poll(t, bustest.Timeout, "the call's spans", func() (bool, string) {
+		spans := exp.GetSpans()
+		for _, name := range names {
+			if _, ok := telemetrytest.SpanNamed(spans, name); !ok {
+				return false, "spans: " + telemetrytest.SpanNames(spans)
+			}
+		}
+		return true, ""
+	})
+	for _, name := range names {
+		s, _ := telemetrytest.SpanNamed(exp.GetSpans(), name)
+		if got := s.SpanContext.TraceID().String(); got != traceID {
+			t.Errorf("span %q is in trace %s, want %s", name, got, traceID)
+		}
+	}
 }

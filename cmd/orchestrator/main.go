@@ -36,6 +36,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/usersfile"
 	"github.com/toolgate/toolgate/internal/chat"
 	"github.com/toolgate/toolgate/internal/chat/page"
 	"github.com/toolgate/toolgate/internal/cli"
@@ -433,7 +434,7 @@ func natsAuthOf(o options, lookupEnv func(string) (string, bool)) (natsAuth, err
 		}
 		return a, nil
 	}
-	users, err := bus.LoadUsers(o.natsUsers)
+	users, err := usersfile.Load(o.natsUsers)
 	if err != nil {
 		return a, fmt.Errorf("--nats-users: %w", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/internal/worker/webhook"
 )
 
 // --http-retries and --http-backoff set the retry policy of every --http
@@ -18,9 +18,9 @@ func TestHTTPRetryFlags(t *testing.T) {
 		wantRetries int
 		wantBackoff time.Duration
 	}{
-		{name: "defaults", wantRetries: worker.DefaultWebhookRetries, wantBackoff: worker.DefaultWebhookBackoff},
+		{name: "defaults", wantRetries: webhook.DefaultRetries, wantBackoff: webhook.DefaultBackoff},
 		{name: "set", args: []string{"--http-retries", "6", "--http-backoff", "250ms"}, wantRetries: 6, wantBackoff: 250 * time.Millisecond},
-		{name: "none", args: []string{"--http-retries", "0"}, wantRetries: -1, wantBackoff: worker.DefaultWebhookBackoff},
+		{name: "none", args: []string{"--http-retries", "0"}, wantRetries: -1, wantBackoff: webhook.DefaultBackoff},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,9 +36,9 @@ func TestHTTPRetryFlags(t *testing.T) {
 				t.Fatalf("%d tools, want 2", len(tools))
 			}
 			for _, tool := range tools {
-				h, ok := tool.Executor.(*worker.Webhook)
+				h, ok := tool.Executor.(*webhook.Webhook)
 				if !ok {
-					t.Fatalf("%s: executor %T, want *worker.Webhook", tool.Spec.Name, tool.Executor)
+					t.Fatalf("%s: executor %T, want *webhook.Webhook", tool.Spec.Name, tool.Executor)
 				}
 				if h.Retries != tt.wantRetries || h.Backoff != tt.wantBackoff || h.Logger == nil {
 					t.Errorf("%s: retries %d, backoff %s, logger %v; want %d, %s and a logger", tool.Spec.Name, h.Retries, h.Backoff, h.Logger, tt.wantRetries, tt.wantBackoff)

@@ -36,6 +36,11 @@ import (
 	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/internal/worker/builtin"
+	execcmd "github.com/toolgate/toolgate/internal/worker/command"
+	"github.com/toolgate/toolgate/internal/worker/executor"
+	"github.com/toolgate/toolgate/internal/worker/mcpexec"
+	"github.com/toolgate/toolgate/internal/worker/webhook"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -76,8 +81,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.sandbox, "sandbox", "./sandbox", "folder the built-in file tools work in")
 	fs.Var(&o.execs, "exec", "NAME=COMMAND: serve tool NAME by running COMMAND per call (repeatable)")
 	fs.Var(&o.hooks, "http", "NAME=URL: serve tool NAME by POSTing each call to URL (repeatable)")
-	fs.IntVar(&o.httpRetries, "http-retries", worker.DefaultWebhookRetries, "how often --http POSTs a call again after a 408, 429 or 5xx answer or no connection, before the call fails with the last answer (0: never)")
-	fs.DurationVar(&o.httpBackoff, "http-backoff", worker.DefaultWebhookBackoff, "--http's wait before its first retry, doubled at each next one up to 30s; an answer's Retry-After wins")
+	fs.IntVar(&o.httpRetries, "http-retries", webhook.DefaultRetries, "how often --http POSTs a call again after a 408, 429 or 5xx answer or no connection, before the call fails with the last answer (0: never)")
+	fs.DurationVar(&o.httpBackoff, "http-backoff", webhook.DefaultBackoff, "--http's wait before its first retry, doubled at each next one up to 30s; an answer's Retry-After wins")
 	fs.StringVar(&o.only, "tools", "", "serve only these tools, comma-separated (default: every configured tool)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "calls running at once, across all tools")
 	fs.StringVar(&o.id, "id", cli.DefaultID("", strconv.Itoa(os.Getpid())), "worker id, set on every reply")
@@ -191,15 +196,15 @@ func connect(ctx context.Context, o *options, logger *slog.Logger) (*bus.Bus, er
 // configureTools builds the tools of --builtin, --exec, --http and --mcp,
 // keeping those --tools names. The MCP servers it returns are to be closed
 // even on an error.
-func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]worker.Tool, []*worker.MCPServer, error) {
-	var tools []worker.Tool
+func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]executor.Tool, []*mcpexec.Server, error) {
+	var tools []executor.Tool
 	if o.builtin {
-		b, err := worker.NewBuiltin(o.sandbox)
+		b, err := builtin.New(o.sandbox)
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, s := range worker.BuiltinTools() {
-			tools = append(tools, worker.Tool{Spec: s, Executor: b, Kind: "builtin"})
+		for _, s := range builtin.Tools() {
+			tools = append(tools, executor.Tool{Spec: s, Executor: b, Kind: "builtin"})
 		}
 		logger.Info("built-in tools", slog.String("sandbox", b.Sandbox()))
 	}
@@ -208,11 +213,11 @@ func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]wor
 		if err != nil {
 			return nil, nil, err
 		}
-		c, err := worker.NewCommand(command)
+		c, err := execcmd.New(command)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--exec %s: %w", name, err)
 		}
-		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: c, Kind: "exec"})
+		tools = append(tools, executor.Tool{Spec: executor.ToolSpec{Name: name}, Executor: c, Kind: "exec"})
 	}
 	for _, v := range o.hooks {
 		name, url, err := splitPair("http", v)
@@ -222,11 +227,11 @@ func configureTools(ctx context.Context, o *options, logger *slog.Logger) ([]wor
 		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
 			return nil, nil, fmt.Errorf("--http %s: %q is not an http(s) URL", name, url)
 		}
-		hook := &worker.Webhook{URL: url, Retries: o.httpRetries, Backoff: o.httpBackoff, Logger: logger}
+		hook := &webhook.Webhook{URL: url, Retries: o.httpRetries, Backoff: o.httpBackoff, Logger: logger}
 		if o.httpRetries == 0 {
 			hook.Retries = -1 // Webhook's zero is its default
 		}
-		tools = append(tools, worker.Tool{Spec: worker.ToolSpec{Name: name}, Executor: hook, Kind: "http"})
+		tools = append(tools, executor.Tool{Spec: executor.ToolSpec{Name: name}, Executor: hook, Kind: "http"})
 	}
 	servers, err := startMCP(ctx, o, logger)
 	for _, m := range servers {
@@ -259,13 +264,13 @@ func splitPair(flagName, v string) (name, value string, err error) {
 }
 
 // selectTools keeps the tools named in list, refusing names not configured.
-func selectTools(tools []worker.Tool, list string) ([]worker.Tool, error) {
-	var out []worker.Tool
+func selectTools(tools []executor.Tool, list string) ([]executor.Tool, error) {
+	var out []executor.Tool
 	for n := range strings.SplitSeq(list, ",") {
 		if n = strings.TrimSpace(n); n == "" {
 			continue
 		}
-		i := slices.IndexFunc(tools, func(t worker.Tool) bool { return t.Spec.Name == n })
+		i := slices.IndexFunc(tools, func(t executor.Tool) bool { return t.Spec.Name == n })
 		if i < 0 {
 			return nil, fmt.Errorf("--tools: %s is not configured", n)
 		}
@@ -274,7 +279,7 @@ func selectTools(tools []worker.Tool, list string) ([]worker.Tool, error) {
 	return out, nil
 }
 
-func toolNames(tools []worker.Tool) []string {
+func toolNames(tools []executor.Tool) []string {
 	names := make([]string, len(tools))
 	for i, t := range tools {
 		names[i] = t.Spec.Name
@@ -284,7 +289,7 @@ func toolNames(tools []worker.Tool) []string {
 
 func builtinNames() []string {
 	var names []string
-	for _, s := range worker.BuiltinTools() {
+	for _, s := range builtin.Tools() {
 		names = append(names, s.Name)
 	}
 	return names

@@ -8,13 +8,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/toolgate/toolgate/internal/worker"
+	execcmd "github.com/toolgate/toolgate/internal/worker/command"
+	"github.com/toolgate/toolgate/internal/worker/mcpexec"
 )
 
 // startMCP starts the --mcp servers with their --mcp-prefix and
 // --mcp-header settings. It returns the servers started so far even on an
 // error, for the caller to close.
-func startMCP(ctx context.Context, o *options, logger *slog.Logger) ([]*worker.MCPServer, error) {
+func startMCP(ctx context.Context, o *options, logger *slog.Logger) ([]*mcpexec.Server, error) {
 	prefixes := map[string]string{}
 	for _, v := range o.mcpPrefixes {
 		name, p, err := splitPair("mcp-prefix", v)
@@ -27,21 +28,21 @@ func startMCP(ctx context.Context, o *options, logger *slog.Logger) ([]*worker.M
 	if err != nil {
 		return nil, err
 	}
-	var servers []*worker.MCPServer
+	var servers []*mcpexec.Server
 	for _, v := range o.mcps {
 		name, target, err := splitPair("mcp", v)
 		if err != nil {
 			return servers, err
 		}
-		cfg := worker.MCPConfig{Name: name, Prefix: prefixes[name], Logger: logger}
+		cfg := mcpexec.Config{Name: name, Prefix: prefixes[name], Logger: logger}
 		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
 			cfg.URL, cfg.Header = target, headers[name]
 		} else if headers[name] != nil {
 			return servers, fmt.Errorf("--mcp-header %s: server %s is a command, not a URL", name, name)
-		} else if cfg.Command, err = worker.SplitWords(target); err != nil {
+		} else if cfg.Command, err = execcmd.SplitWords(target); err != nil {
 			return servers, fmt.Errorf("--mcp %s: %w", name, err)
 		}
-		m, err := worker.NewMCPServer(ctx, cfg)
+		m, err := mcpexec.New(ctx, cfg)
 		if err != nil {
 			return servers, fmt.Errorf("--mcp %s: %w", name, err)
 		}
@@ -60,7 +61,7 @@ func mcpHeaders(o *options) (map[string]http.Header, error) {
 		if headers[name] == nil {
 			headers[name] = http.Header{}
 		}
-		if err := worker.AddMCPHeader(headers[name], spec); err != nil {
+		if err := mcpexec.AddHeader(headers[name], spec); err != nil {
 			return nil, fmt.Errorf("--mcp-header %s: %w", name, err)
 		}
 	}

@@ -89,6 +89,16 @@ var rules = []rule{
 		Why:       "the public worker connects to a server and runs no agent",
 	},
 	{
+		From: module + "/worker",
+		Forbidden: []string{
+			module + "/internal/worker/command", module + "/internal/worker/webhook", module + "/internal/worker/mcpexec",
+			module + "/internal/worker/builtin", "github.com/modelcontextprotocol/",
+			"github.com/prometheus/", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters/", "github.com/goccy/go-yaml",
+		},
+		Except: []string{module + "/worker/prommetrics"},
+		Why:    "a Go worker links no executor, exporter or metrics client of its own: a main passes them in (TestOneToolWorkerIsLight)",
+	},
+	{
 		From:      module + "/approval",
 		Forbidden: []string{natsServer, module + "/internal/agent", module + "/internal/orchestrator"},
 		Why:       "approval bots connect to a server and run no agent",

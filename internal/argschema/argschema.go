@@ -12,10 +12,11 @@ import (
 	"reflect"
 	"strings"
 
-	invopop "github.com/invopop/jsonschema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/toolgate/toolgate/internal/typeschema"
 )
 
 // Schema is a compiled JSON Schema for a tool's args object.
@@ -94,30 +95,7 @@ func (s *Schema) Validate(args json.RawMessage) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// Reflect derives the JSON Schema of an args type. Struct fields without
-// omitempty are required and unknown properties are refused, so that the
-// model learns about typos instead of having them ignored.
-func Reflect(t reflect.Type) (json.RawMessage, error) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("args type %s is not a struct: give its JSON Schema explicitly", t)
-	}
-	r := invopop.Reflector{DoNotReference: true, ExpandedStruct: true, Anonymous: true}
-	s := r.ReflectFromType(t)
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("marshal schema of %s: %w", t, err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("schema of %s: %w", t, err)
-	}
-	delete(m, "$schema")
-	delete(m, "$id")
-	if _, ok := m["properties"]; !ok {
-		m["properties"] = map[string]any{}
-	}
-	return json.Marshal(m)
-}
+// Reflect derives the JSON Schema of an args type (typeschema.Of). Struct
+// fields without omitempty are required and unknown properties are refused,
+// so that the model learns about typos instead of having them ignored.
+func Reflect(t reflect.Type) (json.RawMessage, error) { return typeschema.Of(t) }

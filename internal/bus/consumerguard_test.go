@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/usersfile"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -35,7 +36,7 @@ users:
 // connection per user.
 func guardServer(t *testing.T) map[string]*bus.Bus {
 	t.Helper()
-	users, err := bus.ParseUsers([]byte(guardUsers))
+	users, err := usersfile.Parse([]byte(guardUsers))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func slogText(w *driftLog) *slog.Logger {
 // user the others' durables, as the embedded server does.
 func TestServerConfigBlockDeniesOtherApproversDurables(t *testing.T) {
 	t.Parallel()
-	users, err := bus.ParseUsers([]byte(guardUsers + "  - {name: ops, password: ops-pw, role: approver, consumers: [ops-bot]}\n"))
+	users, err := usersfile.Parse([]byte(guardUsers + "  - {name: ops, password: ops-pw, role: approver, consumers: [ops-bot]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,12 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/telemetry/promreg"
 	"github.com/toolgate/toolgate/internal/web"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +27,6 @@ const (
 // tool calls and model requests span milliseconds to minutes.
 var (
 	waitBuckets  = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600}
-	callBuckets  = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 	modelBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160}
 )
 
@@ -40,36 +39,14 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // register adds c to reg, or returns the collector of the same description
-// already there: the worker, approver and orchestrator share some
-// collectors and may run in one process on one registry. A clash of
-// different shapes under one name is a programming error.
+// already there (promreg.Register).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	panic(fmt.Sprintf("telemetry: register collector: %v", err))
+	return promreg.Register(reg, c)
 }
 
-func redeliveries(reg prometheus.Registerer) *prometheus.CounterVec {
-	return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolgate_redeliveries_total",
-		Help: "Messages handled again after an earlier delivery (JetStream NumDelivered > 1), by component and tool.",
-	}, []string{"component", "tool"}))
-}
+func redeliveries(reg prometheus.Registerer) *prometheus.CounterVec { return promreg.Redeliveries(reg) }
 
-func deadLetters(reg prometheus.Registerer) *prometheus.CounterVec {
-	return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolgate_dead_letters_total",
-		Help: "Messages a component gave up on and sent to the dead-letter stream, by component and reason.",
-	}, []string{"component", "reason"}))
-}
+func deadLetters(reg prometheus.Registerer) *prometheus.CounterVec { return promreg.DeadLetters(reg) }
 
 // Handler serves g in the Prometheus text format (or OpenMetrics when the
 // scraper asks for it). A collector that fails is reported in the response

@@ -2,176 +2,84 @@ package telemetry
 
 import (
 	"context"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/internal/telemetry/natstrace"
 )
+
+// The trace context on NATS headers lives in package natstrace, which
+// libraries link without this package's exporters; these names keep it
+// where the binaries' code looks for it.
 
 // Header names of the W3C trace context, as they travel in NATS headers
 // (wire.HeaderTraceParent is the first).
 const (
-	HeaderTraceParent = "traceparent"
-	HeaderTraceState  = "tracestate"
+	HeaderTraceParent = natstrace.HeaderTraceParent
+	HeaderTraceState  = natstrace.HeaderTraceState
 )
 
 // Span attribute keys. Ids belong on spans, never on metric labels.
 const (
-	AttrRunID          = attribute.Key("toolgate.run_id")
-	AttrConversationID = attribute.Key("toolgate.conversation_id")
-	AttrToolCallID     = attribute.Key("toolgate.tool_call_id")
-	AttrTool           = attribute.Key("toolgate.tool")
-	AttrKind           = attribute.Key("toolgate.kind")
-	AttrOutcome        = attribute.Key("toolgate.outcome")
-	AttrAttempt        = attribute.Key("toolgate.attempt")
-	AttrDelivered      = attribute.Key("messaging.delivery_count")
+	AttrRunID          = natstrace.AttrRunID
+	AttrConversationID = natstrace.AttrConversationID
+	AttrToolCallID     = natstrace.AttrToolCallID
+	AttrTool           = natstrace.AttrTool
+	AttrKind           = natstrace.AttrKind
+	AttrOutcome        = natstrace.AttrOutcome
+	AttrAttempt        = natstrace.AttrAttempt
+	AttrDelivered      = natstrace.AttrDelivered
 )
 
-// propagator is W3C TraceContext only: baggage would carry arbitrary
-// caller data across the trust boundary between components.
-var propagator propagation.TextMapPropagator = propagation.TraceContext{}
-
 // Propagator is the propagator toolgate uses on NATS headers: W3C
-// TraceContext.
-func Propagator() propagation.TextMapPropagator { return propagator }
+// TraceContext (natstrace.Propagator).
+func Propagator() propagation.TextMapPropagator { return natstrace.Propagator() }
 
-// HeaderCarrier adapts a nats.Header to propagation.TextMapCarrier. NATS
-// header names are case-sensitive; Get falls back to a case-insensitive
-// match so that a Traceparent set by an HTTP-minded publisher is read too.
-type HeaderCarrier nats.Header
+// HeaderCarrier adapts a nats.Header to propagation.TextMapCarrier
+// (natstrace.HeaderCarrier).
+type HeaderCarrier = natstrace.HeaderCarrier
 
-var _ propagation.TextMapCarrier = HeaderCarrier(nil)
+// Inject writes the trace context of ctx into h (natstrace.Inject).
+func Inject(ctx context.Context, h nats.Header) { natstrace.Inject(ctx, h) }
 
-// Get returns the first value of key.
-func (c HeaderCarrier) Get(key string) string {
-	if vs := c[key]; len(vs) > 0 {
-		return vs[0]
-	}
-	for k, vs := range c {
-		if len(vs) > 0 && strings.EqualFold(k, key) {
-			return vs[0]
-		}
-	}
-	return ""
-}
+// Extract returns ctx carrying the remote span context found in h
+// (natstrace.Extract).
+func Extract(ctx context.Context, h nats.Header) context.Context { return natstrace.Extract(ctx, h) }
 
-// Set replaces the values of key.
-func (c HeaderCarrier) Set(key, value string) { c[key] = []string{value} }
-
-// Keys lists the header names.
-func (c HeaderCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-// Inject writes the trace context of ctx into h (traceparent, tracestate).
-// It writes nothing when ctx carries no valid span context; h must not be
-// nil.
-func Inject(ctx context.Context, h nats.Header) {
-	propagator.Inject(ctx, HeaderCarrier(h))
-}
-
-// Extract returns ctx carrying the remote span context found in h, or ctx
-// unchanged when h has none (or an invalid one).
-func Extract(ctx context.Context, h nats.Header) context.Context {
-	if h == nil {
-		return ctx
-	}
-	return propagator.Extract(ctx, HeaderCarrier(h))
-}
-
-// InjectMap returns the trace context of ctx as header name → value, to be
-// stored with state that outlives the process (a paused run) and restored
-// with ExtractMap. It is nil when ctx carries no valid span context.
-func InjectMap(ctx context.Context) map[string]string {
-	m := propagation.MapCarrier{}
-	propagator.Inject(ctx, m)
-	if len(m) == 0 {
-		return nil
-	}
-	return m
-}
+// InjectMap returns the trace context of ctx as header name → value
+// (natstrace.InjectMap).
+func InjectMap(ctx context.Context) map[string]string { return natstrace.InjectMap(ctx) }
 
 // ExtractMap returns ctx carrying the remote span context stored by
-// InjectMap.
+// InjectMap (natstrace.ExtractMap).
 func ExtractMap(ctx context.Context, m map[string]string) context.Context {
-	if len(m) == 0 {
-		return ctx
-	}
-	return propagator.Extract(ctx, propagation.MapCarrier(m))
+	return natstrace.ExtractMap(ctx, m)
 }
 
 // StartConsumer starts a consumer span for a message delivered from
-// subject with headers h: its parent is the trace context in h, so the span
-// continues the publisher's trace. ctx's own span, if any, is replaced.
+// subject with headers h (natstrace.StartConsumer).
 func StartConsumer(ctx context.Context, tracer trace.Tracer, name, subject string, h nats.Header, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	ctx = Extract(ctx, h)
-	attrs = append(attrs,
-		attribute.String("messaging.system", "nats"),
-		attribute.String("messaging.destination.name", subject),
-	)
-	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return natstrace.StartConsumer(ctx, tracer, name, subject, h, attrs...)
 }
 
-// Request names the call or approval request a consumer span is of.
-type Request struct {
-	RunID, ConversationID, ToolCallID, Tool string
-	Attempt                                 int
-	// Delivered is the delivery count (1 on the first delivery).
-	Delivered uint64
-}
+// Request names the call or approval request a consumer span is of
+// (natstrace.Request).
+type Request = natstrace.Request
 
-// StartRequest starts the consumer span "process <subject>" of a
-// delivered call or approval request (StartConsumer), with its ids, tool,
-// attempt and delivery count; extra adds the consumer's own attributes.
+// StartRequest starts the consumer span of a delivered call or approval
+// request (natstrace.StartRequest).
 func StartRequest(ctx context.Context, tracer trace.Tracer, subject string, h nats.Header, r Request, extra ...attribute.KeyValue) (context.Context, trace.Span) {
-	return StartConsumer(ctx, tracer, "process "+subject, subject, h, append([]attribute.KeyValue{
-		AttrRunID.String(r.RunID),
-		AttrConversationID.String(r.ConversationID),
-		AttrToolCallID.String(r.ToolCallID),
-		AttrTool.String(r.Tool),
-		AttrAttempt.Int(r.Attempt),
-		AttrDelivered.Int64(int64(r.Delivered)),
-	}, extra...)...)
+	return natstrace.StartRequest(ctx, tracer, subject, h, r, extra...)
 }
 
 // HeaderOf returns a nats.Header holding a trace context stored by
-// InjectMap, to publish with (bus.CallMessage and the like take extra
-// headers). It is empty when m is.
-func HeaderOf(m map[string]string) nats.Header {
-	h := nats.Header{}
-	for k, v := range m {
-		h.Set(k, v)
-	}
-	return h
-}
+// InjectMap (natstrace.HeaderOf).
+func HeaderOf(m map[string]string) nats.Header { return natstrace.HeaderOf(m) }
 
-// StartRun starts the span of one agent run. parent is the stored trace
-// context the run continues (InjectMap of the span of the reply that
-// completed its batch, for a follow-up), so that one trace covers the whole
-// conversation across the pause; nil starts a new trace. links are other
-// stored contexts the run also follows from (the paused run, the other
-// replies of the batch). ctx's own span, if any, is replaced by parent.
+// StartRun starts the span of one agent run (natstrace.StartRun).
 func StartRun(ctx context.Context, tracer trace.Tracer, name string, parent map[string]string, links []map[string]string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	if parent != nil {
-		ctx = ExtractMap(ctx, parent)
-	} else {
-		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	}
-	opts := []trace.SpanStartOption{trace.WithAttributes(attrs...)}
-	if parent == nil {
-		opts = append(opts, trace.WithNewRoot())
-	}
-	for _, l := range links {
-		sc := trace.SpanContextFromContext(ExtractMap(context.Background(), l))
-		if sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
-	}
-	return tracer.Start(ctx, name, opts...)
+	return natstrace.StartRun(ctx, tracer, name, parent, links, attrs...)
 }

@@ -16,10 +16,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/internal/telemetry/natstrace"
 )
 
 // InstrumentationName names toolgate's tracers.
-const InstrumentationName = "github.com/toolgate/toolgate"
+const InstrumentationName = natstrace.InstrumentationName
 
 // Tracer returns toolgate's tracer from tp, or from the global provider
 // (set by Setup; a no-op one otherwise) when tp is nil.
@@ -282,7 +284,7 @@ func Setup(ctx context.Context, serviceName string, getenv func(string) string) 
 		// does not depend on them.
 		return func(context.Context) error { return nil }, nil
 	}
-	otel.SetTextMapPropagator(propagator)
+	otel.SetTextMapPropagator(natstrace.Propagator())
 	otel.SetTracerProvider(tp)
 	return func(ctx context.Context) error {
 		if err := tp.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/wire"
+	pworker "github.com/toolgate/toolgate/worker"
 )
 
 // withdrawable is an executor that advertises its tool while offered is
@@ -23,8 +24,8 @@ func (x *withdrawable) Execute(_ context.Context, req wire.CallRequest) (wire.Ca
 	return wire.CallReply{Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ran ` + req.ToolCallID + `"`)}, nil
 }
 
-func (x *withdrawable) advertFor(name string) (bus.ToolAdvert, bool) {
-	return bus.ToolAdvert{Name: name, Description: "added while running", Parameters: json.RawMessage(`{"type":"object"}`)}, x.offered.Load()
+func (x *withdrawable) Advert(string) (pworker.Advert, bool) {
+	return pworker.Advert{Description: "added while running", Parameters: json.RawMessage(`{"type":"object"}`)}, x.offered.Load()
 }
 
 // logSink keeps the messages of a logger's records.

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/bus/usersfile"
 	"github.com/toolgate/toolgate/internal/disktest"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/wire"
@@ -155,7 +156,7 @@ func TestWorkerAdvertisesOnceTheBucketExists(t *testing.T) {
 // worker may), it says so with an error and counts it.
 func TestWorkerWaitsForItsConsumerAndTellsWhenItChanges(t *testing.T) {
 	t.Parallel()
-	users, err := bus.ParseUsers([]byte("users:\n  - {name: orch, password: orch-pw, role: orchestrator}\n  - {name: w1, password: w1-pw, role: worker}\n"))
+	users, err := usersfile.Parse([]byte("users:\n  - {name: orch, password: orch-pw, role: orchestrator}\n  - {name: w1, password: w1-pw, role: worker}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // withdrawLookupTimeout bounds the look-up of a call before it runs.
@@ -36,7 +35,7 @@ func (ws *withdrawals) withdrawn(ctx context.Context, c *callRun) bool {
 	}
 	lctx, cancel := context.WithTimeout(ctx, withdrawLookupTimeout)
 	defer cancel()
-	queued, err := c.w.cfg.Bus.CallQueued(lctx, c.d.StreamSeq)
+	queued, err := c.w.bus.CallQueued(lctx, c.d.StreamSeq)
 	switch {
 	case err == nil:
 		return !queued
@@ -53,7 +52,7 @@ func (ws *withdrawals) withdrawn(ctx context.Context, c *callRun) bool {
 // stopWithdrawn ends a withdrawn call without running it and without a
 // reply; its message is gone already, so the ack only tells the consumer.
 func (c *callRun) stopWithdrawn(ctx context.Context) {
-	c.outcome = telemetry.CallOutcomeWithdrawn
+	c.outcome = OutcomeWithdrawn
 	c.log.InfoContext(ctx, "call withdrawn by the orchestrator (its conversation was cancelled or deleted, or it expired); not run")
 	if err := c.d.Ack(); err != nil {
 		c.log.DebugContext(ctx, "ack a withdrawn call", slog.Any("error", err))

@@ -23,7 +23,7 @@ type dynamicTools struct {
 func (w *Worker) toolList() []Tool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.cfg.Tools)
+	return slices.Clone(w.tools)
 }
 
 // started records Run's consumers and starts those of tools added while
@@ -32,45 +32,46 @@ func (w *Worker) started(ctx, subCtx context.Context, subs []*bus.Subscription) 
 	w.mu.Lock()
 	w.dyn.ctx, w.dyn.subCtx = ctx, subCtx
 	w.dyn.subs = append(w.dyn.subs, subs...)
-	pending := slices.Clone(w.cfg.Tools[len(subs):])
+	pending := slices.Clone(w.tools[len(subs):])
 	w.mu.Unlock()
 	for _, t := range pending {
 		if err := w.startTool(t); err != nil {
-			w.log.WarnContext(ctx, "serve added tool", slog.String("tool", t.Spec.Name), slog.Any("error", err))
+			w.log.WarnContext(ctx, "serve added tool", slog.String("tool", t.Name), slog.Any("error", err))
 		}
 	}
 }
 
-// AddTool serves one more tool: before Run, as if it were in Config.Tools;
-// while Run serves, on a consumer of its own, drained with the others. It
-// fails once the worker drains, and for a name already served.
-func (w *Worker) AddTool(t Tool) error {
-	if err := wire.ValidateToken("tool name", t.Spec.Name); err != nil {
-		return err
+// Handle adds a tool: before Run, to be served when it starts; while Run
+// serves, on a consumer of its own, drained with the others (a tool that
+// appeared on an MCP server). Its name must be a valid subject token and
+// unique in the worker. It fails once the worker drains.
+func (w *Worker) Handle(t Tool) error {
+	if err := wire.ValidateToken("tool name", t.Name); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
-	if t.Executor == nil {
-		return fmt.Errorf("tool %s has no executor", t.Spec.Name)
+	if t.Handler == nil {
+		return fmt.Errorf("worker: tool %s has no handler", t.Name)
 	}
-	if len(t.Spec.Parameters) > 0 && !json.Valid(t.Spec.Parameters) {
-		return fmt.Errorf("tool %s: parameters are not valid JSON", t.Spec.Name)
+	if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
+		return fmt.Errorf("worker: tool %s: parameters are not valid JSON", t.Name)
 	}
 	if t.Kind == "" {
-		t.Kind = "custom"
+		t.Kind = "go"
 	}
 	w.mu.Lock()
-	if slices.ContainsFunc(w.cfg.Tools, func(o Tool) bool { return o.Spec.Name == t.Spec.Name }) {
+	if slices.ContainsFunc(w.tools, func(o Tool) bool { return o.Name == t.Name }) {
 		w.mu.Unlock()
-		return fmt.Errorf("tool %s is already served", t.Spec.Name)
+		return fmt.Errorf("worker: tool %s is registered twice", t.Name)
 	}
 	if w.stopping != nil {
 		select {
 		case <-w.stopping:
 			w.mu.Unlock()
-			return fmt.Errorf("tool %s: the worker is stopping", t.Spec.Name)
+			return fmt.Errorf("worker: tool %s: the worker is stopping", t.Name)
 		default:
 		}
 	}
-	w.cfg.Tools = append(w.cfg.Tools, t)
+	w.tools = append(w.tools, t)
 	up := w.dyn.subCtx != nil
 	w.mu.Unlock()
 	if !up {
@@ -88,9 +89,9 @@ func (w *Worker) startTool(t Tool) error {
 	sub, err := w.consume(ctx, subCtx, t)
 	if err != nil {
 		w.mu.Lock()
-		w.cfg.Tools = slices.DeleteFunc(w.cfg.Tools, func(o Tool) bool { return o.Spec.Name == t.Spec.Name })
+		w.tools = slices.DeleteFunc(w.tools, func(o Tool) bool { return o.Name == t.Name })
 		w.mu.Unlock()
-		return fmt.Errorf("tool %s: %w", t.Spec.Name, err)
+		return fmt.Errorf("tool %s: %w", t.Name, err)
 	}
 	w.mu.Lock()
 	select {
@@ -102,7 +103,7 @@ func (w *Worker) startTool(t Tool) error {
 	}
 	w.dyn.subs = append(w.dyn.subs, sub)
 	w.mu.Unlock()
-	w.log.Info("serving added tool", slog.String("tool", t.Spec.Name))
+	w.log.Info("serving added tool", slog.String("tool", t.Name))
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package worker
+package mcpexec
 
 import (
 	"fmt"
@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// AddMCPHeader parses one `Key: Value` header for an MCP server reached over
+// AddHeader parses one `Key: Value` header for an MCP server reached over
 // HTTP and adds it to h. A value that starts with @ names a file whose
 // contents (trimmed) are the value, so that a bearer token need not appear
 // in the command line, where every local user can read it.
-func AddMCPHeader(h http.Header, spec string) error {
+func AddHeader(h http.Header, spec string) error {
 	key, value, ok := strings.Cut(spec, ":")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 	if !ok || key == "" || value == "" {

@@ -11,16 +11,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// advertiser is an executor that says itself what to advertise for a tool
-// (an MCP server, whose tools change while it runs); ok false means the tool
-// is no longer offered and is not advertised.
-type advertiser interface {
-	advertFor(name string) (a bus.ToolAdvert, ok bool)
-}
-
 // advertise renews the advertisements until ctx ends, every AdvertiseEvery
 // and whenever Readvertise asks. A bucket that is missing or a failed put is
-// logged, never fatal. A tool its executor withdraws has its entry deleted,
+// logged, never fatal. A tool its handler withdraws (Advertiser) has its entry deleted,
 // once.
 func (w *Worker) advertise(ctx context.Context) {
 	kv := w.openTools(ctx)
@@ -34,23 +27,25 @@ func (w *Worker) advertise(ctx context.Context) {
 	for {
 		for _, tool := range w.toolList() {
 			a := bus.ToolAdvert{
-				Name:        tool.Spec.Name,
-				Description: tool.Spec.Description,
-				Parameters:  tool.Spec.Parameters,
+				Name:        tool.Name,
+				Description: tool.Description,
+				Parameters:  tool.Parameters,
 			}
-			if adv, ok := tool.Executor.(advertiser); ok {
-				var offered bool
-				if a, offered = adv.advertFor(tool.Spec.Name); !offered {
-					if !withdrawn[tool.Spec.Name] && putRev[tool.Spec.Name] > 0 {
-						withdrawn[tool.Spec.Name] = true
+			if adv, ok := tool.Handler.(Advertiser); ok {
+				ad, offered := adv.Advert(tool.Name)
+				if !offered {
+					if !withdrawn[tool.Name] && putRev[tool.Name] > 0 {
+						withdrawn[tool.Name] = true
 						// Only this worker's own entry: another worker may still offer it.
-						if err := kv.Delete(ctx, tool.Spec.Name, putRev[tool.Spec.Name]); err != nil && ctx.Err() == nil {
-							w.log.WarnContext(ctx, "withdraw advertisement", slog.String("tool", tool.Spec.Name), slog.Any("error", err))
+						if err := kv.Delete(ctx, tool.Name, putRev[tool.Name]); err != nil && ctx.Err() == nil {
+							w.log.WarnContext(ctx, "withdraw advertisement", slog.String("tool", tool.Name), slog.Any("error", err))
 						}
 					}
 					continue
 				}
-				delete(withdrawn, tool.Spec.Name)
+				delete(withdrawn, tool.Name)
+				a.Description, a.Parameters = ad.Description, ad.Parameters
+				a.MCPServer, a.MCPTool, a.Annotations = ad.MCPServer, ad.MCPTool, ad.Annotations
 			}
 			a.Kind = wire.ReplyKindCall
 			a.Executor = tool.Kind
@@ -90,7 +85,7 @@ const (
 func (w *Worker) openTools(ctx context.Context) *bus.KV {
 	pause := openToolsRetryMin
 	for attempt := 1; ; attempt++ {
-		kv, err := w.cfg.Bus.Tools(ctx)
+		kv, err := w.bus.Tools(ctx)
 		if err == nil {
 			if attempt > 1 {
 				w.log.InfoContext(ctx, "tool advertisements enabled", slog.Int("attempt", attempt))

@@ -1,4 +1,6 @@
-package worker
+// Package command is tool-worker's exec executor: it runs a command once
+// per call, with the call as JSON on stdin.
+package command
 
 import (
 	"bytes"
@@ -6,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"io/fs"
 	"os/exec"
 	"strings"
@@ -25,7 +28,7 @@ const ExitRetry = 75
 // TOOLGATE_TOOL_NAME and TOOLGATE_IDEMPOTENCY_KEY (run_id:tool_call_id, the
 // same on every redelivery of the call). It inherits the worker's
 // environment except the worker's own TOOLGATE_* variables. Its stdout
-// is the result, read by ParseResult. Exit status 0 returns that result;
+// is the result, read by executor.ParseResult. Exit status 0 returns that result;
 // ExitRetry asks for a retry; any other status fails the call with the end of
 // stderr. A call that outlives its deadline is killed (with its process
 // group) and fails with "timed out".
@@ -43,16 +46,11 @@ type Command struct {
 	WaitDelay time.Duration
 }
 
-const (
-	defaultMaxOutput = 4 << 20
-	stderrTail       = 2 << 10
-)
-
-// NewCommand splits command into words (see SplitWords) and returns a
+// New splits command into words (see SplitWords) and returns a
 // Command running them. A program that cannot be found or run (not on PATH,
 // no such file, not executable) is refused here: otherwise every call would
 // fail, showing the model the worker's paths.
-func NewCommand(command string) (*Command, error) {
+func New(command string) (*Command, error) {
 	argv, err := SplitWords(command)
 	if err != nil {
 		return nil, fmt.Errorf("command %q: %w", command, err)
@@ -76,33 +74,33 @@ func (c *Command) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 	}
 	stdin, err := json.Marshal(req)
 	if err != nil {
-		return Failed("encode call request: %v", err), nil
+		return executor.Failed("encode call request: %v", err), nil
 	}
 	maxOut := c.MaxOutput
 	if maxOut <= 0 {
-		maxOut = defaultMaxOutput
+		maxOut = executor.DefaultMaxOutput
 	}
 	waitDelay := c.WaitDelay
 	if waitDelay <= 0 {
 		waitDelay = 2 * time.Second
 	}
 
-	ctx, cancel := withCallDeadline(ctx, req)
+	ctx, cancel := executor.WithCallDeadline(ctx, req)
 	defer cancel()
 
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	cmd.Dir = c.Dir
-	cmd.Env = append(childEnv(cmd.Environ()), c.Env...)
+	cmd.Env = append(executor.ChildEnv(cmd.Environ()), c.Env...)
 	cmd.Env = append(cmd.Env,
 		"TOOLGATE_RUN_ID="+req.RunID,
 		"TOOLGATE_CONVERSATION_ID="+req.ConversationID,
 		"TOOLGATE_TOOL_CALL_ID="+req.ToolCallID,
 		"TOOLGATE_TOOL_NAME="+req.ToolName,
-		"TOOLGATE_IDEMPOTENCY_KEY="+IdempotencyKey(req),
+		"TOOLGATE_IDEMPOTENCY_KEY="+executor.IdempotencyKey(req),
 	)
 	cmd.Stdin = bytes.NewReader(stdin)
-	stdout := &limitedBuffer{max: maxOut}
-	stderr := &tail{max: stderrTail}
+	stdout := &executor.LimitedBuffer{Max: maxOut}
+	stderr := &executor.Tail{Max: executor.StderrTail}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.WaitDelay = waitDelay
@@ -110,8 +108,8 @@ func (c *Command) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 	runErr := cmd.Run()
 	end()
 	if ctx.Err() != nil {
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
+		if executor.TimedOut(ctx) {
+			return executor.Failed(executor.TimedOutMessage), nil
 		}
 		return wire.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], context.Cause(ctx))
 	}
@@ -122,37 +120,25 @@ func (c *Command) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 	case errors.As(runErr, &exitErr):
 		code := exitErr.ExitCode()
 		if code == ExitRetry {
-			return Retry("%s", retryMessage(stdout.buf.Bytes(), stderr.String())), nil
+			return executor.Retry("%s", retryMessage(stdout.Buf.Bytes(), stderr.String())), nil
 		}
 		if msg := stderr.String(); msg != "" {
-			return Failed("%s", msg), nil
+			return executor.Failed("%s", msg), nil
 		}
-		return Failed("%s", exitErr.Error()), nil
+		return executor.Failed("%s", exitErr.Error()), nil
 	case errors.Is(runErr, exec.ErrNotFound), errors.Is(runErr, fs.ErrNotExist), errors.Is(runErr, fs.ErrPermission):
 		// A missing or forbidden program will not appear on redelivery.
-		return Failed("start %s: %v", c.Argv[0], runErr), nil
+		return executor.Failed("start %s: %v", c.Argv[0], runErr), nil
 	case errors.Is(runErr, exec.ErrWaitDelay):
 		// The program exited but something it started kept its output open;
 		// what it printed is complete.
 	default:
 		return wire.CallReply{}, fmt.Errorf("exec %s: %w", c.Argv[0], runErr)
 	}
-	if stdout.overflow {
-		return Failed("output exceeds %d bytes", maxOut), nil
+	if stdout.Overflow {
+		return executor.Failed("output exceeds %d bytes", maxOut), nil
 	}
-	return ParseResult(stdout.buf.Bytes()), nil
-}
-
-// childEnv drops the worker's own TOOLGATE_* variables (its NATS password
-// among them) from what a tool inherits; the call's are added afterwards.
-func childEnv(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "TOOLGATE_") {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return executor.ParseResult(stdout.Buf.Bytes()), nil
 }
 
 // retryMessage is what the model is told when a program exits with
@@ -160,7 +146,7 @@ func childEnv(env []string) []string {
 // plain text, or else the end of stderr.
 func retryMessage(stdout []byte, stderr string) string {
 	if len(bytes.TrimSpace(stdout)) > 0 {
-		r := ParseResult(stdout)
+		r := executor.ParseResult(stdout)
 		switch {
 		case r.Outcome != wire.OutcomeReturn:
 			if r.Message != "" {
@@ -178,11 +164,6 @@ func retryMessage(stdout []byte, stderr string) string {
 		return stderr
 	}
 	return fmt.Sprintf("retry requested (exit status %d)", ExitRetry)
-}
-
-// IdempotencyKey identifies a call across redeliveries: run_id:tool_call_id.
-func IdempotencyKey(req wire.CallRequest) string {
-	return req.RunID + ":" + req.ToolCallID
 }
 
 // SplitWords splits a command line into words the way a POSIX shell would,

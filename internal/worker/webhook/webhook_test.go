@@ -1,4 +1,4 @@
-package worker_test
+package webhook_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolgate/toolgate/internal/httpretry/httpretrytest"
-	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/internal/worker/webhook"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -55,7 +55,7 @@ func TestWebhook(t *testing.T) {
 			}))
 			defer srv.Close()
 
-			h := &worker.Webhook{URL: srv.URL, Header: http.Header{"Authorization": {"Bearer t"}}, Retries: -1}
+			h := &webhook.Webhook{URL: srv.URL, Header: http.Header{"Authorization": {"Bearer t"}}, Retries: -1}
 			req := callRequest("weather", `{"city":"Paris"}`)
 			reply, err := h.Execute(t.Context(), req)
 			if err != nil {
@@ -90,7 +90,7 @@ func TestWebhookLongErrorBodyIsShortened(t *testing.T) {
 		io.WriteString(w, strings.Repeat("x", 10000))
 	}))
 	defer srv.Close()
-	reply, err := (&worker.Webhook{URL: srv.URL}).Execute(t.Context(), callRequest("t", `{}`))
+	reply, err := (&webhook.Webhook{URL: srv.URL}).Execute(t.Context(), callRequest("t", `{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestWebhookRetries(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		hook     worker.Webhook
+		hook     webhook.Webhook
 		answers  []answer // then 200
 		down     bool     // no server at all
 		deadline time.Duration
@@ -141,7 +141,7 @@ func TestWebhookRetries(t *testing.T) {
 		},
 		{
 			name:    "backoff doubles, then the last answer fails the call",
-			hook:    worker.Webhook{Retries: 3, Backoff: 2 * time.Second},
+			hook:    webhook.Webhook{Retries: 3, Backoff: 2 * time.Second},
 			answers: []answer{{502, nil}, {500, nil}, {408, nil}, {503, nil}},
 			wantWaits: [][2]time.Duration{
 				{1500 * time.Millisecond, 2 * time.Second},
@@ -165,14 +165,14 @@ func TestWebhookRetries(t *testing.T) {
 		},
 		{
 			name:         "retries off",
-			hook:         worker.Webhook{Retries: -1},
+			hook:         webhook.Webhook{Retries: -1},
 			answers:      []answer{{503, nil}},
 			wantAttempts: 1,
 			want:         wire.CallReply{Outcome: wire.OutcomeFailed, Message: "HTTP 503 Service Unavailable: busy"},
 		},
 		{
 			name:      "unreachable",
-			hook:      worker.Webhook{Retries: 2},
+			hook:      webhook.Webhook{Retries: 2},
 			down:      true,
 			wantWaits: [][2]time.Duration{{750 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}},
 			wantIn:    "the tool's HTTP endpoint could not be reached (3 attempts)",
@@ -208,7 +208,7 @@ func TestWebhookRetries(t *testing.T) {
 			h := tt.hook
 			h.URL = srv.URL
 			w := httpretrytest.New(start)
-			worker.SetWebhookClock(&h, w.Clock, w.Sleep)
+			webhook.SetClock(&h, w.Clock, w.Sleep)
 			req := callRequest("t", `{}`)
 			req.Deadline = start.Add(time.Minute)
 			if tt.deadline != 0 {
@@ -259,8 +259,8 @@ func TestWebhookStopWhileWaiting(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(t.Context())
-	h := &worker.Webhook{URL: srv.URL}
-	worker.SetWebhookClock(h, time.Now, func(ctx context.Context, _ time.Duration) error {
+	h := &webhook.Webhook{URL: srv.URL}
+	webhook.SetClock(h, time.Now, func(ctx context.Context, _ time.Duration) error {
 		cancel()
 		<-ctx.Done()
 		return ctx.Err()
@@ -284,7 +284,7 @@ func TestWebhookTimeout(t *testing.T) {
 	defer close(release)
 	req := callRequest("t", `{}`)
 	req.Deadline = time.Now().Add(200 * time.Millisecond)
-	reply, err := (&worker.Webhook{URL: srv.URL}).Execute(t.Context(), req)
+	reply, err := (&webhook.Webhook{URL: srv.URL}).Execute(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ const recentCancelsMax = 4096
 // cancels stops the calls of cancelled conversations. The orchestrator
 // announces a cancel on toolgate.cancel.<run> (a core NATS notice, not
 // stored); the worker subscribes to every run's notice once and cancels the
-// executor's context of each call of that run in flight, then acks the
+// handler's context of each call of that run in flight, then acks the
 // call without a reply. A call of a cancelled run that starts later is
 // skipped the same way while the run is remembered. A notice that is lost
 // costs only the work: the call runs to its end and its reply is refused

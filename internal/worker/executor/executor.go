@@ -1,13 +1,20 @@
-package worker
+// Package executor is what tool-worker's executors share: the Executor
+// interface, the tool a worker serves, the forms of a reply and the reading
+// of an external tool's output (ParseResult). Each executor lives in a
+// package of its own (command, webhook, mcpexec, builtin), so that a
+// program links only those it runs.
+package executor
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -24,34 +31,26 @@ type Executor interface {
 	Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error)
 }
 
-// ExecutorFunc adapts a function to Executor.
-type ExecutorFunc func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error)
+// Func adapts a function to Executor.
+type Func func(ctx context.Context, req wire.CallRequest) (wire.CallReply, error)
 
 // Execute calls f(ctx, req).
-func (f ExecutorFunc) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
+func (f Func) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	return f(ctx, req)
 }
 
 // TimedOutMessage is the message of a failed reply for a call whose deadline
 // passed before it finished (D37).
-const TimedOutMessage = "timed out"
+const TimedOutMessage = callctx.TimedOutMessage
 
-// errTimedOut is the cancellation cause of a call's context when the call's
-// own deadline passes, told apart from the worker shutting down.
-var errTimedOut = errors.New("call deadline exceeded")
-
-// withCallDeadline bounds ctx by the call's deadline; a zero deadline means
-// none. timedOut reports whether ctx ended because of that deadline.
-func withCallDeadline(ctx context.Context, req wire.CallRequest) (context.Context, context.CancelFunc) {
-	if req.Deadline.IsZero() {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadlineCause(ctx, req.Deadline, errTimedOut)
+// WithCallDeadline bounds ctx by the call's deadline; a zero deadline means
+// none. TimedOut reports whether ctx ended because of that deadline.
+func WithCallDeadline(ctx context.Context, req wire.CallRequest) (context.Context, context.CancelFunc) {
+	return callctx.WithDeadline(ctx, req.Deadline)
 }
 
-func timedOut(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errTimedOut)
-}
+// TimedOut reports whether ctx ended because its call's deadline passed.
+func TimedOut(ctx context.Context) bool { return callctx.TimedOut(ctx) }
 
 // Reply constructors for executors.
 
@@ -94,7 +93,7 @@ func ParseResult(out []byte) wire.CallReply {
 		return ReturnValue(json.RawMessage("null"))
 	}
 	if !json.Valid(out) {
-		return ReturnValue(jsonString(string(out)))
+		return ReturnValue(JSONString(string(out)))
 	}
 	if out[0] == '{' {
 		var f resultForm
@@ -106,9 +105,9 @@ func ParseResult(out []byte) wire.CallReply {
 					r.Value = json.RawMessage("null")
 				}
 				if !isNull(f.Metadata) {
-					r.Metadata = compact(f.Metadata)
+					r.Metadata = Compact(f.Metadata)
 				}
-				r.Value = compact(r.Value)
+				r.Value = Compact(r.Value)
 				return r
 			case "model-retry":
 				return wire.CallReply{Outcome: wire.OutcomeRetry, Message: textOf(f.Message)}
@@ -117,11 +116,11 @@ func ParseResult(out []byte) wire.CallReply {
 			}
 		}
 	}
-	return ReturnValue(compact(out))
+	return ReturnValue(Compact(out))
 }
 
 // textOf renders a JSON value as text: a string as itself, null or absent as
-// "", anything else (Pydantic AI allows lists of user content) as compact JSON.
+// "", anything else (Pydantic AI allows lists of user content) as Compact JSON.
 func textOf(raw json.RawMessage) string {
 	if isNull(raw) {
 		return ""
@@ -130,7 +129,7 @@ func textOf(raw json.RawMessage) string {
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return s
 	}
-	return string(compact(raw))
+	return string(Compact(raw))
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -138,7 +137,7 @@ func isNull(raw json.RawMessage) bool {
 	return len(t) == 0 || bytes.Equal(t, []byte("null"))
 }
 
-func compact(raw []byte) json.RawMessage {
+func Compact(raw []byte) json.RawMessage {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		return json.RawMessage(raw)
@@ -146,7 +145,7 @@ func compact(raw []byte) json.RawMessage {
 	return b.Bytes()
 }
 
-func jsonString(s string) json.RawMessage {
+func JSONString(s string) json.RawMessage {
 	if !utf8.ValidString(s) {
 		s = string(bytes.ToValidUTF8([]byte(s), []byte("\uFFFD")))
 	}
@@ -154,20 +153,20 @@ func jsonString(s string) json.RawMessage {
 	return b
 }
 
-// tail keeps the last max bytes written to it, for the end of a process's
+// Tail keeps the last max bytes written to it, for the end of a process's
 // stderr.
-type tail struct {
-	max int
+type Tail struct {
+	Max int // bytes kept
 	buf []byte
 }
 
-func (t *tail) Write(p []byte) (int, error) {
+func (t *Tail) Write(p []byte) (int, error) {
 	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+	if len(p) >= t.Max {
+		t.buf = append(t.buf[:0], p[len(p)-t.Max:]...)
 		return n, nil
 	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
+	if over := len(t.buf) + len(p) - t.Max; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}
 	t.buf = append(t.buf, p...)
@@ -175,7 +174,7 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 // String is the kept text, trimmed, starting at a valid UTF-8 boundary.
-func (t *tail) String() string {
+func (t *Tail) String() string {
 	b := t.buf
 	for len(b) > 0 && !utf8.RuneStart(b[0]) {
 		b = b[1:]
@@ -183,19 +182,78 @@ func (t *tail) String() string {
 	return string(bytes.TrimSpace(bytes.ToValidUTF8(b, []byte("\uFFFD"))))
 }
 
-// limitedBuffer collects up to max bytes and records whether more came.
-type limitedBuffer struct {
-	max      int
-	buf      bytes.Buffer
-	overflow bool
+// LimitedBuffer collects up to max bytes and records whether more came.
+type LimitedBuffer struct {
+	Max      int          // bytes kept
+	Buf      bytes.Buffer // what came, up to Max
+	Overflow bool         // more than Max came
 }
 
-func (l *limitedBuffer) Write(p []byte) (int, error) {
+func (l *LimitedBuffer) Write(p []byte) (int, error) {
 	n := len(p)
-	if room := l.max - l.buf.Len(); len(p) > room {
-		l.overflow = true
+	if room := l.Max - l.Buf.Len(); len(p) > room {
+		l.Overflow = true
 		p = p[:max(room, 0)]
 	}
-	l.buf.Write(p)
+	l.Buf.Write(p)
 	return n, nil
+}
+
+// ToolSpec describes a tool as a model sees it: its name, what it does and
+// the JSON Schema (draft 2020-12) of its arguments.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Tool is one tool a worker serves.
+type Tool struct {
+	// Spec names the tool (required) and, for the toolgate_tools
+	// advertisement, describes it; Description and Parameters may be empty.
+	Spec ToolSpec
+	// Executor runs the tool's calls; required.
+	Executor Executor
+	// Kind names the executor in the advertisement: "exec", "http",
+	// "builtin", "mcp". Defaults to "custom".
+	Kind string
+}
+
+// IdempotencyKey identifies a call across redeliveries: run_id:tool_call_id.
+func IdempotencyKey(req wire.CallRequest) string {
+	return req.RunID + ":" + req.ToolCallID
+}
+
+// Bounds of what an executor keeps of a tool's output.
+const (
+	// DefaultMaxOutput bounds a result (stdout, a response body).
+	DefaultMaxOutput = 4 << 20
+	// StderrTail is how much of the end of a process's stderr is kept
+	// for the message of a failed call.
+	StderrTail = 2 << 10
+)
+
+// ChildEnv drops the worker's own TOOLGATE_* variables (its NATS password
+// among them) from what a tool inherits; the call's are added afterwards.
+func ChildEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TOOLGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// RedactURL drops credentials, query and fragment from a URL for logs and
+// errors.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(invalid url)"
+	}
+	u.User = nil
+	u.RawQuery = ""
+	u.Fragment = ""
+	return u.String()
 }

@@ -1,4 +1,6 @@
-package worker
+// Package webhook is tool-worker's http executor: it POSTs each call to a
+// URL.
+package webhook
 
 import (
 	"bytes"
@@ -6,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,10 +27,10 @@ import (
 // application/json, Accept application/json, Idempotency-Key
 // (run_id:tool_call_id, the same on every attempt and redelivery),
 // Toolgate-Run and Toolgate-Call. A 2xx response's body is the result, read
-// by ParseResult. A 4xx response fails the call with its status and the
+// by executor.ParseResult. A 4xx response fails the call with its status and the
 // start of its body, except 408 and 429, which like 5xx responses and
 // connection errors are transient: the call is POSTed again after a wait
-// (Retries, Backoff, the answer's Retry-After), and fails with the last
+// (Retries, Backoff, the answer's executor.Retry-After), and fails with the last
 // answer once the retries are spent or the wait would pass the call's
 // deadline. A call that outlives its deadline fails with "timed out".
 type Webhook struct {
@@ -48,13 +51,13 @@ type Webhook struct {
 	Retries int
 	// Backoff is the wait before the first retry, doubled at each next one
 	// up to 30s (or Backoff, if longer), less up to a quarter at random. A
-	// transient answer's Retry-After (seconds or an HTTP-date) sets the wait
+	// transient answer's executor.Retry-After (seconds or an HTTP-date) sets the wait
 	// instead. Zero means 1s.
 	Backoff time.Duration
 	// Logger receives a warning per transient answer. Nil discards them.
 	Logger *slog.Logger
 
-	// now reads Retry-After dates and deadlines, sleep waits between
+	// now reads executor.Retry-After dates and deadlines, sleep waits between
 	// attempts: seams for tests. Nil: the real clock.
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
@@ -62,8 +65,8 @@ type Webhook struct {
 
 // Defaults of Webhook.Retries and Webhook.Backoff.
 const (
-	DefaultWebhookRetries = 3
-	DefaultWebhookBackoff = time.Second
+	DefaultRetries = 3
+	DefaultBackoff = time.Second
 )
 
 // bodyExcerpt is how much of an error response a failed reply quotes.
@@ -77,20 +80,20 @@ func (h *Webhook) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return Failed("encode call request: %v", err), nil
+		return executor.Failed("encode call request: %v", err), nil
 	}
-	ctx, cancel := withCallDeadline(ctx, req)
+	ctx, cancel := executor.WithCallDeadline(ctx, req)
 	defer cancel()
 
 	retries, backoff := h.Retries, h.Backoff
 	switch {
 	case retries == 0:
-		retries = DefaultWebhookRetries
+		retries = DefaultRetries
 	case retries < 0:
 		retries = 0
 	}
 	if backoff <= 0 {
-		backoff = DefaultWebhookBackoff
+		backoff = DefaultBackoff
 	}
 	now, sleep := h.now, h.sleep
 	if now == nil {
@@ -108,31 +111,31 @@ func (h *Webhook) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 		if t == nil {
 			return reply, nil
 		}
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
+		if executor.TimedOut(ctx) {
+			return executor.Failed(executor.TimedOutMessage), nil
 		}
 		if ctx.Err() != nil {
 			// The worker is stopping or the call was cancelled: it
 			// decides what becomes of the call.
-			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), t.err)
+			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", executor.RedactURL(h.URL), t.err)
 		}
 		if n >= retries {
-			return Failed("%s", t.message(n+1)), nil
+			return executor.Failed("%s", t.message(n+1)), nil
 		}
 		wait := httpretry.Backoff(backoff, n)
 		if d, found := httpretry.After(t.header, now()); found {
 			wait = d
 		}
 		if !req.Deadline.IsZero() && now().Add(wait).After(req.Deadline) {
-			return Failed("%s; not retried: the call's deadline comes before the retry (in %s)", t.message(n+1), wait.Round(time.Millisecond)), nil
+			return executor.Failed("%s; not retried: the call's deadline comes before the retry (in %s)", t.message(n+1), wait.Round(time.Millisecond)), nil
 		}
 		log.WarnContext(ctx, "webhook answer transient; retrying", slog.String("tool", req.ToolName),
-			slog.String("url", redactURL(h.URL)), slog.Int("attempt", n+1), slog.Duration("wait", wait), slog.Any("error", t.err))
+			slog.String("url", executor.RedactURL(h.URL)), slog.Int("attempt", n+1), slog.Duration("wait", wait), slog.Any("error", t.err))
 		if err := sleep(ctx, wait); err != nil {
-			if timedOut(ctx) {
-				return Failed(TimedOutMessage), nil
+			if executor.TimedOut(ctx) {
+				return executor.Failed(executor.TimedOutMessage), nil
 			}
-			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", redactURL(h.URL), err)
+			return wire.CallReply{}, fmt.Errorf("webhook %s: %w", executor.RedactURL(h.URL), err)
 		}
 	}
 }
@@ -160,7 +163,7 @@ func (h *Webhook) post(ctx context.Context, req wire.CallRequest, body []byte) (
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
 	if err != nil {
 		// Not the error: it quotes the URL, credentials and all.
-		return Failed("the tool's HTTP endpoint URL is not valid"), nil
+		return executor.Failed("the tool's HTTP endpoint URL is not valid"), nil
 	}
 	for k, vs := range h.Header {
 		for _, v := range vs {
@@ -169,7 +172,7 @@ func (h *Webhook) post(ctx context.Context, req wire.CallRequest, body []byte) (
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", IdempotencyKey(req))
+	hreq.Header.Set("Idempotency-Key", executor.IdempotencyKey(req))
 	hreq.Header.Set("Toolgate-Run", req.RunID)
 	hreq.Header.Set("Toolgate-Call", req.ToolCallID)
 
@@ -179,7 +182,7 @@ func (h *Webhook) post(ctx context.Context, req wire.CallRequest, body []byte) (
 	}
 	maxBody := h.MaxBody
 	if maxBody <= 0 {
-		maxBody = defaultMaxOutput
+		maxBody = executor.DefaultMaxOutput
 	}
 
 	resp, err := client.Do(hreq)
@@ -198,14 +201,14 @@ func (h *Webhook) post(ctx context.Context, req wire.CallRequest, body []byte) (
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		if int64(len(data)) > maxBody {
-			return Failed("response exceeds %d bytes", maxBody), nil
+			return executor.Failed("response exceeds %d bytes", maxBody), nil
 		}
-		return ParseResult(data), nil
+		return executor.ParseResult(data), nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		st := statusText(resp.Status, data)
 		return wire.CallReply{}, &transient{status: st, header: resp.Header, err: errors.New(st)}
 	default:
-		return Failed("%s", statusText(resp.Status, data)), nil
+		return executor.Failed("%s", statusText(resp.Status, data)), nil
 	}
 }
 
@@ -223,17 +226,4 @@ func statusText(status string, body []byte) string {
 		return "HTTP " + status
 	}
 	return "HTTP " + status + ": " + excerpt
-}
-
-// redactURL drops credentials, query and fragment from a URL for logs and
-// errors.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid url)"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	u.Fragment = ""
-	return u.String()
 }

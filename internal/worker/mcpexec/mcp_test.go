@@ -1,9 +1,10 @@
-package worker
+package mcpexec
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"net"
 	"net/http"
 	"os"
@@ -15,14 +16,15 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
 )
 
-func newTestMCP(t *testing.T, cfg MCPConfig) *MCPServer {
+func newTestMCP(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	s, err := NewMCPServer(ctx, cfg)
+	s, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func mcpCall(tool, args string) wire.CallRequest {
 		Args: json.RawMessage(args), Deadline: time.Now().Add(time.Minute)}
 }
 
-func execMCP(t *testing.T, s *MCPServer, req wire.CallRequest) wire.CallReply {
+func execMCP(t *testing.T, s *Server, req wire.CallRequest) wire.CallReply {
 	t.Helper()
 	r, err := s.Execute(t.Context(), req)
 	if err != nil {
@@ -53,9 +55,9 @@ func execMCP(t *testing.T, s *MCPServer, req wire.CallRequest) wire.CallReply {
 
 func TestMCPEverythingStdio(t *testing.T) {
 	t.Parallel()
-	s := newTestMCP(t, MCPConfig{Name: "everything", Command: mcptest.Everything(t), Prefix: "ev_"})
+	s := newTestMCP(t, Config{Name: "everything", Command: mcptest.Everything(t), Prefix: "ev_"})
 
-	tools := map[string]Tool{}
+	tools := map[string]executor.Tool{}
 	for _, tl := range s.Tools() {
 		tools[tl.Spec.Name] = tl
 	}
@@ -73,7 +75,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 	if tools["ev_echo"].Spec.Description == "" {
 		t.Error("echo has no description")
 	}
-	a, ok := s.advertFor("ev_echo")
+	a, ok := s.Advert("ev_echo")
 	if !ok || a.MCPServer != "everything" || a.MCPTool != "echo" || len(a.Parameters) == 0 {
 		t.Errorf("advert = %+v, %v; want server everything, tool echo, its schema", a, ok)
 	}
@@ -102,7 +104,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 
 	// Progress notifications reach the call's in-progress function.
 	var progress atomic.Int32
-	ctx := withProgress(t.Context(), func() { progress.Add(1) })
+	ctx := callctx.WithProgress(t.Context(), func() { progress.Add(1) })
 	lr, err := s.Execute(ctx, mcpCall("ev_trigger-long-running-operation", `{"duration":0.3,"steps":3}`))
 	if err != nil || lr.Outcome != wire.OutcomeReturn {
 		t.Fatalf("long-running = %+v, %v", lr, err)
@@ -118,8 +120,8 @@ func TestMCPEverythingStdio(t *testing.T) {
 	req := mcpCall("ev_trigger-long-running-operation", `{"duration":30,"steps":30}`)
 	req.Deadline = time.Now().Add(500 * time.Millisecond)
 	start := time.Now()
-	if r := execMCP(t, s, req); r.Outcome != wire.OutcomeFailed || r.Message != TimedOutMessage {
-		t.Errorf("call past its deadline = %+v, want failed %q", r, TimedOutMessage)
+	if r := execMCP(t, s, req); r.Outcome != wire.OutcomeFailed || r.Message != executor.TimedOutMessage {
+		t.Errorf("call past its deadline = %+v, want failed %q", r, executor.TimedOutMessage)
 	}
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("the timed-out call took %v", took)
@@ -132,7 +134,7 @@ func TestMCPEverythingStdio(t *testing.T) {
 func TestMCPCrashAndListChanged(t *testing.T) {
 	t.Parallel()
 	argv, env := mcptest.CrashServer(t)
-	s := newTestMCP(t, MCPConfig{Name: "crashy", Command: argv, Env: env})
+	s := newTestMCP(t, Config{Name: "crashy", Command: argv, Env: env})
 	changed := make(chan struct{}, 16)
 	s.OnToolsChanged(func() { changed <- struct{}{} })
 
@@ -153,7 +155,7 @@ func TestMCPCrashAndListChanged(t *testing.T) {
 	}
 	deadline := time.After(30 * time.Second)
 	for {
-		if _, ok := s.advertFor("late_echo"); ok {
+		if _, ok := s.Advert("late_echo"); ok {
 			break
 		}
 		select {
@@ -179,7 +181,7 @@ func TestMCPFilesystemSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	argv := []string{"node", filepath.Join(mcptest.NodeModules(t), "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), sandbox}
-	s := newTestMCP(t, MCPConfig{Name: "fs", Command: argv, Prefix: "fs_"})
+	s := newTestMCP(t, Config{Name: "fs", Command: argv, Prefix: "fs_"})
 
 	inside := filepath.Join(sandbox, "note.txt")
 	args, _ := json.Marshal(map[string]string{"path": inside, "content": "hello"})
@@ -206,7 +208,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	ln.Close()
 	cmd := exec.Command("node", filepath.Join(mcptest.NodeModules(t), "@modelcontextprotocol", "server-everything", "dist", "index.js"), "streamableHttp")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
-	stderr := &syncTail{t: tail{max: 4096}}
+	stderr := &syncTail{t: executor.Tail{Max: 4096}}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -229,12 +231,12 @@ func TestMCPStreamableHTTP(t *testing.T) {
 			return
 		}
 	}
-	s := newTestMCP(t, MCPConfig{Name: "remote", URL: url, Header: http.Header{"Authorization": {"Bearer test-token"}}})
+	s := newTestMCP(t, Config{Name: "remote", URL: url, Header: http.Header{"Authorization": {"Bearer test-token"}}})
 	if r := execMCP(t, s, mcpCall("echo", `{"message":"over http"}`)); string(r.Value) != `"Echo: over http"` {
 		t.Errorf("echo over streamable HTTP = %+v", r)
 	}
 	var progress atomic.Int32
-	ctx := withProgress(t.Context(), func() { progress.Add(1) })
+	ctx := callctx.WithProgress(t.Context(), func() { progress.Add(1) })
 	if r, err := s.Execute(ctx, mcpCall("trigger-long-running-operation", `{"duration":0.2,"steps":2}`)); err != nil || r.Outcome != wire.OutcomeReturn {
 		t.Errorf("long-running over HTTP = %+v, %v", r, err)
 	}

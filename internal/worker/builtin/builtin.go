@@ -1,4 +1,6 @@
-package worker
+// Package builtin is tool-worker's built-in demo tools: files in a sandbox
+// folder, a calculator and the like.
+package builtin
 
 import (
 	"bytes"
@@ -6,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,14 +18,6 @@ import (
 
 	"github.com/toolgate/toolgate/wire"
 )
-
-// ToolSpec describes a tool as a model sees it: its name, what it does and
-// the JSON Schema (draft 2020-12) of its arguments.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
 
 // Names of the built-in tools.
 const (
@@ -39,7 +34,7 @@ const maxReadFile = 1 << 20
 
 const pathDescription = "File path relative to the sandbox."
 
-var builtinSpecs = []ToolSpec{
+var builtinSpecs = []executor.ToolSpec{
 	{
 		Name:        ToolUpdateFile,
 		Description: "Write content to a file in the sandbox, creating it and its folders if needed.",
@@ -91,10 +86,10 @@ func stringsSchema(props ...string) json.RawMessage {
 	return json.RawMessage(b.String())
 }
 
-// BuiltinTools lists the built-in tools, so that an orchestrator's config can
+// Tools lists the built-in tools, so that an orchestrator's config can
 // declare the same schemas. The slice is a copy.
-func BuiltinTools() []ToolSpec {
-	out := make([]ToolSpec, len(builtinSpecs))
+func Tools() []executor.ToolSpec {
+	out := make([]executor.ToolSpec, len(builtinSpecs))
 	for i, s := range builtinSpecs {
 		s.Parameters = append(json.RawMessage(nil), s.Parameters...)
 		out[i] = s
@@ -109,9 +104,9 @@ type Builtin struct {
 	sandbox string
 }
 
-// NewBuiltin returns the built-in tools working in the folder sandbox, which
+// New returns the built-in tools working in the folder sandbox, which
 // is created if missing.
-func NewBuiltin(sandbox string) (*Builtin, error) {
+func New(sandbox string) (*Builtin, error) {
 	if sandbox == "" {
 		return nil, errors.New("builtin: sandbox folder is empty")
 	}
@@ -131,8 +126,8 @@ func (b *Builtin) Sandbox() string { return b.sandbox }
 // Execute runs the built-in tool named by req.ToolName.
 func (b *Builtin) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	if err := ctx.Err(); err != nil {
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
+		if executor.TimedOut(ctx) {
+			return executor.Failed(executor.TimedOutMessage), nil
 		}
 		return wire.CallReply{}, fmt.Errorf("builtin %s: %w", req.ToolName, err)
 	}
@@ -164,7 +159,7 @@ func (b *Builtin) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 		if r, ok := decodeArgs(req.Args, &a); !ok {
 			return r, nil
 		}
-		return ReturnValue(json.RawMessage("42")), nil
+		return executor.ReturnValue(json.RawMessage("42")), nil
 	case ToolSendToWorker:
 		var a struct {
 			Task *string `json:"task"`
@@ -172,18 +167,18 @@ func (b *Builtin) Execute(ctx context.Context, req wire.CallRequest) (wire.CallR
 		if r, ok := decodeArgs(req.Args, &a); !ok {
 			return r, nil
 		}
-		return ReturnValue(jsonString(fmt.Sprintf("Task %s completed", pyRepr(*a.Task)))), nil
+		return executor.ReturnValue(executor.JSONString(fmt.Sprintf("Task %s completed", pyRepr(*a.Task)))), nil
 	case ToolNoop:
 		args := bytes.TrimSpace(req.Args)
 		if len(args) == 0 {
 			args = []byte("{}")
 		}
 		if !json.Valid(args) {
-			return Retry("arguments are not valid JSON"), nil
+			return executor.Retry("arguments are not valid JSON"), nil
 		}
-		return ReturnValue(compact(args)), nil
+		return executor.ReturnValue(executor.Compact(args)), nil
 	default:
-		return Failed("unknown built-in tool %q", req.ToolName), nil
+		return executor.Failed("unknown built-in tool %q", req.ToolName), nil
 	}
 }
 
@@ -197,7 +192,7 @@ func decodeArgs(raw json.RawMessage, v any) (wire.CallReply, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Retry("invalid arguments: %v", err), false
+		return executor.Retry("invalid arguments: %v", err), false
 	}
 	var missing []string
 	rv := reflect.ValueOf(v).Elem()
@@ -208,7 +203,7 @@ func decodeArgs(raw json.RawMessage, v any) (wire.CallReply, bool) {
 		}
 	}
 	if len(missing) > 0 {
-		return Retry("invalid arguments: missing %s", strings.Join(missing, ", ")), false
+		return executor.Retry("invalid arguments: missing %s", strings.Join(missing, ", ")), false
 	}
 	return wire.CallReply{}, true
 }
@@ -216,16 +211,16 @@ func decodeArgs(raw json.RawMessage, v any) (wire.CallReply, bool) {
 // sandboxPath checks that path names something inside the sandbox.
 func sandboxPath(path string) (string, *wire.CallReply) {
 	if path == "" {
-		r := Retry("invalid arguments: path is empty")
+		r := executor.Retry("invalid arguments: path is empty")
 		return "", &r
 	}
 	if filepath.IsAbs(path) || strings.HasPrefix(path, "/") || strings.HasPrefix(path, `\`) {
-		r := Failed("path %s is absolute; paths are relative to the sandbox", pyRepr(path))
+		r := executor.Failed("path %s is absolute; paths are relative to the sandbox", pyRepr(path))
 		return "", &r
 	}
 	clean := filepath.Clean(filepath.FromSlash(path))
 	if !filepath.IsLocal(clean) {
-		r := Failed("path %s is outside the sandbox", pyRepr(path))
+		r := executor.Failed("path %s is outside the sandbox", pyRepr(path))
 		return "", &r
 	}
 	return clean, nil
@@ -236,18 +231,18 @@ func sandboxPath(path string) (string, *wire.CallReply) {
 func fsFailure(op, path string, err error) wire.CallReply {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return Failed("File %s not found", pyRepr(path))
+		return executor.Failed("File %s not found", pyRepr(path))
 	case errors.Is(err, fs.ErrPermission):
-		return Failed("%s %s: permission denied", op, pyRepr(path))
+		return executor.Failed("%s %s: permission denied", op, pyRepr(path))
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
 	if strings.Contains(err.Error(), "escapes") {
-		return Failed("path %s is outside the sandbox", pyRepr(path))
+		return executor.Failed("path %s is outside the sandbox", pyRepr(path))
 	}
-	return Failed("%s %s: %v", op, pyRepr(path), err)
+	return executor.Failed("%s %s: %v", op, pyRepr(path), err)
 }
 
 // open checks path and opens the sandbox to work on it; the root is the
@@ -259,7 +254,7 @@ func (b *Builtin) open(path string) (root *os.Root, clean string, bad *wire.Call
 	}
 	root, err := os.OpenRoot(b.sandbox)
 	if err != nil {
-		r := Failed("open sandbox: %v", err)
+		r := executor.Failed("open sandbox: %v", err)
 		return nil, "", &r
 	}
 	return root, clean, nil
@@ -279,7 +274,7 @@ func (b *Builtin) updateFile(path, content string) wire.CallReply {
 	if err := root.WriteFile(clean, []byte(content), 0o644); err != nil {
 		return fsFailure("update", path, err)
 	}
-	return ReturnValue(jsonString(fmt.Sprintf("File %s updated: %s", pyRepr(path), pyRepr(content))))
+	return executor.ReturnValue(executor.JSONString(fmt.Sprintf("File %s updated: %s", pyRepr(path), pyRepr(content))))
 }
 
 func (b *Builtin) deleteFile(path string) wire.CallReply {
@@ -291,7 +286,7 @@ func (b *Builtin) deleteFile(path string) wire.CallReply {
 	if err := root.Remove(clean); err != nil {
 		return fsFailure("delete", path, err)
 	}
-	return ReturnValue(jsonString(fmt.Sprintf("File %s deleted", pyRepr(path))))
+	return executor.ReturnValue(executor.JSONString(fmt.Sprintf("File %s deleted", pyRepr(path))))
 }
 
 func (b *Builtin) readFile(path string) wire.CallReply {
@@ -305,16 +300,16 @@ func (b *Builtin) readFile(path string) wire.CallReply {
 		return fsFailure("read", path, err)
 	}
 	if fi.IsDir() {
-		return Failed("%s is a folder", pyRepr(path))
+		return executor.Failed("%s is a folder", pyRepr(path))
 	}
 	if fi.Size() > maxReadFile {
-		return Failed("File %s is larger than %d bytes", pyRepr(path), maxReadFile)
+		return executor.Failed("File %s is larger than %d bytes", pyRepr(path), maxReadFile)
 	}
 	data, err := root.ReadFile(clean)
 	if err != nil {
 		return fsFailure("read", path, err)
 	}
-	return ReturnValue(jsonString(string(data)))
+	return executor.ReturnValue(executor.JSONString(string(data)))
 }
 
 // pyRepr quotes s as Python's repr() does, so the built-in tools answer

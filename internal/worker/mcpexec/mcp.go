@@ -1,10 +1,13 @@
-package worker
+// Package mcpexec is tool-worker's MCP executor: it serves the tools of an
+// MCP server, over stdio or streamable HTTP, and follows its tool list.
+package mcpexec
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,12 +22,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/worker/callctx"
 	"github.com/toolgate/toolgate/wire"
+	"github.com/toolgate/toolgate/worker"
 )
 
-// MCPConfig configures one MCP server whose tools a worker serves.
-type MCPConfig struct {
+// Config configures one MCP server whose tools a worker serves.
+type Config struct {
 	// Name names the server (the NAME of --mcp NAME=…): it appears in
 	// adverts, logs and messages the model sees. Required.
 	Name string
@@ -51,7 +55,7 @@ type MCPConfig struct {
 	ConnectTimeout time.Duration
 }
 
-// MCPServer serves the tools of one MCP server as toolgate tools: it keeps
+// Server serves the tools of one MCP server as toolgate tools: it keeps
 // one client session, turns each call into tools/call, and follows the
 // server's tool list.
 //
@@ -65,8 +69,8 @@ type MCPConfig struct {
 // notifications/tools/list_changed the list is read again: new tools are
 // served and advertised, tools that are gone are no longer advertised and
 // their calls fail with a message saying so.
-type MCPServer struct {
-	cfg    MCPConfig
+type Server struct {
+	cfg    Config
 	log    *slog.Logger
 	client *mcp.Client
 
@@ -76,7 +80,7 @@ type MCPServer struct {
 	sess     *mcpSession
 	tools    map[string]*mcp.Tool // by toolgate name: the server's current list
 	served   map[string]bool      // toolgate names given to a worker
-	worker   *Worker
+	worker   Binder
 	closed   bool
 	onChange []func()
 
@@ -105,10 +109,10 @@ func (s *mcpSession) ended() bool {
 	}
 }
 
-// NewMCPServer checks cfg and starts the session: it fails when the server
+// New checks cfg and starts the session: it fails when the server
 // cannot be started or listed, so that a misconfigured worker stops at once.
 // Close ends it.
-func NewMCPServer(ctx context.Context, cfg MCPConfig) (*MCPServer, error) {
+func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := wire.ValidateToken("MCP server name", cfg.Name); err != nil {
 		return nil, err
 	}
@@ -121,7 +125,7 @@ func NewMCPServer(ctx context.Context, cfg MCPConfig) (*MCPServer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &MCPServer{
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.With(slog.String("mcp_server", cfg.Name)),
 		tools:   map[string]*mcp.Tool{},
@@ -156,10 +160,10 @@ func NewMCPServer(ctx context.Context, cfg MCPConfig) (*MCPServer, error) {
 }
 
 // Name is the server's name.
-func (s *MCPServer) Name() string { return s.cfg.Name }
+func (s *Server) Name() string { return s.cfg.Name }
 
 // Tools are the server's tools as worker tools, in name order.
-func (s *MCPServer) Tools() []Tool {
+func (s *Server) Tools() []executor.Tool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := make([]string, 0, len(s.tools))
@@ -167,7 +171,7 @@ func (s *MCPServer) Tools() []Tool {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	out := make([]Tool, 0, len(names))
+	out := make([]executor.Tool, 0, len(names))
 	for _, n := range names {
 		out = append(out, s.toolLocked(n))
 		s.served[n] = true
@@ -175,19 +179,26 @@ func (s *MCPServer) Tools() []Tool {
 	return out
 }
 
-func (s *MCPServer) toolLocked(name string) Tool {
+func (s *Server) toolLocked(name string) executor.Tool {
 	t := s.tools[name]
 	params, _ := json.Marshal(t.InputSchema)
-	return Tool{
-		Spec:     ToolSpec{Name: name, Description: mcpDescription(t), Parameters: params},
+	return executor.Tool{
+		Spec:     executor.ToolSpec{Name: name, Description: mcpDescription(t), Parameters: params},
 		Executor: s,
 		Kind:     "mcp",
 	}
 }
 
-// Bind hands the tools that appear from now on to w (Worker.AddTool), and
+// Binder is the worker a Server hands the tools to that appear while it
+// runs (internal/worker.Worker).
+type Binder interface {
+	AddTool(t executor.Tool) error
+	Readvertise()
+}
+
+// Bind hands the tools that appear from now on to w (Binder.AddTool), and
 // serves at once those that appeared since Tools was read.
-func (s *MCPServer) Bind(w *Worker) {
+func (s *Server) Bind(w Binder) {
 	s.mu.Lock()
 	s.worker = w
 	s.mu.Unlock()
@@ -196,14 +207,14 @@ func (s *MCPServer) Bind(w *Worker) {
 
 // OnToolsChanged registers f, called after each change of the tool list has
 // been applied (tests wait on it).
-func (s *MCPServer) OnToolsChanged(f func()) {
+func (s *Server) OnToolsChanged(f func()) {
 	s.mu.Lock()
 	s.onChange = append(s.onChange, f)
 	s.mu.Unlock()
 }
 
 // Close ends the session (and a stdio server's process).
-func (s *MCPServer) Close() error {
+func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -223,7 +234,7 @@ func (s *MCPServer) Close() error {
 	return nil
 }
 
-func (s *MCPServer) closeSession(sess *mcpSession) error {
+func (s *Server) closeSession(sess *mcpSession) error {
 	err := sess.cs.Close()
 	<-sess.done
 	killGroup(sess.pgid)
@@ -236,9 +247,9 @@ func (s *MCPServer) closeSession(sess *mcpSession) error {
 	return err
 }
 
-// advertFor is what the worker advertises for tool name; ok is false once
-// the server no longer offers it.
-func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
+// Advert is what the worker advertises for tool name (worker.Advertiser);
+// ok is false once the server no longer offers it.
+func (s *Server) Advert(name string) (a worker.Advert, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.tools[name]
@@ -246,8 +257,7 @@ func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
 		return a, false
 	}
 	params, _ := json.Marshal(t.InputSchema)
-	a = bus.ToolAdvert{
-		Name:        name,
+	a = worker.Advert{
 		Description: mcpDescription(t),
 		Parameters:  params,
 		MCPServer:   s.cfg.Name,
@@ -261,7 +271,7 @@ func (s *MCPServer) advertFor(name string) (a bus.ToolAdvert, ok bool) {
 
 // session returns the live session, starting one (a new process, for stdio)
 // when there is none or the last one ended.
-func (s *MCPServer) session(ctx context.Context) (*mcpSession, error) {
+func (s *Server) session(ctx context.Context) (*mcpSession, error) {
 	s.mu.Lock()
 	sess, closed := s.sess, s.closed
 	s.mu.Unlock()
@@ -307,14 +317,14 @@ func (s *MCPServer) session(ctx context.Context) (*mcpSession, error) {
 	return sess, nil
 }
 
-func (s *MCPServer) connect(ctx context.Context) (*mcpSession, error) {
-	sess := &mcpSession{done: make(chan struct{}), stderr: &syncTail{t: tail{max: stderrTail}}}
+func (s *Server) connect(ctx context.Context) (*mcpSession, error) {
+	sess := &mcpSession{done: make(chan struct{}), stderr: &syncTail{t: executor.Tail{Max: executor.StderrTail}}}
 	var transport mcp.Transport
 	var cmd *exec.Cmd
 	if len(s.cfg.Command) > 0 {
 		cmd = exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 		cmd.Dir = s.cfg.Dir
-		cmd.Env = append(childEnv(cmd.Environ()), s.cfg.Env...)
+		cmd.Env = append(executor.ChildEnv(cmd.Environ()), s.cfg.Env...)
 		cmd.Stderr = sess.stderr
 		newProcessGroup(cmd)
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
@@ -335,7 +345,7 @@ func (s *MCPServer) connect(ctx context.Context) (*mcpSession, error) {
 				err = fmt.Errorf("%w (stderr: %s)", err, msg)
 			}
 		} else {
-			where = redactURL(where)
+			where = executor.RedactURL(where)
 		}
 		return nil, fmt.Errorf("MCP server %s: connect to %s: %w", s.cfg.Name, where, err)
 	}
@@ -363,7 +373,7 @@ func listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, error) 
 }
 
 // setTools records the server's list, then serves the new tools.
-func (s *MCPServer) setTools(list []*mcp.Tool) {
+func (s *Server) setTools(list []*mcp.Tool) {
 	tools := make(map[string]*mcp.Tool, len(list))
 	for _, t := range list {
 		name := s.cfg.Prefix + t.Name
@@ -386,10 +396,10 @@ func (s *MCPServer) setTools(list []*mcp.Tool) {
 
 // serveNew hands tools not yet served to the bound worker, then tells the
 // worker to advertise again and calls the OnToolsChanged functions.
-func (s *MCPServer) serveNew() {
+func (s *Server) serveNew() {
 	s.mu.Lock()
 	w := s.worker
-	var add []Tool
+	var add []executor.Tool
 	if w != nil {
 		for n := range s.tools {
 			if !s.served[n] {
@@ -419,7 +429,7 @@ func (s *MCPServer) serveNew() {
 }
 
 // refreshLoop lists the tools again after each tools/list_changed.
-func (s *MCPServer) refreshLoop(ctx context.Context) {
+func (s *Server) refreshLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -446,19 +456,19 @@ func (s *MCPServer) refreshLoop(ctx context.Context) {
 }
 
 // Execute calls the tool on the MCP server.
-func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
+func (s *Server) Execute(ctx context.Context, req wire.CallRequest) (wire.CallReply, error) {
 	s.mu.Lock()
 	t, ok := s.tools[req.ToolName]
 	s.mu.Unlock()
 	if !ok {
-		return Failed("tool %s is no longer offered by MCP server %s", req.ToolName, s.cfg.Name), nil
+		return executor.Failed("tool %s is no longer offered by MCP server %s", req.ToolName, s.cfg.Name), nil
 	}
-	ctx, cancel := withCallDeadline(ctx, req)
+	ctx, cancel := executor.WithCallDeadline(ctx, req)
 	defer cancel()
 	sess, err := s.session(ctx)
 	if err != nil {
-		if timedOut(ctx) {
-			return Failed(TimedOutMessage), nil
+		if executor.TimedOut(ctx) {
+			return executor.Failed(executor.TimedOutMessage), nil
 		}
 		return wire.CallReply{}, err
 	}
@@ -467,7 +477,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 	t, ok = s.tools[req.ToolName]
 	s.mu.Unlock()
 	if !ok {
-		return Failed("tool %s is no longer offered by MCP server %s", req.ToolName, s.cfg.Name), nil
+		return executor.Failed("tool %s is no longer offered by MCP server %s", req.ToolName, s.cfg.Name), nil
 	}
 
 	args := req.Args
@@ -477,7 +487,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 	params := &mcp.CallToolParams{Name: t.Name, Arguments: args}
 	token := "toolgate-" + strconv.FormatUint(s.nextToken.Add(1), 10)
 	params.SetProgressToken(token)
-	if f := progressFunc(ctx); f != nil {
+	if f := callctx.Progress(ctx); f != nil {
 		s.progress.Store(token, f)
 		defer s.progress.Delete(token)
 	}
@@ -485,9 +495,9 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 	res, err := sess.cs.CallTool(ctx, params)
 	if err != nil {
 		switch {
-		case timedOut(ctx):
+		case executor.TimedOut(ctx):
 			// The SDK has sent notifications/cancelled for the request.
-			return Failed(TimedOutMessage), nil
+			return executor.Failed(executor.TimedOutMessage), nil
 		case ctx.Err() != nil:
 			return wire.CallReply{}, fmt.Errorf("MCP server %s: %w", s.cfg.Name, context.Cause(ctx))
 		}
@@ -495,7 +505,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 		if errors.As(err, &rpcErr) {
 			// The server answered the request with an error: invalid
 			// params, an unknown tool, a failure inside the handler.
-			return Failed("MCP server %s: %s", s.cfg.Name, rpcErr.Message), nil
+			return executor.Failed("MCP server %s: %s", s.cfg.Name, rpcErr.Message), nil
 		}
 		// Anything else broke the session (the server exited, sent a frame
 		// that is not JSON-RPC or one over the size limit) after the
@@ -509,7 +519,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 		if tail := sess.stderr.String(); tail != "" {
 			msg += ": " + lastLine(tail)
 		}
-		return Failed("%s; the call is not run again, since the server may have done part of it; the server is started again for the next call", msg), nil
+		return executor.Failed("%s; the call is not run again, since the server may have done part of it; the server is started again for the next call", msg), nil
 	}
 	return mcpReply(res), nil
 }
@@ -517,7 +527,7 @@ func (s *MCPServer) Execute(ctx context.Context, req wire.CallRequest) (wire.Cal
 // endBroken waits briefly for a broken session to end (its reader notices
 // a moment after the call fails) and closes it if it has not, so that the
 // next call starts a new one.
-func (s *MCPServer) endBroken(sess *mcpSession) {
+func (s *Server) endBroken(sess *mcpSession) {
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
@@ -592,10 +602,10 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
-// syncTail is a tail written by a process's stderr copier and read by calls.
+// syncTail is a executor.Tail written by a process's stderr copier and read by calls.
 type syncTail struct {
 	mu sync.Mutex
-	t  tail
+	t  executor.Tail
 }
 
 func (s *syncTail) Write(p []byte) (int, error) {
@@ -611,18 +621,4 @@ func (s *syncTail) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.t.String()
-}
-
-// progressKeyType carries a call's in-progress function in its context.
-type progressKeyType struct{}
-
-// withProgress returns ctx carrying f, which an executor calls when the call
-// made progress (the worker sends an in-progress ack).
-func withProgress(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, progressKeyType{}, f)
-}
-
-func progressFunc(ctx context.Context) func() {
-	f, _ := ctx.Value(progressKeyType{}).(func())
-	return f
 }

@@ -1,9 +1,10 @@
-package worker
+package mcpexec
 
 import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/worker/executor"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -40,21 +41,21 @@ func mcpReply(res *mcp.CallToolResult) wire.CallReply {
 		if msg == "" {
 			msg = "the MCP tool reported an error without a message"
 		}
-		return Failed("%s", msg)
+		return executor.Failed("%s", msg)
 	}
 	r := wire.CallReply{Outcome: wire.OutcomeReturn}
 	if res.StructuredContent != nil {
 		v, err := json.Marshal(res.StructuredContent)
 		if err != nil {
-			return Failed("MCP structured content: %v", err)
+			return executor.Failed("MCP structured content: %v", err)
 		}
-		r.Value = compact(v)
+		r.Value = executor.Compact(v)
 	} else {
 		switch len(texts) {
 		case 0:
 			r.Value = json.RawMessage("null")
 		default:
-			r.Value = jsonString(strings.Join(texts, "\n\n"))
+			r.Value = executor.JSONString(strings.Join(texts, "\n\n"))
 		}
 	}
 	if len(other) > 0 {

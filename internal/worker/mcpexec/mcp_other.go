@@ -1,6 +1,6 @@
 //go:build !unix
 
-package worker
+package mcpexec
 
 import "os/exec"
 
