@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,8 +229,7 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 		a.done(ctx, key, req, OutcomeExpired)
 		return nil
 	}
-	if len(req.Approvers) > 0 && !slices.Contains(req.Approvers, a.cfg.ID) {
-		// The orchestrator would refuse its decision.
+	if err := Admit(req, a.cfg.ID, false); err != nil {
 		log.InfoContext(ctx, "not among the call's approvers: left to them", slog.Any("approvers", req.Approvers))
 		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
@@ -268,6 +266,12 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 				return err
 			}
 		}
+	}
+	if v.Action == ActionApprove && Admit(req, a.cfg.ID, true) != nil {
+		// Its own call: the orchestrator would refuse the approval.
+		log.InfoContext(ctx, "may not approve the call of its own run: left to other approvers", slog.Int("rule", v.Rule))
+		a.tell("left to other approvers: " + req.RunID + "/" + req.ToolCallID + " is a call of your own run")
+		v.Action = ActionEscalate
 	}
 	if v.Action == ActionEscalate {
 		log.InfoContext(ctx, "escalated: left to other approvers", slog.Int("rule", v.Rule))

@@ -17,15 +17,25 @@ var ErrNotPending = errors.New("not pending")
 
 // Decide publishes a human's decision on a held request and lets the
 // request go. Edited args the tool's schema refuses are an
-// *approver.ArgsError, and nothing is sent.
+// *approver.ArgsError, and nothing is sent; so is a decision on a call
+// this approver may not decide (not shown here), an
+// *approver.NotAdmittedError.
 func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approver.Choice) (wire.Decision, error) {
 	key := keyOf(runID, toolCallID)
 	e, ok := in.store.get(key)
 	if !ok {
+		if err := in.store.refusal(key); err != nil {
+			in.cfg.Metrics.Handled(in.cfg.ID, "refused")
+			return wire.Decision{}, err
+		}
 		if r := in.store.reason(key); r != "" {
 			return wire.Decision{}, fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, r)
 		}
 		return wire.Decision{}, fmt.Errorf("decide %s: %w", key, ErrNotPending)
+	}
+	if err := approver.Admit(e.req, in.cfg.ID, c.Approve); err != nil {
+		in.cfg.Metrics.Handled(in.cfg.ID, "refused")
+		return wire.Decision{}, err
 	}
 	d, err := approver.NewDecision(e.req, in.cfg.ID, c, in.cfg.Key, in.cfg.Clock())
 	if err != nil {

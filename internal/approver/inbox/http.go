@@ -315,7 +315,11 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	d, err := in.Decide(r.Context(), req.RunID, req.ToolCallID, c)
 	var ae *approver.ArgsError
 	var refused *approver.RefusedError
+	var notAdmitted *approver.NotAdmittedError
 	switch {
+	case errors.As(err, &notAdmitted):
+		web.WriteError(w, http.StatusForbidden, notAdmitted.Error())
+		return
 	case errors.As(err, &refused):
 		web.WriteError(w, http.StatusConflict, refused.Error())
 		return

@@ -285,6 +285,13 @@ func (in *Inbox) take(ctx context.Context, d *bus.Delivery[wire.ApprovalRequest]
 	if _, ok := in.settled.Settled(r); ok {
 		return nil
 	}
+	// A call this approver may not decide is left to those who may: not
+	// shown, and a decision on it sent anyway is refused (Decide).
+	if err := approver.Admit(r, in.cfg.ID, true); err != nil {
+		in.store.refuse(keyOf(r.RunID, r.ToolCallID), err)
+		log.Debug("request left to its approvers, not shown", slog.String("reason", err.Error()))
+		return nil
+	}
 	// Only a pending request is shown: the orchestrator is asked, when one
 	// answers (the events do not tell of a deleted conversation).
 	st, err := approver.Status(ctx, in.cfg.Bus, r)

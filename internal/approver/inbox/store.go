@@ -117,10 +117,14 @@ type store struct {
 	changed chan struct{}
 	reasons map[string]string // why recently removed keys went
 	order   []string          // of reasons, oldest first
+	// refused are the requests lately not shown because this approver
+	// may not decide them, with why (approver.NotAdmittedError).
+	refused map[string]error
+	rorder  []string // of refused, oldest first
 }
 
 func newStore() *store {
-	return &store{byKey: make(map[string]*entry), changed: make(chan struct{}), reasons: make(map[string]string)}
+	return &store{byKey: make(map[string]*entry), changed: make(chan struct{}), reasons: make(map[string]string), refused: make(map[string]error)}
 }
 
 func (s *store) notifyLocked() {
@@ -188,6 +192,29 @@ func (s *store) noteLocked(key, reason string) {
 		delete(s.reasons, s.order[0])
 		s.order = s.order[1:]
 	}
+}
+
+// refuse notes that the request key is not shown because err, bounded as
+// the reasons are.
+func (s *store) refuse(key string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.refused[key]; !ok {
+		s.rorder = append(s.rorder, key)
+	}
+	s.refused[key] = err
+	if len(s.rorder) > 1024 {
+		delete(s.refused, s.rorder[0])
+		s.rorder = s.rorder[1:]
+	}
+}
+
+// refusal is why the request key is not shown here, if it lately came
+// and this approver may not decide it; nil otherwise.
+func (s *store) refusal(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused[key]
 }
 
 // reason is why key was removed, if it was lately.
