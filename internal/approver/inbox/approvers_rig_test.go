@@ -61,7 +61,8 @@ const opsScript = `
 `
 
 // opsRig is a real orchestrator of opsAgent whose approvers ann and bob
-// each run an inbox with their key.
+// each run an inbox with their key. The replica trusts their keys too,
+// as grants put on the bus are checked against its keys.
 type opsRig struct {
 	sys       *testkit.System
 	orch      *testkit.Orchestrator
@@ -79,12 +80,13 @@ func newOpsRig(t *testing.T) *opsRig {
 	r := &opsRig{keys: map[string]ed25519.PrivateKey{}, inboxes: map[string]*inbox.Inbox{},
 		pages: map[string]*httptest.Server{}, inboxBus: map[string]*bus.Bus{}}
 	pubs := map[string]string{}
+	trusted := map[string]ed25519.PublicKey{}
 	for _, name := range []string{"ann", "bob"} {
 		pub, key, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.keys[name], pubs[name] = key, base64.StdEncoding.EncodeToString(pub)
+		r.keys[name], pubs[name], trusted[name] = key, base64.StdEncoding.EncodeToString(pub), pub
 	}
 	cfg, err := agentconfig.Parse([]byte(fmt.Sprintf(opsAgent, pubs["ann"], pubs["bob"])),
 		fstest.MapFS{"script.yaml": {Data: []byte(opsScript)}})
@@ -93,7 +95,7 @@ func newOpsRig(t *testing.T) *opsRig {
 	}
 	r.agentConf = cfg
 	r.sys = testkit.Test(t, testkit.Options{Logger: bustest.Logger(t)})
-	if r.orch, err = r.sys.Orchestrator(ctx, "orchestrator", orchestrator.Config{Agent: cfg}); err != nil {
+	if r.orch, err = r.sys.Orchestrator(ctx, "orchestrator", orchestrator.Config{Agent: cfg, TrustedApprovers: trusted}); err != nil {
 		t.Fatal(err)
 	}
 	r.test = r.connect(t, "test")

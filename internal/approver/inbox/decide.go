@@ -24,14 +24,7 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	key := keyOf(runID, toolCallID)
 	e, ok := in.store.get(key)
 	if !ok {
-		if err := in.store.refusal(key); err != nil {
-			in.cfg.Metrics.Handled(in.cfg.ID, "refused")
-			return wire.Decision{}, err
-		}
-		if r := in.store.reason(key); r != "" {
-			return wire.Decision{}, fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, r)
-		}
-		return wire.Decision{}, fmt.Errorf("decide %s: %w", key, ErrNotPending)
+		return wire.Decision{}, in.notHeld("decide", key)
 	}
 	if err := approver.Admit(e.req, in.cfg.ID, c.Approve); err != nil {
 		in.cfg.Metrics.Handled(in.cfg.ID, "refused")
@@ -61,6 +54,21 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 		slog.String("outcome", outcome), slog.Bool("override_args", len(d.OverrideArgs) != 0),
 		slog.Bool("signed", d.Signature != nil))
 	return d, nil
+}
+
+// notHeld says why the request key is not held, for what the inbox was
+// asked to do with it: its approver may not decide it (the
+// *approver.NotAdmittedError), or it is not pending (ErrNotPending, with
+// why it left when the inbox remembers).
+func (in *Inbox) notHeld(what, key string) error {
+	if err := in.store.refusal(key); err != nil {
+		in.cfg.Metrics.Handled(in.cfg.ID, "refused")
+		return err
+	}
+	if r := in.store.reason(key); r != "" {
+		return fmt.Errorf("%s %s: %w (%s)", what, key, ErrNotPending, r)
+	}
+	return fmt.Errorf("%s %s: %w", what, key, ErrNotPending)
 }
 
 // OutcomeTimeout bounds the wait for the orchestrator's outcome of a

@@ -58,6 +58,9 @@ func parsePages() (*template.Template, error) {
 //	GET  /events                  pending requests as Server-Sent Events
 //	GET  /api/pending             pending requests as JSON
 //	POST /api/decide              a decision (JSON)
+//	GET  /api/grants              the standing grants (JSON)
+//	POST /api/grants              approve and always allow (JSON)
+//	DELETE /api/grants/{id}       revoke a grant
 //	GET  /conversations/{id}      a conversation's transcript
 //	GET  /login, POST /login      the token form (sets a cookie)
 //	POST /logout
@@ -70,6 +73,9 @@ func (in *Inbox) Handler() http.Handler {
 	mux.HandleFunc("GET /events", in.events)
 	mux.HandleFunc("GET /api/pending", in.apiPending)
 	mux.HandleFunc("POST /api/decide", in.apiDecide)
+	mux.HandleFunc("GET /api/grants", in.apiGrants)
+	mux.HandleFunc("POST /api/grants", in.apiGrant)
+	mux.HandleFunc("DELETE /api/grants/{id}", in.apiRevokeGrant)
 	mux.HandleFunc("GET /conversations/{id}", in.conversation)
 	mux.HandleFunc("GET /login", in.loginForm)
 	mux.HandleFunc("POST /login", in.login)

@@ -46,9 +46,12 @@ type Item struct {
 	Reason         string          `json:"reason,omitempty"` // metadata's "reason", when it is a string
 	Parameters     json.RawMessage `json:"parameters,omitempty"`
 	ParametersText string          `json:"parameters_text,omitempty"`
-	Received       time.Time       `json:"received"`
-	Deadline       time.Time       `json:"deadline,omitzero"`
-	Attempt        int             `json:"attempt"`
+	// CallerID is the "id" of the run's caller object, which a grant for
+	// this caller names; empty when it has none.
+	CallerID string    `json:"caller_id,omitempty"`
+	Received time.Time `json:"received"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	Attempt  int       `json:"attempt"`
 }
 
 func itemOf(e *entry) Item {
@@ -67,6 +70,7 @@ func itemOf(e *entry) Item {
 		MetadataText:    indent(r.Metadata),
 		Parameters:      r.Parameters,
 		ParametersText:  indent(r.Parameters),
+		CallerID:        callerID(r.Caller),
 		Received:        e.received.UTC(),
 		Deadline:        r.Deadline.UTC(),
 		Attempt:         r.Attempt,
