@@ -26,6 +26,9 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	if !ok {
 		return wire.Decision{}, in.notHeld("decide", key)
 	}
+	if in.store.isSent(key) {
+		return wire.Decision{}, fmt.Errorf("decide %s: %w (decided here; waiting for its outcome)", key, ErrNotPending)
+	}
 	if err := approver.Admit(e.req, in.cfg.ID, c.Approve); err != nil {
 		in.cfg.Metrics.Handled(in.cfg.ID, "refused")
 		return wire.Decision{}, err
@@ -37,13 +40,21 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	if !e.req.Deadline.IsZero() && !d.DecidedAt.Before(e.req.Deadline) {
 		return wire.Decision{}, fmt.Errorf("decide %s: %w (expired)", key, ErrNotPending)
 	}
-	if err := in.send(ctx, key, d); err != nil {
+	pending, err := in.send(ctx, key, d)
+	if err != nil {
 		return wire.Decision{}, err
 	}
 	in.decided.add(d)
 	outcome := "denied"
 	if d.Approved {
 		outcome = "approved"
+	}
+	if pending && in.store.markSent(key, d, in.cfg.Clock()) {
+		// Held, not shown, until the call's status tells whether it was
+		// applied (syncStatus).
+		in.log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it: the request is held until its status tells",
+			slog.String("run_id", runID), slog.String("tool_call_id", toolCallID), slog.String("outcome", outcome))
+		return d, approver.ErrNoOutcome
 	}
 	if e, ok := in.store.remove(key, outcome+" here"); ok {
 		_ = e.msg.Ack()
@@ -71,31 +82,28 @@ func (in *Inbox) notHeld(what, key string) error {
 	return fmt.Errorf("%s %s: %w", what, key, ErrNotPending)
 }
 
-// OutcomeTimeout bounds the wait for the orchestrator's outcome of a
-// decision made here.
-const OutcomeTimeout = 10 * time.Second
-
 // send publishes d, after asking whether its request is still pending,
 // and waits for the orchestrator's outcome when one answers. A request
 // settled meanwhile is ErrNotPending and leaves the inbox; a decision the
 // orchestrator refuses is a *approver.RefusedError (the request leaves the
 // inbox unless the call still waits, e.g. for a signature it trusts).
-func (in *Inbox) send(ctx context.Context, key string, d wire.Decision) error {
+// pending says the orchestrator did not say in time what it did with d.
+func (in *Inbox) send(ctx context.Context, key string, d wire.Decision) (pending bool, err error) {
 	req := wire.ApprovalRequest{RunID: d.RunID, ToolCallID: d.ToolCallID}
 	st, err := approver.Status(ctx, in.cfg.Bus, req)
 	switch {
 	case errors.Is(err, approver.ErrNoOrchestrator):
 		if _, err := in.cfg.Bus.PublishDecision(ctx, d); err != nil {
-			return fmt.Errorf("decide %s: %w", key, err)
+			return false, fmt.Errorf("decide %s: %w", key, err)
 		}
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("decide %s: %w", key, err)
+		return false, fmt.Errorf("decide %s: %w", key, err)
 	case !st.Pending():
 		in.release(key, "settled:"+st.State)
-		return fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, st.State)
+		return false, fmt.Errorf("decide %s: %w (%s)", key, ErrNotPending, st.State)
 	}
-	err = approver.SendDecision(ctx, in.cfg.Bus, d, OutcomeTimeout)
+	err = approver.SendDecision(ctx, in.cfg.Bus, d, in.cfg.OutcomeTimeout)
 	var refused *approver.RefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -105,15 +113,13 @@ func (in *Inbox) send(ctx context.Context, key string, d wire.Decision) error {
 		if refused.Settled() {
 			in.release(key, "refused: "+refused.Reason)
 		}
-		return err
+		return false, err
 	case errors.Is(err, approver.ErrNoOutcome):
-		in.log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it",
-			slog.String("run_id", d.RunID), slog.String("tool_call_id", d.ToolCallID))
-		return nil
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("decide %s: %w", key, err)
+		return false, fmt.Errorf("decide %s: %w", key, err)
 	}
-	return nil
+	return false, nil
 }
 
 // release acks and removes a held request for reason.
@@ -127,4 +133,51 @@ func (in *Inbox) release(key, reason string) {
 func (in *Inbox) Pending() []Item {
 	items, _ := in.store.snapshot()
 	return items
+}
+
+// sentOutcome says what became of the decision made here on held request
+// e, whose outcome did not come, now that its call's status is st: removed
+// with why when the call no longer waits, its reason for the page's
+// "remove" event ("applied here", or "not applied: …").
+func (in *Inbox) sentOutcome(e *entry, st wire.ApprovalStatus) (string, bool) {
+	what := fmt.Sprintf("your %s of %s (%s)", verb(e.sent.d), e.req.ToolName, e.req.ToolCallID)
+	switch {
+	case st.Pending():
+		return "", false
+	case st.State == wire.StateDecided && st.By == in.cfg.ID:
+		in.log.Info("decision applied", slog.String("run_id", e.req.RunID), slog.String("tool_call_id", e.req.ToolCallID))
+		return "applied here", true
+	case st.By != "":
+		in.decided.forget(e.key())
+		return fmt.Sprintf("not applied: %s came after %s's decision", what, st.By), true
+	}
+	in.decided.forget(e.key())
+	return fmt.Sprintf("not applied: %s came too late (the call is %s)", what, st.State), true
+}
+
+// resend shows again the held requests whose decision made here left the
+// call pending for longer than NotAppliedAfter: the orchestrator did not
+// apply it (a replica handed it over until it was dead-lettered), and the
+// approver may decide again.
+func (in *Inbox) resend(statuses map[approver.CallRef]wire.ApprovalStatus, now time.Time) {
+	for _, d := range in.store.unsend(func(e *entry) (string, bool) {
+		st, ok := statuses[approver.Ref(e.req)]
+		if !ok || !st.Pending() || now.Sub(e.sent.at) < in.cfg.NotAppliedAfter {
+			return "", false
+		}
+		return fmt.Sprintf("Your %s sent at %s was not applied: the call still waits for a decision. Decide again.",
+			verb(e.sent.d), e.sent.at.UTC().Format("15:04:05 MST")), true
+	}) {
+		in.decided.forget(keyOf(d.RunID, d.ToolCallID))
+		in.cfg.Metrics.Handled(in.cfg.ID, "not_applied")
+		in.log.Warn("decision not applied: the request is shown again", slog.String("run_id", d.RunID),
+			slog.String("tool_call_id", d.ToolCallID), slog.Duration("waited", now.Sub(d.DecidedAt)))
+	}
+}
+
+func verb(d wire.Decision) string {
+	if d.Approved {
+		return "approval"
+	}
+	return "denial"
 }

@@ -196,9 +196,10 @@ func (in *Inbox) apiGrant(w http.ResponseWriter, r *http.Request) {
 	var notAdmitted *approver.NotAdmittedError
 	var refused *approver.RefusedError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, approver.ErrNoOutcome):
 		web.WriteJSON(w, http.StatusOK, map[string]any{"grant": g, "decision": decideAnswer{
-			Approved: d.Approved, ApproverID: d.ApproverID, DecidedAt: d.DecidedAt, Signed: d.Signature != nil}})
+			Approved: d.Approved, ApproverID: d.ApproverID, DecidedAt: d.DecidedAt, Signed: d.Signature != nil,
+			Pending: err != nil}})
 		return
 	case g.ID != "":
 		// The grant stands; the approval of this call did not go.

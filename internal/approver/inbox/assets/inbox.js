@@ -61,7 +61,11 @@
 
   function remove(key, reason) {
     var card = byKey(key);
-    if (!card) return;
+    if (!card) {
+      // A decision sent from here whose outcome came late.
+      if (reason && reason.indexOf("not applied") === 0) say(reason.charAt(0).toUpperCase() + reason.slice(1) + ".", true);
+      return;
+    }
     card.remove();
     refreshCount();
     if (reason && reason.indexOf(" here") < 0) {
@@ -146,7 +150,8 @@
         if (resp.ok) {
           var tool = card.querySelector("[data-field=tool_name]").textContent;
           say((data.approved ? "Approved " : "Denied ") + tool + " (" + card.dataset.call + ")" +
-            (data.override_args ? " with edited args" : "") + (data.signed ? ", signed." : "."));
+            (data.override_args ? " with edited args" : "") + (data.signed ? ", signed" : "") +
+            (data.pending ? "; sent, not applied yet: the card comes back if the orchestrator does not apply it." : "."));
           card.remove();
           refreshCount();
           return;
