@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -170,4 +172,35 @@ func waitTools(t *testing.T, in *inbox.Inbox, want string) {
 		got := tools(in)
 		return got == want, got
 	})
+}
+
+// A request its approvers do not name this inbox's approver for is not
+// shown; published again on its escalation with the approver among them,
+// it is, and decided.
+func TestInboxShowsACallOnceEscalatedToItsApprover(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	in, _ := startInbox(t, inbox.Config{Bus: b, ID: "bob"})
+	first := request(t, "run-1", "call-1", `{"path":"a"}`, time.Now().Add(time.Hour))
+	first.Approvers, first.Attempt = []string{"ann"}, 1
+	mine := request(t, "run-2", "call-2", `{"path":"b"}`, time.Now().Add(time.Hour))
+	mine.Approvers = []string{"bob"}
+	publish(t, b, first, mine)
+	waitPending(t, in, "run-2/call-2")
+	if _, err := in.Decide(bustest.Context(t), "run-1", "call-1", approver.Choice{Message: "no"}); err == nil || !strings.Contains(err.Error(), `approver "bob" may not decide tool delete_file (approvers: ann)`) {
+		t.Fatalf("decision on ann's call: %v", err)
+	}
+	escalated := first
+	escalated.Attempt, escalated.EscalatedTo, escalated.Approvers = 2, []string{"ops"}, []string{"ann", "bob"}
+	publish(t, b, escalated)
+	waitPending(t, in, "run-1/call-1", "run-2/call-2")
+	if _, err := in.Decide(bustest.Context(t), "run-1", "call-1", approver.Choice{Message: "no"}); err != nil {
+		t.Fatalf("decision once escalated: %v", err)
+	}
+	if d := waitDecision(t, b, "run-1"); d.ApproverID != "bob" || d.Approved {
+		t.Errorf("decision %+v", d)
+	}
+	if _, err := in.Decide(bustest.Context(t), "run-1", "call-1", approver.Choice{Message: "no"}); !errors.Is(err, inbox.ErrNotPending) {
+		t.Errorf("deciding it again: %v, want not pending", err)
+	}
 }

@@ -49,6 +49,8 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	if d.Approved {
 		outcome = "approved"
 	}
+	in.cfg.Metrics.Handled(in.cfg.ID, outcome)
+	in.cfg.Metrics.Decided(in.cfg.ID, outcome, d.DecidedAt.Sub(e.received))
 	if pending && in.store.markSent(key, d, in.cfg.Clock()) {
 		// Held, not shown, until the call's status tells whether it was
 		// applied (syncStatus).
@@ -59,8 +61,6 @@ func (in *Inbox) Decide(ctx context.Context, runID, toolCallID string, c approve
 	if e, ok := in.store.remove(key, outcome+" here"); ok {
 		_ = e.msg.Ack()
 	}
-	in.cfg.Metrics.Handled(in.cfg.ID, outcome)
-	in.cfg.Metrics.Decided(in.cfg.ID, outcome, d.DecidedAt.Sub(e.received))
 	in.log.InfoContext(ctx, "decision published", slog.String("run_id", runID), slog.String("tool_call_id", toolCallID),
 		slog.String("outcome", outcome), slog.Bool("override_args", len(d.OverrideArgs) != 0),
 		slog.Bool("signed", d.Signature != nil))

@@ -158,6 +158,8 @@ func (s *store) put(e *entry) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.byKey[e.key()]
+	// Shown now (an escalation made its approver one who may decide it).
+	delete(s.refused, e.key())
 	s.notifyLocked()
 	e.gen = s.gen
 	s.byKey[e.key()] = e
