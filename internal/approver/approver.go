@@ -82,8 +82,19 @@ type Config struct {
 	// short.
 	HandledFunc func(req wire.ApprovalRequest, o Outcome)
 	// RefusedFunc, if set, is told why the orchestrator refused a
-	// decision (before HandledFunc with OutcomeRefused).
+	// decision (before HandledFunc with OutcomeRefused), or, later, that
+	// one whose outcome did not come in time was not applied (its
+	// Verdict the call's state: decided by another, or still pending
+	// NotAppliedAfter after it). Calls never overlap.
 	RefusedFunc func(req wire.ApprovalRequest, err *RefusedError)
+	// StatusInterval is how often the calls of decisions whose outcome
+	// did not come in time are asked about. Defaults to 5s.
+	StatusInterval time.Duration
+	// NotAppliedAfter is how long such a call may stay pending before the
+	// decision counts as not applied: a replica that does not hold the
+	// conversation's config hands a decision over for about 30s before it
+	// is dead-lettered. Defaults to 45s.
+	NotAppliedAfter time.Duration
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
@@ -126,6 +137,12 @@ func (c Config) withDefaults() Config {
 	if c.OutcomeTimeout <= 0 {
 		c.OutcomeTimeout = 10 * time.Second
 	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = 5 * time.Second
+	}
+	if c.NotAppliedAfter <= 0 {
+		c.NotAppliedAfter = 45 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -161,6 +178,11 @@ type Approver struct {
 	running atomic.Bool
 	seen    *seenSet
 	fatal   chan error
+	// unsettled are the decisions whose outcome did not come in time.
+	unsettled unsettled
+	// refusedMu keeps RefusedFunc's calls apart: the handler and the
+	// follow-up of unsettled decisions both make them.
+	refusedMu sync.Mutex
 }
 
 // New checks cfg and returns an Approver; Run starts it.
@@ -192,6 +214,13 @@ func (a *Approver) Run(ctx context.Context) error {
 	}
 	a.logger.InfoContext(ctx, "approver running", slog.String("filter", a.cfg.Filter),
 		slog.Bool("signing", a.cfg.Key != nil), slog.Bool("interactive", a.cfg.Asker != nil))
+	fctx, stopFollow := context.WithCancel(ctx)
+	var follow sync.WaitGroup
+	follow.Go(func() { a.followUnsettled(fctx) })
+	defer func() {
+		stopFollow()
+		follow.Wait()
+	}()
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -285,12 +314,13 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 		log.WarnContext(ctx, "decision refused by the orchestrator", slog.String("verdict", refused.Verdict),
 			slog.String("reason", refused.Reason), slog.Bool("approved", dec.Approved), slog.Int("rule", v.Rule))
 		a.tell(refused.Error())
-		if a.cfg.RefusedFunc != nil {
-			a.cfg.RefusedFunc(req, refused)
-		}
+		a.refused(req, refused)
 		a.done(ctx, key, req, OutcomeRefused)
 		return nil
-	case errors.Is(err, ErrNoOutcome), errors.Is(err, ErrNoOrchestrator):
+	case errors.Is(err, ErrNoOutcome):
+		log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it: its call's status is asked until it tells")
+		a.unsettled.add(req, dec, a.cfg.Clock())
+	case errors.Is(err, ErrNoOrchestrator):
 		log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it")
 	case err != nil:
 		return err
@@ -391,6 +421,16 @@ func (a *Approver) pending(ctx context.Context, log *slog.Logger, req wire.Appro
 }
 
 // tell tells the Asker's person, if it can be told.
+// refused tells RefusedFunc, one call at a time.
+func (a *Approver) refused(req wire.ApprovalRequest, err *RefusedError) {
+	if a.cfg.RefusedFunc == nil {
+		return
+	}
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	a.cfg.RefusedFunc(req, err)
+}
+
 func (a *Approver) tell(msg string) {
 	if t, ok := a.cfg.Asker.(Teller); ok {
 		t.Tell(msg)
