@@ -335,5 +335,7 @@
   tick();
   setInterval(tick, 1000);
   loadGrants();
+  // Grants given or revoked elsewhere (another inbox, the CLI, the API).
+  setInterval(loadGrants, 15000);
   connect();
 })();
