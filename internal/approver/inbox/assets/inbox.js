@@ -216,6 +216,7 @@
   // Each load is numbered: the answer of an older one, read before a
   // grant was given or revoked, must not overwrite a newer one's.
   var grantsLoads = 0;
+  var grantsShown = null;
 
   function loadGrants() {
     var seq = ++grantsLoads;
@@ -223,6 +224,10 @@
       return resp.json().then(function (data) {
         if (seq !== grantsLoads) return;
         if (!resp.ok) throw new Error(data.error || ("HTTP " + resp.status));
+        // Unchanged: the rows (and a button being clicked) stay.
+        var text = JSON.stringify(data.grants || []);
+        if (text === grantsShown) return;
+        grantsShown = text;
         var body = grants.querySelector("tbody");
         body.innerHTML = "";
         (data.grants || []).forEach(function (g) {
