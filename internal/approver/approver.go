@@ -61,6 +61,12 @@ type Config struct {
 	// Asker, when set, is asked about requests the policy escalates, one
 	// at a time. nil leaves them unanswered for other approvers.
 	Asker Asker
+	// AllRequests gives the Decider the requests this approver may not
+	// decide too (their approvers do not name ID), for one that decides
+	// nothing, as the Notifier: a verdict on them other than escalate is
+	// not sent, and no Asker is asked. Otherwise they are left to their
+	// approvers unseen.
+	AllRequests bool
 	// Key signs decisions. nil sends them unsigned; an orchestrator that
 	// trusts keys refuses those.
 	Key ed25519.PrivateKey
@@ -258,7 +264,8 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 		a.done(ctx, key, req, OutcomeExpired)
 		return nil
 	}
-	if err := Admit(req, a.cfg.ID, false); err != nil {
+	notOurs := Admit(req, a.cfg.ID, false) != nil
+	if notOurs && !a.cfg.AllRequests {
 		log.InfoContext(ctx, "not among the call's approvers: left to them", slog.Any("approvers", req.Approvers))
 		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
@@ -275,7 +282,12 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 	if err != nil {
 		return err
 	}
-	if v.Action == ActionEscalate && a.cfg.Asker != nil {
+	if notOurs && v.Action != ActionEscalate {
+		log.InfoContext(ctx, "not among the call's approvers: its verdict is not sent", slog.String("action", string(v.Action)),
+			slog.Any("approvers", req.Approvers))
+		v.Action = ActionEscalate
+	}
+	if v.Action == ActionEscalate && a.cfg.Asker != nil && !notOurs {
 		var expired bool
 		if v, expired, err = a.ask(ctx, log, req); err != nil {
 			return err
