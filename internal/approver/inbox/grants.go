@@ -97,9 +97,14 @@ type StoredGrant struct {
 	Source string `json:"source"`
 	// Expired says it no longer applies.
 	Expired bool `json:"expired,omitempty"`
+	// Ignored says why the orchestrator does not apply it (unsigned, or
+	// signed by a key it does not trust), when the inbox has its API
+	// (Config.Orchestrator) to ask.
+	Ignored string `json:"ignored,omitempty"`
 }
 
-// Grants lists the grants stored, oldest first. One that does not decode
+// Grants lists the grants stored, oldest first, each with why the
+// orchestrator ignores it when its API says so. One that does not decode
 // is left out.
 func (in *Inbox) Grants(ctx context.Context) ([]StoredGrant, error) {
 	kv, err := in.cfg.Bus.Grants(ctx)
@@ -125,6 +130,20 @@ func (in *Inbox) Grants(ctx context.Context) ([]StoredGrant, error) {
 		out = append(out, StoredGrant{Grant: g, Source: source, Expired: !g.Live(now)})
 	}
 	slices.SortFunc(out, func(a, b StoredGrant) int { return a.GrantedAt.Compare(b.GrantedAt) })
+	if in.cfg.Orchestrator != nil && len(out) > 0 {
+		judged, err := in.cfg.Orchestrator.Grants(ctx)
+		if err != nil {
+			in.log.WarnContext(ctx, "ask the orchestrator which grants it applies", slog.Any("error", err))
+			return out, nil
+		}
+		ignored := make(map[string]string, len(judged))
+		for _, g := range judged {
+			ignored[g.Source+"."+g.ID] = g.Ignored
+		}
+		for i := range out {
+			out[i].Ignored = ignored[out[i].Source+"."+out[i].ID]
+		}
+	}
 	return out, nil
 }
 

@@ -3,17 +3,20 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/browsertest"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/client"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -185,5 +188,31 @@ func TestAlwaysAllowRefusals(t *testing.T) {
 	}
 	if err := ann.RevokeGrant(ctx, "gnone"); !errors.Is(err, bus.ErrGrantNotFound) {
 		t.Errorf("revoke of no grant: %v", err)
+	}
+}
+
+// An inbox with the orchestrator's API lists, with each grant, why the
+// orchestrator ignores it: one given by an inbox without a key, where the
+// replica trusts approver keys, is not applied, and says so.
+func TestInboxGrantsSayWhichTheOrchestratorIgnores(t *testing.T) {
+	r := newOpsRig(t)
+	ctx := bustest.Context(t)
+	srv := httptest.NewServer(api.Handler(r.orch.Orchestrator, api.Config{Logger: bustest.Logger(t)}))
+	t.Cleanup(srv.Close)
+	unsigned, _ := startInbox(t, inbox.Config{Bus: r.connect(t, "ann-unsigned"), ID: "ann", Durable: "ann-unsigned",
+		Orchestrator: &client.Client{BaseURL: srv.URL}})
+	_, pcs := r.start(t, "")
+	dep := callOf(t, pcs, "deploy")
+	waitTools(t, unsigned, "deploy,restart")
+	g, _, err := unsigned.AlwaysAllow(ctx, dep.RunID, dep.ToolCallID, inbox.Scope{Args: true})
+	if g.ID == "" {
+		t.Fatalf("no grant given: %v", err)
+	}
+	gs, err := unsigned.Grants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 1 || gs[0].ID != g.ID || !strings.Contains(gs[0].Ignored, "not signed") {
+		t.Errorf("grants %+v, want the unsigned one ignored as not signed", gs)
 	}
 }

@@ -233,9 +233,9 @@
         (data.grants || []).forEach(function (g) {
           var tr = document.createElement("tr");
           tr.dataset.grant = g.id;
-          if (g.expired) tr.className = "expired";
+          if (g.expired || g.ignored) tr.className = "expired";
           var scope = scopeText(g);
-          [g.tool, g.approved ? "approve" : "deny", scope.replace(/ until .*$/, ""),
+          [g.tool, (g.approved ? "approve" : "deny") + (g.ignored ? " (not applied: " + g.ignored + ")" : ""), scope.replace(/ until .*$/, ""),
             g.expires_at ? (g.expired ? "expired " : "") + new Date(g.expires_at).toLocaleString() : "revoked",
             g.granted_by].forEach(function (text) {
             var td = document.createElement("td");
