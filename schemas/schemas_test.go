@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -434,6 +439,7 @@ var eventData = map[string]reflect.Type{
 	"conversation_cancelled": reflect.TypeFor[wire.ConversationCancelled](),
 	"agent_unavailable":      reflect.TypeFor[wire.AgentUnavailable](),
 	"tool_unserved":          reflect.TypeFor[wire.ToolUnserved](),
+	"approval_escalated":     reflect.TypeFor[wire.ApprovalEscalated](),
 }
 
 // Every field of an event's data type is a property of its schema and the
@@ -474,6 +480,7 @@ func TestEventDataSchemasMatchGoTypes(t *testing.T) {
 		wire.EventConversationCancelled: wire.ConversationCancelled{Reason: "cancelled", ToolCallIDs: []string{}},
 		wire.EventAgentUnavailable:      wire.AgentUnavailable{Agent: "files", Reason: "no live replica runs it", FailsAt: now},
 		wire.EventToolUnserved:          wire.ToolUnserved{Tool: "get_weather", Reason: "no worker takes its calls", Deadline: now},
+		wire.EventApprovalEscalated:     wire.ApprovalEscalated{Tool: "deploy", To: []string{"managers"}, Deadline: now},
 	} {
 		d, err := json.Marshal(data)
 		if err != nil {
@@ -494,6 +501,86 @@ func TestEventDataSchemasMatchGoTypes(t *testing.T) {
 		}
 		if err := schemas.Validate("event", doc); err == nil {
 			t.Errorf("%s with unrelated data passes", typ)
+		}
+	}
+}
+
+// Every event type wire declares (its Event… constants, which the agent
+// and the orchestrator emit) has its data schema in event.schema.json,
+// applied by type, and is named in the description of "type". Before,
+// approval_escalated had none, and its data passed unchecked.
+func TestEveryEventTypeHasADataSchema(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "../wire/events.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Event") || i >= len(vs.Values) {
+					continue
+				}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					types = append(types, v)
+				}
+			}
+		}
+	}
+	if len(types) < 19 {
+		t.Fatalf("found %d event types in wire/events.go: %v", len(types), types)
+	}
+	doc := schemaDoc(t, "event")
+	defs, _ := doc["$defs"].(map[string]any)
+	applied := map[string]string{}
+	allOf, _ := doc["allOf"].([]any)
+	for _, a := range allOf {
+		var c struct {
+			If struct {
+				Properties struct {
+					Type struct {
+						Const string `json:"const"`
+					} `json:"type"`
+				} `json:"properties"`
+			} `json:"if"`
+			Then struct {
+				Properties struct {
+					Data struct {
+						Ref string `json:"$ref"`
+					} `json:"data"`
+				} `json:"properties"`
+			} `json:"then"`
+		}
+		b, _ := json.Marshal(a)
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		applied[c.If.Properties.Type.Const] = strings.TrimPrefix(c.Then.Properties.Data.Ref, "#/$defs/")
+	}
+	props, _ := doc["properties"].(map[string]any)
+	typeProp, _ := props["type"].(map[string]any)
+	desc, _ := typeProp["description"].(string)
+	for _, typ := range types {
+		def, ok := applied[typ]
+		if !ok {
+			t.Errorf("event type %s: no data schema applied to it (allOf)", typ)
+			continue
+		}
+		if _, ok := defs[def]; !ok {
+			t.Errorf("event type %s: its data schema %s is not in $defs", typ, def)
+		}
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(typ) + `\b`).MatchString(desc) {
+			t.Errorf("event type %s is not named in the description of type", typ)
 		}
 	}
 }

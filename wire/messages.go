@@ -46,6 +46,15 @@ type ApprovalRequest struct {
 	// once escalated, its escalate_to:, roles expanded); empty when anyone
 	// trusted may. An approver not named leaves the request to them.
 	Approvers []string `json:"approvers,omitempty" msgpack:"approvers,omitempty"`
+	// MayNotApprove names the approvers whose approval of the call the
+	// orchestrator refuses: the run's caller, when the tool forbids
+	// self-approval (the default). They may still deny it; an inbox or a
+	// bot leaves the request to the others.
+	MayNotApprove []string `json:"may_not_approve,omitempty" msgpack:"may_not_approve,omitempty"`
+	// Caller is the run's caller (StartRequest.Caller) as the run was
+	// given it: a JSON value, an object or a string. A grant for "this
+	// caller" names its "id".
+	Caller json.RawMessage `json:"caller,omitempty" msgpack:"caller,omitempty"`
 }
 
 // Outcome of a CallReply.

@@ -135,6 +135,7 @@ func (r ApprovalRequest) Validate() error {
 	c.object("args", r.Args, true)
 	c.digest("args_digest", r.ArgsDigest)
 	c.object("metadata", r.Metadata, false)
+	c.json("caller", r.Caller)
 	c.when("deadline", r.Deadline)
 	if r.Attempt < 0 {
 		c.fail("attempt", "is negative")

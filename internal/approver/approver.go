@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +61,12 @@ type Config struct {
 	// Asker, when set, is asked about requests the policy escalates, one
 	// at a time. nil leaves them unanswered for other approvers.
 	Asker Asker
+	// AllRequests gives the Decider the requests this approver may not
+	// decide too (their approvers do not name ID), for one that decides
+	// nothing, as the Notifier: a verdict on them other than escalate is
+	// not sent, and no Asker is asked. Otherwise they are left to their
+	// approvers unseen.
+	AllRequests bool
 	// Key signs decisions. nil sends them unsigned; an orchestrator that
 	// trusts keys refuses those.
 	Key ed25519.PrivateKey
@@ -83,8 +88,19 @@ type Config struct {
 	// short.
 	HandledFunc func(req wire.ApprovalRequest, o Outcome)
 	// RefusedFunc, if set, is told why the orchestrator refused a
-	// decision (before HandledFunc with OutcomeRefused).
+	// decision (before HandledFunc with OutcomeRefused), or, later, that
+	// one whose outcome did not come in time was not applied (its
+	// Verdict the call's state: decided by another, or still pending
+	// NotAppliedAfter after it). Calls never overlap.
 	RefusedFunc func(req wire.ApprovalRequest, err *RefusedError)
+	// StatusInterval is how often the calls of decisions whose outcome
+	// did not come in time are asked about. Defaults to 5s.
+	StatusInterval time.Duration
+	// NotAppliedAfter is how long such a call may stay pending before the
+	// decision counts as not applied: a replica that does not hold the
+	// conversation's config hands a decision over for about 30s before it
+	// is dead-lettered. Defaults to 45s.
+	NotAppliedAfter time.Duration
 	// Logger receives the approver's log. nil discards.
 	Logger *slog.Logger
 	// Clock is the clock for deadlines and decided_at. Defaults to time.Now.
@@ -127,6 +143,12 @@ func (c Config) withDefaults() Config {
 	if c.OutcomeTimeout <= 0 {
 		c.OutcomeTimeout = 10 * time.Second
 	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = 5 * time.Second
+	}
+	if c.NotAppliedAfter <= 0 {
+		c.NotAppliedAfter = 45 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -162,6 +184,11 @@ type Approver struct {
 	running atomic.Bool
 	seen    *seenSet
 	fatal   chan error
+	// unsettled are the decisions whose outcome did not come in time.
+	unsettled unsettled
+	// refusedMu keeps RefusedFunc's calls apart: the handler and the
+	// follow-up of unsettled decisions both make them.
+	refusedMu sync.Mutex
 }
 
 // New checks cfg and returns an Approver; Run starts it.
@@ -193,6 +220,13 @@ func (a *Approver) Run(ctx context.Context) error {
 	}
 	a.logger.InfoContext(ctx, "approver running", slog.String("filter", a.cfg.Filter),
 		slog.Bool("signing", a.cfg.Key != nil), slog.Bool("interactive", a.cfg.Asker != nil))
+	fctx, stopFollow := context.WithCancel(ctx)
+	var follow sync.WaitGroup
+	follow.Go(func() { a.followUnsettled(fctx) })
+	defer func() {
+		stopFollow()
+		follow.Wait()
+	}()
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -230,8 +264,8 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 		a.done(ctx, key, req, OutcomeExpired)
 		return nil
 	}
-	if len(req.Approvers) > 0 && !slices.Contains(req.Approvers, a.cfg.ID) {
-		// The orchestrator would refuse its decision.
+	notOurs := Admit(req, a.cfg.ID, false) != nil
+	if notOurs && !a.cfg.AllRequests {
 		log.InfoContext(ctx, "not among the call's approvers: left to them", slog.Any("approvers", req.Approvers))
 		a.done(ctx, key, req, OutcomeEscalated)
 		return nil
@@ -248,7 +282,12 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 	if err != nil {
 		return err
 	}
-	if v.Action == ActionEscalate && a.cfg.Asker != nil {
+	if notOurs && v.Action != ActionEscalate {
+		log.InfoContext(ctx, "not among the call's approvers: its verdict is not sent", slog.String("action", string(v.Action)),
+			slog.Any("approvers", req.Approvers))
+		v.Action = ActionEscalate
+	}
+	if v.Action == ActionEscalate && a.cfg.Asker != nil && !notOurs {
 		var expired bool
 		if v, expired, err = a.ask(ctx, log, req); err != nil {
 			return err
@@ -269,6 +308,12 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 			}
 		}
 	}
+	if v.Action == ActionApprove && Admit(req, a.cfg.ID, true) != nil {
+		// Its own call: the orchestrator would refuse the approval.
+		log.InfoContext(ctx, "may not approve the call of its own run: left to other approvers", slog.Int("rule", v.Rule))
+		a.tell("left to other approvers: " + req.RunID + "/" + req.ToolCallID + " is a call of your own run")
+		v.Action = ActionEscalate
+	}
 	if v.Action == ActionEscalate {
 		log.InfoContext(ctx, "escalated: left to other approvers", slog.Int("rule", v.Rule))
 		a.done(ctx, key, req, OutcomeEscalated)
@@ -281,12 +326,13 @@ func (a *Approver) handle(ctx context.Context, d *bus.Delivery[wire.ApprovalRequ
 		log.WarnContext(ctx, "decision refused by the orchestrator", slog.String("verdict", refused.Verdict),
 			slog.String("reason", refused.Reason), slog.Bool("approved", dec.Approved), slog.Int("rule", v.Rule))
 		a.tell(refused.Error())
-		if a.cfg.RefusedFunc != nil {
-			a.cfg.RefusedFunc(req, refused)
-		}
+		a.refused(req, refused)
 		a.done(ctx, key, req, OutcomeRefused)
 		return nil
-	case errors.Is(err, ErrNoOutcome), errors.Is(err, ErrNoOrchestrator):
+	case errors.Is(err, ErrNoOutcome):
+		log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it: its call's status is asked until it tells")
+		a.unsettled.add(req, dec, a.cfg.Clock())
+	case errors.Is(err, ErrNoOrchestrator):
 		log.WarnContext(ctx, "decision published; the orchestrator has not said yet what it did with it")
 	case err != nil:
 		return err
@@ -387,6 +433,16 @@ func (a *Approver) pending(ctx context.Context, log *slog.Logger, req wire.Appro
 }
 
 // tell tells the Asker's person, if it can be told.
+// refused tells RefusedFunc, one call at a time.
+func (a *Approver) refused(req wire.ApprovalRequest, err *RefusedError) {
+	if a.cfg.RefusedFunc == nil {
+		return
+	}
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	a.cfg.RefusedFunc(req, err)
+}
+
 func (a *Approver) tell(msg string) {
 	if t, ok := a.cfg.Asker.(Teller); ok {
 		t.Tell(msg)

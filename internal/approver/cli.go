@@ -232,7 +232,9 @@ func (c *CLI) note(msg string) {
 }
 
 // Decide publishes a decision on the open request id names and waits for
-// the orchestrator's outcome: a *RefusedError when it did not apply it,
+// the orchestrator's outcome: a *RefusedError when it did not apply it
+// (a *NotAdmittedError, and nothing sent, when the request says it would
+// not: c.ID is not among its approvers, or may not approve it),
 // ErrNoOutcome when it did not say in time (OutcomeTimeout). Without an
 // orchestrator answering on NATS the decision is only published.
 func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (wire.Decision, error) {
@@ -241,6 +243,10 @@ func (c *CLI) Decide(ctx context.Context, id string, ch Choice) (wire.Decision, 
 	}
 	req, err := c.Find(ctx, id)
 	if err != nil {
+		return wire.Decision{}, err
+	}
+	// The orchestrator would refuse it: nothing is sent.
+	if err := Admit(req, c.ID, ch.Approve); err != nil {
 		return wire.Decision{}, err
 	}
 	d, err := NewDecision(req, c.ID, ch, c.Key, c.now())

@@ -233,3 +233,37 @@ func TestScanEventsLeavesNoConsumer(t *testing.T) {
 		t.Errorf("%d consumers of %s after 3 scans, %d before", n, wire.StreamEvents, before)
 	}
 }
+
+// A decision the request says the orchestrator would refuse (the CLI's id
+// is not among its approvers, or is the run's caller approving) is not
+// sent.
+func TestCLIDecidesOnlyWhatItMay(t *testing.T) {
+	t.Parallel()
+	b := bustest.NewBus(t)
+	ctx := bustest.Context(t)
+	others := bustest.SampleApproval("run-o", "call-o")
+	others.Approvers = []string{"ann"}
+	own := bustest.SampleApproval("run-s", "call-s")
+	own.MayNotApprove = []string{"cli"}
+	for _, r := range []wire.ApprovalRequest{others, own} {
+		if _, err := b.PublishApproval(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := &approver.CLI{Bus: b, ID: "cli", Out: new(bytes.Buffer)}
+	var na *approver.NotAdmittedError
+	if err := cli.Deny(ctx, "run-o/call-o", "no"); !errors.As(err, &na) {
+		t.Errorf("deny of ann's call: %v", err)
+	}
+	if err := cli.Approve(ctx, "run-s/call-s", nil, nil); !errors.As(err, &na) {
+		t.Errorf("approval of its own run's call: %v", err)
+	}
+	for _, run := range []string{"run-o", "run-s"} {
+		if d := bustest.LastDecision(t, b, run); d != nil {
+			t.Errorf("published %+v", d)
+		}
+	}
+	if err := cli.Deny(ctx, "run-s/call-s", "not mine to approve"); err != nil {
+		t.Errorf("deny of its own run's call: %v", err)
+	}
+}

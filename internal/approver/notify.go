@@ -20,7 +20,9 @@ import (
 // {"text", "blocks"}) with a link to the request's card in the approval
 // inbox, and escalates it, so that people learn of a pending approval
 // without watching a page. A webhook that fails hands the request back: it
-// is posted again when it is redelivered.
+// is posted again when it is redelivered. Run it with Config.AllRequests,
+// so that it posts the requests its approver id may not decide too; the
+// message names who may (the request's approvers).
 type Notifier struct {
 	// Webhook is the URL posted to. Required.
 	Webhook string
@@ -94,6 +96,9 @@ func (n *Notifier) Message(req wire.ApprovalRequest) NotifyMessage {
 	if !req.Deadline.IsZero() {
 		text += ", decide before " + req.Deadline.UTC().Format(time.RFC3339)
 	}
+	if len(req.Approvers) > 0 {
+		text += ", for " + strings.Join(req.Approvers, ", ")
+	}
 	text += ")"
 	link := CardURL(n.InboxURL, req)
 	mrkdwn := fmt.Sprintf("*Approval needed:* `%s`\n```%s```\nconversation `%s`, call `%s`", req.ToolName, args, req.ConversationID, req.ToolCallID)
@@ -102,6 +107,9 @@ func (n *Notifier) Message(req wire.ApprovalRequest) NotifyMessage {
 	}
 	if !req.Deadline.IsZero() {
 		mrkdwn += "\ndecide before " + req.Deadline.UTC().Format(time.RFC3339)
+	}
+	if len(req.Approvers) > 0 {
+		mrkdwn += "\nfor " + strings.Join(req.Approvers, ", ")
 	}
 	blocks := []any{map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": mrkdwn}}}
 	if link != "" {

@@ -236,6 +236,13 @@ func (p *Policy) Evaluate(req wire.ApprovalRequest) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate %s: metadata: %w", req.ToolCallID, err)
 	}
+	// The run's caller, as the request carries it; one that is not an
+	// object (a bare string) has no keys to test.
+	caller, err := rule.DecodeObject(req.Caller)
+	if err != nil {
+		caller = map[string]any{}
+	}
+	in := rule.Context{Caller: caller}
 	v := Verdict{Action: ActionEscalate, Rule: -1}
 	for i, r := range p.rules {
 		if r.Tool != "" {
@@ -244,7 +251,7 @@ func (p *Policy) Evaluate(req wire.ApprovalRequest) (Verdict, error) {
 			}
 		}
 		if r.prog != nil {
-			b, err := r.prog.EvalDecoded(req.ToolName, args, meta)
+			b, err := r.prog.EvalIn(req.ToolName, args, meta, in)
 			if err != nil {
 				v.Skipped = append(v.Skipped, &RuleError{Index: i, Err: err})
 				continue

@@ -337,3 +337,47 @@ func TestPolicyErrorsCarryTheLine(t *testing.T) {
 		})
 	}
 }
+
+// A policy's when: sees the run's caller the request carries (an object);
+// a request without one, or with a caller that is not an object, has an
+// empty caller, and an unguarded rule over it is skipped. Before, caller
+// was always empty at the approver.
+func TestPolicyEvaluatesTheCaller(t *testing.T) {
+	t.Parallel()
+	p, err := approver.ParsePolicy([]byte(`
+rules:
+  - when: has(caller.role) && caller.role == "admin"
+    action: approve
+  - when: caller.team == "ops"
+    action: deny
+    message: ops asks the on-call
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, caller string
+		want         approver.Action
+		skipped      int
+	}{
+		{"admin", `{"id":"ann","role":"admin"}`, approver.ActionApprove, 0},
+		{"ops", `{"id":"bob","team":"ops"}`, approver.ActionDeny, 0},
+		{"none", ``, approver.ActionEscalate, 1},
+		{"a string", `"carol"`, approver.ActionEscalate, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := request("deploy", `{}`, "")
+			if tc.caller != "" {
+				req.Caller = json.RawMessage(tc.caller)
+			}
+			v, err := p.Evaluate(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Action != tc.want || len(v.Skipped) != tc.skipped {
+				t.Errorf("verdict %s with %d rules skipped, want %s with %d", v.Action, len(v.Skipped), tc.want, tc.skipped)
+			}
+		})
+	}
+}

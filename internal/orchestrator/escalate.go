@@ -28,7 +28,7 @@ func (rc *reconciler) escalate(ctx context.Context, conv *Conversation, pc *Pend
 	req := wire.ApprovalRequest{
 		RunID: runID, ConversationID: conv.ID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 2, EscalatedTo: to,
-		Approvers: rc.roster.approversFor(conv, pc),
+		Approvers: rc.roster.approversFor(conv, pc), MayNotApprove: rc.roster.mayNotApprove(conv, pc), Caller: conv.Caller,
 	}
 	if tool := rc.discovery.toolOf(rc.roster.agentOf(conv), runID, pc.ToolName); tool != nil {
 		req.ToolDescription, req.Parameters = tool.Description, tool.Parameters

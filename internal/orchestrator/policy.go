@@ -178,6 +178,24 @@ func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
 	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
 }
 
+// mayNotApprove lists who may not approve call pc of c, as check refuses
+// it with this replica's config of c's agent: the run's caller, unless the
+// tool allows self-approval.
+func (r *roster) mayNotApprove(c *Conversation, pc *PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	tc := ag.cfg.tool(pc.ToolName)
+	if tc == nil || tc.SelfApproval == SelfApprovalAllow {
+		return nil
+	}
+	if who := CallerID(c.Caller); who != "" {
+		return []string{who}
+	}
+	return nil
+}
+
 // quorum is how many distinct approvers a call of tc needs.
 func quorum(tc *ToolConfig) int {
 	if tc == nil || tc.Approvals < 1 {

@@ -203,7 +203,7 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		req := wire.ApprovalRequest{
 			RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
-			Approvers: p.roster.approversFor(c, pc),
+			Approvers: p.roster.approversFor(c, pc), MayNotApprove: p.roster.mayNotApprove(c, pc), Caller: c.Caller,
 		}
 		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description

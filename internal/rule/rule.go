@@ -7,8 +7,8 @@
 //   - variables: args and metadata (map(string, dyn)) and tool (string);
 //     at the orchestrator also caller (map(string, dyn): the run's caller
 //     object) and conversation (map(string, dyn): id, agent, runs, tools,
-//     calls; see Conversation), empty maps where they are not known (the
-//     approver's policy);
+//     calls; see Conversation); at the approver caller is the one the
+//     request carries and conversation is empty;
 //   - numbers from JSON are normalised: an integral number is an int, any
 //     other a double, so `args.count == 3` and `args.count + 1` work;
 //   - numbers of different types compare (`args.size > 1.5` on an int);

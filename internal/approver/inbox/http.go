@@ -58,6 +58,9 @@ func parsePages() (*template.Template, error) {
 //	GET  /events                  pending requests as Server-Sent Events
 //	GET  /api/pending             pending requests as JSON
 //	POST /api/decide              a decision (JSON)
+//	GET  /api/grants              the standing grants (JSON)
+//	POST /api/grants              approve and always allow (JSON)
+//	DELETE /api/grants/{id}       revoke a grant
 //	GET  /conversations/{id}      a conversation's transcript
 //	GET  /login, POST /login      the token form (sets a cookie)
 //	POST /logout
@@ -70,6 +73,9 @@ func (in *Inbox) Handler() http.Handler {
 	mux.HandleFunc("GET /events", in.events)
 	mux.HandleFunc("GET /api/pending", in.apiPending)
 	mux.HandleFunc("POST /api/decide", in.apiDecide)
+	mux.HandleFunc("GET /api/grants", in.apiGrants)
+	mux.HandleFunc("POST /api/grants", in.apiGrant)
+	mux.HandleFunc("DELETE /api/grants/{id}", in.apiRevokeGrant)
 	mux.HandleFunc("GET /conversations/{id}", in.conversation)
 	mux.HandleFunc("GET /login", in.loginForm)
 	mux.HandleFunc("POST /login", in.login)
@@ -234,6 +240,10 @@ func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
 	for _, it := range items {
 		shown[it.Key] = true
 	}
+	// Requests decided here whose outcome is awaited are not shown; when
+	// one leaves, its reason tells the page whether the decision was
+	// applied.
+	waiting := in.store.sentKeys()
 	keep := time.NewTicker(keepAlive)
 	defer keep.Stop()
 	for {
@@ -251,11 +261,18 @@ func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
 			for _, it := range items {
 				now[it.Key] = true
 			}
+			sent := in.store.sentKeys()
 			for k := range shown {
 				if !now[k] && !send("remove", map[string]string{"key": k, "reason": in.store.reason(k)}) {
 					return
 				}
 			}
+			for k := range waiting {
+				if !now[k] && !sent[k] && !send("remove", map[string]string{"key": k, "reason": in.store.reason(k)}) {
+					return
+				}
+			}
+			waiting = sent
 			for _, it := range items {
 				if !shown[it.Key] && !send("add", it) {
 					return
@@ -284,6 +301,9 @@ type decideAnswer struct {
 	ApproverID   string          `json:"approver_id"`
 	DecidedAt    time.Time       `json:"decided_at"`
 	Signed       bool            `json:"signed"`
+	// Pending: the orchestrator has not said yet whether it applied it;
+	// the request comes back to the page, with a note, if it did not.
+	Pending bool `json:"pending,omitempty"`
 }
 
 func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +335,18 @@ func (in *Inbox) apiDecide(w http.ResponseWriter, r *http.Request) {
 	d, err := in.Decide(r.Context(), req.RunID, req.ToolCallID, c)
 	var ae *approver.ArgsError
 	var refused *approver.RefusedError
+	var notAdmitted *approver.NotAdmittedError
 	switch {
+	case errors.Is(err, approver.ErrNoOutcome):
+		// Sent; the inbox learns later whether it was applied.
+		web.WriteJSON(w, http.StatusAccepted, decideAnswer{
+			Approved: d.Approved, OverrideArgs: d.OverrideArgs, Message: d.Message,
+			ApproverID: d.ApproverID, DecidedAt: d.DecidedAt, Signed: d.Signature != nil, Pending: true,
+		})
+		return
+	case errors.As(err, &notAdmitted):
+		web.WriteError(w, http.StatusForbidden, notAdmitted.Error())
+		return
 	case errors.As(err, &refused):
 		web.WriteError(w, http.StatusConflict, refused.Error())
 		return

@@ -45,6 +45,15 @@ type Config struct {
 	Orchestrator *client.Client
 	// PollInterval is how often the orchestrator is asked. Defaults to 5s.
 	PollInterval time.Duration
+	// OutcomeTimeout bounds the wait for the orchestrator's outcome of a
+	// decision made here. Defaults to 10s.
+	OutcomeTimeout time.Duration
+	// NotAppliedAfter is how long a decision made here whose outcome did
+	// not come may leave its call pending before the inbox says it was not
+	// applied and shows the request again. A replica that does not hold
+	// the conversation's config hands a decision over for about 30s before
+	// it is dead-lettered, never applied. Defaults to 45s.
+	NotAppliedAfter time.Duration
 	// AckWait is the consumer's ack wait; held requests are renewed every
 	// third of it, and a crashed inbox's requests come back after it.
 	// Defaults to 30s.
@@ -77,6 +86,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
+	}
+	if c.OutcomeTimeout <= 0 {
+		c.OutcomeTimeout = 10 * time.Second
+	}
+	if c.NotAppliedAfter <= 0 {
+		c.NotAppliedAfter = 45 * time.Second
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 10000
@@ -248,6 +263,10 @@ func (in *Inbox) followEvents(ctx context.Context, lastSeq uint64, caughtUp chan
 // dropSettled acks and removes the held requests the events settled.
 func (in *Inbox) dropSettled() {
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
+		if e.sent != nil {
+			// Its outcome is learnt from the call's status (syncStatus).
+			return "", false
+		}
 		st, ok := in.settled.Settled(e.req)
 		if !ok {
 			return "", false
@@ -283,6 +302,13 @@ func (in *Inbox) take(ctx context.Context, d *bus.Delivery[wire.ApprovalRequest]
 		return nil
 	}
 	if _, ok := in.settled.Settled(r); ok {
+		return nil
+	}
+	// A call this approver may not decide is left to those who may: not
+	// shown, and a decision on it sent anyway is refused (Decide).
+	if err := approver.Admit(r, in.cfg.ID, true); err != nil {
+		in.store.refuse(keyOf(r.RunID, r.ToolCallID), err)
+		log.Debug("request left to its approvers, not shown", slog.String("reason", err.Error()))
 		return nil
 	}
 	// Only a pending request is shown: the orchestrator is asked, when one
@@ -365,7 +391,7 @@ func (in *Inbox) syncOrchestrator(ctx context.Context) {
 		open[keyOf(p.RunID, p.ToolCallID)] = true
 	}
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
-		return "settled:orchestrator", e.gen <= started && !open[e.key()]
+		return "settled:orchestrator", e.sent == nil && e.gen <= started && !open[e.key()]
 	}) {
 		_ = e.msg.Ack()
 	}
@@ -389,13 +415,11 @@ func (in *Inbox) pollStatus(ctx context.Context) {
 
 func (in *Inbox) syncStatus(ctx context.Context) {
 	started := in.store.generation()
-	items, _ := in.store.snapshot()
-	if len(items) == 0 {
+	// Every held request, those awaiting the outcome of a decision made
+	// here (not shown) included.
+	reqs := in.store.held()
+	if len(reqs) == 0 {
 		return
-	}
-	reqs := make([]wire.ApprovalRequest, 0, len(items))
-	for _, it := range items {
-		reqs = append(reqs, wire.ApprovalRequest{RunID: it.RunID, ToolCallID: it.ToolCallID})
 	}
 	statuses, err := approver.Statuses(ctx, in.cfg.Bus, reqs)
 	switch {
@@ -407,12 +431,20 @@ func (in *Inbox) syncStatus(ctx context.Context) {
 		}
 		return
 	}
+	now := in.cfg.Clock()
 	for _, e := range in.store.removeIf(func(e *entry) (string, bool) {
 		st, ok := statuses[approver.Ref(e.req)]
-		return "settled:" + st.State, ok && e.gen <= started && !st.Pending()
+		if !ok {
+			return "", false
+		}
+		if e.sent != nil {
+			return in.sentOutcome(e, st)
+		}
+		return "settled:" + st.State, e.gen <= started && !st.Pending()
 	}) {
 		_ = e.msg.Ack()
 	}
+	in.resend(statuses, now)
 }
 
 // mcpServerOf is the MCP server that tool comes from, as the advert in

@@ -24,6 +24,18 @@ type entry struct {
 	// says; empty for other tools or when no worker advertises it.
 	mcpServer string
 	gen       uint64 // store generation when it was put
+	// sent is the decision made here on it whose outcome has not come
+	// (the orchestrator neither applied nor refused it in time): the
+	// request is held but not shown until its status tells.
+	sent *sentDecision
+	// note tells the approver why the request is shown again.
+	note string
+}
+
+// sentDecision is a decision published at at whose outcome is unknown.
+type sentDecision struct {
+	d  wire.Decision
+	at time.Time
 }
 
 func (e *entry) key() string { return keyOf(e.req.RunID, e.req.ToolCallID) }
@@ -46,9 +58,15 @@ type Item struct {
 	Reason         string          `json:"reason,omitempty"` // metadata's "reason", when it is a string
 	Parameters     json.RawMessage `json:"parameters,omitempty"`
 	ParametersText string          `json:"parameters_text,omitempty"`
-	Received       time.Time       `json:"received"`
-	Deadline       time.Time       `json:"deadline,omitzero"`
-	Attempt        int             `json:"attempt"`
+	// CallerID is the "id" of the run's caller object, which a grant for
+	// this caller names; empty when it has none.
+	CallerID string `json:"caller_id,omitempty"`
+	// Note says why a request is shown again: a decision made here was
+	// not applied.
+	Note     string    `json:"note,omitempty"`
+	Received time.Time `json:"received"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	Attempt  int       `json:"attempt"`
 }
 
 func itemOf(e *entry) Item {
@@ -67,6 +85,8 @@ func itemOf(e *entry) Item {
 		MetadataText:    indent(r.Metadata),
 		Parameters:      r.Parameters,
 		ParametersText:  indent(r.Parameters),
+		CallerID:        callerID(r.Caller),
+		Note:            e.note,
 		Received:        e.received.UTC(),
 		Deadline:        r.Deadline.UTC(),
 		Attempt:         r.Attempt,
@@ -117,10 +137,14 @@ type store struct {
 	changed chan struct{}
 	reasons map[string]string // why recently removed keys went
 	order   []string          // of reasons, oldest first
+	// refused are the requests lately not shown because this approver
+	// may not decide them, with why (approver.NotAdmittedError).
+	refused map[string]error
+	rorder  []string // of refused, oldest first
 }
 
 func newStore() *store {
-	return &store{byKey: make(map[string]*entry), changed: make(chan struct{}), reasons: make(map[string]string)}
+	return &store{byKey: make(map[string]*entry), changed: make(chan struct{}), reasons: make(map[string]string), refused: make(map[string]error)}
 }
 
 func (s *store) notifyLocked() {
@@ -134,6 +158,8 @@ func (s *store) put(e *entry) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.byKey[e.key()]
+	// Shown now (an escalation made its approver one who may decide it).
+	delete(s.refused, e.key())
 	s.notifyLocked()
 	e.gen = s.gen
 	s.byKey[e.key()] = e
@@ -190,6 +216,99 @@ func (s *store) noteLocked(key, reason string) {
 	}
 }
 
+// refuse notes that the request key is not shown because err, bounded as
+// the reasons are.
+func (s *store) refuse(key string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.refused[key]; !ok {
+		s.rorder = append(s.rorder, key)
+	}
+	s.refused[key] = err
+	if len(s.rorder) > 1024 {
+		delete(s.refused, s.rorder[0])
+		s.rorder = s.rorder[1:]
+	}
+}
+
+// refusal is why the request key is not shown here, if it lately came
+// and this approver may not decide it; nil otherwise.
+func (s *store) refusal(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused[key]
+}
+
+// markSent hides the held request key, on which d was published at at
+// with no outcome yet.
+func (s *store) markSent(key string, d wire.Decision, at time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return false
+	}
+	e.sent, e.note = &sentDecision{d: d, at: at}, ""
+	s.notifyLocked()
+	return true
+}
+
+// held lists the calls of every held request, shown or not.
+func (s *store) held() []wire.ApprovalRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]wire.ApprovalRequest, 0, len(s.byKey))
+	for _, e := range s.byKey {
+		out = append(out, wire.ApprovalRequest{RunID: e.req.RunID, ToolCallID: e.req.ToolCallID})
+	}
+	return out
+}
+
+// sentKeys are the keys of the requests held awaiting the outcome of a
+// decision made here.
+func (s *store) sentKeys() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for k, e := range s.byKey {
+		if e.sent != nil {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// isSent reports whether key is held awaiting the outcome of a decision
+// made here.
+func (s *store) isSent(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	return ok && e.sent != nil
+}
+
+// unsend shows the hidden requests f picks again, each with the note f
+// gives, and returns their decisions.
+func (s *store) unsend(f func(*entry) (note string, ok bool)) []wire.Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []wire.Decision
+	for _, e := range s.byKey {
+		if e.sent == nil {
+			continue
+		}
+		if note, ok := f(e); ok {
+			out = append(out, e.sent.d)
+			e.sent, e.note = nil, note
+			e.gen = s.gen + 1
+		}
+	}
+	if len(out) > 0 {
+		s.notifyLocked()
+	}
+	return out
+}
+
 // reason is why key was removed, if it was lately.
 func (s *store) reason(key string) string {
 	s.mu.Lock()
@@ -209,7 +328,9 @@ func (s *store) snapshot() ([]Item, <-chan struct{}) {
 	defer s.mu.Unlock()
 	items := make([]Item, 0, len(s.byKey))
 	for _, e := range s.byKey {
-		items = append(items, itemOf(e))
+		if e.sent == nil {
+			items = append(items, itemOf(e))
+		}
 	}
 	slices.SortFunc(items, func(a, b Item) int {
 		if c := a.Received.Compare(b.Received); c != 0 {
@@ -252,6 +373,17 @@ func (l *decidedLog) add(d wire.Decision) {
 		delete(l.byKey, l.order[0])
 		l.order = l.order[1:]
 	}
+}
+
+// forget drops key: the decision made on it was not applied.
+func (l *decidedLog) forget(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.byKey[key]; !ok {
+		return
+	}
+	delete(l.byKey, key)
+	l.order = slices.DeleteFunc(l.order, func(k string) bool { return k == key })
 }
 
 func (l *decidedLog) has(key string) bool {

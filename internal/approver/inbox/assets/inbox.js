@@ -37,6 +37,7 @@
     var link = card.querySelector("[data-link=conversation]");
     link.href = "/conversations/" + encodeURIComponent(item.conversation_id);
     card.querySelector("[data-role=args]").value = item.args_text || "";
+    card.querySelector("[data-role=grant-caller-label]").hidden = !item.caller_id;
     hideEmpty(card);
   }
 
@@ -60,7 +61,11 @@
 
   function remove(key, reason) {
     var card = byKey(key);
-    if (!card) return;
+    if (!card) {
+      // A decision sent from here whose outcome came late.
+      if (reason && reason.indexOf("not applied") === 0) say(reason.charAt(0).toUpperCase() + reason.slice(1) + ".", true);
+      return;
+    }
     card.remove();
     refreshCount();
     if (reason && reason.indexOf(" here") < 0) {
@@ -145,7 +150,8 @@
         if (resp.ok) {
           var tool = card.querySelector("[data-field=tool_name]").textContent;
           say((data.approved ? "Approved " : "Denied ") + tool + " (" + card.dataset.call + ")" +
-            (data.override_args ? " with edited args" : "") + (data.signed ? ", signed." : "."));
+            (data.override_args ? " with edited args" : "") + (data.signed ? ", signed" : "") +
+            (data.pending ? "; sent, not applied yet: the card comes back if the orchestrator does not apply it." : "."));
           card.remove();
           refreshCount();
           return;
@@ -158,6 +164,119 @@
     });
   }
 
+  // Approve the card's call and give a grant for the later ones.
+  function grant(card) {
+    var body = {
+      run_id: card.dataset.run,
+      tool_call_id: card.dataset.call,
+      conversation: card.querySelector("[data-role=grant-conversation]").checked,
+      args: card.querySelector("[data-role=grant-args]").checked,
+      caller: card.querySelector("[data-role=grant-caller]").checked,
+      "for": card.querySelector("[data-role=grant-for]").value
+    };
+    busy(card, true);
+    showErrors(card, []);
+    return fetch("/api/grants", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      credentials: "same-origin",
+      body: JSON.stringify(body)
+    }).then(function (resp) {
+      return resp.json().catch(function () { return {}; }).then(function (data) {
+        busy(card, false);
+        if (data.grant) loadGrants();
+        if (resp.ok) {
+          var tool = card.querySelector("[data-field=tool_name]").textContent;
+          say("Approved " + tool + " (" + card.dataset.call + ") and always allowed it " + scopeText(data.grant) +
+            (data.decision && data.decision.signed ? ", signed." : "."));
+          card.remove();
+          refreshCount();
+          return;
+        }
+        showErrors(card, [data.error || ("HTTP " + resp.status)]);
+      });
+    }).catch(function (err) {
+      busy(card, false);
+      showErrors(card, ["Could not reach the inbox: " + err]);
+    });
+  }
+
+  function scopeText(g) {
+    var parts = [];
+    if (g.conversation_id) parts.push("in conversation " + g.conversation_id);
+    if (g.args_digest) parts.push("with these args");
+    if (g.caller) parts.push("for caller " + g.caller);
+    if (!parts.length) parts.push("for every call");
+    return parts.join(", ") + (g.expires_at ? " until " + new Date(g.expires_at).toLocaleString() : " until revoked");
+  }
+
+  var grants = document.getElementById("grants");
+  var grantsEmpty = document.getElementById("grants-empty");
+
+  // Each load is numbered: the answer of an older one, read before a
+  // grant was given or revoked, must not overwrite a newer one's.
+  var grantsLoads = 0;
+  var grantsShown = null;
+
+  function loadGrants() {
+    var seq = ++grantsLoads;
+    return fetch("/api/grants", { credentials: "same-origin" }).then(function (resp) {
+      return resp.json().then(function (data) {
+        if (seq !== grantsLoads) return;
+        if (!resp.ok) throw new Error(data.error || ("HTTP " + resp.status));
+        // Unchanged: the rows (and a button being clicked) stay.
+        var text = JSON.stringify(data.grants || []);
+        if (text === grantsShown) return;
+        grantsShown = text;
+        var body = grants.querySelector("tbody");
+        body.innerHTML = "";
+        (data.grants || []).forEach(function (g) {
+          var tr = document.createElement("tr");
+          tr.dataset.grant = g.id;
+          if (g.expired || g.ignored) tr.className = "expired";
+          var scope = scopeText(g);
+          [g.tool, (g.approved ? "approve" : "deny") + (g.ignored ? " (not applied: " + g.ignored + ")" : ""), scope.replace(/ until .*$/, ""),
+            g.expires_at ? (g.expired ? "expired " : "") + new Date(g.expires_at).toLocaleString() : "revoked",
+            g.granted_by].forEach(function (text) {
+            var td = document.createElement("td");
+            td.textContent = text;
+            tr.appendChild(td);
+          });
+          var td = document.createElement("td");
+          var btn = document.createElement("button");
+          btn.type = "button";
+          btn.dataset.action = "revoke";
+          btn.textContent = "Revoke";
+          td.appendChild(btn);
+          tr.appendChild(td);
+          body.appendChild(tr);
+        });
+        grants.hidden = !body.children.length;
+        grantsEmpty.hidden = !grants.hidden;
+      });
+    }).catch(function (err) {
+      say("Could not list the grants: " + err.message, true);
+    });
+  }
+
+  grants.addEventListener("click", function (ev) {
+    var btn = ev.target.closest("button[data-action=revoke]");
+    if (!btn) return;
+    var tr = btn.closest("tr");
+    btn.disabled = true;
+    fetch("/api/grants/" + encodeURIComponent(tr.dataset.grant), { method: "DELETE", credentials: "same-origin" })
+      .then(function (resp) {
+        if (resp.ok) {
+          say("Revoked the grant for " + tr.firstChild.textContent + ": its calls are asked about again.");
+          return loadGrants();
+        }
+        return resp.json().catch(function () { return {}; }).then(function (data) {
+          btn.disabled = false;
+          say("Not revoked: " + (data.error || ("HTTP " + resp.status)), true);
+        });
+      });
+  });
+
   cards.addEventListener("click", function (ev) {
     var btn = ev.target.closest("button[data-action]");
     if (!btn) return;
@@ -166,6 +285,9 @@
     switch (btn.dataset.action) {
       case "approve":
         decide(card, { approve: true });
+        break;
+      case "grant":
+        grant(card);
         break;
       case "deny":
         decide(card, { approve: false, message: card.querySelector("[data-role=message]").value });
@@ -217,5 +339,8 @@
   refreshCount();
   tick();
   setInterval(tick, 1000);
+  loadGrants();
+  // Grants given or revoked elsewhere (another inbox, the CLI, the API).
+  setInterval(loadGrants, 15000);
   connect();
 })();
