@@ -12,8 +12,8 @@
 package agenttool
 
 import (
+	"github.com/toolgate/toolgate/deferred"
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 type (

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 func exampleBatch() *deferred.Requests {
@@ -63,8 +63,18 @@ func ExampleRequests_Remaining() {
 	// tool_call_id "upd1" is an approval call; it needs a decision, not a result
 }
 
+// Every answer has a constructor: ValueOf, ReturnOf, AskRetry and Fail
+// for external calls, Approve and Deny for approvals.
 func ExampleResults_MarshalJSON() {
 	override, err := deferred.Approve(map[string]string{"path": "b.txt"})
+	if err != nil {
+		panic(err)
+	}
+	city, err := deferred.ValueOf("Berlin")
+	if err != nil {
+		panic(err)
+	}
+	receipt, err := deferred.ReturnOf(map[string]int{"order": 17}, "Receipt attached", map[string]string{"task_id": "t7"})
 	if err != nil {
 		panic(err)
 	}
@@ -72,13 +82,13 @@ func ExampleResults_MarshalJSON() {
 		Approvals: map[string]deferred.Decision{
 			"a1": deferred.Approved{},
 			"a2": override,
-			"a3": deferred.Denied{Message: "no"},
+			"a3": deferred.Deny("no"),
 		},
 		Calls: map[string]deferred.Result{
-			"c1": deferred.Value{Value: json.RawMessage(`"Berlin"`)},
-			"c2": deferred.Return{Value: json.RawMessage(`{"order":17}`), Content: "Receipt attached"},
-			"c3": deferred.Retry{Message: "use ISO dates"},
-			"c4": deferred.Failed{Message: "timed out"},
+			"c1": city,
+			"c2": receipt,
+			"c3": deferred.AskRetry("use ISO dates"),
+			"c4": deferred.Fail("timed out"),
 		},
 	}
 	b, err := json.MarshalIndent(res, "", "  ")
@@ -117,7 +127,10 @@ func ExampleResults_MarshalJSON() {
 	//       "return_value": {
 	//         "order": 17
 	//       },
-	//       "content": "Receipt attached"
+	//       "content": "Receipt attached",
+	//       "metadata": {
+	//         "task_id": "t7"
+	//       }
 	//     },
 	//     "c3": {
 	//       "kind": "model-retry",
