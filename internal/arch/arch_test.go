@@ -42,6 +42,11 @@ var rules = []rule{
 		Why:       "deferred is the vocabulary: standard library and msgpack only",
 	},
 	{
+		From:      module + "/agent",
+		AllowOnly: []string{"github.com/vmihailenco/", module + "/internal/msgpackmap", module + "/deferred"},
+		Why:       "agent is the vocabulary of a run, which programs import: standard library, msgpack and deferred only",
+	},
+	{
 		From:      module + "/internal/deferred",
 		AllowOnly: []string{"github.com/vmihailenco/", module + "/deferred"},
 		Why:       "internal/deferred only names the public deferred's vocabulary",

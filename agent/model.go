@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 )
 
-// Model turns a conversation into the model's next response. Implementations:
-// the openai adapter (internal/agent/openai) and the offline models in this
-// package (FunctionModel, ScriptModel, TestModel).
+// Model turns a conversation into the model's next response. A program may
+// implement it (toolgate.Config.Model); toolgate.NewOpenAIModel returns one
+// for an OpenAI-compatible endpoint.
 type Model interface {
 	// Name identifies the model in responses and logs.
 	Name() string
