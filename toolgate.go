@@ -32,9 +32,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	pagent "github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/agenttool"
-	"github.com/toolgate/toolgate/internal/agent"
+	iagent "github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
@@ -135,9 +135,9 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 // AgentDir, parsed into ac; SetUp and APIToken, which Start and Handler
 // use); TestEngineConfigCarriesEveryField holds it to that.
 func (cfg Config) engine(b *bus.Bus, ac *orchestrator.AgentConfig, logger *slog.Logger) orchestrator.Config {
-	tools := make([]agent.Tool, len(cfg.Tools))
+	tools := make([]iagent.Tool, len(cfg.Tools))
 	for i, t := range cfg.Tools {
-		tools[i] = agent.Tool(t)
+		tools[i] = iagent.Tool(t)
 	}
 	return orchestrator.Config{
 		Bus: b, Agent: ac, Model: cfg.Model, LookupEnv: cfg.LookupEnv,
@@ -184,32 +184,32 @@ func (o *Orchestrator) Handler() http.Handler {
 // the tools, one response of text and tool calls. The types are package
 // agent's, named here for a program that implements its own model.
 type (
-	Model         = pagent.Model
-	ModelRequest  = pagent.ModelRequest
-	ModelResponse = pagent.ModelResponse
+	Model         = agent.Model
+	ModelRequest  = agent.ModelRequest
+	ModelResponse = agent.ModelResponse
 	// Message is one entry of the history: a request to the model (a
 	// prompt, tool returns) or its response (text, tool calls).
-	Message = pagent.Message
+	Message = agent.Message
 	// Part is one piece of a message, tagged by its Kind.
-	Part     = pagent.Part
-	PartKind = pagent.PartKind
+	Part     = agent.Part
+	PartKind = agent.PartKind
 	// ToolDef describes a tool to the model.
-	ToolDef = pagent.ToolDef
+	ToolDef = agent.ToolDef
 	// Usage counts a response's tokens where the model reports them.
-	Usage = pagent.Usage
+	Usage = agent.Usage
 )
 
 // Message kinds and part kinds.
 const (
-	KindRequest  = pagent.KindRequest
-	KindResponse = pagent.KindResponse
+	KindRequest  = agent.KindRequest
+	KindResponse = agent.KindResponse
 
-	PartSystemPrompt = pagent.PartSystemPrompt
-	PartUserPrompt   = pagent.PartUserPrompt
-	PartText         = pagent.PartText
-	PartToolCall     = pagent.PartToolCall
-	PartToolReturn   = pagent.PartToolReturn
-	PartRetryPrompt  = pagent.PartRetryPrompt
+	PartSystemPrompt = agent.PartSystemPrompt
+	PartUserPrompt   = agent.PartUserPrompt
+	PartText         = agent.PartText
+	PartToolCall     = agent.PartToolCall
+	PartToolReturn   = agent.PartToolReturn
+	PartRetryPrompt  = agent.PartRetryPrompt
 )
 
 // OpenAIConfig configures NewOpenAIModel.

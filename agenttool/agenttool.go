@@ -41,14 +41,10 @@ type (
 	RunContext = agent.RunContext
 	// Handler settles deferred calls inside the run.
 	Handler = agent.Handler
-	// HandlerFunc adapts a function to Handler.
+	// HandlerFunc adapts a function to Handler. The calls it is offered
+	// (deferred.Requests) and its answers (deferred.Results) are package
+	// deferred's.
 	HandlerFunc = agent.HandlerFunc
-	// Requests are the deferred calls of a step; Results answer them.
-	Requests = deferred.Requests
-	Results  = deferred.Results
-	// Approved and Denied answer an approval in Results.
-	Approved = deferred.Approved
-	Denied   = deferred.Denied
 )
 
 // New builds a tool from a typed function, its args schema derived from
