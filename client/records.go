@@ -40,23 +40,34 @@ func (o RecordOptions) query() string {
 	return "?" + q.Encode()
 }
 
-// DeadLetter is a message that could not be handled, as GET /v1/dlq shows
-// it.
+// DeadLetter is a message that could not be handled, as GET /v1/dlq
+// shows it (docs/protocol.md, "Dead letters").
 type DeadLetter struct {
-	Seq            uint64          `json:"seq"`
-	Time           time.Time       `json:"time"`
-	Kind           string          `json:"kind"`
-	Reason         string          `json:"reason"`
-	Subject        string          `json:"subject"`
-	Stream         string          `json:"stream"`
-	StreamSeq      uint64          `json:"stream_seq"`
-	Consumer       string          `json:"consumer,omitempty"`
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
-	ToolCallID     string          `json:"tool_call_id,omitempty"`
-	Truncated      int             `json:"truncated,omitempty"`
-	Body           json.RawMessage `json:"body,omitempty"`
-	BodyBase64     []byte          `json:"body_base64,omitempty"`
+	// Seq is its sequence in TOOLGATE_DLQ; Time when it was stored there.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	// Kind is decode, invalid, handler or max_deliveries; Reason says why
+	// in words.
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+	// Subject, Stream and StreamSeq say where the original was stored,
+	// Consumer which consumer gave up on it.
+	Subject   string `json:"subject"`
+	Stream    string `json:"stream"`
+	StreamSeq uint64 `json:"stream_seq"`
+	Consumer  string `json:"consumer,omitempty"`
+	// ConversationID, RunID and ToolCallID are the original's, when its
+	// headers or body name them.
+	ConversationID string `json:"conversation_id,omitempty"`
+	RunID          string `json:"run_id,omitempty"`
+	ToolCallID     string `json:"tool_call_id,omitempty"`
+	// Truncated is the original body's size when the copy keeps only its
+	// beginning.
+	Truncated int `json:"truncated,omitempty"`
+	// Body is the original body as JSON when it decodes (JSON or
+	// msgpack); else BodyBase64 holds its bytes.
+	Body       json.RawMessage `json:"body,omitempty"`
+	BodyBase64 []byte          `json:"body_base64,omitempty"`
 }
 
 // DeadLetterPage is a page of dead letters, newest first.
@@ -66,25 +77,44 @@ type DeadLetterPage struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// AuditRecord is an entry of the audit stream, as GET /v1/audit shows it.
+// AuditRecord is an entry of the audit stream (TOOLGATE_AUDIT: every
+// decision, refused or late result), as GET /v1/audit shows it: the
+// record (wire.AuditRecord) and its place in the stream.
 type AuditRecord struct {
-	Seq            uint64          `json:"seq"`
-	Kind           string          `json:"kind"`
-	Verdict        string          `json:"verdict"`
-	Reason         string          `json:"reason,omitempty"`
-	ConversationID string          `json:"conversation_id,omitempty"`
-	RunID          string          `json:"run_id"`
-	ToolCallID     string          `json:"tool_call_id"`
-	ToolName       string          `json:"tool_name,omitempty"`
-	ApproverID     string          `json:"approver_id,omitempty"`
-	Approved       *bool           `json:"approved,omitempty"`
-	Signed         bool            `json:"signed,omitempty"`
-	ArgsDigest     string          `json:"args_digest,omitempty"`
-	OverrideArgs   json.RawMessage `json:"override_args,omitempty"`
-	Message        string          `json:"message,omitempty"`
-	WorkerID       string          `json:"worker_id,omitempty"`
-	ReplySeq       uint64          `json:"reply_seq"`
-	Time           time.Time       `json:"time"`
+	// Seq is the record's sequence in TOOLGATE_AUDIT.
+	Seq uint64 `json:"seq"`
+	// Kind is the reply's category: "approval" (a decision) or "call" (a
+	// result).
+	Kind string `json:"kind"`
+	// Verdict is applied, counted (an approval towards its tool's
+	// quorum), refused or late, or unreadable for a record that cannot be
+	// decoded; Reason says why when it is not applied.
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason,omitempty"`
+	// ConversationID, RunID, ToolCallID and ToolName name the call.
+	ConversationID string `json:"conversation_id,omitempty"`
+	RunID          string `json:"run_id"`
+	ToolCallID     string `json:"tool_call_id"`
+	ToolName       string `json:"tool_name,omitempty"`
+	// ApproverID, Approved, Signed, ArgsDigest, OverrideArgs and Message
+	// are a decision's: who decided, whether it approved, whether its
+	// signature was checked, the digest of the args it was made for, the
+	// args it approved instead and what a denial told the model.
+	ApproverID   string          `json:"approver_id,omitempty"`
+	Approved     *bool           `json:"approved,omitempty"`
+	Signed       bool            `json:"signed,omitempty"`
+	ArgsDigest   string          `json:"args_digest,omitempty"`
+	OverrideArgs json.RawMessage `json:"override_args,omitempty"`
+	Message      string          `json:"message,omitempty"`
+	// WorkerID is a result's worker.
+	WorkerID string `json:"worker_id,omitempty"`
+	// Grant is the standing decision that decided the call, when one did;
+	// no reply was then asked for.
+	Grant string `json:"grant,omitempty"`
+	// ReplySeq is the reply's sequence in TOOLGATE_REPLIES; Time when the
+	// record was made.
+	ReplySeq uint64    `json:"reply_seq"`
+	Time     time.Time `json:"time"`
 }
 
 // AuditPage is a page of audit records, newest first.

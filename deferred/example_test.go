@@ -2,6 +2,7 @@ package deferred_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/toolgate/toolgate/deferred"
@@ -145,4 +146,23 @@ func ExampleResults_MarshalJSON() {
 	// }
 	// deferred.Approved{OverrideArgs:json.RawMessage(nil)}
 	// deferred.Denied{Message:"The tool call was denied."}
+}
+
+// A Go tool defers its call with metadata, which travels with the batch
+// keyed by the call's id; the loop finds the deferral with errors.As.
+func ExampleCallDeferred() {
+	for _, err := range []error{
+		deferred.CallDeferred(map[string]string{"task_id": "task_0"}),
+		deferred.ApprovalRequired(map[string]any{"reason": "over the limit"}),
+		deferred.CallDeferred(nil),
+	} {
+		var d *deferred.Deferral
+		if errors.As(err, &d) {
+			fmt.Printf("%s %s\n", d.Kind, d.Metadata)
+		}
+	}
+	// Output:
+	// call {"task_id":"task_0"}
+	// approval {"reason":"over the limit"}
+	// call
 }
