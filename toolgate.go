@@ -32,8 +32,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/agenttool"
-	"github.com/toolgate/toolgate/internal/agent"
+	iagent "github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agent/openai"
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
@@ -122,18 +123,30 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolgate: %w", err)
 	}
-	o, err := orchestrator.New(orchestrator.Config{
-		Bus: b, Agent: ac, Model: cfg.Model, LookupEnv: cfg.LookupEnv,
-		Tools: cfg.Tools, Handlers: cfg.Handlers, Deps: cfg.Deps,
-		TrustedApprovers: cfg.TrustedApprovers, InstanceID: cfg.InstanceID,
-		MaxConcurrentRuns: cfg.MaxConcurrentRuns, RunTimeout: cfg.RunTimeout,
-		LeaseTTL: cfg.LeaseTTL, ReconcileInterval: cfg.ReconcileInterval,
-		Retention: cfg.Retention, Logger: logger,
-	})
+	o, err := orchestrator.New(cfg.engine(b, ac, logger))
 	if err != nil {
 		return nil, fmt.Errorf("toolgate: %w", err)
 	}
 	return &Orchestrator{o: o, b: b, setUp: cfg.SetUp, token: cfg.APIToken, logger: logger}, nil
+}
+
+// engine is the engine's config for cfg, on b with the agent config ac.
+// Every field of Config reaches it but those the façade keeps (Agent and
+// AgentDir, parsed into ac; SetUp and APIToken, which Start and Handler
+// use); TestEngineConfigCarriesEveryField holds it to that.
+func (cfg Config) engine(b *bus.Bus, ac *orchestrator.AgentConfig, logger *slog.Logger) orchestrator.Config {
+	tools := make([]iagent.Tool, len(cfg.Tools))
+	for i, t := range cfg.Tools {
+		tools[i] = iagent.Tool(t)
+	}
+	return orchestrator.Config{
+		Bus: b, Agent: ac, Model: cfg.Model, LookupEnv: cfg.LookupEnv,
+		Tools: tools, Handlers: cfg.Handlers, Deps: cfg.Deps,
+		TrustedApprovers: cfg.TrustedApprovers, InstanceID: cfg.InstanceID,
+		MaxConcurrentRuns: cfg.MaxConcurrentRuns, RunTimeout: cfg.RunTimeout,
+		LeaseTTL: cfg.LeaseTTL, ReconcileInterval: cfg.ReconcileInterval,
+		Retention: cfg.Retention, Logger: logger,
+	}
 }
 
 // Start sets up the streams when Config.SetUp says so, then starts taking
@@ -168,8 +181,8 @@ func (o *Orchestrator) Handler() http.Handler {
 }
 
 // Model is what answers the agent: given the instructions, the history and
-// the tools, one response of text and tool calls. The types are the agent
-// engine's, named here so that a program can implement its own.
+// the tools, one response of text and tool calls. The types are package
+// agent's, named here for a program that implements its own model.
 type (
 	Model         = agent.Model
 	ModelRequest  = agent.ModelRequest
@@ -199,11 +212,45 @@ const (
 	PartRetryPrompt  = agent.PartRetryPrompt
 )
 
-// OpenAIConfig configures NewOpenAIModel: Model names the model, BaseURL
-// an OpenAI-compatible endpoint (empty: OpenAI's), APIKey its key, Stream
-// asks for streamed responses.
-type OpenAIConfig = openai.Config
+// OpenAIConfig configures NewOpenAIModel.
+type OpenAIConfig struct {
+	// Model is the model name sent to the server, e.g. "gpt-4.1-mini" or
+	// "qwen3:8b". Required.
+	Model string
+	// BaseURL is the server's API root, e.g. "http://localhost:8000/v1".
+	// Empty means the OpenAI API (https://api.openai.com/v1/).
+	BaseURL string
+	// APIKey is sent as a bearer token. Empty sends none, which local
+	// servers usually accept.
+	APIKey string
+	// Stream selects the streaming API. Defaults to false.
+	Stream bool
+	// MaxRetries is how often a connection error, 408, 409, 429 or 5xx
+	// answer is retried (a stream only before its first delta). Zero means
+	// 4; a negative value disables retries.
+	MaxRetries int
+	// Backoff is the wait before the first retry; each next one doubles,
+	// up to 30s (or Backoff, if longer), less up to a quarter at random. A
+	// retried answer's Retry-After (seconds or an HTTP-date) or
+	// Retry-After-Ms sets the wait instead; one that asks for more than 2
+	// minutes is not retried. Zero means 1s.
+	Backoff time.Duration
+	// Timeout bounds each HTTP attempt, a whole stream included. Zero
+	// means no bound other than the request's context.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Temperature, when set, is sent as the sampling temperature. Nil
+	// leaves it to the server.
+	Temperature *float64
+	// Logger receives retry and truncation notices. Nil discards them.
+	Logger *slog.Logger
+}
 
 // NewOpenAIModel returns a Model on an OpenAI-compatible chat completions
 // endpoint (openai-go/v3), the provider the config's "openai" names.
-func NewOpenAIModel(cfg OpenAIConfig) (Model, error) { return openai.New(cfg) }
+func NewOpenAIModel(cfg OpenAIConfig) (Model, error) {
+	// A conversion, not a copy field by field: it compiles only while the
+	// two structs have the same fields.
+	return openai.New(openai.Config(cfg))
+}

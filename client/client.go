@@ -9,9 +9,8 @@
 //	for ev, err := range c.Events(ctx, run.ConversationID, "") { … }
 //	conv, _ := c.Wait(ctx, run.ConversationID)
 //
-// It wraps internal/client, which the toolgate command and the project's
-// own tests use, and speaks only HTTP: it links neither NATS nor the
-// orchestrator.
+// It speaks only HTTP: it links neither NATS nor the orchestrator. The
+// toolgate command is built on it.
 package client
 
 import (
@@ -23,9 +22,10 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
-	iclient "github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/sse"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -42,44 +42,61 @@ const (
 	StatusQueued = "queued"
 )
 
-type (
-	// Run is the answer to a start: the run and its conversation.
-	Run = iclient.RunStatus
-	// Conversation is a conversation as the orchestrator shows it: its
-	// status, output or error, runs, pending calls and messages.
-	Conversation = iclient.Conversation
-	// PendingCall is a deferred call waiting for its reply.
-	PendingCall = wire.PendingCall
-	// APIError is an answer other than 2xx.
-	APIError = iclient.APIError
-	// ListOptions selects a page of conversations: a status (empty: all),
-	// a page size (0: the orchestrator's default, 100; at most 1,000) and
-	// the previous page's NextCursor.
-	ListOptions = iclient.ListOptions
-	// ConversationPage is a page of conversations. A page may hold fewer
-	// than asked for, even none, and still have a NextCursor.
-	ConversationPage = iclient.ConversationPage
-	// ConversationSummary is a conversation as a list shows it: its id,
-	// status, agent and times.
-	ConversationSummary = iclient.ConversationSummary
-	// QueuedPrompt is a prompt given while a conversation was paused, and
-	// the run that sends it once the batch is answered.
-	QueuedPrompt = iclient.QueuedPrompt
-	// RecordOptions selects a page of dead letters or audit records,
-	// newest first: by conversation, tool call and time (Since: an RFC
-	// 3339 time or a duration back from now, "24h"), a page size and the
-	// previous page's NextCursor.
-	RecordOptions = iclient.RecordOptions
-	// DeadLetterPage is a page of dead letters (GET /v1/dlq), AuditPage
-	// one of audit records (GET /v1/audit), newest first; NextCursor asks
-	// for the older ones.
-	DeadLetterPage = iclient.DeadLetterPage
-	AuditPage      = iclient.AuditPage
-	// DeadLetter is a message that could not be handled; AuditRecord a
-	// decision or refused result as the audit stream keeps it.
-	DeadLetter  = iclient.DeadLetter
-	AuditRecord = iclient.AuditRecord
-)
+// Run is the answer to a start: the run and its conversation.
+type Run struct {
+	RunID          string `json:"run_id"`
+	ConversationID string `json:"conversation_id"`
+	// Status is the run's: "running", or "queued" for a prompt given while
+	// its conversation was paused (Conversation.QueuedPrompt).
+	Status string `json:"status"`
+}
+
+// Conversation is a conversation as the orchestrator shows it
+// (GET /v1/conversations/{id}).
+type Conversation struct {
+	ConversationID string `json:"conversation_id"`
+	// Status is one of the Status constants.
+	Status string `json:"status"`
+	// Output is the final answer of a completed conversation, as JSON (a
+	// string for text output); Error says why a failed one failed.
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// Agent is the agent the conversation runs with, AgentDigest the
+	// digest of its config; Unserved says why no replica runs it now.
+	Agent       string `json:"agent,omitempty"`
+	AgentDigest string `json:"agent_digest,omitempty"`
+	// Caller is what the application said of who gave the latest prompt
+	// (StartRequest.Caller).
+	Caller   json.RawMessage `json:"caller,omitempty"`
+	Unserved string          `json:"unserved,omitempty"`
+	// Runs are the conversation's runs, oldest first.
+	Runs []Run `json:"runs"`
+	// Pending are the deferred calls waiting for approvers or workers.
+	Pending []PendingCall `json:"pending"`
+	// Messages is the history, oldest first, each message a JSON object
+	// (docs/protocol.md).
+	Messages []json.RawMessage `json:"messages"`
+	// QueuedPrompt is a prompt given while the conversation was paused,
+	// waiting for the batch to be answered; nil when there is none.
+	QueuedPrompt *QueuedPrompt `json:"queued_prompt,omitempty"`
+}
+
+// Terminal reports whether the conversation has stopped for good (until a
+// new prompt continues it): completed, failed or cancelled.
+func (c *Conversation) Terminal() bool {
+	return c.Status == StatusCompleted || c.Status == StatusFailed || c.Status == StatusCancelled
+}
+
+// QueuedPrompt is a prompt given while a conversation was paused, and the
+// run (status "queued") that sends it once the batch is answered.
+type QueuedPrompt struct {
+	RunID  string `json:"run_id"`
+	Prompt string `json:"prompt"`
+}
+
+// PendingCall is a deferred call waiting for its reply. Its type is the
+// wire contract's, which workers and approvers read too.
+type PendingCall = wire.PendingCall
 
 // Event is one event of a conversation, with the ID to resume after it.
 type Event struct {
@@ -99,7 +116,11 @@ type Config struct {
 }
 
 // Client talks to an orchestrator. It is safe for concurrent use.
-type Client struct{ c iclient.Client }
+type Client struct {
+	baseURL string // without a trailing slash
+	token   string
+	http    *http.Client
+}
 
 // New returns a client for cfg.BaseURL.
 func New(cfg Config) (*Client, error) {
@@ -107,8 +128,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", cfg.BaseURL)
 	}
-	return &Client{c: iclient.Client{BaseURL: cfg.BaseURL, Token: cfg.Token, HTTP: cfg.HTTP}}, nil
+	return &Client{baseURL: strings.TrimRight(cfg.BaseURL, "/"), token: cfg.Token, http: cfg.HTTP}, nil
 }
+
+// BaseURL is the orchestrator's URL the client was made for.
+func (c *Client) BaseURL() string { return c.baseURL }
 
 // StartRequest starts a run.
 type StartRequest struct {
@@ -143,48 +167,42 @@ func (c *Client) Start(ctx context.Context, r StartRequest) (Run, error) {
 	if r.Prompt == "" {
 		return Run{}, errors.New("client: start: prompt is empty")
 	}
-	return c.c.Start(ctx, iclient.StartOptions{Prompt: r.Prompt, ConversationID: r.ConversationID, NewConversationID: r.NewConversationID, Agent: r.Agent, Key: r.IdempotencyKey, Caller: r.Caller})
+	body := map[string]any{"prompt": r.Prompt}
+	if r.ConversationID != "" {
+		body["conversation_id"] = r.ConversationID
+	}
+	if r.Agent != "" {
+		body["agent"] = r.Agent
+	}
+	if r.NewConversationID != "" {
+		body["new_conversation_id"] = r.NewConversationID
+	}
+	if len(r.Caller) > 0 {
+		body["caller"] = r.Caller
+	}
+	key := r.IdempotencyKey
+	if key == "" {
+		key = newKey()
+	}
+	return c.start(ctx, body, key)
 }
 
 // Conversation reads a conversation.
 func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
-	return c.c.Conversation(ctx, id)
+	var conv Conversation
+	if err := c.do(ctx, http.MethodGet, "/v1/conversations/"+url.PathEscape(id), nil, &conv); err != nil {
+		return nil, err
+	}
+	return &conv, nil
 }
 
 // Pending lists the calls waiting for a reply, of every conversation.
-func (c *Client) Pending(ctx context.Context) ([]PendingCall, error) { return c.c.Pending(ctx) }
-
-// Cancel cancels a conversation: its pending calls are settled and no
-// further run starts.
-func (c *Client) Cancel(ctx context.Context, id string) error { return c.c.Cancel(ctx, id) }
-
-// List returns a page of conversations: in the order they were created,
-// or in id order with a status of conversations under way (running,
-// paused, resuming). Conversations goes through every page.
-func (c *Client) List(ctx context.Context, opts ListOptions) (ConversationPage, error) {
-	return c.c.List(ctx, opts)
-}
-
-// Conversations yields every conversation in status (empty: all), as List
-// orders them, a page at a time, until the last page or the caller stops.
-// An error ends the sequence.
-func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[ConversationSummary, error] {
-	return c.c.Conversations(ctx, status)
-}
-
-// Delete deletes a finished conversation: its state, history and events
-// (its audit records stay). One under way is an *APIError with status
-// 409: cancel it first.
-func (c *Client) Delete(ctx context.Context, id string) error { return c.c.Delete(ctx, id) }
-
-// DeadLetters returns a page of the dead letters, newest first.
-func (c *Client) DeadLetters(ctx context.Context, opts RecordOptions) (DeadLetterPage, error) {
-	return c.c.DeadLetters(ctx, opts)
-}
-
-// Audit returns a page of the audit records, newest first.
-func (c *Client) Audit(ctx context.Context, opts RecordOptions) (AuditPage, error) {
-	return c.c.Audit(ctx, opts)
+func (c *Client) Pending(ctx context.Context) ([]PendingCall, error) {
+	var out struct {
+		Pending []PendingCall `json:"pending"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/pending", nil, &out)
+	return out.Pending, err
 }
 
 // Events follows a conversation's events from the first kept (after "")
@@ -193,7 +211,7 @@ func (c *Client) Audit(ctx context.Context, opts RecordOptions) (AuditPage, erro
 // and the sequence goes on.
 func (c *Client) Events(ctx context.Context, id, after string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		for sse, err := range c.c.Events(ctx, id, after) {
+		for sse, err := range c.events(ctx, id, after) {
 			if err != nil {
 				yield(Event{}, err)
 				return
@@ -212,6 +230,24 @@ func (c *Client) Events(ctx context.Context, id, after string) iter.Seq2[Event, 
 	}
 }
 
+// events yields the conversation's event stream as it comes, until ctx
+// ends or the server closes it.
+func (c *Client) events(ctx context.Context, id, after string) iter.Seq2[sse.Event, error] {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/conversations/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return func(yield func(sse.Event, error) bool) { yield(sse.Event{}, err) }
+	}
+	if after != "" {
+		req.Header.Set("Last-Event-ID", after)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return sse.Follow(c.httpClient(), req, func(status int) error {
+		return &APIError{Status: status, Message: "event stream refused"}
+	})
+}
+
 // Wait polls the conversation until its status is one of statuses
 // (default: completed, failed or cancelled) and returns it; it returns the
 // last state read and an error when ctx ends first.
@@ -222,7 +258,7 @@ func (c *Client) Wait(ctx context.Context, id string, statuses ...string) (*Conv
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		conv, err := c.c.Conversation(ctx, id)
+		conv, err := c.Conversation(ctx, id)
 		if err == nil && slices.Contains(statuses, conv.Status) {
 			return conv, nil
 		}

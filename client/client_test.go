@@ -151,3 +151,27 @@ func ExampleClient_Conversations() {
 	// deleted c1
 	// deleted c3
 }
+
+// An audit record decided by a standing grant names it.
+func TestAuditNamesTheGrant(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/audit" || r.URL.Query().Get("tool_call_id") != "call1" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, `{"records":[{"seq":3,"kind":"approval","verdict":"applied","run_id":"r1","tool_call_id":"call1","approver_id":"grant:g1","grant":"g1","reply_seq":0,"time":"2026-01-02T03:04:05Z"}]}`)
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.Audit(t.Context(), client.RecordOptions{ToolCallID: "call1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 1 || page.Records[0].Grant != "g1" || page.Records[0].Seq != 3 || page.Records[0].ApproverID != "grant:g1" {
+		t.Errorf("records = %+v", page.Records)
+	}
+}

@@ -97,13 +97,7 @@ func Start(t testing.TB, opts Options) *System {
 			t.Fatalf("toolgatetest: %v", err)
 		}
 	}
-	o, err := toolgate.New(s.Conn(), toolgate.Config{
-		Agent: agent, AgentDir: dir, Model: opts.Model, Deps: opts.Deps,
-		Tools: opts.Tools, Handlers: opts.Handlers,
-		TrustedApprovers: opts.TrustedApprovers, Logger: logger, SetUp: true, APIToken: opts.APIToken,
-		// Short enough that a test sees expiries and relaunches promptly.
-		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
-	})
+	o, err := toolgate.New(s.Conn(), opts.config(agent, dir, logger))
 	if err != nil {
 		t.Fatalf("toolgatetest: %v", err)
 	}
@@ -128,6 +122,19 @@ func Start(t testing.TB, opts Options) *System {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// config is the orchestrator's config for opts, with the agent config and
+// logger Start settled on; TestConfigCarriesEveryOption holds it to
+// carrying every option.
+func (opts Options) config(agent []byte, dir fs.FS, logger *slog.Logger) toolgate.Config {
+	return toolgate.Config{
+		Agent: agent, AgentDir: dir, Model: opts.Model, Deps: opts.Deps,
+		Tools: opts.Tools, Handlers: opts.Handlers,
+		TrustedApprovers: opts.TrustedApprovers, Logger: logger, SetUp: true, APIToken: opts.APIToken,
+		// Short enough that a test sees expiries and relaunches promptly.
+		ReconcileInterval: time.Second, LeaseTTL: 5 * time.Second,
+	}
 }
 
 // NATSURL is the embedded server's client URL.

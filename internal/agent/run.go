@@ -263,8 +263,8 @@ func (r *run) runContext(ctx context.Context, it *callItem) *RunContext {
 		ConversationID: r.convID,
 		Messages:       r.messages(),
 		Usage:          r.usage,
-		ctx:            ctx,
 	}
+	rc = rc.WithContext(ctx)
 	if it != nil {
 		rc.ToolCallID = it.part.ToolCallID
 		rc.ToolCallIndex = it.pos

@@ -37,9 +37,19 @@ type rule struct {
 
 var rules = []rule{
 	{
-		From:      module + "/internal/deferred",
+		From:      module + "/deferred",
 		AllowOnly: []string{"github.com/vmihailenco/"},
 		Why:       "deferred is the vocabulary: standard library and msgpack only",
+	},
+	{
+		From:      module + "/agent",
+		AllowOnly: []string{"github.com/vmihailenco/", module + "/internal/msgpackmap", module + "/deferred"},
+		Why:       "agent is the vocabulary of a run, which programs import: standard library, msgpack and deferred only",
+	},
+	{
+		From:      module + "/internal/deferred",
+		AllowOnly: []string{"github.com/vmihailenco/", module + "/deferred"},
+		Why:       "internal/deferred only names the public deferred's vocabulary",
 	},
 	{
 		From: module + "/internal/agent",
@@ -74,7 +84,7 @@ var rules = []rule{
 	},
 	{
 		From:      module + "/wire",
-		AllowOnly: []string{"github.com/vmihailenco/", module + "/internal/msgpackmap", module + "/internal/deferred"},
+		AllowOnly: []string{"github.com/vmihailenco/", module + "/internal/msgpackmap", module + "/internal/deferred", module + "/deferred"},
 		Why:       "the wire contract holds no connection and no server: standard library, msgpack (with internal/msgpackmap) and deferred only",
 	},
 	{
@@ -192,8 +202,8 @@ func listPackages(t *testing.T) []pkg {
 
 func TestDependencyDirection(t *testing.T) {
 	pkgs := listPackages(t)
-	if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+"/internal/deferred" }) {
-		t.Fatalf("go list did not report %s/internal/deferred; the rules would check nothing", module)
+	if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+"/deferred" }) {
+		t.Fatalf("go list did not report %s/deferred; the rules would check nothing", module)
 	}
 	for _, v := range violations(pkgs) {
 		t.Error(v)
@@ -205,7 +215,7 @@ func TestViolationsFindsBadEdges(t *testing.T) {
 	pkgs := []pkg{
 		{ImportPath: "fmt", Standard: true},
 		{ImportPath: "encoding/json", Standard: true},
-		{ImportPath: module + "/internal/deferred", Deps: []string{"fmt", "encoding/json", "github.com/vmihailenco/msgpack/v5", "github.com/google/uuid"}},
+		{ImportPath: module + "/deferred", Deps: []string{"fmt", "encoding/json", "github.com/vmihailenco/msgpack/v5", "github.com/google/uuid"}},
 		{ImportPath: module + "/internal/agent/openai", Deps: []string{module + "/internal/deferred", "github.com/nats-io/nats.go"}},
 		{ImportPath: module + "/internal/agent", Deps: []string{module + "/internal/deferred", module + "/internal/bus"}},
 		{ImportPath: module + "/internal/bus", Deps: []string{module + "/internal/deferred"}},
@@ -220,9 +230,9 @@ func TestViolationsFindsBadEdges(t *testing.T) {
 	got := violations(pkgs)
 	want := []string{
 		module + "/cmd/tool-worker -> github.com/nats-io/nats-server/v2/server: workers connect to a server; they do not link one",
+		module + "/deferred -> github.com/google/uuid: deferred is the vocabulary: standard library and msgpack only",
 		module + "/internal/agent -> " + module + "/internal/bus: the agent loop knows nothing of NATS or the distributed parts",
 		module + "/internal/agent/openai -> github.com/nats-io/nats.go: the agent loop knows nothing of NATS or the distributed parts",
-		module + "/internal/deferred -> github.com/google/uuid: deferred is the vocabulary: standard library and msgpack only",
 		module + "/internal/orchestrator -> " + module + "/cmd/orchestrator: binaries are leaves; nothing imports cmd/*",
 		module + "/internal/worker -> " + module + "/internal/orchestrator: workers execute calls; they do not run agents",
 		module + "/wire -> github.com/nats-io/nats.go: the wire contract holds no connection and no server: standard library, msgpack (with internal/msgpackmap) and deferred only",

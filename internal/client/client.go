@@ -1,23 +1,45 @@
-// Package client talks to the orchestrator's HTTP API: start runs, read
-// conversations and pending calls, and follow a conversation's event stream.
-// The demo (`make run`) and the end-to-end tests use it.
+// Package client is what the toolgate command and the project's tests add
+// to the public package client: the start options the command's flags map
+// to, waits on /healthz, the raw event stream and its rendering on a
+// terminal. The HTTP API itself, and every type it answers with, is the
+// public package's.
 package client
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"iter"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/sse"
 	"github.com/toolgate/toolgate/wire"
+)
+
+// The API's types are the public client's.
+type (
+	RunStatus           = client.Run
+	Conversation        = client.Conversation
+	QueuedPrompt        = client.QueuedPrompt
+	APIError            = client.APIError
+	ListOptions         = client.ListOptions
+	ConversationSummary = client.ConversationSummary
+	ConversationPage    = client.ConversationPage
+	RecordOptions       = client.RecordOptions
+	DeadLetter          = client.DeadLetter
+	DeadLetterPage      = client.DeadLetterPage
+	AuditRecord         = client.AuditRecord
+	AuditPage           = client.AuditPage
+	GrantOptions        = client.GrantOptions
+	Grant               = client.Grant
+	// Pending is one deferred call waiting for a reply.
+	Pending = wire.PendingCall
+	// SSE is one Server-Sent Event.
+	SSE = sse.Event
 )
 
 // Client is an orchestrator API client. The zero value is not usable: set
@@ -31,62 +53,10 @@ type Client struct {
 	HTTP *http.Client
 }
 
-// maxErrorMessage bounds APIError.Message: the answer's body may be
-// anything, and callers show the message to people.
-const maxErrorMessage = 200
-
-// RunStatus is the answer to starting a run.
-type RunStatus struct {
-	RunID          string `json:"run_id"`
-	ConversationID string `json:"conversation_id"`
-	Status         string `json:"status"`
+// api is the public client for c's settings.
+func (c *Client) api() (*client.Client, error) {
+	return client.New(client.Config{BaseURL: c.BaseURL, Token: c.Token, HTTP: c.HTTP})
 }
-
-// Conversation is the orchestrator's view of a conversation.
-type Conversation struct {
-	ConversationID string          `json:"conversation_id"`
-	Status         string          `json:"status"`
-	Output         json.RawMessage `json:"output,omitempty"`
-	Error          string          `json:"error,omitempty"`
-	// Agent is the agent the conversation runs with, AgentDigest the
-	// digest of its config; Unserved says why no replica runs it now.
-	Agent       string `json:"agent,omitempty"`
-	AgentDigest string `json:"agent_digest,omitempty"`
-	// Caller is what the application said of who gave the latest prompt.
-	Caller   json.RawMessage   `json:"caller,omitempty"`
-	Unserved string            `json:"unserved,omitempty"`
-	Runs     []RunStatus       `json:"runs"`
-	Pending  []Pending         `json:"pending"`
-	Messages []json.RawMessage `json:"messages"`
-	// QueuedPrompt is a prompt given while the conversation was paused,
-	// waiting for the batch to be answered; nil when there is none.
-	QueuedPrompt *QueuedPrompt `json:"queued_prompt,omitempty"`
-}
-
-// QueuedPrompt is a prompt waiting for its conversation's batch, and the
-// run (status "queued") that sends it.
-type QueuedPrompt struct {
-	RunID  string `json:"run_id"`
-	Prompt string `json:"prompt"`
-}
-
-// Terminal reports whether the conversation has stopped for good (until a
-// new prompt continues it).
-func (c *Conversation) Terminal() bool {
-	return c.Status == "completed" || c.Status == "failed" || c.Status == "cancelled"
-}
-
-// Pending is one deferred call waiting for a reply.
-type Pending = wire.PendingCall
-
-// APIError is a non-2xx answer.
-type APIError struct {
-	Status int
-	// Message is the answer's error, or else the start of its body.
-	Message string
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("orchestrator: %d: %s", e.Status, e.Message) }
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
@@ -95,71 +65,13 @@ func (c *Client) httpClient() *http.Client {
 	return http.DefaultClient
 }
 
-func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	return c.doWith(ctx, method, path, nil, body, out)
-}
-
-func (c *Client) doWith(ctx context.Context, method, path string, hdr http.Header, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := c.httpClient().Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: read body: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(data))
-		}
-		if len(e.Error) > maxErrorMessage {
-			e.Error = e.Error[:maxErrorMessage]
-		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
-}
-
 // StartRun submits a prompt; an empty conversationID starts a new
 // conversation. It is safe against lost answers: the request carries a
-// fresh Idempotency-Key and is tried again with the same key (up to
-// startAttempts times, while ctx lasts) when the connection fails or the
-// orchestrator answers 500, 502, 503 or 504, so a start that happened but
-// whose answer was lost is answered, not repeated.
+// fresh Idempotency-Key and is tried again with the same key when the
+// connection fails or the orchestrator answers 500, 502, 503 or 504, so a
+// start that happened but whose answer was lost is answered, not repeated.
 func (c *Client) StartRun(ctx context.Context, prompt, conversationID string) (RunStatus, error) {
-	return c.StartRunKey(ctx, prompt, conversationID, newKey())
+	return c.Start(ctx, StartOptions{Prompt: prompt, ConversationID: conversationID})
 }
 
 // StartRunKey is StartRun under the caller's idempotency key: a start
@@ -184,88 +96,136 @@ type StartOptions struct {
 
 // Start is StartRun with every option.
 func (c *Client) Start(ctx context.Context, o StartOptions) (RunStatus, error) {
-	body := map[string]any{"prompt": o.Prompt}
-	if o.ConversationID != "" {
-		body["conversation_id"] = o.ConversationID
+	api, err := c.api()
+	if err != nil {
+		return RunStatus{}, err
 	}
-	if o.Agent != "" {
-		body["agent"] = o.Agent
-	}
-	if o.NewConversationID != "" {
-		body["new_conversation_id"] = o.NewConversationID
-	}
-	if len(o.Caller) > 0 {
-		body["caller"] = o.Caller
-	}
-	key := o.Key
-	if key == "" {
-		key = newKey()
-	}
-	hdr := http.Header{"Idempotency-Key": []string{key}}
-	var (
-		rs      RunStatus
-		errs    []error
-		backoff = 200 * time.Millisecond
-	)
-	for attempt := 1; ; attempt++ {
-		err := c.doWith(ctx, http.MethodPost, "/v1/runs", hdr, body, &rs)
-		if err == nil {
-			return rs, nil
-		}
-		if !retryable(err) || attempt == startAttempts || ctx.Err() != nil {
-			return rs, errors.Join(append(errs, err)...)
-		}
-		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return rs, errors.Join(append(errs, ctx.Err())...)
-		case <-t.C:
-		}
-		backoff *= 2
-	}
-}
-
-// startAttempts bounds StartRun's tries.
-const startAttempts = 4
-
-// retryable reports whether a request may have failed for a reason that
-// passes: no answer at all, or a server-side failure.
-func retryable(err error) bool {
-	var apiErr *APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.Status {
-		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return true
-		}
-		return false
-	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
-func newKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return api.Start(ctx, client.StartRequest{
+		Prompt: o.Prompt, ConversationID: o.ConversationID, NewConversationID: o.NewConversationID,
+		Agent: o.Agent, IdempotencyKey: o.Key, Caller: o.Caller,
+	})
 }
 
 // Conversation reads one conversation.
 func (c *Client) Conversation(ctx context.Context, id string) (*Conversation, error) {
-	var conv Conversation
-	if err := c.do(ctx, http.MethodGet, "/v1/conversations/"+url.PathEscape(id), nil, &conv); err != nil {
+	api, err := c.api()
+	if err != nil {
 		return nil, err
 	}
-	return &conv, nil
+	return api.Conversation(ctx, id)
 }
 
 // Pending lists every pending deferred call.
 func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
-	var out struct {
-		Pending []Pending `json:"pending"`
+	api, err := c.api()
+	if err != nil {
+		return nil, err
 	}
-	err := c.do(ctx, http.MethodGet, "/v1/pending", nil, &out)
-	return out.Pending, err
+	return api.Pending(ctx)
+}
+
+// Cancel cancels a conversation (client.Client.Cancel).
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	api, err := c.api()
+	if err != nil {
+		return err
+	}
+	return api.Cancel(ctx, id)
+}
+
+// Delete deletes a finished conversation (client.Client.Delete).
+func (c *Client) Delete(ctx context.Context, id string) error {
+	api, err := c.api()
+	if err != nil {
+		return err
+	}
+	return api.Delete(ctx, id)
+}
+
+// List returns a page of conversations (client.Client.List).
+func (c *Client) List(ctx context.Context, opts ListOptions) (ConversationPage, error) {
+	api, err := c.api()
+	if err != nil {
+		return ConversationPage{}, err
+	}
+	return api.List(ctx, opts)
+}
+
+// Conversations yields every conversation in status (client.Client.Conversations).
+func (c *Client) Conversations(ctx context.Context, status string) iter.Seq2[ConversationSummary, error] {
+	api, err := c.api()
+	if err != nil {
+		return func(yield func(ConversationSummary, error) bool) { yield(ConversationSummary{}, err) }
+	}
+	return api.Conversations(ctx, status)
+}
+
+// DeadLetters returns a page of dead letters (GET /v1/dlq).
+func (c *Client) DeadLetters(ctx context.Context, opts RecordOptions) (DeadLetterPage, error) {
+	api, err := c.api()
+	if err != nil {
+		return DeadLetterPage{}, err
+	}
+	return api.DeadLetters(ctx, opts)
+}
+
+// Audit returns a page of audit records (GET /v1/audit).
+func (c *Client) Audit(ctx context.Context, opts RecordOptions) (AuditPage, error) {
+	api, err := c.api()
+	if err != nil {
+		return AuditPage{}, err
+	}
+	return api.Audit(ctx, opts)
+}
+
+// GiveGrant stores a standing decision and returns it.
+func (c *Client) GiveGrant(ctx context.Context, o GrantOptions) (Grant, error) {
+	api, err := c.api()
+	if err != nil {
+		return Grant{}, err
+	}
+	return api.GiveGrant(ctx, o)
+}
+
+// Grants lists the grants stored.
+func (c *Client) Grants(ctx context.Context) ([]Grant, error) {
+	api, err := c.api()
+	if err != nil {
+		return nil, err
+	}
+	return api.Grants(ctx)
+}
+
+// RevokeGrant deletes grant id; none is an *APIError with status 404.
+func (c *Client) RevokeGrant(ctx context.Context, id string) error {
+	api, err := c.api()
+	if err != nil {
+		return err
+	}
+	return api.RevokeGrant(ctx, id)
+}
+
+// health reads /healthz: the pid of the process that answers.
+func (c *Client) health(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.BaseURL, "/")+"/healthz", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		PID int `json:"pid"`
+	}
+	if resp.StatusCode/100 != 2 {
+		return 0, &APIError{Status: resp.StatusCode, Message: "not healthy"}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return 0, fmt.Errorf("GET /healthz: decode answer: %w", err)
+	}
+	return h.PID, nil
 }
 
 // WaitHealthy polls /healthz until it answers 2xx or ctx ends.
@@ -273,7 +233,7 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		err := c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+		_, err := c.health(ctx)
 		if err == nil {
 			return nil
 		}
@@ -295,18 +255,15 @@ func (c *Client) WaitHealthyPID(ctx context.Context, pid int, alive func() bool)
 		if !alive() {
 			return fmt.Errorf("orchestrator (pid %d) exited before it answered at %s", pid, c.BaseURL)
 		}
-		var h struct {
-			PID int `json:"pid"`
-		}
 		// Bounded: whatever holds the port may accept and never answer.
 		actx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.do(actx, http.MethodGet, "/healthz", nil, &h)
+		got, err := c.health(actx)
 		cancel()
 		switch {
-		case err == nil && h.PID == pid:
+		case err == nil && got == pid:
 			return nil
 		case err == nil:
-			return fmt.Errorf("another server (pid %d) answers at %s, not orchestrator %d", h.PID, c.BaseURL, pid)
+			return fmt.Errorf("another server (pid %d) answers at %s, not orchestrator %d", got, c.BaseURL, pid)
 		}
 		select {
 		case <-ctx.Done():

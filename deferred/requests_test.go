@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 // batch is the paused output of the seed approval example plus two external
@@ -356,5 +356,41 @@ func TestConstructors(t *testing.T) {
 	}
 	if _, err := deferred.Approve(raw(`"x"`)); err == nil {
 		t.Error("Approve(raw string): no error")
+	}
+}
+
+func TestReturnOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		value, meta   any
+		content       string
+		want          deferred.Return
+		wantErrPrefix string
+	}{
+		{name: "value only", value: 42, want: deferred.Return{Value: json.RawMessage(`42`)}},
+		{name: "all parts", value: "ok", content: "see the file", meta: map[string]string{"task_id": "t1"},
+			want: deferred.Return{Value: json.RawMessage(`"ok"`), Content: "see the file", Metadata: json.RawMessage(`{"task_id":"t1"}`)}},
+		{name: "raw value", value: json.RawMessage(`{"a":1}`), want: deferred.Return{Value: json.RawMessage(`{"a":1}`)}},
+		{name: "invalid raw value", value: json.RawMessage(`{`), wantErrPrefix: "return value:"},
+		{name: "unencodable metadata", value: 1, meta: func() {}, wantErrPrefix: "return metadata:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := deferred.ReturnOf(tt.value, tt.content, tt.meta)
+			if tt.wantErrPrefix != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErrPrefix) {
+					t.Fatalf("err = %v, want prefix %q", err, tt.wantErrPrefix)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ReturnOf (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

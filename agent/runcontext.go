@@ -9,11 +9,12 @@ import (
 // a handler sees of the run. Each call gets its own copy; the slices it holds
 // are shared with the run and must not be modified.
 type RunContext struct {
-	// Deps is RunInput.Deps, the application's dependencies for this run.
+	// Deps is the application's dependencies for this run
+	// (toolgate.Config.Deps).
 	Deps any
-	// Caller is RunInput.Caller: what the application that started the
-	// run said of who gave its prompt (a JSON object such as
-	// {"user":"ann","role":"clerk"}), for tools and approval rules that
+	// Caller is what the application that started the run said of who
+	// gave its prompt (a JSON object such as {"user":"ann","role":"clerk"};
+	// client.StartRequest.Caller), for tools and approval rules that
 	// depend on who asks; nil when it said nothing. toolgate passes it on
 	// as given: it is as trustworthy as the client that sent it.
 	Caller json.RawMessage
@@ -52,4 +53,13 @@ func (c *RunContext) Context() context.Context {
 		return context.Background()
 	}
 	return c.ctx
+}
+
+// WithContext returns a shallow copy of c whose Context is ctx, as
+// net/http's Request.WithContext does; the run gives each call its copy
+// this way, and a test can build a RunContext for a tool with it.
+func (c *RunContext) WithContext(ctx context.Context) *RunContext {
+	c2 := *c
+	c2.ctx = ctx
+	return &c2
 }

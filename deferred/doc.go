@@ -2,7 +2,17 @@
 // paused run ends with (Requests), the answers that resume it (Results), the
 // decisions and results those answers hold, and the control-flow errors a tool
 // returns to defer itself. It does no I/O; it imports only the standard
-// library and codec support, so every other package can depend on it.
+// library and msgpack, so every other package, a program's included, can
+// depend on it.
+//
+// A Go tool defers its call by returning CallDeferred(meta) (an external
+// result will answer it) or ApprovalRequired(meta) (an approver must decide);
+// meta travels with the batch as Requests.Metadata, keyed by tool_call_id.
+// Whoever answers (an inline handler, a worker, a client resuming the run)
+// builds each answer with a constructor:
+//
+//	external calls: ValueOf(v), ReturnOf(v, content, meta), AskRetry(msg), Fail(msg)
+//	approvals:      Approve(nil), Approve(editedArgs), Deny(msg)
 //
 // Dynamic values (tool args, metadata, result values) are kept as raw JSON
 // text (json.RawMessage) everywhere: msgpack would otherwise turn numbers into

@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 // codec is an encoding the fuzz tests round-trip through.

@@ -1,6 +1,6 @@
 package agent
 
-import "github.com/toolgate/toolgate/internal/deferred"
+import "github.com/toolgate/toolgate/deferred"
 
 // Handler resolves deferred calls inline, without ending the run (D13–D17).
 // It is offered what is still unresolved and returns Results for any subset

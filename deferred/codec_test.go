@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 var roundTripResults = []struct {

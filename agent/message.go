@@ -17,12 +17,17 @@ const (
 // Message is one entry of a conversation's history. Every message is stamped
 // with the run that added it and the conversation that run belongs to.
 type Message struct {
-	Kind           MessageKind `json:"kind" msgpack:"kind"`
-	Parts          []Part      `json:"parts" msgpack:"parts"`
-	RunID          string      `json:"run_id" msgpack:"run_id"`
-	ConversationID string      `json:"conversation_id" msgpack:"conversation_id"`
-	Timestamp      time.Time   `json:"timestamp" msgpack:"timestamp"`
-	// Response only.
+	// Kind says whether the message goes to the model or comes from it.
+	Kind MessageKind `json:"kind" msgpack:"kind"`
+	// Parts are its pieces, in order.
+	Parts []Part `json:"parts" msgpack:"parts"`
+	// RunID and ConversationID are the run that added it and its
+	// conversation; Timestamp when it was added.
+	RunID          string    `json:"run_id" msgpack:"run_id"`
+	ConversationID string    `json:"conversation_id" msgpack:"conversation_id"`
+	Timestamp      time.Time `json:"timestamp" msgpack:"timestamp"`
+	// ModelName and Usage are a response's: the model that gave it and
+	// what it cost.
 	ModelName string `json:"model_name,omitempty" msgpack:"model_name,omitempty"`
 	Usage     *Usage `json:"usage,omitempty" msgpack:"usage,omitempty"`
 }
@@ -52,14 +57,23 @@ const (
 // round-trips through JSON and msgpack without custom codecs; fields that do
 // not belong to the kind are empty.
 type Part struct {
-	Kind       PartKind        `json:"part_kind" msgpack:"part_kind"`
-	Content    string          `json:"content,omitempty" msgpack:"content,omitempty"`
-	ToolName   string          `json:"tool_name,omitempty" msgpack:"tool_name,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty" msgpack:"tool_call_id,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty" msgpack:"args,omitempty"`
-	Value      json.RawMessage `json:"value,omitempty" msgpack:"value,omitempty"`
-	Outcome    Outcome         `json:"outcome,omitempty" msgpack:"outcome,omitempty"`
-	Metadata   json.RawMessage `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	// Kind says which of the fields below the part holds (PartKind's
+	// constants list them).
+	Kind PartKind `json:"part_kind" msgpack:"part_kind"`
+	// Content is a prompt's, a text's or a retry prompt's text.
+	Content string `json:"content,omitempty" msgpack:"content,omitempty"`
+	// ToolName and ToolCallID name the call a tool call, tool return or
+	// retry prompt is about.
+	ToolName   string `json:"tool_name,omitempty" msgpack:"tool_name,omitempty"`
+	ToolCallID string `json:"tool_call_id,omitempty" msgpack:"tool_call_id,omitempty"`
+	// Args are a tool call's, a JSON object.
+	Args json.RawMessage `json:"args,omitempty" msgpack:"args,omitempty"`
+	// Value is a tool return's result as JSON, Outcome how the call
+	// settled, Metadata what its answer kept for the application
+	// (deferred.ReturnOf), unseen by the model.
+	Value    json.RawMessage `json:"value,omitempty" msgpack:"value,omitempty"`
+	Outcome  Outcome         `json:"outcome,omitempty" msgpack:"outcome,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
 }
 
 // Usage counts what a run (or one model response) cost.

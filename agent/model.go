@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 )
 
-// Model turns a conversation into the model's next response. Implementations:
-// the openai adapter (internal/agent/openai) and the offline models in this
-// package (FunctionModel, ScriptModel, TestModel).
+// Model turns a conversation into the model's next response. A program may
+// implement it (toolgate.Config.Model); toolgate.NewOpenAIModel returns one
+// for an OpenAI-compatible endpoint.
 type Model interface {
 	// Name identifies the model in responses and logs.
 	Name() string
@@ -28,9 +28,14 @@ type ModelRequest struct {
 
 // ModelResponse is one model answer.
 type ModelResponse struct {
-	Parts     []Part
+	// Parts are the text and tool-call parts, in the order the model
+	// emitted them.
+	Parts []Part
+	// ModelName is the model that answered, as it names itself.
 	ModelName string
-	Usage     Usage // Requests is filled by the loop; tokens where the model reports them
+	// Usage counts the tokens where the model reports them; the loop
+	// fills Requests.
+	Usage Usage
 }
 
 // ToolDef is how a tool is described to a model.

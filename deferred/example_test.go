@@ -2,9 +2,10 @@ package deferred_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 func exampleBatch() *deferred.Requests {
@@ -63,8 +64,18 @@ func ExampleRequests_Remaining() {
 	// tool_call_id "upd1" is an approval call; it needs a decision, not a result
 }
 
+// Every answer has a constructor: ValueOf, ReturnOf, AskRetry and Fail
+// for external calls, Approve and Deny for approvals.
 func ExampleResults_MarshalJSON() {
 	override, err := deferred.Approve(map[string]string{"path": "b.txt"})
+	if err != nil {
+		panic(err)
+	}
+	city, err := deferred.ValueOf("Berlin")
+	if err != nil {
+		panic(err)
+	}
+	receipt, err := deferred.ReturnOf(map[string]int{"order": 17}, "Receipt attached", map[string]string{"task_id": "t7"})
 	if err != nil {
 		panic(err)
 	}
@@ -72,13 +83,13 @@ func ExampleResults_MarshalJSON() {
 		Approvals: map[string]deferred.Decision{
 			"a1": deferred.Approved{},
 			"a2": override,
-			"a3": deferred.Denied{Message: "no"},
+			"a3": deferred.Deny("no"),
 		},
 		Calls: map[string]deferred.Result{
-			"c1": deferred.Value{Value: json.RawMessage(`"Berlin"`)},
-			"c2": deferred.Return{Value: json.RawMessage(`{"order":17}`), Content: "Receipt attached"},
-			"c3": deferred.Retry{Message: "use ISO dates"},
-			"c4": deferred.Failed{Message: "timed out"},
+			"c1": city,
+			"c2": receipt,
+			"c3": deferred.AskRetry("use ISO dates"),
+			"c4": deferred.Fail("timed out"),
 		},
 	}
 	b, err := json.MarshalIndent(res, "", "  ")
@@ -117,7 +128,10 @@ func ExampleResults_MarshalJSON() {
 	//       "return_value": {
 	//         "order": 17
 	//       },
-	//       "content": "Receipt attached"
+	//       "content": "Receipt attached",
+	//       "metadata": {
+	//         "task_id": "t7"
+	//       }
 	//     },
 	//     "c3": {
 	//       "kind": "model-retry",
@@ -132,4 +146,23 @@ func ExampleResults_MarshalJSON() {
 	// }
 	// deferred.Approved{OverrideArgs:json.RawMessage(nil)}
 	// deferred.Denied{Message:"The tool call was denied."}
+}
+
+// A Go tool defers its call with metadata, which travels with the batch
+// keyed by the call's id; the loop finds the deferral with errors.As.
+func ExampleCallDeferred() {
+	for _, err := range []error{
+		deferred.CallDeferred(map[string]string{"task_id": "task_0"}),
+		deferred.ApprovalRequired(map[string]any{"reason": "over the limit"}),
+		deferred.CallDeferred(nil),
+	} {
+		var d *deferred.Deferral
+		if errors.As(err, &d) {
+			fmt.Printf("%s %s\n", d.Kind, d.Metadata)
+		}
+	}
+	// Output:
+	// call {"task_id":"task_0"}
+	// approval {"reason":"over the limit"}
+	// call
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/deferred"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -90,7 +90,7 @@ func TestArgsDigest(t *testing.T) {
 // ArgsDigest compute.
 func TestCanonicalJSONVectors(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../schemas/canonical_json_vectors.json")
+	data, err := os.ReadFile("../schemas/canonical_json_vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,8 @@ func (c *Client) Delete(ctx context.Context, conversationID string) error {
 type ListOptions struct {
 	// Status keeps only conversations in it; empty keeps all.
 	Status string
-	// Limit is the page size; 0 is the orchestrator's default.
+	// Limit is the page size; 0 is the orchestrator's default (100), and
+	// it allows at most 1,000.
 	Limit int
 	// Cursor is the previous page's NextCursor; empty starts at the first.
 	Cursor string
