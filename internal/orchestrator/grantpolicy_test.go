@@ -5,12 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // approversRule is a tool's approvers: {rule: expr}, compiled as the agent
@@ -220,5 +223,44 @@ func TestApproversRuleDecides(t *testing.T) {
 	pc = p.call("bob's approval", answered)
 	if d := pc.Decision(); d == nil || d.By != "bob" || d.Outcome != orchestrator.OutcomeApproved {
 		t.Errorf("delete_file decided %+v, want bob's approval", d)
+	}
+}
+
+// The approval request of a tool whose approvers are a rule carries the
+// rule and the config's roles, so that inboxes and bots evaluate it over
+// themselves, and no approvers list.
+func TestApprovalRequestCarriesTheApproversRule(t *testing.T) {
+	t.Parallel()
+	const expr = `decider.roles.exists(r, r == "ops") && decider.id != caller.id`
+	p := newPolicyEnv(t, "ann", func(tc *orchestrator.ToolConfig) { tc.Approvers = approversRule(t, expr) })
+	subj, err := wire.ApprovalSubject("delete_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req *wire.ApprovalRequest
+	waitFor(t, "delete_file's approval request", func() (bool, string) {
+		st, err := p.b.JetStream().Stream(ctxT(t), wire.StreamApprovals)
+		if err != nil {
+			return false, err.Error()
+		}
+		raw, err := st.GetLastMsgForSubject(ctxT(t), subj)
+		if err != nil {
+			return false, err.Error()
+		}
+		var r wire.ApprovalRequest
+		if err := wire.Decode(raw.Data, raw.Header.Get(wire.HeaderContentType), &r); err != nil {
+			t.Fatal(err)
+		}
+		req = &r
+		return true, ""
+	})
+	if req.ApproversRule != expr || len(req.Approvers) != 0 || !slices.Equal(req.Roles["ops"], []string{"ann", "bob"}) {
+		t.Errorf("request: approvers_rule %q, approvers %v, roles %v", req.ApproversRule, req.Approvers, req.Roles)
+	}
+	if err := approver.Admit(*req, "bob", true); err != nil {
+		t.Errorf("bob, of ops, not admitted: %v", err)
+	}
+	if err := approver.Admit(*req, "ann", false); err == nil {
+		t.Errorf("ann, the caller, admitted by the rule")
 	}
 }

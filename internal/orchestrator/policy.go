@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // SelfApprovalAllow, as ToolConfig.SelfApproval, lets a run's caller
@@ -192,6 +194,20 @@ func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
 		return nil
 	}
 	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+}
+
+// withApproversRule puts in req, the approval request of call pc of c, its
+// tool's approvers rule and the roles it reads, as this replica's config
+// of c's agent has them, so that approvers evaluate the rule over
+// themselves (approver.Admit).
+func (r *roster) withApproversRule(c *Conversation, pc *PendingCall, req *wire.ApprovalRequest) {
+	ag := r.judge(c)
+	if ag == nil {
+		return
+	}
+	if tc := ag.cfg.tool(pc.ToolName); tc != nil && tc.Approvers.Rule != "" {
+		req.ApproversRule, req.Roles = tc.Approvers.Rule, ag.policy.roles
+	}
 }
 
 // mayNotApprove lists who may not approve call pc of c, as check refuses
