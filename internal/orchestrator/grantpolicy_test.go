@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -262,5 +263,25 @@ func TestApprovalRequestCarriesTheApproversRule(t *testing.T) {
 	}
 	if err := approver.Admit(*req, "ann", false); err == nil {
 		t.Errorf("ann, the caller, admitted by the rule")
+	}
+}
+
+// Where the agent file trusts approver keys (and the replica was given
+// none), a grant over the HTTP API needs a caller the API names, as a
+// decision over HTTP does. Before, only the replica's keys counted.
+func TestGrantOverHTTPNeedsANamedCallerWhereTheAgentTrustsKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pub, _ := newKey(t)
+	cfg := demoAgent(t)
+	cfg.Trust = map[string]string{"ann": base64.StdEncoding.EncodeToString(pub)}
+	o, _ := e.orch(orchestrator.Config{Agent: cfg})
+	r := orchestrator.GrantRequest{By: "ann", Tool: "update_file", Approved: true}
+	if _, err := o.Grant(ctxT(t), r); !errors.Is(err, orchestrator.ErrGrantForbidden) {
+		t.Fatalf("grant from a caller the API does not name: %v, want ErrGrantForbidden", err)
+	}
+	r.Identified = true
+	if _, err := o.Grant(ctxT(t), r); err != nil {
+		t.Fatalf("grant from a named caller: %v", err)
 	}
 }
