@@ -99,7 +99,7 @@ func (o *Orchestrator) Grants(ctx context.Context) ([]StoredGrant, error) {
 	gs, err := o.core.grants(ctx)
 	for i := range gs {
 		if gs[i].Ignored == "" {
-			gs[i].Ignored = o.roster.grantIgnored(gs[i])
+			gs[i].Ignored = o.roster.refusedByAll(gs[i])
 		}
 	}
 	return gs, err
@@ -244,27 +244,26 @@ func (co *core) grantIgnored(key, source string, g Grant, now time.Time) string 
 	return ""
 }
 
-// grantIgnored says why no agent of this replica applies grant sg to any
+// refusedByAll says why no agent of this replica applies grant sg to any
 // call: each refuses its signature, or its giver for the tool by name;
 // "" when one may. A reason depending on the call (the run's caller, an
 // approvers rule) is known only when a call is paused.
-func (r *roster) grantIgnored(sg StoredGrant) string {
+func (r *roster) refusedByAll(sg StoredGrant) string {
 	var why []string
+	var last error
 	for _, name := range r.names {
 		ag := r.agents[name]
 		tc := ag.cfg.tool(sg.Tool)
 		if tc != nil && tc.Approvers.Rule != "" {
 			tc = nil
 		}
-		err := ag.policy.grantRefusal(&Conversation{}, nil, tc, sg)
-		if err == nil {
+		if last = ag.policy.grantRefusal(&Conversation{}, nil, tc, sg); last == nil {
 			return ""
 		}
-		why = append(why, fmt.Sprintf("agent %s: %v", name, err))
+		why = append(why, fmt.Sprintf("agent %s: %v", name, last))
 	}
 	if len(why) == 1 {
-		_, reason, _ := strings.Cut(why[0], ": ")
-		return reason
+		return last.Error()
 	}
 	return strings.Join(why, "; ")
 }
