@@ -14,8 +14,8 @@ const BucketGrants = "toolgate_grants"
 
 // Key prefixes of BucketGrants. Only the orchestrator may write under
 // GrantKeyAPI (it authenticated their giver); approvers write under
-// GrantKeyBus, where a grant must be signed when the orchestrator trusts
-// approver keys.
+// GrantKeyBus, where a grant must be signed when the agent config of the
+// conversation it would decide trusts approver keys.
 const (
 	GrantKeyAPI = "api"
 	GrantKeyBus = "bus"

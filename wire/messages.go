@@ -51,6 +51,15 @@ type ApprovalRequest struct {
 	// self-approval (the default). They may still deny it; an inbox or a
 	// bot leaves the request to the others.
 	MayNotApprove []string `json:"may_not_approve,omitempty" msgpack:"may_not_approve,omitempty"`
+	// ApproversRule is the tool's approvers: when it is a CEL rule over the
+	// decider (Approvers is then empty): an approver evaluates it over
+	// itself as the orchestrator does; what the request does not carry
+	// (decider.key, conversation) is absent, and a rule that reads it
+	// leaves the request shown (the orchestrator judges the decision).
+	ApproversRule string `json:"approvers_rule,omitempty" msgpack:"approvers_rule,omitempty"`
+	// Roles, with ApproversRule, are the agent config's roles (role →
+	// approver names), whence the rule's decider.roles.
+	Roles map[string][]string `json:"roles,omitempty" msgpack:"roles,omitempty"`
 	// Caller is the run's caller (StartRequest.Caller) as the run was
 	// given it: a JSON value, an object or a string. A grant for "this
 	// caller" names its "id".

@@ -70,10 +70,17 @@ func validatePolicy(c *orchestrator.AgentConfig) error {
 // self_approval:.
 func validateApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig, at string) error {
 	label := fmt.Sprintf("%s (%s)", at, t.Name)
-	for i, a := range t.Approvers {
+	for i, a := range t.Approvers.Names {
 		if a == "" {
 			return fieldErrorf(fmt.Sprintf("%s.approvers[%d]", at, i), "%s.approvers[%d]: empty name", label, i)
 		}
+	}
+	if t.Approvers.Rule != "" {
+		r, err := compileApprovers(t.Approvers.Rule)
+		if err != nil {
+			return fieldErrorf(at+".approvers.rule", "%s.approvers.rule: %w", label, err)
+		}
+		t.Approvers.Compiled = r
 	}
 	if t.Approvals < 0 {
 		return fieldErrorf(at+".approvals", "%s.approvals: must not be negative", label)
@@ -103,7 +110,7 @@ func validateApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig, 
 // expanded); 0 when it names none (anyone trusted may decide).
 func distinctApprovers(c *orchestrator.AgentConfig, t *orchestrator.ToolConfig) int {
 	people := map[string]bool{}
-	for _, a := range t.Approvers {
+	for _, a := range t.Approvers.Names {
 		if members, ok := c.Roles[a]; ok {
 			for _, m := range members {
 				people[m] = true

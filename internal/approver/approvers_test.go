@@ -101,3 +101,44 @@ func TestAdmit(t *testing.T) {
 		t.Errorf("a request naming no approvers: %v", err)
 	}
 }
+
+// A request whose tool's approvers are a rule is admitted as the
+// orchestrator admits it, from what the request carries: the rule over the
+// approver's id and roles and the request's caller; a rule reading what
+// the request does not carry (the approver's key, the conversation)
+// leaves the request shown; once escalated, its group is admitted.
+func TestAdmitByApproversRule(t *testing.T) {
+	t.Parallel()
+	base := wire.ApprovalRequest{RunID: "r", ToolCallID: "c", ToolName: "deploy", Caller: []byte(`{"id":"ann"}`),
+		ApproversRule: `decider.roles.exists(r, r == "sre") && decider.id != caller.id`,
+		Roles:         map[string][]string{"sre": {"ann", "bob"}, "managers": {"mia"}}}
+	for _, tc := range []struct {
+		name, id, rule string
+		escalatedTo    []string
+		refused        bool
+	}{
+		{name: "member of the role", id: "bob"},
+		{name: "outside the role", id: "mallory", refused: true},
+		{name: "the caller, excluded by the rule", id: "ann", refused: true},
+		{name: "a rule over the key is left to the orchestrator", id: "mallory", rule: `decider.key != ""`},
+		{name: "a rule over the conversation is left to the orchestrator", id: "mallory", rule: `conversation.runs > 1`},
+		{name: "the escalation group", id: "mia", escalatedTo: []string{"managers"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := base
+			req.EscalatedTo = tc.escalatedTo
+			if tc.rule != "" {
+				req.ApproversRule = tc.rule
+			}
+			err := approver.Admit(req, tc.id, false)
+			var na *approver.NotAdmittedError
+			if tc.refused != errors.As(err, &na) {
+				t.Fatalf("Admit(%s) = %v, want refused: %v", tc.id, err, tc.refused)
+			}
+			if tc.refused && na.Reason != `approver "`+tc.id+`" may not decide tool deploy (approvers rule: `+req.ApproversRule+`)` {
+				t.Errorf("reason %q", na.Reason)
+			}
+		})
+	}
+}

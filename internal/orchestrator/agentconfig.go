@@ -111,10 +111,11 @@ type ToolConfig struct {
 	// workers but answered over HTTP by the frontend driving the
 	// conversation.
 	Executor string `json:"executor,omitempty"`
-	// Approvers, when set, names who may decide the tool's calls: approver
-	// names (as in Trust or the API's users) or roles (AgentConfig.Roles).
-	// A decision by anyone else is refused and audited.
-	Approvers []string `json:"approvers,omitempty"`
+	// Approvers, when set, says who may decide the tool's calls: approver
+	// names (as in Trust or the API's users) or roles (AgentConfig.Roles),
+	// or a CEL rule over the decider (Approvers.Rule). A decision by anyone
+	// else is refused and audited; a grant from anyone else is ignored.
+	Approvers Approvers `json:"approvers,omitzero"`
 	// Approvals is how many distinct approvers must approve a call before
 	// it is approved; 0 and 1 mean one. One denial denies it.
 	Approvals int `json:"approvals,omitempty"`

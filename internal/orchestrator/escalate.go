@@ -30,6 +30,7 @@ func (rc *reconciler) escalate(ctx context.Context, conv *Conversation, pc *Pend
 		Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 2, EscalatedTo: to,
 		Approvers: rc.roster.approversFor(conv, pc), MayNotApprove: rc.roster.mayNotApprove(conv, pc), Caller: conv.Caller,
 	}
+	rc.roster.withApproversRule(conv, pc, &req)
 	if tool := rc.discovery.toolOf(rc.roster.agentOf(conv), runID, pc.ToolName); tool != nil {
 		req.ToolDescription, req.Parameters = tool.Description, tool.Parameters
 	}

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -49,14 +48,15 @@ type GrantRequest struct {
 }
 
 // ErrGrantForbidden refuses a grant over HTTP from a caller the API does
-// not name while approver keys are trusted.
+// not name while an agent of the replica trusts approver keys.
 var ErrGrantForbidden = errors.New("grant forbidden")
 
 // Grant stores a standing decision given over the HTTP API and returns it.
-// Where approver keys are trusted, only callers the API names (Identified)
-// may give one, as for a decision over HTTP.
+// Where an agent of this replica trusts approver keys (its config's trust:
+// or --trust-approver), only callers the API names (Identified) may give
+// one, as for a decision over HTTP: the grant is not tied to one agent.
 func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
-	if len(o.cfg.TrustedApprovers) > 0 && !r.Identified {
+	if o.roster.anySigned() && !r.Identified {
 		return Grant{}, fmt.Errorf("%w: approver keys are trusted: a grant over HTTP needs a caller named by the API's users", ErrGrantForbidden)
 	}
 	g := Grant{ID: newGrantID(), Tool: r.Tool, Approved: r.Approved, ConversationID: r.ConversationID,
@@ -86,14 +86,23 @@ type StoredGrant struct {
 	// Source is where it was given: wire.GrantKeyAPI or wire.GrantKeyBus.
 	Source string `json:"source"`
 	// Ignored says why the orchestrator does not apply it ("" when it
-	// does): expired, unsigned or signed by a key it does not trust.
+	// does): expired, unsigned, signed by a key no agent config of the
+	// replica trusts, or given by an approver the tool's approvers do not
+	// name. Whether it applies to a call is decided for that call, under
+	// the trust and approvers of its conversation's agent config.
 	Ignored string `json:"ignored,omitempty"`
 }
 
 // Grants lists the grants stored, expired and ignored ones included (each
 // saying why), in the order they were given.
 func (o *Orchestrator) Grants(ctx context.Context) ([]StoredGrant, error) {
-	return o.core.grants(ctx)
+	gs, err := o.core.grants(ctx)
+	for i := range gs {
+		if gs[i].Ignored == "" {
+			gs[i].Ignored = o.roster.refusedByAll(gs[i])
+		}
+	}
+	return gs, err
 }
 
 // RevokeGrant deletes the grant id: calls made after it are asked about
@@ -216,8 +225,9 @@ func (co *core) grantsLoop() {
 	}
 }
 
-// grantIgnored says why grant g, stored under key, is not applied at now;
-// "" when it is.
+// grantIgnored says why grant g, stored under key, is not applied at now
+// by any agent; "" when it may be (whether it is, for a call, is the
+// call's agent's: agentPolicy.grantRefusal).
 func (co *core) grantIgnored(key, source string, g Grant, now time.Time) string {
 	if err := g.Validate(); err != nil {
 		return err.Error()
@@ -228,34 +238,74 @@ func (co *core) grantIgnored(key, source string, g Grant, now time.Time) string 
 	if !g.Live(now) {
 		return "expired at " + g.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	switch source {
-	case wire.GrantKeyAPI:
-		// Written by an orchestrator, for a caller its API authenticated.
-		return ""
-	case wire.GrantKeyBus:
-		if len(co.cfg.TrustedApprovers) == 0 {
-			return ""
-		}
-		key, ok := co.cfg.TrustedApprovers[g.GrantedBy]
-		if !ok {
-			return fmt.Sprintf("approver %q is not trusted", g.GrantedBy)
-		}
-		if len(g.Signature) == 0 {
-			return fmt.Sprintf("grant from %s is not signed", g.GrantedBy)
-		}
-		if err := g.Verify(ed25519.PublicKey(key)); err != nil {
-			return fmt.Sprintf("grant from %s: %v", g.GrantedBy, err)
-		}
-		return ""
+	if source != wire.GrantKeyAPI && source != wire.GrantKeyBus {
+		return fmt.Sprintf("unknown key prefix %q", source)
 	}
-	return fmt.Sprintf("unknown key prefix %q", source)
+	return ""
 }
 
-// liveGrants are the grants that apply now. A failure to read them is
+// refusedByAll says why no agent of this replica applies grant sg to any
+// call: each refuses its signature, or its giver for the tool by name;
+// "" when one may. A reason depending on the call (the run's caller, an
+// approvers rule) is known only when a call is paused.
+func (r *roster) refusedByAll(sg StoredGrant) string {
+	var why []string
+	var last error
+	for _, name := range r.names {
+		ag := r.agents[name]
+		tc := ag.cfg.tool(sg.Tool)
+		if tc != nil && tc.Approvers.Rule != "" {
+			tc = nil
+		}
+		if last = ag.policy.grantRefusal(&Conversation{}, nil, tc, sg); last == nil {
+			return ""
+		}
+		why = append(why, fmt.Sprintf("agent %s: %v", name, last))
+	}
+	if len(why) == 1 {
+		return last.Error()
+	}
+	return strings.Join(why, "; ")
+}
+
+// anySigned reports whether an agent of this replica takes only signed
+// decisions.
+func (r *roster) anySigned() bool {
+	for _, ag := range r.agents {
+		if ag.policy.signed() {
+			return true
+		}
+	}
+	return false
+}
+
+// grantRefusal says why grant sg may not decide call pc (nil: none in
+// particular) of c, of tool tc, under p: a grant on the bus must be signed
+// by a key p trusts, as a decision from NATS (one given over the HTTP API
+// was refused there unless its giver is a user the API names), and its
+// giver must be one who may decide the call (admit), as a decision's.
+func (p *agentPolicy) grantRefusal(c *Conversation, pc *PendingCall, tc *ToolConfig, sg StoredGrant) error {
+	g := sg.Grant
+	if sg.Source == wire.GrantKeyBus && p.signed() {
+		if err := p.verify("grant", g.GrantedBy, g.Signature, g.Verify); err != nil {
+			return err
+		}
+	}
+	return p.admit(c, pc, tc, g.GrantedBy, g.Approved)
+}
+
+// grantSet is the grants in force when a run pauses, to be judged, for
+// each call, by the policy of its conversation's agent (roster.judge).
+type grantSet struct {
+	grants []StoredGrant
+	roster *roster
+}
+
+// liveGrants are the grants in force now. A failure to read them is
 // logged and leaves none: the calls are then asked about, which is safe.
-func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) []Grant {
+func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) grantSet {
 	if req == nil || len(req.Approvals) == 0 {
-		return nil
+		return grantSet{}
 	}
 	var all []StoredGrant
 	if values, ok := co.grantCache.snapshot(); ok {
@@ -268,22 +318,24 @@ func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) []Grant 
 		var err error
 		if all, err = co.grants(ctx); err != nil {
 			co.log.WarnContext(ctx, "grants not read: asking about every call", slog.String("error", err.Error()))
-			return nil
+			return grantSet{}
 		}
 	}
-	var live []Grant
+	gs := grantSet{roster: co.roster}
 	for _, g := range all {
 		if g.Ignored == "" {
-			live = append(live, g.Grant)
+			gs.grants = append(gs.grants, g)
 		}
 	}
-	return live
+	return gs
 }
 
-// grantUse is a call a grant decided.
+// grantUse is a call a grant decided or, when ignored is set, a grant
+// covering the call that its agent's policy refused, and why.
 type grantUse struct {
 	callID, tool, digest string
 	grant                Grant
+	ignored              string
 }
 
 // applyGrants decides the approval calls of c's batch, just paused (or
@@ -291,22 +343,34 @@ type grantUse struct {
 // approval when both cover a call. A call so approved is dispatched to its
 // workers at once (Dispatch) and goes out with the batch's calls; one of
 // an in-process tool runs in the follow-up, as any approved call. Each is
-// recorded as decided by the grant (DecisionRecord.GrantID).
-func (c *Conversation) applyGrants(grants []Grant, now time.Time) []grantUse {
+// recorded as decided by the grant (DecisionRecord.GrantID). A grant that
+// the policy of c's agent refuses for a call (grantRefusal) does not
+// decide it; it is returned with why, to be audited. When this replica
+// may not judge c's decisions, no grant decides any of its calls.
+func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
 	b := c.Batch
-	if b == nil || len(grants) == 0 {
+	if b == nil || len(gs.grants) == 0 {
+		return nil
+	}
+	ag := gs.roster.judge(c)
+	if ag == nil {
 		return nil
 	}
 	caller := callerID(c.Caller)
-	var uses []grantUse
+	var uses, ignored []grantUse
 	for _, pc := range b.Calls {
 		if pc.Kind != deferred.KindApproval || pc.Reply != nil {
 			continue
 		}
+		tc := ag.cfg.tool(pc.ToolName)
 		var found *Grant
-		for i := range grants {
-			g := &grants[i]
+		for i := range gs.grants {
+			g := &gs.grants[i].Grant
 			if !g.Covers(pc.ToolName, pc.ArgsDigest, c.ID, caller) {
+				continue
+			}
+			if err := ag.policy.grantRefusal(c, pc, tc, gs.grants[i]); err != nil {
+				ignored = append(ignored, grantUse{callID: pc.ToolCallID, tool: pc.ToolName, digest: pc.ArgsDigest, grant: *g, ignored: err.Error()})
 				continue
 			}
 			if found == nil || found.Approved && !g.Approved {
@@ -332,16 +396,15 @@ func (c *Conversation) applyGrants(grants []Grant, now time.Time) []grantUse {
 		})
 		uses = append(uses, grantUse{callID: pc.ToolCallID, tool: pc.ToolName, digest: pc.ArgsDigest, grant: *found})
 	}
-	if len(uses) == 0 {
-		return nil
-	}
 	for _, u := range uses {
 		if u.grant.Approved {
 			c.Dispatch(u.callID, now)
 		}
 	}
-	c.UpdatedAt = now
-	return uses
+	if len(uses) > 0 {
+		c.UpdatedAt = now
+	}
+	return append(uses, ignored...)
 }
 
 // callerID is the "id" of a run's caller object; "" when it has none.
@@ -356,12 +419,19 @@ func callerID(caller json.RawMessage) string {
 }
 
 // auditGrants records each call a grant decided on the audit stream, as
-// a decision applied, naming the grant.
+// a decision applied, naming the grant; and each grant ignored for a call
+// as a decision refused, with why.
 func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []grantUse) {
 	for _, u := range uses {
 		approved := u.grant.Approved
+		v, msgID := verdictApplied, "audit/grant/"+runID+"/"+u.callID
+		if u.ignored != "" {
+			v, msgID = verdictRefused, msgID+"/ignored/"+u.grant.ID
+			co.log.InfoContext(ctx, "grant ignored", slog.String("run_id", runID), slog.String("tool_call_id", u.callID),
+				slog.String("grant_id", u.grant.ID), slog.String("reason", u.ignored))
+		}
 		rec := AuditRecord{
-			Kind: string(deferred.KindApproval), Verdict: verdictApplied.String(),
+			Kind: string(deferred.KindApproval), Verdict: v.String(), Reason: u.ignored,
 			ConversationID: convID, RunID: runID, ToolCallID: u.callID, ToolName: u.tool,
 			ApproverID: GrantedByPrefix + u.grant.ID, Approved: &approved, Signed: len(u.grant.Signature) > 0,
 			ArgsDigest: u.digest, Message: u.grant.Message, Grant: u.grant.ID, Time: co.clock().UTC(),
@@ -369,7 +439,7 @@ func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []gr
 		hdr := nats.Header{}
 		hdr.Set(wire.HeaderConversation, convID)
 		hdr.Set(wire.HeaderCall, u.callID)
-		if _, err := co.bus.PublishAudit(ctx, runID, "audit/grant/"+runID+"/"+u.callID, rec, hdr); err != nil {
+		if _, err := co.bus.PublishAudit(ctx, runID, msgID, rec, hdr); err != nil {
 			co.log.WarnContext(ctx, "audit record of a grant's use not published", slog.String("run_id", runID),
 				slog.String("tool_call_id", u.callID), slog.String("grant_id", u.grant.ID), slog.String("error", err.Error()))
 		}

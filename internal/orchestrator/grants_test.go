@@ -131,7 +131,7 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 			clock := &steppedClock{now: time.Now()}
 			o, _ := e.orch(orchestrator.Config{Clock: clock.Now})
 			r := tc.grant
-			r.By, r.Tool, r.Approved = "ann", "update_file", true
+			r.By, r.Tool, r.Approved = "bob", "update_file", true
 			if tc.expires > 0 {
 				r.ExpiresAt = clock.Now().Add(tc.expires)
 			}

@@ -311,7 +311,8 @@ func (c *Conversation) Escalate(now time.Time) []*PendingCall {
 	var out []*PendingCall
 	for _, pc := range c.Batch.Calls {
 		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
-			pc.Escalation.Done = true
+			// A new value: a clone of c (the store's cache) shares the old.
+			pc.Escalation = &Escalation{At: pc.Escalation.At, Done: true}
 			out = append(out, pc)
 		}
 	}

@@ -100,36 +100,52 @@ func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in
 			if !in.identified {
 				return errors.New("approver keys are trusted: a decision over HTTP needs a caller named by the API's users")
 			}
-		} else if err := p.verify(d); err != nil {
+		} else if err := p.verify("decision", d.ApproverID, d.Signature, d.Verify); err != nil {
 			return err
 		}
 	}
+	return p.admit(c, pc, tc, d.ApproverID, d.Approved)
+}
+
+// admit says why approver id may not decide call pc of c (nil when the
+// call is not in c's batch) of tool tc (nil when the config names none)
+// as approved says: it is not among the tool's approvers (nor, once pc is
+// escalated, its escalation group), or it would approve a call it
+// requested itself. Decisions and grants are admitted alike.
+func (p *agentPolicy) admit(c *Conversation, pc *PendingCall, tc *ToolConfig, id string, approved bool) error {
 	if tc == nil {
 		return nil
 	}
-	if len(tc.Approvers) > 0 && !p.mayDecide(tc.Approvers, d.ApproverID) &&
-		(pc == nil || !pc.escalated() || !p.mayDecide(tc.EscalateTo, d.ApproverID)) {
-		return fmt.Errorf("approver %q may not decide tool %s (approvers: %s)", d.ApproverID, tc.Name, strings.Join(tc.Approvers, ", "))
+	escalated := pc != nil && pc.escalated() && p.mayDecide(tc.EscalateTo, id)
+	switch {
+	case escalated:
+	case tc.Approvers.Rule != "":
+		if err := p.ruleAdmits(c, pc, tc, id); err != nil {
+			return err
+		}
+	case len(tc.Approvers.Names) > 0 && !p.mayDecide(tc.Approvers.Names, id):
+		return fmt.Errorf("approver %q may not decide tool %s (approvers: %s)", id, tc.Name, strings.Join(tc.Approvers.Names, ", "))
 	}
-	if d.Approved && tc.SelfApproval != SelfApprovalAllow {
-		if who := CallerID(c.Caller); who != "" && who == d.ApproverID {
-			return fmt.Errorf("approver %q is the run's caller: it may not approve its own call", d.ApproverID)
+	if approved && tc.SelfApproval != SelfApprovalAllow {
+		if who := CallerID(c.Caller); who != "" && who == id {
+			return fmt.Errorf("approver %q is the run's caller: it may not approve its own call", id)
 		}
 	}
 	return nil
 }
 
-// verify checks a decision's signature against its approver's key (D36).
-func (p *agentPolicy) verify(d *wire.Decision) error {
-	key, ok := p.keys[d.ApproverID]
+// verify checks the signature sig of a decision or a grant (what) from
+// approver id against id's key (D36); check is its Verify.
+func (p *agentPolicy) verify(what, id string, sig []byte, check func(ed25519.PublicKey) error) error {
+	key, ok := p.keys[id]
 	if !ok {
-		return fmt.Errorf("approver %q is not trusted", d.ApproverID)
+		return fmt.Errorf("approver %q is not trusted", id)
 	}
-	if len(d.Signature) == 0 {
-		return fmt.Errorf("decision from %s is not signed", d.ApproverID)
+	if len(sig) == 0 {
+		return fmt.Errorf("%s from %s is not signed", what, id)
 	}
-	if err := d.Verify(key); err != nil {
-		return fmt.Errorf("decision from %s: %w", d.ApproverID, err)
+	if err := check(key); err != nil {
+		return fmt.Errorf("%s from %s: %w", what, id, err)
 	}
 	return nil
 }
@@ -149,10 +165,12 @@ func (p *agentPolicy) mayDecide(approvers []string, id string) bool {
 // approvers and, once pc is escalated, its escalation group, roles
 // expanded), sorted; nil when anyone trusted may.
 func (p *agentPolicy) approversOf(tc *ToolConfig, pc *PendingCall) []string {
-	if tc == nil || len(tc.Approvers) == 0 {
+	if tc == nil || len(tc.Approvers.Names) == 0 {
+		// None named, or a rule (ruleAdmits) that the approver side does
+		// not evaluate: every approver is shown the call.
 		return nil
 	}
-	names := slices.Clone(tc.Approvers)
+	names := slices.Clone(tc.Approvers.Names)
 	if pc != nil && pc.escalated() {
 		names = append(names, tc.EscalateTo...)
 	}
@@ -176,6 +194,20 @@ func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
 		return nil
 	}
 	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+}
+
+// withApproversRule puts in req, the approval request of call pc of c, its
+// tool's approvers rule and the roles it reads, as this replica's config
+// of c's agent has them, so that approvers evaluate the rule over
+// themselves (approver.Admit).
+func (r *roster) withApproversRule(c *Conversation, pc *PendingCall, req *wire.ApprovalRequest) {
+	ag := r.judge(c)
+	if ag == nil {
+		return
+	}
+	if tc := ag.cfg.tool(pc.ToolName); tc != nil && tc.Approvers.Rule != "" {
+		req.ApproversRule, req.Roles = tc.Approvers.Rule, ag.policy.roles
+	}
 }
 
 // mayNotApprove lists who may not approve call pc of c, as check refuses

@@ -237,7 +237,7 @@ func answered(pc *orchestrator.PendingCall) bool { return pc.Reply != nil || pc.
 // audited; a member of a role the tool names decides it.
 func TestApproversPerTool(t *testing.T) {
 	t.Parallel()
-	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) { tc.Approvers = []string{"ops"} })
+	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) { tc.Approvers.Names = []string{"ops"} })
 	p.decide("mallory", true)
 	pc := p.call("mallory's refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
 	if answered(pc) || !strings.Contains(pc.LastRefusal, `approver "mallory" may not decide tool delete_file`) {
@@ -318,7 +318,7 @@ func TestApprovalEscalates(t *testing.T) {
 	t.Parallel()
 	const after = 700 * time.Millisecond
 	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) {
-		tc.Approvers = []string{"ann"}
+		tc.Approvers.Names = []string{"ann"}
 		tc.EscalateAfter, tc.EscalateTo = orchestrator.Duration(after), []string{"ops"}
 	})
 	del := pendingCall(t, p.c, "delete_file")
@@ -385,7 +385,7 @@ func TestApprovalEscalates(t *testing.T) {
 // not hold the conversation's agent config does not take an answer.
 func TestAnswerOverHTTPUnderThePolicy(t *testing.T) {
 	t.Parallel()
-	p := newPolicyEnv(t, "ann", func(tc *orchestrator.ToolConfig) { tc.Approvers = []string{"ops"} })
+	p := newPolicyEnv(t, "ann", func(tc *orchestrator.ToolConfig) { tc.Approvers.Names = []string{"ops"} })
 	answer := func(o *orchestrator.Orchestrator, by string, approved bool) error {
 		return o.Answer(ctxT(t), orchestrator.Answer{ConversationID: p.c.ID, ToolCallID: "delete_file", By: by, Identified: true,
 			Decision: &orchestrator.AnswerDecision{Approved: approved, ArgsDigest: p.base.ArgsDigest}})

@@ -205,6 +205,7 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 			Args: pc.Args, ArgsDigest: pc.ArgsDigest, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 			Approvers: p.roster.approversFor(c, pc), MayNotApprove: p.roster.mayNotApprove(c, pc), Caller: c.Caller,
 		}
+		p.roster.withApproversRule(c, pc, &req)
 		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters

@@ -8,7 +8,8 @@
 //     at the orchestrator also caller (map(string, dyn): the run's caller
 //     object) and conversation (map(string, dyn): id, agent, runs, tools,
 //     calls; see Conversation); at the approver caller is the one the
-//     request carries and conversation is empty;
+//     request carries and conversation is empty; in a tool's approvers
+//     rule also decider (map(string, dyn): id, roles, key; see Decider);
 //   - numbers from JSON are normalised: an integral number is an int, any
 //     other a double, so `args.count == 3` and `args.count + 1` work;
 //   - numbers of different types compare (`args.size > 1.5` on an int);
@@ -47,6 +48,7 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("tool", cel.StringType),
 		cel.Variable("caller", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("conversation", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("decider", cel.MapType(cel.StringType, cel.DynType)),
 		cel.CrossTypeNumericComparisons(true),
 		ext.Strings(),
 	)
@@ -103,6 +105,19 @@ func (r *Rule) EvalDecoded(tool string, args, metadata map[string]any) (bool, er
 type Context struct {
 	Caller       map[string]any
 	Conversation map[string]any
+	// Decider is who decides the call, for a tool's approvers rule
+	// (Decider makes it); empty elsewhere.
+	Decider map[string]any
+}
+
+// Decider is the `decider` variable: id (string), roles (list of
+// strings) and key (string: base64 public key, "" when untrusted).
+func Decider(id string, roles []string, key string) map[string]any {
+	rs := make([]any, len(roles))
+	for i, r := range roles {
+		rs[i] = r
+	}
+	return map[string]any{"id": id, "roles": rs, "key": key}
 }
 
 // Call is one tool call made so far in a conversation, for Conversation.
@@ -134,8 +149,11 @@ func (r *Rule) EvalIn(tool string, args, metadata map[string]any, c Context) (bo
 	if c.Conversation == nil {
 		c.Conversation = map[string]any{}
 	}
+	if c.Decider == nil {
+		c.Decider = map[string]any{}
+	}
 	out, _, err := r.prog.Eval(map[string]any{"args": args, "metadata": metadata, "tool": tool,
-		"caller": c.Caller, "conversation": c.Conversation})
+		"caller": c.Caller, "conversation": c.Conversation, "decider": c.Decider})
 	if err != nil {
 		return false, err
 	}
