@@ -7,6 +7,7 @@
 //	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
+//	      [-cold-resume N]
 //	      [-transport in-process|tcp]
 package main
 
@@ -112,6 +113,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
 	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
 	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
+	coldResume := fs.Int("cold-resume", 0, "paused conversations of the cold-resume case, resumed with a cache that holds them all and one that holds a quarter (default 20000; quick 4000; -1 skips)")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")
@@ -128,7 +130,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.cfg = bench.Config{
 		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
-		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor,
+		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor, ColdResume: *coldResume,
 		Note: *note, Progress: os.Stdout,
 	}
 	if o.cfg.Transport, err = bench.ParseTransport(*transport); err != nil {

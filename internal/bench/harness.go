@@ -41,6 +41,9 @@ type Config struct {
 	// LongCalls is the number of calls of the long-conversation case.
 	// Defaults to 300; quick: 100. Negative skips it.
 	LongCalls int
+	// ColdResume is the paused conversations of the cold-resume case
+	// (ColdResumeCase). Defaults to 20000; quick: 4000. Negative skips it.
+	ColdResume int
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -108,6 +111,12 @@ func (c Config) withDefaults() Config {
 	if c.LargeHistory == 0 {
 		c.LargeHistory = 5 << 20
 	}
+	if c.ColdResume == 0 {
+		c.ColdResume = 20_000
+		if c.Quick {
+			c.ColdResume = 4000
+		}
+	}
 	if c.CodecTime == 0 {
 		c.CodecTime = time.Second
 		if c.Quick {
@@ -160,6 +169,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	if err := h.memory(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.ColdResume > 0 && !h.toolgateDown {
+		h.coldResume(ctx, ColdResumeCase{Conversations: cfg.ColdResume, Settle: max(cfg.Settle, 0)})
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.CodecTime > 0 {
 		rows, err := codecRows(cfg.CodecTime)

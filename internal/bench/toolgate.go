@@ -148,6 +148,8 @@ type rigConfig struct {
 	agent *orchestrator.AgentConfig
 	// maxRuns is the orchestrator's MaxConcurrentRuns (at least 16).
 	maxRuns int
+	// cacheBytes is the orchestrator's StateCacheBytes; 0 its default.
+	cacheBytes int64
 }
 
 // setUp starts toolgate with an orchestrator that runs up to maxRuns runs at
@@ -210,7 +212,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 	}
 	o, err := t.env.sys.Orchestrator(ctx, "bench-orchestrator", orchestrator.Config{
 		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
-		OnRunEnd: r.onRunEnd, Retention: benchRetention,
+		OnRunEnd: r.onRunEnd, Retention: benchRetention, StateCacheBytes: rc.cacheBytes,
 	})
 	if err != nil {
 		closeConns()
