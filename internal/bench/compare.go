@@ -34,7 +34,7 @@ func (r Regression) String() string {
 // listed improves downwards (latency, bytes, seconds, allocations).
 func higherIsBetter(metric string) bool {
 	switch metric {
-	case MetricThroughput, MetricResumeRateInCache, MetricResumeRateCold, MetricColdOverInCache, MetricColdLogReads:
+	case MetricThroughput, MetricCallsPerSecond, MetricResumeRateInCache, MetricResumeRateCold, MetricColdOverInCache, MetricColdLogReads:
 		return true
 	}
 	return false

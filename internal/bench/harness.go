@@ -44,6 +44,16 @@ type Config struct {
 	// ColdResume is the paused conversations of the cold-resume case
 	// (ColdResumeCase). Defaults to 20000; quick: 4000. Negative skips it.
 	ColdResume int
+	// Replicas are the orchestrator counts of the replica case (each a
+	// process, sharing one nats-server process); ReplicaInFlight its
+	// conversations in flight, ReplicaCalls its measured calls per count.
+	// Default to 1,2,3, 10,50 and 5000; quick: 1000 calls. A single
+	// value below 1 skips the case. ReplicaCluster runs them again on a
+	// three-node NATS cluster.
+	Replicas        []int
+	ReplicaInFlight []int
+	ReplicaCalls    int
+	ReplicaCluster  bool
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -111,6 +121,21 @@ func (c Config) withDefaults() Config {
 	if c.LargeHistory == 0 {
 		c.LargeHistory = 5 << 20
 	}
+	if len(c.Replicas) == 0 {
+		c.Replicas = []int{1, 2, 3}
+	}
+	if len(c.Replicas) == 1 && c.Replicas[0] < 1 {
+		c.Replicas = nil
+	}
+	if len(c.ReplicaInFlight) == 0 {
+		c.ReplicaInFlight = []int{10, 50}
+	}
+	if c.ReplicaCalls <= 0 {
+		c.ReplicaCalls = 5000
+		if c.Quick {
+			c.ReplicaCalls = 1000
+		}
+	}
 	if c.ColdResume == 0 {
 		c.ColdResume = 20_000
 		if c.Quick {
@@ -169,6 +194,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	if err := h.memory(ctx); err != nil {
 		return nil, err
+	}
+	if len(cfg.Replicas) > 0 && !h.toolgateDown {
+		h.replicaCases(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ColdResume > 0 && !h.toolgateDown {
 		h.coldResume(ctx, ColdResumeCase{Conversations: cfg.ColdResume, Settle: max(cfg.Settle, 0)})

@@ -48,8 +48,10 @@ func TestRunSmall(t *testing.T) {
 		Settle:    -1,
 		LongCalls: 6, LargeHistory: 400 << 10,
 		CodecTime: time.Millisecond,
-		Env:       env,
-		Toolgate:  downTarget{}, ToolgateMemory: downTarget{}, ToolgateLong: downTarget{},
+		// Their own tests: TestColdResume, TestReplicas.
+		ColdResume: -1, Replicas: []int{-1},
+		Env:      env,
+		Toolgate: downTarget{}, ToolgateMemory: downTarget{}, ToolgateLong: downTarget{},
 	}
 
 	res, err := bench.Run(ctx, cfg)

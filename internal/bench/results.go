@@ -186,6 +186,7 @@ var goals = map[string]goal{
 	MetricHistoryBytes:        {tgMin: 5 << 20},
 	MetricReconcileGrowth:     {tgMax: 1.5},
 	MetricColdOverInCache:     {tgMin: 0.5},
+	MetricCPUOverOneReplica:   {tgMax: 1.15},
 }
 
 func (g goal) String() string {

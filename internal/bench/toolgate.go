@@ -67,19 +67,38 @@ func (t *ToolgateTarget) Name() string { return "toolgate" }
 
 // agentConfig is an agent whose model calls noop batch times, then answers.
 func agentConfig(batch int) (*orchestrator.AgentConfig, error) {
+	script, err := agentScript(batch)
+	if err != nil {
+		return nil, err
+	}
+	return scriptAgent(script, sampleTool)
+}
+
+// agentJSON is agentConfig's script and config files.
+func agentJSON(batch int) (script, cfg []byte, err error) {
+	a, err := agentScript(batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	if script, err = json.Marshal(a); err != nil {
+		return nil, nil, err
+	}
+	cfg, err = agentFile(sampleTool)
+	return script, cfg, err
+}
+
+// agentScript is agentConfig's script.
+func agentScript(batch int) ([]agent.ScriptResponse, error) {
 	calls := make([]agent.ScriptCall, batch)
 	for i := range calls {
 		calls[i] = agent.ScriptCall{Tool: sampleTool, ID: fmt.Sprintf("call_%03d", i), Args: json.RawMessage(sampleArgs)}
 	}
-	return scriptAgent([]agent.ScriptResponse{{Calls: calls}, {Text: "Done."}}, sampleTool)
+	return []agent.ScriptResponse{{Calls: calls}, {Text: "Done."}}, nil
 }
 
-// scriptAgent is an agent that plays script with the built-in tools named.
-func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.AgentConfig, error) {
-	data, err := json.Marshal(script)
-	if err != nil {
-		return nil, err
-	}
+// agentFile is the config file of an agent that plays script.json with
+// the built-in tools named.
+func agentFile(tools ...string) ([]byte, error) {
 	var specs []worker.ToolSpec
 	for _, s := range worker.BuiltinTools() {
 		if slices.Contains(tools, s.Name) {
@@ -91,7 +110,16 @@ func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.
 		"instructions": "Use the tools as asked.",
 		"tools":        specs,
 	}
-	cfgData, err := json.Marshal(cfg)
+	return json.Marshal(cfg)
+}
+
+// scriptAgent is an agent that plays script with the built-in tools named.
+func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.AgentConfig, error) {
+	data, err := json.Marshal(script)
+	if err != nil {
+		return nil, err
+	}
+	cfgData, err := agentFile(tools...)
 	if err != nil {
 		return nil, err
 	}
