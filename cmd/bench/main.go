@@ -8,7 +8,7 @@
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
 //	      [-cold-resume N] [-replicas 1,2,3] [-replica-in-flight 10,50]
-//	      [-replica-calls N] [-replica-cluster]
+//	      [-replica-calls N] [-replica-cluster] [-latency-in-flight 1,10]
 //	      [-transport in-process|tcp]
 package main
 
@@ -115,6 +115,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
 	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
 	coldResume := fs.Int("cold-resume", 0, "paused conversations of the cold-resume case, resumed with a cache that holds them all and one that holds a quarter (default 20000; quick 4000; -1 skips)")
+	latency := fs.String("latency-in-flight", "", "comma-separated calls in flight of the latency cases (batch 1, 4 workers; default 1,10; -1 skips)")
 	replicas := fs.String("replicas", "", "comma-separated orchestrator counts of the replica case, each a process on one nats-server process (default 1,2,3; -1 skips)")
 	replicaInFlight := fs.String("replica-in-flight", "", "comma-separated conversations in flight of the replica case (default 10,50)")
 	replicaCalls := fs.Int("replica-calls", 0, "measured calls of each replica case (default 5000; quick 1000)")
@@ -145,6 +146,11 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		o.cfg.Paused = []int{-1}
 	} else if o.cfg.Paused, err = ints(*paused); err != nil {
 		return nil, fmt.Errorf("-paused: %w", err)
+	}
+	if *latency == "-1" {
+		o.cfg.LatencyInFlight = []int{-1}
+	} else if o.cfg.LatencyInFlight, err = ints(*latency); err != nil {
+		return nil, fmt.Errorf("-latency-in-flight: %w", err)
 	}
 	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster = *replicaCalls, *replicaCluster
 	if *replicas == "-1" {

@@ -29,11 +29,12 @@ import (
 // Metrics of the replica case: every part a process of its own, over
 // loopback TCP.
 const (
-	// MetricCPUPerCall is the CPU time (user and system) of every process
-	// of the case per measured call, in milliseconds: the orchestrators,
-	// the nats-server(s) and the load generator (the harness, whose
-	// tool-workers, HTTP client and event subscription serve every side
-	// alike).
+	// MetricCPUPerCall is the CPU time (user and system) per measured
+	// call, in milliseconds: of the whole process in the in-process cases
+	// (the side, the embedded server and the harness); in the replica
+	// case, of every process: the orchestrators, the nats-server(s) and
+	// the load generator (the harness, whose tool-workers, HTTP client and
+	// event subscription serve every replica count alike).
 	MetricCPUPerCall = "cpu_ms_per_call"
 	// MetricCPUPerCallOrchestrators, MetricCPUPerCallNATS and
 	// MetricCPUPerCallLoad are its parts.
@@ -416,11 +417,7 @@ func (s *replicaSetUp) cpu() (cpuTimes, error) {
 		}
 		c.nats += d
 	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return c, err
-	}
-	c.load = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	c.load = cpuUsed()
 	return c, nil
 }
 

@@ -409,7 +409,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	alloc0 := allocated()
+	alloc0, cpu0 := allocated(), cpuUsed()
 	start := time.Now()
 	for range c.Conversations() {
 		g.Go(func() error {
@@ -446,7 +446,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		return Measurement{}, err
 	}
 	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0,
-		AllocBytes: allocatedPer(alloc0, len(latencies))}
+		AllocBytes: allocatedPer(alloc0, len(latencies)), CPU: cpuPer(cpu0, len(latencies))}
 	m.Gap = longestGap(start, done)
 	if m.Calls > 0 {
 		calls := float64(m.Calls)
