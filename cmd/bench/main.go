@@ -104,7 +104,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		About: "toolgate against raw JetStream and core NATS; writes results.json, results.md and plot.png.",
 	})
 	o := &options{}
-	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
+	quick := fs.Bool("quick", false, "a subset with fewer calls: about six minutes, most of it the replica and cold-resume cases")
 	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
 	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 if a figure regressed by more than 10% and no -note explains it")

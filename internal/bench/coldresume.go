@@ -47,9 +47,9 @@ const (
 // paused conversations.
 const coldCacheShare = 4
 
-// ColdResumeCase resumes Conversations paused conversations twice, on
-// fresh streams each time: with a cache that holds them all, and with one
-// that holds a quarter of them.
+// ColdResumeCase resumes Conversations paused conversations on fresh
+// streams each time, with a cache that holds them all and with one that
+// holds a quarter of them, alternately, coldAttempts times each.
 type ColdResumeCase struct {
 	Conversations int `json:"conversations"`
 	// Settle is the wait for the server's caches to expire before each
@@ -94,21 +94,41 @@ func (t *ToolgateTarget) RunColdResume(ctx context.Context, c ColdResumeCase) (C
 		return ColdResumeMeasurement{}, fmt.Errorf("toolgate cold resume: %d conversations, want at least %d", n, coldCacheShare)
 	}
 	var m ColdResumeMeasurement
-	warm, perConv, _, err := t.resumeWith(ctx, n, 0, c.Settle, false)
-	if err != nil {
-		return m, fmt.Errorf("toolgate cold resume, in cache: %w", err)
+	for attempt := range coldAttempts {
+		warm, perConv, _, err := t.resumeWith(ctx, n, 0, c.Settle, false)
+		if err != nil {
+			return m, fmt.Errorf("toolgate cold resume, in cache: %w", err)
+		}
+		if attempt == 0 {
+			// The orchestrator estimates a state's heap at 1.2 times its
+			// records (heapPerRecordByte): room for a quarter of them.
+			m.RecordBytes = perConv
+			m.CacheBytes = int64(perConv * 1.2 * float64(n/coldCacheShare))
+		}
+		cold, _, raw, err := t.resumeWith(ctx, n, m.CacheBytes, c.Settle, true)
+		if err != nil {
+			return m, fmt.Errorf("toolgate cold resume, cold: %w", err)
+		}
+		if attempt == 0 || warm.Elapsed < m.InCache.Elapsed {
+			m.InCache = warm
+		}
+		if attempt == 0 || cold.Elapsed < m.Cold.Elapsed {
+			m.Cold = cold
+		}
+		if attempt == 0 || raw < m.RawLogReads {
+			m.RawLogReads = raw
+		}
 	}
-	m.InCache, m.RecordBytes = warm, perConv
-	// The orchestrator estimates a state's heap at 1.2 times its records
-	// (heapPerRecordByte): room for a quarter of them.
-	m.CacheBytes = int64(perConv * 1.2 * float64(n/coldCacheShare))
-	cold, _, raw, err := t.resumeWith(ctx, n, m.CacheBytes, c.Settle, true)
-	if err != nil {
-		return m, fmt.Errorf("toolgate cold resume, cold: %w", err)
-	}
-	m.Cold, m.RawLogReads, m.Load = cold, raw, loadAverage()
+	m.Load = loadAverage()
 	return m, nil
 }
+
+// coldAttempts is how many times each side of the cold-resume case runs,
+// alternately; each side's fastest counts. A resume of a few thousand
+// takes seconds, and on the shared 2-core machine one run in three or so
+// had a side slowed by twice (once the cold side read faster than the
+// in-cache one).
+const coldAttempts = 2
 
 // resumeWith pauses n conversations on an orchestrator with a cache of
 // cacheBytes (0: the default), waits for the store to be quiet and

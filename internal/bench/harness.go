@@ -18,7 +18,8 @@ import (
 // Config configures a harness run. Zero values take the defaults of the
 // mode (full or quick).
 type Config struct {
-	// Quick runs a subset with fewer calls, in well under two minutes.
+	// Quick runs a subset with fewer calls: about six minutes, most of it
+	// the replica and cold-resume cases.
 	Quick bool
 	// Workers and Batches span the round-trip matrix. Default to 1,2,4,8
 	// and 1,10,100; quick: 1,4 and 1,10,100.
@@ -320,8 +321,8 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm)...)
 		if c.Label != "" {
 			h.res.Cases = append(h.res.Cases, addedLatencyRows(c, rm, tm, sm)...)
-			h.res.noteLoad(c.Name(), loadAverage())
 		}
+		h.res.noteLoad(c.Name(), loadAverage())
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 		if sm != nil {
 			fmt.Fprintf(cfg.Progress, "%-30s storage floor %s\n", "", describe(sm))
@@ -349,6 +350,7 @@ func (h *harnessRun) memory(ctx context.Context) error {
 			h.toolgateErr(mc.Name(), err)
 		}
 		h.res.Cases = append(h.res.Cases, memoryRows(mc, rmm, tmm)...)
+		h.res.noteLoad(mc.Name(), loadAverage())
 		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, slices.Concat(memoryMetrics, []string{MetricResumeStorageSeconds})), describeFigures(tmm, memoryMetrics))
 		rows := reconcileRows(mc, tmm)
 		reconciles = append(reconciles, rows...)
