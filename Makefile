@@ -39,7 +39,7 @@ fmt: ## gofmt the tree
 lint: vet ## vet + gofmt check
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"
 
-bench: ## toolgate vs raw JetStream into bench/ (QUICK=1: subset under 2 min, into bench/quick; NOTE="..." explains regressions; ARGS="..." more flags)
+bench: ## toolgate vs raw JetStream into bench/ (QUICK=1: subset, about 6 min with the replica and cold-resume cases, into bench/quick; NOTE="..." explains regressions; ARGS="..." more flags)
 	$(if $(QUICK),,$(GO) test -run '^$$' -bench . -benchmem ./...)
 	$(GO) run ./cmd/bench $(if $(QUICK),-quick) $(if $(NOTE),-note "$$NOTE") $(ARGS)
 

@@ -7,6 +7,8 @@
 //	bench [-quick] [-out bench] [-note TEXT] [-strict] [-cpuprofile FILE] [-memprofile FILE]
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
+//	      [-cold-resume N] [-replicas 1,2,3] [-replica-in-flight 10,50]
+//	      [-replica-calls N] [-replica-cluster] [-latency-in-flight 1,10]
 //	      [-transport in-process|tcp]
 package main
 
@@ -102,7 +104,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		About: "toolgate against raw JetStream and core NATS; writes results.json, results.md and plot.png.",
 	})
 	o := &options{}
-	quick := fs.Bool("quick", false, "a subset with fewer calls, under two minutes")
+	quick := fs.Bool("quick", false, "a subset with fewer calls: about six minutes, most of it the replica and cold-resume cases")
 	out := fs.String("out", "", "output folder (default bench, or bench/quick with -quick)")
 	note := fs.String("note", "", "explanation recorded with the results, e.g. of a flagged regression")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 if a figure regressed by more than 10% and no -note explains it")
@@ -112,6 +114,12 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	calls := fs.Int("calls", 0, "measured calls per round-trip case (default 20000; quick 1000)")
 	paused := fs.String("paused", "", "comma-separated numbers of conversations the memory and reconcile cases hold (default 1000,10000,100000; quick 500,2000; -1 skips)")
 	longCalls := fs.Int("long-calls", 0, "calls of the long-conversation case (default 300; quick 100; -1 skips)")
+	coldResume := fs.Int("cold-resume", 0, "paused conversations of the cold-resume case, resumed with a cache that holds them all and one that holds a quarter (default 20000; quick 4000; -1 skips)")
+	latency := fs.String("latency-in-flight", "", "comma-separated calls in flight of the latency cases (batch 1, 4 workers; default 1,10; -1 skips)")
+	replicas := fs.String("replicas", "", "comma-separated orchestrator counts of the replica case, each a process on one nats-server process (default 1,2,3; -1 skips)")
+	replicaInFlight := fs.String("replica-in-flight", "", "comma-separated conversations in flight of the replica case (default 10,50)")
+	replicaCalls := fs.Int("replica-calls", 0, "measured calls of each replica case (default 5000; quick 1000)")
+	replicaCluster := fs.Bool("replica-cluster", false, "run the replica case on a three-node NATS cluster too")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")
@@ -128,7 +136,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.cfg = bench.Config{
 		Quick: *quick, Window: *window, Calls: *calls, CodecTime: *codecTime,
-		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor,
+		LongCalls: *longCalls, LargeHistory: *largeMiB << 20, Settle: *settleFor, ColdResume: *coldResume,
 		Note: *note, Progress: os.Stdout,
 	}
 	if o.cfg.Transport, err = bench.ParseTransport(*transport); err != nil {
@@ -138,6 +146,20 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		o.cfg.Paused = []int{-1}
 	} else if o.cfg.Paused, err = ints(*paused); err != nil {
 		return nil, fmt.Errorf("-paused: %w", err)
+	}
+	if *latency == "-1" {
+		o.cfg.LatencyInFlight = []int{-1}
+	} else if o.cfg.LatencyInFlight, err = ints(*latency); err != nil {
+		return nil, fmt.Errorf("-latency-in-flight: %w", err)
+	}
+	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster = *replicaCalls, *replicaCluster
+	if *replicas == "-1" {
+		o.cfg.Replicas = []int{-1}
+	} else if o.cfg.Replicas, err = ints(*replicas); err != nil {
+		return nil, fmt.Errorf("-replicas: %w", err)
+	}
+	if o.cfg.ReplicaInFlight, err = ints(*replicaInFlight); err != nil {
+		return nil, fmt.Errorf("-replica-in-flight: %w", err)
 	}
 	if o.cfg.Workers, err = ints(*workers); err != nil {
 		return nil, fmt.Errorf("-workers: %w", err)

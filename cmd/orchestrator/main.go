@@ -76,6 +76,9 @@ type options struct {
 	shutdownTimeout                                                   time.Duration
 	leaseTTL, reconcileInterval, replyAckWait, retention, claimWindow time.Duration
 	maxRuns                                                           int
+	// stateCacheMiB is orchestrator.Config.StateCacheBytes in MiB; 0: its
+	// default.
+	stateCacheMiB int
 	// storeMinFreeMiB is the embedded store's MinFreeBytes, in MiB.
 	storeMinFreeMiB int
 	// streamReplicas are the replicas of the streams and KV buckets it
@@ -116,6 +119,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long runs in progress may take to finish")
 	fs.IntVar(&o.maxRuns, "max-runs", 16, "runs executing at once")
+	fs.IntVar(&o.stateCacheMiB, "state-cache", 0, "MiB of heap for the states of conversations kept decoded (about 3 KB each for a paused conversation of a few calls; one pushed out is read from its log when resumed, and toolgate_state_cache_evictions_total counts it); 0: a quarter of GOMEMLIMIT when set, else 256")
 	fs.IntVar(&o.streamReplicas, "stream-replicas", 1, "replicas NATS keeps of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster (orchestrator replicas are processes: start more of them)")
 	// The flag's name until it said which replicas it means; deployments
 	// that pass it keep working, told to rename it.
@@ -158,6 +162,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--claim-window %s: must not be negative (0 stores every claim first)", o.claimWindow)
 	case o.retention < 0:
 		return o, fmt.Errorf("--retention %s: must not be negative (0 keeps finished conversations)", o.retention)
+	case o.stateCacheMiB < 0:
+		return o, fmt.Errorf("--state-cache %d: must not be negative (0 takes the default)", o.stateCacheMiB)
 	case o.streamReplicas < 1 || o.streamReplicas > 5:
 		return o, fmt.Errorf("--stream-replicas %d: want 1 to 5", o.streamReplicas)
 	case o.natsURL != "" && o.natsUsers != "":
@@ -322,7 +328,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 		Bus:              bs.b, EventBus: bs.events, Agents: s.agents, AgentWait: o.agentWait, LookupEnv: lookupEnv, TrustedApprovers: s.trusted,
 		MaxConcurrentRuns: o.maxRuns, Logger: s.logger, Metrics: telemetry.NewOrchestratorMetrics(reg),
 		LeaseTTL: o.leaseTTL, ReconcileInterval: o.reconcileInterval, ReplyAckWait: o.replyAckWait, Retention: o.retention,
-		ClaimWindow: claimWindowOf(o.claimWindow),
+		ClaimWindow: claimWindowOf(o.claimWindow), StateCacheBytes: int64(o.stateCacheMiB) << 20,
 	})
 	if err != nil {
 		return err

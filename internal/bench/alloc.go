@@ -1,6 +1,10 @@
 package bench
 
-import "runtime/metrics"
+import (
+	"runtime/metrics"
+	"syscall"
+	"time"
+)
 
 // allocSample is the runtime's count of the bytes the process ever
 // allocated on the heap, read without stopping the world.
@@ -17,6 +21,23 @@ func allocated() uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
+}
+
+// cpuUsed is the CPU time (user and system) the process has used so far.
+func cpuUsed() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPer is the CPU time used since from, per n, in milliseconds.
+func cpuPer(from time.Duration, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return float64((cpuUsed() - from).Microseconds()) / 1000 / float64(n)
 }
 
 // allocatedPer is what the process allocated since from, per n.

@@ -20,6 +20,9 @@ type Case struct {
 	Calls int `json:"calls"`
 	// Warmup calls run first on the same set-up and are not measured.
 	Warmup int `json:"warmup"`
+	// Label, when set, names the case in results instead of its workers
+	// and batch (a case of another window than the matrix's).
+	Label string `json:"-"`
 }
 
 // Conversations is the number of conversations that run concurrently.
@@ -32,7 +35,12 @@ func (c Case) Batches() int { return (c.Calls + c.Batch - 1) / c.Batch }
 func (c Case) WarmupBatches() int { return (c.Warmup + c.Batch - 1) / c.Batch }
 
 // Name identifies the case in results.
-func (c Case) Name() string { return fmt.Sprintf("roundtrip/workers=%d/batch=%d", c.Workers, c.Batch) }
+func (c Case) Name() string {
+	if c.Label != "" {
+		return c.Label
+	}
+	return fmt.Sprintf("roundtrip/workers=%d/batch=%d", c.Workers, c.Batch)
+}
 
 func (c Case) validate() error {
 	switch {

@@ -32,7 +32,13 @@ func (r Regression) String() string {
 
 // higherIsBetter says which way a metric improves; every metric not
 // listed improves downwards (latency, bytes, seconds, allocations).
-func higherIsBetter(metric string) bool { return metric == MetricThroughput }
+func higherIsBetter(metric string) bool {
+	switch metric {
+	case MetricThroughput, MetricCallsPerSecond, MetricResumeRateInCache, MetricResumeRateCold, MetricColdOverInCache, MetricColdLogReads:
+		return true
+	}
+	return false
+}
 
 // Compare returns the figures of cur that are worse than the same figure
 // (same name, metric, workers, batch and side) of prev by more than

@@ -145,7 +145,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	failed := bg.failed()
-	alloc0 := allocated()
+	alloc0, cpu0 := allocated(), cpuUsed()
 	start := time.Now()
 	for conv := range c.Conversations() {
 		conversation := fmt.Sprintf("conv_%s%06d", prefix, conv)
@@ -212,6 +212,7 @@ func drive(ctx context.Context, c Case, n int, prefix string, send sendFunc, reg
 		Reply:      Summarize(replies),
 		Gap:        longestGap(start, done),
 		AllocBytes: allocatedPer(alloc0, len(latencies)),
+		CPU:        cpuPer(cpu0, len(latencies)),
 	}, nil
 }
 

@@ -18,7 +18,8 @@ import (
 // Config configures a harness run. Zero values take the defaults of the
 // mode (full or quick).
 type Config struct {
-	// Quick runs a subset with fewer calls, in well under two minutes.
+	// Quick runs a subset with fewer calls: about six minutes, most of it
+	// the replica and cold-resume cases.
 	Quick bool
 	// Workers and Batches span the round-trip matrix. Default to 1,2,4,8
 	// and 1,10,100; quick: 1,4 and 1,10,100.
@@ -41,6 +42,24 @@ type Config struct {
 	// LongCalls is the number of calls of the long-conversation case.
 	// Defaults to 300; quick: 100. Negative skips it.
 	LongCalls int
+	// LatencyInFlight are the calls in flight of the latency cases: batch
+	// 1, latencyWorkers workers, each side's p50 and p99 and what toolgate
+	// adds to raw's. Default to 1 and 10. A single value below 1 skips
+	// them.
+	LatencyInFlight []int
+	// ColdResume is the paused conversations of the cold-resume case
+	// (ColdResumeCase). Defaults to 20000; quick: 4000. Negative skips it.
+	ColdResume int
+	// Replicas are the orchestrator counts of the replica case (each a
+	// process, sharing one nats-server process); ReplicaInFlight its
+	// conversations in flight, ReplicaCalls its measured calls per count.
+	// Default to 1,2,3, 10,50 and 5000; quick: 1000 calls. A single
+	// value below 1 skips the case. ReplicaCluster runs them again on a
+	// three-node NATS cluster.
+	Replicas        []int
+	ReplicaInFlight []int
+	ReplicaCalls    int
+	ReplicaCluster  bool
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -108,6 +127,33 @@ func (c Config) withDefaults() Config {
 	if c.LargeHistory == 0 {
 		c.LargeHistory = 5 << 20
 	}
+	if len(c.LatencyInFlight) == 0 {
+		c.LatencyInFlight = []int{1, 10}
+	}
+	if len(c.LatencyInFlight) == 1 && c.LatencyInFlight[0] < 1 {
+		c.LatencyInFlight = nil
+	}
+	if len(c.Replicas) == 0 {
+		c.Replicas = []int{1, 2, 3}
+	}
+	if len(c.Replicas) == 1 && c.Replicas[0] < 1 {
+		c.Replicas = nil
+	}
+	if len(c.ReplicaInFlight) == 0 {
+		c.ReplicaInFlight = []int{10, 50}
+	}
+	if c.ReplicaCalls <= 0 {
+		c.ReplicaCalls = 5000
+		if c.Quick {
+			c.ReplicaCalls = 1000
+		}
+	}
+	if c.ColdResume == 0 {
+		c.ColdResume = 20_000
+		if c.Quick {
+			c.ColdResume = 4000
+		}
+	}
 	if c.CodecTime == 0 {
 		c.CodecTime = time.Second
 		if c.Quick {
@@ -160,6 +206,18 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	if err := h.memory(ctx); err != nil {
 		return nil, err
+	}
+	if len(cfg.Replicas) > 0 && !h.toolgateDown {
+		h.replicaCases(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ColdResume > 0 && !h.toolgateDown {
+		h.coldResume(ctx, ColdResumeCase{Conversations: cfg.ColdResume, Settle: max(cfg.Settle, 0)})
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.CodecTime > 0 {
 		rows, err := codecRows(cfg.CodecTime)
@@ -222,8 +280,13 @@ func (h *harnessRun) toolgateErr(what string, err error) {
 // and toolgate.
 func (h *harnessRun) roundTrips(ctx context.Context) error {
 	cfg := h.cfg
+	cases := Matrix(cfg.Workers, cfg.Batches, cfg.Window, cfg.Calls, cfg.Warmup)
+	for _, w := range cfg.LatencyInFlight {
+		cases = append(cases, Case{Workers: latencyWorkers, Batch: 1, Window: w, Calls: cfg.Calls, Warmup: cfg.Warmup,
+			Label: fmt.Sprintf("latency/in_flight=%d/workers=%d", w, latencyWorkers)})
+	}
 	raw, floor := NewRawTarget(h.env), NewFloorTarget(h.env)
-	for _, c := range Matrix(cfg.Workers, cfg.Batches, cfg.Window, cfg.Calls, cfg.Warmup) {
+	for _, c := range cases {
 		rm, err := measure(ctx, h.res, cfg.Progress, c, raw)
 		if err != nil {
 			return err
@@ -256,6 +319,10 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 			sm = &m
 		}
 		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm)...)
+		if c.Label != "" {
+			h.res.Cases = append(h.res.Cases, addedLatencyRows(c, rm, tm, sm)...)
+		}
+		h.res.noteLoad(c.Name(), loadAverage())
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 		if sm != nil {
 			fmt.Fprintf(cfg.Progress, "%-30s storage floor %s\n", "", describe(sm))
@@ -283,6 +350,7 @@ func (h *harnessRun) memory(ctx context.Context) error {
 			h.toolgateErr(mc.Name(), err)
 		}
 		h.res.Cases = append(h.res.Cases, memoryRows(mc, rmm, tmm)...)
+		h.res.noteLoad(mc.Name(), loadAverage())
 		fmt.Fprintf(cfg.Progress, "%-30s raw %s | toolgate %s\n", mc.Name(), describeFigures(&rmm, slices.Concat(memoryMetrics, []string{MetricResumeStorageSeconds})), describeFigures(tmm, memoryMetrics))
 		rows := reconcileRows(mc, tmm)
 		reconciles = append(reconciles, rows...)
@@ -374,6 +442,7 @@ func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []R
 		{MetricP50, func(m Measurement) float64 { return ms(m.Latency.P50) }},
 		{MetricP99, func(m Measurement) float64 { return ms(m.Latency.P99) }},
 		{MetricAllocBytes, func(m Measurement) float64 { return m.AllocBytes }},
+		{MetricCPUPerCall, func(m Measurement) float64 { return m.CPU }},
 	}
 	rows := make([]Row, 0, len(figs)+2)
 	for _, f := range figs {
@@ -406,6 +475,38 @@ func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []R
 			trips.Toolgate = num(tg.RoundTrips)
 		}
 		rows = append(rows, trips)
+	}
+	return rows
+}
+
+// latencyWorkers is the tool-workers of the latency cases.
+const latencyWorkers = 4
+
+// Metrics of the latency cases: what a side adds to raw's p50 and p99, in
+// milliseconds (Toolgate: toolgate's; Storage: the storage floor's).
+const (
+	MetricAddedP50 = "added_p50_ms"
+	MetricAddedP99 = "added_p99_ms"
+)
+
+// addedLatencyRows are the latency a side adds to raw's in case c.
+func addedLatencyRows(c Case, raw Measurement, tg, storage *Measurement) []Row {
+	var rows []Row
+	for _, f := range []struct {
+		metric string
+		p      func(Summary) time.Duration
+	}{
+		{MetricAddedP50, func(s Summary) time.Duration { return s.P50 }},
+		{MetricAddedP99, func(s Summary) time.Duration { return s.P99 }},
+	} {
+		row := Row{Name: c.Name(), Metric: f.metric, Workers: c.Workers, Batch: c.Batch}
+		if tg != nil {
+			row.Toolgate = num(ms(f.p(tg.Latency) - f.p(raw.Latency)))
+		}
+		if storage != nil {
+			row.Storage = num(ms(f.p(storage.Latency) - f.p(raw.Latency)))
+		}
+		rows = append(rows, row)
 	}
 	return rows
 }
@@ -602,8 +703,10 @@ func Save(dir string, r *Results) (*Results, error) {
 // and what was not measured; the harness prints it last.
 func Headline(w io.Writer, r *Results) {
 	var b strings.Builder
-	b.WriteString("\n== headline: toolgate / raw JetStream (targets: throughput >= 0.5, p50 and p99 <= 3, " +
-		"orchestrator heap (toolgate - raw) <= 4096 B per paused conversation, resume <= 4 x raw's consume+CAS, " +
+	rebased(&b, r)
+	b.WriteString("\n== goals: toolgate / its storage floor >= 0.7 (batch-1 throughput), p50 and p99 <= 3 x raw, " +
+		"orchestrator heap (toolgate - raw) <= 4096 B per paused conversation, cold resume >= 0.5 x in cache, " +
+		"CPU per call at 2 and 3 orchestrators <= 1.15 x at 1, " +
 		"<= 6 stored messages and <= 3 round trips per batch-1 call, last/first calls of a long conversation <= 1.2, " +
 		"history >= 5 MiB completes, reconcile with finished conversations <= 1.5 x with none) ==\n")
 	for _, name := range sortedKeys(r.Errors) {
@@ -611,7 +714,7 @@ func Headline(w io.Writer, r *Results) {
 	}
 	fmt.Fprintf(&b, "%-32s %-28s %12s %12s %8s  %s\n", "case", "metric", "raw", "toolgate", "ratio", "target")
 	for _, row := range r.Cases {
-		if _, ok := goals[row.Metric]; !ok {
+		if row.Target == "" {
 			continue
 		}
 		result := fmtPass(row.Pass)
@@ -638,6 +741,43 @@ func Headline(w io.Writer, r *Results) {
 		}
 	}
 	io.WriteString(w, b.String())
+}
+
+// headlineMetrics are the figures of the re-based headline (issue 44):
+// what a user feels, with raw JetStream as the reference column.
+var headlineMetrics = map[string]bool{
+	MetricThroughput: true, MetricCPUPerCall: true, MetricP50: true, MetricP99: true,
+	MetricAddedP50: true, MetricAddedP99: true,
+	MetricHeapPerConversation: true, MetricOrchestratorHeap: true, MetricStorePerConversation: true,
+	MetricCallsPerSecond: true, MetricCPUOverOneReplica: true,
+	MetricResumeRateInCache: true, MetricResumeRateCold: true, MetricColdOverInCache: true, MetricColdReads: true, MetricColdLogReads: true,
+}
+
+// rebased writes the headline's figures: batch-1 throughput against the
+// storage floor, CPU per call, the latency cases, memory and store bytes
+// per paused conversation, the replica and cold-resume cases, each with
+// the load average at its end where recorded.
+func rebased(b *strings.Builder, r *Results) {
+	b.WriteString("\n== headline: what toolgate costs a user; raw JetStream is the reference, storage = raw storing what toolgate stores ==\n")
+	fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %8s  %s\n", "case", "metric", "raw", "storage", "toolgate", "tg/stor", "load")
+	for _, row := range r.Cases {
+		if !headlineMetrics[row.Metric] {
+			continue
+		}
+		roundTrip := strings.HasPrefix(row.Name, "roundtrip/")
+		switch {
+		case roundTrip && row.Batch != 1:
+			continue
+		case roundTrip && (row.Metric == MetricP50 || row.Metric == MetricP99):
+			continue // the latency cases' are the ones at 1 and 10 in flight
+		}
+		perStorage := ""
+		if row.Storage != nil && row.Toolgate != nil && *row.Storage != 0 && row.Metric != MetricAddedP50 && row.Metric != MetricAddedP99 {
+			perStorage = fmtNum(*row.Toolgate / *row.Storage)
+		}
+		fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %8s  %s\n", row.Name, row.Metric,
+			fmtPtr(row.Raw), fmtPtr(row.Storage), fmtPtr(row.Toolgate), perStorage, r.Load[row.Name])
+	}
 }
 
 // storageLines tells, for each row with a storage floor (batch-1

@@ -68,6 +68,21 @@ type Results struct {
 	Regressions []Regression `json:"regressions,omitempty"`
 	// Previous describes the results compared with ("" if none).
 	Previous string `json:"previous,omitempty"`
+	// Load is the machine's load average (1, 5 and 15 minutes) at the end
+	// of the cases that record it, by case name: on a shared machine it
+	// says how much of the figures' spread is other work.
+	Load map[string]string `json:"load_average,omitempty"`
+}
+
+// noteLoad records load as the load average at the end of case name.
+func (r *Results) noteLoad(name, load string) {
+	if load == "" {
+		return
+	}
+	if r.Load == nil {
+		r.Load = map[string]string{}
+	}
+	r.Load[name] = load
 }
 
 // Host describes the machine the figures come from.
@@ -137,7 +152,7 @@ func (r *Row) finish() {
 		r.Ratio = num(*r.Toolgate / *r.Raw)
 	}
 	g, ok := goals[r.Metric]
-	if !ok {
+	if !ok || !g.applies(*r) {
 		return
 	}
 	r.Target = g.String()
@@ -155,25 +170,40 @@ type goal struct {
 	// call, and ratios of a case to itself (the last calls of a long
 	// conversation against its first ones).
 	tgMax, tgMin float64
+	// storageMin bounds Toolgate/Storage from below: toolgate against raw
+	// storing what it stores; it applies to the rows with a storage floor.
+	storageMin float64
 }
 
+// applies says whether g is a goal of row r.
+func (g goal) applies(r Row) bool { return g.storageMin == 0 || r.Storage != nil }
+
+// goals are the targets of issue 44 where it set them, and of the issue
+// before it where 44 kept them. Throughput against raw (at least 0.5) and
+// the resume against raw's consume and CAS (at most 4) are retired: raw
+// storing what toolgate stores, with none of its code, already ran at
+// 0.55-0.75 of raw. Toolgate's throughput is held to its storage floor
+// instead, and the resume to itself with a cold cache.
 var goals = map[string]goal{
-	MetricThroughput:          {minRatio: 0.5},
+	MetricThroughput:          {storageMin: 0.7},
 	MetricP50:                 {maxRatio: 3},
 	MetricP99:                 {maxRatio: 3},
 	MetricHeapPerConversation: {absMax: 4096},
 	MetricOrchestratorHeap:    {tgMax: 4096},
-	MetricResumeSeconds:       {maxRatio: 4},
 	MetricStoredMessages:      {tgMax: 6},
 	MetricRoundTrips:          {tgMax: 3},
 	MetricBytesGrowth:         {tgMax: 1.2},
 	MetricTimeGrowth:          {tgMax: 1.2},
 	MetricHistoryBytes:        {tgMin: 5 << 20},
 	MetricReconcileGrowth:     {tgMax: 1.5},
+	MetricColdOverInCache:     {tgMin: 0.5},
+	MetricCPUOverOneReplica:   {tgMax: 1.15},
 }
 
 func (g goal) String() string {
 	switch {
+	case g.storageMin > 0:
+		return fmt.Sprintf("toolgate / storage floor >= %g", g.storageMin)
 	case g.minRatio > 0:
 		return fmt.Sprintf("ratio >= %g", g.minRatio)
 	case g.maxRatio > 0:
@@ -190,6 +220,11 @@ func (g goal) String() string {
 func (g goal) check(r Row) *bool {
 	var ok bool
 	switch {
+	case g.storageMin > 0:
+		if r.Toolgate == nil || r.Storage == nil || *r.Storage == 0 {
+			return nil
+		}
+		ok = *r.Toolgate / *r.Storage >= g.storageMin
 	case g.tgMax > 0 || g.tgMin > 0:
 		if r.Toolgate == nil {
 			return nil

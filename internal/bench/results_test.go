@@ -75,26 +75,32 @@ func TestRowGoals(t *testing.T) {
 		name      string
 		metric    string
 		raw, tg   *float64
+		storage   *float64
 		wantRatio *float64
 		wantPass  *bool
 	}{
-		{"throughput at half", bench.MetricThroughput, f(1000), f(500), f(0.5), &pass},
-		{"throughput below half", bench.MetricThroughput, f(1000), f(400), f(0.4), &fail},
-		{"p50 three times", bench.MetricP50, f(2), f(6), f(3), &pass},
-		{"p99 over three times", bench.MetricP99, f(2), f(6.5), f(3.25), &fail},
-		{"resume twice", bench.MetricResumeSeconds, f(1), f(2), f(2), &pass},
-		{"heap is absolute", bench.MetricHeapPerConversation, nil, f(4096), nil, &pass},
-		{"heap over", bench.MetricHeapPerConversation, nil, f(4097), nil, &fail},
-		{"heap over raw", bench.MetricHeapPerConversation, f(1000), f(5000), f(5), &pass},
-		{"heap too far over raw", bench.MetricHeapPerConversation, f(1000), f(5097), f(5.097), &fail},
-		{"toolgate not measured", bench.MetricThroughput, f(1000), nil, nil, nil},
-		{"raw zero", bench.MetricP50, f(0), f(1), nil, nil},
-		{"no goal", bench.MetricCodecNsPerOp, f(200), f(100), f(0.5), nil},
+		{"throughput at 0.7 of the storage floor", bench.MetricThroughput, f(1000), f(490), f(700), f(0.49), &pass},
+		{"throughput below 0.7 of the storage floor", bench.MetricThroughput, f(1000), f(480), f(700), f(0.48), &fail},
+		{"throughput without a storage floor has no goal", bench.MetricThroughput, f(1000), f(100), nil, f(0.1), nil},
+		{"p50 three times", bench.MetricP50, f(2), f(6), nil, f(3), &pass},
+		{"p99 over three times", bench.MetricP99, f(2), f(6.5), nil, f(3.25), &fail},
+		{"resume against raw has no goal", bench.MetricResumeSeconds, f(1), f(8), nil, f(8), nil},
+		{"cold resume at half the in-cache rate", bench.MetricColdOverInCache, nil, f(0.5), nil, nil, &pass},
+		{"cold resume below half", bench.MetricColdOverInCache, nil, f(0.49), nil, nil, &fail},
+		{"three replicas at 1.15", bench.MetricCPUOverOneReplica, nil, f(1.15), nil, nil, &pass},
+		{"three replicas over 1.15", bench.MetricCPUOverOneReplica, nil, f(1.2), nil, nil, &fail},
+		{"heap is absolute", bench.MetricHeapPerConversation, nil, f(4096), nil, nil, &pass},
+		{"heap over", bench.MetricHeapPerConversation, nil, f(4097), nil, nil, &fail},
+		{"heap over raw", bench.MetricHeapPerConversation, f(1000), f(5000), nil, f(5), &pass},
+		{"heap too far over raw", bench.MetricHeapPerConversation, f(1000), f(5097), nil, f(5.097), &fail},
+		{"toolgate not measured", bench.MetricThroughput, f(1000), nil, f(700), nil, nil},
+		{"raw zero", bench.MetricP50, f(0), f(1), nil, nil, nil},
+		{"no goal", bench.MetricCodecNsPerOp, f(200), f(100), nil, f(0.5), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := &bench.Results{Cases: []bench.Row{{Name: "x", Metric: tt.metric, Raw: tt.raw, Toolgate: tt.tg}}}
+			r := &bench.Results{Cases: []bench.Row{{Name: "x", Metric: tt.metric, Raw: tt.raw, Toolgate: tt.tg, Storage: tt.storage}}}
 			bench.FinishRows(r)
 			row := r.Cases[0]
 			if diff := cmp.Diff(tt.wantRatio, row.Ratio); diff != "" {

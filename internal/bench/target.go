@@ -44,6 +44,10 @@ type Measurement struct {
 	// AllocBytes is the bytes the process allocated per measured call
 	// (allocated): the garbage a call costs, whatever the machine's speed.
 	AllocBytes float64 `json:"alloc_bytes_per_call,omitempty"`
+	// CPU is the CPU time (user and system) the whole process spent per
+	// measured call, in milliseconds (cpuUsed): the side, the embedded
+	// server and the harness, as AllocBytes.
+	CPU float64 `json:"cpu_ms_per_call,omitempty"`
 	// StateWrites and StateBytes are the orchestrator's appends to
 	// conversation logs per measured call, and their bytes: where its
 	// overhead over the baseline goes. Zero for the baseline.

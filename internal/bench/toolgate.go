@@ -67,19 +67,38 @@ func (t *ToolgateTarget) Name() string { return "toolgate" }
 
 // agentConfig is an agent whose model calls noop batch times, then answers.
 func agentConfig(batch int) (*orchestrator.AgentConfig, error) {
+	script, err := agentScript(batch)
+	if err != nil {
+		return nil, err
+	}
+	return scriptAgent(script, sampleTool)
+}
+
+// agentJSON is agentConfig's script and config files.
+func agentJSON(batch int) (script, cfg []byte, err error) {
+	a, err := agentScript(batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	if script, err = json.Marshal(a); err != nil {
+		return nil, nil, err
+	}
+	cfg, err = agentFile(sampleTool)
+	return script, cfg, err
+}
+
+// agentScript is agentConfig's script.
+func agentScript(batch int) ([]agent.ScriptResponse, error) {
 	calls := make([]agent.ScriptCall, batch)
 	for i := range calls {
 		calls[i] = agent.ScriptCall{Tool: sampleTool, ID: fmt.Sprintf("call_%03d", i), Args: json.RawMessage(sampleArgs)}
 	}
-	return scriptAgent([]agent.ScriptResponse{{Calls: calls}, {Text: "Done."}}, sampleTool)
+	return []agent.ScriptResponse{{Calls: calls}, {Text: "Done."}}, nil
 }
 
-// scriptAgent is an agent that plays script with the built-in tools named.
-func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.AgentConfig, error) {
-	data, err := json.Marshal(script)
-	if err != nil {
-		return nil, err
-	}
+// agentFile is the config file of an agent that plays script.json with
+// the built-in tools named.
+func agentFile(tools ...string) ([]byte, error) {
 	var specs []worker.ToolSpec
 	for _, s := range worker.BuiltinTools() {
 		if slices.Contains(tools, s.Name) {
@@ -91,7 +110,16 @@ func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.
 		"instructions": "Use the tools as asked.",
 		"tools":        specs,
 	}
-	cfgData, err := json.Marshal(cfg)
+	return json.Marshal(cfg)
+}
+
+// scriptAgent is an agent that plays script with the built-in tools named.
+func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.AgentConfig, error) {
+	data, err := json.Marshal(script)
+	if err != nil {
+		return nil, err
+	}
+	cfgData, err := agentFile(tools...)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +176,8 @@ type rigConfig struct {
 	agent *orchestrator.AgentConfig
 	// maxRuns is the orchestrator's MaxConcurrentRuns (at least 16).
 	maxRuns int
+	// cacheBytes is the orchestrator's StateCacheBytes; 0 its default.
+	cacheBytes int64
 }
 
 // setUp starts toolgate with an orchestrator that runs up to maxRuns runs at
@@ -210,7 +240,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 	}
 	o, err := t.env.sys.Orchestrator(ctx, "bench-orchestrator", orchestrator.Config{
 		Bus: ob, EventBus: eb, Agent: rc.agent, Logger: t.env.Logger(), MaxConcurrentRuns: max(rc.maxRuns, 16),
-		OnRunEnd: r.onRunEnd, Retention: benchRetention,
+		OnRunEnd: r.onRunEnd, Retention: benchRetention, StateCacheBytes: rc.cacheBytes,
 	})
 	if err != nil {
 		closeConns()
@@ -379,7 +409,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	alloc0 := allocated()
+	alloc0, cpu0 := allocated(), cpuUsed()
 	start := time.Now()
 	for range c.Conversations() {
 		g.Go(func() error {
@@ -416,7 +446,7 @@ func (r *rig) drive(ctx context.Context, c Case, n int) (Measurement, error) {
 		return Measurement{}, err
 	}
 	m := Measurement{Calls: len(latencies), Elapsed: time.Since(start), Latency: Summarize(latencies), Stalls: r.stalledPulls() - stalls0,
-		AllocBytes: allocatedPer(alloc0, len(latencies))}
+		AllocBytes: allocatedPer(alloc0, len(latencies)), CPU: cpuPer(cpu0, len(latencies))}
 	m.Gap = longestGap(start, done)
 	if m.Calls > 0 {
 		calls := float64(m.Calls)

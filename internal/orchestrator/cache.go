@@ -2,8 +2,10 @@ package orchestrator
 
 import (
 	"container/list"
+	"log/slog"
 	"math"
 	"sync"
+	"time"
 )
 
 // stateCache keeps the folded states of recently used conversations, each
@@ -30,6 +32,9 @@ type stateCache struct {
 	// open and done hold *cacheEntry, most recent first: the unfinished
 	// states and the finished ones.
 	open, done list.List
+	// evicted is told of the unfinished states put pushed out, outside
+	// the lock; nil tells no one.
+	evicted *evictionReport
 }
 
 type cacheEntry struct {
@@ -61,6 +66,14 @@ func cacheHeap(n int64) int64 { return n * heapPerRecordByte / 10 }
 
 func newStateCache(budget int64) *stateCache {
 	return &stateCache{budget: budget, m: map[string]*list.Element{}}
+}
+
+// newReportingCache is a cache of budget bytes that tells evicted of the
+// unfinished states it pushes out.
+func newReportingCache(budget int64, evicted *evictionReport) *stateCache {
+	sc := newStateCache(budget)
+	sc.evicted = evicted
+	return sc
 }
 
 // listOf is the list e is in.
@@ -119,6 +132,14 @@ func (sc *stateCache) size(id string) int64 {
 // ones still waiting (0.76 log reads per conversation with room for all of
 // them).
 func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
+	if n := sc.putLocked(id, c, seq, size); n > 0 && sc.evicted != nil {
+		sc.evicted.tell(n, sc.budget)
+	}
+}
+
+// putLocked is put under the lock; it returns how many unfinished states
+// it pushed out.
+func (sc *stateCache) putLocked(id string, c *Conversation, seq uint64, size int64) (evicted int) {
 	// Cleared before anyone else has c: clone then never writes to a
 	// cached state.
 	c.runsOwned = false
@@ -128,7 +149,7 @@ func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 	if el, ok := sc.m[id]; ok {
 		e := el.Value.(*cacheEntry)
 		if e.seq >= seq {
-			return
+			return 0
 		}
 		sc.forget(el)
 		e.c, e.seq, e.size, e.finished = c, seq, size, finished
@@ -143,9 +164,11 @@ func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 		el := sc.done.Back()
 		if el == nil {
 			el = sc.open.Back()
+			evicted++
 		}
 		sc.removeElement(el)
 	}
+	return evicted
 }
 
 // keep puts e first in its list and counts its size.
@@ -187,6 +210,55 @@ func (sc *stateCache) len() int {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	return sc.open.Len() + sc.done.Len()
+}
+
+// evictionWarnEvery is the least time between two warnings of the cache
+// pushing out unfinished states: a resume past the cache's size evicts on
+// nearly every put, and one line a minute says it as well as thousands.
+const evictionWarnEvery = time.Minute
+
+// evictionReport counts the unfinished states the cache pushes out
+// (a metric) and warns of them at most once per evictionWarnEvery. A
+// paused state pushed out costs a read of its log when its reply comes
+// (StateReads): past the cache's size, a resume reads a log for nearly
+// every conversation, several times slower than one that finds them
+// cached.
+type evictionReport struct {
+	log   *slog.Logger
+	count func(n int)
+	clock func() time.Time
+
+	mu     sync.Mutex
+	warned time.Time // zero: never
+	since  int       // evicted since the last warning
+}
+
+func newEvictionReport(log *slog.Logger, count func(n int), clock func() time.Time) *evictionReport {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &evictionReport{log: log, count: count, clock: clock}
+}
+
+// tell counts n unfinished states evicted from a cache of budget bytes.
+func (r *evictionReport) tell(n int, budget int64) {
+	if r.count != nil {
+		r.count(n)
+	}
+	r.mu.Lock()
+	r.since += n
+	now := r.clock()
+	if !r.warned.IsZero() && now.Sub(r.warned) < evictionWarnEvery {
+		r.mu.Unlock()
+		return
+	}
+	since := r.since
+	r.warned, r.since = now, 0
+	r.mu.Unlock()
+	if r.log != nil {
+		r.log.Warn("state cache full: paused conversations pushed out are read from their logs when resumed, which is slower; raise --state-cache (about 3 KB a paused conversation of a few calls)",
+			slog.Int("evicted", since), slog.Int64("cache_bytes", budget), slog.Duration("warning_every", evictionWarnEvery))
+	}
 }
 
 // defaultStateCacheBytes is the cache's budget when none is configured,

@@ -582,7 +582,7 @@ func (co *core) openStore(ctx context.Context) (*store, error) {
 	co.link.kv = replicas
 	s := &store{
 		bus: co.bus, index: index, fresh: newFreshSet(), instance: co.cfg.InstanceID,
-		cache: newStateCache(co.cfg.StateCacheBytes),
+		cache: newReportingCache(co.cfg.StateCacheBytes, newEvictionReport(co.log, co.cfg.Metrics.StateCacheEvicted, co.clock)),
 		clock: co.clock, onTooLarge: co.failTooLarge,
 		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
 		life: co.loopCtx, log: co.log, unresolved: func() { co.observer.appendUnresolved() }, appendTimeout: co.cfg.appendTimeout,

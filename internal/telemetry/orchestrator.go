@@ -31,6 +31,7 @@ const (
 //	toolgate_reconcile_errors_total
 //	toolgate_calls_unserved_total{tool}          calls published while no worker took calls of their tool
 //	toolgate_append_outcome_unknown_total        rounds of the store's timeout that left a log append's outcome unknown
+//	toolgate_state_cache_evictions_total         paused (unfinished) states the state cache pushed out for room
 //
 // kind is "call" or "approval". toolgate_deferred_pending comes either from
 // PendingAdd/PendingDone, counted by this process (sum over replicas; a
@@ -53,6 +54,7 @@ type OrchestratorMetrics struct {
 	reconcile    prometheus.Counter
 	unserved     *prometheus.CounterVec
 	unresolved   prometheus.Counter
+	evictions    prometheus.Counter
 }
 
 // NewOrchestratorMetrics registers the orchestrator's collectors on reg.
@@ -111,7 +113,20 @@ func NewOrchestratorMetrics(reg prometheus.Registerer) *OrchestratorMetrics {
 			Name: "toolgate_append_outcome_unknown_total",
 			Help: "Rounds of the store's timeout (10 s) that ended with an append to a conversation's log unanswered and its outcome unknown: the server or the stream cannot be reached. The append is followed up until the log answers (see the log).",
 		})),
+		evictions: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_state_cache_evictions_total",
+			Help: "Unfinished (paused or running) conversation states the state cache pushed out for room: each is read from its log when its reply comes. Growing with paused conversations means the cache is too small for them (--state-cache).",
+		})),
 	}
+}
+
+// StateCacheEvicted counts n unfinished states pushed out of the state
+// cache.
+func (m *OrchestratorMetrics) StateCacheEvicted(n int) {
+	if m == nil {
+		return
+	}
+	m.evictions.Add(float64(n))
 }
 
 // AppendUnresolved counts a round of the store's timeout that left an

@@ -1,0 +1,33 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bench"
+	"github.com/toolgate/toolgate/internal/bus/bustest"
+)
+
+// The replica case runs its orchestrators and nats-server as processes of
+// their own and charges each its CPU.
+func TestReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rt, err := bench.NewReplicaTarget(ctx, bustest.NewLogWriter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ms, err := rt.RunReplicas(ctx, 2, false, []int{3}, 30, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 {
+		t.Fatalf("%d measurements, want 1", len(ms))
+	}
+	m := ms[0]
+	if m.Calls != 30 || m.Elapsed <= 0 || m.Orchestrators <= 0 || m.NATS <= 0 || m.Load <= 0 {
+		t.Errorf("measurement %+v: want 30 calls and every figure positive", m)
+	}
+}
