@@ -118,6 +118,8 @@ type Bus struct {
 	borrowed bool
 	// outage gathers the consume loops' errors while the server is away.
 	outage pullOutage
+	// logs takes the answers to ReadLog's direct gets.
+	logs logMux
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client
@@ -324,6 +326,7 @@ func (b *Bus) Close() {
 	}
 	b.js.CleanupPublisher()
 	b.endOutage()
+	b.logs.close()
 	if !b.borrowed {
 		b.nc.Close()
 	}

@@ -149,13 +149,11 @@ func (b *Bus) readLogBatch(ctx context.Context, stream, subject string, after ui
 	if err != nil {
 		return 0, false, 0, err
 	}
-	inbox := b.nc.NewRespInbox()
-	ch := make(chan *nats.Msg, logBatch+1)
-	sub, err := b.nc.ChanSubscribe(inbox, ch)
-	if err != nil {
+	if err := b.logs.open(b.nc); err != nil {
 		return 0, false, 0, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	inbox, ch, done := b.logs.read(logBatch + 1)
+	defer done()
 	if err := b.nc.PublishRequest(b.apiPrefix()+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return 0, false, 0, err
 	}
