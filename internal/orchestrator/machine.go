@@ -311,7 +311,10 @@ func (c *Conversation) Escalate(now time.Time) []*PendingCall {
 	var out []*PendingCall
 	for _, pc := range c.Batch.Calls {
 		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
-			pc.Escalation.Done = true
+			// Replaced, not changed: a clone shares it (Conversation.clone).
+			e := *pc.Escalation
+			e.Done = true
+			pc.Escalation = &e
 			out = append(out, pc)
 		}
 	}
