@@ -33,6 +33,8 @@ import (
 //	launch            the run executed here from the written state start, new prompt
 //	handOver          the agent's replicas nudged to take the run start, new prompt (not this replica's agent)
 //	publishInline     the batch published at once                 inline wait begun
+//	replied           each reply's events, then its delivery answered  replies recorded
+//	publishDispatched the approved calls sent to their workers, off the way  replies recorded (a call dispatched)
 //	endWritten        counted: a write that ended a run           end of a run (finished)
 //	audit             the grants' uses recorded on the audit stream end of a run
 //	index             the due entry put now                       end of a run (awaits approval)
@@ -57,6 +59,8 @@ const (
 	effectLaunch
 	effectHandOver
 	effectPublishInline
+	effectReplied
+	effectPublishDispatched
 	effectEndWritten
 	effectAudit
 	effectIndex
@@ -69,7 +73,7 @@ const (
 var effectNames = [...]string{
 	effectNotifyCancel: "notifyCancel", effectWithdraw: "withdraw", effectExpired: "expired",
 	effectEmit: "emit", effectEscalate: "escalate", effectBatchDone: "batchDone", effectClaim: "claim",
-	effectSchedule: "schedule", effectFollowUp: "followUp", effectRelaunch: "relaunch", effectStarted: "started", effectLaunch: "launch", effectHandOver: "handOver", effectPublishInline: "publishInline", effectEndWritten: "endWritten", effectAudit: "audit", effectIndex: "index",
+	effectSchedule: "schedule", effectFollowUp: "followUp", effectRelaunch: "relaunch", effectStarted: "started", effectLaunch: "launch", effectHandOver: "handOver", effectPublishInline: "publishInline", effectReplied: "replied", effectPublishDispatched: "publishDispatched", effectEndWritten: "endWritten", effectAudit: "audit", effectIndex: "index",
 	effectAwaitReplies: "awaitReplies", effectPublishPaused: "publishPaused", effectRunEnded: "runEnded", effectLog: "log",
 }
 
@@ -95,6 +99,10 @@ type effect struct {
 	event  string
 	callID string
 	data   any
+	// jobs are the replies recorded (replied).
+	jobs []*replyJob
+	// callIDs are the calls dispatched (publishDispatched).
+	callIDs []string
 	// grants are the grants' uses audited.
 	grants []grantUse
 	// level, msg and attrs are a logged line's (its conversation's id
@@ -378,4 +386,27 @@ func inlineEffects(runID string, granted []grantUse) []effect {
 		effects = append(effects, effect{kind: effectAudit, runID: runID, grants: granted})
 	}
 	return append(effects, effect{kind: effectSchedule}, effect{kind: effectPublishInline, runID: runID})
+}
+
+// repliedEffects are what the record of the replies jobs (their verdicts
+// given in c) asks for: each reply's events and its delivery answered;
+// then the follow-up the record claimed, launched (or handed over), or
+// else the batch's next deadline scheduled and the calls the replies
+// approved and dispatched sent to their workers.
+func repliedEffects(c *Conversation, jobs []*replyJob, followUp string) []effect {
+	effects := []effect{{kind: effectReplied, jobs: jobs}}
+	if followUp != "" {
+		return append(effects, effect{kind: effectBatchDone, runID: c.Batch.RunID}, effect{kind: effectFollowUp, runID: followUp})
+	}
+	var ids []string
+	for _, j := range jobs {
+		if j.dispatched != nil {
+			ids = append(ids, j.in.callID)
+		}
+	}
+	effects = append(effects, effect{kind: effectSchedule})
+	if len(ids) > 0 {
+		effects = append(effects, effect{kind: effectPublishDispatched, callIDs: ids})
+	}
+	return effects
 }

@@ -414,3 +414,34 @@ func TestStartAndInlineEffects(t *testing.T) {
 		t.Errorf("launch names run %q, want r1_c1", ef.runID)
 	}
 }
+
+// What the record of a group of replies asks for: their answers, then the
+// follow-up it claimed, or the next deadline and the calls it dispatched.
+func TestRepliedEffects(t *testing.T) {
+	t.Parallel()
+	c := &Conversation{ID: "c1", Status: StatusPaused, Batch: &Batch{RunID: "r1_c1"}}
+	plain := &replyJob{in: incoming{callID: "a"}}
+	sent := &replyJob{in: incoming{callID: "b"}, dispatched: &wire.PendingCall{}}
+	for _, tt := range []struct {
+		name     string
+		jobs     []*replyJob
+		followUp string
+		want     []string
+	}{
+		{"claimed", []*replyJob{plain, sent}, "r2_c1", []string{"replied", "batchDone r1_c1", "followUp r2_c1"}},
+		{"incomplete", []*replyJob{plain}, "", []string{"replied", "schedule"}},
+		{"dispatched", []*replyJob{plain, sent}, "", []string{"replied", "schedule", "publishDispatched"}},
+	} {
+		effects := repliedEffects(c, tt.jobs, tt.followUp)
+		got := make([]string, len(effects))
+		for i, ef := range effects {
+			got[i] = effectString(ef)
+		}
+		if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+			t.Errorf("%s: effects:\n%s\nwant:\n%s", tt.name, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+		}
+		if last := effects[len(effects)-1]; last.kind == effectPublishDispatched && strings.Join(last.callIDs, ",") != "b" {
+			t.Errorf("%s: dispatched %v, want [b]", tt.name, last.callIDs)
+		}
+	}
+}
