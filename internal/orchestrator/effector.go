@@ -15,12 +15,39 @@ type effector struct {
 	effectorParams
 }
 
+// conversationStore is the store as the write path uses it: the
+// conversations' JetStream logs (store), or memory in tests of the
+// effector (memStore); conversationStoreSuite holds both to the same
+// contract.
+type conversationStore interface {
+	// updateFrom applies fn to conversation id from c as stored at seq
+	// (nil c: the current state) and appends what it changed, only if
+	// nothing was appended since; on a conflict it catches up and applies
+	// fn again. fn returning errUnchanged ends it without a write, and
+	// nil error; any other error ends it with that error. It returns the
+	// state (the caller's) and its sequence.
+	updateFrom(ctx context.Context, id string, c *Conversation, seq uint64, fn func(*Conversation) error) (*Conversation, uint64, error)
+	// create stores c as a new conversation (errExists, wrapped, when
+	// there is one) and returns its sequence.
+	create(ctx context.Context, c *Conversation) (uint64, error)
+	// indexNow lists id as not finished at once, for every replica.
+	indexNow(ctx context.Context, id string) error
+	// followUpRequest calls stored, once, if an append whose outcome err
+	// left unknown turns out stored (off the request's way: spawn).
+	followUpRequest(ctx context.Context, id string, spawn func(func()), err error, stored func())
+}
+
+// eventSink takes the events of conversations.
+type eventSink interface {
+	publish(ctx context.Context, convID, runID, typ, callID string, data any)
+}
+
 // effectorParams are what the effects are carried out with.
 type effectorParams struct {
 	log       *slog.Logger
 	clock     func() time.Time
-	store     *store
-	events    *eventPublisher
+	store     conversationStore
+	events    eventSink
 	deadlines *deadlineIndex
 	observer  observer
 	stats     *Stats
