@@ -410,3 +410,33 @@ func repliedEffects(c *Conversation, jobs []*replyJob, followUp string) []effect
 	}
 	return effects
 }
+
+// renewTransition extends owner's lease on run runID to ttl from now
+// (Conversation.Renew). It asks for nothing; a lease lost is its error.
+func renewTransition(owner, runID string, ttl time.Duration) transition {
+	return func(c *Conversation, now time.Time) ([]effect, error) {
+		return nil, c.Renew(owner, runID, now.Add(ttl))
+	}
+}
+
+// releaseTransition lets owner's lease on run runID expire now, so that a
+// replica relaunches the run at once (Conversation.Release).
+func releaseTransition(owner, runID string) transition {
+	return func(c *Conversation, _ time.Time) ([]effect, error) {
+		if !c.Release(owner, runID) {
+			return nil, errUnchanged
+		}
+		return nil, nil
+	}
+}
+
+// markPublishedTransition records that the calls ids of run runID's batch
+// were published at, or before, at (Conversation.MarkPublished).
+func markPublishedTransition(runID string, ids []string, at time.Time) transition {
+	return func(c *Conversation, _ time.Time) ([]effect, error) {
+		if !c.MarkPublished(runID, ids, at) {
+			return nil, errUnchanged
+		}
+		return nil, nil
+	}
+}

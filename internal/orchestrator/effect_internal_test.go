@@ -198,6 +198,24 @@ func TestTransitionEffects(t *testing.T) {
 			name: "wait for agent: still waiting", from: func() *Conversation { return unserved(now) },
 			t: waitForAgentTransition("no replica", time.Minute), wantErr: errUnchanged, status: StatusRunning,
 		},
+		{name: "renew", from: running, t: renewTransition(me, "r1_c1", ttl), status: StatusRunning},
+		{
+			name: "renew a lease lost", from: running, t: renewTransition("orch-b", "r1_c1", ttl),
+			wantErr: errLeaseLost, status: StatusRunning,
+		},
+		{name: "release", from: running, t: releaseTransition(me, "r1_c1"), status: StatusRunning},
+		{
+			name: "release another's", from: running, t: releaseTransition("orch-b", "r1_c1"),
+			wantErr: errUnchanged, status: StatusRunning,
+		},
+		{
+			name: "mark published", from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
+			t: markPublishedTransition("r1_c1", []string{"a"}, now), status: StatusPaused,
+		},
+		{
+			name: "mark another run's calls", from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
+			t: markPublishedTransition("r0_c1", []string{"a"}, now), wantErr: errUnchanged, status: StatusPaused,
+		},
 		{
 			name: "wait for agent: lease live", from: running,
 			t: waitForAgentTransition("no replica", time.Minute), wantErr: errUnchanged, status: StatusRunning,

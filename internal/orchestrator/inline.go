@@ -47,11 +47,11 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	// Take what arrived: mark it taken so that nothing offers it again, and
 	// hand it to the run.
 	var res *deferred.Results
-	_, err = rn.store.update(ctx, convID, func(c *Conversation) error {
-		if res = c.TakeInline(runID, req, rn.clock()); res == nil {
-			return errUnchanged
+	_, _, err = rn.fx.do(ctx, convID, func(c *Conversation, now time.Time) ([]effect, error) {
+		if res = c.TakeInline(runID, req, now); res == nil {
+			return nil, errUnchanged
 		}
-		return nil
+		return nil, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: take replies: %w", err)

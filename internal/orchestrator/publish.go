@@ -69,12 +69,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, merr := p.store.update(ctx, convID, func(c *Conversation) error {
-		if !c.MarkPublished(runID, ids, now) {
-			return errUnchanged
-		}
-		return nil
-	})
+	_, _, merr := p.fx.do(ctx, convID, markPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}

@@ -428,9 +428,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 			return
 		case <-t.C:
 		}
-		_, err := rn.store.update(ctx, convID, func(c *Conversation) error {
-			return c.Renew(rn.cfg.InstanceID, runID, rn.clock().Add(rn.cfg.LeaseTTL))
-		})
+		_, _, err := rn.fx.do(ctx, convID, renewTransition(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
 		switch {
 		case errors.Is(err, errLeaseLost):
 			cancelRun()
@@ -443,12 +441,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 
 // releaseLease lets the lease of an interrupted run expire now.
 func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
-	_, err := rn.store.update(ctx, convID, func(c *Conversation) error {
-		if !c.Release(rn.cfg.InstanceID, runID) {
-			return errUnchanged
-		}
-		return nil
-	})
+	_, _, err := rn.fx.do(ctx, convID, releaseTransition(rn.cfg.InstanceID, runID))
 	if err != nil {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
