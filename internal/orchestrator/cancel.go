@@ -37,19 +37,6 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, er
 	return c, nil
 }
 
-// workingRuns lists the runs of an unfinished conversation that may still
-// be working: the paused run whose calls are out, and the run under lease.
-func (c *Conversation) workingRuns() []string {
-	var runs []string
-	if c.Batch != nil && c.Status == StatusPaused {
-		runs = append(runs, c.Batch.RunID)
-	}
-	if c.Lease != nil && c.Lease.RunID != "" && (len(runs) == 0 || runs[0] != c.Lease.RunID) {
-		runs = append(runs, c.Lease.RunID)
-	}
-	return runs
-}
-
 // subscribeCancels makes this replica stop its runs of conversations
 // cancelled anywhere.
 func (rn *runner) subscribeCancels() error {

@@ -159,7 +159,7 @@ func cancelTransition(reason string) transition {
 			{kind: effectNotifyCancel, runs: runs},
 			{kind: effectWithdraw, runID: batchRun, calls: settled, detached: true},
 			logEffect(slog.LevelInfo, "conversation cancelled", slog.Int("calls", len(ids))),
-			emitEffect(runID, EventConversationCancelled, "", cancelledData{Reason: reason, ToolCallIDs: ids}),
+			emitEffect(runID, EventConversationCancelled, "", wire.ConversationCancelled{Reason: reason, ToolCallIDs: ids}),
 		}, nil
 	}
 }
@@ -179,7 +179,7 @@ func expireTransition() transition {
 			}
 			effects = append(effects,
 				effect{kind: effectExpired, calls: expired},
-				emitEffect(c.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids}),
+				emitEffect(c.Batch.RunID, EventCallsExpired, "", wire.CallsExpired{Calls: n, ToolCallIDs: ids}),
 				effect{kind: effectWithdraw, runID: c.Batch.RunID, calls: expired})
 		}
 		var escalate []*PendingCall

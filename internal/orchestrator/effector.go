@@ -49,8 +49,8 @@ type effectorParams struct {
 	store     conversationStore
 	events    eventSink
 	deadlines *deadlineIndex
-	observer  observer
-	stats     *Stats
+	// observer counts what the effects did.
+	observer observer
 	// owner is this replica, which takes the leases; leaseTTL their
 	// length; newID makes the id of a follow-up no prompt named.
 	owner    string
@@ -253,16 +253,16 @@ func (e *effector) carry(ctx context.Context, c *Conversation, rev uint64, ef ef
 			e.handOver(ctx, c)
 			return
 		}
-		e.stats.FollowUps.Add(1)
+		e.observer.followUp()
 		e.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", id),
 			slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", ef.runID))
 		e.launch(id, ef.runID, c, rev)
 	case effectRelaunch:
-		e.stats.RunsRelaunched.Add(1)
+		e.observer.runRelaunched()
 		e.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", id), slog.String("run_id", ef.runID))
 		e.launch(id, ef.runID, nil, 0)
 	case effectStarted:
-		e.stats.RunsStarted.Add(1)
+		e.observer.runStarted()
 	case effectLaunch:
 		if ef.read {
 			e.launch(id, ef.runID, nil, 0)
@@ -299,7 +299,7 @@ func (e *effector) carry(ctx context.Context, c *Conversation, rev uint64, ef ef
 			}
 		})
 	case effectEndWritten:
-		e.stats.EndWrites.Add(1)
+		e.observer.endWritten()
 	case effectAudit:
 		e.audit(ctx, id, ef.runID, ef.grants)
 	case effectIndex:
@@ -334,32 +334,5 @@ func (e *effector) carry(ctx context.Context, c *Conversation, rev uint64, ef ef
 		e.log.LogAttrs(ctx, ef.level, ef.msg, attrs...)
 	default:
 		panic("orchestrator: effect " + ef.kind.String() + " has no arm")
-	}
-}
-
-// effectorParams are the effector's collaborators in this orchestrator.
-func (o *Orchestrator) effectorParams(st *store) effectorParams {
-	return effectorParams{
-		log: o.log, clock: o.clock, store: st, events: o.events, deadlines: o.deadlines,
-		observer: o.observer, stats: &o.stats,
-		owner: o.cfg.InstanceID, leaseTTL: o.cfg.LeaseTTL, newID: o.cfg.NewID, mine: o.roster.take,
-		notifyCancel: o.bus.PublishCancel,
-		withdraw:     o.withdraw,
-		escalate:     o.rec.escalate,
-		batchDone:    o.pub.batchDone,
-		launch: func(convID, runID string, c *Conversation, rev uint64) {
-			o.runner.launchFrom(convID, runID, c, rev, nil)
-		},
-		handOver:            o.link.handOver,
-		spawn:               o.runner.goUnlessStopped,
-		track:               o.runner.runs.Go,
-		audit:               o.auditGrants,
-		awaitReplies:        o.events.queue.awaitReplies,
-		publishPaused:       o.pub.publishPaused,
-		publishBatch:        o.pub.publishBatch,
-		replied:             o.pipe.replyEvents,
-		publishDispatched:   o.pub.publishDispatched,
-		dispatchUnpublished: o.cfg.dispatchUnpublished,
-		onRunEnd:            o.cfg.OnRunEnd,
 	}
 }

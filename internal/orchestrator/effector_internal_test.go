@@ -40,7 +40,7 @@ func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
 	stats := &Stats{}
 	return newEffector(effectorParams{
 		log: slog.New(slog.DiscardHandler), clock: func() time.Time { return now }, store: s, events: f,
-		deadlines: newDeadlineIndex(), observer: counters{stats: stats}, stats: stats,
+		deadlines: newDeadlineIndex(), observer: counters{stats: stats},
 		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*Conversation) bool { return true },
 		notifyCancel: func(runID string) error { f.add("notice " + runID); return nil },
 		withdraw: func(_ context.Context, _, runID string, calls []*PendingCall) {
@@ -152,6 +152,9 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	want := []string{"event calls_expired r1_c2", "withdraw r1_c2 a", "batchDone r1_c2", "launch r2_c2 from resuming"}
 	if got := f.list(); !slices.Equal(got, want) {
 		t.Errorf("expiry carried out %q, want %q", got, want)
+	}
+	if st := e.observer.(counters).stats; st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
+		t.Errorf("observed %d expired, %d follow-ups; want 1 and 1", st.Expired.Load(), st.FollowUps.Load())
 	}
 	if c, _, _ := s.current("c2"); c.Status != StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
 		t.Errorf("stored after the expiry: %s", describeState(c))

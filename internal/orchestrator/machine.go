@@ -365,6 +365,19 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 	return settled, nil
 }
 
+// workingRuns lists the runs of an unfinished conversation that may still
+// be working: the paused run whose calls are out, and the run under lease.
+func (c *Conversation) workingRuns() []string {
+	var runs []string
+	if c.Batch != nil && c.Status == StatusPaused {
+		runs = append(runs, c.Batch.RunID)
+	}
+	if c.Lease != nil && c.Lease.RunID != "" && (len(runs) == 0 || runs[0] != c.Lease.RunID) {
+		runs = append(runs, c.Lease.RunID)
+	}
+	return runs
+}
+
 // StatusDeleted: the conversation is being deleted. Its log holds only
 // the record that set this status (the tombstone): every replica that
 // catches up, however stale its cache, reads it and answers ErrNotFound,

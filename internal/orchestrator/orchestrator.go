@@ -822,3 +822,30 @@ func ValidID(s string) bool {
 	}
 	return true
 }
+
+// effectorParams are the effector's collaborators in this orchestrator.
+func (o *Orchestrator) effectorParams(st *store) effectorParams {
+	return effectorParams{
+		log: o.log, clock: o.clock, store: st, events: o.events, deadlines: o.deadlines,
+		observer: o.observer,
+		owner:    o.cfg.InstanceID, leaseTTL: o.cfg.LeaseTTL, newID: o.cfg.NewID, mine: o.roster.take,
+		notifyCancel: o.bus.PublishCancel,
+		withdraw:     o.withdraw,
+		escalate:     o.rec.escalate,
+		batchDone:    o.pub.batchDone,
+		launch: func(convID, runID string, c *Conversation, rev uint64) {
+			o.runner.launchFrom(convID, runID, c, rev, nil)
+		},
+		handOver:            o.link.handOver,
+		spawn:               o.runner.goUnlessStopped,
+		track:               o.runner.runs.Go,
+		audit:               o.auditGrants,
+		awaitReplies:        o.events.queue.awaitReplies,
+		publishPaused:       o.pub.publishPaused,
+		publishBatch:        o.pub.publishBatch,
+		replied:             o.pipe.replyEvents,
+		publishDispatched:   o.pub.publishDispatched,
+		dispatchUnpublished: o.cfg.dispatchUnpublished,
+		onRunEnd:            o.cfg.OnRunEnd,
+	}
+}
