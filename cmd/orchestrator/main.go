@@ -1,5 +1,5 @@
 // Command orchestrator runs toolgate's orchestrator: the agent loop, the
-// paused conversations in KV, the batches of deferred calls on the bus, and
+// conversations' logs on JetStream, the batches of deferred calls on the bus, and
 // the HTTP API.
 //
 //	orchestrator                                  # embedded NATS, built-in demo agent
@@ -55,8 +55,8 @@ func main() {
 var command = cli.Command{
 	Name:  "orchestrator",
 	Usage: []string{"orchestrator [flags]"},
-	About: `Runs the agent loop, keeps paused conversations in KV, publishes deferred calls
-and approval requests on NATS, and serves the HTTP API (and /metrics). Without
+	About: `Runs the agent loop, keeps each conversation as a log on JetStream, publishes
+deferred calls and approval requests on NATS, and serves the HTTP API (and /metrics). Without
 --nats it runs an embedded NATS server; without --agent, the built-in demo.`,
 	Env: append([]cli.Env{
 		{Name: "OPENAI_API_KEY", Doc: "without --agent: run the demo on this OpenAI-compatible API instead of the script model"},

@@ -41,7 +41,7 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	if cfg.InlineWait > 0 {
 		wait := cfg.InlineWait.D()
 		handlers = append(handlers, agent.HandlerFunc(func(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
-			return r.runner.handleInline(rc, req, wait)
+			return r.inline(rc, req, wait)
 		}))
 	}
 	handlers = append(handlers, r.cfg.Handlers...)

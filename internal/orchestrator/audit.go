@@ -16,7 +16,7 @@ type AuditRecord = wire.AuditRecord
 
 // audit records a decision (whatever became of it) or a refused result on
 // the audit stream. Its id is the reply's stream sequence, so a redelivered
-// reply is recorded once. A failure is logged: the reply's effect is in KV
+// reply is recorded once. A failure is logged: the reply's effect is stored
 // already and must not be undone for want of its record.
 func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delivery[bus.Reply], j *replyJob) {
 	rp.auditAs(ctx, convID, "audit/"+d.Stream+"/"+strconv.FormatUint(d.StreamSeq, 10), d.StreamSeq, j)

@@ -194,36 +194,10 @@ func (rc *reconciler) expiryLoop() {
 // through the same CAS path as replies, withdraws the external ones from the
 // work queue, then completes the batch if that made it complete (D37).
 func (rc *reconciler) expire(ctx context.Context, convID string) {
-	var expired, escalated []*PendingCall
-	conv, err := rc.store.update(ctx, convID, func(c *Conversation) error {
-		now := rc.clock()
-		escalated = c.Escalate(now)
-		if expired = c.Expire(now); len(expired) == 0 && len(escalated) == 0 {
-			return errUnchanged
-		}
-		return nil
-	})
-	if err != nil {
+	if _, _, err := rc.fx.do(ctx, convID, expireTransition()); err != nil {
 		rc.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		// Try again at the next reconcile, which reschedules it.
-		return
 	}
-	if n := len(expired); n > 0 {
-		ids := make([]string, n)
-		for i, pc := range expired {
-			ids[i] = pc.ToolCallID
-			rc.observer.expired(string(pc.Kind))
-		}
-		rc.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", convID), slog.Int("calls", n))
-		rc.events.publish(ctx, convID, conv.Batch.RunID, EventCallsExpired, "", callsExpiredData{Calls: n, ToolCallIDs: ids})
-		rc.withdraw(ctx, convID, conv.Batch.RunID, expired)
-	}
-	for _, pc := range escalated {
-		if pc.Reply == nil {
-			rc.escalate(ctx, conv, pc)
-		}
-	}
-	rc.pipe.afterApply(ctx, conv)
 }
 
 // newTicker is time.NewTicker with a floor, so a tiny configured interval

@@ -87,17 +87,17 @@ func TestDeadlineIndexSchedule(t *testing.T) {
 // nor the mark that its calls were seen stored.
 func TestBatchDoneForgetsTheBatch(t *testing.T) {
 	co := &core{deadlines: newDeadlineIndex()}
-	co.pub = &publisher{core: co}
+	pub := &publisher{core: co}
 	now := time.Now()
 	co.deadlines.add("c1", now.Add(time.Minute))
 	co.deadlines.add("c2", now.Add(time.Hour))
-	co.pub.stored.add("r1_c1", now)
-	co.pub.stored.add("r1_c2", now)
-	co.batchDone("c1", "r1_c1")
+	pub.stored.add("r1_c1", now)
+	pub.stored.add("r1_c2", now)
+	pub.batchDone("c1", "r1_c1")
 	if co.deadlines.len() != 1 || !co.deadlines.earliest().Equal(now.Add(time.Hour)) {
 		t.Errorf("%d deadlines, earliest %s; want c2's only", co.deadlines.len(), co.deadlines.earliest())
 	}
-	if co.pub.stored.len() != 1 || !co.pub.stored.take("r1_c2") {
-		t.Errorf("%d runs seen stored; want r1_c2's only", co.pub.stored.len())
+	if pub.stored.len() != 1 || !pub.stored.take("r1_c2") {
+		t.Errorf("%d runs seen stored; want r1_c2's only", pub.stored.len())
 	}
 }

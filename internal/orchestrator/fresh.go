@@ -301,7 +301,7 @@ func (l *replicaLink) adoptOrphans(ctx context.Context, dead []deadAdvert) {
 			continue
 		}
 		l.log.InfoContext(ctx, "conversations of a replica that is gone indexed", slog.String("replica", d.advert.Instance), slog.Int("conversations", len(open)))
-		l.rec.reconcileEntries(ctx, open)
+		l.reconcileEntries(ctx, open)
 	}
 }
 

@@ -301,9 +301,10 @@ type grantSet struct {
 	roster *roster
 }
 
-// liveGrants are the grants in force now. A failure to read them is
-// logged and leaves none: the calls are then asked about, which is safe.
-func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) grantSet {
+// liveGrants are the grants in force now, judged by the agents r knows. A
+// failure to read them is logged and leaves none: the calls are then asked
+// about, which is safe.
+func (co *core) liveGrants(ctx context.Context, r *roster, req *deferred.Requests) grantSet {
 	if req == nil || len(req.Approvals) == 0 {
 		return grantSet{}
 	}
@@ -321,7 +322,7 @@ func (co *core) liveGrants(ctx context.Context, req *deferred.Requests) grantSet
 			return grantSet{}
 		}
 	}
-	gs := grantSet{roster: co.roster}
+	gs := grantSet{roster: r}
 	for _, g := range all {
 		if g.Ignored == "" {
 			gs.grants = append(gs.grants, g)

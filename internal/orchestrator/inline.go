@@ -13,7 +13,7 @@ import (
 
 // handleInline is the agent's handler when inline_wait is set: it stores and
 // publishes the step's deferred calls at once, waits up to inline_wait for
-// their replies to be applied in KV, and hands what arrived back to the run,
+// their replies to be stored in its log, and hands what arrived back to the run,
 // which continues in the same run. What is still pending bubbles out: the
 // run pauses as usual, and its calls, already published and marked, are not
 // published again.
@@ -21,33 +21,23 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	ctx := rc.Context()
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
-	grants := rn.liveGrants(ctx, req)
-	var granted []grantUse
-	c, seq, err := rn.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
+	grants := rn.liveGrants(ctx, rn.roster, req)
+	_, seq, err := rn.fx.doFrom(ctx, convID, nil, 0, func(c *Conversation, now time.Time) ([]effect, error) {
 		if !c.holdsLease(rn.cfg.InstanceID, runID) {
-			return errLeaseLost
+			return nil, errLeaseLost
 		}
 		b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, req, c.Batch, runTrace)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		now := rn.clock()
 		if err := c.BeginInline(rn.cfg.InstanceID, runID, b, now); err != nil {
-			return err
+			return nil, err
 		}
 		// A granted call's decision is taken with the other replies.
-		granted = c.applyGrants(grants, now)
-		return nil
+		return inlineEffects(runID, c.applyGrants(grants, now)), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
-	}
-	rn.auditGrants(ctx, convID, runID, granted)
-	rn.deadlines.schedule(c)
-	if err := rn.pub.publishBatch(ctx, c); err != nil {
-		// Not fatal: the calls stay unmarked and are published when the run
-		// pauses.
-		rn.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
 
 	if err := rn.waitSettled(rc, convID, runID, seq, wait); err != nil && ctx.Err() != nil {
@@ -57,11 +47,11 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	// Take what arrived: mark it taken so that nothing offers it again, and
 	// hand it to the run.
 	var res *deferred.Results
-	_, err = rn.store.update(ctx, convID, func(c *Conversation) error {
-		if res = c.TakeInline(runID, req, rn.clock()); res == nil {
-			return errUnchanged
+	_, _, err = rn.fx.do(ctx, convID, func(c *Conversation, now time.Time) ([]effect, error) {
+		if res = c.TakeInline(runID, req, now); res == nil {
+			return nil, errUnchanged
 		}
-		return nil
+		return nil, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: take replies: %w", err)

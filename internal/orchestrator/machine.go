@@ -311,8 +311,10 @@ func (c *Conversation) Escalate(now time.Time) []*PendingCall {
 	var out []*PendingCall
 	for _, pc := range c.Batch.Calls {
 		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
-			// A new value: a clone of c (the store's cache) shares the old.
-			pc.Escalation = &Escalation{At: pc.Escalation.At, Done: true}
+			// Replaced, not changed: a clone shares it (Conversation.clone).
+			e := *pc.Escalation
+			e.Done = true
+			pc.Escalation = &e
 			out = append(out, pc)
 		}
 	}
@@ -361,6 +363,19 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 	c.Lease = nil
 	c.UpdatedAt = now
 	return settled, nil
+}
+
+// workingRuns lists the runs of an unfinished conversation that may still
+// be working: the paused run whose calls are out, and the run under lease.
+func (c *Conversation) workingRuns() []string {
+	var runs []string
+	if c.Batch != nil && c.Status == StatusPaused {
+		runs = append(runs, c.Batch.RunID)
+	}
+	if c.Lease != nil && c.Lease.RunID != "" && (len(runs) == 0 || runs[0] != c.Lease.RunID) {
+		runs = append(runs, c.Lease.RunID)
+	}
+	return runs
 }
 
 // StatusDeleted: the conversation is being deleted. Its log holds only

@@ -651,3 +651,20 @@ func checkRecord(t *testing.T, what string, from *Conversation, r *record, want 
 		t.Errorf("%s: folded state differs from the transition's\n got %+v\nwant %+v", what, got, want)
 	}
 }
+
+// Escalating a clone leaves the state it was cloned from as it was: the
+// cached state is read by the publication of its batch meanwhile.
+func TestEscalateLeavesTheCloneSource(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := &Conversation{ID: "c1", Status: StatusPaused, Batch: &Batch{RunID: "r1_c1", Calls: []*PendingCall{
+		{ToolCallID: "a", Kind: deferred.KindApproval, Deadline: t0.Add(time.Hour), Escalation: &Escalation{At: t0}},
+	}}}
+	n := c.clone()
+	if got := n.Escalate(t0); len(got) != 1 {
+		t.Fatalf("escalated %d calls, want 1", len(got))
+	}
+	if c.Batch.Calls[0].Escalation.Done {
+		t.Error("escalating the clone escalated the state it was cloned from")
+	}
+}

@@ -21,6 +21,13 @@ type observer interface {
 	// appendUnresolved is told of each round of the store's timeout that
 	// left an append's outcome unknown.
 	appendUnresolved()
+	// runStarted, runRelaunched and followUp are told of each run
+	// launched as a start, a take-over or a claimed follow-up;
+	// endWritten of each write that ended a run.
+	runStarted()
+	runRelaunched()
+	followUp()
+	endWritten()
 }
 
 // replyObservation is what became of one reply.
@@ -118,3 +125,8 @@ func (c counters) appendUnresolved() {
 	c.stats.AppendsUnresolved.Add(1)
 	c.m.AppendUnresolved()
 }
+
+func (c counters) runStarted()    { c.stats.RunsStarted.Add(1) }
+func (c counters) runRelaunched() { c.stats.RunsRelaunched.Add(1) }
+func (c counters) followUp()      { c.stats.FollowUps.Add(1) }
+func (c counters) endWritten()    { c.stats.EndWrites.Add(1) }

@@ -346,6 +346,13 @@ func (e *ConflictError) Error() string {
 // (parts.go), each with one job, which share the core.
 type Orchestrator struct {
 	*core
+	// The parts, wired in New: each is handed the parts it uses.
+	roster *roster
+	runner *runner
+	pub    *publisher
+	link   *replicaLink
+	pipe   *replyPipeline
+	rec    *reconciler
 }
 
 // Stats counts what the orchestrator did, for tests and metrics.
@@ -450,16 +457,17 @@ func New(cfg Config) (*Orchestrator, error) {
 	}}
 	o.once.log = o.log
 	o.roster = &roster{core: o.core}
-	o.runner = &runner{core: o.core,
+	o.pub = &publisher{core: o.core, roster: o.roster}
+	o.runner = &runner{core: o.core, roster: o.roster, pub: o.pub,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		executing: map[string]context.CancelFunc{},
 	}
-	o.pub = &publisher{core: o.core}
-	o.link = &replicaLink{core: o.core}
-	o.pipe = &replyPipeline{core: o.core}
-	o.rec = &reconciler{core: o.core}
+	o.roster.inline = o.runner.handleInline
+	o.rec = &reconciler{core: o.core, roster: o.roster, pub: o.pub}
+	o.link = &replicaLink{core: o.core, roster: o.roster, reconcileEntries: o.rec.reconcileEntries}
+	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub, launchTentative: o.runner.launchTentative}
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
@@ -496,6 +504,8 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.store = st
+	o.fx = newEffector(o.effectorParams(st))
+	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
 	if _, err := o.store.migrate(ctx, o.log); err != nil {
 		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
@@ -567,33 +577,33 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 
 // openStore binds the conversations' stream and index (and the bucket of
 // an earlier build, when there is one).
-func (co *core) openStore(ctx context.Context) (*store, error) {
-	if _, err := co.bus.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
+func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
+	if _, err := o.bus.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
-	index, err := co.bus.KeyValue(ctx, bus.BucketIndex)
+	index, err := o.bus.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
 		return nil, err
 	}
-	replicas, err := co.bus.KeyValue(ctx, bus.BucketReplicas)
+	replicas, err := o.bus.KeyValue(ctx, bus.BucketReplicas)
 	if err != nil {
 		return nil, err
 	}
-	co.link.kv = replicas
+	o.link.kv = replicas
 	s := &store{
-		bus: co.bus, index: index, fresh: newFreshSet(), instance: co.cfg.InstanceID,
-		cache: newReportingCache(co.cfg.StateCacheBytes, newEvictionReport(co.log, co.cfg.Metrics.StateCacheEvicted, co.clock)),
-		clock: co.clock, onTooLarge: co.failTooLarge,
-		writes: &co.stats.StateWrites, bytes: &co.stats.StateBytes, reads: &co.stats.StateReads,
-		life: co.loopCtx, log: co.log, unresolved: func() { co.observer.appendUnresolved() }, appendTimeout: co.cfg.appendTimeout,
+		bus: o.bus, index: index, fresh: newFreshSet(), instance: o.cfg.InstanceID,
+		cache:  newReportingCache(o.cfg.StateCacheBytes, newEvictionReport(o.log, o.cfg.Metrics.StateCacheEvicted, o.clock)),
+		clock:  o.clock,
+		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
+		life: o.loopCtx, log: o.log, unresolved: func() { o.observer.appendUnresolved() }, appendTimeout: o.cfg.appendTimeout,
 	}
 	// The floor of the first conversations' watermark (fresh.go).
-	last, err := co.bus.LastSequence(ctx, bus.StreamConversations)
+	last, err := o.bus.LastSequence(ctx, bus.StreamConversations)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	s.fresh.saw(last)
-	if legacy, err := co.bus.KeyValue(ctx, wire.BucketRuns); err == nil {
+	if legacy, err := o.bus.KeyValue(ctx, wire.BucketRuns); err == nil {
 		s.legacy = legacy
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", wire.BucketRuns, err)
@@ -811,4 +821,31 @@ func ValidID(s string) bool {
 		}
 	}
 	return true
+}
+
+// effectorParams are the effector's collaborators in this orchestrator.
+func (o *Orchestrator) effectorParams(st *store) effectorParams {
+	return effectorParams{
+		log: o.log, clock: o.clock, store: st, events: o.events, deadlines: o.deadlines,
+		observer: o.observer,
+		owner:    o.cfg.InstanceID, leaseTTL: o.cfg.LeaseTTL, newID: o.cfg.NewID, mine: o.roster.take,
+		notifyCancel: o.bus.PublishCancel,
+		withdraw:     o.withdraw,
+		escalate:     o.rec.escalate,
+		batchDone:    o.pub.batchDone,
+		launch: func(convID, runID string, c *Conversation, rev uint64) {
+			o.runner.launchFrom(convID, runID, c, rev, nil)
+		},
+		handOver:            o.link.handOver,
+		spawn:               o.runner.goUnlessStopped,
+		track:               o.runner.runs.Go,
+		audit:               o.auditGrants,
+		awaitReplies:        o.events.queue.awaitReplies,
+		publishPaused:       o.pub.publishPaused,
+		publishBatch:        o.pub.publishBatch,
+		replied:             o.pipe.replyEvents,
+		publishDispatched:   o.pub.publishDispatched,
+		dispatchUnpublished: o.cfg.dispatchUnpublished,
+		onRunEnd:            o.cfg.OnRunEnd,
+	}
 }

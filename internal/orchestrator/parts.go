@@ -10,31 +10,28 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // core is what the parts of an orchestrator share: its config, logger,
-// connection, store, clock, tracer, event publisher, observer and counters,
-// its life cycle (loops, stop), and a pointer to each part, so that one
-// part calls another by name (rn.pub.publishBatch) rather than through the
-// front door. Orchestrator embeds it too. What one part alone uses is a
-// field of that part.
+// connection, store and its write path (fx), clock, tracer, event
+// publisher, observer and counters, its life cycle (loops, stop).
+// Orchestrator embeds it too. It points to no part: a part that uses
+// another is handed it when the orchestrator is wired (New), and no two
+// parts use each other. What one part alone uses is a field of that part.
 type core struct {
-	// The parts.
-	roster *roster
-	runner *runner
-	pub    *publisher
-	link   *replicaLink
-	pipe   *replyPipeline
-	rec    *reconciler
-
 	cfg     Config
 	log     *slog.Logger
 	bus     *bus.Bus
 	storage storageState
 	streams streamWatch
 	store   *store
-	clock   func() time.Time
+	// fx is the one write path of the conversations' changes, which
+	// carries out what each asks for (effector.go).
+	fx    *effector
+	clock func() time.Time
 	// tracer makes the spans of runs and replies.
 	tracer trace.Tracer
 
@@ -74,6 +71,9 @@ type core struct {
 // run: which conversations this replica may take (agents.go, agent.go).
 type roster struct {
 	*core
+	// inline is the runner's inline wait, the handler of the agents whose
+	// config sets inline_wait.
+	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
 	// agents are the agents this replica runs, by name; names in
 	// configured order; def the first.
 	agents map[string]*agentRuntime
@@ -88,6 +88,8 @@ type roster struct {
 // claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
 type runner struct {
 	*core
+	roster   *roster
+	pub      *publisher
 	sem      chan struct{}
 	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
@@ -103,6 +105,7 @@ type runner struct {
 // publishes its calls (publish.go).
 type publisher struct {
 	*core
+	roster   *roster
 	unserved *unservedCalls
 	// stored are the runs whose unmarked calls this replica published and
 	// saw stored (publish.go).
@@ -114,7 +117,11 @@ type publisher struct {
 // (replicas.go).
 type replicaLink struct {
 	*core
-	kv *bus.KV
+	roster *roster
+	// reconcileEntries reconciles the conversations of a replica that is
+	// gone (the reconciler's).
+	reconcileEntries func(ctx context.Context, entries []dueEntry)
+	kv               *bus.KV
 	// advertised is set once this process put its advert.
 	advertised bool
 	// dead holds the adverts of replicas that are gone, by key, until
@@ -131,9 +138,14 @@ type replicaLink struct {
 // replygroup.go, verify.go, audit.go).
 type replyPipeline struct {
 	*core
-	replies    *bus.Subscription
-	maxDeliver *bus.Subscription
-	commits    groupCommit
+	roster *roster
+	pub    *publisher
+	// launchTentative launches a follow-up before its claim is stored
+	// (the runner's).
+	launchTentative func(c *Conversation, tc *tentativeClaim)
+	replies         *bus.Subscription
+	maxDeliver      *bus.Subscription
+	commits         groupCommit
 }
 
 // reconciler does what nobody else will: the periodic pass over the due
@@ -141,4 +153,6 @@ type replyPipeline struct {
 // lifecycle.go).
 type reconciler struct {
 	*core
+	roster *roster
+	pub    *publisher
 }

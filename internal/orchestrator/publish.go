@@ -69,12 +69,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, merr := p.store.update(ctx, convID, func(c *Conversation) error {
-		if !c.MarkPublished(runID, ids, now) {
-			return errUnchanged
-		}
-		return nil
-	})
+	_, _, merr := p.fx.do(ctx, convID, markPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}
@@ -386,4 +381,16 @@ func (s *storedRuns) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)
+}
+
+// batchDone forgets what this replica keeps in memory about the batch of
+// run runID of convID, now complete: its deadline and that its calls were
+// seen stored (nothing of it is left to expire or to mark). Kept, each
+// stayed until due (ten minutes, a minute) after its conversation had
+// finished, growing with the rate of calls. A batch answered before this
+// replica saw its calls' acks is remembered as stored after this, and
+// forgotten by reconcile's prune, as before.
+func (p *publisher) batchDone(convID, runID string) {
+	p.deadlines.forget(convID)
+	p.stored.take(runID)
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -193,8 +194,8 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 			}
 		}
 		if c.Batch.complete() {
-			rc.batchDone(id, c.Batch.RunID)
-			rc.runner.claim(ctx, id)
+			rc.pub.batchDone(id, c.Batch.RunID)
+			rc.fx.claim(ctx, id)
 			return nil
 		}
 		if next := c.Batch.nextDeadline(); !next.After(now) {
@@ -205,9 +206,9 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	case StatusRunning, StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
 			if ok, _ := rc.roster.mayRun(c); !ok {
-				return rc.link.awaitAgent(ctx, c.clone())
+				return rc.awaitAgent(ctx, c.clone())
 			}
-			rc.runner.relaunch(ctx, id)
+			rc.fx.relaunch(ctx, id)
 			return nil
 		}
 		rc.deadlines.schedule(c)
@@ -265,3 +266,32 @@ func unmarkedIDs(b *Batch) []string {
 // unmarked reports whether pc is neither marked published nor answered
 // (an answered call was published).
 func (pc *PendingCall) unmarked() bool { return !pc.Published && pc.Reply == nil }
+
+// awaitAgent handles a conversation that needs a run this replica may not
+// give it. If a live replica runs its agent (with its digest, or with
+// another that adopts it once no replica advertises the old one), that
+// replica's reconcile takes it. If none does, the conversation says so
+// (Unserved in its state, an agent_unavailable event) and fails after
+// Config.AgentWait: it must not wait silently for an agent nobody runs.
+// Every replica's reconcile does this, so it happens while any is up.
+func (rc *reconciler) awaitAgent(ctx context.Context, c *Conversation) error {
+	now := rc.clock()
+	for _, n := range rc.roster.replicas.names(now) {
+		if n == c.Agent {
+			// Nudged again at every pass while it waits: a nudge is a
+			// core NATS message, lost if no replica of the agent listened
+			// at that moment, and a replica whose cache holds the
+			// conversation as it was before the hand-over would not see
+			// it in its own reconcile.
+			rc.fx.handOver(ctx, c)
+			return nil
+		}
+	}
+	reason := fmt.Sprintf("no replica runs agent %q", c.Agent)
+	// The event goes out only after the write that notes (or fails) the
+	// wait, which a later pass finds and takes as done: a write cut short
+	// by the pass's deadline is followed up by the store until the log says
+	// whether it was stored (store.appendLog).
+	_, _, err := rc.fx.do(ctx, c.ID, waitForAgentTransition(reason, rc.cfg.AgentWait))
+	return err
+}

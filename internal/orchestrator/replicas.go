@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/wire"
 )
 
 // replicaKeyPrefix keys the replicas' adverts in bucket toolgate_replicas:
@@ -259,7 +258,7 @@ func (l *replicaLink) subscribeNudges() error {
 				// The state as stored now, not as this replica cached it:
 				// the claim that handed the run over was another's append.
 				if _, _, err := l.store.get(ctx, id); err == nil {
-					l.runner.relaunch(ctx, id)
+					l.fx.relaunch(ctx, id)
 				}
 				cancel()
 			}
@@ -285,58 +284,4 @@ func (l *replicaLink) handOver(ctx context.Context, c *Conversation) {
 		// Their reconcile finds it (its lease is expired).
 		l.log.WarnContext(ctx, "nudge", slog.String("conversation_id", c.ID), slog.String("error", err.Error()))
 	}
-}
-
-// awaitAgent handles a conversation that needs a run this replica may not
-// give it. If a live replica runs its agent (with its digest, or with
-// another that adopts it once no replica advertises the old one), that
-// replica's reconcile takes it. If none does, the conversation says so
-// (Unserved in its state, an agent_unavailable event) and fails after
-// Config.AgentWait: it must not wait silently for an agent nobody runs.
-// Every replica's reconcile does this, so it happens while any is up.
-func (l *replicaLink) awaitAgent(ctx context.Context, c *Conversation) error {
-	now := l.clock()
-	for _, n := range l.roster.replicas.names(now) {
-		if n == c.Agent {
-			// Nudged again at every pass while it waits: a nudge is a
-			// core NATS message, lost if no replica of the agent listened
-			// at that moment, and a replica whose cache holds the
-			// conversation as it was before the hand-over would not see
-			// it in its own reconcile.
-			l.handOver(ctx, c)
-			return nil
-		}
-	}
-	reason := fmt.Sprintf("no replica runs agent %q", c.Agent)
-	var noted, failed bool
-	var runID string
-	// The event below goes out only after the write that notes (or fails)
-	// the wait, which a later pass finds and takes as done: a write cut
-	// short by the pass's deadline is followed up by the store until the
-	// log says whether it was stored (store.appendLog).
-	_, err := l.store.update(ctx, c.ID, func(c *Conversation) error {
-		noted, failed, runID = c.WaitForAgent(reason, l.clock(), l.cfg.AgentWait)
-		if !noted && !failed {
-			return errUnchanged
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	switch {
-	case noted:
-		l.log.WarnContext(ctx, "conversation waits for a replica of its agent", slog.String("conversation_id", c.ID),
-			slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.Duration("fails_after", l.cfg.AgentWait))
-		runID := ""
-		if c.Lease != nil {
-			runID = c.Lease.RunID
-		}
-		l.events.publish(ctx, c.ID, runID, EventAgentUnavailable, "", wire.AgentUnavailable{
-			Agent: c.Agent, AgentDigest: c.AgentDigest, Reason: reason, FailsAt: now.Add(l.cfg.AgentWait)})
-	case failed:
-		l.log.WarnContext(ctx, "conversation failed: no replica of its agent came", slog.String("conversation_id", c.ID), slog.String("agent", c.Agent))
-		l.events.publish(ctx, c.ID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
-	}
-	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -46,7 +45,7 @@ type replyJob struct {
 // reply that has joined in one CAS, then those that joined meanwhile, until
 // none is left. Others wait for their verdict. A batch of n replies thus
 // costs far fewer than n rewrites of the conversation, and each reply is
-// still acked only once its effect is in KV.
+// still acked only once its effect is stored.
 type replyGroups struct {
 	mu sync.Mutex
 	m  map[string]*replyGroup
@@ -270,40 +269,40 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 // to reuse, else nil.
 func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
 	var followUp string
-	apply := func(c *Conversation) error {
-		now := rp.clock()
+	apply := func(c *Conversation, now time.Time) ([]effect, error) {
 		applyJobs(c, jobs, now, rp.dispatchable, rp.roster.judge)
+		followUp = ""
 		if !slices.ContainsFunc(jobs, func(j *replyJob) bool { return j.v != verdictElsewhere }) {
-			return errUnchanged
+			return repliedEffects(c, jobs, ""), errUnchanged
 		}
 		c.UpdatedAt = now
-		followUp = rp.runner.claimIn(c, now)
-		return nil
+		followUp = rp.fx.claimer().claimIn(c, now)
+		return repliedEffects(c, jobs, followUp), nil
 	}
 	if from != nil && rev != 0 && from.Status == StatusPaused && from.Batch != nil && !from.Batch.Inline {
 		// Replies that complete the batch: its follow-up may run before
 		// they and the claim are stored, and be stored with them.
 		claimed := from.clone()
-		if apply(claimed) == nil && followUp != "" {
+		if _, err := apply(claimed, rp.clock()); err == nil && followUp != "" {
 			// Before the follow-up starts, which may end at once; should
 			// the replies be recorded apart after all, they schedule again
 			// what they leave waiting.
-			rp.batchDone(convID, from.Batch.RunID)
+			rp.pub.batchDone(convID, from.Batch.RunID)
 			if rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
 				return nil, 0
 			}
 		}
 	}
-	conv, rev, err := rp.store.updateFrom(ctx, convID, from, rev, apply)
+	conv, rev, err := rp.fx.doFrom(ctx, convID, from, rev, apply)
 	if tl := tooLarge(err); tl != nil {
 		// The results do not fit: they are recorded as failed results,
 		// which the follow-up shows the model.
 		for _, j := range jobs {
 			j.in = shrunk(j.in, tl)
 		}
-		conv, rev, err = rp.store.updateFrom(ctx, convID, nil, 0, apply)
+		conv, rev, err = rp.fx.doFrom(ctx, convID, nil, 0, apply)
 		if tl := tooLarge(err); tl != nil {
-			rp.failTooLarge(ctx, convID, tl)
+			rp.fx.failTooLarge(ctx, convID, tl)
 			for _, j := range jobs {
 				j.v, j.reason = verdictRefused, tl.Error()
 				rp.replyEvents(ctx, convID, j)
@@ -312,23 +311,16 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 			return nil, 0
 		}
 	}
-	for _, j := range jobs {
-		j.err = err
-		if err == nil {
-			rp.replyEvents(ctx, convID, j)
-		}
-		close(j.done)
-	}
 	if err != nil {
+		for _, j := range jobs {
+			j.err = err
+			close(j.done)
+		}
 		return nil, 0
 	}
 	if followUp != "" {
-		rp.batchDone(convID, conv.Batch.RunID)
-		rp.runner.claimed(ctx, conv, rev, followUp)
 		return nil, 0
 	}
-	rp.deadlines.schedule(conv)
-	rp.dispatch(ctx, conv, jobs)
 	return conv, rev
 }
 
@@ -362,29 +354,4 @@ func (rp *replyPipeline) dispatchable(c *Conversation, pc *PendingCall) bool {
 	}
 	s, err := argschema.Compile(pc.ToolName, tc.Parameters)
 	return err == nil && s.Validate(pc.Reply.OverrideArgs) == nil
-}
-
-// dispatch publishes the calls that jobs dispatched to their workers in
-// conv, the state that recorded them, off the replies' way (their record
-// is stored: what is not published is reconcile's to publish). conv stays
-// the caller's: the publication reads a copy.
-func (rp *replyPipeline) dispatch(ctx context.Context, conv *Conversation, jobs []*replyJob) {
-	var ids []string
-	for _, j := range jobs {
-		if j.dispatched != nil {
-			ids = append(ids, j.in.callID)
-		}
-	}
-	if len(ids) == 0 || rp.cfg.dispatchUnpublished {
-		return
-	}
-	conv = conv.clone()
-	log := rp.log.With(slog.String("conversation_id", conv.ID), slog.String("run_id", conv.Batch.RunID))
-	rp.runner.goUnlessStopped(func() {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
-		defer cancel()
-		if err := rp.pub.publishDispatched(pctx, conv, ids); err != nil {
-			log.WarnContext(pctx, "publish approved calls: left to reconcile", slog.String("error", err.Error()))
-		}
-	})
 }

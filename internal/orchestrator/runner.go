@@ -22,8 +22,8 @@ import (
 // errLeaseLost ends a run whose lease another replica took over.
 var errLeaseLost = errors.New("lease lost")
 
-// launch executes a run in the bounded pool. The caller has taken the run's
-// lease in KV; if the orchestrator is stopping, the run is left to its lease
+// launch executes a run in the bounded pool. The caller has stored the
+// run's lease; if the orchestrator is stopping, the run is left to its lease
 // expiring, and another replica (or the next start) relaunches it. A run
 // already queued or executing here is not launched twice.
 func (rn *runner) launch(convID, runID string) { rn.launchFrom(convID, runID, nil, 0, nil) }
@@ -179,7 +179,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 		// replicas.
 		log.WarnContext(ctx, "run: not of an agent this replica runs; handed over", slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)))
 		rn.releaseLease(ctx, convID, runID)
-		rn.link.handOver(ctx, c)
+		rn.fx.handOver(ctx, c)
 		return
 	}
 	log = log.With(slog.String("agent", ag.name))
@@ -334,18 +334,22 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		room = new(atomic.Bool)
 	}
 	// Read before the write, which may be retried and does no I/O.
-	grants := rn.liveGrants(ctx, deferredOf(res, runErr))
-	var granted []grantUse
-	end := func(c *Conversation) error {
-		newBatchErr, granted = nil, nil
+	grants := rn.liveGrants(ctx, rn.roster, deferredOf(res, runErr))
+	// The run's end, as of when it ended however often it is applied.
+	end := func(c *Conversation, _ time.Time) ([]effect, error) {
+		newBatchErr = nil
+		var granted []grantUse
 		owner := rn.cfg.InstanceID
 		if !c.holdsLease(owner, runID) {
-			return errLeaseLost
+			return nil, errLeaseLost
 		}
 		if tooBig != nil {
 			// What the run ended with does not fit: the run fails, its
 			// history as it was.
-			return c.Fail(owner, runID, tooBig.Error(), now)
+			if err := c.Fail(owner, runID, tooBig.Error(), now); err != nil {
+				return nil, err
+			}
+			return endedEffects(c, runID, nil), nil
 		}
 		if runErr == nil && res.Deferred != nil {
 			b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, res.Deferred, c.Batch, runTrace)
@@ -354,40 +358,42 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 				b.Prompt = res.HeldPrompt
 				c.historyRoom = room
 				if err := c.Pause(owner, runID, res.AllMessages, b, now); err != nil {
-					return err
+					return nil, err
 				}
 				granted = c.applyGrants(grants, now)
-				return nil
+				return endedEffects(c, runID, granted), nil
 			}
 			newBatchErr = err
 		}
-		if err := errors.Join(runErr, newBatchErr); err != nil {
-			return c.Fail(owner, runID, err.Error(), now)
+		var err error
+		if rerr := errors.Join(runErr, newBatchErr); rerr != nil {
+			err = c.Fail(owner, runID, rerr.Error(), now)
+		} else {
+			c.historyRoom = room
+			err = c.Complete(owner, runID, res.AllMessages, res.Output, now)
 		}
-		c.historyRoom = room
-		return c.Complete(owner, runID, res.AllMessages, res.Output, now)
+		if err != nil {
+			return nil, err
+		}
+		return endedEffects(c, runID, nil), nil
 	}
 	if tc != nil {
-		c, done, dropped, cfrom, crev := tc.end(ctx, end)
+		c, effects, done, dropped, cfrom, crev := tc.end(ctx, end)
 		switch {
 		case dropped:
 			return runDropped
 		case done:
-			if c.Status.Terminal() {
-				rn.stats.EndWrites.Add(1)
-			}
-			rn.auditGrants(ctx, convID, runID, granted)
-			rn.ended(ctx, log, c, runID)
+			rn.fx.carryOut(ctx, c, 0, effects)
 			return string(c.Status)
 		}
 		from, rev = cfrom, crev
 	}
-	c, rev, err := rn.store.updateFrom(ctx, convID, from, rev, end)
+	c, _, err := rn.fx.doFrom(ctx, convID, from, rev, end)
 	if tl := tooLarge(err); tl != nil {
 		tooBig = tl
-		c, rev, err = rn.store.updateFrom(ctx, convID, nil, 0, end)
+		c, _, err = rn.fx.doFrom(ctx, convID, nil, 0, end)
 		if tl := tooLarge(err); tl != nil {
-			rn.failTooLarge(ctx, convID, tl)
+			rn.fx.failTooLarge(ctx, convID, tl)
 			return string(StatusFailed)
 		}
 	}
@@ -400,11 +406,6 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		log.ErrorContext(ctx, "store run result", slog.String("error", err.Error()))
 		return runNotStored
 	}
-	if c.Status.Terminal() {
-		rn.stats.EndWrites.Add(1)
-	}
-	rn.auditGrants(ctx, convID, runID, granted)
-	rn.ended(ctx, log, c, runID)
 	return string(c.Status)
 }
 
@@ -415,57 +416,6 @@ func deferredOf(res *agent.RunResult, runErr error) *deferred.Requests {
 		return nil
 	}
 	return res.Deferred
-}
-
-// ended tells what the run's end stored: an event, and for a pause the
-// publication of its batch (off the run's way) and OnRunEnd.
-func (rn *runner) ended(ctx context.Context, log *slog.Logger, c *Conversation, runID string) {
-	convID := c.ID
-	switch c.Status {
-	case StatusFailed:
-		log.WarnContext(ctx, "run failed", slog.String("error", c.Error))
-		rn.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: c.Error})
-	case StatusCompleted:
-		log.InfoContext(ctx, "run completed")
-		rn.events.publish(ctx, convID, runID, EventRunCompleted, "", wire.RunCompleted{Output: c.Output})
-	case StatusPaused:
-		log.InfoContext(ctx, "run paused", slog.Int("calls", len(c.Batch.Calls)))
-		if c.Batch.awaitsApproval() {
-			// Listed pending by every replica before anyone is asked.
-			if err := rn.store.indexNow(ctx, convID); err != nil {
-				log.WarnContext(ctx, "index a conversation awaiting approval: left to its creator's next advert", slog.String("error", err.Error()))
-			}
-		}
-		rn.events.publish(ctx, convID, runID, EventRunPaused, "", c.PendingCalls())
-		if !c.Batch.awaitsApproval() {
-			rn.events.queue.awaitReplies(convID)
-		}
-		// Before the calls go out: the batch's deadline is then scheduled
-		// before a reply can complete the batch and take it out again;
-		// scheduled after, a batch answered at once kept its entry until
-		// the deadline.
-		rn.pipe.afterApply(ctx, c)
-		// Nothing on the calls' way waits for their acks: a worker gets a
-		// call once the stream has stored it, whether or not this replica
-		// has heard so, and a publish that fails is left to reconcile, which
-		// publishes what is unmarked. The acks are awaited off the run's
-		// path (and before Stop returns), then OnRunEnd is told; c is not
-		// changed after this.
-		rn.runs.Go(func() {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
-			defer cancel()
-			if err := rn.pub.publishPaused(pctx, c); err != nil {
-				log.WarnContext(pctx, "publish batch", slog.String("error", err.Error()))
-			}
-			if rn.cfg.OnRunEnd != nil {
-				rn.cfg.OnRunEnd(c)
-			}
-		})
-		return
-	}
-	if rn.cfg.OnRunEnd != nil {
-		rn.cfg.OnRunEnd(c)
-	}
 }
 
 // renewLease extends the run's lease every third of its TTL; if another
@@ -479,9 +429,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 			return
 		case <-t.C:
 		}
-		_, err := rn.store.update(ctx, convID, func(c *Conversation) error {
-			return c.Renew(rn.cfg.InstanceID, runID, rn.clock().Add(rn.cfg.LeaseTTL))
-		})
+		_, _, err := rn.fx.do(ctx, convID, renewTransition(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
 		switch {
 		case errors.Is(err, errLeaseLost):
 			cancelRun()
@@ -494,43 +442,8 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 
 // releaseLease lets the lease of an interrupted run expire now.
 func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
-	_, err := rn.store.update(ctx, convID, func(c *Conversation) error {
-		if !c.Release(rn.cfg.InstanceID, runID) {
-			return errUnchanged
-		}
-		return nil
-	})
+	_, _, err := rn.fx.do(ctx, convID, releaseTransition(rn.cfg.InstanceID, runID))
 	if err != nil {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
-}
-
-// relaunch takes over a run whose lease expired (its replica died or shut
-// down) and executes it again with the same run id, so that what it
-// publishes again dedupes.
-func (rn *runner) relaunch(ctx context.Context, convID string) {
-	var runID string
-	_, err := rn.store.update(ctx, convID, func(c *Conversation) error {
-		if (c.Status == StatusRunning || c.Status == StatusResuming) && !c.leaseLive(rn.clock()) && !rn.roster.take(c) {
-			// Another agent's (or another config's): left to its replicas.
-			runID = ""
-			return errUnchanged
-		}
-		var failed bool
-		runID, failed = c.TakeOver(rn.cfg.InstanceID, rn.clock(), rn.cfg.LeaseTTL)
-		if runID == "" && !failed {
-			return errUnchanged
-		}
-		return nil
-	})
-	if err != nil {
-		rn.log.WarnContext(ctx, "relaunch", slog.String("conversation_id", convID), slog.String("error", err.Error()))
-		return
-	}
-	if runID == "" {
-		return
-	}
-	rn.stats.RunsRelaunched.Add(1)
-	rn.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", convID), slog.String("run_id", runID))
-	rn.launch(convID, runID)
 }

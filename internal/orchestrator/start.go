@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
 )
@@ -195,8 +196,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		}
 		return info, nil
 	}
-	rev, err := o.store.create(ctx, c)
-	if err != nil {
+	if err := o.fx.create(ctx, c, startedEffects(runID, local != nil)); err != nil {
 		if req.IdempotencyKey != "" && errors.Is(err, errExists) {
 			return o.chosenIDTaken(ctx, req, convID, runID)
 		}
@@ -205,14 +205,6 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		}
 		return RunInfo{}, err
 	}
-	o.stats.RunsStarted.Add(1)
-	if local == nil {
-		o.link.handOver(ctx, c)
-		return info, nil
-	}
-	// The run starts from the state just written, without reading it
-	// back.
-	o.runner.launchFrom(convID, runID, c, rev, nil)
 	return info, nil
 }
 
@@ -225,13 +217,13 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		return RunInfo{}, err
 	}
 	repeat, queued, here := false, false, true
-	stored, err := o.store.update(ctx, convID, func(c *Conversation) error {
+	_, _, err := o.fx.do(ctx, convID, func(c *Conversation, _ time.Time) ([]effect, error) {
 		if req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
-			return &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.roster.agentNameOf(c)}
+			return nil, &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.roster.agentNameOf(c)}
 		}
 		if a := o.roster.agentOf(c); a != nil {
 			if err := o.discovery.frontendClash(a.cfg, req.FrontendTools); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		var err error
@@ -254,19 +246,29 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 				c.Signed = c.Signed || a.policy.signed()
 			}
 		}
-		if err == nil && repeat && !sameRequest(c, runID, req) {
-			return &IdempotencyError{ConversationID: c.ID, RunID: runID}
+		var effects []effect
+		if queued {
+			effects = []effect{logEffect(slog.LevelInfo, "prompt queued for the follow-up run", slog.String("run_id", runID))}
 		}
-		if err == nil && repeat {
-			return errUnchanged
+		switch {
+		case err != nil:
+			return nil, err
+		case repeat && !sameRequest(c, runID, req):
+			return nil, &IdempotencyError{ConversationID: c.ID, RunID: runID}
+		case repeat:
+			return effects, errUnchanged
 		}
-		if err == nil {
-			c.Caller = req.Caller
-			if req.FrontendTools != nil {
-				c.FrontendTools = req.FrontendTools
-			}
+		c.Caller = req.Caller
+		if req.FrontendTools != nil {
+			c.FrontendTools = req.FrontendTools
 		}
-		return err
+		if queued {
+			return effects, nil
+		}
+		effects = startedEffects(runID, here)
+		// The run reads the state it starts from.
+		effects[1].read = true
+		return effects, nil
 	})
 	if ie := (*IdempotencyError)(nil); errors.As(err, &ie) {
 		ie.Key = req.IdempotencyKey
@@ -275,18 +277,11 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		return RunInfo{}, err
 	}
 	if queued {
-		o.log.InfoContext(ctx, "prompt queued for the follow-up run", slog.String("conversation_id", convID), slog.String("run_id", runID))
 		return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
 	}
 	if repeat {
 		return o.startedBefore(ctx, req, convID, runID)
 	}
-	o.stats.RunsStarted.Add(1)
-	if !here {
-		o.link.handOver(ctx, stored)
-		return info, nil
-	}
-	o.runner.launch(convID, runID)
 	return info, nil
 }
 

@@ -75,6 +75,9 @@ type tentativeClaim struct {
 	// changed).
 	claimed *Conversation
 	jobs    []*replyJob
+	// reapply records jobs from the stored state, when the run is dropped
+	// (the reply pipeline's).
+	reapply func(ctx context.Context, convID string, jobs []*replyJob)
 	events  *eventHold
 	timer   *time.Timer
 
@@ -127,16 +130,16 @@ func (tc *tentativeClaim) arm() {
 // record is stored (alone, or with the run's pause or end) or cannot be:
 // errExists (wrapped) when the conversation was there before, ErrStopped
 // when the orchestrator stopped first, or the append's error.
-func (co *core) startTentative(c *Conversation, runID string) error {
+func (o *Orchestrator) startTentative(c *Conversation, runID string) error {
 	tc := &tentativeClaim{
-		co: co, convID: c.ID, runID: runID, claimed: c.clone(),
-		events: co.events.newHold(), settled: make(chan struct{}),
+		co: o.core, convID: c.ID, runID: runID, claimed: c.clone(),
+		events: o.events.newHold(), settled: make(chan struct{}),
 	}
 	// A start of the same conversation going on here (a retry with the
 	// same idempotency key) is waited for: the conversation is there once
 	// it is stored.
 	for {
-		prev, loaded := co.starting.LoadOrStore(c.ID, tc)
+		prev, loaded := o.starting.LoadOrStore(c.ID, tc)
 		if !loaded {
 			break
 		}
@@ -147,15 +150,15 @@ func (co *core) startTentative(c *Conversation, runID string) error {
 		}
 		// Dropped (stopped, or refused): this one takes its place, unless
 		// another retry did first.
-		if co.starting.CompareAndSwap(c.ID, p, tc) {
+		if o.starting.CompareAndSwap(c.ID, p, tc) {
 			break
 		}
 	}
-	defer co.starting.CompareAndDelete(c.ID, tc)
+	defer o.starting.CompareAndDelete(c.ID, tc)
 	// Counted before anything of the run can be seen.
-	co.stats.RunsStarted.Add(1)
+	o.stats.RunsStarted.Add(1)
 	tc.arm()
-	co.runner.launchFrom(c.ID, runID, c, 0, tc)
+	o.runner.launchFrom(c.ID, runID, c, 0, tc)
 	// Not bounded by the caller's context: the run goes on, and the start
 	// is stored within the window and an append's timeout, whether or not
 	// anyone waits for its answer.
@@ -181,7 +184,8 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 		co: rp.core, convID: paused.ID, runID: followUp,
 		base: fingerprintOf(paused), pauseRev: rev,
 		claimed: claimed.clone(), jobs: jobs,
-		events: rp.events.newHold(), settled: make(chan struct{}),
+		reapply: func(ctx context.Context, convID string, jobs []*replyJob) { rp.applyGroup(ctx, convID, jobs, nil, 0) },
+		events:  rp.events.newHold(), settled: make(chan struct{}),
 	}
 	// Counted as it begins, so that the count is there before anything of
 	// the follow-up is seen; a dropped one is uncounted before the replies
@@ -192,7 +196,7 @@ func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, re
 		rp.replyEvents(hctx, paused.ID, j)
 	}
 	tc.arm()
-	rp.runner.launchTentative(claimed, tc)
+	rp.launchTentative(claimed, tc)
 	return true
 }
 
@@ -221,22 +225,23 @@ func (tc *tentativeClaim) storeClaim(ctx context.Context) error {
 
 // end stores the run's end, which end makes in the claimed state, with
 // the claim in one record if the claim is not stored yet. It reports
-// whether it did (c: the state stored); if not, the caller stores the end
-// as usual from the stored claim (from, at rev), unless dropped is set:
-// the run is to be forgotten.
-func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error) (c *Conversation, done, dropped bool, from *Conversation, rev uint64) {
+// whether it did (c: the state stored, effects: what its end asks for,
+// for the caller to carry out); if not, the caller stores the end as usual
+// from the stored claim (from, at rev), unless dropped is set: the run is
+// to be forgotten.
+func (tc *tentativeClaim) end(ctx context.Context, end transition) (c *Conversation, effects []effect, done, dropped bool, from *Conversation, rev uint64) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	switch tc.state {
 	case tentativeStored:
-		return nil, false, false, tc.claimed.clone(), tc.claimRev
+		return nil, nil, false, false, tc.claimed.clone(), tc.claimRev
 	case tentativeOpen:
 	default:
-		return nil, false, true, nil, 0
+		return nil, nil, false, true, nil, 0
 	}
 	tc.timer.Stop()
 	c = tc.claimed.clone()
-	err := end(c)
+	effects, err := end(c, tc.co.clock())
 	if err == nil {
 		// Counted before the record can be seen.
 		merged := &tc.co.stats.ClaimedWithEnd
@@ -255,17 +260,17 @@ func (tc *tentativeClaim) end(ctx context.Context, end func(*Conversation) error
 			if cerr == nil {
 				tc.claimRev = seq
 				tc.settleLocked(ctx, tentativeStored)
-				return nil, false, false, tc.claimed.clone(), seq
+				return nil, nil, false, false, tc.claimed.clone(), seq
 			}
 			err = cerr
 		}
 	}
 	if err != nil {
 		tc.dropLocked(ctx, err)
-		return nil, false, true, nil, 0
+		return nil, nil, false, true, nil, 0
 	}
 	tc.settleLocked(ctx, tentativeEnded)
-	return c, true, false, nil, 0
+	return c, effects, true, false, nil, 0
 }
 
 // abandon drops the run without recording the replies: they are nakked,
@@ -344,5 +349,5 @@ func (tc *tentativeClaim) dropLocked(ctx context.Context, err error) {
 	// events are published.
 	rctx, cancel := context.WithTimeout(withEventHold(context.WithoutCancel(ctx), nil), replyTimeout)
 	defer cancel()
-	tc.co.pipe.applyGroup(rctx, tc.convID, tc.jobs, nil, 0)
+	tc.reapply(rctx, tc.convID, tc.jobs)
 }

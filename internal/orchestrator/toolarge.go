@@ -1,9 +1,7 @@
 package orchestrator
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/toolgate/toolgate/wire"
 )
@@ -14,34 +12,6 @@ import (
 // results do not fit records them as failed results instead, which the
 // model sees in its follow-up; a run whose history does not fit fails; any
 // other change that does not fit fails the conversation (failTooLarge).
-
-// failTooLarge fails the conversation that a change would have taken over
-// the store's limit, with the reason in its status and a run_failed event.
-func (co *core) failTooLarge(ctx context.Context, convID string, tl *TooLargeError) {
-	reason := tl.Error()
-	var runID string
-	c, _, err := co.store.updateFrom(ctx, convID, nil, 0, func(c *Conversation) error {
-		runID = ""
-		if c.Lease != nil {
-			runID = c.Lease.RunID
-		} else if c.Batch != nil {
-			runID = c.Batch.RunID
-		}
-		if !c.Abort(reason, co.clock()) {
-			return errUnchanged
-		}
-		return nil
-	})
-	if err != nil {
-		co.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", convID), slog.String("error", err.Error()))
-		return
-	}
-	if c.Status != StatusFailed || c.Error != reason {
-		return
-	}
-	co.log.WarnContext(ctx, "conversation failed: state too large", slog.String("conversation_id", convID), slog.String("error", reason))
-	co.events.publish(ctx, convID, runID, EventRunFailed, "", wire.RunFailed{Error: reason})
-}
 
 // shrunk is in with a result's value, content and metadata replaced by a
 // failed outcome saying why: what a reply becomes when its conversation

@@ -1,0 +1,169 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/deferred"
+)
+
+// fakeEffects records what the effector carries out, in order.
+type fakeEffects struct {
+	mu   sync.Mutex
+	done []string
+}
+
+func (f *fakeEffects) add(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done = append(f.done, s)
+}
+
+func (f *fakeEffects) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.done)
+}
+
+func (f *fakeEffects) publish(_ context.Context, _, runID, typ, _ string, _ any) {
+	f.add("event " + typ + " " + runID)
+}
+
+// newTestEffector is an effector on a memory store whose collaborators
+// record what they are asked for in f.
+func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
+	stats := &Stats{}
+	return newEffector(effectorParams{
+		log: slog.New(slog.DiscardHandler), clock: func() time.Time { return now }, store: s, events: f,
+		deadlines: newDeadlineIndex(), observer: counters{stats: stats},
+		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*Conversation) bool { return true },
+		notifyCancel: func(runID string) error { f.add("notice " + runID); return nil },
+		withdraw: func(_ context.Context, _, runID string, calls []*PendingCall) {
+			ids := make([]string, len(calls))
+			for i, pc := range calls {
+				ids[i] = pc.ToolCallID
+			}
+			f.add("withdraw " + runID + " " + strings.Join(ids, ","))
+		},
+		escalate:  func(_ context.Context, _ *Conversation, pc *PendingCall) { f.add("escalate " + pc.ToolCallID) },
+		batchDone: func(_, runID string) { f.add("batchDone " + runID) },
+		launch: func(_, runID string, c *Conversation, _ uint64) {
+			f.add("launch " + runID + " from " + string(c.Status))
+		},
+		handOver: func(_ context.Context, c *Conversation) { f.add("handOver " + c.ID) },
+		spawn:    func(fn func()) { fn() },
+		track:    func(fn func()) { fn() },
+	})
+}
+
+// The effects carried out are those of the write that won, once: a write
+// retried after another came first computes them again from the fresher
+// state, and one that is refused carries out none.
+func TestEffectorCarriesOutTheWinningWriteOnly(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx := context.Background()
+	s := newMemStore()
+	f := &fakeEffects{}
+	e := newTestEffector(s, f, now)
+	if _, err := s.create(ctx, NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: now},
+		&Lease{Owner: "me", RunID: "r1_c1", Until: now.Add(time.Minute)}, now)); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer comes between the first attempt and its append.
+	came := false
+	s.appended = func(id string) {
+		if came {
+			return
+		}
+		came = true
+		if _, _, err := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
+			return c.Renew("me", "r1_c1", now.Add(time.Hour))
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	attempts := 0
+	_, _, err := e.do(ctx, "c1", func(c *Conversation, now time.Time) ([]effect, error) {
+		attempts++
+		c.Output = "x"
+		return []effect{emitEffect(c.Lease.Until.Format("15:04"), "attempt", "", nil)}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.list(), []string{"event attempt 04:04"}; attempts != 2 || !slices.Equal(got, want) {
+		t.Errorf("after %d attempts carried out %q, want %q (the second's, from the renewed lease)", attempts, got, want)
+	}
+
+	s.appended = nil
+	if _, _, err := e.do(ctx, "c1", func(c *Conversation, _ time.Time) ([]effect, error) {
+		return []effect{emitEffect("r", "refused", "", nil)}, errLeaseLost
+	}); err != errLeaseLost {
+		t.Errorf("refused transition: %v, want errLeaseLost", err)
+	}
+	if got := f.list(); len(got) != 1 {
+		t.Errorf("a refused transition carried out %q", got[1:])
+	}
+}
+
+// A cancel of a paused conversation, and an expiry that completes a batch,
+// through the effector on a memory store: what each asks for is done, in
+// order, down to the follow-up's launch, without a server.
+func TestEffectorCancelAndExpiry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx := context.Background()
+	paused := func(s *memStore, id string, deadline time.Time) {
+		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
+			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)
+		if err := c.Pause("me", "r1_"+id, nil, &Batch{RunID: "r1_" + id, Calls: []*PendingCall{
+			{ToolCallID: "a", ToolName: "t", Kind: deferred.KindCall, Deadline: deadline},
+		}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s, f := newMemStore(), &fakeEffects{}
+	e := newTestEffector(s, f, now)
+	paused(s, "c1", now.Add(time.Hour))
+	c, err := e.doRequest(ctx, "c1", cancelTransition(CancelledMessage))
+	if err != nil || c.Status != StatusCancelled {
+		t.Fatalf("cancel: %v, %v", describeState(c), err)
+	}
+	if got, want := f.list(), []string{"notice r1_c1", "withdraw r1_c1 a", "event conversation_cancelled r1_c1"}; !slices.Equal(got, want) {
+		t.Errorf("cancel carried out %q, want %q", got, want)
+	}
+
+	s, f = newMemStore(), &fakeEffects{}
+	e = newTestEffector(s, f, now)
+	paused(s, "c2", now)
+	if _, _, err := e.do(ctx, "c2", expireTransition()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"event calls_expired r1_c2", "withdraw r1_c2 a", "batchDone r1_c2", "launch r2_c2 from resuming"}
+	if got := f.list(); !slices.Equal(got, want) {
+		t.Errorf("expiry carried out %q, want %q", got, want)
+	}
+	if st := e.observer.(counters).stats; st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
+		t.Errorf("observed %d expired, %d follow-ups; want 1 and 1", st.Expired.Load(), st.FollowUps.Load())
+	}
+	if c, _, _ := s.current("c2"); c.Status != StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
+		t.Errorf("stored after the expiry: %s", describeState(c))
+	}
+}
+
+func describeState(c *Conversation) string {
+	if c == nil {
+		return "<nil>"
+	}
+	return string(c.Status)
+}
