@@ -216,6 +216,12 @@ func TestRolePermissions(t *testing.T) {
 	if ok, err := worker.CallQueued(ctx, queued.Sequence); err != nil || ok {
 		t.Errorf("worker looking up a withdrawn call: %v %v, want gone", ok, err)
 	}
+	// A sequence the stream has not stored yet (a call delivered by a
+	// consumer whose node is ahead of the stream's leader) is not taken
+	// for a withdrawn call.
+	if ok, err := worker.CallQueued(ctx, queued.Sequence+100); err != nil || !ok {
+		t.Errorf("worker looking up a call beyond the stream's last sequence: %v %v, want queued", ok, err)
+	}
 	if _, err := approver.CallQueued(ctx, queued.Sequence); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("approver looking up a call: %v, want ErrPermissionDenied", err)
 	}

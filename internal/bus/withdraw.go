@@ -78,12 +78,31 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 // or acked. A worker asks before it runs a call it was delivered.
 // A user not allowed the lookup (NATS users written before it was added
 // to the worker's role) gets ErrPermissionDenied at once.
+//
+// "Not found" is believed only from a stream leader that has stored seq
+// (its last sequence is at least seq): in a cluster, a call can be
+// delivered by a consumer whose node has applied it before the stream's
+// leader has (a leader just elected, or one starved of CPU), and that
+// leader answers "not found" for a call no one withdrew. The worker then
+// acked it unrun and without a reply, and its conversation waited until
+// the call's deadline (TestClusterLeaderKilledUnderLoad under load).
 func (b *Bus) CallQueued(ctx context.Context, seq uint64) (bool, error) {
 	gctx, release := b.deny.guard(ctx, jsAPIFor(wire.StreamCalls))
 	defer release()
 	st, err := b.stream(gctx, wire.StreamCalls)
 	if err == nil {
 		_, err = st.GetMsg(gctx, seq)
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		var info *jetstream.StreamInfo
+		if info, err = st.Info(gctx); err == nil {
+			if info.State.LastSeq < seq {
+				return true, nil
+			}
+			// Stored by now: a second look tells a call that came in
+			// meanwhile from one taken out.
+			_, err = st.GetMsg(gctx, seq)
+		}
 	}
 	switch {
 	case err == nil:

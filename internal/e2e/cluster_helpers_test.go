@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -20,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // clWait bounds every wait on a condition in these tests; generous for a
@@ -257,20 +260,154 @@ func stopAtCleanup(t testing.TB, name string, stop func(context.Context) error) 
 	})
 }
 
-// waitTerminal waits until the conversation is completed or failed.
-func waitTerminal(t *testing.T, o *orchestrator.Orchestrator, id string) *orchestrator.Conversation {
+// waitTerminal waits until the conversation is completed or failed. A
+// conversation that does not end fails the test with what it waits for
+// (describeStuck), read from js when it is given.
+func waitTerminal(t *testing.T, o *orchestrator.Orchestrator, id string, js ...jetstream.JetStream) *orchestrator.Conversation {
 	t.Helper()
 	var c *orchestrator.Conversation
-	clWaitFor(t, "conversation "+id+" to end", func() (bool, string) {
+	began := time.Now()
+	deadline := began.Add(clWait)
+	tick := 5 * time.Millisecond
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var err error
-		if c, err = o.Conversation(ctx, id); err != nil {
-			return false, err.Error()
+		got, err := o.Conversation(ctx, id)
+		cancel()
+		state := ""
+		if err != nil {
+			state = err.Error()
+		} else {
+			c, state = got, string(got.Status)
+			if c.Status.Terminal() {
+				return c
+			}
 		}
-		return c.Status.Terminal(), string(c.Status)
-	})
-	return c
+		if time.Now().After(deadline) {
+			var j jetstream.JetStream
+			if len(js) > 0 {
+				j = js[0]
+			}
+			t.Fatalf("timed out after %s waiting for conversation %s to end; last state: %s\n%s",
+				clWait, id, state, describeStuck(c, j))
+		}
+		time.Sleep(tick)
+		tick = min(tick*2, 100*time.Millisecond)
+	}
+}
+
+// describeStuck says what a conversation that does not end waits for: its
+// lease and runs, each call of its pending batch (kind, whether published,
+// approved or answered, its deadline), and, read from js, the messages of
+// the batch's run still in the calls, approvals and replies streams and
+// the consumers' state, so that a lost call, request, reply or decision
+// shows as such rather than as a bare "paused".
+func describeStuck(c *orchestrator.Conversation, js jetstream.JetStream) string {
+	if c == nil {
+		return "conversation never read"
+	}
+	var b strings.Builder
+	now := time.Now()
+	fmt.Fprintf(&b, "  status %s, %d runs, stale replies %d", c.Status, len(c.Runs), c.StaleReplies)
+	if c.Lease != nil {
+		fmt.Fprintf(&b, ", lease %s run %s until %s (%s from now)", c.Lease.Owner, c.Lease.RunID,
+			c.Lease.Until.Format(time.RFC3339Nano), c.Lease.Until.Sub(now).Round(time.Millisecond))
+	} else {
+		b.WriteString(", no lease")
+	}
+	b.WriteString("\n")
+	for _, r := range c.Runs {
+		fmt.Fprintf(&b, "  run %+v\n", *r)
+	}
+	if c.Batch == nil {
+		b.WriteString("  no pending batch\n")
+		return b.String()
+	}
+	bt := c.Batch
+	fmt.Fprintf(&b, "  batch of run %s: follow-up %q, inline %v, unknown replies %d\n",
+		bt.RunID, bt.FollowUpRunID, bt.Inline, bt.UnknownReplies)
+	for _, pc := range bt.Calls {
+		reply := "none"
+		if pc.Reply != nil {
+			reply = fmt.Sprintf("%s by %s at %s", pc.Reply.Outcome, pc.Reply.By, pc.Reply.At.Format(time.RFC3339Nano))
+		}
+		approval := "none"
+		if pc.Approval != nil {
+			approval = fmt.Sprintf("%s by %s at %s", pc.Approval.Outcome, pc.Approval.By, pc.Approval.At.Format(time.RFC3339Nano))
+		}
+		fmt.Fprintf(&b, "  call %s %s kind %s: published %v at %s, dispatch %s, approval %s, reply %s, taken %v, deadline %s (%s from now), duplicates %d late %d refused %d %q, approvals %v\n",
+			pc.ToolCallID, pc.ToolName, pc.Kind, pc.Published, pc.PublishedAt.Format(time.RFC3339Nano), pc.Dispatch,
+			approval, reply, pc.Taken, pc.Deadline.Format(time.RFC3339Nano), pc.Deadline.Sub(now).Round(time.Millisecond),
+			pc.Duplicates, pc.Late, pc.Refused, pc.LastRefusal, pc.Approvals)
+	}
+	if js == nil {
+		return b.String()
+	}
+	for _, stream := range []string{wire.StreamCalls, wire.StreamApprovals, wire.StreamReplies} {
+		b.WriteString(streamMessagesOf(js, stream, bt.RunID))
+	}
+	for _, sc := range [][2]string{{wire.StreamReplies, "orchestrator"}, {wire.StreamApprovals, "bot"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cons, err := js.Consumer(ctx, sc[0], sc[1])
+		var ci *jetstream.ConsumerInfo
+		if err == nil {
+			ci, err = cons.Info(ctx)
+		}
+		cancel()
+		if err != nil {
+			fmt.Fprintf(&b, "  consumer %s/%s: %v\n", sc[0], sc[1], err)
+			continue
+		}
+		fmt.Fprintf(&b, "  consumer %s/%s: delivered %d/%d, ack floor %d/%d, pending %d, ack pending %d, redelivered %d, waiting %d\n",
+			sc[0], sc[1], ci.Delivered.Consumer, ci.Delivered.Stream, ci.AckFloor.Consumer, ci.AckFloor.Stream,
+			ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls, err := js.Stream(ctx, wire.StreamCalls)
+	if err != nil {
+		return b.String()
+	}
+	for name := range calls.ConsumerNames(ctx).Name() {
+		cons, err := calls.Consumer(ctx, name)
+		if err != nil {
+			continue
+		}
+		if ci, err := cons.Info(ctx); err == nil {
+			fmt.Fprintf(&b, "  consumer %s/%s: pending %d, ack pending %d, redelivered %d, waiting %d\n",
+				wire.StreamCalls, name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting)
+		}
+	}
+	return b.String()
+}
+
+// streamMessagesOf lists the messages of stream that belong to run (by
+// their run header or subject). Messages are read one by one by sequence:
+// the calls stream is a work queue, which takes no ordered consumer, and
+// this runs only once a test has failed.
+func streamMessagesOf(js jetstream.JetStream, stream, run string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Sprintf("  %s: %v\n", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Sprintf("  %s: %v\n", stream, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s: %d messages, seq %d-%d; of the run:\n", stream, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq)
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted (acked from the work queue)
+		}
+		if m.Header.Get(wire.HeaderRun) == run || strings.Contains(m.Subject, "."+run+".") || strings.HasSuffix(m.Subject, "."+run) {
+			fmt.Fprintf(&b, "    seq %d %s at %s: call %s msg id %s, %d bytes\n", m.Sequence, m.Subject,
+				m.Time.Format(time.RFC3339Nano), m.Header.Get(wire.HeaderCall), m.Header.Get(wire.HeaderMsgID), len(m.Data))
+		}
+	}
+	return b.String()
 }
 
 // returnsPerCall counts the tool returns and retry prompts per tool call

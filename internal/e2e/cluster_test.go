@@ -163,8 +163,9 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		t.Logf("%d starts were tried again: %v", len(startErrs), startErrs)
 	}
 
+	diag := cl.connect("diagnosis", bus.ConnConfig{}).JetStream()
 	for _, id := range ids {
-		c := waitTerminal(t, o, id)
+		c := waitTerminal(t, o, id, diag)
 		if c.Status != orchestrator.StatusCompleted {
 			t.Errorf("%s: %s: %s", id, c.Status, c.Error)
 			continue
