@@ -149,12 +149,19 @@ async function handle({ js, jsm, tool, id, cancelled, m, ackWaitMs }) {
     return m.ack();
   }
   // Withdrawn while it waited (its conversation was cancelled, its
-  // deadline passed): the stream no longer has it. Any other answer,
-  // an error included, means run it.
+  // deadline passed): the stream no longer has it. A leader that has not
+  // stored the call yet (a new one, in a cluster) answers "not found" too,
+  // so that answer counts only from a leader whose last sequence has
+  // reached the call's, twice. Any other answer, an error included, means
+  // run it.
   try {
-    if ((await jsm.streams.getMessage(STREAM, { seq: m.seq })) === null) {
-      console.log(`withdrawn ${call.tool_call_id}: not run`);
-      return m.ack();
+    const gone = async () => (await jsm.streams.getMessage(STREAM, { seq: m.seq })) === null;
+    if (await gone()) {
+      const info = await jsm.streams.info(STREAM);
+      if (info.state.last_seq >= m.seq && (await gone())) {
+        console.log(`withdrawn ${call.tool_call_id}: not run`);
+        return m.ack();
+      }
     }
   } catch (err) {
     console.error(`look up ${call.tool_call_id}: ${err.message}; running it`);
