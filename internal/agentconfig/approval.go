@@ -57,29 +57,34 @@ func (r *approvalRule) RequiredIn(tool string, args json.RawMessage, rc orchestr
 	if r.always {
 		return true, nil
 	}
-	fail := func(what string, err error) (bool, error) {
+	a, m, ctx, what, err := ruleInputs(args, rc)
+	if err != nil {
 		return true, fmt.Errorf("approval rule %q: %s: %w", r.rule, what, err)
 	}
-	a, err := rule.DecodeObject(args)
+	b, err := r.rule.EvalIn(tool, a, m, ctx)
 	if err != nil {
-		return fail("args", err)
+		return true, fmt.Errorf("approval rule %q: %w", r.rule, err)
 	}
-	m, err := rule.DecodeObject(rc.Metadata)
-	if err != nil {
-		return fail("metadata", err)
+	return b, nil
+}
+
+// ruleInputs decodes what a rule over a call sees: its args, the tool's
+// metadata and the run's caller and conversation. On an error, what names
+// the part that failed.
+func ruleInputs(args json.RawMessage, rc orchestrator.RuleContext) (a, m map[string]any, ctx rule.Context, what string, err error) {
+	if a, err = rule.DecodeObject(args); err != nil {
+		return nil, nil, ctx, "args", err
 	}
-	caller, err := rule.DecodeObject(rc.Caller)
-	if err != nil {
-		return fail("caller", err)
+	if m, err = rule.DecodeObject(rc.Metadata); err != nil {
+		return nil, nil, ctx, "metadata", err
+	}
+	if ctx.Caller, err = rule.DecodeObject(rc.Caller); err != nil {
+		return nil, nil, ctx, "caller", err
 	}
 	calls := make([]rule.Call, len(rc.Calls))
 	for i, c := range rc.Calls {
 		calls[i] = rule.Call{Tool: c.Tool, Outcome: c.Outcome}
 	}
-	b, err := r.rule.EvalIn(tool, a, m, rule.Context{Caller: caller,
-		Conversation: rule.Conversation(rc.ConversationID, rc.Agent, rc.Runs, calls)})
-	if err != nil {
-		return true, fmt.Errorf("approval rule %q: %w", r.rule, err)
-	}
-	return b, nil
+	ctx.Conversation = rule.Conversation(rc.ConversationID, rc.Agent, rc.Runs, calls)
+	return a, m, ctx, "", nil
 }
