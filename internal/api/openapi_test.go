@@ -169,26 +169,9 @@ func TestOpenAPIRouteCheckFindsGaps(t *testing.T) {
 	}
 }
 
-// openAPIAgent's one response asks for two approvals, a frontend tool's
-// answer and a worker's read, so that every kind of pending call and answer
-// is shown.
-const openAPIAgent = `
-name: files
-model: {provider: script, script: script.yaml}
-tools:
-  - name: update_file
-    parameters: {type: object, properties: {path: {type: string}, content: {type: string}}, required: [path, content]}
-    approval: always
-  - name: delete_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-    approval: always
-    approval_metadata: {reason: destructive}
-  - name: read_file
-    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
-  - name: local_time
-    executor: frontend
-`
-
+// openAPIScript drives answerAgent (answer_test.go): its one response asks
+// for two approvals, a frontend tool's answer and a worker's read, so that
+// every kind of pending call and answer is shown.
 const openAPIScript = `
 - calls:
     - {tool: update_file, id: upd, args: {path: a.txt, content: from the model}}
@@ -299,7 +282,7 @@ func TestOpenAPIAnswersFitTheDocument(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	agent, err := agentconfig.Parse([]byte(openAPIAgent), fstest.MapFS{"script.yaml": {Data: []byte(openAPIScript)}})
+	agent, err := agentconfig.Parse([]byte(answerAgent), fstest.MapFS{"script.yaml": {Data: []byte(openAPIScript)}})
 	if err != nil {
 		t.Fatal(err)
 	}
