@@ -22,7 +22,6 @@ const (
 
 // KV bucket names.
 const (
-	BucketRuns  = "toolgate_runs"
 	BucketTools = "toolgate_tools"
 )
 

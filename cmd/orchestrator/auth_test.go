@@ -203,8 +203,8 @@ func TestNATSUsersPerRole(t *testing.T) {
 	if _, err := wb.PublishCall(pctx, wire.CallRequest{RunID: run, ConversationID: conv.ConversationID, ToolCallID: "x", ToolName: "delete_file", Args: []byte(`{"path":"README.md"}`), Deadline: time.Now().Add(time.Minute)}); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("worker publishing a call: err = %v, want ErrPermissionDenied", err)
 	}
-	if _, err := ab.Runs(pctx); !errors.Is(err, bus.ErrPermissionDenied) {
-		t.Errorf("approver opening the runs bucket: err = %v, want ErrPermissionDenied", err)
+	if _, err := ab.KeyValue(pctx, bus.BucketIndex); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("approver opening the index bucket: err = %v, want ErrPermissionDenied", err)
 	}
 }
 

@@ -324,17 +324,17 @@ func rawReplyOf(prefix string) func(i int) (*nats.Msg, []jetstream.PublishOpt, e
 }
 
 // rawMemoryStore creates the raw case's bucket (configured as the
-// runs bucket) and its calls and replies streams, and returns the bucket
-// and what removes them all.
+// conversations' index bucket: one value a key, on file) and its calls
+// and replies streams, and returns the bucket and what removes them all.
 func rawMemoryStore(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, func() error, error) {
 	var kvCfg jetstream.KeyValueConfig
 	for _, kc := range (bus.SetupConfig{}).KeyValueConfigs() {
-		if kc.Bucket == wire.BucketRuns {
+		if kc.Bucket == bus.BucketIndex {
 			kvCfg = kc
 		}
 	}
 	if kvCfg.Bucket == "" {
-		return nil, nil, errors.New("raw memory: bus has no runs bucket config")
+		return nil, nil, errors.New("raw memory: bus has no index bucket config")
 	}
 	kvCfg.Bucket = rawBucket + "_" + prefix
 	callsCfg, repliesCfg, err := rawStreams(prefix)

@@ -27,7 +27,7 @@ func (b *Bus) PutGrant(ctx context.Context, source string, g wire.Grant) error {
 	if err != nil {
 		return fmt.Errorf("grant %s: %w", g.ID, err)
 	}
-	if _, err := kv.Create(ctx, source+"."+g.ID, raw, 0); err != nil {
+	if _, err := kv.Create(ctx, source+"."+g.ID, raw); err != nil {
 		return fmt.Errorf("store grant %s: %w", g.ID, err)
 	}
 	return nil

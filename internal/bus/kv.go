@@ -71,9 +71,6 @@ func (b *Bus) KeyValue(ctx context.Context, bucket string) (*KV, error) {
 	return &KV{kv: kv, b: b}, nil
 }
 
-// Runs opens the toolgate_runs bucket.
-func (b *Bus) Runs(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, wire.BucketRuns) }
-
 // Grants opens the toolgate_grants bucket.
 func (b *Bus) Grants(ctx context.Context) (*KV, error) { return b.KeyValue(ctx, wire.BucketGrants) }
 
@@ -94,13 +91,9 @@ func (k *KV) Get(ctx context.Context, key string) (Entry, error) {
 }
 
 // Create stores value under key only if the key has no value; otherwise
-// ErrKeyExists. ttl > 0 expires the key (runs bucket: LimitMarkerTTL is on).
-func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
-	var opts []jetstream.KVCreateOpt
-	if ttl > 0 {
-		opts = append(opts, jetstream.KeyTTL(ttl))
-	}
-	rev, err := k.kv.Create(ctx, key, value, opts...)
+// ErrKeyExists.
+func (k *KV) Create(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := k.kv.Create(ctx, key, value)
 	if err != nil {
 		return 0, fmt.Errorf("kv create %s/%s: %w", k.kv.Bucket(), key, err)
 	}
@@ -259,16 +252,10 @@ func (k *KV) PurgeUpTo(ctx context.Context, key string, upTo uint64) error {
 // have one; without the values unless withValues. An empty bucket is told
 // by one request, without a watch.
 func (k *KV) List(ctx context.Context, pattern string, withValues bool) ([]Entry, error) {
-	return k.list(ctx, pattern, withValues, false)
+	return k.list(ctx, pattern, withValues)
 }
 
-// Markers is the delete and purge markers under pattern that the bucket
-// keeps for keys that have no value now (without values).
-func (k *KV) Markers(ctx context.Context, pattern string) ([]Entry, error) {
-	return k.list(ctx, pattern, false, true)
-}
-
-func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool) ([]Entry, error) {
+func (k *KV) list(ctx context.Context, pattern string, withValues bool) ([]Entry, error) {
 	if pattern == "" {
 		pattern = ">"
 	}
@@ -292,20 +279,16 @@ func (k *KV) list(ctx context.Context, pattern string, withValues, markers bool)
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		HeadersOnly:   !withValues,
 	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) bool {
-		op := OpPut
 		switch m.Headers().Get(kvOperation) {
-		case kvOpDelete:
-			op = OpDelete
-		case kvOpPurge:
-			op = OpPurge
+		case kvOpDelete, kvOpPurge:
+			// The marker of a key without a value now.
+			return true
 		}
-		if markers == (op != OpPut) {
-			e := Entry{Key: strings.TrimPrefix(m.Subject(), prefix), Revision: meta.Sequence.Stream, Created: meta.Timestamp, Op: op}
-			if withValues {
-				e.Value = m.Data()
-			}
-			out = append(out, e)
+		e := Entry{Key: strings.TrimPrefix(m.Subject(), prefix), Revision: meta.Sequence.Stream, Created: meta.Timestamp, Op: OpPut}
+		if withValues {
+			e.Value = m.Data()
 		}
+		out = append(out, e)
 		return true
 	})
 	if err != nil {

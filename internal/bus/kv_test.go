@@ -10,42 +10,41 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
-	"github.com/toolgate/toolgate/wire"
 )
 
-func TestRunsKVCompareAndSet(t *testing.T) {
+func TestKVCompareAndSet(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
-	runs := newRuns(t)
-	if _, err := runs.Get(ctx, "run1"); !errors.Is(err, bus.ErrKeyNotFound) {
+	kv := newKV(t)
+	if _, err := kv.Get(ctx, "run1"); !errors.Is(err, bus.ErrKeyNotFound) {
 		t.Errorf("get missing: %v", err)
 	}
-	rev, err := runs.Create(ctx, "run1", []byte("paused"), 0)
+	rev, err := kv.Create(ctx, "run1", []byte("paused"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Create(ctx, "run1", []byte("again"), 0); !errors.Is(err, bus.ErrKeyExists) {
+	if _, err := kv.Create(ctx, "run1", []byte("again")); !errors.Is(err, bus.ErrKeyExists) {
 		t.Errorf("second create: %v", err)
 	}
-	rev2, err := runs.Update(ctx, "run1", []byte("one reply"), rev)
+	rev2, err := kv.Update(ctx, "run1", []byte("one reply"), rev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A stale revision loses: this is how two replicas complete a batch once.
-	if _, err := runs.Update(ctx, "run1", []byte("stale"), rev); !errors.Is(err, bus.ErrRevisionMismatch) {
+	if _, err := kv.Update(ctx, "run1", []byte("stale"), rev); !errors.Is(err, bus.ErrRevisionMismatch) {
 		t.Errorf("stale update: err = %v, want ErrRevisionMismatch", err)
 	}
-	e, err := runs.Get(ctx, "run1")
+	e, err := kv.Get(ctx, "run1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(e.Value) != "one reply" || e.Revision != rev2 {
 		t.Errorf("entry = %q@%d, want %q@%d", e.Value, e.Revision, "one reply", rev2)
 	}
-	if err := runs.Delete(ctx, "run1", rev); !errors.Is(err, bus.ErrRevisionMismatch) {
+	if err := kv.Delete(ctx, "run1", rev); !errors.Is(err, bus.ErrRevisionMismatch) {
 		t.Errorf("stale delete: %v", err)
 	}
-	keys, err := runs.Keys(ctx)
+	keys, err := kv.Keys(ctx)
 	if err != nil || len(keys) != 1 || keys[0] != "run1" {
 		t.Errorf("keys = %v, %v", keys, err)
 	}
@@ -55,7 +54,7 @@ func TestRunsKVCompareAndSet(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			_, err := runs.Mutate(ctx, "counter", func(v []byte, _ uint64) ([]byte, error) {
+			_, err := kv.Mutate(ctx, "counter", func(v []byte, _ uint64) ([]byte, error) {
 				i := 0
 				if v != nil {
 					i, _ = strconv.Atoi(string(v))
@@ -68,28 +67,28 @@ func TestRunsKVCompareAndSet(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	e, err = runs.Get(ctx, "counter")
+	e, err = kv.Get(ctx, "counter")
 	if err != nil || string(e.Value) != strconv.Itoa(n) {
 		t.Errorf("counter = %q, %v; want %d", e.Value, err, n)
 	}
 	stopErr := errors.New("no")
-	if _, err := runs.Mutate(ctx, "counter", func([]byte, uint64) ([]byte, error) { return nil, stopErr }); !errors.Is(err, stopErr) {
+	if _, err := kv.Mutate(ctx, "counter", func([]byte, uint64) ([]byte, error) { return nil, stopErr }); !errors.Is(err, stopErr) {
 		t.Errorf("mutate error = %v", err)
 	}
 }
 
-func TestRunsKVWatch(t *testing.T) {
+func TestKVWatch(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
-	runs := newRuns(t)
-	if _, err := runs.Put(ctx, "a", []byte("1")); err != nil {
+	kv := newKV(t)
+	if _, err := kv.Put(ctx, "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var ops []bus.EntryOp
 	var keys []string
-	for e, err := range runs.Watch(wctx, "") {
+	for e, err := range kv.Watch(wctx, "") {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,11 +96,11 @@ func TestRunsKVWatch(t *testing.T) {
 		keys = append(keys, e.Key)
 		switch len(ops) {
 		case 2:
-			if _, err := runs.Put(ctx, "b", []byte("2")); err != nil {
+			if _, err := kv.Put(ctx, "b", []byte("2")); err != nil {
 				t.Fatal(err)
 			}
 		case 3:
-			if err := runs.Delete(ctx, "a", 0); err != nil {
+			if err := kv.Delete(ctx, "a", 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -118,69 +117,52 @@ func TestRunsKVWatch(t *testing.T) {
 	}
 }
 
-func TestRunsKVPerKeyTTL(t *testing.T) {
-	t.Parallel()
-	ctx := bustest.Context(t)
-	runs := newRuns(t)
-	if _, err := runs.Create(ctx, "short", []byte("x"), time.Second); err != nil {
-		t.Fatalf("create with ttl: %v", err)
-	}
-	bustest.WaitFor(t, "key expiry", func() bool {
-		_, err := runs.Get(ctx, "short")
-		return errors.Is(err, bus.ErrKeyNotFound)
-	})
-}
-
-// newRuns is the runs bucket of a new bus.
-func newRuns(t *testing.T) *bus.KV {
+// newKV is the index bucket of a new bus, a bucket to try KV on.
+func newKV(t *testing.T) *bus.KV {
 	t.Helper()
-	runs, err := bustest.NewBus(t).Runs(bustest.Context(t))
+	kv, err := bustest.NewBus(t).KeyValue(bustest.Context(t), bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runs
+	return kv
 }
 
 // PurgeUpTo removes a key up to a revision and leaves no marker: an entry
 // put again after that revision stays, and the bucket's stream stores
-// nothing for the removal. List sees the keys that have a value, Markers
-// those a delete left.
+// nothing for the removal. List sees the keys that have a value.
 func TestKVPurgeUpToAndList(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	b := bustest.NewBus(t)
-	runs, err := b.Runs(ctx)
+	kv, err := b.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := runs.List(ctx, "", false); err != nil || len(l) != 0 {
+	if l, err := kv.List(ctx, "", false); err != nil || len(l) != 0 {
 		t.Fatalf("list of an empty bucket: %v, %v", l, err)
 	}
-	first, err := runs.Put(ctx, "k", []byte("1"))
+	first, err := kv.Put(ctx, "k", []byte("1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := runs.Put(ctx, "k", []byte("2"))
+	second, err := kv.Put(ctx, "k", []byte("2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Put(ctx, "gone", []byte("x")); err != nil {
+	if _, err := kv.Put(ctx, "gone", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := runs.Delete(ctx, "gone", 0); err != nil {
+	if err := kv.Delete(ctx, "gone", 0); err != nil {
 		t.Fatal(err)
 	}
-	l, err := runs.List(ctx, "", true)
+	l, err := kv.List(ctx, "", true)
 	if err != nil || len(l) != 1 || l[0].Key != "k" || string(l[0].Value) != "2" || l[0].Revision != second {
 		t.Fatalf("list: %+v, %v; want k=2 at %d", l, err, second)
 	}
-	if l, err := runs.List(ctx, "k", false); err != nil || len(l) != 1 || len(l[0].Value) != 0 {
+	if l, err := kv.List(ctx, "k", false); err != nil || len(l) != 1 || len(l[0].Value) != 0 {
 		t.Errorf("list without values: %+v, %v", l, err)
 	}
-	if m, err := runs.Markers(ctx, ""); err != nil || len(m) != 1 || m[0].Key != "gone" || m[0].Op != bus.OpDelete {
-		t.Errorf("markers: %+v, %v; want the delete of gone", m, err)
-	}
-	stream, err := b.JetStream().Stream(ctx, "KV_"+wire.BucketRuns)
+	stream, err := b.JetStream().Stream(ctx, "KV_"+bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,19 +171,19 @@ func TestKVPurgeUpToAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Listed at the first revision, then put again: the entry stays.
-	if err := runs.PurgeUpTo(ctx, "k", first); err != nil {
+	if err := kv.PurgeUpTo(ctx, "k", first); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := runs.Get(ctx, "k"); err != nil || e.Revision != second {
+	if e, err := kv.Get(ctx, "k"); err != nil || e.Revision != second {
 		t.Fatalf("after a purge up to %d: %+v, %v; want revision %d", first, e, err, second)
 	}
-	if err := runs.PurgeUpTo(ctx, "k", second); err != nil {
+	if err := kv.PurgeUpTo(ctx, "k", second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Get(ctx, "k"); !errors.Is(err, bus.ErrKeyNotFound) {
+	if _, err := kv.Get(ctx, "k"); !errors.Is(err, bus.ErrKeyNotFound) {
 		t.Errorf("after a purge up to %d: %v; want ErrKeyNotFound", second, err)
 	}
-	if err := runs.PurgeUpTo(ctx, "gone", 0); err != nil {
+	if err := kv.PurgeUpTo(ctx, "gone", 0); err != nil {
 		t.Fatal(err)
 	}
 	info, err := stream.Info(ctx)
@@ -210,9 +192,6 @@ func TestKVPurgeUpToAndList(t *testing.T) {
 	}
 	if info.State.LastSeq != before.State.LastSeq || info.State.Msgs != 0 {
 		t.Errorf("stream last sequence %d, %d messages; want %d and 0 (no marker)", info.State.LastSeq, info.State.Msgs, before.State.LastSeq)
-	}
-	if m, err := runs.Markers(ctx, ""); err != nil || len(m) != 0 {
-		t.Errorf("markers after the purge: %+v, %v", m, err)
 	}
 }
 
@@ -239,7 +218,7 @@ func TestKVListWhileKeysArePurged(t *testing.T) {
 	// it makes and serves a list's consumer over 3000 keys, and lists back
 	// to back made the purges a sixth as fast (3000 took 8 to 12 s on an
 	// idle machine, over the test's 30 s with the package's other tests
-	// running). Each list still runs while the purges go on.
+	// running). Each list still kv while the purges go on.
 	const listStep = 50
 	purged := make(chan struct{})
 	progress := make(chan struct{}, 1)

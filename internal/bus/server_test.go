@@ -138,12 +138,12 @@ func TestSetupIdempotent(t *testing.T) {
 			t.Errorf("stream %s: %v", name, err)
 		}
 	}
-	runs, err := b.Runs(ctx)
+	index, err := b.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if runs.Bucket() != wire.BucketRuns {
-		t.Errorf("bucket %s", runs.Bucket())
+	if index.Bucket() != bus.BucketIndex {
+		t.Errorf("bucket %s", index.Bucket())
 	}
 	if _, err := b.Tools(ctx); err != nil {
 		t.Fatal(err)
@@ -258,8 +258,8 @@ func TestRolePermissions(t *testing.T) {
 		t.Errorf("approver reading a tool advert: %v", err)
 	}
 	gcancel()
-	if _, err := worker.Runs(ctx); !errors.Is(err, bus.ErrPermissionDenied) {
-		t.Errorf("worker opening the runs bucket: err = %v, want ErrPermissionDenied", err)
+	if _, err := worker.KeyValue(ctx, bus.BucketIndex); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("worker opening the index bucket: err = %v, want ErrPermissionDenied", err)
 	}
 
 	// What they must not do fails, and nothing reaches the stream.
@@ -305,11 +305,11 @@ func TestRolesCannotReadOtherInboxes(t *testing.T) {
 	orch := bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "orch", User: bus.RoleOrchestrator, Password: bus.RoleOrchestrator + "-pw", Role: bus.RoleOrchestrator})
 	bustest.Setup(t, orch)
 	ctx := bustest.Context(t)
-	runs, err := orch.Runs(ctx)
+	index, err := orch.KeyValue(ctx, bus.BucketIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.Put(ctx, "conv1", []byte("secret prompt")); err != nil {
+	if _, err := index.Put(ctx, "conv1", []byte("secret prompt")); err != nil {
 		t.Fatal(err)
 	}
 	// Another worker's and approver's replies too: a role's users share a
@@ -344,7 +344,7 @@ func TestRolesCannotReadOtherInboxes(t *testing.T) {
 			// refused or something reaches it.
 		read:
 			for {
-				if _, err := runs.Get(ctx, "conv1"); err != nil {
+				if _, err := index.Get(ctx, "conv1"); err != nil {
 					t.Fatal(err)
 				}
 				select {

@@ -39,10 +39,6 @@ type SetupConfig struct {
 	// AuditMaxAge keeps audit records; negative keeps them forever.
 	// Defaults to forever.
 	AuditMaxAge time.Duration
-	// RunsMarkerTTL is how long the runs bucket keeps the marker of a key
-	// removed by its per-key TTL (LimitMarkerTTL); it also enables per-key
-	// TTLs (KV.Create with a ttl). Defaults to 1h.
-	RunsMarkerTTL time.Duration
 	// ToolsTTL is how long a tool advertisement lives unless renewed.
 	// Defaults to 2m.
 	ToolsTTL time.Duration
@@ -68,7 +64,6 @@ func (c SetupConfig) withDefaults() SetupConfig {
 	if c.AuditMaxAge < 0 {
 		c.AuditMaxAge = 0
 	}
-	def(&c.RunsMarkerTTL, time.Hour)
 	def(&c.ToolsTTL, 2*time.Minute)
 	return c
 }
@@ -144,14 +139,6 @@ func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
 func (c SetupConfig) KeyValueConfigs() []jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return []jetstream.KeyValueConfig{
-		{
-			Bucket:         wire.BucketRuns,
-			Description:    "conversations stored before their logs (read once and moved), and the run index of that time",
-			History:        1,
-			Storage:        jetstream.FileStorage,
-			Replicas:       c.Replicas,
-			LimitMarkerTTL: c.RunsMarkerTTL,
-		},
 		{
 			Bucket:      BucketIndex,
 			Description: "conversations not finished (due.<id>), for the orchestrator's reconcile",

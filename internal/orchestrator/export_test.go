@@ -89,3 +89,11 @@ func GrantSeen(o *Orchestrator, id string) bool {
 	values, ok := o.grantCache.snapshot()
 	return ok && (values[wire.GrantKeyBus+"."+id] != nil)
 }
+
+// StoreConversation stores c as a new conversation's first record, and
+// carries out nothing of what the write would: a write whose answer was
+// lost.
+func (o *Orchestrator) StoreConversation(ctx context.Context, c *Conversation) error {
+	_, err := o.store.create(ctx, c)
+	return err
+}

@@ -69,7 +69,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/agent"
@@ -507,9 +506,6 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.fx = newEffector(o.effectorParams(st))
 	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
-	if _, err := o.store.migrate(ctx, o.log); err != nil {
-		o.log.WarnContext(ctx, "moving stored conversations into logs", slog.String("error", err.Error()))
-	}
 	// Pending calls are counted from the store when scraped rather than
 	// by this process: the state lives only in the logs, so the count is
 	// right after a restart and whichever replica settled a call, and
@@ -575,8 +571,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// openStore binds the conversations' stream and index (and the bucket of
-// an earlier build, when there is one).
+// openStore binds the conversations' stream and index.
 func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 	if _, err := o.bus.JetStream().Stream(ctx, bus.StreamConversations); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
@@ -603,11 +598,6 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 		return nil, fmt.Errorf("stream %s: %w", bus.StreamConversations, err)
 	}
 	s.fresh.saw(last)
-	if legacy, err := o.bus.KeyValue(ctx, wire.BucketRuns); err == nil {
-		s.legacy = legacy
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("bucket %s: %w", wire.BucketRuns, err)
-	}
 	return s, nil
 }
 
@@ -780,8 +770,7 @@ func countByTool(pending []wire.PendingCall) []telemetry.PendingCount {
 
 // A run id names its conversation: "r" + its own part + runIDSep + the
 // conversation id. A reply thus finds its conversation without a read, and
-// a run needs no index entry. Runs stored before ids had this form are
-// found through their run.<id> index entry.
+// a run needs no index entry.
 const runIDSep = "_"
 
 func runIDFor(part, convID string) string { return "r" + part + runIDSep + convID }

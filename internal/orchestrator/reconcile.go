@@ -50,13 +50,6 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.rec.recon
 func (rc *reconciler) reconcile(ctx context.Context) error {
 	rc.stats.ReconcilesStarted.Add(1)
 	defer rc.stats.ReconcilesEnded.Add(1)
-	if !rc.store.markersPurged.Load() {
-		if err := rc.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
-			rc.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))
-		} else if err == nil {
-			rc.store.markersPurged.Store(true)
-		}
-	}
 	due, err := rc.store.due(ctx)
 	if err != nil {
 		return err
@@ -141,9 +134,9 @@ func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []C
 	return open
 }
 
-// undueInFlight bounds the removals of due entries (and the purges of
-// their markers) in flight at once: one after another, the first pass
-// after 100,000 conversations finished took 39 s, a round trip each.
+// undueInFlight bounds the removals of due entries in flight at once:
+// one after another, the first pass after 100,000 conversations finished
+// took 39 s, a round trip each.
 const undueInFlight = 32
 
 // reconcileEach reconciles each of due in turn.

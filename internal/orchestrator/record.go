@@ -78,7 +78,7 @@ func (r *record) empty() bool {
 }
 
 // fullRecord is the record that creates c from nothing: a conversation's
-// first record, or one moved from the store of an earlier build.
+// first record.
 func fullRecord(c *Conversation) *record {
 	return diff(&fingerprint{histLen: 0}, c)
 }

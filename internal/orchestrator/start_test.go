@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
@@ -99,18 +97,10 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 		Runs:  []*orchestrator.RunRecord{{RunID: runID, Status: orchestrator.StatusRunning, Prompt: seedPrompt, StartedAt: now}},
 		Lease: &orchestrator.Lease{Owner: "orch-1", RunID: runID, Until: now.Add(time.Hour)},
 	}
-	kv, err := e.connect("first-attempt").Runs(ctxT(t))
-	if err != nil {
+	// Its first record, as the first attempt wrote it, and nothing the
+	// write would have carried out.
+	if err := o.StoreConversation(ctxT(t), &state); err != nil {
 		t.Fatal(err)
-	}
-	for key, v := range map[string]any{"conv." + convID: state} {
-		b, err := msgpack.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Create(ctxT(t), key, b, 0); err != nil {
-			t.Fatal(err)
-		}
 	}
 	info, err := o.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: seedPrompt, IdempotencyKey: key})
 	if err != nil {

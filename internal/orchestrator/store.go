@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -117,13 +115,8 @@ type store struct {
 	fresh *freshSet
 	// instance is this replica's id, which a first record names.
 	instance string
-	// legacy is the bucket of an earlier build (one value per
-	// conversation), read to move its conversations into logs, and its run
-	// index; nil when absent.
-	legacy *bus.KV
-	runs   runCache
-	cache  *stateCache
-	clock  func() time.Time
+	cache    *stateCache
+	clock    func() time.Time
 	// onTooLarge is told of a change refused as too large, so that the
 	// conversation fails visibly instead of waiting for a write that can
 	// never succeed.
@@ -149,9 +142,6 @@ type store struct {
 	restartIndexed func(id string)
 	// sweepScan, when set, is a test's smaller sweepScan.
 	sweepScan int
-	// markersPurged is set once the delete markers an earlier build left
-	// in the index are gone (purgeDueMarkers): this build leaves none.
-	markersPurged atomic.Bool
 }
 
 func (s *store) wrote(n int) {
@@ -242,9 +232,6 @@ func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, 
 		return nil, 0, err
 	}
 	if last == 0 {
-		if legacy, lerr := s.migrateOne(ctx, id); lerr == nil && legacy {
-			return s.load(ctx, id, keep)
-		}
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
 	if keep && last != seq {
@@ -606,68 +593,13 @@ func (s *store) opTimeout() time.Duration {
 	return storeOpTimeout
 }
 
-// runCacheMax bounds the run → conversation cache of run ids of the
-// earlier form, which name no conversation.
-const runCacheMax = 8192
-
-// runCache remembers which conversation runs of the earlier form belong to,
-// saving a read per reply; the mapping never changes once written, so an
-// entry is never stale. When full, an arbitrary entry makes room.
-type runCache struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (rc *runCache) get(runID string) (string, bool) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	id, ok := rc.m[runID]
-	return id, ok
-}
-
-func (rc *runCache) add(runID, convID string) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.m == nil {
-		rc.m = make(map[string]string)
-	}
-	if _, ok := rc.m[runID]; !ok && len(rc.m) >= runCacheMax {
-		for k := range rc.m {
-			delete(rc.m, k)
-			break
-		}
-	}
-	rc.m[runID] = convID
-}
-
-// conversationOf returns the conversation a run belongs to: the one its id
-// names, or for a run id of the earlier form, the one the earlier build's
-// run index holds.
-func (s *store) conversationOf(ctx context.Context, runID string) (string, error) {
+// conversationOf returns the conversation a run belongs to, which its id
+// names.
+func (s *store) conversationOf(_ context.Context, runID string) (string, error) {
 	if conv := convOfRunID(runID); conv != "" {
 		return conv, nil
 	}
-	if id, ok := s.runs.get(runID); ok {
-		return id, nil
-	}
-	if s.legacy == nil {
-		return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
-	}
-	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-	defer cancel()
-	e, err := s.legacy.Get(ctx, legacyRunKey(runID))
-	if err != nil {
-		if errors.Is(err, bus.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-			return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
-		}
-		return "", fmt.Errorf("get run %s: %w", runID, err)
-	}
-	var ri legacyRunIndex
-	if err := msgpack.Unmarshal(e.Value, &ri); err != nil {
-		return "", fmt.Errorf("decode run %s: %w", runID, err)
-	}
-	s.runs.add(runID, ri.ConversationID)
-	return ri.ConversationID, nil
+	return "", fmt.Errorf("run %s: %w", runID, ErrNotFound)
 }
 
 // dueEntry is a conversation of the index, with the revision of its
@@ -717,37 +649,6 @@ func (s *store) undue(ctx context.Context, e dueEntry) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
 	return s.index.PurgeUpTo(ctx, dueKey(e.id), e.rev)
-}
-
-// purgeDueMarkers removes the delete markers that due entries removed by
-// an earlier build left behind (undue leaves none): the bucket keeps them,
-// and listing the due entries would otherwise go over one per conversation
-// that ever finished. Each is purged up to its own sequence, so that an
-// entry put again since stays.
-func (s *store) purgeDueMarkers(ctx context.Context) error {
-	markers, err := s.index.Markers(ctx, dueKeyPrefix+">")
-	if err != nil {
-		return fmt.Errorf("list due markers: %w", err)
-	}
-	var (
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, undueInFlight)
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, m := range markers {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.index.PurgeUpTo(ctx, m.Key, m.Revision); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // watch signals on the returned channel each time a record is appended to

@@ -7,71 +7,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/orchestrator"
-	"github.com/toolgate/toolgate/wire"
 )
-
-// A conversation stored by the earlier build (one value in KV
-// toolgate_runs, no log) is moved into its log when an orchestrator
-// starts, and goes on from there: its call is answered and its follow-up
-// completes it; the old value is gone.
-func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	cfg := externalAgent(t, "")
-	o1, stop1 := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "first"})
-	info, err := o1.StartRun(ctxT(t), "What is the answer?", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := waitPublished(t, o1, info.ConversationID, 1)
-	if c.Status != orchestrator.StatusPaused {
-		t.Fatalf("status %s, want paused", c.Status)
-	}
-	stop1()
-
-	// Put it back as the earlier build stored it.
-	js := e.connect("earlier").JetStream()
-	stream, err := js.Stream(ctxT(t), bus.StreamConversations)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Purge(ctxT(t), jetstream.WithPurgeSubject(bus.ConversationSubject(info.ConversationID))); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctxT(t), wire.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := msgpack.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Create(ctxT(t), "conv."+info.ConversationID, value); err != nil {
-		t.Fatal(err)
-	}
-
-	e.worker("calculate_answer")
-	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
-	c = waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
-		t.Fatalf("status %s (%s), runs %+v; want completed after a follow-up", c.Status, c.Error, c.Runs)
-	}
-	if _, err := kv.Get(ctxT(t), "conv."+info.ConversationID); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("the earlier store's value: %v; want it deleted", err)
-	}
-	// Its log begins with the record it was moved in: a list of all
-	// conversations, which goes by first records, has it.
-	for _, status := range []orchestrator.Status{"", orchestrator.StatusCompleted} {
-		page, _, err := o2.ListConversations(ctxT(t), status, 10, "")
-		if err != nil || len(page) != 1 || page[0].ID != info.ConversationID {
-			t.Errorf("list %q: %+v, %v; want the moved conversation", status, page, err)
-		}
-	}
-}
 
 // passConfig is the seed's external agent with reconcile passes only when
 // a test runs one, and a lease short enough that a paused conversation is
