@@ -42,7 +42,7 @@ func clientHeap() int64 {
 	return total
 }
 
-// Paused conversations live in KV, not in the orchestrator's heap: what a
+// Paused conversations live in their logs, not in the orchestrator's heap: what a
 // paused conversation costs in memory is its deadline index entry.
 func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 	if testing.Short() {

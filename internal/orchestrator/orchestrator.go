@@ -191,7 +191,7 @@ type Config struct {
 	// paused; interrupted, lease_lost, not_stored, dropped), replies by kind and
 	// verdict, time to decision and to result, expiries, denials,
 	// redeliveries, dead letters, the model's requests, and the deferred
-	// calls pending by tool and kind, counted from KV at each scrape. nil
+	// calls pending by tool and kind, counted from the store at each scrape. nil
 	// records nothing.
 	Metrics *telemetry.OrchestratorMetrics
 	// TracerProvider makes a span per run (and per model request) and per

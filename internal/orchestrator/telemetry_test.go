@@ -182,7 +182,7 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 	}
 }
 
-// The pending gauge is counted from KV when scraped: it shows the calls of
+// The pending gauge is counted from the store when scraped: it shows the calls of
 // a paused run by tool and kind, the same after a restart with fresh
 // metrics, and drops a call once it is answered.
 func TestPendingGaugeFromStoredState(t *testing.T) {
