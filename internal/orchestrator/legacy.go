@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -76,17 +77,17 @@ func (s *store) migrateOne(ctx context.Context, id string) (bool, error) {
 		}
 		return false, fmt.Errorf("read stored conversation %s: %w", id, err)
 	}
-	var c Conversation
+	var c conversation.State
 	if err := msgpack.Unmarshal(e.Value, &c); err != nil {
 		return false, fmt.Errorf("decode stored conversation %s: %w", id, err)
 	}
 	if c.ID == "" {
 		c.ID = id
 	}
-	seq, n, err := s.append(ctx, &c, 0, fullRecord(&c))
+	seq, n, err := s.append(ctx, &c, 0, conversation.FullRecord(&c))
 	switch {
 	case err == nil:
-		s.cache.put(id, c.clone(), seq, int64(n))
+		s.cache.put(id, c.Clone(), seq, int64(n))
 	case conflict(err):
 		// Moved already, by another replica or an earlier attempt.
 	default:

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -15,16 +16,16 @@ func TestOnRunEnd(t *testing.T) {
 	e := newEnv(t)
 	var (
 		mu   sync.Mutex
-		ends []orchestrator.Status
+		ends []conversation.Status
 		runs []int
 	)
 	var o *orchestrator.Orchestrator
-	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), OnRunEnd: func(c *orchestrator.Conversation) {
+	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), OnRunEnd: func(c *conversation.State) {
 		mu.Lock()
 		defer mu.Unlock()
 		ends = append(ends, c.Status)
 		runs = append(runs, len(c.Runs))
-		if c.Status == orchestrator.StatusPaused && o.Stats().CallBatches.Load() != 1 {
+		if c.Status == conversation.StatusPaused && o.Stats().CallBatches.Load() != 1 {
 			t.Errorf("paused run's end seen after %d call publishes, want 1", o.Stats().CallBatches.Load())
 		}
 	}})
@@ -32,9 +33,9 @@ func TestOnRunEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	e.worker("calculate_answer")
-	waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
 	waitFor(t, "the follow-up's end", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -42,7 +43,7 @@ func TestOnRunEnd(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if ends[0] != orchestrator.StatusPaused || ends[1] != orchestrator.StatusCompleted || runs[0] != 1 || runs[1] != 2 {
+	if ends[0] != conversation.StatusPaused || ends[1] != conversation.StatusCompleted || runs[0] != 1 || runs[1] != 2 {
 		t.Errorf("ends %v with %v runs, want paused with 1, completed with 2", ends, runs)
 	}
 	if n := o.Stats().CallBatches.Load(); n != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -28,7 +29,7 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitPublished(t, o1, info.ConversationID, 1)
-	if c.Status != orchestrator.StatusPaused {
+	if c.Status != conversation.StatusPaused {
 		t.Fatalf("status %s, want paused", c.Status)
 	}
 	stop1()
@@ -56,8 +57,8 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 
 	e.worker("calculate_answer")
 	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
-	c = waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+	c = waitStatus(t, o2, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 {
 		t.Fatalf("status %s (%s), runs %+v; want completed after a follow-up", c.Status, c.Error, c.Runs)
 	}
 	if _, err := kv.Get(ctxT(t), "conv."+info.ConversationID); !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -65,7 +66,7 @@ func TestConversationOfEarlierStoreIsMoved(t *testing.T) {
 	}
 	// Its log begins with the record it was moved in: a list of all
 	// conversations, which goes by first records, has it.
-	for _, status := range []orchestrator.Status{"", orchestrator.StatusCompleted} {
+	for _, status := range []conversation.Status{"", conversation.StatusCompleted} {
 		page, _, err := o2.ListConversations(ctxT(t), status, 10, "")
 		if err != nil || len(page) != 1 || page[0].ID != info.ConversationID {
 			t.Errorf("list %q: %+v, %v; want the moved conversation", status, page, err)
@@ -128,7 +129,7 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	ids, _ := startIndexed(t, e, o, n)
 	e.worker("calculate_answer")
 	for _, id := range ids {
-		if c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		if c := waitStatus(t, o, id, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 			t.Fatalf("status %s: %s", c.Status, c.Error)
 		}
 	}
@@ -190,19 +191,19 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+		waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 		ids = append(ids, info.ConversationID)
 	}
 	e.worker("calculate_answer")
 	for _, id := range ids {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
+		waitStatus(t, o, id, conversation.StatusCompleted)
 	}
 	started := time.Now()
 	third, err := o.StartRun(ctxT(t), "What is the answer?", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, o, third.ConversationID, orchestrator.StatusCompleted)
+	waitStatus(t, o, third.ConversationID, conversation.StatusCompleted)
 	ids = append(ids, third.ConversationID)
 
 	var seen []string
@@ -214,7 +215,7 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		}
 		for _, s := range page {
 			seen = append(seen, s.ID)
-			if s.Status != orchestrator.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
+			if s.Status != conversation.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
 				t.Errorf("summary %+v", s)
 			}
 		}
@@ -229,7 +230,7 @@ func TestStoreListsAndDeletes(t *testing.T) {
 	if !slices.Equal(seen, ids) {
 		t.Errorf("listed %v, want %v", seen, ids)
 	}
-	if page, _, err := o.ListConversations(ctxT(t), orchestrator.StatusPaused, 10, ""); err != nil || len(page) != 0 {
+	if page, _, err := o.ListConversations(ctxT(t), conversation.StatusPaused, 10, ""); err != nil || len(page) != 0 {
 		t.Errorf("paused: %v, %v; want none", page, err)
 	}
 
