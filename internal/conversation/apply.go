@@ -56,6 +56,11 @@ type Answer struct {
 	Metadata json.RawMessage
 }
 
+// Apply records a reply and says what became of it (applyReply).
+func (c *State) Apply(in Answer, now time.Time) (Verdict, string) {
+	return applyReply(c, in, now)
+}
+
 // applyReply records a reply in the conversation c (read for a CAS) and
 // says what became of it. Refusals are recorded too, on the call they were
 // meant for.

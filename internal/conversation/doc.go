@@ -48,9 +48,11 @@
 //
 // # Effects
 //
-// The package-level transitions (Cancel, Expire, Claim, TakeOver, Abort,
-// WaitForAgent, Renew, Release, MarkPublished) and the effect lists of the
-// writes the orchestrator builds itself (StartedEffects, InlineEffects,
-// RepliedEffects, EndedEffects, SettledEffects) say what follows a write as
-// a list of Effect, whose kinds EffectKind lists with who asks for each.
+// The transitions the orchestrator applies as they are (CancelTransition,
+// ExpireTransition, ClaimTransition, TakeOverTransition, AbortTransition,
+// WaitForAgentTransition, RenewTransition, ReleaseTransition,
+// MarkPublishedTransition) and the effect lists of the writes it builds
+// itself (StartedEffects, InlineEffects, RepliedEffects, EndedEffects,
+// SettledEffects) say what follows a write as a list of Effect, whose kinds
+// EffectKind lists with who asks for each.
 package conversation

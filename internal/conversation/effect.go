@@ -132,10 +132,10 @@ func EmitEffect(runID, event, callID string, data any) Effect {
 	return Effect{Kind: EffectEmit, RunID: runID, Event: event, CallID: callID, Data: data}
 }
 
-// Cancel cancels c with reason (State.Cancel): its
+// CancelTransition cancels c with reason (State.Cancel): its
 // working runs are told to stop, the external calls it settled withdrawn,
 // and a conversation_cancelled event says which calls it settled.
-func Cancel(reason string) Transition {
+func CancelTransition(reason string) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		runs := c.workingRuns()
 		batchRun := ""
@@ -163,10 +163,10 @@ func Cancel(reason string) Transition {
 	}
 }
 
-// Expire settles the calls past their deadline and marks the
+// ExpireTransition settles the calls past their deadline and marks the
 // approvals past their escalation time (D37); whether or not it changed
 // anything, the batch then moves on (SettledEffects).
-func Expire() Transition {
+func ExpireTransition() Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		escalated := c.Escalate(now)
 		expired := c.Expire(now)
@@ -239,9 +239,9 @@ func (cl Claimer) ClaimIn(c *State, now time.Time) string {
 	return followUp
 }
 
-// Claim claims a complete batch for its follow-up, which is
+// ClaimTransition claims a complete batch for its follow-up, which is
 // then launched (or handed over).
-func Claim(cl Claimer) Transition {
+func ClaimTransition(cl Claimer) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		followUp := cl.ClaimIn(c, now)
 		if followUp == "" {
@@ -251,10 +251,10 @@ func Claim(cl Claimer) Transition {
 	}
 }
 
-// TakeOver takes over the run of a running or resuming
+// TakeOverTransition takes over the run of a running or resuming
 // conversation whose lease expired (State.TakeOver), when mine says
 // this replica may run it, and relaunches it here.
-func TakeOver(owner string, ttl time.Duration, mine func(*State) bool) Transition {
+func TakeOverTransition(owner string, ttl time.Duration, mine func(*State) bool) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		if (c.Status == StatusRunning || c.Status == StatusResuming) && !c.LeaseLive(now) && !mine(c) {
 			// Another agent's (or another config's): left to its replicas.
@@ -271,10 +271,10 @@ func TakeOver(owner string, ttl time.Duration, mine func(*State) bool) Transitio
 	}
 }
 
-// Abort fails a conversation that cannot go on (State.Abort)
+// AbortTransition fails a conversation that cannot go on (State.Abort)
 // with reason, and says so in a run_failed event. A conversation failed
 // with that reason already says it again.
-func Abort(reason string) Transition {
+func AbortTransition(reason string) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		runID := ""
 		if c.Lease != nil {
@@ -294,10 +294,10 @@ func Abort(reason string) Transition {
 	}
 }
 
-// WaitForAgent notes that no replica runs c's agent, and fails
+// WaitForAgentTransition notes that no replica runs c's agent, and fails
 // c once it waited wait for one (State.WaitForAgent); each says so
 // in an event.
-func WaitForAgent(reason string, wait time.Duration) Transition {
+func WaitForAgentTransition(reason string, wait time.Duration) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		leaseRun := ""
 		if c.Lease != nil {
@@ -405,17 +405,17 @@ func RepliedEffects(c *State, ids []string, followUp string) []Effect {
 	return effects
 }
 
-// Renew extends owner's lease on run runID to ttl from now
+// RenewTransition extends owner's lease on run runID to ttl from now
 // (State.Renew). It asks for nothing; a lease lost is its error.
-func Renew(owner, runID string, ttl time.Duration) Transition {
+func RenewTransition(owner, runID string, ttl time.Duration) Transition {
 	return func(c *State, now time.Time) ([]Effect, error) {
 		return nil, c.Renew(owner, runID, now.Add(ttl))
 	}
 }
 
-// Release lets owner's lease on run runID expire now, so that a
+// ReleaseTransition lets owner's lease on run runID expire now, so that a
 // replica relaunches the run at once (State.Release).
-func Release(owner, runID string) Transition {
+func ReleaseTransition(owner, runID string) Transition {
 	return func(c *State, _ time.Time) ([]Effect, error) {
 		if !c.Release(owner, runID) {
 			return nil, ErrUnchanged
@@ -424,9 +424,9 @@ func Release(owner, runID string) Transition {
 	}
 }
 
-// MarkPublished records that the calls ids of run runID's batch
+// MarkPublishedTransition records that the calls ids of run runID's batch
 // were published at, or before, at (State.MarkPublished).
-func MarkPublished(runID string, ids []string, at time.Time) Transition {
+func MarkPublishedTransition(runID string, ids []string, at time.Time) Transition {
 	return func(c *State, _ time.Time) ([]Effect, error) {
 		if !c.MarkPublished(runID, ids, at) {
 			return nil, ErrUnchanged

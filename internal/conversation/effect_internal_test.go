@@ -80,7 +80,7 @@ func TestTransitionEffects(t *testing.T) {
 		status  Status
 	}{
 		{
-			name: "cancel running", from: running, t: Cancel(CancelledMessage),
+			name: "cancel running", from: running, t: CancelTransition(CancelledMessage),
 			want: []string{"notifyCancel r1_c1", "withdraw detached", "log conversation cancelled",
 				"emit r1_c1 conversation_cancelled"},
 			status: StatusCancelled,
@@ -88,19 +88,19 @@ func TestTransitionEffects(t *testing.T) {
 		{
 			name: "cancel paused settles and withdraws its calls",
 			from: func() *State { return paused(now.Add(time.Hour), false, false) },
-			t:    Cancel(CancelledMessage),
+			t:    CancelTransition(CancelledMessage),
 			want: []string{"notifyCancel r1_c1", "withdraw r1_c1 a,b detached", "log conversation cancelled",
 				"emit r1_c1 conversation_cancelled"},
 			status: StatusCancelled,
 		},
 		{
-			name: "cancel finished is refused", from: completed, t: Cancel(CancelledMessage),
+			name: "cancel finished is refused", from: completed, t: CancelTransition(CancelledMessage),
 			wantErr: &ConflictError{}, status: StatusCompleted,
 		},
 		{
 			name:   "expire past deadline, batch complete: claimed",
 			from:   func() *State { return paused(t0, true, false) },
-			t:      Expire(),
+			t:      ExpireTransition(),
 			want:   []string{"expired b", "emit r1_c1 calls_expired", "withdraw r1_c1 b", "batchDone r1_c1", "claim"},
 			status: StatusPaused,
 		},
@@ -111,53 +111,53 @@ func TestTransitionEffects(t *testing.T) {
 				c.Batch.Calls[1].Deadline = t0
 				return c
 			},
-			t:      Expire(),
+			t:      ExpireTransition(),
 			want:   []string{"expired b", "emit r1_c1 calls_expired", "withdraw r1_c1 b", "schedule"},
 			status: StatusPaused,
 		},
 		{
 			name: "expire nothing due: unchanged, still scheduled",
 			from: func() *State { return paused(now.Add(time.Hour), false, false) },
-			t:    Expire(), want: []string{"schedule"}, wantErr: ErrUnchanged, status: StatusPaused,
+			t:    ExpireTransition(), want: []string{"schedule"}, wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "expire nothing due, batch complete: unchanged, claimed",
 			from: func() *State { return paused(now.Add(time.Hour), true, true) },
-			t:    Expire(), want: []string{"batchDone r1_c1", "claim"}, wantErr: ErrUnchanged, status: StatusPaused,
+			t:    ExpireTransition(), want: []string{"batchDone r1_c1", "claim"}, wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "expire escalates an approval past its escalation time",
-			from: escalating, t: Expire(),
+			from: escalating, t: ExpireTransition(),
 			want: []string{"escalate r1_c1 a", "schedule"}, status: StatusPaused,
 		},
 		{
-			name: "expire with no batch", from: running, t: Expire(),
+			name: "expire with no batch", from: running, t: ExpireTransition(),
 			wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "claim complete batch", from: func() *State { return paused(now.Add(time.Hour), true, true) },
-			t: Claim(cl), want: []string{"followUp rr2_c1"}, status: StatusResuming,
+			t: ClaimTransition(cl), want: []string{"followUp rr2_c1"}, status: StatusResuming,
 		},
 		{
 			name: "claim complete batch of another agent: claimed all the same, lease expired",
 			from: func() *State { return paused(now.Add(time.Hour), true, true) },
-			t:    Claim(notMine), want: []string{"followUp rr2_c1"}, status: StatusResuming,
+			t:    ClaimTransition(notMine), want: []string{"followUp rr2_c1"}, status: StatusResuming,
 		},
 		{
 			name: "claim incomplete batch", from: func() *State { return paused(now.Add(time.Hour), true, false) },
-			t: Claim(cl), wantErr: ErrUnchanged, status: StatusPaused,
+			t: ClaimTransition(cl), wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "take over expired lease", from: func() *State { return expiredLease(running()) },
-			t: TakeOver(me, ttl, yes), want: []string{"relaunch r1_c1"}, status: StatusRunning,
+			t: TakeOverTransition(me, ttl, yes), want: []string{"relaunch r1_c1"}, status: StatusRunning,
 		},
 		{
 			name: "take over another agent's run: left to its replicas", from: func() *State { return expiredLease(running()) },
-			t: TakeOver(me, ttl, no), wantErr: ErrUnchanged, status: StatusRunning,
+			t: TakeOverTransition(me, ttl, no), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "take over a live lease", from: running,
-			t: TakeOver(me, ttl, yes), wantErr: ErrUnchanged, status: StatusRunning,
+			t: TakeOverTransition(me, ttl, yes), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "take over with no running run recorded fails it",
@@ -166,59 +166,59 @@ func TestTransitionEffects(t *testing.T) {
 				c.Lease, c.Runs[0].Status = nil, StatusFailed
 				return c
 			},
-			t: TakeOver(me, ttl, yes), status: StatusFailed,
+			t: TakeOverTransition(me, ttl, yes), status: StatusFailed,
 		},
 		{
-			name: "abort running", from: running, t: Abort("too large"),
+			name: "abort running", from: running, t: AbortTransition("too large"),
 			want: []string{"log conversation failed: state too large", "emit r1_c1 run_failed"}, status: StatusFailed,
 		},
 		{
 			name: "abort paused names the batch's run",
 			from: func() *State { return paused(now.Add(time.Hour), false) },
-			t:    Abort("too large"),
+			t:    AbortTransition("too large"),
 			want: []string{"log conversation failed: state too large", "emit r1_c1 run_failed"}, status: StatusFailed,
 		},
 		{
-			name: "abort finished", from: completed, t: Abort("too large"),
+			name: "abort finished", from: completed, t: AbortTransition("too large"),
 			wantErr: ErrUnchanged, status: StatusCompleted,
 		},
 		{
 			name: "wait for agent: noted", from: func() *State { return expiredLease(running()) },
-			t:      WaitForAgent("no replica", time.Minute),
+			t:      WaitForAgentTransition("no replica", time.Minute),
 			want:   []string{"log conversation waits for a replica of its agent", "emit r1_c1 agent_unavailable"},
 			status: StatusRunning,
 		},
 		{
 			name: "wait for agent: waited long enough, failed", from: func() *State { return unserved(now.Add(-time.Hour)) },
-			t:      WaitForAgent("no replica", time.Minute),
+			t:      WaitForAgentTransition("no replica", time.Minute),
 			want:   []string{"log conversation failed: no replica of its agent came", "emit r1_c1 run_failed"},
 			status: StatusFailed,
 		},
 		{
 			name: "wait for agent: still waiting", from: func() *State { return unserved(now) },
-			t: WaitForAgent("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
+			t: WaitForAgentTransition("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
 		},
-		{name: "renew", from: running, t: Renew(me, "r1_c1", ttl), status: StatusRunning},
+		{name: "renew", from: running, t: RenewTransition(me, "r1_c1", ttl), status: StatusRunning},
 		{
-			name: "renew a lease lost", from: running, t: Renew("orch-b", "r1_c1", ttl),
+			name: "renew a lease lost", from: running, t: RenewTransition("orch-b", "r1_c1", ttl),
 			wantErr: ErrLeaseLost, status: StatusRunning,
 		},
-		{name: "release", from: running, t: Release(me, "r1_c1"), status: StatusRunning},
+		{name: "release", from: running, t: ReleaseTransition(me, "r1_c1"), status: StatusRunning},
 		{
-			name: "release another's", from: running, t: Release("orch-b", "r1_c1"),
+			name: "release another's", from: running, t: ReleaseTransition("orch-b", "r1_c1"),
 			wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "mark published", from: func() *State { return paused(now.Add(time.Hour), false, false) },
-			t: MarkPublished("r1_c1", []string{"a"}, now), status: StatusPaused,
+			t: MarkPublishedTransition("r1_c1", []string{"a"}, now), status: StatusPaused,
 		},
 		{
 			name: "mark another run's calls", from: func() *State { return paused(now.Add(time.Hour), false, false) },
-			t: MarkPublished("r0_c1", []string{"a"}, now), wantErr: ErrUnchanged, status: StatusPaused,
+			t: MarkPublishedTransition("r0_c1", []string{"a"}, now), wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "wait for agent: lease live", from: running,
-			t: WaitForAgent("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
+			t: WaitForAgentTransition("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 	}
 	for _, tt := range tests {
@@ -295,14 +295,14 @@ func TestTransitionEventData(t *testing.T) {
 	}}, t0); err != nil {
 		t.Fatal(err)
 	}
-	expire, err := Expire()(c.Clone(), t0)
+	expire, err := ExpireTransition()(c.Clone(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := expire[1].Data.(wire.CallsExpired); !ok || d.Calls != 1 || len(d.ToolCallIDs) != 1 || d.ToolCallIDs[0] != "a" {
 		t.Errorf("calls_expired data = %#v", expire[1].Data)
 	}
-	cancel, err := Cancel(CancelledMessage)(c.Clone(), t0)
+	cancel, err := CancelTransition(CancelledMessage)(c.Clone(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestTransitionEventData(t *testing.T) {
 	}
 	c.Status, c.Lease = StatusRunning, &Lease{Owner: "me", RunID: "r1_c1", Until: t0}
 	c.Agent = "other"
-	wait, err := WaitForAgent("none", time.Minute)(c, t0.Add(time.Second))
+	wait, err := WaitForAgentTransition("none", time.Minute)(c, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

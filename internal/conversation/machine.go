@@ -12,10 +12,6 @@ import (
 
 // The transitions of the state machine the package doc draws.
 
-// StatusCancelled: the conversation was cancelled; its pending calls were
-// settled as cancelled and later replies are refused as late.
-const StatusCancelled Status = "cancelled"
-
 // CancelledMessage is the message of a call settled by a cancel.
 const CancelledMessage = "cancelled"
 
@@ -231,11 +227,6 @@ func (c *State) claimable() bool {
 	return c.Status == StatusPaused && c.Batch != nil && !c.Batch.Inline && c.Batch.Complete()
 }
 
-// Apply records a reply and says what became of it (applyReply).
-func (c *State) Apply(in Answer, now time.Time) (Verdict, string) {
-	return applyReply(c, in, now)
-}
-
 // Dispatch turns approval call callID, just approved, into the external
 // call its tool's workers answer: the call is then pending again, under its
 // call deadline and kind, with the decision kept as its Approval, and the
@@ -377,16 +368,6 @@ func (c *State) workingRuns() []string {
 	}
 	return runs
 }
-
-// StatusDeleted: the conversation is being deleted. Its log holds only
-// the record that set this status (the tombstone): every replica that
-// catches up, however stale its cache, reads it and answers ErrNotFound,
-// and a change racing the delete fails its append and sees it.
-const StatusDeleted Status = "deleted"
-
-// Ended reports whether nothing can happen to the conversation but a new
-// run (finished) or nothing at all (deleted).
-func (s Status) Ended() bool { return s.Terminal() || s == StatusDeleted }
 
 // Delete marks a finished conversation deleted and forgets its answer, so
 // that the tombstone holds no content; one under way refuses it

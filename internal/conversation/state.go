@@ -28,7 +28,20 @@ const (
 	// while its conversation was paused, which the follow-up run sends
 	// once the batch is answered; the run has not started.
 	StatusQueued Status = "queued"
+	// StatusCancelled: the conversation was cancelled; its pending calls
+	// were settled as cancelled and later replies are refused as late.
+	StatusCancelled Status = "cancelled"
+	// StatusDeleted: the conversation is being deleted. Its log holds
+	// only the record that set this status (the tombstone): every replica
+	// that catches up, however stale its cache, reads it and answers that
+	// the conversation is not found, and a change racing the delete fails
+	// its append and sees it.
+	StatusDeleted Status = "deleted"
 )
+
+// Ended reports whether nothing can happen to the conversation but a new
+// run (finished) or nothing at all (deleted).
+func (s Status) Ended() bool { return s.Terminal() || s == StatusDeleted }
 
 // Terminal reports whether no run is under way or awaited.
 func (s Status) Terminal() bool {

@@ -26,7 +26,7 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*conversation.Sta
 	if o.stopped.Load() {
 		return nil, ErrStopped
 	}
-	c, err := o.fx.doRequest(ctx, id, conversation.Cancel(conversation.CancelledMessage))
+	c, err := o.fx.doRequest(ctx, id, conversation.CancelTransition(conversation.CancelledMessage))
 	if err != nil {
 		var ce *conversation.ConflictError
 		if errors.As(err, &ce) {

@@ -116,7 +116,7 @@ func (e *effector) claimer() conversation.Claimer {
 // which it launches (or hands over), so exactly one replica (or restart)
 // launches the follow-up (D35).
 func (e *effector) claim(ctx context.Context, id string) {
-	if _, _, err := e.do(ctx, id, conversation.Claim(e.claimer())); err != nil {
+	if _, _, err := e.do(ctx, id, conversation.ClaimTransition(e.claimer())); err != nil {
 		e.log.WarnContext(ctx, "claim batch", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }
@@ -125,7 +125,7 @@ func (e *effector) claim(ctx context.Context, id string) {
 // replica died or shut down) and executes it again with the same run id,
 // so that what it publishes again dedupes.
 func (e *effector) relaunch(ctx context.Context, id string) {
-	if _, _, err := e.do(ctx, id, conversation.TakeOver(e.owner, e.leaseTTL, e.mine)); err != nil {
+	if _, _, err := e.do(ctx, id, conversation.TakeOverTransition(e.owner, e.leaseTTL, e.mine)); err != nil {
 		e.log.WarnContext(ctx, "relaunch", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }
@@ -212,7 +212,7 @@ func (e *effector) create(ctx context.Context, c *conversation.State, effects []
 // failTooLarge fails the conversation that a change would have taken over
 // the store's limit, with the reason in its status and a run_failed event.
 func (e *effector) failTooLarge(ctx context.Context, id string, tl *TooLargeError) {
-	if _, _, err := e.doFrom(ctx, id, nil, 0, conversation.Abort(tl.Error())); err != nil {
+	if _, _, err := e.doFrom(ctx, id, nil, 0, conversation.AbortTransition(tl.Error())); err != nil {
 		e.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }

@@ -138,7 +138,7 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	s, f := newMemStore(), &fakeEffects{}
 	e := newTestEffector(s, f, now)
 	paused(s, "c1", now.Add(time.Hour))
-	c, err := e.doRequest(ctx, "c1", conversation.Cancel(conversation.CancelledMessage))
+	c, err := e.doRequest(ctx, "c1", conversation.CancelTransition(conversation.CancelledMessage))
 	if err != nil || c.Status != conversation.StatusCancelled {
 		t.Fatalf("cancel: %v, %v", describeState(c), err)
 	}
@@ -149,7 +149,7 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	s, f = newMemStore(), &fakeEffects{}
 	e = newTestEffector(s, f, now)
 	paused(s, "c2", now)
-	if _, _, err := e.do(ctx, "c2", conversation.Expire()); err != nil {
+	if _, _, err := e.do(ctx, "c2", conversation.ExpireTransition()); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"event calls_expired r1_c2", "withdraw r1_c2 a", "batchDone r1_c2", "launch r2_c2 from resuming"}

@@ -174,7 +174,7 @@ func (rc *reconciler) expiryLoop() {
 // through the same CAS path as replies, withdraws the external ones from the
 // work queue, then completes the batch if that made it complete (D37).
 func (rc *reconciler) expire(ctx context.Context, convID string) {
-	if _, _, err := rc.fx.do(ctx, convID, conversation.Expire()); err != nil {
+	if _, _, err := rc.fx.do(ctx, convID, conversation.ExpireTransition()); err != nil {
 		rc.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		// Try again at the next reconcile, which reschedules it.
 	}

@@ -70,7 +70,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, _, merr := p.fx.do(ctx, convID, conversation.MarkPublished(runID, ids, now))
+	_, _, merr := p.fx.do(ctx, convID, conversation.MarkPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}

@@ -290,6 +290,6 @@ func (rc *reconciler) awaitAgent(ctx context.Context, c *conversation.State) err
 	// wait, which a later pass finds and takes as done: a write cut short
 	// by the pass's deadline is followed up by the store until the log says
 	// whether it was stored (store.appendLog).
-	_, _, err := rc.fx.do(ctx, c.ID, conversation.WaitForAgent(reason, rc.cfg.AgentWait))
+	_, _, err := rc.fx.do(ctx, c.ID, conversation.WaitForAgentTransition(reason, rc.cfg.AgentWait))
 	return err
 }

@@ -427,7 +427,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 			return
 		case <-t.C:
 		}
-		_, _, err := rn.fx.do(ctx, convID, conversation.Renew(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
+		_, _, err := rn.fx.do(ctx, convID, conversation.RenewTransition(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
 		switch {
 		case errors.Is(err, conversation.ErrLeaseLost):
 			cancelRun()
@@ -440,7 +440,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 
 // releaseLease lets the lease of an interrupted run expire now.
 func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
-	_, _, err := rn.fx.do(ctx, convID, conversation.Release(rn.cfg.InstanceID, runID))
+	_, _, err := rn.fx.do(ctx, convID, conversation.ReleaseTransition(rn.cfg.InstanceID, runID))
 	if err != nil {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
