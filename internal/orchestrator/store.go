@@ -98,7 +98,7 @@ const dueKeyPrefix = "due."
 
 func dueKey(id string) string { return dueKeyPrefix + id }
 
-// store keeps each conversation as its log of records (record.go) in
+// store keeps each conversation as its log of records (conversation.Record) in
 // stream TOOLGATE_CONVERSATIONS, one subject per conversation, appended
 // under optimistic concurrency: a record is written only if the subject's
 // last sequence is the one its change was made from
