@@ -11,8 +11,8 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// What a reply does to a conversation, without I/O: the transition Apply
-// (machine.go) calls applyReply on the state the store read.
+// What a reply does to a conversation, without I/O: State.Apply, on the
+// state the store read.
 
 // Verdict is what became of a reply.
 type Verdict int
@@ -23,25 +23,28 @@ const (
 	VerdictRefused                  // not acceptable; recorded, dead-lettered
 	VerdictLate                     // past the call's deadline; recorded, dead-lettered
 	// VerdictCounted: an approval recorded towards its call's quorum
-	// (ToolConfig.Approvals), which more approvers must reach; acked.
+	// (Answer.Quorum), which more approvers must reach; acked.
 	VerdictCounted
 	// VerdictElsewhere: a decision this replica may not judge, not holding
-	// its conversation's agent config (policy.go); nothing recorded, the
-	// reply is handed to the other replicas (nakked).
+	// its conversation's agent config; nothing recorded, the reply is
+	// handed to the other replicas (nakked). The replica says so; Apply
+	// never does.
 	VerdictElsewhere
 )
 
+// String is the verdict as events and audit records name it.
 func (v Verdict) String() string {
 	return [...]string{"applied", "duplicate", "refused", "late", "counted", "handed_over"}[v]
 }
 
 // Answer is a reply as the conversation applies it: a decision or a
-// result, for call callID of run runID, with what its replica found about
+// result, for call CallID of run RunID, with what its replica found about
 // it.
 type Answer struct {
 	RunID, CallID string
 	// Kind is the category the reply subject claims.
-	Kind     deferred.Kind
+	Kind deferred.Kind
+	// Decision or Result is the answer: one of them is set.
 	Decision *wire.Decision
 	Result   *wire.CallReply
 	// TrustErr is why the decision may not count under the policy of its
@@ -56,7 +59,9 @@ type Answer struct {
 	Metadata json.RawMessage
 }
 
-// Apply records a reply and says what became of it (applyReply).
+// Apply records the answer in to a call of c and says what became of it,
+// with why when it was not applied. Refusals are recorded too, on the call
+// they were meant for.
 func (c *State) Apply(in Answer, now time.Time) (Verdict, string) {
 	return applyReply(c, in, now)
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// What follows a write. A transition changes a conversation and says, as a
+// EffectKind says what an Effect asks for.
+//
+// What follows a write: a transition changes a conversation and says, as a
 // list of effects, what its record asks for once it is stored: a run to
 // launch, calls to withdraw, events to emit, a deadline to schedule. It
 // does no I/O and reads nothing but the state and its arguments, so that a
@@ -124,10 +126,14 @@ type Effect struct {
 // other error ends it with nothing carried out.
 type Transition func(c *State, now time.Time) ([]Effect, error)
 
+// LogEffect asks for a line of the replica's log, at level, about the
+// conversation.
 func LogEffect(level slog.Level, msg string, attrs ...slog.Attr) Effect {
 	return Effect{Kind: EffectLog, Level: level, Msg: msg, Attrs: attrs}
 }
 
+// EmitEffect asks for an event of the conversation: of type event, about
+// run runID (and call callID, when not ""), with data.
 func EmitEffect(runID, event, callID string, data any) Effect {
 	return Effect{Kind: EffectEmit, RunID: runID, Event: event, CallID: callID, Data: data}
 }
@@ -216,10 +222,12 @@ func SettledEffects(c *State) []Effect {
 // conversation this replica does not run (claimed with its lease expired,
 // so that a replica of its agent takes it over).
 type Claimer struct {
+	// Owner is the replica that takes the follow-up's lease.
 	Owner string
 	// NewRunID makes the id of a follow-up run of conversation convID.
 	NewRunID func(convID string) string
-	TTL      func(*State) time.Duration
+	// TTL is the length of the lease on c's follow-up.
+	TTL func(c *State) time.Duration
 }
 
 // ClaimIn makes the claim in c if its batch is complete and unclaimed, and
@@ -435,15 +443,17 @@ func MarkPublishedTransition(runID string, ids []string, at time.Time) Transitio
 	}
 }
 
-// GrantUse is a call a grant decided or, when ignored is set, a grant
+// GrantUse is a call a grant decided or, when Ignored is set, a grant
 // covering the call that its agent's policy refused, and why: what the
-// audit of a grant's use records.
+// audit of a grant's use records (EffectAudit).
 type GrantUse struct {
+	// CallID, Tool and ArgsDigest are the call's.
 	CallID, Tool, ArgsDigest string
-	// GrantID, approved, signed and message are the grant's.
+	// GrantID, Approved, Signed and Message are the grant's.
 	GrantID  string
 	Approved bool
 	Signed   bool
 	Message  string
-	Ignored  string
+	// Ignored says why the grant did not decide the call; "" when it did.
+	Ignored string
 }

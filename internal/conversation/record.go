@@ -56,16 +56,19 @@ type Record struct {
 	Published []CallMark `msgpack:"published,omitempty"`
 }
 
+// CallMark is a call, by its index in the batch, marked published at At.
 type CallMark struct {
 	Index int       `msgpack:"i"`
 	At    time.Time `msgpack:"at"`
 }
 
+// HistoryChange cuts the history at At and appends Messages.
 type HistoryChange struct {
 	At       int             `msgpack:"at"`
 	Messages []agent.Message `msgpack:"messages"`
 }
 
+// CallChange is a call of the batch, by index, new or changed.
 type CallChange struct {
 	Index int          `msgpack:"i"`
 	Call  *PendingCall `msgpack:"call"`
@@ -86,7 +89,7 @@ func FullRecord(c *State) *Record {
 	return Diff(&Fingerprint{histLen: 0}, c)
 }
 
-// Fingerprint is what diff compares a changed conversation with: the
+// Fingerprint is what Diff compares a changed conversation with: the
 // encodings of the parts that may change in place, the records of the
 // runs that may still change, and the lengths of the parts that only
 // grow. The encodings are kept one after another in one array.
