@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Status is where a conversation stands.
@@ -265,19 +266,22 @@ func (pc *PendingCall) Decision() *Reply {
 // Settled reports whether the call has its answer.
 func (c *PendingCall) Settled() bool { return c.Reply != nil }
 
-// Reply outcomes.
+// Outcome is how a Reply answered its call: a decision's (approved,
+// denied) or a result's, whose outcomes are the wire's (wire.Outcome).
+type Outcome string
+
 const (
-	OutcomeApproved = "approved"
-	OutcomeDenied   = "denied"
-	OutcomeReturn   = "return"
-	OutcomeRetry    = "retry"
-	OutcomeFailed   = "failed"
+	OutcomeApproved Outcome = "approved"
+	OutcomeDenied   Outcome = "denied"
+	OutcomeReturn           = Outcome(wire.OutcomeReturn)
+	OutcomeRetry            = Outcome(wire.OutcomeRetry)
+	OutcomeFailed           = Outcome(wire.OutcomeFailed)
 )
 
 // Reply is an applied answer to a deferred call: a decision (approved,
 // denied) or a result (return, retry, failed).
 type Reply struct {
-	Outcome string `msgpack:"outcome"`
+	Outcome Outcome `msgpack:"outcome"`
 	// Approved: OverrideArgs. Denied, retry, failed: Message.
 	OverrideArgs json.RawMessage `msgpack:"override_args,omitempty"`
 	Message      string          `msgpack:"message,omitempty"`

@@ -419,7 +419,7 @@ func TestHugeResultFailsTheCall(t *testing.T) {
 		if pc.ToolCallID != "update_file_readme" {
 			continue
 		}
-		if r := pc.Reply; r.Outcome != string(wire.OutcomeFailed) || r.Message != want || r.By != "w" {
+		if r := pc.Reply; r.Outcome != conversation.OutcomeFailed || r.Message != want || r.By != "w" {
 			t.Errorf("the call's reply: %s %q by %q, want failed %q by w", r.Outcome, r.Message, r.By, want)
 		}
 	}
