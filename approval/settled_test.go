@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -55,7 +56,7 @@ func TestBotSkipsSettledRequestsAndReportsRefusals(t *testing.T) {
 					approvals[id] = append(approvals[id], pc.RunID+"/"+pc.ToolCallID)
 				}
 			}
-			return c.Status == orchestrator.StatusPaused && len(approvals[id]) > 0, string(c.Status)
+			return c.Status == conversation.StatusPaused && len(approvals[id]) > 0, string(c.Status)
 		})
 	}
 	deleted, live := convs[0], convs[1]

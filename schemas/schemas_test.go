@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/schemas"
@@ -197,8 +198,8 @@ func TestGoValuesValidate(t *testing.T) {
 		{"event minimal", "event", wire.Event{ConversationID: "c1", Type: "run_started", Time: now}},
 		{"event full", "event", wire.Event{ConversationID: "c1", RunID: "r1", Type: "tool_result", ToolCallID: "call_1", Data: raw(`{"kind":"tool_result","part":{"part_kind":"tool-return","tool_name":"t","tool_call_id":"call_1","value":1}}`), Time: local}},
 		{"event of an unknown type", "event", wire.Event{ConversationID: "c1", Type: "something_new", Data: raw(`[1,"two"]`), Time: now}},
-		{"run", "run", orchestrator.RunInfo{RunID: "r1_c1", ConversationID: "c1", Status: orchestrator.StatusPaused}},
-		{"run queued", "run", orchestrator.RunInfo{RunID: "r2_c1", ConversationID: "c1", Status: orchestrator.StatusQueued}},
+		{"run", "run", orchestrator.RunInfo{RunID: "r1_c1", ConversationID: "c1", Status: conversation.StatusPaused}},
+		{"run queued", "run", orchestrator.RunInfo{RunID: "r2_c1", ConversationID: "c1", Status: conversation.StatusQueued}},
 		{"pending none", "pending", pendingAnswer{Pending: []api.PendingView{}}},
 		{"pending", "pending", pendingAnswer{Pending: []api.PendingView{{ConversationID: "c1", RunID: "r1_c1", ToolCallID: "d1", ToolName: "delete_file", Kind: "approval", Args: raw(`{"path":"a"}`), Deadline: now}}}},
 		{"tool advert", "tool_advert", bus.ToolAdvert{Name: "now", Kind: "call", Executor: "exec", WorkerID: "w1", At: now}},

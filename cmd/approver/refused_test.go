@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/cli"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -40,7 +41,7 @@ func TestApproveRefusedExitsNonZero(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, pc := range c.PendingCalls() {
-			if pc.Kind == wire.ReplyKindApproval && c.Status == orchestrator.StatusPaused {
+			if pc.Kind == wire.ReplyKindApproval && c.Status == conversation.StatusPaused {
 				call = pc.RunID + "/" + pc.ToolCallID
 				return true, ""
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -158,7 +159,7 @@ func (e *answerEnv) answer(t *testing.T, token, conv, call, body string) (int, m
 }
 
 // call is the stored state of a call of conv's batch.
-func (e *answerEnv) call(t *testing.T, conv, id string) *orchestrator.PendingCall {
+func (e *answerEnv) call(t *testing.T, conv, id string) *conversation.PendingCall {
 	t.Helper()
 	c, err := e.o.Conversation(context.Background(), conv)
 	if err != nil {
@@ -330,7 +331,7 @@ func TestApprovedFrontendCallWaitsForTheFrontend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Status == orchestrator.StatusPaused && c.Batch != nil && len(c.Runs) == 2 {
+		if c.Status == conversation.StatusPaused && c.Batch != nil && len(c.Runs) == 2 {
 			if got := c.Batch.Calls; len(got) != 1 || got[0].ToolCallID != "mail" || got[0].Executor != orchestrator.ExecutorFrontend {
 				t.Fatalf("follow-up batch: %+v, want the frontend's call", got)
 			}

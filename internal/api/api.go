@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
 	"github.com/toolgate/toolgate/wire"
@@ -34,9 +35,9 @@ const MaxPromptBytes = 256 << 10
 type Engine interface {
 	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
 	Run(ctx context.Context, runID string) (orchestrator.RunInfo, error)
-	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Conversation(ctx context.Context, id string) (*conversation.State, error)
 	Conversations(ctx context.Context, req orchestrator.ListRequest) (orchestrator.ConversationList, error)
-	Cancel(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Cancel(ctx context.Context, id string) (*conversation.State, error)
 	Answer(ctx context.Context, a orchestrator.Answer) error
 	Delete(ctx context.Context, id string) error
 	DeleteCorrupt(ctx context.Context, id string) error
@@ -241,7 +242,7 @@ func (h *api) getConversation(w http.ResponseWriter, r *http.Request) {
 
 func (h *api) listConversations(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := orchestrator.ListRequest{Status: orchestrator.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	req := orchestrator.ListRequest{Status: conversation.Status(q.Get("status")), Cursor: q.Get("cursor")}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -283,7 +284,7 @@ func (h *api) deleteConversation(w http.ResponseWriter, r *http.Request) {
 // ConversationState is the short answer about a conversation.
 type ConversationState struct {
 	ConversationID string              `json:"conversation_id"`
-	Status         orchestrator.Status `json:"status"`
+	Status         conversation.Status `json:"status"`
 }
 
 func (h *api) cancel(w http.ResponseWriter, r *http.Request) {
@@ -325,7 +326,7 @@ func (h *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	var (
-		conflict *orchestrator.ConflictError
+		conflict *conversation.ConflictError
 		bad      *orchestrator.BadRequestError
 		reused   *orchestrator.IdempotencyError
 		corrupt  *orchestrator.CorruptError

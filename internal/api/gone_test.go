@@ -11,13 +11,13 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/api"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // blockingEngine answers a conversation's read only when its request ends.
 type blockingEngine struct{ api.Engine }
 
-func (blockingEngine) Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error) {
+func (blockingEngine) Conversation(ctx context.Context, id string) (*conversation.State, error) {
 	<-ctx.Done()
 	return nil, fmt.Errorf("read conversation %s: %w", id, ctx.Err())
 }

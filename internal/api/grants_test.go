@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/api/apitest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -42,10 +43,10 @@ func TestGrantRoutes(t *testing.T) {
 	}
 
 	conv := e.start(t, "files")
-	if d := e.call(t, conv, "upd").Decision(); d == nil || d.Outcome != orchestrator.OutcomeApproved || d.By != "grant:"+allow["id"].(string) {
+	if d := e.call(t, conv, "upd").Decision(); d == nil || d.Outcome != conversation.OutcomeApproved || d.By != "grant:"+allow["id"].(string) {
 		t.Errorf("upd decided %+v, want approved by the grant", d)
 	}
-	if d := e.call(t, conv, "del").Decision(); d == nil || d.Outcome != orchestrator.OutcomeDenied || d.Message != "never" {
+	if d := e.call(t, conv, "del").Decision(); d == nil || d.Outcome != conversation.OutcomeDenied || d.Message != "never" {
 		t.Errorf("del decided %+v, want denied by the standing denial", d)
 	}
 

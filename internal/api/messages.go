@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // The JSON shape of history in the HTTP API: the MESSAGE/PART shape of the
@@ -55,7 +55,7 @@ type retryJSON struct {
 // that decisions approved with other args than the model's shows the args
 // it ran with, and the model's as original_args: the history keeps the
 // model's (D24), which is what the model reads.
-func messagesJSON(history []agent.Message, decisions []orchestrator.DecisionRecord) []json.RawMessage {
+func messagesJSON(history []agent.Message, decisions []conversation.DecisionRecord) []json.RawMessage {
 	var edited map[[2]string]json.RawMessage
 	for _, d := range decisions {
 		if d.Approved && len(d.OverrideArgs) > 0 && json.Valid(d.OverrideArgs) {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -12,7 +12,7 @@ import (
 // (schemas/conversation.schema.json).
 type ConversationView struct {
 	ConversationID string              `json:"conversation_id"`
-	Status         orchestrator.Status `json:"status"`
+	Status         conversation.Status `json:"status"`
 	// Output is the final output of a completed conversation, null in any
 	// other status (the key is always there).
 	Output *string `json:"output"`
@@ -30,7 +30,7 @@ type ConversationView struct {
 	Pending  []PendingView     `json:"pending"`
 	Messages []json.RawMessage `json:"messages"`
 	// Decisions lists every applied decision and who made it (D36).
-	Decisions []orchestrator.DecisionRecord `json:"decisions"`
+	Decisions []conversation.DecisionRecord `json:"decisions"`
 	// QueuedPrompt is the prompt given while the conversation was paused,
 	// which its follow-up run sends after the batch's results; absent
 	// when there is none.
@@ -47,13 +47,13 @@ type QueuedPrompt struct {
 // RunSummary is one run of a conversation.
 type RunSummary struct {
 	RunID  string              `json:"run_id"`
-	Status orchestrator.Status `json:"status"`
+	Status conversation.Status `json:"status"`
 }
 
 // PendingView is a deferred call still waiting for its reply (package wire).
 type PendingView = wire.PendingCall
 
-func viewOf(c *orchestrator.Conversation) ConversationView {
+func viewOf(c *conversation.State) ConversationView {
 	v := ConversationView{
 		ConversationID: c.ID,
 		Status:         c.Status,
@@ -67,17 +67,17 @@ func viewOf(c *orchestrator.Conversation) ConversationView {
 		Decisions:      c.Decisions,
 	}
 	// A note left by a wait that a cancel ended says nothing any more.
-	if c.Unserved != "" && (c.Status == orchestrator.StatusRunning || c.Status == orchestrator.StatusResuming) {
+	if c.Unserved != "" && (c.Status == conversation.StatusRunning || c.Status == conversation.StatusResuming) {
 		t := c.UnservedSince.UTC()
 		v.Unserved, v.UnservedSince = c.Unserved, &t
 	}
-	if b := c.Batch; b != nil && b.Prompt != "" && c.Status == orchestrator.StatusPaused {
+	if b := c.Batch; b != nil && b.Prompt != "" && c.Status == conversation.StatusPaused {
 		v.QueuedPrompt = &QueuedPrompt{RunID: b.PromptRunID, Prompt: b.Prompt}
 	}
 	if v.Decisions == nil {
-		v.Decisions = []orchestrator.DecisionRecord{}
+		v.Decisions = []conversation.DecisionRecord{}
 	}
-	if c.Status == orchestrator.StatusCompleted {
+	if c.Status == conversation.StatusCompleted {
 		out := c.Output
 		v.Output = &out
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/schemas"
 )
 
@@ -36,10 +36,10 @@ func TestConversationViewMatchesItsSchema(t *testing.T) {
 	}
 	out := "done"
 	v := ConversationView{
-		ConversationID: "c1", Status: orchestrator.StatusCompleted, Output: &out,
-		Runs:    []RunSummary{{RunID: "r1_c1", Status: orchestrator.StatusCompleted}},
+		ConversationID: "c1", Status: conversation.StatusCompleted, Output: &out,
+		Runs:    []RunSummary{{RunID: "r1_c1", Status: conversation.StatusCompleted}},
 		Pending: []PendingView{{ToolCallID: "e", ToolName: "t", Kind: "approval", Args: raw(`{}`), Deadline: time.Now()}},
-		Decisions: []orchestrator.DecisionRecord{
+		Decisions: []conversation.DecisionRecord{
 			{RunID: "r1_c1", ToolCallID: "b", ToolName: "delete_file", ApproverID: "bot", At: time.Now()},
 			{RunID: "r1_c1", ToolCallID: "a", ToolName: "update_file", Approved: true, OverrideArgs: raw(`{"path":"y"}`), ApproverID: "bot", At: time.Now()},
 		},

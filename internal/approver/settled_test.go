@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
@@ -141,12 +142,12 @@ func (r *settledRig) approvals(t *testing.T, conv string) []wire.PendingCall {
 			return false, err.Error()
 		}
 		pcs = approvalCalls(c)
-		return c.Status == orchestrator.StatusPaused && len(pcs) > 0, string(c.Status)
+		return c.Status == conversation.StatusPaused && len(pcs) > 0, string(c.Status)
 	})
 	return pcs
 }
 
-func approvalCalls(c *orchestrator.Conversation) []wire.PendingCall {
+func approvalCalls(c *conversation.State) []wire.PendingCall {
 	var out []wire.PendingCall
 	for _, pc := range c.PendingCalls() {
 		if pc.Kind == wire.ReplyKindApproval {

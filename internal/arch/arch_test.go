@@ -73,6 +73,11 @@ var rules = []rule{
 		Why:       "the engine runs the model it is given: the choice of provider is internal/agentconfig's (and a main's)",
 	},
 	{
+		From:      module + "/internal/conversation",
+		Forbidden: []string{module + "/internal/orchestrator", module + "/internal/bus", "github.com/nats-io/"},
+		Why:       "the conversation model does no I/O: the orchestrator stores it and carries out the effects its transitions return",
+	},
+	{
 		From:      module + "/internal/worker",
 		Forbidden: []string{module + "/internal/agent", module + "/internal/orchestrator"},
 		Why:       "workers execute calls; they do not run agents",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 )
@@ -173,7 +174,7 @@ func (r *rig) longConversation(ctx context.Context, c LongCase, pausesOf func(id
 		return nil, fmt.Errorf("toolgate %s: %w", c.Name(), err)
 	}
 	total := time.Since(start)
-	if end.status != orchestrator.StatusCompleted {
+	if end.status != conversation.StatusCompleted {
 		return nil, fmt.Errorf("toolgate %s: conversation %s %s: %s", c.Name(), end.id, end.status, end.err)
 	}
 	// The last pause's end may be told after the follow-up's.
@@ -233,8 +234,8 @@ func (r *rig) callBytes(ctx context.Context, id string) ([]float64, error) {
 	)
 	_, err := r.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
 		cur += float64(len(m.Data))
-		switch orchestrator.Status(m.Header.Get(orchestrator.RecordStatusHeader)) {
-		case orchestrator.StatusPaused, orchestrator.StatusCompleted, orchestrator.StatusFailed:
+		switch conversation.Status(m.Header.Get(orchestrator.RecordStatusHeader)) {
+		case conversation.StatusPaused, conversation.StatusCompleted, conversation.StatusFailed:
 			out, cur = append(out, cur), 0
 		}
 		return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -134,7 +135,7 @@ func scriptAgent(script []agent.ScriptResponse, tools ...string) (*orchestrator.
 // OnRunEnd): a few figures, never the conversation itself.
 type runEnd struct {
 	id     string
-	status orchestrator.Status
+	status conversation.Status
 	err    string
 	runs   int
 	// pausedAt and resumedAt are the first run's end and the second's
@@ -300,7 +301,7 @@ func (r *rig) startWorkers(ctx context.Context, n int, tools ...string) error {
 
 // onRunEnd is the orchestrator's OnRunEnd: it keeps a few figures of the
 // run's end and hands a finished conversation's to whoever waits for it.
-func (r *rig) onRunEnd(c *orchestrator.Conversation) {
+func (r *rig) onRunEnd(c *conversation.State) {
 	e := runEnd{id: c.ID, status: c.Status, err: c.Error, runs: len(c.Runs)}
 	if n := len(c.Runs); n > 0 {
 		e.endedAt = c.Runs[n-1].EndedAt
@@ -309,7 +310,7 @@ func (r *rig) onRunEnd(c *orchestrator.Conversation) {
 		e.pausedAt, e.resumedAt = c.Runs[0].EndedAt, c.Runs[1].StartedAt
 	}
 	if !c.Status.Terminal() {
-		if f := r.paused; f != nil && c.Status == orchestrator.StatusPaused {
+		if f := r.paused; f != nil && c.Status == conversation.StatusPaused {
 			f(e)
 		}
 		return
@@ -359,7 +360,7 @@ func (r *rig) start(ctx context.Context) (orchestrator.RunInfo, error) {
 // followUpLatency is the time from the first run pausing to the follow-up
 // starting.
 func followUpLatency(e runEnd) (time.Duration, error) {
-	if e.status != orchestrator.StatusCompleted {
+	if e.status != conversation.StatusCompleted {
 		return 0, fmt.Errorf("conversation %s %s: %s", e.id, e.status, e.err)
 	}
 	if e.runs < 2 || e.pausedAt.IsZero() {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -21,7 +22,7 @@ import (
 // Engine is what an adapter needs of the orchestrator.
 type Engine interface {
 	StartRunWith(ctx context.Context, req orchestrator.StartRequest) (orchestrator.RunInfo, error)
-	Conversation(ctx context.Context, id string) (*orchestrator.Conversation, error)
+	Conversation(ctx context.Context, id string) (*conversation.State, error)
 	Answer(ctx context.Context, a orchestrator.Answer) error
 	Events(ctx context.Context, id string, afterSeq uint64) iter.Seq2[orchestrator.StoredEvent, error]
 	LastEventSeq(ctx context.Context) (uint64, error)
@@ -65,7 +66,7 @@ func ConversationID(namespace, id string) string {
 
 // Prompts are c's user prompts in order: its runs', then the batch's
 // prompt that no run has taken up yet.
-func Prompts(c *orchestrator.Conversation) []string {
+func Prompts(c *conversation.State) []string {
 	var prompts []string
 	for _, r := range c.Runs {
 		if r.Prompt != "" {
@@ -78,7 +79,7 @@ func Prompts(c *orchestrator.Conversation) []string {
 	return prompts
 }
 
-func hasRun(c *orchestrator.Conversation, runID string) bool {
+func hasRun(c *conversation.State, runID string) bool {
 	for _, r := range c.Runs {
 		if r.RunID == runID {
 			return true
@@ -121,9 +122,9 @@ func Follow(ctx context.Context, e Engine, id string, after uint64, start time.T
 // completed) is left to its events; after run paused, only that run's own
 // pause settles. A paused conversation settles only when the adapter finds
 // it waits for the user.
-func Settles(c *orchestrator.Conversation, oldRuns map[string]bool, prompt, paused string) bool {
+func Settles(c *conversation.State, oldRuns map[string]bool, prompt, paused string) bool {
 	ran := paused != ""
-	if ran && (len(c.Runs) == 0 || c.Runs[len(c.Runs)-1].RunID != paused || c.Status != orchestrator.StatusPaused) {
+	if ran && (len(c.Runs) == 0 || c.Runs[len(c.Runs)-1].RunID != paused || c.Status != conversation.StatusPaused) {
 		return false
 	}
 	if !ran {
@@ -134,7 +135,7 @@ func Settles(c *orchestrator.Conversation, oldRuns map[string]bool, prompt, paus
 		}
 	}
 	switch c.Status {
-	case orchestrator.StatusCompleted, orchestrator.StatusFailed:
+	case conversation.StatusCompleted, conversation.StatusFailed:
 		return ran || prompt == ""
 	}
 	return true

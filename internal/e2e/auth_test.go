@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -67,13 +68,13 @@ func TestDecisionsAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conv *orchestrator.Conversation
+	var conv *conversation.State
 	clWaitFor(t, "the approvals pending", func() (bool, string) {
 		conv, err = o.Conversation(clCtx(t), info.ConversationID)
 		if err != nil {
 			return false, err.Error()
 		}
-		return conv.Status == orchestrator.StatusPaused && conv.Batch != nil, string(conv.Status)
+		return conv.Status == conversation.StatusPaused && conv.Batch != nil, string(conv.Status)
 	})
 	run := conv.Batch.RunID
 	digest := map[string]string{}
@@ -127,7 +128,7 @@ func TestDecisionsAudited(t *testing.T) {
 	decide("delete_file", "bot", false, digest["delete_file"], priv)
 	decide("update_file_dotenv", "bot", true, digest["update_file_dotenv"], priv)
 	c := waitTerminal(t, o, conv.ID)
-	if c.Status != orchestrator.StatusCompleted {
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, c.Error)
 	}
 	ghost("ghost-after")

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
@@ -107,7 +108,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conv *orchestrator.Conversation
+	var conv *conversation.State
 	clWaitFor(t, "the readme call answered and the approvals pending", func() (bool, string) {
 		conv, err = o.Conversation(clCtx(t), info.ConversationID)
 		if err != nil {
@@ -237,7 +238,7 @@ func TestBadInputDeadLettered(t *testing.T) {
 		}
 	}
 	c := waitTerminal(t, o, conv.ID)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 {
 		t.Fatalf("conversation %s (%s), %d runs", c.Status, c.Error, len(c.Runs))
 	}
 	returns, calls := returnsPerCall(c)
@@ -287,7 +288,7 @@ func TestSchemaFailureIsARetryPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitTerminal(t, o, info.ConversationID)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 1 || !sawRetry {
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 1 || !sawRetry {
 		t.Fatalf("conversation %s (%s), %d runs, retry seen %v", c.Status, c.Error, len(c.Runs), sawRetry)
 	}
 	if !strings.Contains(c.Output, "path") {
@@ -388,13 +389,13 @@ func TestHugeResultFailsTheCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conv *orchestrator.Conversation
+	var conv *conversation.State
 	clWaitFor(t, "the batch", func() (bool, string) {
 		conv, err = o.Conversation(clCtx(t), info.ConversationID)
 		if err != nil {
 			return false, err.Error()
 		}
-		return conv.Status == orchestrator.StatusPaused && conv.Batch != nil, string(conv.Status)
+		return conv.Status == conversation.StatusPaused && conv.Batch != nil, string(conv.Status)
 	})
 	run := conv.Batch.RunID
 	value := json.RawMessage(`"` + strings.Repeat("x", int(test.Conn().MaxPayload())-400) + `"`)
@@ -418,7 +419,7 @@ func TestHugeResultFailsTheCall(t *testing.T) {
 		if pc.ToolCallID != "update_file_readme" {
 			continue
 		}
-		if r := pc.Reply; r.Outcome != string(wire.OutcomeFailed) || r.Message != want || r.By != "w" {
+		if r := pc.Reply; r.Outcome != conversation.OutcomeFailed || r.Message != want || r.By != "w" {
 			t.Errorf("the call's reply: %s %q by %q, want failed %q by w", r.Outcome, r.Message, r.By, want)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -263,9 +264,9 @@ func stopAtCleanup(t testing.TB, name string, stop func(context.Context) error) 
 // waitTerminal waits until the conversation is completed or failed. A
 // conversation that does not end fails the test with what it waits for
 // (describeStuck), read from js when it is given.
-func waitTerminal(t *testing.T, o *orchestrator.Orchestrator, id string, js ...jetstream.JetStream) *orchestrator.Conversation {
+func waitTerminal(t *testing.T, o *orchestrator.Orchestrator, id string, js ...jetstream.JetStream) *conversation.State {
 	t.Helper()
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	began := time.Now()
 	deadline := began.Add(clWait)
 	tick := 5 * time.Millisecond
@@ -301,7 +302,7 @@ func waitTerminal(t *testing.T, o *orchestrator.Orchestrator, id string, js ...j
 // the batch's run still in the calls, approvals and replies streams and
 // the consumers' state, so that a lost call, request, reply or decision
 // shows as such rather than as a bare "paused".
-func describeStuck(c *orchestrator.Conversation, js jetstream.JetStream) string {
+func describeStuck(c *conversation.State, js jetstream.JetStream) string {
 	if c == nil {
 		return "conversation never read"
 	}
@@ -412,7 +413,7 @@ func streamMessagesOf(js jetstream.JetStream, stream, run string) string {
 
 // returnsPerCall counts the tool returns and retry prompts per tool call
 // id in a conversation's history, and lists the ids of its tool calls.
-func returnsPerCall(c *orchestrator.Conversation) (returns map[string]int, calls []string) {
+func returnsPerCall(c *conversation.State) (returns map[string]int, calls []string) {
 	returns = map[string]int{}
 	for _, m := range c.History {
 		for _, p := range m.Parts {

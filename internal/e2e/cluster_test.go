@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -166,7 +167,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	diag := cl.connect("diagnosis", bus.ConnConfig{}).JetStream()
 	for _, id := range ids {
 		c := waitTerminal(t, o, id, diag)
-		if c.Status != orchestrator.StatusCompleted {
+		if c.Status != conversation.StatusCompleted {
 			t.Errorf("%s: %s: %s", id, c.Status, c.Error)
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -360,8 +361,8 @@ func TestDeadlinesSurviveOrchestratorKill(t *testing.T) {
 			t.Errorf("%s: %s %s %s; want %s %q %s", id, r.Outcome, r.Content, r.Metadata, outcome, content, meta)
 		}
 	}
-	check("a1", "denied", orchestrator.ExpiredApprovalMessage, `{"reason":"expired"}`)
-	check("e1", "failed", orchestrator.ExpiredCallMessage, "")
+	check("a1", "denied", conversation.ExpiredApprovalMessage, `{"reason":"expired"}`)
+	check("e1", "failed", conversation.ExpiredCallMessage, "")
 	check("s1", "success", `"ok"`, "")
 
 	expired := 0

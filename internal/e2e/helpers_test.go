@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -548,7 +549,7 @@ func checkAppliedOnce(t *testing.T, b *bus.Bus, convID string) int {
 
 // storedConversation reads a conversation straight from its log, with
 // what the HTTP view leaves out (refusal counters).
-func storedConversation(t *testing.T, b *bus.Bus, convID string) *orchestrator.Conversation {
+func storedConversation(t *testing.T, b *bus.Bus, convID string) *conversation.State {
 	t.Helper()
 	c, err := orchestrator.ReadConversation(ctxT(t), b, convID)
 	if err != nil {

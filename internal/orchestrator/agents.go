@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -144,7 +145,7 @@ func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
 // agentOf is the agent of this replica that conversation c names; nil when
 // this replica does not run it. A conversation that names none (stored
 // before conversations recorded their agent) is the default agent's.
-func (r *roster) agentOf(c *Conversation) *agentRuntime {
+func (r *roster) agentOf(c *conversation.State) *agentRuntime {
 	if c.Agent == "" {
 		return r.def
 	}
@@ -157,7 +158,7 @@ func (r *roster) agentOf(c *Conversation) *agentRuntime {
 // replica with the old one is left, so the new config adopts it rather
 // than leave it stranded). When it may not, why says so, for the log
 // (logged once per agent and digest).
-func (r *roster) mayRun(c *Conversation) (ok, adopt bool) {
+func (r *roster) mayRun(c *conversation.State) (ok, adopt bool) {
 	a := r.agentOf(c)
 	if a == nil {
 		r.leaveAlone(c, "this replica does not run the agent")
@@ -175,7 +176,7 @@ func (r *roster) mayRun(c *Conversation) (ok, adopt bool) {
 
 // leaveAlone logs once per agent and digest that this replica leaves a
 // conversation to others.
-func (r *roster) leaveAlone(c *Conversation, why string) {
+func (r *roster) leaveAlone(c *conversation.State, why string) {
 	key := "leave:" + c.Agent + ":" + c.AgentDigest
 	r.once.warn(key, "conversations of this agent left to other replicas", slog.String("agent", c.Agent),
 		slog.String("agent_digest", ShortDigest(c.AgentDigest)), slog.String("reason", why), slog.String("conversation_id", c.ID))
@@ -241,47 +242,9 @@ func (r *roster) allAgents(now time.Time) []string {
 	return names
 }
 
-// SetAgent records the agent, and the digest of its config, that the
-// conversation's runs go on with; the replica taking a run sets it, which
-// also clears what WaitForAgent noted.
-func (c *Conversation) SetAgent(name, digest string) {
-	c.Agent, c.AgentDigest = name, digest
-	c.Unserved, c.UnservedSince = "", time.Time{}
-}
-
-// WaitForAgent notes, for a conversation that needs a run (running or
-// resuming, lease expired), that no replica runs its agent: the first call
-// records reason and the time (noted), a call wait after that fails the
-// conversation with the reason (failed, with the run it failed). Anything
-// else changes nothing.
-func (c *Conversation) WaitForAgent(reason string, now time.Time, wait time.Duration) (noted, failed bool, runID string) {
-	if (c.Status != StatusRunning && c.Status != StatusResuming) || c.leaseLive(now) {
-		return false, false, ""
-	}
-	if c.Unserved == "" {
-		c.Unserved, c.UnservedSince, c.UpdatedAt = reason, now, now
-		return true, false, ""
-	}
-	if now.Sub(c.UnservedSince) < wait {
-		return false, false, ""
-	}
-	switch {
-	case c.Status == StatusResuming && c.Batch != nil && c.Batch.FollowUpRunID != "":
-		runID = c.Batch.FollowUpRunID
-	case c.Lease != nil:
-		runID = c.Lease.RunID
-	}
-	msg := fmt.Sprintf("%s (waited %s for one)", c.Unserved, wait)
-	c.Status, c.Error, c.Lease, c.Batch, c.UpdatedAt = StatusFailed, msg, nil, nil, now
-	if rec := c.runToChange(runID); rec != nil {
-		rec.Status, rec.Error, rec.EndedAt = StatusFailed, msg, now
-	}
-	return false, true, runID
-}
-
 // runnable is the agent of this replica that runs c as c records it (its
 // digest, or none recorded yet); nil when this replica must not run c.
-func (r *roster) runnable(c *Conversation) *agentRuntime {
+func (r *roster) runnable(c *conversation.State) *agentRuntime {
 	a := r.agentOf(c)
 	if a == nil || (c.AgentDigest != "" && c.AgentDigest != a.digest) {
 		return nil
@@ -291,7 +254,7 @@ func (r *roster) runnable(c *Conversation) *agentRuntime {
 
 // take records, in a transition that gives this replica a run of c, the
 // agent it runs it with; false when it may not (mayRun).
-func (r *roster) take(c *Conversation) bool {
+func (r *roster) take(c *conversation.State) bool {
 	ok, _ := r.mayRun(c)
 	if !ok {
 		return false
@@ -310,7 +273,7 @@ func (r *roster) take(c *Conversation) bool {
 // only signed decisions and that one's config takes unsigned ones. Nil
 // when this replica may not judge them: they are left to the replicas that
 // may (policy.go).
-func (r *roster) judge(c *Conversation) *agentRuntime {
+func (r *roster) judge(c *conversation.State) *agentRuntime {
 	if a := r.runnable(c); a != nil {
 		return a
 	}
@@ -326,7 +289,7 @@ func (r *roster) judge(c *Conversation) *agentRuntime {
 
 // agentNameOf is the name of c's agent (the default agent's for a
 // conversation stored before conversations recorded one).
-func (r *roster) agentNameOf(c *Conversation) string {
+func (r *roster) agentNameOf(c *conversation.State) string {
 	if c.Agent == "" {
 		return r.def.name
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -106,8 +107,8 @@ func TestTwoAgentsOnOneServer(t *testing.T) {
 	replica := map[string]string{"alpha": "A", "beta": "B"}
 	digest := map[string]string{"alpha": orchestrator.AgentDigest(alpha), "beta": orchestrator.AgentDigest(beta)}
 	for id, ag := range want {
-		c := waitStatus(t, b, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-		if c.Status != orchestrator.StatusCompleted {
+		c := waitStatus(t, b, id, conversation.StatusCompleted, conversation.StatusFailed)
+		if c.Status != conversation.StatusCompleted {
 			t.Fatalf("%s (%s): %s", id, ag, c.Error)
 		}
 		if c.Output != ag+" says 42" {
@@ -173,8 +174,8 @@ func TestAgentConfigChangedAdoptsStranded(t *testing.T) {
 	}
 
 	a2, _ := e.orch(c2)
-	c := waitStatus(t, a2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "alpha says 42" {
+	c := waitStatus(t, a2, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "alpha says 42" {
 		t.Fatalf("status %s (%s), output %q", c.Status, c.Error, c.Output)
 	}
 	if c.AgentDigest != orchestrator.AgentDigest(alpha2) || c.Unserved != "" {
@@ -205,8 +206,8 @@ func TestAgentConfigChangedLeavesLiveDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.worker("calculate_answer")
-	c := waitStatus(t, nw, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.AgentDigest != orchestrator.AgentDigest(alpha1) {
+	c := waitStatus(t, nw, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.AgentDigest != orchestrator.AgentDigest(alpha1) {
 		t.Fatalf("status %s (%s), digest %s", c.Status, c.Error, c.AgentDigest)
 	}
 	if starts := runStarts(t, e.connect("events"), info.ConversationID, 2); !slices.Equal(starts, []string{"alpha@old", "alpha@old"}) {
@@ -235,8 +236,8 @@ func TestAgentWaitFails(t *testing.T) {
 	waitPublished(t, a, info.ConversationID, 1)
 	stop()
 	e.worker("calculate_answer")
-	c := waitStatus(t, a, info.ConversationID, orchestrator.StatusFailed, orchestrator.StatusCompleted)
-	if c.Status != orchestrator.StatusFailed || !strings.Contains(c.Error, `no replica runs agent "alpha"`) {
+	c := waitStatus(t, a, info.ConversationID, conversation.StatusFailed, conversation.StatusCompleted)
+	if c.Status != conversation.StatusFailed || !strings.Contains(c.Error, `no replica runs agent "alpha"`) {
 		t.Fatalf("status %s, error %q", c.Status, c.Error)
 	}
 }
@@ -259,8 +260,8 @@ func TestSeveralAgentsInOneOrchestrator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-		if c.Status != orchestrator.StatusCompleted || c.Agent != name {
+		c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+		if c.Status != conversation.StatusCompleted || c.Agent != name {
 			t.Fatalf("%s: status %s (%s) agent %s", name, c.Status, c.Error, c.Agent)
 		}
 		other := map[string]string{"alpha": "beta", "beta": "alpha"}[name]
@@ -387,7 +388,7 @@ func TestHTTPAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, o, rs.ConversationID, orchestrator.StatusCompleted)
+	waitStatus(t, o, rs.ConversationID, conversation.StatusCompleted)
 	conv, err := c.Conversation(ctxT(t), rs.ConversationID)
 	if err != nil {
 		t.Fatal(err)

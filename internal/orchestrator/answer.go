@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
@@ -163,22 +164,22 @@ func (o *Orchestrator) Answer(ctx context.Context, a Answer) error {
 	obs.recorded(j)
 	rp.auditAs(ctx, c.ID, "audit/http/"+o.cfg.InstanceID+"/"+strconv.FormatUint(answerSeq.Add(1), 10), 0, j)
 	log := rp.replyLog(in, c.ID).With(slog.String("by", a.By))
-	if j.v == verdictApplied || j.v == verdictCounted {
+	if j.v == conversation.VerdictApplied || j.v == conversation.VerdictCounted {
 		log.DebugContext(ctx, "answer applied", slog.String("verdict", j.v.String()))
 		return nil
 	}
 	log.WarnContext(ctx, "answer not applied", slog.String("verdict", j.v.String()), slog.String("reason", j.reason))
 	code := AnswerRefused
 	switch {
-	case j.v == verdictDuplicate:
+	case j.v == conversation.VerdictDuplicate:
 		code = AnswerDuplicate
-	case j.v == verdictLate:
+	case j.v == conversation.VerdictLate:
 		code = AnswerLate
-	case j.v == verdictElsewhere:
+	case j.v == conversation.VerdictElsewhere:
 		code = AnswerElsewhere
-	case j.v == verdictRefused && j.in.trustErr != nil && j.reason == j.in.trustErr.Error():
+	case j.v == conversation.VerdictRefused && j.in.trustErr != nil && j.reason == j.in.trustErr.Error():
 		code = AnswerForbidden
-	case j.v == verdictRefused && (c.Batch == nil || c.Batch.RunID != runID || c.Batch.call(a.ToolCallID) == nil):
+	case j.v == conversation.VerdictRefused && (c.Batch == nil || c.Batch.RunID != runID || c.Batch.Call(a.ToolCallID) == nil):
 		code = AnswerNotIssued
 	}
 	return &AnswerError{ConversationID: c.ID, ToolCallID: a.ToolCallID, Code: code, Reason: j.reason}
@@ -188,12 +189,12 @@ func (o *Orchestrator) Answer(ctx context.Context, a Answer) error {
 // holds, else the last run that paused, whose batch is over (an answer to
 // it is then a repeat, or refused if the run never made the call, as a
 // reply from NATS would be); "" when no run of c ever paused.
-func answeredRun(c *Conversation) string {
+func answeredRun(c *conversation.State) string {
 	if c.Batch != nil {
 		return c.Batch.RunID
 	}
 	for i := len(c.Runs) - 1; i >= 0; i-- {
-		if c.Runs[i].Status == StatusPaused {
+		if c.Runs[i].Status == conversation.StatusPaused {
 			return c.Runs[i].RunID
 		}
 	}
@@ -202,7 +203,7 @@ func answeredRun(c *Conversation) string {
 
 // incomingAnswer makes the reply a's answer would be, addressed to run
 // runID of c.
-func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (incoming, error) {
+func (o *Orchestrator) incomingAnswer(c *conversation.State, runID string, a Answer) (incoming, error) {
 	now := o.clock().UTC()
 	if d := a.Decision; d != nil {
 		ag := o.roster.judge(c)
@@ -234,7 +235,7 @@ func (o *Orchestrator) incomingAnswer(c *Conversation, runID string, a Answer) (
 	if err := res.Validate(); err != nil {
 		return incoming{}, &BadRequestError{err.Error()}
 	}
-	if pc := c.Batch.call(a.ToolCallID); pc != nil && c.Batch.RunID == runID && pc.Kind == deferred.KindCall && pc.Executor != ExecutorFrontend {
+	if pc := c.Batch.Call(a.ToolCallID); pc != nil && c.Batch.RunID == runID && pc.Kind == deferred.KindCall && pc.Executor != ExecutorFrontend {
 		// A worker's call is a worker's to answer: the API's callers
 		// answer only what a frontend is asked.
 		return incoming{}, &AnswerError{ConversationID: c.ID, ToolCallID: a.ToolCallID, Code: AnswerRefused,

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // Approvers says who may decide a tool's calls (ToolConfig.Approvers):
@@ -100,7 +101,7 @@ func (p *agentPolicy) decider(id string) Decider {
 
 // ruleAdmits says why tc's approvers rule does not admit approver id to
 // decide call pc (nil when not in c's batch) of c.
-func (p *agentPolicy) ruleAdmits(c *Conversation, pc *PendingCall, tc *ToolConfig, id string) error {
+func (p *agentPolicy) ruleAdmits(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, id string) error {
 	r := tc.Approvers.Compiled
 	if r == nil {
 		return fmt.Errorf("approver %q may not decide tool %s: its approvers rule is not compiled", id, tc.Name)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -26,7 +27,7 @@ func (rp *replyPipeline) audit(ctx context.Context, convID string, d *bus.Delive
 // stream sequence, 0 for an answer that came over HTTP.
 func (rp *replyPipeline) auditAs(ctx context.Context, convID, msgID string, seq uint64, j *replyJob) {
 	in := j.in
-	if j.v == verdictDuplicate || (in.decision == nil && j.v == verdictApplied) {
+	if j.v == conversation.VerdictDuplicate || (in.decision == nil && j.v == conversation.VerdictApplied) {
 		return
 	}
 	rec := AuditRecord{

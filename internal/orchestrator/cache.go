@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // stateCache keeps the folded states of recently used conversations, each
@@ -39,7 +41,7 @@ type stateCache struct {
 
 type cacheEntry struct {
 	id       string
-	c        *Conversation
+	c        *conversation.State
 	seq      uint64
 	size     int64
 	finished bool
@@ -85,7 +87,7 @@ func (sc *stateCache) listOf(e *cacheEntry) *list.List {
 }
 
 // get returns the cached state of id (not to be changed) and its sequence.
-func (sc *stateCache) get(id string) (*Conversation, uint64, bool) {
+func (sc *stateCache) get(id string) (*conversation.State, uint64, bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	el, ok := sc.m[id]
@@ -98,7 +100,7 @@ func (sc *stateCache) get(id string) (*Conversation, uint64, bool) {
 }
 
 // peek is get without counting id's state as used.
-func (sc *stateCache) peek(id string) (*Conversation, uint64, bool) {
+func (sc *stateCache) peek(id string) (*conversation.State, uint64, bool) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if el, ok := sc.m[id]; ok {
@@ -112,7 +114,7 @@ func (sc *stateCache) peek(id string) (*Conversation, uint64, bool) {
 // deleted), without counting it as used.
 func (sc *stateCache) unfinished(id string) bool {
 	c, _, ok := sc.peek(id)
-	return ok && !c.Status.Terminal() && c.Status != StatusDeleted
+	return ok && !c.Status.Terminal() && c.Status != conversation.StatusDeleted
 }
 
 // size is the size of id's cached state, 0 when not cached.
@@ -131,7 +133,7 @@ func (sc *stateCache) size(id string) int64 {
 // conversations a resume of 100,000 had finished pushed out the paused
 // ones still waiting (0.76 log reads per conversation with room for all of
 // them).
-func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
+func (sc *stateCache) put(id string, c *conversation.State, seq uint64, size int64) {
 	if n := sc.putLocked(id, c, seq, size); n > 0 && sc.evicted != nil {
 		sc.evicted.tell(n, sc.budget)
 	}
@@ -139,13 +141,13 @@ func (sc *stateCache) put(id string, c *Conversation, seq uint64, size int64) {
 
 // putLocked is put under the lock; it returns how many unfinished states
 // it pushed out.
-func (sc *stateCache) putLocked(id string, c *Conversation, seq uint64, size int64) (evicted int) {
+func (sc *stateCache) putLocked(id string, c *conversation.State, seq uint64, size int64) (evicted int) {
 	// Cleared before anyone else has c: clone then never writes to a
 	// cached state.
-	c.runsOwned = false
+	c.ShareRuns()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	finished := c.Status.ended()
+	finished := c.Status.Ended()
 	if el, ok := sc.m[id]; ok {
 		e := el.Value.(*cacheEntry)
 		if e.seq >= seq {

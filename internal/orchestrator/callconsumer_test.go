@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -43,7 +44,7 @@ func TestForeignWorkerBindsToTheOrchestratorsCallConsumer(t *testing.T) {
 	}
 	t.Cleanup(cc.Stop)
 
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
 	var failed string
 	for _, m := range c.History {
 		for _, p := range m.Parts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -21,15 +22,15 @@ type cancelledData = wire.ConversationCancelled
 // renewal, a call's late reply is refused). The external calls it settled
 // are withdrawn from the work queue (withdraw), so that no worker that
 // comes later runs them.
-func (o *Orchestrator) Cancel(ctx context.Context, id string) (*Conversation, error) {
+func (o *Orchestrator) Cancel(ctx context.Context, id string) (*conversation.State, error) {
 	if o.stopped.Load() {
 		return nil, ErrStopped
 	}
-	c, err := o.fx.doRequest(ctx, id, cancelTransition(CancelledMessage))
+	c, err := o.fx.doRequest(ctx, id, conversation.CancelTransition(conversation.CancelledMessage))
 	if err != nil {
-		var ce *ConflictError
+		var ce *conversation.ConflictError
 		if errors.As(err, &ce) {
-			ce.Op = opCancel
+			ce.Op = conversation.OpCancel
 		}
 		o.storage.failed(err)
 		return nil, err

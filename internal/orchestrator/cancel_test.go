@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/wire"
@@ -39,15 +40,15 @@ func TestCancelPausedConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != orchestrator.StatusCancelled {
+	if c.Status != conversation.StatusCancelled {
 		t.Fatalf("status %s, want cancelled", c.Status)
 	}
 	for _, pc := range c.Batch.Calls {
-		want := orchestrator.OutcomeFailed
+		want := conversation.OutcomeFailed
 		if pc.Kind == "approval" {
-			want = orchestrator.OutcomeDenied
+			want = conversation.OutcomeDenied
 		}
-		if pc.Reply == nil || !pc.Reply.Cancelled || pc.Reply.Outcome != want || pc.Reply.Message != orchestrator.CancelledMessage {
+		if pc.Reply == nil || !pc.Reply.Cancelled || pc.Reply.Outcome != want || pc.Reply.Message != conversation.CancelledMessage {
 			t.Errorf("call %s: reply %+v, want %s cancelled", pc.ToolCallID, pc.Reply, want)
 		}
 	}
@@ -72,7 +73,7 @@ func TestCancelPausedConversation(t *testing.T) {
 	if _, err := o.StartRun(ctxT(t), "never mind", c.ID); err != nil {
 		t.Fatalf("new prompt after cancel: %v", err)
 	}
-	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted)
+	c = waitStatus(t, o, c.ID, conversation.StatusCompleted)
 	last := c.History[len(c.History)-2]
 	var returns, prompts int
 	for _, p := range last.Parts {
@@ -115,7 +116,7 @@ func TestCancelRacesReply(t *testing.T) {
 				reply()
 			case "reply first":
 				reply()
-				waitCall(t, o, c.ID, "update_file_readme", "the reply to be applied", func(pc *orchestrator.PendingCall) bool { return pc.Reply != nil })
+				waitCall(t, o, c.ID, "update_file_readme", "the reply to be applied", func(pc *conversation.PendingCall) bool { return pc.Reply != nil })
 				cancel()
 			default:
 				var wg sync.WaitGroup
@@ -130,7 +131,7 @@ func TestCancelRacesReply(t *testing.T) {
 				s := o.Stats()
 				return s.RepliesApplied.Load()+s.Late.Load() == 1, fmt.Sprintf("applied %d late %d", s.RepliesApplied.Load(), s.Late.Load())
 			})
-			c = waitStatus(t, o, c.ID, orchestrator.StatusCancelled)
+			c = waitStatus(t, o, c.ID, conversation.StatusCancelled)
 			pc := pendingCall(t, c, "update_file_readme")
 			applied, late := o.Stats().RepliesApplied.Load(), o.Stats().Late.Load()
 			switch {
@@ -193,8 +194,8 @@ func TestCancelStopsRunUnderWay(t *testing.T) {
 		n := o.Stats().LeaseLost.Load()
 		return n == 1, fmt.Sprint(n)
 	})
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCancelled)
-	if len(c.Runs) != 1 || c.Runs[0].Status != orchestrator.StatusCancelled {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCancelled)
+	if len(c.Runs) != 1 || c.Runs[0].Status != conversation.StatusCancelled {
 		t.Errorf("runs %+v, want the one run cancelled", c.Runs)
 	}
 }
@@ -293,8 +294,8 @@ func TestCancelStoredThoughItsRequestFailed(t *testing.T) {
 	if ev.RunID != c.Batch.RunID || len(eventData(t, ev)["tool_call_ids"].([]any)) != len(c.Batch.Calls) {
 		t.Errorf("event %+v, want the paused run and its %d calls", ev, len(c.Batch.Calls))
 	}
-	var ce *orchestrator.ConflictError
-	if _, err := o.Cancel(ctxT(t), c.ID); !errors.As(err, &ce) || ce.Status != orchestrator.StatusCancelled {
+	var ce *conversation.ConflictError
+	if _, err := o.Cancel(ctxT(t), c.ID); !errors.As(err, &ce) || ce.Status != conversation.StatusCancelled {
 		t.Fatalf("the retry: %v, want refused as already cancelled", err)
 	}
 	waitFor(t, "the events published", func() (bool, string) {

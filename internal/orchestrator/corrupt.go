@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -39,7 +40,7 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	ctx = answersRequest(ctx)
 	// From the start, not from the cache: a state cached before the damage
 	// would hide it.
-	c := &Conversation{}
+	c := &conversation.State{}
 	_, last, err := o.store.fold(ctx, id, c, 0)
 	var corrupt *CorruptError
 	switch {
@@ -48,10 +49,10 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 		return err
 	case last == 0:
 		return fmt.Errorf("conversation %s: %w", id, ErrNotFound)
-	case c.Status == StatusDeleted:
+	case c.Status == conversation.StatusDeleted:
 		return fmt.Errorf("conversation %s: %w", id, errDeleted)
 	default:
-		return &ConflictError{ConversationID: id, Status: c.Status, Op: opDelCorrupt}
+		return &conversation.ConflictError{ConversationID: id, Status: c.Status, Op: conversation.OpDeleteCorrupt}
 	}
 	if err := o.store.dropLog(ctx, id); err != nil {
 		return err
@@ -83,7 +84,7 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 func (s *store) dropLog(ctx context.Context, id string) error {
 	subj := bus.ConversationSubject(id)
 	now := s.clock()
-	tomb := &Conversation{ID: id, Status: StatusDeleted, CreatedAt: now, UpdatedAt: now}
+	tomb := &conversation.State{ID: id, Status: conversation.StatusDeleted, CreatedAt: now, UpdatedAt: now}
 	for range maxCASAttempts {
 		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 		err := s.bus.PurgeLog(pctx, bus.StreamConversations, subj, 0)
@@ -91,14 +92,14 @@ func (s *store) dropLog(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("delete conversation %s: %w", id, err)
 		}
-		seq, n, err := s.append(ctx, tomb, 0, fullRecord(tomb))
+		seq, n, err := s.append(ctx, tomb, 0, conversation.FullRecord(tomb))
 		if conflict(err) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("delete conversation %s: tombstone: %w", id, err)
 		}
-		s.cache.put(id, tomb.clone(), seq, int64(n))
+		s.cache.put(id, tomb.Clone(), seq, int64(n))
 		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 		defer cancel()
 		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -82,9 +83,9 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 	if _, err := o2.Conversation(ctxT(t), bad.ID); !errors.As(err, &corrupt) || corrupt.ConversationID != bad.ID {
 		t.Fatalf("reading the damaged conversation: %v, want a CorruptError naming it", err)
 	}
-	for _, want := range []*orchestrator.Conversation{a, c} {
+	for _, want := range []*conversation.State{a, c} {
 		got, err := o2.Conversation(ctxT(t), want.ID)
-		if err != nil || got.Status != orchestrator.StatusPaused || len(got.History) != len(want.History) || len(got.Batch.Calls) != len(want.Batch.Calls) {
+		if err != nil || got.Status != conversation.StatusPaused || len(got.History) != len(want.History) || len(got.Batch.Calls) != len(want.Batch.Calls) {
 			t.Errorf("conversation %s after the damage: %v %v, want paused with %d messages", want.ID, describe(got), err, len(want.History))
 		}
 	}
@@ -145,8 +146,8 @@ func TestCorruptBlockFileTouchesOnlyItsConversation(t *testing.T) {
 		rec.ConversationID != bad.ID || !strings.Contains(rec.Reason, "corrupt") {
 		t.Errorf("audit record of the delete: %+v %v", rec, err)
 	}
-	for _, want := range []*orchestrator.Conversation{a, c} {
-		if got, err := o2.Conversation(ctxT(t), want.ID); err != nil || got.Status != orchestrator.StatusPaused {
+	for _, want := range []*conversation.State{a, c} {
+		if got, err := o2.Conversation(ctxT(t), want.ID); err != nil || got.Status != conversation.StatusPaused {
 			t.Errorf("conversation %s after the delete: %v %v", want.ID, describe(got), err)
 		}
 	}
@@ -179,7 +180,7 @@ func TestRetentionGoesPastADamagedConversation(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(c.Runs) == 2 && c.Status == orchestrator.StatusCompleted, describe(c)
+		return len(c.Runs) == 2 && c.Status == conversation.StatusCompleted, describe(c)
 	})
 	e.damage(stop1, func(b []byte) {
 		subj := []byte(bus.ConversationSubject(bad))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -41,7 +42,7 @@ func (s *seenMetadata) get(callID string) (string, bool) {
 
 // decideSigned publishes a decision with metadata on call of c's batch,
 // signed by key when it is not nil.
-func decideSigned(t *testing.T, b *bus.Bus, c *orchestrator.Conversation, call string, approved bool, meta string, key ed25519.PrivateKey) {
+func decideSigned(t *testing.T, b *bus.Bus, c *conversation.State, call string, approved bool, meta string, key ed25519.PrivateKey) {
 	t.Helper()
 	pc := pendingCall(t, c, call)
 	d := wire.Decision{RunID: c.Batch.RunID, ToolCallID: call, ArgsDigest: pc.ArgsDigest, Approved: approved,
@@ -89,7 +90,7 @@ func TestDecisionMetadataReachesTheWorker(t *testing.T) {
 
 	decideSigned(t, b, c, "delete_file", false, "", nil)
 	decideSigned(t, b, c, "update_file_dotenv", true, `{"ticket":"OPS-7"}`, nil)
-	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c = waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed)
 	checkSeedHistory(t, c)
 	if got, ok := seen.get("update_file_dotenv"); !ok || got != `{"ticket":"OPS-7"}` {
 		t.Errorf("the approved call reached its worker with metadata %q (run: %v), want the decision's", got, ok)
@@ -124,10 +125,10 @@ func TestDecisionMetadataReachesAnInProcessTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	decideSigned(t, e.connect("test"), c, "p1", true, `{"approved_budget": 6000}`, key)
-	c = waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c = waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	if got, ok := seen.get("p1"); !ok || got != `{"approved_budget": 6000}` {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -211,7 +212,7 @@ func (d *discovery) newTool(agentName string, tc *ToolConfig) (agent.Tool, error
 // denials the model reads: the call was approved as it was made against
 // the old tool, and the new one must not take it silently. Results of
 // external calls stand: the worker has answered them.
-func staleApprovals(b *Batch, rt *runTools, res *deferred.Results) {
+func staleApprovals(b *conversation.Batch, rt *runTools, res *deferred.Results) {
 	for _, pc := range b.Calls {
 		if pc.SchemaDigest == "" || pc.Kind != deferred.KindApproval {
 			continue

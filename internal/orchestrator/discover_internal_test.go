@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -104,7 +105,7 @@ func TestStaleApprovals(t *testing.T) {
 	changed, _ := cfg.discovered(advertised(t, "changed", `{"type":"object","properties":{"x":{}}}`))
 	rt := &runTools{configured: cfg, discovered: map[string]*ToolConfig{"same": same, "changed": changed}}
 	old := advertised(t, "x", `{"type":"object","properties":{"y":{}}}`).Digest
-	b := &Batch{Calls: []*PendingCall{
+	b := &conversation.Batch{Calls: []*conversation.PendingCall{
 		{ToolCallID: "a1", ToolName: "same", Kind: deferred.KindApproval, SchemaDigest: same.digest},
 		{ToolCallID: "a2", ToolName: "changed", Kind: deferred.KindApproval, SchemaDigest: old},
 		{ToolCallID: "a3", ToolName: "gone", Kind: deferred.KindApproval, SchemaDigest: old},

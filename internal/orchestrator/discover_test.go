@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -74,7 +75,7 @@ func (e *env) mcpWorker(servers ...worker.MCPConfig) {
 }
 
 // returnOf is the tool return of call id in the history.
-func returnOf(c *orchestrator.Conversation, id string) *agent.Part {
+func returnOf(c *conversation.State, id string) *agent.Part {
 	for _, m := range c.History {
 		for i, p := range m.Parts {
 			if p.Kind == agent.PartToolReturn && p.ToolCallID == id {
@@ -135,8 +136,8 @@ func TestDiscoveredMCPToolsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first batch waits at least for the long operation's deadline.
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status == orchestrator.StatusPaused && c.Batch != nil && c.Batch.RunID == c.Runs[0].RunID {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status == conversation.StatusPaused && c.Batch != nil && c.Batch.RunID == c.Runs[0].RunID {
 		pc := pendingCall(t, c, "s1")
 		want, err := orchestrator.SchemaDigest(sum.Parameters)
 		if err != nil {
@@ -149,8 +150,8 @@ func TestDiscoveredMCPToolsEndToEnd(t *testing.T) {
 			t.Errorf("l1 deadline %v, want about 3s after the run", pc.Deadline)
 		}
 	}
-	c = waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "done" {
+	c = waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "done" {
 		t.Fatalf("conversation %s (%q): %s", c.Status, c.Output, describe(c))
 	}
 	checks := []struct {
@@ -228,8 +229,8 @@ func TestDiscoveredGoWorkerTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "done" {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "done" {
 		t.Fatalf("conversation %s (%q): %s", c.Status, c.Output, describe(c))
 	}
 	var retry *agent.Part
@@ -284,7 +285,7 @@ func TestDiscoveredToolChangedBeforeApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	if pc := pendingCall(t, c, "p1"); pc.SchemaDigest != first {
 		t.Fatalf("p1 digest %q, want %q", pc.SchemaDigest, first)
 	}
@@ -295,8 +296,8 @@ func TestDiscoveredToolChangedBeforeApproval(t *testing.T) {
 		return ok && a.Digest == second
 	})
 	e.approverBot("bot", "rules:\n  - action: approve\n", nil)
-	c = waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c = waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, describe(c))
 	}
 	p := returnOf(c, "p1")
@@ -358,8 +359,8 @@ func TestDiscoveryBesideConfiguredAndInProcessTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if p := returnOf(c, "l1"); c.Status != orchestrator.StatusCompleted || p == nil || !strings.Contains(string(p.Value), "in process") {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if p := returnOf(c, "l1"); c.Status != conversation.StatusCompleted || p == nil || !strings.Contains(string(p.Value), "in process") {
 		t.Fatalf("conversation %s, l1 = %+v: %s", c.Status, p, describe(c))
 	}
 	// Warned about after the start-up grace.

@@ -12,13 +12,14 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // decide publishes a decision on call of c's batch under message id msgID.
-func decide(t *testing.T, b *bus.Bus, c *orchestrator.Conversation, call, msgID string, approved bool, message string) {
+func decide(t *testing.T, b *bus.Bus, c *conversation.State, call, msgID string, approved bool, message string) {
 	t.Helper()
 	pc := pendingCall(t, c, call)
 	publishRaw(t, b, decisionSubject(t, c.Batch.RunID), msgID, wire.Decision{
@@ -27,7 +28,7 @@ func decide(t *testing.T, b *bus.Bus, c *orchestrator.Conversation, call, msgID 
 	})
 }
 
-func isDispatched(pc *orchestrator.PendingCall) bool {
+func isDispatched(pc *conversation.PendingCall) bool {
 	return pc.Approval != nil && pc.Kind == deferred.KindCall
 }
 
@@ -43,9 +44,9 @@ func waitPublishedCount(t *testing.T, o *orchestrator.Orchestrator, n int64) {
 // checkSeedHistory checks that the follow-up told the model, in one
 // request and in the model's order, the denied delete, the README.md
 // update and the .env update the worker ran once approved.
-func checkSeedHistory(t *testing.T, c *orchestrator.Conversation) {
+func checkSeedHistory(t *testing.T, c *conversation.State) {
 	t.Helper()
-	if c.Status != orchestrator.StatusCompleted {
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s", describe(c))
 	}
 	if len(c.Runs) != 2 {
@@ -84,7 +85,7 @@ func TestApprovedCallDispatchedOnce(t *testing.T) {
 
 	decide(t, b, c, "update_file_dotenv", "approve", true, "")
 	decide(t, b, c, "update_file_dotenv", "approve-again", true, "")
-	c = waitCall(t, o, c.ID, "update_file_dotenv", "the approval dispatched and its repeat seen", func(pc *orchestrator.PendingCall) bool {
+	c = waitCall(t, o, c.ID, "update_file_dotenv", "the approval dispatched and its repeat seen", func(pc *conversation.PendingCall) bool {
 		return isDispatched(pc) && pc.Duplicates == 1
 	})
 	waitPublishedCount(t, o, published+1)
@@ -118,14 +119,14 @@ func TestApprovedCallDispatchedOnce(t *testing.T) {
 	if err := o.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	waitCall(t, o, c.ID, "update_file_dotenv", "the pass to mark the dispatched call", func(pc *orchestrator.PendingCall) bool { return pc.Published })
+	waitCall(t, o, c.ID, "update_file_dotenv", "the pass to mark the dispatched call", func(pc *conversation.PendingCall) bool { return pc.Published })
 	if p := o.Stats().Published.Load() - published; p != 1 {
 		t.Errorf("%d publications after the pass, want the dispatch's one", p)
 	}
 
 	sandbox := e.worker()
 	decide(t, b, c, "delete_file", "deny", false, "Deleting files is not allowed")
-	checkSeedHistory(t, waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed))
+	checkSeedHistory(t, waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed))
 	if env, err := os.ReadFile(filepath.Join(sandbox, ".env")); err != nil || len(env) != 0 {
 		t.Errorf(".env = %q, %v; want written empty by the worker", env, err)
 	}
@@ -156,7 +157,7 @@ func TestDispatchLeftUnpublishedIsPublishedByReconcile(t *testing.T) {
 	if p := o.Stats().Published.Load() - published; p != 0 {
 		t.Errorf("%d publications before the dispatch is due to reconcile, want none", p)
 	}
-	if c, err := o.Conversation(ctxT(t), c.ID); err != nil || c.Status != orchestrator.StatusPaused {
+	if c, err := o.Conversation(ctxT(t), c.ID); err != nil || c.Status != conversation.StatusPaused {
 		t.Fatalf("before the pass: %v %s", err, describe(c))
 	}
 
@@ -167,7 +168,7 @@ func TestDispatchLeftUnpublishedIsPublishedByReconcile(t *testing.T) {
 	if p := o.Stats().Published.Load() - published; p != 1 {
 		t.Errorf("the pass published %d calls, want the dispatched one", p)
 	}
-	checkSeedHistory(t, waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed))
+	checkSeedHistory(t, waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed))
 	if env, err := os.ReadFile(filepath.Join(sandbox, ".env")); err != nil || len(env) != 0 {
 		t.Errorf(".env = %q, %v; want written empty by the worker", env, err)
 	}
@@ -202,8 +203,8 @@ func TestEditedApprovalDispatchedWhenValid(t *testing.T) {
 				RunID: c.Batch.RunID, ToolCallID: "update_file_dotenv", ArgsDigest: pendingCall(t, c, "update_file_dotenv").ArgsDigest,
 				Approved: true, OverrideArgs: []byte(tc.edited), ApproverID: "bot", DecidedAt: time.Now().UTC(),
 			})
-			c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-			if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+			c = waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed)
+			if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 {
 				t.Fatalf("%s; want completed in two runs", describe(c))
 			}
 			var got []string
@@ -270,7 +271,7 @@ func TestPromptFollowsTheResultOfACallDeferredAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	const prompt = "and then?"
 	if _, err := o.StartRun(ctxT(t), prompt, c.ID); err != nil {
 		t.Fatal(err)
@@ -278,14 +279,14 @@ func TestPromptFollowsTheResultOfACallDeferredAgain(t *testing.T) {
 	b := e.connect("test")
 	decide(t, b, c, "g1", "approve", true, "")
 	first := c.Batch.RunID
-	c = waitCall(t, o, c.ID, "g1", "the approved call deferred again", func(pc *orchestrator.PendingCall) bool {
+	c = waitCall(t, o, c.ID, "g1", "the approved call deferred again", func(pc *conversation.PendingCall) bool {
 		return pc.Kind == deferred.KindCall && pc.Reply == nil
 	})
 	if c.Batch.RunID == first || c.Batch.Prompt != prompt || pendingCall(t, c, "g1").Approval != nil {
 		t.Fatalf("batch of run %s with prompt %q; want a new batch holding the prompt, the call not dispatched: %s", c.Batch.RunID, c.Batch.Prompt, describe(c))
 	}
 	publishResult(t, b, c.Batch.RunID, "g1", "result-g1")
-	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c = waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed)
 	var got []string
 	for _, m := range c.History {
 		for _, p := range m.Parts {

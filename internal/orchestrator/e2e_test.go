@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -33,8 +34,8 @@ func TestSeedApprovalEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, c.Error)
 	}
 	if !strings.Contains(c.Output, "Hello, world!") {
@@ -85,8 +86,8 @@ func TestSeedExternalEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Fatalf("status %s, output %q, error %q", c.Status, c.Output, c.Error)
 	}
 	if len(c.Runs) != 2 || c.Runs[0].RunID == c.Runs[1].RunID {
@@ -122,8 +123,8 @@ func TestInlineWaitResolvesWithinRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Fatalf("status %s, output %q, error %q", c.Status, c.Output, c.Error)
 	}
 	if len(c.Runs) != 1 {
@@ -147,13 +148,13 @@ func TestInlineWaitBubblesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	if pc := pendingCall(t, c, "pyd_ai_tool_call_id"); !pc.Published {
 		t.Fatalf("call not marked published: %s", describe(c))
 	}
 	e.worker("calculate_answer")
-	c = waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+	c = waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Fatalf("status %s, output %q, error %q", c.Status, c.Output, c.Error)
 	}
 	if n := o.Stats().Published.Load(); n != 1 {

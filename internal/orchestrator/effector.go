@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // effector is the one write path of a conversation's changes: do applies a
@@ -23,13 +25,13 @@ type conversationStore interface {
 	// updateFrom applies fn to conversation id from c as stored at seq
 	// (nil c: the current state) and appends what it changed, only if
 	// nothing was appended since; on a conflict it catches up and applies
-	// fn again. fn returning errUnchanged ends it without a write, and
+	// fn again. fn returning conversation.ErrUnchanged ends it without a write, and
 	// nil error; any other error ends it with that error. It returns the
 	// state (the caller's) and its sequence.
-	updateFrom(ctx context.Context, id string, c *Conversation, seq uint64, fn func(*Conversation) error) (*Conversation, uint64, error)
+	updateFrom(ctx context.Context, id string, c *conversation.State, seq uint64, fn func(*conversation.State) error) (*conversation.State, uint64, error)
 	// create stores c as a new conversation (errExists, wrapped, when
 	// there is one) and returns its sequence.
-	create(ctx context.Context, c *Conversation) (uint64, error)
+	create(ctx context.Context, c *conversation.State) (uint64, error)
 	// indexNow lists id as not finished at once, for every replica.
 	indexNow(ctx context.Context, id string) error
 	// followUpRequest calls stored, once, if an append whose outcome err
@@ -57,41 +59,41 @@ type effectorParams struct {
 	leaseTTL time.Duration
 	newID    func() string
 	// mine says whether this replica runs c (its agent, its config).
-	mine func(c *Conversation) bool
+	mine func(c *conversation.State) bool
 	// notifyCancel tells run runID to stop wherever it executes.
 	notifyCancel func(runID string) error
 	// withdraw takes settled external calls out of the work queue.
-	withdraw func(ctx context.Context, convID, runID string, calls []*PendingCall)
+	withdraw func(ctx context.Context, convID, runID string, calls []*conversation.PendingCall)
 	// escalate hands an escalated approval to its tool's EscalateTo.
-	escalate func(ctx context.Context, c *Conversation, pc *PendingCall)
+	escalate func(ctx context.Context, c *conversation.State, pc *conversation.PendingCall)
 	// batchDone forgets what this replica keeps of a complete batch.
 	batchDone func(convID, runID string)
 	// launch executes run runID from c, as written at rev (nil: read it).
-	launch func(convID, runID string, c *Conversation, rev uint64)
+	launch func(convID, runID string, c *conversation.State, rev uint64)
 	// handOver nudges the replicas of c's agent to take its run.
-	handOver func(ctx context.Context, c *Conversation)
+	handOver func(ctx context.Context, c *conversation.State)
 	// spawn runs f on a goroutine Stop waits for, unless stopping; track
 	// runs it on one Stop waits for, stopping or not.
 	spawn func(f func())
 	track func(f func())
 	// audit records grants' uses on the audit stream.
-	audit func(ctx context.Context, convID, runID string, uses []grantUse)
+	audit func(ctx context.Context, convID, runID string, uses []conversation.GrantUse)
 	// awaitReplies makes the event sink hold the conversation's events
 	// a moment for the replies to its calls.
 	awaitReplies func(convID string)
 	// publishPaused publishes the calls of a paused run's batch.
-	publishPaused func(ctx context.Context, c *Conversation) error
+	publishPaused func(ctx context.Context, c *conversation.State) error
 	// publishBatch publishes the calls of a batch and marks them.
-	publishBatch func(ctx context.Context, c *Conversation) error
+	publishBatch func(ctx context.Context, c *conversation.State) error
 	// replied publishes what a recorded reply changed.
 	replied func(ctx context.Context, convID string, j *replyJob)
 	// publishDispatched publishes the calls ids of c's batch that were
 	// just dispatched to their workers; dispatchUnpublished, a test's,
 	// leaves them to reconcile.
-	publishDispatched   func(ctx context.Context, c *Conversation, ids []string) error
+	publishDispatched   func(ctx context.Context, c *conversation.State, ids []string) error
 	dispatchUnpublished bool
 	// onRunEnd is Config.OnRunEnd (nil: none).
-	onRunEnd func(*Conversation)
+	onRunEnd func(*conversation.State)
 }
 
 func newEffector(p effectorParams) *effector { return &effector{effectorParams: p} }
@@ -100,8 +102,9 @@ func newEffector(p effectorParams) *effector { return &effector{effectorParams: 
 // it runs, and expired on what it does not, so that a replica of its
 // agent takes it over (the follow-up effect nudges them; their reconcile
 // would find it too).
-func (e *effector) claimer() claimer {
-	return claimer{owner: e.owner, newID: e.newID, ttl: func(c *Conversation) time.Duration {
+func (e *effector) claimer() conversation.Claimer {
+	newRunID := func(convID string) string { return runIDFor(e.newID(), convID) }
+	return conversation.Claimer{Owner: e.owner, NewRunID: newRunID, TTL: func(c *conversation.State) time.Duration {
 		if !e.mine(c) {
 			return 0
 		}
@@ -113,7 +116,7 @@ func (e *effector) claimer() claimer {
 // which it launches (or hands over), so exactly one replica (or restart)
 // launches the follow-up (D35).
 func (e *effector) claim(ctx context.Context, id string) {
-	if _, _, err := e.do(ctx, id, claimTransition(e.claimer())); err != nil {
+	if _, _, err := e.do(ctx, id, conversation.ClaimTransition(e.claimer())); err != nil {
 		e.log.WarnContext(ctx, "claim batch", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }
@@ -122,21 +125,21 @@ func (e *effector) claim(ctx context.Context, id string) {
 // replica died or shut down) and executes it again with the same run id,
 // so that what it publishes again dedupes.
 func (e *effector) relaunch(ctx context.Context, id string) {
-	if _, _, err := e.do(ctx, id, takeOverTransition(e.owner, e.leaseTTL, e.mine)); err != nil {
+	if _, _, err := e.do(ctx, id, conversation.TakeOverTransition(e.owner, e.leaseTTL, e.mine)); err != nil {
 		e.log.WarnContext(ctx, "relaunch", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }
 
 // settled moves c on after calls of its batch were settled
-// (settledEffects).
-func (e *effector) settled(ctx context.Context, c *Conversation) {
-	e.carryOut(ctx, c, 0, settledEffects(c))
+// (conversation.SettledEffects).
+func (e *effector) settled(ctx context.Context, c *conversation.State) {
+	e.carryOut(ctx, c, 0, conversation.SettledEffects(c))
 }
 
 // do applies t to conversation id from its current state, stores what it
 // changed and carries out its effects. A change too large to store fails
-// the conversation (abortTransition) and returns the *TooLargeError.
-func (e *effector) do(ctx context.Context, id string, t transition) (*Conversation, uint64, error) {
+// the conversation (conversation.Abort) and returns the *TooLargeError.
+func (e *effector) do(ctx context.Context, id string, t conversation.Transition) (*conversation.State, uint64, error) {
 	c, rev, err := e.doFrom(ctx, id, nil, 0, t)
 	if tl := tooLarge(err); tl != nil {
 		e.failTooLarge(ctx, id, tl)
@@ -146,9 +149,15 @@ func (e *effector) do(ctx context.Context, id string, t transition) (*Conversati
 
 // doFrom is do from a state the caller read (or wrote) at rev (nil c:
 // the current one), leaving a change too large to the caller.
-func (e *effector) doFrom(ctx context.Context, id string, from *Conversation, rev uint64, t transition) (*Conversation, uint64, error) {
-	var effects []effect
-	c, rev, err := e.store.updateFrom(ctx, id, from, rev, func(c *Conversation) error {
+func (e *effector) doFrom(ctx context.Context, id string, from *conversation.State, rev uint64, t conversation.Transition) (*conversation.State, uint64, error) {
+	return e.doReplies(ctx, id, from, rev, t, nil)
+}
+
+// doReplies is doFrom for a transition that records the replies jobs,
+// whose deliveries its conversation.EffectReplied answers.
+func (e *effector) doReplies(ctx context.Context, id string, from *conversation.State, rev uint64, t conversation.Transition, jobs []*replyJob) (*conversation.State, uint64, error) {
+	var effects []conversation.Effect
+	c, rev, err := e.store.updateFrom(ctx, id, from, rev, func(c *conversation.State) error {
 		var err error
 		effects, err = t(c, e.clock())
 		return err
@@ -156,7 +165,7 @@ func (e *effector) doFrom(ctx context.Context, id string, from *Conversation, re
 	if err != nil {
 		return c, rev, err
 	}
-	e.carryOut(ctx, c, rev, effects)
+	e.carryOut(ctx, c, rev, effects, jobs...)
 	return c, rev, nil
 }
 
@@ -164,13 +173,13 @@ func (e *effector) doFrom(ctx context.Context, id string, from *Conversation, re
 // append whose outcome is still unknown at the store's timeout fails the
 // request, and is followed up off its way; the effects are carried out
 // there if it turns out stored, once (store.followUpRequest).
-func (e *effector) doRequest(ctx context.Context, id string, t transition) (*Conversation, error) {
+func (e *effector) doRequest(ctx context.Context, id string, t conversation.Transition) (*conversation.State, error) {
 	ctx = answersRequest(ctx)
 	var (
-		effects []effect
-		applied *Conversation
+		effects []conversation.Effect
+		applied *conversation.State
 	)
-	c, rev, err := e.store.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
+	c, rev, err := e.store.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
 		var err error
 		effects, err = t(c, e.clock())
 		applied = c
@@ -191,7 +200,7 @@ func (e *effector) doRequest(ctx context.Context, id string, t transition) (*Con
 
 // create stores c, a new conversation, and carries out what its first
 // record asks for (effects); c is handed over to a run they launch.
-func (e *effector) create(ctx context.Context, c *Conversation, effects []effect) error {
+func (e *effector) create(ctx context.Context, c *conversation.State, effects []conversation.Effect) error {
 	rev, err := e.store.create(ctx, c)
 	if err != nil {
 		return err
@@ -203,112 +212,112 @@ func (e *effector) create(ctx context.Context, c *Conversation, effects []effect
 // failTooLarge fails the conversation that a change would have taken over
 // the store's limit, with the reason in its status and a run_failed event.
 func (e *effector) failTooLarge(ctx context.Context, id string, tl *TooLargeError) {
-	if _, _, err := e.doFrom(ctx, id, nil, 0, abortTransition(tl.Error())); err != nil {
+	if _, _, err := e.doFrom(ctx, id, nil, 0, conversation.AbortTransition(tl.Error())); err != nil {
 		e.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
 }
 
-// carryOut carries out effects, which the write of c (at rev) asked for.
-// c is handed over to a run it launches.
-func (e *effector) carryOut(ctx context.Context, c *Conversation, rev uint64, effects []effect) {
+// carryOut carries out effects, which the write of c (at rev) asked for;
+// jobs are the replies it recorded. c is handed over to a run it launches.
+func (e *effector) carryOut(ctx context.Context, c *conversation.State, rev uint64, effects []conversation.Effect, jobs ...*replyJob) {
 	for _, ef := range effects {
-		e.carry(ctx, c, rev, ef)
+		e.carry(ctx, c, rev, ef, jobs)
 	}
 }
 
-func (e *effector) carry(ctx context.Context, c *Conversation, rev uint64, ef effect) {
+func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64, ef conversation.Effect, jobs []*replyJob) {
 	id := c.ID
-	switch ef.kind {
-	case effectNotifyCancel:
-		for _, r := range ef.runs {
+	switch ef.Kind {
+	case conversation.EffectNotifyCancel:
+		for _, r := range ef.Runs {
 			if err := e.notifyCancel(r); err != nil {
 				e.log.WarnContext(ctx, "cancel notice", slog.String("conversation_id", id), slog.String("run_id", r), slog.String("error", err.Error()))
 			}
 		}
-	case effectWithdraw:
+	case conversation.EffectWithdraw:
 		wctx := ctx
-		if ef.detached {
+		if ef.Detached {
 			wctx = context.WithoutCancel(ctx)
 		}
-		e.withdraw(wctx, id, ef.runID, ef.calls)
-	case effectExpired:
-		for _, pc := range ef.calls {
+		e.withdraw(wctx, id, ef.RunID, ef.Calls)
+	case conversation.EffectExpired:
+		for _, pc := range ef.Calls {
 			e.observer.expired(string(pc.Kind))
 		}
-		e.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", id), slog.Int("calls", len(ef.calls)))
-	case effectEmit:
-		e.events.publish(ctx, id, ef.runID, ef.event, ef.callID, ef.data)
-	case effectEscalate:
-		for _, pc := range ef.calls {
+		e.log.InfoContext(ctx, "calls expired", slog.String("conversation_id", id), slog.Int("calls", len(ef.Calls)))
+	case conversation.EffectEmit:
+		e.events.publish(ctx, id, ef.RunID, ef.Event, ef.CallID, ef.Data)
+	case conversation.EffectEscalate:
+		for _, pc := range ef.Calls {
 			e.escalate(ctx, c, pc)
 		}
-	case effectBatchDone:
-		e.batchDone(id, ef.runID)
-	case effectClaim:
+	case conversation.EffectBatchDone:
+		e.batchDone(id, ef.RunID)
+	case conversation.EffectClaim:
 		e.claim(ctx, id)
-	case effectSchedule:
+	case conversation.EffectSchedule:
 		e.deadlines.schedule(c)
-	case effectFollowUp:
-		if !c.leaseLive(e.clock()) {
+	case conversation.EffectFollowUp:
+		if !c.LeaseLive(e.clock()) {
 			e.handOver(ctx, c)
 			return
 		}
 		e.observer.followUp()
 		e.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", id),
-			slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", ef.runID))
-		e.launch(id, ef.runID, c, rev)
-	case effectRelaunch:
+			slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", ef.RunID))
+		e.launch(id, ef.RunID, c, rev)
+	case conversation.EffectRelaunch:
 		e.observer.runRelaunched()
-		e.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", id), slog.String("run_id", ef.runID))
-		e.launch(id, ef.runID, nil, 0)
-	case effectStarted:
+		e.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", id), slog.String("run_id", ef.RunID))
+		e.launch(id, ef.RunID, nil, 0)
+	case conversation.EffectStarted:
 		e.observer.runStarted()
-	case effectLaunch:
-		if ef.read {
-			e.launch(id, ef.runID, nil, 0)
+	case conversation.EffectLaunch:
+		if ef.Read {
+			e.launch(id, ef.RunID, nil, 0)
 			return
 		}
-		e.launch(id, ef.runID, c, rev)
-	case effectHandOver:
+		e.launch(id, ef.RunID, c, rev)
+	case conversation.EffectHandOver:
 		e.handOver(ctx, c)
-	case effectPublishInline:
+	case conversation.EffectPublishInline:
 		if err := e.publishBatch(ctx, c); err != nil {
 			// Not fatal: the calls stay unmarked and are published when
 			// the run pauses.
 			e.log.WarnContext(ctx, "inline: publish batch", slog.String("conversation_id", id), slog.String("error", err.Error()))
 		}
-	case effectReplied:
-		for _, j := range ef.jobs {
+	case conversation.EffectReplied:
+		for _, j := range jobs {
 			e.replied(ctx, id, j)
 			close(j.done)
 		}
-	case effectPublishDispatched:
+	case conversation.EffectPublishDispatched:
 		if e.dispatchUnpublished {
 			return
 		}
 		// Off the replies' way (their record is stored: what is not
 		// published is reconcile's to publish); the publication reads a
 		// copy, c staying the caller's.
-		conv := c.clone()
+		conv := c.Clone()
 		log := e.log.With(slog.String("conversation_id", id), slog.String("run_id", conv.Batch.RunID))
 		e.spawn(func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 			defer cancel()
-			if err := e.publishDispatched(pctx, conv, ef.callIDs); err != nil {
+			if err := e.publishDispatched(pctx, conv, ef.CallIDs); err != nil {
 				log.WarnContext(pctx, "publish approved calls: left to reconcile", slog.String("error", err.Error()))
 			}
 		})
-	case effectEndWritten:
+	case conversation.EffectEndWritten:
 		e.observer.endWritten()
-	case effectAudit:
-		e.audit(ctx, id, ef.runID, ef.grants)
-	case effectIndex:
+	case conversation.EffectAudit:
+		e.audit(ctx, id, ef.RunID, ef.Grants)
+	case conversation.EffectIndex:
 		if err := e.store.indexNow(ctx, id); err != nil {
 			e.log.WarnContext(ctx, "index a conversation awaiting approval: left to its creator's next advert", slog.String("conversation_id", id), slog.String("error", err.Error()))
 		}
-	case effectAwaitReplies:
+	case conversation.EffectAwaitReplies:
 		e.awaitReplies(id)
-	case effectPublishPaused:
+	case conversation.EffectPublishPaused:
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica
 		// has heard so, and a publish that fails is left to reconcile,
@@ -319,20 +328,20 @@ func (e *effector) carry(ctx context.Context, c *Conversation, rev uint64, ef ef
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 			defer cancel()
 			if err := e.publishPaused(pctx, c); err != nil {
-				e.log.WarnContext(pctx, "publish batch", slog.String("conversation_id", id), slog.String("run_id", ef.runID), slog.String("error", err.Error()))
+				e.log.WarnContext(pctx, "publish batch", slog.String("conversation_id", id), slog.String("run_id", ef.RunID), slog.String("error", err.Error()))
 			}
 			if e.onRunEnd != nil {
 				e.onRunEnd(c)
 			}
 		})
-	case effectRunEnded:
+	case conversation.EffectRunEnded:
 		if e.onRunEnd != nil {
 			e.onRunEnd(c)
 		}
-	case effectLog:
-		attrs := append([]slog.Attr{slog.String("conversation_id", id)}, ef.attrs...)
-		e.log.LogAttrs(ctx, ef.level, ef.msg, attrs...)
+	case conversation.EffectLog:
+		attrs := append([]slog.Attr{slog.String("conversation_id", id)}, ef.Attrs...)
+		e.log.LogAttrs(ctx, ef.Level, ef.Msg, attrs...)
 	default:
-		panic("orchestrator: effect " + ef.kind.String() + " has no arm")
+		panic("orchestrator: effect " + ef.Kind.String() + " has no arm")
 	}
 }

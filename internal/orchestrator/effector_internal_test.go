@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -41,21 +42,23 @@ func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
 	return newEffector(effectorParams{
 		log: slog.New(slog.DiscardHandler), clock: func() time.Time { return now }, store: s, events: f,
 		deadlines: newDeadlineIndex(), observer: counters{stats: stats},
-		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*Conversation) bool { return true },
+		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*conversation.State) bool { return true },
 		notifyCancel: func(runID string) error { f.add("notice " + runID); return nil },
-		withdraw: func(_ context.Context, _, runID string, calls []*PendingCall) {
+		withdraw: func(_ context.Context, _, runID string, calls []*conversation.PendingCall) {
 			ids := make([]string, len(calls))
 			for i, pc := range calls {
 				ids[i] = pc.ToolCallID
 			}
 			f.add("withdraw " + runID + " " + strings.Join(ids, ","))
 		},
-		escalate:  func(_ context.Context, _ *Conversation, pc *PendingCall) { f.add("escalate " + pc.ToolCallID) },
+		escalate: func(_ context.Context, _ *conversation.State, pc *conversation.PendingCall) {
+			f.add("escalate " + pc.ToolCallID)
+		},
 		batchDone: func(_, runID string) { f.add("batchDone " + runID) },
-		launch: func(_, runID string, c *Conversation, _ uint64) {
+		launch: func(_, runID string, c *conversation.State, _ uint64) {
 			f.add("launch " + runID + " from " + string(c.Status))
 		},
-		handOver: func(_ context.Context, c *Conversation) { f.add("handOver " + c.ID) },
+		handOver: func(_ context.Context, c *conversation.State) { f.add("handOver " + c.ID) },
 		spawn:    func(fn func()) { fn() },
 		track:    func(fn func()) { fn() },
 	})
@@ -71,8 +74,8 @@ func TestEffectorCarriesOutTheWinningWriteOnly(t *testing.T) {
 	s := newMemStore()
 	f := &fakeEffects{}
 	e := newTestEffector(s, f, now)
-	if _, err := s.create(ctx, NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: now},
-		&Lease{Owner: "me", RunID: "r1_c1", Until: now.Add(time.Minute)}, now)); err != nil {
+	if _, err := s.create(ctx, conversation.New("c1", conversation.RunRecord{RunID: "r1_c1", Status: conversation.StatusRunning, StartedAt: now},
+		&conversation.Lease{Owner: "me", RunID: "r1_c1", Until: now.Add(time.Minute)}, now)); err != nil {
 		t.Fatal(err)
 	}
 	// Another writer comes between the first attempt and its append.
@@ -82,17 +85,17 @@ func TestEffectorCarriesOutTheWinningWriteOnly(t *testing.T) {
 			return
 		}
 		came = true
-		if _, _, err := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
+		if _, _, err := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
 			return c.Renew("me", "r1_c1", now.Add(time.Hour))
 		}); err != nil {
 			t.Error(err)
 		}
 	}
 	attempts := 0
-	_, _, err := e.do(ctx, "c1", func(c *Conversation, now time.Time) ([]effect, error) {
+	_, _, err := e.do(ctx, "c1", func(c *conversation.State, now time.Time) ([]conversation.Effect, error) {
 		attempts++
 		c.Output = "x"
-		return []effect{emitEffect(c.Lease.Until.Format("15:04"), "attempt", "", nil)}, nil
+		return []conversation.Effect{conversation.EmitEffect(c.Lease.Until.Format("15:04"), "attempt", "", nil)}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,9 +105,9 @@ func TestEffectorCarriesOutTheWinningWriteOnly(t *testing.T) {
 	}
 
 	s.appended = nil
-	if _, _, err := e.do(ctx, "c1", func(c *Conversation, _ time.Time) ([]effect, error) {
-		return []effect{emitEffect("r", "refused", "", nil)}, errLeaseLost
-	}); err != errLeaseLost {
+	if _, _, err := e.do(ctx, "c1", func(c *conversation.State, _ time.Time) ([]conversation.Effect, error) {
+		return []conversation.Effect{conversation.EmitEffect("r", "refused", "", nil)}, conversation.ErrLeaseLost
+	}); err != conversation.ErrLeaseLost {
 		t.Errorf("refused transition: %v, want errLeaseLost", err)
 	}
 	if got := f.list(); len(got) != 1 {
@@ -120,9 +123,9 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ctx := context.Background()
 	paused := func(s *memStore, id string, deadline time.Time) {
-		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)
-		if err := c.Pause("me", "r1_"+id, nil, &Batch{RunID: "r1_" + id, Calls: []*PendingCall{
+		c := conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)
+		if err := c.Pause("me", "r1_"+id, nil, &conversation.Batch{RunID: "r1_" + id, Calls: []*conversation.PendingCall{
 			{ToolCallID: "a", ToolName: "t", Kind: deferred.KindCall, Deadline: deadline},
 		}}, now); err != nil {
 			t.Fatal(err)
@@ -135,8 +138,8 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	s, f := newMemStore(), &fakeEffects{}
 	e := newTestEffector(s, f, now)
 	paused(s, "c1", now.Add(time.Hour))
-	c, err := e.doRequest(ctx, "c1", cancelTransition(CancelledMessage))
-	if err != nil || c.Status != StatusCancelled {
+	c, err := e.doRequest(ctx, "c1", conversation.CancelTransition(conversation.CancelledMessage))
+	if err != nil || c.Status != conversation.StatusCancelled {
 		t.Fatalf("cancel: %v, %v", describeState(c), err)
 	}
 	if got, want := f.list(), []string{"notice r1_c1", "withdraw r1_c1 a", "event conversation_cancelled r1_c1"}; !slices.Equal(got, want) {
@@ -146,7 +149,7 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	s, f = newMemStore(), &fakeEffects{}
 	e = newTestEffector(s, f, now)
 	paused(s, "c2", now)
-	if _, _, err := e.do(ctx, "c2", expireTransition()); err != nil {
+	if _, _, err := e.do(ctx, "c2", conversation.ExpireTransition()); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"event calls_expired r1_c2", "withdraw r1_c2 a", "batchDone r1_c2", "launch r2_c2 from resuming"}
@@ -156,12 +159,12 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	if st := e.observer.(counters).stats; st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
 		t.Errorf("observed %d expired, %d follow-ups; want 1 and 1", st.Expired.Load(), st.FollowUps.Load())
 	}
-	if c, _, _ := s.current("c2"); c.Status != StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
+	if c, _, _ := s.current("c2"); c.Status != conversation.StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
 		t.Errorf("stored after the expiry: %s", describeState(c))
 	}
 }
 
-func describeState(c *Conversation) string {
+func describeState(c *conversation.State) string {
 	if c == nil {
 		return "<nil>"
 	}

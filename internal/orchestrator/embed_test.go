@@ -7,6 +7,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -71,14 +72,14 @@ func TestEmbeddedToolsRunInProcessAndDefer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 	pc := pendingCall(t, c, "p1")
 	if pc.Kind != "approval" || !strings.Contains(string(pc.Metadata), `"large payment"`) || !strings.Contains(string(pc.Metadata), `"earlier_messages":2`) {
 		t.Errorf("p1 pending as %s with metadata %s", pc.Kind, pc.Metadata)
 	}
 	e.approverBot("bot", "rules:\n  - tool: pay\n    action: approve\n", nil)
-	c = waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c = waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, describe(c))
 	}
 	for id, want := range map[string]string{"l1": "value of k in " + info.ConversationID, "p1": "paid"} {
@@ -108,8 +109,8 @@ func TestEmbeddedInlineHandlerSettlesInTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed, orchestrator.StatusPaused)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 1 {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed, conversation.StatusPaused)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 1 {
 		t.Fatalf("conversation %s after %d runs: %s", c.Status, len(c.Runs), describe(c))
 	}
 	if p := returnOf(c, "p1"); p == nil || !strings.Contains(string(p.Value)+p.Content, "not in "+info.ConversationID) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -14,7 +15,7 @@ import (
 // go out after the mark is stored, once: a later expiry pass finds the
 // call escalated. A failed publication is logged; the call still waits
 // for its tool's approvers until its deadline.
-func (rc *reconciler) escalate(ctx context.Context, conv *Conversation, pc *PendingCall) {
+func (rc *reconciler) escalate(ctx context.Context, conv *conversation.State, pc *conversation.PendingCall) {
 	var to []string
 	if ag := rc.roster.judge(conv); ag != nil {
 		if tc := ag.cfg.tool(pc.ToolName); tc != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/schemas"
@@ -237,8 +238,8 @@ func TestApprovedOverrideArgsReachTheWorker(t *testing.T) {
 		d.ApproverID, d.DecidedAt = "alice", time.Now().UTC()
 		publishRaw(t, b, decisionSubject(t, runID), "decision-"+callID, d)
 	}
-	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+	c = waitStatus(t, o, c.ID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 {
 		t.Fatalf("status %s (%s), runs %+v", c.Status, c.Error, c.Runs)
 	}
 	if got, err := os.ReadFile(filepath.Join(sandbox, ".env.example")); err != nil || string(got) != "API_KEY=\n" {
@@ -264,8 +265,8 @@ func TestInlineExpiredApprovalKeepsReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 1 {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 1 {
 		t.Fatalf("status %s (%s), runs %+v; want completed in one run", c.Status, c.Error, c.Runs)
 	}
 	got := map[string]string{}

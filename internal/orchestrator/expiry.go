@@ -3,32 +3,12 @@ package orchestrator
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
-
-// Messages of calls settled by expiry (D37).
-const (
-	ExpiredApprovalMessage = "approval expired"
-	ExpiredCallMessage     = "timed out"
-)
-
-// expiredMetadata is the reason an expired approval carries.
-var expiredMetadata = json.RawMessage(`{"reason":"expired"}`)
-
-// expiredBy names the orchestrator as the one that settled an expired call.
-const expiredBy = "orchestrator"
-
-func expiredReply(pc *PendingCall, now time.Time) *Reply {
-	if pc.Kind == deferred.KindApproval {
-		return &Reply{Outcome: OutcomeDenied, Message: ExpiredApprovalMessage, Metadata: expiredMetadata, By: expiredBy, At: now, Expired: true}
-	}
-	return &Reply{Outcome: OutcomeFailed, Message: ExpiredCallMessage, By: expiredBy, At: now, Expired: true}
-}
 
 // deadlineIndex is the one thing kept in memory about paused conversations:
 // when each one's earliest pending call expires. Deadlines themselves live in
@@ -146,12 +126,12 @@ func (d *deadlineIndex) earliest() time.Time {
 // schedule keeps the index to c: its next deadline added (waking the
 // expiry loop if it moved earlier), or its entry taken out when it has
 // nothing left to expire.
-func (d *deadlineIndex) schedule(c *Conversation) {
+func (d *deadlineIndex) schedule(c *conversation.State) {
 	if c == nil {
 		return
 	}
-	next := c.Batch.nextDeadline()
-	if next.IsZero() || c.Status.ended() {
+	next := c.Batch.NextDeadline()
+	if next.IsZero() || c.Status.Ended() {
 		d.forget(c.ID)
 		return
 	}
@@ -194,7 +174,7 @@ func (rc *reconciler) expiryLoop() {
 // through the same CAS path as replies, withdraws the external ones from the
 // work queue, then completes the batch if that made it complete (D37).
 func (rc *reconciler) expire(ctx context.Context, convID string) {
-	if _, _, err := rc.fx.do(ctx, convID, expireTransition()); err != nil {
+	if _, _, err := rc.fx.do(ctx, convID, conversation.ExpireTransition()); err != nil {
 		rc.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 		// Try again at the next reconcile, which reschedules it.
 	}

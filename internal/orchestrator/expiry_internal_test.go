@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // One entry per conversation: an earlier deadline moves it, a later one
@@ -56,7 +58,7 @@ func TestDeadlineIndex(t *testing.T) {
 func TestDeadlineIndexSchedule(t *testing.T) {
 	d := newDeadlineIndex()
 	now := time.Now()
-	c := &Conversation{ID: "c", Status: StatusPaused, Batch: &Batch{Calls: []*PendingCall{
+	c := &conversation.State{ID: "c", Status: conversation.StatusPaused, Batch: &conversation.Batch{Calls: []*conversation.PendingCall{
 		{ToolCallID: "1", Deadline: now.Add(time.Minute)},
 		{ToolCallID: "2", Deadline: now.Add(time.Hour)},
 	}}}
@@ -64,19 +66,19 @@ func TestDeadlineIndexSchedule(t *testing.T) {
 	if !d.earliest().Equal(now.Add(time.Minute)) {
 		t.Fatalf("earliest %s, want the first call's deadline", d.earliest())
 	}
-	c.Batch.Calls[0].Reply = &Reply{Outcome: OutcomeReturn}
+	c.Batch.Calls[0].Reply = &conversation.Reply{Outcome: conversation.OutcomeReturn}
 	d.schedule(c) // the later deadline does not move the entry: checked at the first, then again
 	if d.len() != 1 {
 		t.Fatalf("%d entries, want 1", d.len())
 	}
-	c.Batch.Calls[1].Reply = &Reply{Outcome: OutcomeReturn}
+	c.Batch.Calls[1].Reply = &conversation.Reply{Outcome: conversation.OutcomeReturn}
 	d.schedule(c)
 	if d.len() != 0 {
 		t.Errorf("%d entries after the batch was answered, want none", d.len())
 	}
 	c.Batch.Calls[1].Reply = nil
 	d.schedule(c)
-	c.Status = StatusCancelled
+	c.Status = conversation.StatusCancelled
 	d.schedule(c)
 	if d.len() != 0 {
 		t.Errorf("%d entries after the conversation finished, want none", d.len())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -26,7 +27,7 @@ func StoredRuns(o *Orchestrator) int { return o.pub.stored.len() }
 
 // ListConversations and DeleteConversation reach the store's listing and
 // deletion.
-func (o *Orchestrator) ListConversations(ctx context.Context, status Status, limit int, cursor string) ([]ConversationSummary, string, error) {
+func (o *Orchestrator) ListConversations(ctx context.Context, status conversation.Status, limit int, cursor string) ([]ConversationSummary, string, error) {
 	return o.store.list(ctx, listFilter{Status: status, Limit: limit, Cursor: cursor})
 }
 
@@ -93,7 +94,7 @@ func GrantSeen(o *Orchestrator, id string) bool {
 // StoreConversation stores c as a new conversation's first record, and
 // carries out nothing of what the write would: a write whose answer was
 // lost.
-func (o *Orchestrator) StoreConversation(ctx context.Context, c *Conversation) error {
+func (o *Orchestrator) StoreConversation(ctx context.Context, c *conversation.State) error {
 	_, err := o.store.create(ctx, c)
 	return err
 }

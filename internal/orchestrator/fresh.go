@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // A conversation is put in the due index only once it has lasted a while:
@@ -157,7 +158,7 @@ func (s *store) indexFresh(ctx context.Context, t time.Time) error {
 		switch {
 		case !ok:
 			ids = append(ids, id)
-		case c.Status.Terminal() || c.Status == StatusDeleted:
+		case c.Status.Terminal() || c.Status == conversation.StatusDeleted:
 			s.fresh.remove(id)
 		default:
 			open = append(open, id)
@@ -170,7 +171,7 @@ func (s *store) indexFresh(ctx context.Context, t time.Time) error {
 		if err != nil {
 			return err
 		}
-		found := make(map[string]Status, len(sums))
+		found := make(map[string]conversation.Status, len(sums))
 		for _, sum := range sums {
 			found[sum.ID] = sum.Status
 		}
@@ -181,7 +182,7 @@ func (s *store) indexFresh(ctx context.Context, t time.Time) error {
 				if e := old[id]; e.seq > 0 || now.Sub(e.since) > 2*storeOpTimeout {
 					s.fresh.remove(id)
 				}
-			case st.Terminal() || st == StatusDeleted:
+			case st.Terminal() || st == conversation.StatusDeleted:
 				s.fresh.remove(id)
 			default:
 				open = append(open, id)
@@ -255,7 +256,7 @@ func (s *store) adopt(ctx context.Context, replica string, watermark uint64) ([]
 			return nil, err
 		}
 		for _, sum := range sums {
-			if !sum.Status.Terminal() && sum.Status != StatusDeleted {
+			if !sum.Status.Terminal() && sum.Status != conversation.StatusDeleted {
 				open = append(open, sum.ID)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -58,7 +59,7 @@ func TestQuickConversationIsNotIndexed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 			t.Fatalf("status %s: %s", c.Status, c.Error)
 		}
 	}
@@ -137,8 +138,8 @@ func TestDeadReplicasConversationsAreAdopted(t *testing.T) {
 	e.worker("calculate_answer")
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), InstanceID: "heir",
 		LeaseTTL: 1500 * time.Millisecond, ReconcileInterval: 100 * time.Millisecond})
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 || c.Runs[0].RunID != info.RunID {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 || c.Runs[0].RunID != info.RunID {
 		t.Fatalf("status %s (%s), runs %+v; want %s relaunched, then a follow-up", c.Status, c.Error, c.Runs, info.RunID)
 	}
 	if n := o.Stats().RunsRelaunched.Load(); n != 1 {
@@ -170,8 +171,8 @@ func TestRestartedReplicaAdoptsItsOwn(t *testing.T) {
 	waitFor(t, "the conversation to be indexed", func() (bool, string) {
 		return indexed(t, kv, info.ConversationID), "not indexed"
 	})
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Runs[0].RunID != info.RunID {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Runs[0].RunID != info.RunID {
 		t.Fatalf("status %s (%s), runs %+v", c.Status, c.Error, c.Runs)
 	}
 }
@@ -264,7 +265,7 @@ func TestRestartIndexedThoughAPassPurgedItsEntry(t *testing.T) {
 	if _, err := o.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "Again", ConversationID: c.ID}); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, o, c.ID, orchestrator.StatusPaused)
+	waitStatus(t, o, c.ID, conversation.StatusPaused)
 	o.OnRestartIndexed(nil)
 	if calls != 1 || purged != 1 {
 		t.Fatalf("the pass ran %d times between the entry and the record and removed it %d times; want 1 and 1", calls, purged)

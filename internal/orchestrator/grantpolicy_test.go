@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -99,7 +100,7 @@ func TestGrantsAreCheckedAgainstTheAgentsTrust(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+			c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 			if d := pendingCall(t, c, "update_file_dotenv").Decision(); (d != nil) != tc.decision {
 				t.Fatalf("update_file_dotenv decided %+v, want decided: %v", d, tc.decision)
 			}
@@ -176,7 +177,7 @@ func TestGrantsFollowTheToolsApprovers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused, orchestrator.StatusCompleted)
+			c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused, conversation.StatusCompleted)
 			var decided bool
 			for _, d := range c.Decisions {
 				decided = decided || (d.ToolCallID == "update_file_dotenv" && d.GrantID == g.ID && d.Approved == !tc.deny)
@@ -211,18 +212,18 @@ func TestApproversRuleDecides(t *testing.T) {
 		tc.SelfApproval = orchestrator.SelfApprovalAllow
 	})
 	p.decide("mallory", true)
-	pc := p.call("mallory's refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
+	pc := p.call("mallory's refusal", func(pc *conversation.PendingCall) bool { return pc.Refused == 1 })
 	if answered(pc) || !strings.Contains(pc.LastRefusal, `approver "mallory" may not decide tool delete_file (approvers rule:`) {
 		t.Fatalf("mallory's approval: reply %+v, refusal %q", pc.Reply, pc.LastRefusal)
 	}
 	p.decide("ann", true)
-	pc = p.call("ann's refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 2 })
+	pc = p.call("ann's refusal", func(pc *conversation.PendingCall) bool { return pc.Refused == 2 })
 	if answered(pc) || !strings.Contains(pc.LastRefusal, `approver "ann" may not decide tool delete_file (approvers rule:`) {
 		t.Fatalf("ann's approval: reply %+v, refusal %q", pc.Reply, pc.LastRefusal)
 	}
 	p.decide("bob", true)
 	pc = p.call("bob's approval", answered)
-	if d := pc.Decision(); d == nil || d.By != "bob" || d.Outcome != orchestrator.OutcomeApproved {
+	if d := pc.Decision(); d == nil || d.By != "bob" || d.Outcome != conversation.OutcomeApproved {
 		t.Errorf("delete_file decided %+v, want bob's approval", d)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -257,7 +258,7 @@ func (r *roster) refusedByAll(sg StoredGrant) string {
 		if tc != nil && tc.Approvers.Rule != "" {
 			tc = nil
 		}
-		if last = ag.policy.grantRefusal(&Conversation{}, nil, tc, sg); last == nil {
+		if last = ag.policy.grantRefusal(&conversation.State{}, nil, tc, sg); last == nil {
 			return ""
 		}
 		why = append(why, fmt.Sprintf("agent %s: %v", name, last))
@@ -284,7 +285,7 @@ func (r *roster) anySigned() bool {
 // by a key p trusts, as a decision from NATS (one given over the HTTP API
 // was refused there unless its giver is a user the API names), and its
 // giver must be one who may decide the call (admit), as a decision's.
-func (p *agentPolicy) grantRefusal(c *Conversation, pc *PendingCall, tc *ToolConfig, sg StoredGrant) error {
+func (p *agentPolicy) grantRefusal(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, sg StoredGrant) error {
 	g := sg.Grant
 	if sg.Source == wire.GrantKeyBus && p.signed() {
 		if err := p.verify("grant", g.GrantedBy, g.Signature, g.Verify); err != nil {
@@ -331,14 +332,6 @@ func (co *core) liveGrants(ctx context.Context, r *roster, req *deferred.Request
 	return gs
 }
 
-// grantUse is a call a grant decided or, when ignored is set, a grant
-// covering the call that its agent's policy refused, and why.
-type grantUse struct {
-	callID, tool, digest string
-	grant                Grant
-	ignored              string
-}
-
 // applyGrants decides the approval calls of c's batch, just paused (or
 // held by an inline wait), that a grant covers: a standing denial over an
 // approval when both cover a call. A call so approved is dispatched to its
@@ -348,7 +341,7 @@ type grantUse struct {
 // the policy of c's agent refuses for a call (grantRefusal) does not
 // decide it; it is returned with why, to be audited. When this replica
 // may not judge c's decisions, no grant decides any of its calls.
-func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
+func applyGrants(c *conversation.State, gs grantSet, now time.Time) []conversation.GrantUse {
 	b := c.Batch
 	if b == nil || len(gs.grants) == 0 {
 		return nil
@@ -358,7 +351,7 @@ func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
 		return nil
 	}
 	caller := callerID(c.Caller)
-	var uses, ignored []grantUse
+	var uses, ignored []conversation.GrantUse
 	for _, pc := range b.Calls {
 		if pc.Kind != deferred.KindApproval || pc.Reply != nil {
 			continue
@@ -371,7 +364,7 @@ func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
 				continue
 			}
 			if err := ag.policy.grantRefusal(c, pc, tc, gs.grants[i]); err != nil {
-				ignored = append(ignored, grantUse{callID: pc.ToolCallID, tool: pc.ToolName, digest: pc.ArgsDigest, grant: *g, ignored: err.Error()})
+				ignored = append(ignored, useOf(pc, g, err.Error()))
 				continue
 			}
 			if found == nil || found.Approved && !g.Approved {
@@ -381,9 +374,9 @@ func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
 		if found == nil {
 			continue
 		}
-		r := &Reply{Outcome: OutcomeApproved, By: GrantedByPrefix + found.ID, At: now}
+		r := &conversation.Reply{Outcome: conversation.OutcomeApproved, By: GrantedByPrefix + found.ID, At: now}
 		if !found.Approved {
-			r.Outcome, r.Message = OutcomeDenied, found.Message
+			r.Outcome, r.Message = conversation.OutcomeDenied, found.Message
 			if r.Message == "" {
 				r.Message = deferred.DefaultDenyMessage
 			}
@@ -391,21 +384,28 @@ func (c *Conversation) applyGrants(gs grantSet, now time.Time) []grantUse {
 		pc.Reply = r
 		// Decided before it was ever published: nothing asks anyone.
 		pc.Published = true
-		c.Decisions = append(c.Decisions, DecisionRecord{
+		c.Decisions = append(c.Decisions, conversation.DecisionRecord{
 			RunID: b.RunID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName, Approved: found.Approved,
 			Message: r.Message, ApproverID: r.By, GrantID: found.ID, At: now,
 		})
-		uses = append(uses, grantUse{callID: pc.ToolCallID, tool: pc.ToolName, digest: pc.ArgsDigest, grant: *found})
+		uses = append(uses, useOf(pc, found, ""))
 	}
 	for _, u := range uses {
-		if u.grant.Approved {
-			c.Dispatch(u.callID, now)
+		if u.Approved {
+			c.Dispatch(u.CallID, now)
 		}
 	}
 	if len(uses) > 0 {
 		c.UpdatedAt = now
 	}
 	return append(uses, ignored...)
+}
+
+// useOf is the use of grant g for call pc, ignored for that reason when
+// not "".
+func useOf(pc *conversation.PendingCall, g *Grant, ignored string) conversation.GrantUse {
+	return conversation.GrantUse{CallID: pc.ToolCallID, Tool: pc.ToolName, ArgsDigest: pc.ArgsDigest, GrantID: g.ID,
+		Approved: g.Approved, Signed: len(g.Signature) > 0, Message: g.Message, Ignored: ignored}
 }
 
 // callerID is the "id" of a run's caller object; "" when it has none.
@@ -422,27 +422,27 @@ func callerID(caller json.RawMessage) string {
 // auditGrants records each call a grant decided on the audit stream, as
 // a decision applied, naming the grant; and each grant ignored for a call
 // as a decision refused, with why.
-func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []grantUse) {
+func (co *core) auditGrants(ctx context.Context, convID, runID string, uses []conversation.GrantUse) {
 	for _, u := range uses {
-		approved := u.grant.Approved
-		v, msgID := verdictApplied, "audit/grant/"+runID+"/"+u.callID
-		if u.ignored != "" {
-			v, msgID = verdictRefused, msgID+"/ignored/"+u.grant.ID
-			co.log.InfoContext(ctx, "grant ignored", slog.String("run_id", runID), slog.String("tool_call_id", u.callID),
-				slog.String("grant_id", u.grant.ID), slog.String("reason", u.ignored))
+		approved := u.Approved
+		v, msgID := conversation.VerdictApplied, "audit/grant/"+runID+"/"+u.CallID
+		if u.Ignored != "" {
+			v, msgID = conversation.VerdictRefused, msgID+"/ignored/"+u.GrantID
+			co.log.InfoContext(ctx, "grant ignored", slog.String("run_id", runID), slog.String("tool_call_id", u.CallID),
+				slog.String("grant_id", u.GrantID), slog.String("reason", u.Ignored))
 		}
 		rec := AuditRecord{
-			Kind: string(deferred.KindApproval), Verdict: v.String(), Reason: u.ignored,
-			ConversationID: convID, RunID: runID, ToolCallID: u.callID, ToolName: u.tool,
-			ApproverID: GrantedByPrefix + u.grant.ID, Approved: &approved, Signed: len(u.grant.Signature) > 0,
-			ArgsDigest: u.digest, Message: u.grant.Message, Grant: u.grant.ID, Time: co.clock().UTC(),
+			Kind: string(deferred.KindApproval), Verdict: v.String(), Reason: u.Ignored,
+			ConversationID: convID, RunID: runID, ToolCallID: u.CallID, ToolName: u.Tool,
+			ApproverID: GrantedByPrefix + u.GrantID, Approved: &approved, Signed: u.Signed,
+			ArgsDigest: u.ArgsDigest, Message: u.Message, Grant: u.GrantID, Time: co.clock().UTC(),
 		}
 		hdr := nats.Header{}
 		hdr.Set(wire.HeaderConversation, convID)
-		hdr.Set(wire.HeaderCall, u.callID)
+		hdr.Set(wire.HeaderCall, u.CallID)
 		if _, err := co.bus.PublishAudit(ctx, runID, msgID, rec, hdr); err != nil {
 			co.log.WarnContext(ctx, "audit record of a grant's use not published", slog.String("run_id", runID),
-				slog.String("tool_call_id", u.callID), slog.String("grant_id", u.grant.ID), slog.String("error", err.Error()))
+				slog.String("tool_call_id", u.CallID), slog.String("grant_id", u.GrantID), slog.String("error", err.Error()))
 		}
 	}
 }

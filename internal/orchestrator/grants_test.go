@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -71,7 +72,7 @@ func TestGrantedCallsGoOutWithoutAsking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
 	checkSeedHistory(t, c)
 	b := e.connect("test")
 	if n := bustest.StreamMsgs(t, b, wire.StreamApprovals); n != 0 {
@@ -152,7 +153,7 @@ func TestGrantsThatDoNotApplyAskAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+			c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 			pc := pendingCall(t, c, "update_file_dotenv")
 			if granted := pc.Decision() != nil; granted != tc.granted {
 				t.Fatalf("update_file_dotenv decided: %v (%+v), want %v", granted, pc.Decision(), tc.granted)
@@ -220,7 +221,7 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+			c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 			if d := pendingCall(t, c, "update_file_dotenv").Decision(); (d != nil) != (tc.ignored == "") {
 				t.Errorf("update_file_dotenv decided %+v; want decided only by a grant signed by the trusted key", d)
 			}

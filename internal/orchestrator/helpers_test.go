@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -164,9 +165,9 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 }
 
 // waitStatus waits for the conversation to reach status and returns it.
-func waitStatus(t *testing.T, o *orchestrator.Orchestrator, convID string, want ...orchestrator.Status) *orchestrator.Conversation {
+func waitStatus(t *testing.T, o *orchestrator.Orchestrator, convID string, want ...conversation.Status) *conversation.State {
 	t.Helper()
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	waitFor(t, fmt.Sprintf("conversation %s to be %v", convID, want), func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
@@ -187,20 +188,20 @@ func waitStatus(t *testing.T, o *orchestrator.Orchestrator, convID string, want 
 
 // completeRun starts a new conversation with prompt and waits for it to
 // complete; one that fails ends the test.
-func completeRun(t *testing.T, o *orchestrator.Orchestrator, prompt string) *orchestrator.Conversation {
+func completeRun(t *testing.T, o *orchestrator.Orchestrator, prompt string) *conversation.State {
 	t.Helper()
 	info, err := o.StartRun(ctxT(t), prompt, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	return c
 }
 
-func describe(c *orchestrator.Conversation) string {
+func describe(c *conversation.State) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status=%s error=%q runs=%d", c.Status, c.Error, len(c.Runs))
 	if c.Batch != nil {
@@ -270,7 +271,7 @@ func waitDeadLetter(t *testing.T, b *bus.Bus, want string) bus.DeadLetter {
 }
 
 // pendingCall returns the stored call of the conversation's batch.
-func pendingCall(t *testing.T, c *orchestrator.Conversation, id string) *orchestrator.PendingCall {
+func pendingCall(t *testing.T, c *conversation.State, id string) *conversation.PendingCall {
 	t.Helper()
 	if c.Batch == nil {
 		t.Fatalf("conversation %s has no batch", c.ID)
@@ -285,9 +286,9 @@ func pendingCall(t *testing.T, c *orchestrator.Conversation, id string) *orchest
 }
 
 // waitCall waits until the stored call satisfies cond.
-func waitCall(t *testing.T, o *orchestrator.Orchestrator, convID, callID, what string, cond func(*orchestrator.PendingCall) bool) *orchestrator.Conversation {
+func waitCall(t *testing.T, o *orchestrator.Orchestrator, convID, callID, what string, cond func(*conversation.PendingCall) bool) *conversation.State {
 	t.Helper()
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	waitFor(t, what, func() (bool, string) {
 		var err error
 		c, err = o.Conversation(ctxT(t), convID)
@@ -336,9 +337,9 @@ func demoAgent(t *testing.T, edits ...string) *orchestrator.AgentConfig {
 // conversation as it is then (paused, unless something answered meanwhile).
 // A paused run's calls are published without a mark in the state, so the
 // count of what was sent tells it.
-func waitPublished(t *testing.T, o *orchestrator.Orchestrator, convID string, n int64) *orchestrator.Conversation {
+func waitPublished(t *testing.T, o *orchestrator.Orchestrator, convID string, n int64) *conversation.State {
 	t.Helper()
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	waitFor(t, fmt.Sprintf("%d calls to be published", n), func() (bool, string) {
 		var err error
 		c, err = o.Conversation(ctxT(t), convID)
@@ -355,19 +356,19 @@ func waitPublished(t *testing.T, o *orchestrator.Orchestrator, convID string, n 
 
 // startPaused starts the seed prompt and waits until its batch is
 // published.
-func startPaused(t *testing.T, o *orchestrator.Orchestrator) *orchestrator.Conversation {
+func startPaused(t *testing.T, o *orchestrator.Orchestrator) *conversation.State {
 	t.Helper()
 	info, err := o.StartRun(ctxT(t), seedPrompt, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	waitFor(t, "the batch to be published", func() (bool, string) {
 		c, err = o.Conversation(ctxT(t), info.ConversationID)
 		if err != nil {
 			return false, err.Error()
 		}
-		if c.Status != orchestrator.StatusPaused || c.Batch == nil {
+		if c.Status != conversation.StatusPaused || c.Batch == nil {
 			return false, describe(c)
 		}
 		if n := o.Stats().Published.Load(); n < int64(len(c.Batch.Calls)) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -56,7 +57,7 @@ func TestIdempotencyKeyWithAnotherAgentOrCaller(t *testing.T) {
 		}
 	}
 	conv := first["conversation_id"].(string)
-	waitStatus(t, o, conv, orchestrator.StatusCompleted)
+	waitStatus(t, o, conv, conversation.StatusCompleted)
 
 	// A prompt that continues the conversation likewise.
 	next := `{"prompt":"And again?","conversation_id":"` + conv + `","caller":{"user":"ann"}}`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 )
@@ -22,9 +23,9 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	convID, runID := rc.ConversationID, rc.RunID
 	runTrace := telemetry.InjectMap(ctx)
 	grants := rn.liveGrants(ctx, rn.roster, req)
-	_, seq, err := rn.fx.doFrom(ctx, convID, nil, 0, func(c *Conversation, now time.Time) ([]effect, error) {
-		if !c.holdsLease(rn.cfg.InstanceID, runID) {
-			return nil, errLeaseLost
+	_, seq, err := rn.fx.doFrom(ctx, convID, nil, 0, func(c *conversation.State, now time.Time) ([]conversation.Effect, error) {
+		if !c.HoldsLease(rn.cfg.InstanceID, runID) {
+			return nil, conversation.ErrLeaseLost
 		}
 		b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, req, c.Batch, runTrace)
 		if err != nil {
@@ -34,7 +35,7 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 			return nil, err
 		}
 		// A granted call's decision is taken with the other replies.
-		return inlineEffects(runID, c.applyGrants(grants, now)), nil
+		return conversation.InlineEffects(runID, applyGrants(c, grants, now)), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inline: store batch: %w", err)
@@ -47,9 +48,9 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 	// Take what arrived: mark it taken so that nothing offers it again, and
 	// hand it to the run.
 	var res *deferred.Results
-	_, _, err = rn.fx.do(ctx, convID, func(c *Conversation, now time.Time) ([]effect, error) {
+	_, _, err = rn.fx.do(ctx, convID, func(c *conversation.State, now time.Time) ([]conversation.Effect, error) {
 		if res = c.TakeInline(runID, req, now); res == nil {
-			return nil, errUnchanged
+			return nil, conversation.ErrUnchanged
 		}
 		return nil, nil
 	})
@@ -61,21 +62,6 @@ func (rn *runner) handleInline(rc *agent.RunContext, req *deferred.Requests, wai
 			slog.Int("approvals", len(res.Approvals)), slog.Int("calls", len(res.Calls)))
 	}
 	return res, nil
-}
-
-// offered reports whether the call is one the handler was asked about, in
-// the same category.
-func offered(req *deferred.Requests, pc *PendingCall) bool {
-	list := req.Calls
-	if pc.Kind == deferred.KindApproval {
-		list = req.Approvals
-	}
-	for _, c := range list {
-		if c.ToolCallID == pc.ToolCallID {
-			return true
-		}
-	}
-	return false
 }
 
 // waitSettled follows the conversation's log, from the state at seq, until
@@ -100,7 +86,7 @@ func (rn *runner) waitSettled(rc *agent.RunContext, convID, runID string, seq ui
 			if err != nil {
 				continue
 			}
-			if c.Batch == nil || c.Batch.RunID != runID || c.Batch.complete() {
+			if c.Batch == nil || c.Batch.RunID != runID || c.Batch.Complete() {
 				return nil
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // Page sizes of a conversation list.
@@ -26,7 +27,7 @@ const (
 // (running, paused, resuming), which are listed from the due index.
 type ListRequest struct {
 	// Status keeps only conversations in it; empty keeps all.
-	Status Status
+	Status conversation.Status
 	// Limit is the page size: DefaultListLimit when 0, at most
 	// MaxListLimit.
 	Limit int
@@ -42,7 +43,7 @@ type ConversationList struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-var statuses = []Status{StatusRunning, StatusPaused, StatusResuming, StatusCompleted, StatusFailed, StatusCancelled}
+var statuses = []conversation.Status{conversation.StatusRunning, conversation.StatusPaused, conversation.StatusResuming, conversation.StatusCompleted, conversation.StatusFailed, conversation.StatusCancelled}
 
 // BadRequestError says what is wrong with a request's parameters.
 type BadRequestError struct{ Msg string }
@@ -74,7 +75,7 @@ func (o *Orchestrator) Conversations(ctx context.Context, req ListRequest) (Conv
 	return ConversationList{Conversations: page, NextCursor: next}, nil
 }
 
-func validStatus(s Status) bool {
+func validStatus(s conversation.Status) bool {
 	for _, v := range statuses {
 		if s == v {
 			return true
@@ -201,7 +202,7 @@ func (rc *reconciler) sweepRetention(ctx context.Context, now time.Time, r time.
 	// Every record carries the status the conversation is left in, so a
 	// finished conversation's last record says finished: the records of
 	// conversations under way, and tombstones, are not read for.
-	ends := func(m bus.HeaderMsg) bool { return Status(m.Header.Get(hdrStatus)).Terminal() }
+	ends := func(m bus.HeaderMsg) bool { return conversation.Status(m.Header.Get(hdrStatus)).Terminal() }
 	return rc.store.sweepAged(ctx, finishedCursor(r), cutoff, ends, func(sums []ConversationSummary) error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(deleteInFlight)
@@ -222,7 +223,7 @@ func (rc *reconciler) sweepRetention(ctx context.Context, now time.Time, r time.
 			}
 			g.Go(func() error {
 				var (
-					ce      *ConflictError
+					ce      *conversation.ConflictError
 					corrupt *CorruptError
 				)
 				switch err := rc.remove(gctx, sum.ID); {
@@ -251,7 +252,7 @@ func (rc *reconciler) sweepRetention(ctx context.Context, now time.Time, r time.
 // replica advertises the digest, the one that adopts it (the upgrade
 // rule); nil when it is another's to say.
 func (r *roster) keeper(agent, digest string) *agentRuntime {
-	a := r.agentOf(&Conversation{Agent: agent})
+	a := r.agentOf(&conversation.State{Agent: agent})
 	if a == nil || digest == "" || digest == a.digest {
 		return a
 	}

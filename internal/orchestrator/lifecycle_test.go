@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -45,9 +46,9 @@ func startAll(t *testing.T, o *orchestrator.Orchestrator, prompts ...string) []s
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := orchestrator.StatusCompleted
+		want := conversation.StatusCompleted
 		if strings.Contains(p, "pause") {
-			want = orchestrator.StatusPaused
+			want = conversation.StatusPaused
 		}
 		waitStatus(t, o, info.ConversationID, want)
 		ids = append(ids, info.ConversationID)
@@ -68,7 +69,7 @@ func completeMany(t *testing.T, o *orchestrator.Orchestrator, n int) []string {
 		ids[i] = info.ConversationID
 	}
 	for _, id := range ids {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
+		waitStatus(t, o, id, conversation.StatusCompleted)
 	}
 	return ids
 }
@@ -275,13 +276,13 @@ func TestDeleteAgainstOtherReplicas(t *testing.T) {
 		_, startErr = o2.StartRun(ctxT(t), "pause again", id)
 		<-done
 		c, getErr := o1.Conversation(ctxT(t), id)
-		var ce *orchestrator.ConflictError
+		var ce *conversation.ConflictError
 		switch {
 		case delErr == nil && errors.Is(startErr, orchestrator.ErrNotFound) && errors.Is(getErr, orchestrator.ErrNotFound):
 			wins["delete"]++
 		case startErr == nil && errors.As(delErr, &ce) && getErr == nil:
 			wins["prompt"]++
-			waitStatus(t, o1, id, orchestrator.StatusPaused)
+			waitStatus(t, o1, id, conversation.StatusPaused)
 			if c.Runs[len(c.Runs)-1].Prompt != "pause again" {
 				t.Errorf("runs %+v: the prompt's run is missing", c.Runs)
 			}
@@ -365,7 +366,7 @@ func TestRetention(t *testing.T) {
 			t.Errorf("finished %s kept: %v", id, err)
 		}
 	}
-	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != orchestrator.StatusPaused {
+	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != conversation.StatusPaused {
 		t.Errorf("paused one: %v, %v", c, err)
 	}
 
@@ -466,7 +467,7 @@ func TestRetentionReadsOnlyWhatAged(t *testing.T) {
 	if _, err := o.Conversation(ctxT(t), ids[n-1]); !errors.Is(err, orchestrator.ErrNotFound) {
 		t.Errorf("a finished one read %v after the sweep", err)
 	}
-	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != orchestrator.StatusPaused {
+	if c, err := o.Conversation(ctxT(t), paused); err != nil || c.Status != conversation.StatusPaused {
 		t.Fatalf("the paused one: %v, %v", c, err)
 	}
 	// Past what it went through: the deletes' tombstones, the paused
@@ -534,7 +535,7 @@ func TestListUnderWayReadsOnlyTheIndex(t *testing.T) {
 	if err := o.Reconcile(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	list := func(o *orchestrator.Orchestrator, status orchestrator.Status) ([]string, int64) {
+	list := func(o *orchestrator.Orchestrator, status conversation.Status) ([]string, int64) {
 		t.Helper()
 		r0 := o.Stats().StateReads.Load()
 		page, err := o.Conversations(ctxT(t), orchestrator.ListRequest{Status: status, Limit: orchestrator.MaxListLimit})
@@ -547,17 +548,17 @@ func TestListUnderWayReadsOnlyTheIndex(t *testing.T) {
 		}
 		return got, o.Stats().StateReads.Load() - r0
 	}
-	got, reads := list(o, orchestrator.StatusPaused)
+	got, reads := list(o, conversation.StatusPaused)
 	if !slices.Equal(got, []string{paused}) || reads != 1 {
 		t.Errorf("paused: %v in %d reads; want %s in 1", got, reads, paused)
 	}
-	if got, reads := list(o, orchestrator.StatusCompleted); len(got) != n || reads != (n+255)/256 {
+	if got, reads := list(o, conversation.StatusCompleted); len(got) != n || reads != (n+255)/256 {
 		t.Errorf("completed: %d in %d reads; want %d in one a 256", len(got), reads, n)
 	}
 
 	other, _ := e.orch(cfg)
 	waitFor(t, "the other replica to list the paused one", func() (bool, string) {
-		got, _ := list(other, orchestrator.StatusPaused)
+		got, _ := list(other, conversation.StatusPaused)
 		return slices.Equal(got, []string{paused}), fmt.Sprint(got)
 	})
 }

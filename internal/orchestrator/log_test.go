@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -80,8 +81,8 @@ func TestLongConversationKeepsEveryResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if want := fmt.Sprintf("%d results, %d kept", calls, calls); c.Status != orchestrator.StatusCompleted || c.Output != want {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if want := fmt.Sprintf("%d results, %d kept", calls, calls); c.Status != conversation.StatusCompleted || c.Output != want {
 		t.Fatalf("status %s, output %q, error %q; want completed, %q", c.Status, c.Output, c.Error, want)
 	}
 	history := int64(calls * size)
@@ -112,8 +113,8 @@ func TestRunOverMaxPayloadIsStoredInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != text {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != text {
 		t.Fatalf("status %s, error %q, output of %d bytes; want completed with %d", c.Status, c.Error, len(c.Output), len(text))
 	}
 	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: huge, InstanceID: "reader"})
@@ -121,7 +122,7 @@ func TestRunOverMaxPayloadIsStoredInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c2.Status != orchestrator.StatusCompleted || c2.Output != text {
+	if c2.Status != conversation.StatusCompleted || c2.Output != text {
 		t.Errorf("read back: status %s, output of %d bytes", c2.Status, len(c2.Output))
 	}
 }

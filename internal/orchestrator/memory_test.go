@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -54,7 +55,7 @@ func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 
 	e := newEnv(t)
 	var ended atomic.Int64
-	o, _ := e.orch(orchestrator.Config{OnRunEnd: func(*orchestrator.Conversation) { ended.Add(1) }})
+	o, _ := e.orch(orchestrator.Config{OnRunEnd: func(*conversation.State) { ended.Add(1) }})
 	for range 10 { // warm up connection, consumers, agent, codecs
 		startPaused(t, o)
 	}
@@ -86,7 +87,7 @@ func TestPausedConversationsStayOutOfMemory(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.Status == orchestrator.StatusPaused {
+				if c.Status == conversation.StatusPaused {
 					calls += int64(len(c.Batch.Calls))
 					break
 				}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // memStore keeps conversations in memory under the store's contract
@@ -22,7 +24,7 @@ type memStore struct {
 }
 
 type memConv struct {
-	c   *Conversation
+	c   *conversation.State
 	seq uint64
 }
 
@@ -30,17 +32,17 @@ func newMemStore() *memStore {
 	return &memStore{convs: map[string]memConv{}, indexed: map[string]bool{}}
 }
 
-func (m *memStore) current(id string) (*Conversation, uint64, error) {
+func (m *memStore) current(id string) (*conversation.State, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mc, ok := m.convs[id]
 	if !ok {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
-	return mc.c.clone(), mc.seq, nil
+	return mc.c.Clone(), mc.seq, nil
 }
 
-func (m *memStore) updateFrom(_ context.Context, id string, c *Conversation, seq uint64, fn func(*Conversation) error) (*Conversation, uint64, error) {
+func (m *memStore) updateFrom(_ context.Context, id string, c *conversation.State, seq uint64, fn func(*conversation.State) error) (*conversation.State, uint64, error) {
 	for range maxCASAttempts {
 		if c == nil {
 			var err error
@@ -48,14 +50,14 @@ func (m *memStore) updateFrom(_ context.Context, id string, c *Conversation, seq
 				return nil, 0, err
 			}
 		}
-		fp := fingerprintOf(c)
+		fp := conversation.FingerprintOf(c)
 		if err := fn(c); err != nil {
-			if errors.Is(err, errUnchanged) {
+			if errors.Is(err, conversation.ErrUnchanged) {
 				return c, seq, nil
 			}
 			return c, seq, err
 		}
-		if diff(fp, c).empty() {
+		if conversation.Diff(fp, c).Empty() {
 			return c, seq, nil
 		}
 		if m.appended != nil {
@@ -64,7 +66,7 @@ func (m *memStore) updateFrom(_ context.Context, id string, c *Conversation, seq
 		m.mu.Lock()
 		if mc, ok := m.convs[id]; ok && mc.seq == seq {
 			m.seq++
-			m.convs[id] = memConv{c: c.clone(), seq: m.seq}
+			m.convs[id] = memConv{c: c.Clone(), seq: m.seq}
 			nseq := m.seq
 			m.mu.Unlock()
 			return c, nseq, nil
@@ -75,14 +77,14 @@ func (m *memStore) updateFrom(_ context.Context, id string, c *Conversation, seq
 	return nil, 0, fmt.Errorf("update conversation %s: still conflicting after %d attempts", id, maxCASAttempts)
 }
 
-func (m *memStore) create(_ context.Context, c *Conversation) (uint64, error) {
+func (m *memStore) create(_ context.Context, c *conversation.State) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.convs[c.ID]; ok {
 		return 0, fmt.Errorf("create conversation %s: %w", c.ID, errExists)
 	}
 	m.seq++
-	m.convs[c.ID] = memConv{c: c.clone(), seq: m.seq}
+	m.convs[c.ID] = memConv{c: c.Clone(), seq: m.seq}
 	return m.seq, nil
 }
 

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
@@ -69,7 +70,7 @@ func (c counters) reply(r replyObservation) {
 		m.Redelivered(r.tool)
 	}
 	switch r.verdict {
-	case verdictApplied.String():
+	case conversation.VerdictApplied.String():
 		s.RepliesApplied.Add(1)
 		if r.latency > 0 {
 			if r.decision {
@@ -81,9 +82,9 @@ func (c counters) reply(r replyObservation) {
 		if r.denied {
 			m.Denied(r.tool)
 		}
-	case verdictDuplicate.String():
+	case conversation.VerdictDuplicate.String():
 		s.Duplicates.Add(1)
-	case verdictLate.String():
+	case conversation.VerdictLate.String():
 		s.Late.Add(1)
 		s.DeadLettered.Add(1)
 		m.DeadLetter(r.verdict)
@@ -93,9 +94,9 @@ func (c counters) reply(r replyObservation) {
 		}
 	case replyError:
 		s.TransientErrors.Add(1)
-	case verdictElsewhere.String():
+	case conversation.VerdictElsewhere.String():
 		s.DecisionsHandedOver.Add(1)
-	case verdictCounted.String():
+	case conversation.VerdictCounted.String():
 		s.ApprovalsCounted.Add(1)
 	default: // refused, invalid, unknown run
 		s.Refused.Add(1)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -23,11 +24,11 @@ func TestOnRunEndToldOnceStoredAfterThePublish(t *testing.T) {
 	ctx := context.Background()
 	s, f := newMemStore(), &fakeEffects{}
 	e := newTestEffector(s, f, now)
-	e.publishPaused = func(_ context.Context, c *Conversation) error {
+	e.publishPaused = func(_ context.Context, c *conversation.State) error {
 		f.add(fmt.Sprintf("publish %s %d calls", c.Batch.RunID, len(c.Batch.Calls)))
 		return nil
 	}
-	e.onRunEnd = func(c *Conversation) {
+	e.onRunEnd = func(c *conversation.State) {
 		stored, _, err := s.current(c.ID)
 		if err != nil || stored.Status != c.Status || len(stored.Runs) != len(c.Runs) || !stored.UpdatedAt.Equal(c.UpdatedAt) {
 			t.Errorf("OnRunEnd told of %s with %d runs; stored: %s, %v", c.Status, len(c.Runs), describeState(stored), err)
@@ -36,19 +37,19 @@ func TestOnRunEndToldOnceStoredAfterThePublish(t *testing.T) {
 	}
 	running := func(id string) {
 		t.Helper()
-		if _, err := s.create(ctx, NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)); err != nil {
+		if _, err := s.create(ctx, conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// What the runner's end does: the run ended (Pause and Complete refuse
 	// it unless the lease is held), and what that asks for.
-	end := func(runID string, apply func(c *Conversation) error) transition {
-		return func(c *Conversation, _ time.Time) ([]effect, error) {
+	end := func(runID string, apply func(c *conversation.State) error) conversation.Transition {
+		return func(c *conversation.State, _ time.Time) ([]conversation.Effect, error) {
 			if err := apply(c); err != nil {
 				return nil, err
 			}
-			return endedEffects(c, runID, nil), nil
+			return conversation.EndedEffects(c, runID, nil), nil
 		}
 	}
 	// What was told of the runs' ends, of the effects recorded.
@@ -63,8 +64,8 @@ func TestOnRunEndToldOnceStoredAfterThePublish(t *testing.T) {
 	}
 
 	running("c1")
-	if _, _, err := e.do(ctx, "c1", end("r1_c1", func(c *Conversation) error {
-		return c.Pause("me", "r1_c1", nil, &Batch{RunID: "r1_c1", Calls: []*PendingCall{
+	if _, _, err := e.do(ctx, "c1", end("r1_c1", func(c *conversation.State) error {
+		return c.Pause("me", "r1_c1", nil, &conversation.Batch{RunID: "r1_c1", Calls: []*conversation.PendingCall{
 			{ToolCallID: "a", ToolName: "t", Kind: deferred.KindApproval, Deadline: now.Add(time.Hour)},
 			{ToolCallID: "b", ToolName: "t", Kind: deferred.KindApproval, Deadline: now.Add(time.Hour)},
 		}}, now)
@@ -76,16 +77,16 @@ func TestOnRunEndToldOnceStoredAfterThePublish(t *testing.T) {
 	}
 
 	running("c2")
-	if _, _, err := e.do(ctx, "c2", end("r1_c2", func(c *Conversation) error {
+	if _, _, err := e.do(ctx, "c2", end("r1_c2", func(c *conversation.State) error {
 		return c.Complete("me", "r1_c2", nil, "42", now)
 	})); err != nil {
 		t.Fatal(err)
 	}
 	// Another replica's lease: the end is refused and tells nothing.
 	running("c3")
-	if _, _, err := e.do(ctx, "c3", end("r1_c3", func(c *Conversation) error {
+	if _, _, err := e.do(ctx, "c3", end("r1_c3", func(c *conversation.State) error {
 		return c.Complete("other", "r1_c3", nil, "", now)
-	})); !errors.Is(err, errLeaseLost) {
+	})); !errors.Is(err, conversation.ErrLeaseLost) {
 		t.Errorf("an end under another's lease: %v, want errLeaseLost", err)
 	}
 	if got, want := only("onRunEnd "), []string{"onRunEnd paused 1 runs", "onRunEnd completed 1 runs"}; !slices.Equal(got, want) {

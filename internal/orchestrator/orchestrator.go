@@ -13,46 +13,9 @@
 // last left off. A bounded cache keeps recent states; it is only a cache
 // (docs/architecture.md, "Conversation state").
 //
-// # The state machine
-//
-// Every change of a conversation goes through one of Conversation's
-// transitions (machine.go): they take what they need (the time, the replica
-// that acts, what the agent produced) as arguments, change only the
-// Conversation and do no I/O, so that the store applies one to the state it
-// read, writes what it produced under optimistic concurrency, and applies it
-// again to a fresher state on a conflict.
-//
-//	           NewConversation / Start
-//	                    │
-//	                    ▼
-//	                 running ──Complete──► completed
-//	                    │  └─────Fail────► failed
-//	                  Pause
-//	                    ▼
-//	                 paused ◄──┐ Apply / Expire while the
-//	                    │  └───┘ batch is incomplete
-//	                  Claim (batch complete)
-//	                    ▼
-//	                 resuming ──Complete / Fail / Pause, as running
-//
-//	running, resuming ──TakeOver (lease expired)──► the same, leased to the taker
-//	running, resuming ──WaitForAgent (lease expired, no replica runs its
-//	                     agent: noted, then after AgentWait)──► failed
-//	running, paused, resuming ──Cancel──► cancelled
-//	completed, failed, cancelled ──Start (a new prompt)──► running
-//	completed, failed, cancelled ──Delete──► deleted (the tombstone; then purged)
-//
-// A run's lease says which replica executes it: Pause, Complete, Fail, Renew
-// and BeginInline are refused with errLeaseLost unless the acting replica
-// holds it (holdsLease, the one lease check), which is how a run that
-// another replica took over, or whose conversation was cancelled, learns
-// that its result no longer counts.
-//
-// A conversation records its agent and the digest of that agent's config
-// (SetAgent); a replica takes a run only of a conversation whose agent it
-// runs with that digest (mayRun; docs/architecture.md, "Agents"), and
-// claims a batch of another's with the lease expired at once (Claim with
-// a zero TTL), nudging that agent's replicas.
+// The conversation's state, its records and its transitions, which return
+// the effects of their write, are package conversation; the effector
+// (effector.go) carries out the effects of the write that won.
 package orchestrator
 
 import (
@@ -73,6 +36,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -208,7 +172,7 @@ type Config struct {
 	// run's, on the one that publishes its calls) and must neither keep
 	// nor change c. It lets an embedding program, such as the
 	// benchmark harness, learn how runs end without reading the store.
-	OnRunEnd func(c *Conversation)
+	OnRunEnd func(c *conversation.State)
 	// ServerWriteError, when set, returns the write error the NATS server
 	// keeps for a stream after a write failed below its storage limit
 	// (embedded.Server.WriteError; only an embedded server can be asked),
@@ -301,42 +265,6 @@ func randomID() string {
 
 // ErrStopped is returned for work offered after Stop began.
 var ErrStopped = errors.New("orchestrator is stopping")
-
-// ConflictError says a conversation cannot take a new prompt, a cancel or
-// a delete now (Op says which; "" is a prompt).
-type ConflictError struct {
-	ConversationID string
-	Status         Status
-	Op             string
-}
-
-// Operations a ConflictError may refuse besides a prompt.
-const (
-	opCancel       = "cancel"
-	opDelete       = "delete"
-	opDelCorrupt   = "delete corrupt"
-	opSecondPrompt = "second prompt"
-	opCreate       = "create"
-)
-
-func (e *ConflictError) Error() string {
-	switch e.Op {
-	case opCreate:
-		return fmt.Sprintf("conversation %s already exists: choose another new_conversation_id, or continue it with conversation_id", e.ConversationID)
-	case opCancel:
-		return fmt.Sprintf("conversation %s is already %s: only a conversation under way can be cancelled", e.ConversationID, e.Status)
-	case opSecondPrompt:
-		return fmt.Sprintf("conversation %s is paused and already has a prompt for its follow-up run; another is accepted once it is finished", e.ConversationID)
-	case opDelCorrupt:
-		return fmt.Sprintf("conversation %s can be read (%s): only one that cannot be read is deleted as corrupt; delete it without corrupt=true", e.ConversationID, e.Status)
-	case opDelete:
-		return fmt.Sprintf("conversation %s is %s: only a finished conversation (completed, failed or cancelled) can be deleted; cancel it first", e.ConversationID, e.Status)
-	}
-	if e.Status == StatusResuming {
-		return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished", e.ConversationID, e.Status)
-	}
-	return fmt.Sprintf("conversation %s is %s: a new prompt is accepted once it is finished, or while it is paused (then it goes into the follow-up run)", e.ConversationID, e.Status)
-}
 
 // Orchestrator runs agents over the bus. Create it with New, then Start;
 // Stop ends it.
@@ -477,7 +405,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.runCtx, o.cancel = context.WithCancel(context.Background())
 	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
 	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
-		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
+		current: func(ctx context.Context, id string) (*conversation.State, uint64, error) {
+			return o.store.current(ctx, id)
+		}}
 	o.pub.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
 		o.observer.unservedCall(tool)
 	})
@@ -684,9 +614,9 @@ func (o *Orchestrator) InstanceID() string { return o.cfg.InstanceID }
 
 // RunInfo is the answer about one run.
 type RunInfo struct {
-	RunID          string `json:"run_id"`
-	ConversationID string `json:"conversation_id"`
-	Status         Status `json:"status"`
+	RunID          string              `json:"run_id"`
+	ConversationID string              `json:"conversation_id"`
+	Status         conversation.Status `json:"status"`
 }
 
 // Run returns a run's status.
@@ -699,11 +629,11 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 	if err != nil {
 		return RunInfo{}, err
 	}
-	rec := c.runRecord(runID)
+	rec := c.RunRecord(runID)
 	if rec == nil {
 		if c.Batch != nil && c.Batch.PromptRunID == runID {
 			// A follow-up prompt's run, waiting for its batch.
-			return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
+			return RunInfo{RunID: runID, ConversationID: convID, Status: conversation.StatusQueued}, nil
 		}
 		return RunInfo{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
 	}
@@ -711,7 +641,7 @@ func (o *Orchestrator) Run(ctx context.Context, runID string) (RunInfo, error) {
 }
 
 // Conversation returns a conversation's stored state.
-func (o *Orchestrator) Conversation(ctx context.Context, id string) (*Conversation, error) {
+func (o *Orchestrator) Conversation(ctx context.Context, id string) (*conversation.State, error) {
 	c, _, err := o.store.get(ctx, id)
 	return c, err
 }
@@ -822,7 +752,7 @@ func (o *Orchestrator) effectorParams(st *store) effectorParams {
 		withdraw:     o.withdraw,
 		escalate:     o.rec.escalate,
 		batchDone:    o.pub.batchDone,
-		launch: func(convID, runID string, c *Conversation, rev uint64) {
+		launch: func(convID, runID string, c *conversation.State, rev uint64) {
 			o.runner.launchFrom(convID, runID, c, rev, nil)
 		},
 		handOver:            o.link.handOver,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -142,7 +143,7 @@ type replyPipeline struct {
 	pub    *publisher
 	// launchTentative launches a follow-up before its claim is stored
 	// (the runner's).
-	launchTentative func(c *Conversation, tc *tentativeClaim)
+	launchTentative func(c *conversation.State, tc *tentativeClaim)
 	replies         *bus.Subscription
 	maxDeliver      *bus.Subscription
 	commits         groupCommit

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -93,7 +94,7 @@ func (p *agentPolicy) signed() bool { return len(p.keys) > 0 }
 // the call is not in c's batch) of tool tc (nil when the config names
 // none), may not count: its signer is not trusted, its approver is not
 // among the tool's, or it approves a call its own approver requested.
-func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in incoming) error {
+func (p *agentPolicy) check(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, in incoming) error {
 	d := in.decision
 	if p.signed() {
 		if in.http {
@@ -112,11 +113,11 @@ func (p *agentPolicy) check(c *Conversation, pc *PendingCall, tc *ToolConfig, in
 // as approved says: it is not among the tool's approvers (nor, once pc is
 // escalated, its escalation group), or it would approve a call it
 // requested itself. Decisions and grants are admitted alike.
-func (p *agentPolicy) admit(c *Conversation, pc *PendingCall, tc *ToolConfig, id string, approved bool) error {
+func (p *agentPolicy) admit(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, id string, approved bool) error {
 	if tc == nil {
 		return nil
 	}
-	escalated := pc != nil && pc.escalated() && p.mayDecide(tc.EscalateTo, id)
+	escalated := pc != nil && pc.Escalated() && p.mayDecide(tc.EscalateTo, id)
 	switch {
 	case escalated:
 	case tc.Approvers.Rule != "":
@@ -164,14 +165,14 @@ func (p *agentPolicy) mayDecide(approvers []string, id string) bool {
 // approversOf lists the names that may decide call pc of tool tc (its
 // approvers and, once pc is escalated, its escalation group, roles
 // expanded), sorted; nil when anyone trusted may.
-func (p *agentPolicy) approversOf(tc *ToolConfig, pc *PendingCall) []string {
+func (p *agentPolicy) approversOf(tc *ToolConfig, pc *conversation.PendingCall) []string {
 	if tc == nil || len(tc.Approvers.Names) == 0 {
 		// None named, or a rule (ruleAdmits) that the approver side does
 		// not evaluate: every approver is shown the call.
 		return nil
 	}
 	names := slices.Clone(tc.Approvers.Names)
-	if pc != nil && pc.escalated() {
+	if pc != nil && pc.Escalated() {
 		names = append(names, tc.EscalateTo...)
 	}
 	var out []string
@@ -188,7 +189,7 @@ func (p *agentPolicy) approversOf(tc *ToolConfig, pc *PendingCall) []string {
 
 // approversFor is approversOf for call pc of c as this replica's config of
 // c's agent has it.
-func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
+func (r *roster) approversFor(c *conversation.State, pc *conversation.PendingCall) []string {
 	ag := r.judge(c)
 	if ag == nil {
 		return nil
@@ -200,7 +201,7 @@ func (r *roster) approversFor(c *Conversation, pc *PendingCall) []string {
 // tool's approvers rule and the roles it reads, as this replica's config
 // of c's agent has them, so that approvers evaluate the rule over
 // themselves (approver.Admit).
-func (r *roster) withApproversRule(c *Conversation, pc *PendingCall, req *wire.ApprovalRequest) {
+func (r *roster) withApproversRule(c *conversation.State, pc *conversation.PendingCall, req *wire.ApprovalRequest) {
 	ag := r.judge(c)
 	if ag == nil {
 		return
@@ -213,7 +214,7 @@ func (r *roster) withApproversRule(c *Conversation, pc *PendingCall, req *wire.A
 // mayNotApprove lists who may not approve call pc of c, as check refuses
 // it with this replica's config of c's agent: the run's caller, unless the
 // tool allows self-approval.
-func (r *roster) mayNotApprove(c *Conversation, pc *PendingCall) []string {
+func (r *roster) mayNotApprove(c *conversation.State, pc *conversation.PendingCall) []string {
 	ag := r.judge(c)
 	if ag == nil {
 		return nil

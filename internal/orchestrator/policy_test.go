@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -62,7 +63,7 @@ func TestUnsignedDecisionNeverAppliedByAnyReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pc := pendingCall(t, cur, "delete_file"); pc.Reply != nil || pc.Approval != nil || cur.Status != orchestrator.StatusPaused {
+	if pc := pendingCall(t, cur, "delete_file"); pc.Reply != nil || pc.Approval != nil || cur.Status != conversation.StatusPaused {
 		t.Fatalf("B applied an unsigned decision to a conversation that takes signed ones: %s", describe(cur))
 	}
 	if !cur.Signed {
@@ -77,13 +78,13 @@ func TestUnsignedDecisionNeverAppliedByAnyReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDeadLetter(t, test, "not signed")
-	cur = waitCall(t, a2, c.ID, "delete_file", "the refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
+	cur = waitCall(t, a2, c.ID, "delete_file", "the refusal", func(pc *conversation.PendingCall) bool { return pc.Refused == 1 })
 	if pc := pendingCall(t, cur, "delete_file"); pc.Reply != nil {
 		t.Fatalf("delete_file answered by %+v", pc.Reply)
 	}
 	// A signed one counts.
 	publishRaw(t, test, decisionSubject(t, c.Batch.RunID), "signed", signed(t, unsigned, priv))
-	waitCall(t, a2, c.ID, "delete_file", "the signed decision to apply", func(pc *orchestrator.PendingCall) bool {
+	waitCall(t, a2, c.ID, "delete_file", "the signed decision to apply", func(pc *conversation.PendingCall) bool {
 		return pc.Reply != nil || pc.Approval != nil
 	})
 }
@@ -109,7 +110,7 @@ func TestRetentionIsTheAgentConfigs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 			t.Fatalf("%s: %s", agent, c.Error)
 		}
 		return info.ConversationID
@@ -179,7 +180,7 @@ type policyEnv struct {
 	e     *env
 	o     *orchestrator.Orchestrator
 	b     *bus.Bus
-	c     *orchestrator.Conversation
+	c     *conversation.State
 	keys  map[string]ed25519.PrivateKey
 	base  wire.Decision
 	msgID int
@@ -206,7 +207,7 @@ func newPolicyEnv(t *testing.T, caller string, edit func(*orchestrator.ToolConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.c = waitCall(t, p.o, info.ConversationID, "delete_file", "the approval request", func(pc *orchestrator.PendingCall) bool { return true })
+	p.c = waitCall(t, p.o, info.ConversationID, "delete_file", "the approval request", func(pc *conversation.PendingCall) bool { return true })
 	p.b = e.connect("test")
 	del := pendingCall(t, p.c, "delete_file")
 	p.base = wire.Decision{RunID: p.c.Batch.RunID, ToolCallID: "delete_file", ArgsDigest: del.ArgsDigest, DecidedAt: time.Now().UTC()}
@@ -226,12 +227,12 @@ func (p *policyEnv) decide(who string, approved bool) {
 }
 
 // call waits for delete_file to be as cond says.
-func (p *policyEnv) call(what string, cond func(*orchestrator.PendingCall) bool) *orchestrator.PendingCall {
+func (p *policyEnv) call(what string, cond func(*conversation.PendingCall) bool) *conversation.PendingCall {
 	p.t.Helper()
 	return pendingCall(p.t, waitCall(p.t, p.o, p.c.ID, "delete_file", what, cond), "delete_file")
 }
 
-func answered(pc *orchestrator.PendingCall) bool { return pc.Reply != nil || pc.Approval != nil }
+func answered(pc *conversation.PendingCall) bool { return pc.Reply != nil || pc.Approval != nil }
 
 // A trusted key outside a tool's approvers may not decide it: refused and
 // audited; a member of a role the tool names decides it.
@@ -239,7 +240,7 @@ func TestApproversPerTool(t *testing.T) {
 	t.Parallel()
 	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) { tc.Approvers.Names = []string{"ops"} })
 	p.decide("mallory", true)
-	pc := p.call("mallory's refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
+	pc := p.call("mallory's refusal", func(pc *conversation.PendingCall) bool { return pc.Refused == 1 })
 	if answered(pc) || !strings.Contains(pc.LastRefusal, `approver "mallory" may not decide tool delete_file`) {
 		t.Fatalf("mallory's approval: reply %+v, refusal %q", pc.Reply, pc.LastRefusal)
 	}
@@ -253,7 +254,7 @@ func TestApproversPerTool(t *testing.T) {
 	}
 	p.decide("bob", false)
 	pc = p.call("bob's denial", answered)
-	if pc.Reply == nil || pc.Reply.By != "bob" || pc.Reply.Outcome != orchestrator.OutcomeDenied {
+	if pc.Reply == nil || pc.Reply.By != "bob" || pc.Reply.Outcome != conversation.OutcomeDenied {
 		t.Errorf("delete_file answered %+v, want bob's denial", pc.Reply)
 	}
 }
@@ -266,12 +267,12 @@ func TestSelfApproval(t *testing.T) {
 		t.Parallel()
 		p := newPolicyEnv(t, "ann", func(*orchestrator.ToolConfig) {})
 		p.decide("ann", true)
-		pc := p.call("ann's refusal", func(pc *orchestrator.PendingCall) bool { return pc.Refused == 1 })
+		pc := p.call("ann's refusal", func(pc *conversation.PendingCall) bool { return pc.Refused == 1 })
 		if answered(pc) || !strings.Contains(pc.LastRefusal, "may not approve its own call") {
 			t.Fatalf("ann approved her own call: reply %+v, refusal %q", pc.Reply, pc.LastRefusal)
 		}
 		p.decide("ann", false)
-		if pc := p.call("ann's denial", answered); pc.Reply.Outcome != orchestrator.OutcomeDenied {
+		if pc := p.call("ann's denial", answered); pc.Reply.Outcome != conversation.OutcomeDenied {
 			t.Errorf("delete_file answered %+v, want ann's denial", pc.Reply)
 		}
 	})
@@ -291,12 +292,12 @@ func TestQuorumOfTwo(t *testing.T) {
 	t.Parallel()
 	p := newPolicyEnv(t, "carol", func(tc *orchestrator.ToolConfig) { tc.Approvals = 2 })
 	p.decide("ann", true)
-	pc := p.call("ann's approval to count", func(pc *orchestrator.PendingCall) bool { return len(pc.Approvals) == 1 })
+	pc := p.call("ann's approval to count", func(pc *conversation.PendingCall) bool { return len(pc.Approvals) == 1 })
 	if answered(pc) {
 		t.Fatalf("one approval of two approved the call: %+v", pc.Reply)
 	}
 	p.decide("ann", true) // another message, the same approver
-	pc = p.call("ann's repeat", func(pc *orchestrator.PendingCall) bool { return pc.Duplicates == 1 })
+	pc = p.call("ann's repeat", func(pc *conversation.PendingCall) bool { return pc.Duplicates == 1 })
 	if answered(pc) || len(pc.Approvals) != 1 {
 		t.Fatalf("ann's repeat counted: approvals %v, reply %+v", pc.Approvals, pc.Reply)
 	}
@@ -370,7 +371,7 @@ func TestApprovalEscalates(t *testing.T) {
 	if first == nil || !slices.Equal(first.Approvers, []string{"ann"}) {
 		t.Errorf("first request %+v, want one naming ann as its approver", first)
 	}
-	if pc := p.call("the escalation mark", func(pc *orchestrator.PendingCall) bool { return pc.Escalation != nil && pc.Escalation.Done }); answered(pc) {
+	if pc := p.call("the escalation mark", func(pc *conversation.PendingCall) bool { return pc.Escalation != nil && pc.Escalation.Done }); answered(pc) {
 		t.Fatalf("answered %+v", pc.Reply)
 	}
 	// bob is in ops, the escalation group, not among the tool's approvers.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -37,7 +38,7 @@ func TestFollowUpPromptWhilePaused(t *testing.T) {
 
 	e.worker()
 	e.approverBot("bot", seedPolicy, nil)
-	c = waitStatus(t, o, c.ID, orchestrator.StatusCompleted)
+	c = waitStatus(t, o, c.ID, conversation.StatusCompleted)
 	if len(c.Runs) < 2 || c.Runs[1].RunID != runID || c.Runs[1].Prompt != prompt {
 		t.Fatalf("runs %+v, want the follow-up %s with the prompt", c.Runs, runID)
 	}

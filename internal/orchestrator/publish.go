@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
@@ -22,7 +23,7 @@ import (
 // (run, call, kind), lets the stream drop the repeat (D35). Calls this
 // replica saw stored already (storedRuns) are marked without being
 // published again.
-func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
+func (p *publisher) publishBatch(ctx context.Context, c *conversation.State) error {
 	b := c.Batch
 	if b == nil {
 		return nil
@@ -32,17 +33,17 @@ func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
 		err error
 	)
 	// What the run published was stored; a call dispatched since
-	// (Conversation.Dispatch) was not among it, and is known apart.
+	// (conversation.State.Dispatch) was not among it, and is known apart.
 	runStored := p.stored.take(b.RunID)
-	seen := func(pc *PendingCall) bool {
-		if pc.dispatched() {
+	seen := func(pc *conversation.PendingCall) bool {
+		if pc.Dispatched() {
 			return p.stored.take(dispatchKey(b.RunID, pc.ToolCallID))
 		}
 		return runStored
 	}
-	var unseen []*PendingCall
+	var unseen []*conversation.PendingCall
 	for _, pc := range b.Calls {
-		if !pc.unmarked() {
+		if !pc.Unmarked() {
 			continue
 		}
 		if seen(pc) {
@@ -53,7 +54,7 @@ func (p *publisher) publishBatch(ctx context.Context, c *Conversation) error {
 	}
 	if len(unseen) > 0 {
 		var pids []string
-		pids, err = p.publishCalls(ctx, c, func(pc *PendingCall) bool { return slices.Contains(unseen, pc) })
+		pids, err = p.publishCalls(ctx, c, func(pc *conversation.PendingCall) bool { return slices.Contains(unseen, pc) })
 		ids = append(ids, pids...)
 	}
 	return p.mark(ctx, c.ID, b.RunID, ids, err)
@@ -69,7 +70,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, _, merr := p.fx.do(ctx, convID, markPublishedTransition(runID, ids, now))
+	_, _, merr := p.fx.do(ctx, convID, conversation.MarkPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}
@@ -77,7 +78,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 }
 
 // publishDispatched publishes the calls ids of c's batch that were just
-// dispatched to their workers (Conversation.Dispatch; c is the state that
+// dispatched to their workers (conversation.State.Dispatch; c is the state that
 // recorded it) without marking them, as a paused run publishes its batch
 // (publishPaused): a mark written now would race the worker's result, and
 // a follow-up started from that result would be dropped and its model
@@ -86,8 +87,8 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 // this replica saw it stored. A dispatch stored but never published (a
 // crash, a failed publish) is thus published by reconcile, under the same
 // message id.
-func (p *publisher) publishDispatched(ctx context.Context, c *Conversation, ids []string) error {
-	want := func(pc *PendingCall) bool { return pc.dispatched() && slices.Contains(ids, pc.ToolCallID) }
+func (p *publisher) publishDispatched(ctx context.Context, c *conversation.State, ids []string) error {
+	want := func(pc *conversation.PendingCall) bool { return pc.Dispatched() && slices.Contains(ids, pc.ToolCallID) }
 	published, err := p.publishCalls(ctx, c, want)
 	if err == nil {
 		now := p.clock()
@@ -108,7 +109,7 @@ func (p *publisher) publishDispatched(ctx context.Context, c *Conversation, ids 
 // window.
 //
 // only, when not nil, says which of those calls to publish.
-func (p *publisher) publishCalls(ctx context.Context, c *Conversation, only func(*PendingCall) bool) ([]string, error) {
+func (p *publisher) publishCalls(ctx context.Context, c *conversation.State, only func(*conversation.PendingCall) bool) ([]string, error) {
 	b := c.Batch
 	if b == nil {
 		return nil, nil
@@ -119,7 +120,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation, only func
 		errs []error
 	)
 	for _, pc := range b.Calls {
-		if !pc.unmarked() || only != nil && !only(pc) {
+		if !pc.Unmarked() || only != nil && !only(pc) {
 			continue
 		}
 		m, err := p.outgoing(c, b.RunID, pc, b.Trace)
@@ -159,7 +160,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation, only func
 // the stream has stored every one of them, remembers the run (storedRuns),
 // so that reconcile marks them without publishing them again. Reconcile's
 // own publication is marked at once and needs no such entry.
-func (p *publisher) publishPaused(ctx context.Context, c *Conversation) error {
+func (p *publisher) publishPaused(ctx context.Context, c *conversation.State) error {
 	ids, err := p.publishCalls(ctx, c, nil)
 	if err == nil && len(ids) > 0 {
 		p.stored.add(c.Batch.RunID, p.clock())
@@ -169,10 +170,10 @@ func (p *publisher) publishPaused(ctx context.Context, c *Conversation) error {
 
 // tellUnserved hands the external calls just published (ids) to the look
 // at whether their tools have workers.
-func (p *publisher) tellUnserved(convID string, b *Batch, ids []string) {
+func (p *publisher) tellUnserved(convID string, b *conversation.Batch, ids []string) {
 	var byTool map[string][]unservedCall
 	for _, id := range ids {
-		pc := b.call(id)
+		pc := b.Call(id)
 		if pc == nil || pc.Kind != deferred.KindCall {
 			continue
 		}
@@ -191,7 +192,7 @@ func (p *publisher) tellUnserved(convID string, b *Batch, ids []string) {
 // show and edit the args) or a call request. Its headers carry the trace
 // context of the run that issued it (runTrace), so that the worker's or
 // approver's span continues the run's trace.
-func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
+func (p *publisher) outgoing(c *conversation.State, runID string, pc *conversation.PendingCall, runTrace map[string]string) (bus.Outgoing, error) {
 	convID := c.ID
 	hdr := telemetry.HeaderOf(runTrace)
 	if pc.Kind == deferred.KindApproval {
@@ -215,12 +216,12 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 		RunID: runID, ConversationID: convID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName,
 		Args: pc.Args, Metadata: pc.Metadata, Deadline: pc.Deadline.UTC(), Attempt: 1,
 	}
-	if pc.dispatched() {
+	if pc.Dispatched() {
 		// Its metadata was the approval request's; the tool gets the
 		// decision's instead, as an approved call's ToolCallMetadata
 		// (D23). It runs with the args it was approved with (D24).
 		req.Metadata = pc.Approval.Metadata
-		req.Args = pc.runArgs()
+		req.Args = pc.RunArgs()
 	}
 	m, err := bus.CallMessage(req, hdr)
 	if err != nil {
@@ -235,15 +236,15 @@ func (p *publisher) outgoing(c *Conversation, runID string, pc *PendingCall, run
 // A call approved with override args and deferred again comes with those
 // args in req (D24, D26): the worker runs it with what was approved. runTrace
 // is the trace context of the run (telemetry.InjectMap).
-func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Requests, prev *Batch, runTrace map[string]string) (*Batch, error) {
+func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Requests, prev *conversation.Batch, runTrace map[string]string) (*conversation.Batch, error) {
 	now := p.clock()
-	b := &Batch{RunID: runID, Trace: runTrace}
+	b := &conversation.Batch{RunID: runID, Trace: runTrace}
 	ids := make(map[string]bool, len(req.Approvals)+len(req.Calls))
 	add := func(call deferred.Call, kind deferred.Kind) error {
 		ids[call.ToolCallID] = true
 		if prev != nil && prev.RunID == runID {
-			if old := prev.call(call.ToolCallID); old != nil && old.Kind == kind && !old.Taken && sameJSON(old.Args, call.Args) {
-				old.keepRequest(call, req.Metadata[call.ToolCallID])
+			if old := prev.Call(call.ToolCallID); old != nil && old.Kind == kind && !old.Taken && sameJSON(old.Args, call.Args) {
+				old.KeepRequest(call, req.Metadata[call.ToolCallID])
 				b.Calls = append(b.Calls, old)
 				return nil
 			}
@@ -252,7 +253,7 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 		if len(args) == 0 {
 			args = json.RawMessage("{}")
 		}
-		pc := &PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
+		pc := &conversation.PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
 		tool := p.discovery.toolOf(ag, runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
@@ -273,7 +274,7 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 				pc.Metadata = tool.ApprovalMetadata
 			}
 			if tool != nil && tool.EscalateAfter > 0 {
-				pc.Escalation = &Escalation{At: now.Add(tool.EscalateAfter.D())}
+				pc.Escalation = &conversation.Escalation{At: now.Add(tool.EscalateAfter.D())}
 			}
 			if tool != nil && tool.Executor != ExecutorFrontend {
 				// A configured or discovered tool: its workers run the
@@ -286,7 +287,7 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			// Answered over HTTP (Answer): nothing publishes it.
 			pc.Executor, pc.Published = ExecutorFrontend, true
 		}
-		pc.keepRequest(call, req.Metadata[call.ToolCallID])
+		pc.KeepRequest(call, req.Metadata[call.ToolCallID])
 		b.Calls = append(b.Calls, pc)
 		return nil
 	}

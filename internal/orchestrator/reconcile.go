@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // reconcileLoop finishes the first pass over first (the due entries Start
@@ -105,7 +107,7 @@ func (rc *reconciler) reconcileEntries(ctx context.Context, due []dueEntry) {
 // dropFinished removes the due entries of the conversations whose last
 // record says they finished, and returns the others.
 func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []ConversationSummary) []dueEntry {
-	status := make(map[string]Status, len(sums))
+	status := make(map[string]conversation.Status, len(sums))
 	for _, s := range sums {
 		status[s.ID] = s.Status
 	}
@@ -118,7 +120,7 @@ func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []C
 		st, ok := status[e.id]
 		// No last record is no log, or a last record the server cannot
 		// load (damaged on disk): reading the log tells them apart.
-		if !ok || !st.Terminal() && st != StatusDeleted {
+		if !ok || !st.Terminal() && st != conversation.StatusDeleted {
 			open = append(open, e)
 			continue
 		}
@@ -177,29 +179,29 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 	}
 	now := rc.clock()
 	switch c.Status {
-	case StatusPaused:
+	case conversation.StatusPaused:
 		if c.Batch == nil {
 			return nil
 		}
 		if unpublished(c.Batch) && rc.publishDue(c, now) {
-			if err := rc.pub.publishBatch(ctx, c.clone()); err != nil {
+			if err := rc.pub.publishBatch(ctx, c.Clone()); err != nil {
 				return err
 			}
 		}
-		if c.Batch.complete() {
+		if c.Batch.Complete() {
 			rc.pub.batchDone(id, c.Batch.RunID)
 			rc.fx.claim(ctx, id)
 			return nil
 		}
-		if next := c.Batch.nextDeadline(); !next.After(now) {
+		if next := c.Batch.NextDeadline(); !next.After(now) {
 			rc.expire(ctx, id)
 			return nil
 		}
 		rc.deadlines.schedule(c)
-	case StatusRunning, StatusResuming:
+	case conversation.StatusRunning, conversation.StatusResuming:
 		if c.Lease == nil || !c.Lease.Until.After(now) {
 			if ok, _ := rc.roster.mayRun(c); !ok {
-				return rc.awaitAgent(ctx, c.clone())
+				return rc.awaitAgent(ctx, c.Clone())
 			}
 			rc.fx.relaunch(ctx, id)
 			return nil
@@ -225,40 +227,36 @@ const publishAfterMax = 30 * time.Second
 // window (2 minutes), after which a publication would be a new message
 // and a call delivered twice.
 //
-// A call dispatched once approved (Conversation.Dispatch) is left to its
+// A call dispatched once approved (conversation.State.Dispatch) is left to its
 // dispatcher the same while, from its dispatch.
-func (rc *reconciler) publishDue(c *Conversation, now time.Time) bool {
-	rec := c.runRecord(c.Batch.RunID)
+func (rc *reconciler) publishDue(c *conversation.State, now time.Time) bool {
+	rec := c.RunRecord(c.Batch.RunID)
 	if rec == nil || rec.EndedAt.IsZero() {
 		return true
 	}
 	since := rec.EndedAt
 	for _, pc := range c.Batch.Calls {
-		if pc.unmarked() && pc.dispatched() && pc.PublishedAt.After(since) {
+		if pc.Unmarked() && pc.Dispatched() && pc.PublishedAt.After(since) {
 			since = pc.PublishedAt
 		}
 	}
 	return !now.Before(since.Add(min(rc.cfg.ReconcileInterval, publishAfterMax)))
 }
 
-func unpublished(b *Batch) bool {
-	return slices.ContainsFunc(b.Calls, (*PendingCall).unmarked)
+func unpublished(b *conversation.Batch) bool {
+	return slices.ContainsFunc(b.Calls, (*conversation.PendingCall).Unmarked)
 }
 
 // unmarkedIDs are the ids of b's unmarked calls.
-func unmarkedIDs(b *Batch) []string {
+func unmarkedIDs(b *conversation.Batch) []string {
 	var ids []string
 	for _, pc := range b.Calls {
-		if pc.unmarked() {
+		if pc.Unmarked() {
 			ids = append(ids, pc.ToolCallID)
 		}
 	}
 	return ids
 }
-
-// unmarked reports whether pc is neither marked published nor answered
-// (an answered call was published).
-func (pc *PendingCall) unmarked() bool { return !pc.Published && pc.Reply == nil }
 
 // awaitAgent handles a conversation that needs a run this replica may not
 // give it. If a live replica runs its agent (with its digest, or with
@@ -267,7 +265,7 @@ func (pc *PendingCall) unmarked() bool { return !pc.Published && pc.Reply == nil
 // (Unserved in its state, an agent_unavailable event) and fails after
 // Config.AgentWait: it must not wait silently for an agent nobody runs.
 // Every replica's reconcile does this, so it happens while any is up.
-func (rc *reconciler) awaitAgent(ctx context.Context, c *Conversation) error {
+func (rc *reconciler) awaitAgent(ctx context.Context, c *conversation.State) error {
 	now := rc.clock()
 	for _, n := range rc.roster.replicas.names(now) {
 		if n == c.Agent {
@@ -285,6 +283,6 @@ func (rc *reconciler) awaitAgent(ctx context.Context, c *Conversation) error {
 	// wait, which a later pass finds and takes as done: a write cut short
 	// by the pass's deadline is followed up by the store until the log says
 	// whether it was stored (store.appendLog).
-	_, _, err := rc.fx.do(ctx, c.ID, waitForAgentTransition(reason, rc.cfg.AgentWait))
+	_, _, err := rc.fx.do(ctx, c.ID, conversation.WaitForAgentTransition(reason, rc.cfg.AgentWait))
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -73,7 +74,7 @@ func TestReconcileGoesOnAroundAnUnreadableConversation(t *testing.T) {
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "is corrupt: its record") {
 		t.Errorf("GET of the unreadable conversation: %d %s", resp.StatusCode, body)
 	}
-	if c, err := o2.Conversation(ctxT(t), good.ID); err != nil || c.Status != orchestrator.StatusPaused {
+	if c, err := o2.Conversation(ctxT(t), good.ID); err != nil || c.Status != conversation.StatusPaused {
 		t.Errorf("the other conversation: %v %v", c, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // replicaKeyPrefix keys the replicas' adverts in bucket toolgate_replicas:
@@ -276,7 +277,7 @@ func (l *replicaLink) unsubscribeNudges() {
 
 // handOver tells the replicas of c's agent that c has a run for them
 // (its lease already expired).
-func (l *replicaLink) handOver(ctx context.Context, c *Conversation) {
+func (l *replicaLink) handOver(ctx context.Context, c *conversation.State) {
 	l.stats.HandedOver.Add(1)
 	l.log.InfoContext(ctx, "run handed over to the agent's replicas", slog.String("conversation_id", c.ID),
 		slog.String("agent", c.Agent), slog.String("agent_digest", ShortDigest(c.AgentDigest)))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -34,8 +35,8 @@ func TestTwoReplicasFollowUpOnce(t *testing.T) {
 		ids = append(ids, info.ConversationID)
 	}
 	for _, id := range ids {
-		c := waitStatus(t, o1, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-		if c.Status != orchestrator.StatusCompleted {
+		c := waitStatus(t, o1, id, conversation.StatusCompleted, conversation.StatusFailed)
+		if c.Status != conversation.StatusCompleted {
 			t.Fatalf("%s: %s", id, c.Error)
 		}
 		if len(c.Runs) != 2 {
@@ -72,8 +73,8 @@ func TestRestartMidBatchResumes(t *testing.T) {
 	stop1()
 	e.worker("calculate_answer")
 	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
-	c := waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+	c := waitStatus(t, o2, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 {
 		t.Fatalf("status %s (%s), runs %+v", c.Status, c.Error, c.Runs)
 	}
 	if o2.Stats().FollowUps.Load() != 1 {
@@ -99,14 +100,14 @@ func TestInterruptedRunRelaunched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != orchestrator.StatusRunning || c.Lease == nil || !c.Lease.Until.IsZero() {
+	if c.Status != conversation.StatusRunning || c.Lease == nil || !c.Lease.Until.IsZero() {
 		t.Fatalf("after shutdown: status %s, lease %+v; want running with a released lease", c.Status, c.Lease)
 	}
 
 	e.worker("calculate_answer")
 	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
-	c = waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c = waitStatus(t, o2, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("status %s: %s", c.Status, c.Error)
 	}
 	if c.Runs[0].RunID != info.RunID || len(c.Runs) != 2 {
@@ -134,8 +135,8 @@ func TestExpiredWhileDownSettledAtStart(t *testing.T) {
 	waitFor(t, "the deadline to pass", func() (bool, string) { return time.Now().After(deadline), "" })
 
 	o2, _ := e.orch(orchestrator.Config{Agent: cfg, InstanceID: "second"})
-	c = waitStatus(t, o2, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c = waitStatus(t, o2, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("status %s: %s", c.Status, c.Error)
 	}
 	var failed bool

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
@@ -122,7 +121,7 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 		return j.err
 	}
 	obs.recorded(j)
-	if j.v == verdictElsewhere {
+	if j.v == conversation.VerdictElsewhere {
 		// Nakked, so that the consumer gives it to another replica; one
 		// that holds the config judges it.
 		log.InfoContext(ctx, "decision left to the replicas of its conversation's agent config", slog.String("reason", j.reason))
@@ -134,16 +133,16 @@ func (rp *replyPipeline) settle(ctx context.Context, d *bus.Delivery[bus.Reply],
 	rp.audit(ctx, convID, d, j)
 	rp.tellOutcome(d, j.in, j.v.String(), j.reason)
 	switch j.v {
-	case verdictApplied, verdictCounted:
+	case conversation.VerdictApplied, conversation.VerdictCounted:
 		if err := d.Ack(); err != nil {
 			log.WarnContext(ctx, "ack reply", slog.String("error", err.Error()))
 		}
 		log.DebugContext(ctx, "reply applied")
 		return nil
-	case verdictDuplicate:
+	case conversation.VerdictDuplicate:
 		log.InfoContext(ctx, "duplicate reply", slog.String("reason", j.reason))
 		return nil
-	case verdictLate:
+	case conversation.VerdictLate:
 		log.WarnContext(ctx, "late reply refused", slog.String("reason", j.reason))
 		return bus.Terminal(fmt.Errorf("late: %s", j.reason))
 	default:
@@ -166,7 +165,7 @@ func handOverDelay() time.Duration { return replyPullExpiry + 500*time.Milliseco
 func (rp *replyPipeline) unknownRun(ctx context.Context, d *bus.Delivery[bus.Reply], in incoming, obs *replyObservation) error {
 	obs.verdict = replyUnknownRun
 	rp.replyLog(in, "").WarnContext(ctx, "reply refused: unknown run")
-	rp.audit(ctx, "", d, &replyJob{in: in, v: verdictRefused, reason: "unknown run " + in.runID})
+	rp.audit(ctx, "", d, &replyJob{in: in, v: conversation.VerdictRefused, reason: "unknown run " + in.runID})
 	rp.tellOutcome(d, in, replyUnknownRun, "unknown run "+in.runID)
 	return bus.Terminal(fmt.Errorf("unknown run %s", in.runID))
 }
@@ -203,7 +202,7 @@ func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *repl
 		rp.events.publish(ctx, convID, in.runID, EventCallsExpired, "", callsExpiredData{Calls: 1, ToolCallIDs: []string{in.callID}})
 	}
 	switch j.v {
-	case verdictApplied:
+	case conversation.VerdictApplied:
 		data := replyAppliedData{Kind: string(in.kind)}
 		if d := in.decision; d != nil {
 			approved := d.Approved
@@ -221,59 +220,7 @@ func (rp *replyPipeline) replyEvents(ctx context.Context, convID string, j *repl
 		if j.dispatched != nil {
 			rp.events.publish(ctx, convID, in.runID, EventCallDispatched, in.callID, *j.dispatched)
 		}
-	case verdictRefused, verdictLate:
+	case conversation.VerdictRefused, conversation.VerdictLate:
 		rp.events.publish(ctx, convID, in.runID, EventReplyRefused, in.callID, replyRefusedData{Kind: string(in.kind), Verdict: j.v.String(), Reason: j.reason})
 	}
-}
-
-// settledUnanswered says why a reply to call callID of run runID, whose
-// batch is over, is late (D37): the result the history holds for the call
-// is the orchestrator's own, the call having expired or its conversation
-// been cancelled, so the reply came after the call was settled without it.
-// Such a reply is refused and recorded as a late one is while the batch
-// waits; counting it a repeat, as before, left no event, dead letter nor
-// audit record of it. It returns "" when the call was answered by a reply
-// (a later one is a repeat) or the history holds no result for it. Only
-// replies to a run no longer waiting come here, rarely: the history is not
-// indexed for them.
-func (c *Conversation) settledUnanswered(runID, callID string) string {
-	called := false
-	for i := range c.History {
-		m := &c.History[i]
-		for j := range m.Parts {
-			p := &m.Parts[j]
-			if p.ToolCallID != callID {
-				continue
-			}
-			switch {
-			case m.Kind == agent.KindResponse && m.RunID == runID && p.Kind == agent.PartToolCall:
-				called = true
-			case called && p.Kind == agent.PartToolReturn:
-				return settledReason(c, p)
-			case called && p.Kind == agent.PartRetryPrompt:
-				return ""
-			}
-		}
-	}
-	return ""
-}
-
-// settledReason is why a reply after the result p is late, or "" when p
-// is an answer that came.
-func settledReason(c *Conversation, p *agent.Part) string {
-	var msg string
-	_ = json.Unmarshal(p.Value, &msg)
-	var meta struct {
-		Reason string `json:"reason"`
-	}
-	_ = json.Unmarshal(p.Metadata, &meta)
-	switch {
-	case p.Outcome == agent.OutcomeDenied && meta.Reason == "cancelled",
-		p.Outcome == agent.OutcomeFailed && msg == CancelledMessage:
-		return cancelledReason(c)
-	case p.Outcome == agent.OutcomeDenied && meta.Reason == "expired",
-		p.Outcome == agent.OutcomeFailed && msg == ExpiredCallMessage:
-		return fmt.Sprintf("call %s expired before this reply came", p.ToolCallID)
-	}
-	return ""
 }

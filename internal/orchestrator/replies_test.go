@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -58,7 +59,7 @@ func TestDuplicateReplyAppliedOnce(t *testing.T) {
 			RunID: runID, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: json.RawMessage(v), WorkerID: "w",
 		})
 	}
-	c = waitCall(t, o, c.ID, "update_file_readme", "the duplicate to be counted", func(pc *orchestrator.PendingCall) bool {
+	c = waitCall(t, o, c.ID, "update_file_readme", "the duplicate to be counted", func(pc *conversation.PendingCall) bool {
 		return pc.Duplicates == 1
 	})
 	pc := pendingCall(t, c, "update_file_readme")
@@ -74,7 +75,7 @@ func TestDuplicateReplyAppliedOnce(t *testing.T) {
 	if n := o.Stats().RepliesApplied.Load(); n != 1 {
 		t.Errorf("applied %d replies, want 1", n)
 	}
-	if c.Status != orchestrator.StatusPaused {
+	if c.Status != conversation.StatusPaused {
 		t.Errorf("status = %s, want paused (approvals pending)", c.Status)
 	}
 }
@@ -171,9 +172,9 @@ func TestForgedDecisionsRefused(t *testing.T) {
 	}
 
 	publishRaw(t, b, decisionSubject(t, runID), "genuine", sign(good, priv))
-	waitCall(t, o, c.ID, "delete_file", "the signed decision to apply", func(pc *orchestrator.PendingCall) bool {
+	waitCall(t, o, c.ID, "delete_file", "the signed decision to apply", func(pc *conversation.PendingCall) bool {
 		d := pc.Decision()
-		return d != nil && d.Outcome == orchestrator.OutcomeApproved && d.By == "bot"
+		return d != nil && d.Outcome == conversation.OutcomeApproved && d.By == "bot"
 	})
 }
 
@@ -186,11 +187,11 @@ func TestLateReplyRefusedAfterExpiry(t *testing.T) {
 	cfg := demoAgent(t, "    approval: args.path == \".env\"\n", "    approval: args.path == \".env\"\n    call_deadline: 300ms\n")
 	o, _ := e.orch(orchestrator.Config{Agent: cfg})
 	c := startPaused(t, o)
-	c = waitCall(t, o, c.ID, "update_file_readme", "the call to expire", func(pc *orchestrator.PendingCall) bool {
+	c = waitCall(t, o, c.ID, "update_file_readme", "the call to expire", func(pc *conversation.PendingCall) bool {
 		return pc.Reply != nil
 	})
 	pc := pendingCall(t, c, "update_file_readme")
-	if !pc.Reply.Expired || pc.Reply.Outcome != orchestrator.OutcomeFailed || pc.Reply.Message != "timed out" {
+	if !pc.Reply.Expired || pc.Reply.Outcome != conversation.OutcomeFailed || pc.Reply.Message != "timed out" {
 		t.Fatalf("expired reply = %+v", pc.Reply)
 	}
 	b := e.connect("test")
@@ -198,7 +199,7 @@ func TestLateReplyRefusedAfterExpiry(t *testing.T) {
 		RunID: c.Batch.RunID, ToolCallID: "update_file_readme", Outcome: wire.OutcomeReturn, Value: json.RawMessage(`"ok"`), WorkerID: "w",
 	})
 	waitDeadLetter(t, b, "late")
-	c = waitCall(t, o, c.ID, "update_file_readme", "the late reply to be recorded", func(pc *orchestrator.PendingCall) bool {
+	c = waitCall(t, o, c.ID, "update_file_readme", "the late reply to be recorded", func(pc *conversation.PendingCall) bool {
 		return pc.Late == 1
 	})
 	if pc := pendingCall(t, c, "update_file_readme"); !pc.Reply.Expired {
@@ -220,8 +221,8 @@ func TestExpiryCompletesConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("status %s: %s", c.Status, c.Error)
 	}
 	got := map[string]string{}
@@ -262,8 +263,8 @@ func TestLateReplyRecordedAfterTheBatchEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	const callID = "pyd_ai_tool_call_id"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/argschema"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -25,7 +26,7 @@ type replyJob struct {
 	// duplicate. D35 promises one applied answer, not which.
 	seq uint64
 
-	v      verdict
+	v      conversation.Verdict
 	reason string
 	err    error
 	// Of the call the reply answers, when the run's batch has it: its tool,
@@ -36,7 +37,7 @@ type replyJob struct {
 	at          time.Time
 	expired     bool
 	// dispatched is the call, set when the reply approved a call that
-	// then went to its tool's workers (Conversation.Dispatch).
+	// then went to its tool's workers (conversation.State.Dispatch).
 	dispatched *wire.PendingCall
 }
 
@@ -132,16 +133,16 @@ type groupCommit struct {
 	// linger is Config.ReplyLinger; below zero, groups do not linger.
 	linger time.Duration
 	// current reads a conversation's state (store.current).
-	current func(ctx context.Context, id string) (*Conversation, uint64, error)
+	current func(ctx context.Context, id string) (*conversation.State, uint64, error)
 	// commit records jobs from the state from at rev (nil: it reads it),
 	// gives each its verdict (closing done), and returns the state it
 	// wrote while the leader may go on from it, else nil.
-	commit func(ctx context.Context, id string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64)
+	commit func(ctx context.Context, id string, jobs []*replyJob, from *conversation.State, rev uint64) (*conversation.State, uint64)
 }
 
 // lingerFor gathers more jobs for convID's group while they leave its
 // batch (as c, the stored state, has it) incomplete, for up to linger.
-func (g *groupCommit) lingerFor(ctx context.Context, convID string, c *Conversation, jobs []*replyJob) []*replyJob {
+func (g *groupCommit) lingerFor(ctx context.Context, convID string, c *conversation.State, jobs []*replyJob) []*replyJob {
 	if g.linger < 0 || c == nil || c.Batch == nil || c.Batch.Inline {
 		return jobs
 	}
@@ -169,7 +170,7 @@ func (g *groupCommit) lingerFor(ctx context.Context, convID string, c *Conversat
 
 // completes reports whether the jobs answer every call of b still pending,
 // or cannot be told to leave it incomplete (a reply to another run).
-func completes(b *Batch, jobs []*replyJob) bool {
+func completes(b *conversation.Batch, jobs []*replyJob) bool {
 	pending := 0
 	for _, pc := range b.Calls {
 		if pc.Reply == nil {
@@ -181,7 +182,7 @@ func completes(b *Batch, jobs []*replyJob) bool {
 		if j.in.runID != b.RunID {
 			return true
 		}
-		if pc := b.call(j.in.callID); pc != nil && pc.Reply == nil {
+		if pc := b.Call(j.in.callID); pc != nil && pc.Reply == nil {
 			answered[pc.ToolCallID] = true
 		}
 	}
@@ -198,7 +199,7 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 		// Each round starts from the state the last one wrote, saving a
 		// read while no one else wrote meanwhile.
 		var (
-			c   *Conversation
+			c   *conversation.State
 			rev uint64
 		)
 		for jobs := g.groups.take(convID); jobs != nil; jobs = g.groups.take(convID) {
@@ -222,14 +223,14 @@ func (g *groupCommit) record(ctx context.Context, convID string, j *replyJob) er
 // applyJobs applies jobs to c in the order their replies were stored,
 // whatever order their handlers joined in, and gives each its verdict and
 // what it answered. A decision that approves a call dispatchable says may
-// go to its workers is dispatched to them (Conversation.Dispatch). A
+// go to its workers is dispatched to them (conversation.State.Dispatch). A
 // decision is judged under the policy of the agent holder gives for c (nil
 // when this replica does not hold c's agent config, and the decision is
 // left to the replicas that do); a nil holder judges none.
-func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable func(*Conversation, *PendingCall) bool, holder func(*Conversation) *agentRuntime) {
+func applyJobs(c *conversation.State, jobs []*replyJob, now time.Time, dispatchable func(*conversation.State, *conversation.PendingCall) bool, holder func(*conversation.State) *agentRuntime) {
 	slices.SortFunc(jobs, func(a, b *replyJob) int { return cmp.Compare(a.seq, b.seq) })
 	for _, j := range jobs {
-		pc := c.Batch.call(j.in.callID)
+		pc := c.Batch.Call(j.in.callID)
 		if c.Batch == nil || c.Batch.RunID != j.in.runID {
 			pc = nil
 		}
@@ -237,7 +238,7 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 		if j.in.decision != nil && holder != nil {
 			ag := holder(c)
 			if ag == nil {
-				j.v, j.reason = verdictElsewhere, fmt.Sprintf("this replica does not hold agent %q with the conversation's config %s", c.Agent, ShortDigest(c.AgentDigest))
+				j.v, j.reason = conversation.VerdictElsewhere, fmt.Sprintf("this replica does not hold agent %q with the conversation's config %s", c.Agent, ShortDigest(c.AgentDigest))
 				continue
 			}
 			var tc *ToolConfig
@@ -247,13 +248,13 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 			j.in.trustErr, j.in.quorum = ag.policy.check(c, pc, tc, j.in), quorum(tc)
 		}
 		settled := pc != nil && pc.Reply != nil
-		j.v, j.reason = c.Apply(j.in, now)
+		j.v, j.reason = c.Apply(j.in.answer(), now)
 		if pc != nil {
 			j.tool, j.publishedAt = pc.ToolName, pc.PublishedAt
-			j.expired = j.v == verdictLate && !settled
-			if j.v == verdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(c, pc) {
+			j.expired = j.v == conversation.VerdictLate && !settled
+			if j.v == conversation.VerdictApplied && j.in.decision != nil && dispatchable != nil && dispatchable(c, pc) {
 				if c.Dispatch(pc.ToolCallID, now) {
-					sent := c.pendingCall(pc)
+					sent := c.PendingCallOf(pc)
 					j.dispatched = &sent
 				}
 			}
@@ -267,22 +268,22 @@ func applyJobs(c *Conversation, jobs []*replyJob, now time.Time, dispatchable fu
 // conversation on (the follow-up is launched, or the next deadline
 // scheduled). It returns the state it wrote while it is still the caller's
 // to reuse, else nil.
-func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*replyJob, from *conversation.State, rev uint64) (*conversation.State, uint64) {
 	var followUp string
-	apply := func(c *Conversation, now time.Time) ([]effect, error) {
+	apply := func(c *conversation.State, now time.Time) ([]conversation.Effect, error) {
 		applyJobs(c, jobs, now, rp.dispatchable, rp.roster.judge)
 		followUp = ""
-		if !slices.ContainsFunc(jobs, func(j *replyJob) bool { return j.v != verdictElsewhere }) {
-			return repliedEffects(c, jobs, ""), errUnchanged
+		if !slices.ContainsFunc(jobs, func(j *replyJob) bool { return j.v != conversation.VerdictElsewhere }) {
+			return conversation.RepliedEffects(c, nil, ""), conversation.ErrUnchanged
 		}
 		c.UpdatedAt = now
-		followUp = rp.fx.claimer().claimIn(c, now)
-		return repliedEffects(c, jobs, followUp), nil
+		followUp = rp.fx.claimer().ClaimIn(c, now)
+		return conversation.RepliedEffects(c, dispatchedIDs(jobs), followUp), nil
 	}
-	if from != nil && rev != 0 && from.Status == StatusPaused && from.Batch != nil && !from.Batch.Inline {
+	if from != nil && rev != 0 && from.Status == conversation.StatusPaused && from.Batch != nil && !from.Batch.Inline {
 		// Replies that complete the batch: its follow-up may run before
 		// they and the claim are stored, and be stored with them.
-		claimed := from.clone()
+		claimed := from.Clone()
 		if _, err := apply(claimed, rp.clock()); err == nil && followUp != "" {
 			// Before the follow-up starts, which may end at once; should
 			// the replies be recorded apart after all, they schedule again
@@ -293,18 +294,18 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 			}
 		}
 	}
-	conv, rev, err := rp.fx.doFrom(ctx, convID, from, rev, apply)
+	conv, rev, err := rp.fx.doReplies(ctx, convID, from, rev, apply, jobs)
 	if tl := tooLarge(err); tl != nil {
 		// The results do not fit: they are recorded as failed results,
 		// which the follow-up shows the model.
 		for _, j := range jobs {
 			j.in = shrunk(j.in, tl)
 		}
-		conv, rev, err = rp.fx.doFrom(ctx, convID, nil, 0, apply)
+		conv, rev, err = rp.fx.doReplies(ctx, convID, nil, 0, apply, jobs)
 		if tl := tooLarge(err); tl != nil {
 			rp.fx.failTooLarge(ctx, convID, tl)
 			for _, j := range jobs {
-				j.v, j.reason = verdictRefused, tl.Error()
+				j.v, j.reason = conversation.VerdictRefused, tl.Error()
 				rp.replyEvents(ctx, convID, j)
 				close(j.done)
 			}
@@ -324,6 +325,18 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 	return conv, rev
 }
 
+// dispatchedIDs are the calls jobs approved and dispatched to their
+// workers.
+func dispatchedIDs(jobs []*replyJob) []string {
+	var ids []string
+	for _, j := range jobs {
+		if j.dispatched != nil {
+			ids = append(ids, j.in.callID)
+		}
+	}
+	return ids
+}
+
 // dispatchable says whether an approved call of c may go to its workers as
 // soon as its decision is applied: one of a discovered tool only while the
 // tool is advertised with the args schema the call was made against (its
@@ -332,7 +345,7 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 // found valid against the tool's schema, which takes this replica running
 // c's agent as c records it (else its follow-up validates them and makes
 // invalid ones a retry prompt, D24).
-func (rp *replyPipeline) dispatchable(c *Conversation, pc *PendingCall) bool {
+func (rp *replyPipeline) dispatchable(c *conversation.State, pc *conversation.PendingCall) bool {
 	if pc.SchemaDigest != "" {
 		if rp.discovery.catalogue == nil {
 			return false

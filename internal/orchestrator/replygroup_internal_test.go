@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -24,17 +25,17 @@ type groupProbe struct {
 	hold chan struct{}
 }
 
-func newGroupProbe(state *Conversation, linger time.Duration) *groupProbe {
+func newGroupProbe(state *conversation.State, linger time.Duration) *groupProbe {
 	p := &groupProbe{}
 	p.g = &groupCommit{
 		linger: linger,
-		current: func(context.Context, string) (*Conversation, uint64, error) {
+		current: func(context.Context, string) (*conversation.State, uint64, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.reads++
 			return state, 1, nil
 		},
-		commit: func(_ context.Context, _ string, jobs []*replyJob, from *Conversation, rev uint64) (*Conversation, uint64) {
+		commit: func(_ context.Context, _ string, jobs []*replyJob, from *conversation.State, rev uint64) (*conversation.State, uint64) {
 			p.mu.Lock()
 			first, hold := len(p.commits) == 0, p.hold
 			var ids []string
@@ -66,12 +67,12 @@ func job(run, call string, seq uint64) *replyJob {
 }
 
 // pausedOn is a paused state whose batch of run waits for calls.
-func pausedOn(run string, calls ...string) *Conversation {
-	b := &Batch{RunID: run}
+func pausedOn(run string, calls ...string) *conversation.State {
+	b := &conversation.Batch{RunID: run}
 	for _, id := range calls {
-		b.Calls = append(b.Calls, &PendingCall{ToolCallID: id})
+		b.Calls = append(b.Calls, &conversation.PendingCall{ToolCallID: id})
 	}
-	return &Conversation{ID: "c", Status: StatusPaused, Batch: b}
+	return &conversation.State{ID: "c", Status: conversation.StatusPaused, Batch: b}
 }
 
 // recordAll records each job from a handler of its own and waits for all.
@@ -166,7 +167,7 @@ func TestGroupAppliesInStreamOrder(t *testing.T) {
 	if r := c.Batch.Calls[0].Reply; r == nil || string(r.Value) != `"first"` {
 		t.Errorf("reply = %+v, want the first stored", r)
 	}
-	if first.v != verdictApplied || second.v != verdictDuplicate {
+	if first.v != conversation.VerdictApplied || second.v != conversation.VerdictDuplicate {
 		t.Errorf("verdicts: first %v, second %v (%s); want applied, duplicate", first.v, second.v, second.reason)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -62,8 +63,8 @@ func TestApprovalRuleOverCallerAndConversation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused, orchestrator.StatusFailed, orchestrator.StatusCompleted)
-			if c.Status != orchestrator.StatusPaused {
+			c := waitStatus(t, o, info.ConversationID, conversation.StatusPaused, conversation.StatusFailed, conversation.StatusCompleted)
+			if c.Status != conversation.StatusPaused {
 				t.Fatalf("%s", describe(c))
 			}
 			if pc := pendingCall(t, c, "p1"); pc.Kind != tc.want {

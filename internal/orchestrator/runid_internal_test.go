@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // A run id names its conversation; ids of other forms (runs stored before,
@@ -49,8 +50,8 @@ func TestNewRefusesIDsThatDoNotJoin(t *testing.T) {
 // A reply group completes its batch when it answers every call still
 // pending; replies to another run cannot be judged and end the wait.
 func TestReplyGroupCompletesBatch(t *testing.T) {
-	b := &Batch{RunID: "r1", Calls: []*PendingCall{
-		{ToolCallID: "a"}, {ToolCallID: "b", Reply: &Reply{}}, {ToolCallID: "c"},
+	b := &conversation.Batch{RunID: "r1", Calls: []*conversation.PendingCall{
+		{ToolCallID: "a"}, {ToolCallID: "b", Reply: &conversation.Reply{}}, {ToolCallID: "c"},
 	}}
 	job := func(run, call string) *replyJob { return &replyJob{in: incoming{runID: run, callID: call}} }
 	cases := []struct {

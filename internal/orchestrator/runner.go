@@ -14,13 +14,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// errLeaseLost ends a run whose lease another replica took over.
-var errLeaseLost = errors.New("lease lost")
 
 // launch executes a run in the bounded pool. The caller has stored the
 // run's lease; if the orchestrator is stopping, the run is left to its lease
@@ -30,7 +28,7 @@ func (rn *runner) launch(convID, runID string) { rn.launchFrom(convID, runID, ni
 
 // launchTentative launches the follow-up of tc from its claimed state c,
 // before the claim is stored (tentative.go).
-func (rn *runner) launchTentative(c *Conversation, tc *tentativeClaim) {
+func (rn *runner) launchTentative(c *conversation.State, tc *tentativeClaim) {
 	rn.launchFrom(c.ID, tc.runID, c, tc.pauseRev, tc)
 }
 
@@ -48,7 +46,7 @@ func (rn *runner) goUnlessStopped(f func()) {
 // (at revision rev), which the run starts from instead of reading it again;
 // c is handed over to the run. A nil c reads the state. A run whose claim
 // is not stored yet has tc.
-func (rn *runner) launchFrom(convID, runID string, c *Conversation, rev uint64, tc *tentativeClaim) {
+func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev uint64, tc *tentativeClaim) {
 	rn.launchMu.Lock()
 	if tc != nil && (rn.stopped.Load() || rn.inflight[runID]) {
 		stopped := rn.stopped.Load()
@@ -139,7 +137,7 @@ func (rn *runner) endSlot(ctx context.Context) (func(), error) {
 //
 // A state handed over by the launcher is as this process wrote it when it
 // took the lease; if it changed since, finish's CAS notices and re-reads.
-func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, release func(), tc *tentativeClaim) {
+func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint64, release func(), tc *tentativeClaim) {
 	log := rn.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(rn.runCtx, rn.cfg.RunTimeout)
 	defer cancel()
@@ -165,7 +163,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 			return
 		}
 	}
-	if !c.holdsLease(rn.cfg.InstanceID, runID) {
+	if !c.HoldsLease(rn.cfg.InstanceID, runID) {
 		log.InfoContext(ctx, "run: lease held elsewhere; not running")
 		return
 	}
@@ -191,7 +189,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	defer rn.discovery.runTools.Delete(runID)
 	ctx = context.WithValue(ctx, runToolsKey{}, rt)
 	// The history's room past its length goes to one run at most.
-	room := c.historyRoom != nil && c.historyRoom.CompareAndSwap(false, true)
+	room := c.TakeHistoryRoom()
 	history := c.History
 	if !room {
 		history = slices.Clip(history)
@@ -202,20 +200,20 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
-	resume := (c.Status == StatusResuming || c.Status == StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
+	resume := (c.Status == conversation.StatusResuming || c.Status == conversation.StatusRunning) && c.Batch != nil && c.Batch.FollowUpRunID == runID
 	var parent map[string]string
 	var links []map[string]string
-	if rec := c.runRecord(runID); rec != nil {
+	if rec := c.RunRecord(runID); rec != nil {
 		in.Prompt = rec.Prompt
 	}
 	if resume {
 		// The stored batch as the paused run produced it: an entry approved
 		// with override args and deferred again carries them (D24, D26).
-		reqs := c.Batch.requests()
-		res := c.Batch.results()
+		reqs := c.Batch.Requests()
+		res := c.Batch.Results()
 		staleApprovals(c.Batch, rt, &res)
 		in.Requests, in.Results = &reqs, &res
-		parent, links = c.Batch.followUpTrace()
+		parent, links = c.Batch.FollowUpTrace()
 		if in.Prompt == "" {
 			in.Prompt = c.Batch.Prompt
 		}
@@ -225,7 +223,7 @@ func (rn *runner) execute(convID, runID string, c *Conversation, rev uint64, rel
 	defer span.End()
 	status := rn.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release, tc)
 	span.SetAttributes(attribute.String("toolgate.status", status))
-	if status == string(StatusFailed) {
+	if status == string(conversation.StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
 	}
 	rn.observer.runFinished(ag.name, status)
@@ -241,7 +239,7 @@ const (
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *Conversation, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func(), tc *tentativeClaim) string {
+func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *conversation.State, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func(), tc *tentativeClaim) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
@@ -323,7 +321,7 @@ func (rn *runner) runAgent(ctx context.Context, a *agent.Agent, convID, runID st
 // published, then claimed at once if it is already complete (replies that
 // came while the run waited inline). ctx carries the run's span, whose
 // context the batch keeps. It returns how the run ended.
-func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *Conversation, rev uint64, res *agent.RunResult, runErr error, tc *tentativeClaim) string {
+func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *conversation.State, rev uint64, res *agent.RunResult, runErr error, tc *tentativeClaim) string {
 	now := rn.clock()
 	runTrace := telemetry.InjectMap(ctx)
 	var newBatchErr, tooBig error
@@ -336,12 +334,12 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	// Read before the write, which may be retried and does no I/O.
 	grants := rn.liveGrants(ctx, rn.roster, deferredOf(res, runErr))
 	// The run's end, as of when it ended however often it is applied.
-	end := func(c *Conversation, _ time.Time) ([]effect, error) {
+	end := func(c *conversation.State, _ time.Time) ([]conversation.Effect, error) {
 		newBatchErr = nil
-		var granted []grantUse
+		var granted []conversation.GrantUse
 		owner := rn.cfg.InstanceID
-		if !c.holdsLease(owner, runID) {
-			return nil, errLeaseLost
+		if !c.HoldsLease(owner, runID) {
+			return nil, conversation.ErrLeaseLost
 		}
 		if tooBig != nil {
 			// What the run ended with does not fit: the run fails, its
@@ -349,19 +347,19 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 			if err := c.Fail(owner, runID, tooBig.Error(), now); err != nil {
 				return nil, err
 			}
-			return endedEffects(c, runID, nil), nil
+			return conversation.EndedEffects(c, runID, nil), nil
 		}
 		if runErr == nil && res.Deferred != nil {
 			b, err := rn.pub.newBatch(rn.roster.agentOf(c), runID, res.Deferred, c.Batch, runTrace)
 			if err == nil {
 				// A prompt the run held back goes with the next resume.
 				b.Prompt = res.HeldPrompt
-				c.historyRoom = room
+				c.SetHistoryRoom(room)
 				if err := c.Pause(owner, runID, res.AllMessages, b, now); err != nil {
 					return nil, err
 				}
-				granted = c.applyGrants(grants, now)
-				return endedEffects(c, runID, granted), nil
+				granted = applyGrants(c, grants, now)
+				return conversation.EndedEffects(c, runID, granted), nil
 			}
 			newBatchErr = err
 		}
@@ -369,13 +367,13 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		if rerr := errors.Join(runErr, newBatchErr); rerr != nil {
 			err = c.Fail(owner, runID, rerr.Error(), now)
 		} else {
-			c.historyRoom = room
+			c.SetHistoryRoom(room)
 			err = c.Complete(owner, runID, res.AllMessages, res.Output, now)
 		}
 		if err != nil {
 			return nil, err
 		}
-		return endedEffects(c, runID, nil), nil
+		return conversation.EndedEffects(c, runID, nil), nil
 	}
 	if tc != nil {
 		c, effects, done, dropped, cfrom, crev := tc.end(ctx, end)
@@ -394,11 +392,11 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		c, _, err = rn.fx.doFrom(ctx, convID, nil, 0, end)
 		if tl := tooLarge(err); tl != nil {
 			rn.fx.failTooLarge(ctx, convID, tl)
-			return string(StatusFailed)
+			return string(conversation.StatusFailed)
 		}
 	}
 	if err != nil {
-		if errors.Is(err, errLeaseLost) {
+		if errors.Is(err, conversation.ErrLeaseLost) {
 			rn.stats.LeaseLost.Add(1)
 			log.WarnContext(ctx, "run result dropped: lease lost")
 			return runLeaseLost
@@ -429,9 +427,9 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 			return
 		case <-t.C:
 		}
-		_, _, err := rn.fx.do(ctx, convID, renewTransition(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
+		_, _, err := rn.fx.do(ctx, convID, conversation.RenewTransition(rn.cfg.InstanceID, runID, rn.cfg.LeaseTTL))
 		switch {
-		case errors.Is(err, errLeaseLost):
+		case errors.Is(err, conversation.ErrLeaseLost):
 			cancelRun()
 			return
 		case err != nil && ctx.Err() == nil:
@@ -442,7 +440,7 @@ func (rn *runner) renewLease(ctx context.Context, cancelRun context.CancelFunc, 
 
 // releaseLease lets the lease of an interrupted run expire now.
 func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
-	_, _, err := rn.fx.do(ctx, convID, releaseTransition(rn.cfg.InstanceID, runID))
+	_, _, err := rn.fx.do(ctx, convID, conversation.ReleaseTransition(rn.cfg.InstanceID, runID))
 	if err != nil {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -94,7 +95,7 @@ func (o *Orchestrator) approvalStatus(ctx context.Context, ref wire.CallRef) (wi
 	if err != nil {
 		return st, err
 	}
-	if c.Status == StatusDeleted {
+	if c.Status == conversation.StatusDeleted {
 		return st, nil
 	}
 	st.State = approvalState(c, ref, o.clock())
@@ -106,9 +107,9 @@ func (o *Orchestrator) approvalStatus(ctx context.Context, ref wire.CallRef) (wi
 	return st, nil
 }
 
-func approvalState(c *Conversation, ref wire.CallRef, now time.Time) string {
+func approvalState(c *conversation.State, ref wire.CallRef, now time.Time) string {
 	if c.Batch == nil || c.Batch.RunID != ref.RunID {
-		if c.Status == StatusCancelled {
+		if c.Status == conversation.StatusCancelled {
 			return wire.StateCancelled
 		}
 		return wire.StateOver
@@ -118,8 +119,8 @@ func approvalState(c *Conversation, ref wire.CallRef, now time.Time) string {
 			continue
 		}
 		switch r := pc.Reply; {
-		case r == nil && c.Status.ended():
-			if c.Status == StatusCancelled {
+		case r == nil && c.Status.Ended():
+			if c.Status == conversation.StatusCancelled {
 				return wire.StateCancelled
 			}
 			return wire.StateOver

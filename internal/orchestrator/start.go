@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // StartRequest asks for a run.
@@ -143,9 +144,9 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 		convID = "c" + o.cfg.NewID()
 	}
 	runID := runIDFor(runPart, convID)
-	lease := &Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
-	rec := RunRecord{RunID: runID, Status: StatusRunning, Prompt: req.Prompt, StartedAt: now}
-	info := RunInfo{RunID: runID, ConversationID: convID, Status: StatusRunning}
+	lease := &conversation.Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
+	rec := conversation.RunRecord{RunID: runID, Status: conversation.StatusRunning, Prompt: req.Prompt, StartedAt: now}
+	info := RunInfo{RunID: runID, ConversationID: convID, Status: conversation.StatusRunning}
 
 	if req.ConversationID == "" {
 		return o.startConversation(ctx, req, rec, lease, info)
@@ -155,7 +156,7 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 
 // startConversation creates a new conversation with its first run and
 // launches it here, or hands it over when another replica runs its agent.
-func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, rec RunRecord, lease *Lease, info RunInfo) (RunInfo, error) {
+func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, rec conversation.RunRecord, lease *conversation.Lease, info RunInfo) (RunInfo, error) {
 	convID, runID, now := info.ConversationID, info.RunID, rec.StartedAt
 	local, name, digest, err := o.roster.startAgent(req.Agent)
 	if err != nil {
@@ -179,7 +180,7 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 		// lease expired and handed over.
 		lease.Until = now
 	}
-	c := NewConversation(convID, rec, lease, now)
+	c := conversation.New(convID, rec, lease, now)
 	c.Agent, c.AgentDigest, c.Caller, c.FrontendTools = name, digest, req.Caller, req.FrontendTools
 	c.Signed = local != nil && local.policy.signed()
 	if local != nil && o.cfg.ClaimWindow >= 0 {
@@ -190,18 +191,18 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 				return o.chosenIDTaken(ctx, req, convID, runID)
 			}
 			if errors.Is(err, errExists) && req.NewConversationID != "" {
-				return RunInfo{}, &ConflictError{ConversationID: convID, Op: opCreate}
+				return RunInfo{}, &conversation.ConflictError{ConversationID: convID, Op: conversation.OpCreate}
 			}
 			return RunInfo{}, err
 		}
 		return info, nil
 	}
-	if err := o.fx.create(ctx, c, startedEffects(runID, local != nil)); err != nil {
+	if err := o.fx.create(ctx, c, conversation.StartedEffects(runID, local != nil)); err != nil {
 		if req.IdempotencyKey != "" && errors.Is(err, errExists) {
 			return o.chosenIDTaken(ctx, req, convID, runID)
 		}
 		if errors.Is(err, errExists) && req.NewConversationID != "" {
-			return RunInfo{}, &ConflictError{ConversationID: convID, Op: opCreate}
+			return RunInfo{}, &conversation.ConflictError{ConversationID: convID, Op: conversation.OpCreate}
 		}
 		return RunInfo{}, err
 	}
@@ -211,13 +212,13 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 // startInConversation gives an existing conversation a new prompt: a run
 // of it when it is finished, or the prompt queued for the follow-up of its
 // pending batch when it is paused.
-func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest, rec RunRecord, lease *Lease, info RunInfo) (RunInfo, error) {
+func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest, rec conversation.RunRecord, lease *conversation.Lease, info RunInfo) (RunInfo, error) {
 	convID, runID, now := info.ConversationID, info.RunID, rec.StartedAt
 	if _, _, err := o.store.get(ctx, convID); err != nil {
 		return RunInfo{}, err
 	}
 	repeat, queued, here := false, false, true
-	_, _, err := o.fx.do(ctx, convID, func(c *Conversation, _ time.Time) ([]effect, error) {
+	_, _, err := o.fx.do(ctx, convID, func(c *conversation.State, _ time.Time) ([]conversation.Effect, error) {
 		if req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
 			return nil, &AgentMismatchError{ConversationID: c.ID, Agent: req.Agent, Want: o.roster.agentNameOf(c)}
 		}
@@ -227,10 +228,13 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 			}
 		}
 		var err error
-		queued = c.Status == StatusPaused && c.runRecord(runID) == nil
+		queued = c.Status == conversation.StatusPaused && c.RunRecord(runID) == nil
 		if queued {
 			// The prompt waits for the batch and goes into its follow-up.
 			repeat, err = c.AddPrompt(runID, req.Prompt, now)
+			if errors.Is(err, conversation.ErrOtherPrompt) {
+				err = &IdempotencyError{ConversationID: c.ID, RunID: runID}
+			}
 		} else {
 			// A new prompt runs with the config of the replica that takes
 			// it, if this one runs the agent; else it is handed over.
@@ -246,9 +250,9 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 				c.Signed = c.Signed || a.policy.signed()
 			}
 		}
-		var effects []effect
+		var effects []conversation.Effect
 		if queued {
-			effects = []effect{logEffect(slog.LevelInfo, "prompt queued for the follow-up run", slog.String("run_id", runID))}
+			effects = []conversation.Effect{conversation.LogEffect(slog.LevelInfo, "prompt queued for the follow-up run", slog.String("run_id", runID))}
 		}
 		switch {
 		case err != nil:
@@ -256,7 +260,7 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		case repeat && !sameRequest(c, runID, req):
 			return nil, &IdempotencyError{ConversationID: c.ID, RunID: runID}
 		case repeat:
-			return effects, errUnchanged
+			return effects, conversation.ErrUnchanged
 		}
 		c.Caller = req.Caller
 		if req.FrontendTools != nil {
@@ -265,9 +269,9 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		if queued {
 			return effects, nil
 		}
-		effects = startedEffects(runID, here)
+		effects = conversation.StartedEffects(runID, here)
 		// The run reads the state it starts from.
-		effects[1].read = true
+		effects[1].Read = true
 		return effects, nil
 	})
 	if ie := (*IdempotencyError)(nil); errors.As(err, &ie) {
@@ -277,7 +281,7 @@ func (o *Orchestrator) startInConversation(ctx context.Context, req StartRequest
 		return RunInfo{}, err
 	}
 	if queued {
-		return RunInfo{RunID: runID, ConversationID: convID, Status: StatusQueued}, nil
+		return RunInfo{RunID: runID, ConversationID: convID, Status: conversation.StatusQueued}, nil
 	}
 	if repeat {
 		return o.startedBefore(ctx, req, convID, runID)
@@ -293,13 +297,13 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 	if err != nil {
 		return RunInfo{}, err
 	}
-	rec := c.runRecord(runID)
+	rec := c.RunRecord(runID)
 	if rec == nil || rec.Prompt != req.Prompt || !sameRequest(c, runID, req) ||
 		req.Agent != "" && req.Agent != o.roster.agentNameOf(c) {
 		return RunInfo{}, &IdempotencyError{Key: req.IdempotencyKey, ConversationID: convID, RunID: runID}
 	}
-	if c.holdsLease(o.cfg.InstanceID, runID) && c.leaseLive(o.clock()) &&
-		(c.Status == StatusRunning || c.Status == StatusResuming) {
+	if c.HoldsLease(o.cfg.InstanceID, runID) && c.LeaseLive(o.clock()) &&
+		(c.Status == conversation.StatusRunning || c.Status == conversation.StatusResuming) {
 		o.runner.launch(convID, runID)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
@@ -310,7 +314,7 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 // of its latest prompt only, so a run that an other prompt followed (whose
 // start's answer its client had, or it would not have known the
 // conversation) passes.
-func sameRequest(c *Conversation, runID string, req StartRequest) bool {
+func sameRequest(c *conversation.State, runID string, req StartRequest) bool {
 	if latestPromptRun(c) != runID {
 		return true
 	}
@@ -320,8 +324,8 @@ func sameRequest(c *Conversation, runID string, req StartRequest) bool {
 
 // latestPromptRun is the run of c's latest prompt: one queued for the
 // follow-up of its batch, else its latest run that has a prompt.
-func latestPromptRun(c *Conversation) string {
-	if c.Batch != nil && c.Batch.PromptRunID != "" && c.runRecord(c.Batch.PromptRunID) == nil {
+func latestPromptRun(c *conversation.State) string {
+	if c.Batch != nil && c.Batch.PromptRunID != "" && c.RunRecord(c.Batch.PromptRunID) == nil {
 		return c.Batch.PromptRunID
 	}
 	for i := len(c.Runs) - 1; i >= 0; i-- {
@@ -376,11 +380,11 @@ func (o *Orchestrator) newIDFree(ctx context.Context, req StartRequest, runID st
 		return nil
 	case err != nil:
 		return err
-	case req.IdempotencyKey != "" && c.runRecord(runID) != nil:
+	case req.IdempotencyKey != "" && c.RunRecord(runID) != nil:
 		// The repeat of this start: create answers it (errExists).
 		return nil
 	}
-	return &ConflictError{ConversationID: req.NewConversationID, Status: c.Status, Op: opCreate}
+	return &conversation.ConflictError{ConversationID: req.NewConversationID, Status: c.Status, Op: conversation.OpCreate}
 }
 
 // chosenIDTaken answers a start whose conversation was there when it came
@@ -389,8 +393,8 @@ func (o *Orchestrator) newIDFree(ctx context.Context, req StartRequest, runID st
 func (o *Orchestrator) chosenIDTaken(ctx context.Context, req StartRequest, convID, runID string) (RunInfo, error) {
 	if req.NewConversationID != "" {
 		c, _, err := o.store.get(ctx, convID)
-		if err == nil && c.runRecord(runID) == nil {
-			return RunInfo{}, &ConflictError{ConversationID: convID, Status: c.Status, Op: opCreate}
+		if err == nil && c.RunRecord(runID) == nil {
+			return RunInfo{}, &conversation.ConflictError{ConversationID: convID, Status: c.Status, Op: conversation.OpCreate}
 		}
 	}
 	return o.startedBefore(ctx, req, convID, runID)

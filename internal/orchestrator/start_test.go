@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/api/apitest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -25,7 +26,7 @@ func TestStartIdempotencyKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, first.ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, first.ConversationID, conversation.StatusPaused)
 	for range 3 {
 		again, err := o.StartRunWith(ctxT(t), req)
 		if err != nil {
@@ -34,11 +35,11 @@ func TestStartIdempotencyKey(t *testing.T) {
 		if again.RunID != first.RunID || again.ConversationID != first.ConversationID {
 			t.Fatalf("repeat started %+v, first %+v", again, first)
 		}
-		if again.Status != orchestrator.StatusPaused {
+		if again.Status != conversation.StatusPaused {
 			t.Errorf("repeat answers status %s, want the run's: paused", again.Status)
 		}
 	}
-	after := waitStatus(t, o, first.ConversationID, orchestrator.StatusPaused)
+	after := waitStatus(t, o, first.ConversationID, conversation.StatusPaused)
 	if len(after.Runs) != 1 || len(after.Batch.Calls) != len(c.Batch.Calls) {
 		t.Errorf("repeats changed the conversation: %s", describe(after))
 	}
@@ -64,7 +65,7 @@ func TestStartIdempotencyKey(t *testing.T) {
 	// is refused, and a second prompt is a conflict.
 	queue := orchestrator.StartRequest{Prompt: "go on", ConversationID: first.ConversationID, IdempotencyKey: "order-17"}
 	queued, err := o.StartRunWith(ctxT(t), queue)
-	if err != nil || queued.Status != orchestrator.StatusQueued {
+	if err != nil || queued.Status != conversation.StatusQueued {
 		t.Fatalf("prompt while paused: %+v, %v", queued, err)
 	}
 	if again, err := o.StartRunWith(ctxT(t), queue); err != nil || again != queued {
@@ -75,7 +76,7 @@ func TestStartIdempotencyKey(t *testing.T) {
 		t.Errorf("queued key reused for another prompt: %v", err)
 	}
 	queue.IdempotencyKey = "order-19"
-	var conflict *orchestrator.ConflictError
+	var conflict *conversation.ConflictError
 	if _, err := o.StartRunWith(ctxT(t), queue); !errors.As(err, &conflict) {
 		t.Fatalf("a second prompt while paused: %v", err)
 	}
@@ -92,10 +93,10 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 	convID := "c" + orchestrator.KeyedID("conversation", "", key)
 	runID := "r" + orchestrator.KeyedID("run", "", key) + "_" + convID
 	now := time.Now()
-	state := orchestrator.Conversation{
-		ID: convID, Status: orchestrator.StatusRunning, CreatedAt: now, UpdatedAt: now,
-		Runs:  []*orchestrator.RunRecord{{RunID: runID, Status: orchestrator.StatusRunning, Prompt: seedPrompt, StartedAt: now}},
-		Lease: &orchestrator.Lease{Owner: "orch-1", RunID: runID, Until: now.Add(time.Hour)},
+	state := conversation.State{
+		ID: convID, Status: conversation.StatusRunning, CreatedAt: now, UpdatedAt: now,
+		Runs:  []*conversation.RunRecord{{RunID: runID, Status: conversation.StatusRunning, Prompt: seedPrompt, StartedAt: now}},
+		Lease: &conversation.Lease{Owner: "orch-1", RunID: runID, Until: now.Add(time.Hour)},
 	}
 	// Its first record, as the first attempt wrote it, and nothing the
 	// write would have carried out.
@@ -110,7 +111,7 @@ func TestStartRetryLaunchesRunWhoseAnswerWasLost(t *testing.T) {
 		t.Fatalf("retry answered %+v", info)
 	}
 	// The lease is an hour long: only the retry can have run it.
-	c := waitStatus(t, o, convID, orchestrator.StatusPaused)
+	c := waitStatus(t, o, convID, conversation.StatusPaused)
 	if len(c.Runs) != 1 || c.Runs[0].RunID != runID {
 		t.Errorf("runs: %s", describe(c))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/bus/embedded"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/disktest"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -103,7 +104,7 @@ func TestDeleteFreesRoomAtTheStorageLimit(t *testing.T) {
 		t.Fatalf("%d starts taken before the store was full, want at least 3", len(ids))
 	}
 	for _, id := range ids[:3] {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
+		waitStatus(t, o, id, conversation.StatusCompleted)
 		if status := statusOf(t, "DELETE", hs.URL+"/v1/conversations/"+id); status != http.StatusNoContent {
 			t.Fatalf("delete at the storage limit: %d, want 204", status)
 		}
@@ -168,7 +169,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 		t.Fatalf("start with room: %d %v", status, body)
 	}
 	before, _ := body["conversation_id"].(string)
-	waitStatus(t, o, before, orchestrator.StatusPaused)
+	waitStatus(t, o, before, conversation.StatusPaused)
 	bustest.Recv(t, ran, "the call of the conversation accepted before, at the worker")
 
 	filler := filepath.Join(dir, "filler")
@@ -199,7 +200,7 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 		n := bustest.StreamMsgs(t, ops, wire.StreamReplies)
 		return n > 0 || len(ran) > 0, fmt.Sprintf("replies stored %d, runs again %d", n, len(ran))
 	})
-	if c, err := o.Conversation(ctxT(t), before); err != nil || c.Status != orchestrator.StatusPaused {
+	if c, err := o.Conversation(ctxT(t), before); err != nil || c.Status != conversation.StatusPaused {
 		t.Fatalf("the conversation accepted before, on a full disk: %v %v, want still paused", c, err)
 	}
 
@@ -213,8 +214,8 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 	if n := e.srv().StoreReopens(); n != 1 {
 		t.Errorf("the store was reopened %d times, want 1", n)
 	}
-	c := waitStatus(t, o, before, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+	c := waitStatus(t, o, before, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Errorf("the conversation accepted before the disk filled: %s", describe(c))
 	}
 	status, body = doJSON(t, "POST", hs.URL+"/v1/runs", "", `{"prompt":"after"}`)
@@ -222,8 +223,8 @@ func TestDiskFullBelowTheLimitIsSaidAndRecovers(t *testing.T) {
 		t.Fatalf("start once room is back: %d %v", status, body)
 	}
 	after, _ := body["conversation_id"].(string)
-	c = waitStatus(t, o, after, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || !strings.Contains(c.Output, "42") {
+	c = waitStatus(t, o, after, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || !strings.Contains(c.Output, "42") {
 		t.Errorf("a conversation started once room is back: %s", describe(c))
 	}
 }
@@ -271,7 +272,7 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 		n := o.Stats().AppendsUnresolved.Load()
 		return n >= 1, fmt.Sprintf("%d rounds", n)
 	})
-	if c, err := o.Conversation(ctxT(t), info.ConversationID); err != nil || c.Status != orchestrator.StatusRunning {
+	if c, err := o.Conversation(ctxT(t), info.ConversationID); err != nil || c.Status != conversation.StatusRunning {
 		t.Fatalf("the conversation on a full disk: %v %v, want running as last stored", c, err)
 	}
 	if err := o.Health(ctxT(t)); err == nil || !strings.Contains(err.Error(), "no space left on device") {
@@ -281,8 +282,8 @@ func TestDiskFullRunUnderWayFinishesOnceRoomIsBack(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != answer {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != answer {
 		t.Errorf("the conversation once room is back: status %s, error %q, output of %d bytes", c.Status, c.Error, len(c.Output))
 	}
 	if err := o.Health(ctxT(t)); err != nil {

@@ -13,15 +13,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrNotFound is returned for a conversation or run that does not exist.
 var ErrNotFound = errors.New("not found")
-
-// errUnchanged, returned by an update function, ends the update without a
-// write.
-var errUnchanged = errors.New("unchanged")
 
 // errExists refuses to create a conversation whose log has records.
 var errExists = errors.New("conversation exists")
@@ -99,7 +96,7 @@ const dueKeyPrefix = "due."
 
 func dueKey(id string) string { return dueKeyPrefix + id }
 
-// store keeps each conversation as its log of records (record.go) in
+// store keeps each conversation as its log of records (conversation.Record) in
 // stream TOOLGATE_CONVERSATIONS, one subject per conversation, appended
 // under optimistic concurrency: a record is written only if the subject's
 // last sequence is the one its change was made from
@@ -164,22 +161,22 @@ const storeOpTimeout = 10 * time.Second
 // record: what the cache holds, brought up to date with the records other
 // replicas appended since (one direct get when there are none). The state
 // is the caller's to change.
-func (s *store) get(ctx context.Context, id string) (*Conversation, uint64, error) {
+func (s *store) get(ctx context.Context, id string) (*conversation.State, uint64, error) {
 	c, seq, err := s.refresh(ctx, id)
 	if err != nil {
 		return nil, 0, err
 	}
-	return c.clone(), seq, nil
+	return c.Clone(), seq, nil
 }
 
 // current is get without the look for newer records when the cache has the
 // conversation: for a change, whose append finds out if it is stale.
-func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, error) {
+func (s *store) current(ctx context.Context, id string) (*conversation.State, uint64, error) {
 	if c, seq, ok := s.cache.get(id); ok {
-		if c.Status == StatusDeleted {
+		if c.Status == conversation.StatusDeleted {
 			return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
 		}
-		return c.clone(), seq, nil
+		return c.Clone(), seq, nil
 	}
 	return s.get(ctx, id)
 }
@@ -190,9 +187,9 @@ func (s *store) current(ctx context.Context, id string) (*Conversation, uint64, 
 // cached. With 100,000 paused and a cache that held most of them, each
 // pass copied every state, and read the rest into the cache, evicting as
 // many others, which the next pass read again.
-func (s *store) peek(ctx context.Context, id string) (*Conversation, error) {
+func (s *store) peek(ctx context.Context, id string) (*conversation.State, error) {
 	if c, _, ok := s.cache.peek(id); ok {
-		if c.Status == StatusDeleted {
+		if c.Status == conversation.StatusDeleted {
 			return nil, fmt.Errorf("conversation %s: %w", id, errDeleted)
 		}
 		return c, nil
@@ -203,7 +200,7 @@ func (s *store) peek(ctx context.Context, id string) (*Conversation, error) {
 
 // refresh brings the cached state of id up to date, loading it whole on a
 // miss, and returns it (the cache's: not to be changed).
-func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, error) {
+func (s *store) refresh(ctx context.Context, id string) (*conversation.State, uint64, error) {
 	return s.load(ctx, id, true)
 }
 
@@ -211,7 +208,7 @@ func (s *store) refresh(ctx context.Context, id string) (*Conversation, uint64, 
 // nothing) with the records after it. keep caches the result and counts
 // the state as used; without it the cache is left as it was, and the
 // state returned is the caller's.
-func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, uint64, error) {
+func (s *store) load(ctx context.Context, id string, keep bool) (*conversation.State, uint64, error) {
 	if err := wire.ValidateToken("conversation id", id); err != nil {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
 	}
@@ -222,10 +219,10 @@ func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, 
 	c, seq, ok := lookup(id)
 	size := int64(0)
 	if ok {
-		c = c.clone()
+		c = c.Clone()
 		size = s.cache.size(id)
 	} else {
-		c = &Conversation{}
+		c = &conversation.State{}
 	}
 	n, last, err := s.fold(ctx, id, c, seq)
 	if err != nil {
@@ -237,7 +234,7 @@ func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, 
 	if keep && last != seq {
 		s.cache.put(id, c, last, size+n)
 	}
-	if c.Status == StatusDeleted {
+	if c.Status == conversation.StatusDeleted {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
 	}
 	return c, last, nil
@@ -246,7 +243,7 @@ func (s *store) load(ctx context.Context, id string, keep bool) (*Conversation, 
 // fold applies to c the records of id after sequence after, and returns
 // their size and the last sequence (after when there are none; 0 when the
 // log is empty).
-func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint64) (int64, uint64, error) {
+func (s *store) fold(ctx context.Context, id string, c *conversation.State, after uint64) (int64, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
 	if s.reads != nil {
@@ -255,11 +252,11 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 	var size int64
 	last, err := s.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after, func(m bus.LogMsg) error {
 		size += int64(len(m.Data))
-		var r record
+		var r conversation.Record
 		if err := msgpack.Unmarshal(m.Data, &r); err != nil {
 			return &CorruptError{ConversationID: id, Sequence: m.Sequence, Err: err}
 		}
-		if err := c.apply(&r); err != nil {
+		if err := c.Fold(&r); err != nil {
 			return &CorruptError{ConversationID: id, Sequence: m.Sequence, Err: err}
 		}
 		return nil
@@ -270,7 +267,7 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 	}
 	var unreadable *bus.LogUnreadableError
 	if errors.As(err, &unreadable) {
-		if c.Status == StatusDeleted {
+		if c.Status == conversation.StatusDeleted {
 			// Deleted as corrupt (DeleteCorrupt): the damaged message
 			// cannot be loaded, so not purged either, and is still
 			// counted; the tombstone says all there is to say.
@@ -287,9 +284,9 @@ func (s *store) fold(ctx context.Context, id string, c *Conversation, after uint
 // create stores a new conversation, its first record written only if its
 // log is empty (errExists otherwise). Its due entry is put later, if it
 // lasts (fresh.go).
-func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
+func (s *store) create(ctx context.Context, c *conversation.State) (uint64, error) {
 	added := s.fresh.add(c.ID, s.clock())
-	seq, n, err := s.appendAs(ctx, c, 0, fullRecord(c), s.instance)
+	seq, n, err := s.appendAs(ctx, c, 0, conversation.FullRecord(c), s.instance)
 	if err != nil {
 		if conflict(err) {
 			if added {
@@ -306,7 +303,7 @@ func (s *store) create(ctx context.Context, c *Conversation) (uint64, error) {
 		// Stored with its first run's end (tentative.go).
 		s.fresh.remove(c.ID)
 	}
-	s.cache.put(c.ID, c.clone(), seq, int64(n))
+	s.cache.put(c.ID, c.Clone(), seq, int64(n))
 	return seq, nil
 }
 
@@ -350,12 +347,12 @@ func (s *store) indexNow(ctx context.Context, id string) error {
 // update applies fn to the stored conversation and appends what it
 // changed, if the log has not moved meanwhile; on a conflict it catches up
 // and applies fn again, so fn must be a pure function of the state it is
-// given. fn returning errUnchanged ends without a write (update returns the
+// given. fn returning conversation.ErrUnchanged ends without a write (update returns the
 // state and nil); any other error ends it with that error.
 //
 // A change that would make a record too large fails the conversation
 // (onTooLarge) and returns the *TooLargeError.
-func (s *store) update(ctx context.Context, id string, fn func(*Conversation) error) (*Conversation, error) {
+func (s *store) update(ctx context.Context, id string, fn func(*conversation.State) error) (*conversation.State, error) {
 	c, _, err := s.updateFrom(ctx, id, nil, 0, fn)
 	if e := tooLarge(err); e != nil && s.onTooLarge != nil {
 		s.onTooLarge(ctx, id, e)
@@ -367,7 +364,7 @@ func (s *store) update(ctx context.Context, id string, fn func(*Conversation) er
 // sequence seq, which saves the read when nothing changed since; c is the
 // caller's to give away. A nil c starts from the cached state. It also
 // returns the sequence of the state it returns.
-func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq uint64, fn func(*Conversation) error) (*Conversation, uint64, error) {
+func (s *store) updateFrom(ctx context.Context, id string, c *conversation.State, seq uint64, fn func(*conversation.State) error) (*conversation.State, uint64, error) {
 	for range maxCASAttempts {
 		if c == nil {
 			var err error
@@ -375,21 +372,21 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 				return nil, 0, err
 			}
 		}
-		fp := fingerprintOf(c)
+		fp := conversation.FingerprintOf(c)
 		wasFinished := c.Status.Terminal()
 		if err := fn(c); err != nil {
-			if errors.Is(err, errUnchanged) {
+			if errors.Is(err, conversation.ErrUnchanged) {
 				return c, seq, nil
 			}
 			return c, seq, err
 		}
-		r := diff(fp, c)
-		if r.empty() {
+		r := conversation.Diff(fp, c)
+		if r.Empty() {
 			return c, seq, nil
 		}
 		// A delete leaves a finished conversation no more under way:
 		// deleted is not a restart.
-		restart := wasFinished && !c.Status.ended()
+		restart := wasFinished && !c.Status.Ended()
 		if restart {
 			// Indexed before it can need reconciling; a finished
 			// conversation keeps its entry until reconcile removes it.
@@ -402,7 +399,7 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 		}
 		nseq, n, err := s.append(ctx, c, seq, r)
 		if err == nil {
-			s.cache.put(id, c.clone(), nseq, s.cache.size(id)+int64(n))
+			s.cache.put(id, c.Clone(), nseq, s.cache.size(id)+int64(n))
 			if !wasFinished && c.Status.Terminal() {
 				s.fresh.remove(id)
 			}
@@ -440,12 +437,12 @@ func (s *store) updateFrom(ctx context.Context, id string, c *Conversation, seq 
 // state at seq) into c, only if the log is still at seq: no catch-up and
 // no retry, for a change made ahead of its record (tentative.go). A copy
 // of c is cached on success.
-func (s *store) commit(ctx context.Context, c *Conversation, base *fingerprint, seq uint64) (uint64, error) {
-	nseq, n, err := s.append(ctx, c, seq, diff(base, c))
+func (s *store) commit(ctx context.Context, c *conversation.State, base *conversation.Fingerprint, seq uint64) (uint64, error) {
+	nseq, n, err := s.append(ctx, c, seq, conversation.Diff(base, c))
 	if err != nil {
 		return 0, err
 	}
-	s.cache.put(c.ID, c.clone(), nseq, s.cache.size(c.ID)+int64(n))
+	s.cache.put(c.ID, c.Clone(), nseq, s.cache.size(c.ID)+int64(n))
 	if c.Status.Terminal() {
 		s.fresh.remove(c.ID)
 	}
@@ -460,14 +457,14 @@ func conflict(err error) bool { return errors.Is(err, bus.ErrLogConflict) }
 // record of its log is at expect (0: the log is empty), and returns the new
 // last sequence and the record's size. A refused expected sequence is
 // bus.ErrLogConflict.
-func (s *store) append(ctx context.Context, c *Conversation, expect uint64, r *record) (uint64, int, error) {
+func (s *store) append(ctx context.Context, c *conversation.State, expect uint64, r *conversation.Record) (uint64, int, error) {
 	return s.appendAs(ctx, c, expect, r, "")
 }
 
 // appendAs is append naming in the record's headers the replica that
 // created the conversation (hdrOrigin), when origin is not empty.
-func (s *store) appendAs(ctx context.Context, c *Conversation, expect uint64, r *record, origin string) (uint64, int, error) {
-	b, err := recordEncoders.encode(r)
+func (s *store) appendAs(ctx context.Context, c *conversation.State, expect uint64, r *conversation.Record, origin string) (uint64, int, error) {
+	b, err := r.Encode()
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
@@ -663,8 +660,13 @@ func (s *store) watch(ctx context.Context, id string, after uint64) (<-chan stru
 
 // ReadConversation reads conversation id from its log, without an
 // orchestrator: what tools and tests that look at the store directly use.
-func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*Conversation, error) {
+func ReadConversation(ctx context.Context, b *bus.Bus, id string) (*conversation.State, error) {
 	s := &store{bus: b, fresh: newFreshSet(), cache: newStateCache(0)}
 	c, _, err := s.get(ctx, id)
 	return c, err
+}
+
+// runIndex is the value of key run.<run_id>: the conversation it belongs to.
+type runIndex struct {
+	ConversationID string `msgpack:"conversation_id"`
 }

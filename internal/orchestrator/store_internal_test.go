@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,8 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // newTestStore is a store on its own embedded server.
@@ -34,14 +37,14 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 	ctx := bustest.Context(t)
 	writer := newTestStore(t, 64<<20)
 	now := time.Now().UTC()
-	c := NewConversation("clong", RunRecord{RunID: "r1_clong", Status: StatusRunning, StartedAt: now},
-		&Lease{Owner: "me", RunID: "r1_clong", Until: now.Add(time.Hour)}, now)
+	c := conversation.New("clong", conversation.RunRecord{RunID: "r1_clong", Status: conversation.StatusRunning, StartedAt: now},
+		&conversation.Lease{Owner: "me", RunID: "r1_clong", Until: now.Add(time.Hour)}, now)
 	if _, err := writer.create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	const records = 700 // over ten batches of a direct get (bus.ReadLog)
 	for i := range records {
-		_, err := writer.update(ctx, "clong", func(c *Conversation) error {
+		_, err := writer.update(ctx, "clong", func(c *conversation.State) error {
 			c.History = append(c.History, agent.Message{Kind: agent.KindRequest, Parts: []agent.Part{{Kind: agent.PartUserPrompt, Content: fmt.Sprint(i)}}})
 			c.StaleReplies = i
 			return nil
@@ -70,10 +73,10 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 
 	// The writer appends once more; the reader, whose state is now stale,
 	// makes its change on top of it rather than over it.
-	if _, err := writer.update(ctx, "clong", func(c *Conversation) error { c.Output = "from the writer"; return nil }); err != nil {
+	if _, err := writer.update(ctx, "clong", func(c *conversation.State) error { c.Output = "from the writer"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	c2, _, err := reader.updateFrom(ctx, "clong", got, seq, func(c *Conversation) error { c.Error = "from the reader"; return nil })
+	c2, _, err := reader.updateFrom(ctx, "clong", got, seq, func(c *conversation.State) error { c.Error = "from the reader"; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 func TestStateCacheBudget(t *testing.T) {
 	sc := newStateCache(cacheHeap(100))
 	for i := range 10 {
-		sc.put(fmt.Sprint(i), &Conversation{}, uint64(i+1), 30)
+		sc.put(fmt.Sprint(i), &conversation.State{}, uint64(i+1), 30)
 	}
 	if sc.len() != 3 || sc.used > 100 {
 		t.Fatalf("%d states, %d bytes cached; want 3, at most 100", sc.len(), sc.used)
@@ -104,7 +107,7 @@ func TestStateCacheBudget(t *testing.T) {
 	if _, _, ok := sc.get("0"); ok {
 		t.Error("the first state put is still cached")
 	}
-	sc.put("9", &Conversation{Output: "old"}, 1, 30)
+	sc.put("9", &conversation.State{Output: "old"}, 1, 30)
 	if c, seq, _ := sc.get("9"); seq != 10 || c.Output == "old" {
 		t.Errorf("an older state replaced a newer one (seq %d)", seq)
 	}
@@ -121,8 +124,8 @@ func TestFreshConversationsIndexedWhenOld(t *testing.T) {
 	now := time.Now().UTC()
 	start := func(id string) uint64 {
 		t.Helper()
-		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		c := conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
 		seq, err := s.create(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +141,7 @@ func TestFreshConversationsIndexedWhenOld(t *testing.T) {
 	if err != nil || last[bus.ConversationSubject("cfresh2")].Header.Get(hdrOrigin) != "me" {
 		t.Errorf("the first record does not name its replica (%v)", err)
 	}
-	if _, err := s.update(ctx, "cfresh1", func(c *Conversation) error {
+	if _, err := s.update(ctx, "cfresh1", func(c *conversation.State) error {
 		return c.Complete("me", "r1_cfresh1", nil, "done", now)
 	}); err != nil {
 		t.Fatal(err)
@@ -187,13 +190,13 @@ func TestStateCacheDropsFinishedFirst(t *testing.T) {
 	// Room for the three paused and, within its share, the finished one;
 	// not for all four.
 	sc := newStateCache(cacheHeap(6400))
-	sc.put("paused1", &Conversation{Status: StatusPaused}, 1, 2120)
-	sc.put("paused2", &Conversation{Status: StatusPaused}, 1, 2120)
-	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 90)
+	sc.put("paused1", &conversation.State{Status: conversation.StatusPaused}, 1, 2120)
+	sc.put("paused2", &conversation.State{Status: conversation.StatusPaused}, 1, 2120)
+	sc.put("done", &conversation.State{Status: conversation.StatusCompleted}, 1, 90)
 	if _, _, ok := sc.peek("done"); !ok {
 		t.Fatal("the finished conversation was dropped while there was room")
 	}
-	sc.put("paused3", &Conversation{Status: StatusPaused}, 1, 2120)
+	sc.put("paused3", &conversation.State{Status: conversation.StatusPaused}, 1, 2120)
 	for _, id := range []string{"paused1", "paused2", "paused3"} {
 		if _, _, ok := sc.get(id); !ok {
 			t.Errorf("%s was dropped", id)
@@ -209,9 +212,9 @@ func TestStateCacheDropsFinishedFirst(t *testing.T) {
 // that finishes joins them.
 func TestStateCacheFinishedKeepToTheirShare(t *testing.T) {
 	sc := newStateCache(cacheHeap(100) * finishedShare) // finished: 100 bytes
-	sc.put("paused", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("paused", &conversation.State{Status: conversation.StatusPaused}, 1, 30)
 	for i := range 10 {
-		sc.put(fmt.Sprint("done", i), &Conversation{Status: StatusCompleted}, 1, 30)
+		sc.put(fmt.Sprint("done", i), &conversation.State{Status: conversation.StatusCompleted}, 1, 30)
 	}
 	cached := func(ids ...string) {
 		t.Helper()
@@ -226,7 +229,7 @@ func TestStateCacheFinishedKeepToTheirShare(t *testing.T) {
 		t.Errorf("%d states cached, %d bytes finished; want 4, 90", sc.len(), sc.doneUsed)
 	}
 	sc.get("done7") // used again: done8 is now the least recently used
-	sc.put("paused", &Conversation{Status: StatusFailed}, 2, 30)
+	sc.put("paused", &conversation.State{Status: conversation.StatusFailed}, 2, 30)
 	cached("paused", "done7", "done9")
 	if _, _, ok := sc.peek("done8"); ok || sc.len() != 3 || sc.used != 90 {
 		t.Errorf("done8 cached %v, %d states, %d bytes; want it out, 3 states, 90 bytes", ok, sc.len(), sc.used)
@@ -238,16 +241,16 @@ func TestStateCacheFinishedKeepToTheirShare(t *testing.T) {
 // cache holds.
 func TestStateCachePeekIsNoUse(t *testing.T) {
 	sc := newStateCache(cacheHeap(70))
-	sc.put("old", &Conversation{Status: StatusPaused}, 1, 30)
-	sc.put("new", &Conversation{Status: StatusPaused}, 1, 30)
-	sc.put("done", &Conversation{Status: StatusCompleted}, 1, 5)
-	if c, _, ok := sc.peek("old"); !ok || c.Status != StatusPaused {
+	sc.put("old", &conversation.State{Status: conversation.StatusPaused}, 1, 30)
+	sc.put("new", &conversation.State{Status: conversation.StatusPaused}, 1, 30)
+	sc.put("done", &conversation.State{Status: conversation.StatusCompleted}, 1, 5)
+	if c, _, ok := sc.peek("old"); !ok || c.Status != conversation.StatusPaused {
 		t.Fatalf("peek old: %v, %v", c, ok)
 	}
 	if !sc.unfinished("old") || sc.unfinished("done") || sc.unfinished("absent") {
 		t.Errorf("unfinished: old %v, done %v, absent %v; want true, false, false", sc.unfinished("old"), sc.unfinished("done"), sc.unfinished("absent"))
 	}
-	sc.put("newer", &Conversation{Status: StatusPaused}, 1, 30)
+	sc.put("newer", &conversation.State{Status: conversation.StatusPaused}, 1, 30)
 	if _, _, ok := sc.peek("old"); ok {
 		t.Error("the state only looked at stayed; the least recently used should have gone")
 	}
@@ -258,7 +261,15 @@ func TestStateCachePeekIsNoUse(t *testing.T) {
 
 // encodeSorted is v's encoding with map keys sorted: equal values, equal
 // encodings.
-func encodeSorted(v any) []byte { return sortedEncoders.appendTo(nil, v) }
+func encodeSorted(v any) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
+		return []byte(err.Error())
+	}
+	return buf.Bytes()
+}
 
 // A sweep by age goes through a long stretch in steps of at most sweepScan
 // records, its cursor moved after each, whether or not the step found
@@ -272,8 +283,8 @@ func TestSweepGoesThroughALongStretchInSteps(t *testing.T) {
 	var last uint64
 	for i := range 10 {
 		id := fmt.Sprintf("c%02d", i)
-		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		c := conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
 		seq, err := s.create(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -347,15 +358,15 @@ func TestListGoesOverTheStreamInCreationOrder(t *testing.T) {
 	var ids []string
 	for i := range 10 {
 		id := fmt.Sprintf("c%02d", 9-i) // created in reverse id order
-		c := NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, StartedAt: now},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
+		c := conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Hour)}, now)
 		seq, err := s.create(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
 			// A second record, between the first records of others.
-			if _, _, err := s.append(ctx, c, seq, fullRecord(c)); err != nil {
+			if _, _, err := s.append(ctx, c, seq, conversation.FullRecord(c)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -389,7 +400,7 @@ func TestListGoesOverTheStreamInCreationOrder(t *testing.T) {
 		t.Errorf("pages of 3, 4 records a request: %v; want %v", got, ids)
 	}
 	// 14 records, 4 a request.
-	if got, sizes := pages(listFilter{Status: StatusCompleted, Limit: 3}); len(got) != 0 || fmt.Sprint(sizes) != "[0 0 0 0]" {
+	if got, sizes := pages(listFilter{Status: conversation.StatusCompleted, Limit: 3}); len(got) != 0 || fmt.Sprint(sizes) != "[0 0 0 0]" {
 		t.Errorf("completed ones, 4 records a request: %v in pages of %v; want none in [0 0 0 0]", got, sizes)
 	}
 	if _, _, err := s.list(ctx, listFilter{Cursor: "c00"}); err == nil {

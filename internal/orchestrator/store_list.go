@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // Listing reads no state: the conversations are the subjects of the
@@ -20,7 +21,7 @@ import (
 // listFilter selects a page of conversations.
 type listFilter struct {
 	// Status keeps only conversations in it; empty keeps all.
-	Status Status
+	Status conversation.Status
 	// Limit is the page size.
 	Limit int
 	// Cursor is where the previous page ended (checkCursor): the page
@@ -30,11 +31,11 @@ type listFilter struct {
 
 // ConversationSummary is a conversation as a list shows it.
 type ConversationSummary struct {
-	ID        string    `json:"conversation_id"`
-	Status    Status    `json:"status"`
-	Agent     string    `json:"agent,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string              `json:"conversation_id"`
+	Status    conversation.Status `json:"status"`
+	Agent     string              `json:"agent,omitempty"`
+	CreatedAt time.Time           `json:"created_at"`
+	UpdatedAt time.Time           `json:"updated_at"`
 	// digest is the AgentDigest its last record names.
 	digest string
 }
@@ -70,7 +71,7 @@ func (s *store) summaries(ctx context.Context, ids []string) ([]ConversationSumm
 		}
 		created, _ := time.Parse(time.RFC3339Nano, m.Header.Get(hdrCreated))
 		out = append(out, ConversationSummary{
-			ID: id, Status: Status(m.Header.Get(hdrStatus)), Agent: m.Header.Get(hdrAgent),
+			ID: id, Status: conversation.Status(m.Header.Get(hdrStatus)), Agent: m.Header.Get(hdrAgent),
 			CreatedAt: created, UpdatedAt: m.Time.UTC(), digest: m.Header.Get(hdrDigest),
 		})
 	}
@@ -136,7 +137,7 @@ func (s *store) list(ctx context.Context, f listFilter) (page []ConversationSumm
 // byCreation reports whether a page of f goes over every conversation in
 // the order they were created (listCreated), its cursor a sequence,
 // rather than over the due index in id order, its cursor an id.
-func (f listFilter) byCreation() bool { return f.Status == "" || f.Status.ended() }
+func (f listFilter) byCreation() bool { return f.Status == "" || f.Status.Ended() }
 
 // checkCursor says what is wrong with f's cursor, if anything.
 func (f listFilter) checkCursor() error {
@@ -155,7 +156,7 @@ func (f listFilter) checkCursor() error {
 
 // keeps reports whether sum belongs on a page of f.
 func (f listFilter) keeps(sum ConversationSummary) bool {
-	return sum.Status != StatusDeleted && (f.Status == "" || sum.Status == f.Status)
+	return sum.Status != conversation.StatusDeleted && (f.Status == "" || sum.Status == f.Status)
 }
 
 // listCreated is list over every stored conversation, in the order they
@@ -253,12 +254,12 @@ func parseListCursor(cursor string) (uint64, error) {
 // API's way to free room, answered 503 like a start. A finished
 // conversation's log is then purged first, which frees its room, and the
 // tombstone written to the emptied log (dropLog).
-func (s *store) delete(ctx context.Context, id string) (*Batch, error) {
+func (s *store) delete(ctx context.Context, id string) (*conversation.Batch, error) {
 	var (
-		batch    *Batch
+		batch    *conversation.Batch
 		finished bool
 	)
-	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *Conversation) error {
+	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
 		batch = c.Batch
 		err := c.Delete(s.clock())
 		finished = err == nil
@@ -457,11 +458,11 @@ func (s *store) moveSweepCursor(ctx context.Context, key string, seq uint64) err
 	defer cancel()
 	_, err := s.index.Mutate(ctx, key, func(v []byte, _ uint64) ([]byte, error) {
 		if cur, err := strconv.ParseUint(string(v), 10, 64); err == nil && cur >= seq {
-			return nil, errUnchanged
+			return nil, conversation.ErrUnchanged
 		}
 		return strconv.AppendUint(nil, seq, 10), nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil && !errors.Is(err, conversation.ErrUnchanged) {
 		return fmt.Errorf("sweep: move cursor %s: %w", key, err)
 	}
 	return nil
@@ -473,10 +474,10 @@ func (s *store) moveSweepCursor(ctx context.Context, key string, seq uint64) err
 func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
 	cutoff := now.Add(-tombstoneLife)
 	n := 0
-	isTombstone := func(m bus.HeaderMsg) bool { return m.Header.Get(hdrStatus) == string(StatusDeleted) }
+	isTombstone := func(m bus.HeaderMsg) bool { return m.Header.Get(hdrStatus) == string(conversation.StatusDeleted) }
 	err := s.sweepAged(ctx, cursorTombstones, cutoff, isTombstone, func(sums []ConversationSummary) error {
 		for _, sum := range sums {
-			if sum.Status != StatusDeleted || !sum.UpdatedAt.Before(cutoff) {
+			if sum.Status != conversation.StatusDeleted || !sum.UpdatedAt.Before(cutoff) {
 				continue
 			}
 			// Nothing is appended after a tombstone, so one purge of

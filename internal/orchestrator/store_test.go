@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -67,7 +68,7 @@ func TestReconcileSkipsFinishedConversations(t *testing.T) {
 	ids, _ := startIndexed(t, e, o, n)
 	e.worker("calculate_answer")
 	for _, id := range ids {
-		if c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+		if c := waitStatus(t, o, id, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 			t.Fatalf("status %s: %s", c.Status, c.Error)
 		}
 	}
@@ -129,19 +130,19 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStatus(t, o, info.ConversationID, orchestrator.StatusPaused)
+		waitStatus(t, o, info.ConversationID, conversation.StatusPaused)
 		ids = append(ids, info.ConversationID)
 	}
 	e.worker("calculate_answer")
 	for _, id := range ids {
-		waitStatus(t, o, id, orchestrator.StatusCompleted)
+		waitStatus(t, o, id, conversation.StatusCompleted)
 	}
 	started := time.Now()
 	third, err := o.StartRun(ctxT(t), "What is the answer?", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, o, third.ConversationID, orchestrator.StatusCompleted)
+	waitStatus(t, o, third.ConversationID, conversation.StatusCompleted)
 	ids = append(ids, third.ConversationID)
 
 	var seen []string
@@ -153,7 +154,7 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		}
 		for _, s := range page {
 			seen = append(seen, s.ID)
-			if s.Status != orchestrator.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
+			if s.Status != conversation.StatusCompleted || s.CreatedAt.IsZero() || s.UpdatedAt.Before(s.CreatedAt) {
 				t.Errorf("summary %+v", s)
 			}
 		}
@@ -168,7 +169,7 @@ func TestStoreListsAndDeletes(t *testing.T) {
 	if !slices.Equal(seen, ids) {
 		t.Errorf("listed %v, want %v", seen, ids)
 	}
-	if page, _, err := o.ListConversations(ctxT(t), orchestrator.StatusPaused, 10, ""); err != nil || len(page) != 0 {
+	if page, _, err := o.ListConversations(ctxT(t), conversation.StatusPaused, 10, ""); err != nil || len(page) != 0 {
 		t.Errorf("paused: %v, %v; want none", page, err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // The store's contract, which the write path relies on, held against each
@@ -33,13 +34,13 @@ func TestConversationStoreContract(t *testing.T) {
 
 func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversationStore, context.Context)) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	newConv := func(id string) *Conversation {
-		return NewConversation(id, RunRecord{RunID: "r1_" + id, Status: StatusRunning, Prompt: "p", StartedAt: t0},
-			&Lease{Owner: "me", RunID: "r1_" + id, Until: t0.Add(time.Minute)}, t0)
+	newConv := func(id string) *conversation.State {
+		return conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, Prompt: "p", StartedAt: t0},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: t0.Add(time.Minute)}, t0)
 	}
-	read := func(t *testing.T, ctx context.Context, s conversationStore, id string) (*Conversation, uint64) {
+	read := func(t *testing.T, ctx context.Context, s conversationStore, id string) (*conversation.State, uint64) {
 		t.Helper()
-		c, seq, err := s.updateFrom(ctx, id, nil, 0, func(*Conversation) error { return errUnchanged })
+		c, seq, err := s.updateFrom(ctx, id, nil, 0, func(*conversation.State) error { return conversation.ErrUnchanged })
 		if err != nil {
 			t.Fatalf("read %s: %v", id, err)
 		}
@@ -56,14 +57,14 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 			t.Errorf("create again: %v, want errExists", err)
 		}
 		c, got := read(t, ctx, s, "c1")
-		if got != seq || c.Status != StatusRunning || c.Runs[0].Prompt != "p" {
+		if got != seq || c.Status != conversation.StatusRunning || c.Runs[0].Prompt != "p" {
 			t.Errorf("read back at %d (want %d): %s", got, seq, c.Status)
 		}
 	})
 
 	t.Run("unknown", func(t *testing.T) {
 		s, ctx := newStore(t)
-		if _, _, err := s.updateFrom(ctx, "c404", nil, 0, func(*Conversation) error { return nil }); !errors.Is(err, ErrNotFound) {
+		if _, _, err := s.updateFrom(ctx, "c404", nil, 0, func(*conversation.State) error { return nil }); !errors.Is(err, ErrNotFound) {
 			t.Errorf("update unknown: %v, want ErrNotFound", err)
 		}
 	})
@@ -71,14 +72,14 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 	t.Run("unchanged and refused write nothing", func(t *testing.T) {
 		s, ctx := newStore(t)
 		seq, _ := s.create(ctx, newConv("c1"))
-		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *Conversation) error {
+		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
 			return c.Renew("someone else", "r1_c1", t0.Add(time.Hour))
-		}); !errors.Is(err, errLeaseLost) || got != seq {
+		}); !errors.Is(err, conversation.ErrLeaseLost) || got != seq {
 			t.Errorf("refused change: at %d, %v; want %d, errLeaseLost", got, err, seq)
 		}
-		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *Conversation) error {
+		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
 			c.Output = "not kept"
-			return errUnchanged
+			return conversation.ErrUnchanged
 		}); err != nil || got != seq {
 			t.Errorf("unchanged: at %d, %v; want %d", got, err, seq)
 		}
@@ -91,14 +92,14 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		s, ctx := newStore(t)
 		seq, _ := s.create(ctx, newConv("c1"))
 		stale, _ := read(t, ctx, s, "c1")
-		_, seq2, err := s.updateFrom(ctx, "c1", nil, 0, func(c *Conversation) error {
+		_, seq2, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
 			return c.Renew("me", "r1_c1", t0.Add(time.Hour))
 		})
 		if err != nil || seq2 <= seq {
 			t.Fatalf("renew: at %d, %v", seq2, err)
 		}
 		var applied []time.Time
-		c, seq3, err := s.updateFrom(ctx, "c1", stale, seq, func(c *Conversation) error {
+		c, seq3, err := s.updateFrom(ctx, "c1", stale, seq, func(c *conversation.State) error {
 			applied = append(applied, c.Lease.Until)
 			return c.Complete("me", "r1_c1", nil, "out", t0.Add(2*time.Minute))
 		})
@@ -108,10 +109,10 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		if len(applied) != 2 || !applied[0].Equal(t0.Add(time.Minute)) || !applied[1].Equal(t0.Add(time.Hour)) {
 			t.Errorf("applied to leases until %v; want the stale one, then the renewed one", applied)
 		}
-		if c.Status != StatusCompleted {
+		if c.Status != conversation.StatusCompleted {
 			t.Errorf("returned %s, want completed", c.Status)
 		}
-		if got, at := read(t, ctx, s, "c1"); at != seq3 || got.Status != StatusCompleted || got.Output != "out" {
+		if got, at := read(t, ctx, s, "c1"); at != seq3 || got.Status != conversation.StatusCompleted || got.Output != "out" {
 			t.Errorf("read back at %d (want %d): %s %q", at, seq3, got.Status, got.Output)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolgate/toolgate/internal/api"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
@@ -86,8 +87,8 @@ func TestMetricsAndOneTraceAcrossThePause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted {
 		t.Fatalf("conversation %s: %s", c.Status, c.Error)
 	}
 
@@ -211,7 +212,7 @@ func TestPendingGaugeFromStoredState(t *testing.T) {
 	waitMetrics(t, telemetry.Handler(reg2), all)
 
 	publishResult(t, e.connect("test"), c.Batch.RunID, "update_file_readme", "result-1")
-	waitCall(t, o2, c.ID, "update_file_readme", "the result to apply", func(pc *orchestrator.PendingCall) bool { return pc.Reply != nil })
+	waitCall(t, o2, c.ID, "update_file_readme", "the result to apply", func(pc *conversation.PendingCall) bool { return pc.Reply != nil })
 	waitMetrics(t, telemetry.Handler(reg2), []series{
 		all[0], all[1],
 		{name: "toolgate_deferred_pending", labels: []string{"tool", "update_file", "kind", "call"}, want: 0},

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // A run whose start is not stored yet. The replies that complete a
@@ -69,11 +71,11 @@ type tentativeClaim struct {
 	// base is the paused state's fingerprint, at pauseRev: what the
 	// record of the claim (or of the claim and the end) is a change of.
 	// A start has none: its record is the conversation's first.
-	base     *fingerprint
+	base     *conversation.Fingerprint
 	pauseRev uint64
 	// claimed is the state the claim (or the start) makes (not to be
 	// changed).
-	claimed *Conversation
+	claimed *conversation.State
 	jobs    []*replyJob
 	// reapply records jobs from the stored state, when the run is dropped
 	// (the reply pipeline's).
@@ -96,7 +98,7 @@ func (tc *tentativeClaim) start() bool { return tc.base == nil }
 
 // write appends c, the claimed state or one the run changed further, as
 // one record.
-func (tc *tentativeClaim) write(ctx context.Context, c *Conversation) (uint64, error) {
+func (tc *tentativeClaim) write(ctx context.Context, c *conversation.State) (uint64, error) {
 	if tc.start() {
 		// The start's client waits for this record.
 		return tc.co.store.create(answersRequest(ctx), c)
@@ -130,9 +132,9 @@ func (tc *tentativeClaim) arm() {
 // record is stored (alone, or with the run's pause or end) or cannot be:
 // errExists (wrapped) when the conversation was there before, ErrStopped
 // when the orchestrator stopped first, or the append's error.
-func (o *Orchestrator) startTentative(c *Conversation, runID string) error {
+func (o *Orchestrator) startTentative(c *conversation.State, runID string) error {
 	tc := &tentativeClaim{
-		co: o.core, convID: c.ID, runID: runID, claimed: c.clone(),
+		co: o.core, convID: c.ID, runID: runID, claimed: c.Clone(),
 		events: o.events.newHold(), settled: make(chan struct{}),
 	}
 	// A start of the same conversation going on here (a retry with the
@@ -176,14 +178,14 @@ func (o *Orchestrator) startTentative(c *Conversation, runID string) error {
 // it did; if not, the caller records the jobs as usual. claimed is paused
 // with the jobs applied and the batch claimed for followUp by this
 // replica, ready to run.
-func (rp *replyPipeline) tentative(ctx context.Context, paused *Conversation, rev uint64, claimed *Conversation, followUp string, jobs []*replyJob) bool {
-	if rp.cfg.ClaimWindow < 0 || !claimed.leaseLive(rp.clock()) || rp.stopped.Load() {
+func (rp *replyPipeline) tentative(ctx context.Context, paused *conversation.State, rev uint64, claimed *conversation.State, followUp string, jobs []*replyJob) bool {
+	if rp.cfg.ClaimWindow < 0 || !claimed.LeaseLive(rp.clock()) || rp.stopped.Load() {
 		return false
 	}
 	tc := &tentativeClaim{
 		co: rp.core, convID: paused.ID, runID: followUp,
-		base: fingerprintOf(paused), pauseRev: rev,
-		claimed: claimed.clone(), jobs: jobs,
+		base: conversation.FingerprintOf(paused), pauseRev: rev,
+		claimed: claimed.Clone(), jobs: jobs,
 		reapply: func(ctx context.Context, convID string, jobs []*replyJob) { rp.applyGroup(ctx, convID, jobs, nil, 0) },
 		events:  rp.events.newHold(), settled: make(chan struct{}),
 	}
@@ -229,18 +231,18 @@ func (tc *tentativeClaim) storeClaim(ctx context.Context) error {
 // for the caller to carry out); if not, the caller stores the end as usual
 // from the stored claim (from, at rev), unless dropped is set: the run is
 // to be forgotten.
-func (tc *tentativeClaim) end(ctx context.Context, end transition) (c *Conversation, effects []effect, done, dropped bool, from *Conversation, rev uint64) {
+func (tc *tentativeClaim) end(ctx context.Context, end conversation.Transition) (c *conversation.State, effects []conversation.Effect, done, dropped bool, from *conversation.State, rev uint64) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	switch tc.state {
 	case tentativeStored:
-		return nil, nil, false, false, tc.claimed.clone(), tc.claimRev
+		return nil, nil, false, false, tc.claimed.Clone(), tc.claimRev
 	case tentativeOpen:
 	default:
 		return nil, nil, false, true, nil, 0
 	}
 	tc.timer.Stop()
-	c = tc.claimed.clone()
+	c = tc.claimed.Clone()
 	effects, err := end(c, tc.co.clock())
 	if err == nil {
 		// Counted before the record can be seen.
@@ -260,7 +262,7 @@ func (tc *tentativeClaim) end(ctx context.Context, end transition) (c *Conversat
 			if cerr == nil {
 				tc.claimRev = seq
 				tc.settleLocked(ctx, tentativeStored)
-				return nil, nil, false, false, tc.claimed.clone(), seq
+				return nil, nil, false, false, tc.claimed.Clone(), seq
 			}
 			err = cerr
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/telemetry/telemetrytest"
@@ -81,8 +82,8 @@ func TestFollowUpStoredWithItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
 		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
 	}
 	if n := o.Stats().ClaimedWithEnd.Load(); n != 1 {
@@ -97,7 +98,7 @@ func TestFollowUpStoredWithItsClaim(t *testing.T) {
 	}
 	// A reader that never saw it folds the same state.
 	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
-	if err != nil || stored.Status != orchestrator.StatusCompleted || len(stored.History) != len(c.History) || stored.Lease != nil {
+	if err != nil || stored.Status != conversation.StatusCompleted || len(stored.History) != len(c.History) || stored.Lease != nil {
 		t.Errorf("folded from the log: %v, %s", err, describe(stored))
 	}
 	evs := collectEvents(t, b, info.ConversationID, func(evs []wire.Event) bool {
@@ -137,11 +138,11 @@ func TestTentativeFollowUpDroppedOnChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed)
 	if !prompted.Load() {
 		t.Fatal("the prompt sent during the follow-up was refused")
 	}
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 || c.Runs[1].Prompt != "And say it twice." {
+	if c.Status != conversation.StatusCompleted || len(c.Runs) != 2 || c.Runs[1].Prompt != "And say it twice." {
 		t.Fatalf("%s, runs %+v; want completed by one follow-up with the prompt", describe(c), c.Runs)
 	}
 	if d, w := o.Stats().TentativeDropped.Load(), o.Stats().ClaimedWithEnd.Load(); d != 1 || w != 0 {
@@ -186,8 +187,8 @@ func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCancelled, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCancelled || len(c.Runs) != 1 {
+	c := waitStatus(t, o, info.ConversationID, conversation.StatusCancelled, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCancelled || len(c.Runs) != 1 {
 		t.Fatalf("%s, runs %+v; want cancelled, no follow-up", describe(c), c.Runs)
 	}
 	waitFor(t, "the run to be dropped", func() (bool, string) {
@@ -212,7 +213,7 @@ func TestTentativeClaimStoredAtTheWindow(t *testing.T) {
 	e.worker("calculate_answer")
 	var o *orchestrator.Orchestrator
 	var convID string
-	storedStatus := func() orchestrator.Status {
+	storedStatus := func() conversation.Status {
 		c, err := orchestrator.ReadConversation(context.Background(), e.connect("reader"), convID)
 		if err != nil {
 			t.Errorf("read: %v", err)
@@ -223,7 +224,7 @@ func TestTentativeClaimStoredAtTheWindow(t *testing.T) {
 	slow := answerModel(func(int) {
 		waitFor(t, "the claim to be stored at the window's end", func() (bool, string) {
 			st := storedStatus()
-			return st == orchestrator.StatusResuming, string(st)
+			return st == conversation.StatusResuming, string(st)
 		})
 	})
 	o, _ = e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: slow, ClaimWindow: time.Millisecond})
@@ -232,7 +233,7 @@ func TestTentativeClaimStoredAtTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := waitStatus(t, o, convID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+	if c := waitStatus(t, o, convID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	if w, f := o.Stats().ClaimedWithEnd.Load(), o.Stats().FollowUps.Load(); w != 0 || f != 1 {
@@ -266,7 +267,7 @@ func TestTentativeClaimStoredBeforeATool(t *testing.T) {
 	})
 	o2, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: withTool, Tools: []agent.Tool{note}, ClaimWindow: time.Hour, InstanceID: "with-tool"})
 	completeRun(t, o2, "What is the answer?")
-	if st, _ := sawStatus.Load().(orchestrator.Status); st != orchestrator.StatusResuming {
+	if st, _ := sawStatus.Load().(conversation.Status); st != conversation.StatusResuming {
 		t.Errorf("the tool ran with the conversation %q in the store; want its claim stored (resuming)", st)
 	}
 	if w := o2.Stats().ClaimedWithEnd.Load(); w != 0 {
@@ -327,10 +328,10 @@ func TestTentativeClaimStoredWhenNoSlot(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return c.Status == orchestrator.StatusResuming, describe(c)
+		return c.Status == conversation.StatusResuming, describe(c)
 	})
 	release()
-	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+	if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	if w := o.Stats().ClaimedWithEnd.Load(); w != 0 {
@@ -355,7 +356,7 @@ func TestStartStoredWithItsEnd(t *testing.T) {
 	b := e.connect("reader")
 	// Stored when the start is answered.
 	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
-	if err != nil || stored.Status != orchestrator.StatusCompleted || stored.Output != "hello" || len(stored.Runs) != 1 {
+	if err != nil || stored.Status != conversation.StatusCompleted || stored.Output != "hello" || len(stored.Runs) != 1 {
 		t.Fatalf("folded from the log: %v, %s", err, describe(stored))
 	}
 	if n := logLength(t, b, info.ConversationID); n != 1 {
@@ -399,11 +400,11 @@ func TestStartStoredAtTheWindow(t *testing.T) {
 	}
 	b := e.connect("reader")
 	stored, err := orchestrator.ReadConversation(ctxT(t), b, info.ConversationID)
-	if err != nil || stored.Status != orchestrator.StatusRunning || stored.Lease == nil {
+	if err != nil || stored.Status != conversation.StatusRunning || stored.Lease == nil {
 		t.Fatalf("answered before the start was stored: %v, %s", err, describe(stored))
 	}
 	unblock()
-	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted || c.Output != "late" {
+	if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted || c.Output != "late" {
 		t.Fatalf("%s", describe(c))
 	}
 	if n := logLength(t, b, info.ConversationID); n != 2 {
@@ -428,7 +429,7 @@ func TestStartStoredBeforeATool(t *testing.T) {
 	})
 	o, _ := e.orch(orchestrator.Config{Agent: externalAgent(t, ""), Model: model, Tools: []agent.Tool{peek}, ClaimWindow: time.Hour})
 	completeRun(t, o, "Look")
-	if st, _ := saw.Load().(orchestrator.Status); st != orchestrator.StatusRunning {
+	if st, _ := saw.Load().(conversation.Status); st != conversation.StatusRunning {
 		t.Errorf("the tool found the conversation %q in the store; want its start stored (running)", st)
 	}
 	if w := o.Stats().StartedWithEnd.Load(); w != 0 {
@@ -461,7 +462,7 @@ func TestConcurrentStartsWithOneKey(t *testing.T) {
 			t.Fatalf("start %d: %+v, %v; want the run of start 0, %+v", i, infos[i], errs[i], infos[0])
 		}
 	}
-	c := waitStatus(t, o[0], infos[0].ConversationID, orchestrator.StatusPaused)
+	c := waitStatus(t, o[0], infos[0].ConversationID, conversation.StatusPaused)
 	if len(c.Runs) != 1 {
 		t.Errorf("%s; want one run", describe(c))
 	}
@@ -478,8 +479,8 @@ func TestFollowUpStoredThoughItsAnswerWasLost(t *testing.T) {
 	t.Parallel()
 	o, proxy, reader, id := followUpMuted(t, func(cfg orchestrator.Config) orchestrator.Config { return cfg })
 	proxy.Cut()
-	c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+	c := waitStatus(t, o, id, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
 		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
 	}
 	st := o.Stats()
@@ -522,8 +523,8 @@ func TestRecordWhoseOutcomeStaysUnknownIsFollowedUp(t *testing.T) {
 	evs := collectEvents(t, reader, id, func(evs []wire.Event) bool {
 		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventRunCompleted })
 	})
-	c := waitStatus(t, o, id, orchestrator.StatusCompleted, orchestrator.StatusFailed)
-	if c.Status != orchestrator.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
+	c := waitStatus(t, o, id, conversation.StatusCompleted, conversation.StatusFailed)
+	if c.Status != conversation.StatusCompleted || c.Output != "42" || len(c.Runs) != 2 {
 		t.Fatalf("%s; want completed with 42 after one follow-up", describe(c))
 	}
 	if n := logLength(t, reader, id); n != 2 {

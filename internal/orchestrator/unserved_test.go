@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
@@ -37,7 +38,7 @@ func TestToolUnservedIsTold(t *testing.T) {
 	}
 
 	e.worker("calculate_answer")
-	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+	if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 		t.Fatalf("once a worker came: %s", describe(c))
 	}
 }
@@ -57,7 +58,7 @@ func TestToolServedIsNotTold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := waitStatus(t, o, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed); c.Status != orchestrator.StatusCompleted {
+	if c := waitStatus(t, o, info.ConversationID, conversation.StatusCompleted, conversation.StatusFailed); c.Status != conversation.StatusCompleted {
 		t.Fatalf("%s", describe(c))
 	}
 	// Stop waits for the looks under way.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/toolgate/toolgate/internal/bus"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
@@ -36,6 +37,12 @@ type incoming struct {
 	// meta is the metadata a decision (on the bus, or an answer over HTTP)
 	// gives an approved call's tool.
 	meta json.RawMessage
+}
+
+// answer is in as its conversation applies it.
+func (in incoming) answer() conversation.Answer {
+	return conversation.Answer{RunID: in.runID, CallID: in.callID, Kind: in.kind, Decision: in.decision, Result: in.result,
+		TrustErr: in.trustErr, Quorum: in.quorum, Trace: in.trace, Metadata: in.meta}
 }
 
 // verify decodes and checks a reply before it reaches its conversation: its

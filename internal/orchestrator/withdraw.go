@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
@@ -24,7 +25,7 @@ const withdrawTimeout = 30 * time.Second
 // is not a work queue, and approvers learn the call was settled from its
 // events. A failure is logged: the call is settled all the same, and a
 // worker that runs it has its reply refused as late.
-func (co *core) withdraw(ctx context.Context, convID, runID string, calls []*PendingCall) {
+func (co *core) withdraw(ctx context.Context, convID, runID string, calls []*conversation.PendingCall) {
 	byTool := map[string][]string{}
 	for _, pc := range calls {
 		if pc.Kind != deferred.KindCall || pc.Reply != nil && !pc.Reply.Cancelled && !pc.Reply.Expired {

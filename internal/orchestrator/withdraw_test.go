@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/worker"
 	"github.com/toolgate/toolgate/wire"
@@ -31,17 +32,17 @@ func TestSettledCallsNeverRunAtALaterWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		toolExtra string
-		settle    func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation)
+		settle    func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *conversation.State)
 	}{
-		{"cancelled", "", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
+		{"cancelled", "", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *conversation.State) {
 			if _, err := o.Cancel(ctxT(t), c.ID); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"expired", "    deadline: 1s\n", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
-			waitStatus(t, o, c.ID, orchestrator.StatusCompleted)
+		{"expired", "    deadline: 1s\n", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *conversation.State) {
+			waitStatus(t, o, c.ID, conversation.StatusCompleted)
 		}},
-		{"deleted", "", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *orchestrator.Conversation) {
+		{"deleted", "", func(t *testing.T, e *env, o *orchestrator.Orchestrator, c *conversation.State) {
 			if _, err := o.Cancel(ctxT(t), c.ID); err != nil {
 				t.Fatal(err)
 			}

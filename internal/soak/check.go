@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/approver"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -298,9 +299,9 @@ func (s *system) check(ctx context.Context) *Report {
 		}
 		r.Runs += len(c.Runs)
 		switch c.Status {
-		case orchestrator.StatusCompleted:
+		case conversation.StatusCompleted:
 			r.Completed++
-		case orchestrator.StatusFailed:
+		case conversation.StatusFailed:
 			r.Failed++
 			notCompleted = append(notCompleted, fmt.Sprintf("%s: %s", id, c.Error))
 		default:
@@ -374,7 +375,7 @@ func sum(m map[deferredKey]int) int {
 // checkReturns checks a conversation's history: every tool call of the
 // model has exactly one tool-return, a success carrying the idempotency
 // key of a run of this conversation and that call.
-func checkReturns(c *orchestrator.Conversation, calls int) string {
+func checkReturns(c *conversation.State, calls int) string {
 	runs := map[string]bool{}
 	for _, r := range c.Runs {
 		runs[r.RunID] = true
@@ -419,7 +420,7 @@ func checkReturns(c *orchestrator.Conversation, calls int) string {
 // checkFollowUps checks that the conversation's runs are its first run and
 // then one follow-up per paused run: every run but the last paused, the
 // last completed, and as many runs as batches plus one.
-func checkFollowUps(c *orchestrator.Conversation, paused map[string]bool) string {
+func checkFollowUps(c *conversation.State, paused map[string]bool) string {
 	if len(c.Runs) != len(paused)+1 {
 		return fmt.Sprintf("%d runs for %d batches", len(c.Runs), len(paused))
 	}
@@ -430,10 +431,10 @@ func checkFollowUps(c *orchestrator.Conversation, paused map[string]bool) string
 		}
 		seen[r.RunID] = true
 		last := i == len(c.Runs)-1
-		if !last && (r.Status != orchestrator.StatusPaused || !paused[r.RunID]) {
+		if !last && (r.Status != conversation.StatusPaused || !paused[r.RunID]) {
 			return fmt.Sprintf("run %d (%s) is %s, want paused", i, r.RunID, r.Status)
 		}
-		if last && r.Status != orchestrator.StatusCompleted {
+		if last && r.Status != conversation.StatusCompleted {
 			return fmt.Sprintf("last run %s is %s", r.RunID, r.Status)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -56,14 +57,14 @@ func TestSystemRunsTheSeedConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c *orchestrator.Conversation
+	var c *conversation.State
 	bustest.Poll(t, bustest.Timeout, "the conversation to end", func() (bool, string) {
 		if c, err = o.Conversation(ctx, info.ConversationID); err != nil {
 			return false, err.Error()
 		}
 		return c.Status.Terminal(), string(c.Status)
 	})
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) < 2 {
+	if c.Status != conversation.StatusCompleted || len(c.Runs) < 2 {
 		t.Fatalf("conversation %s after %d runs (%s); want completed after a follow-up", c.Status, len(c.Runs), c.Error)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/approver/inbox"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/wire"
@@ -140,7 +141,7 @@ func (r *opsRig) start(t *testing.T, caller string) (convID string, pending []wi
 			return false, err.Error()
 		}
 		pending = c.PendingCalls()
-		return c.Status == orchestrator.StatusPaused && len(pending) > 0, string(c.Status)
+		return c.Status == conversation.StatusPaused && len(pending) > 0, string(c.Status)
 	})
 	return info.ConversationID, pending
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
 	"github.com/toolgate/toolgate/internal/client"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -148,7 +149,7 @@ func TestBrowserInboxAlwaysAllow(t *testing.T) {
 
 // decidedBy is the approver of the decision applied to call of c's
 // latest batch; "" when none is.
-func decidedBy(c *orchestrator.Conversation, call string) string {
+func decidedBy(c *conversation.State, call string) string {
 	for _, pc := range c.Batch.Calls {
 		if pc.ToolCallID != call {
 			continue

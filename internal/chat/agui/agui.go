@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
@@ -154,7 +155,7 @@ func ConversationID(threadID string) string {
 // plan is what an input asks for once checked: nothing of it is applied
 // before every part is known to be acceptable.
 type plan struct {
-	conv      *orchestrator.Conversation // nil: a new thread
+	conv      *conversation.State // nil: a new thread
 	known     transcript
 	prompt    string
 	agent     string
@@ -189,13 +190,13 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 	default:
 		p.conv = c
 	}
-	approvals, frontend := map[string]*orchestrator.PendingCall{}, map[string]bool{}
+	approvals, frontend := map[string]*conversation.PendingCall{}, map[string]bool{}
 	if c != nil {
 		p.known = transcriptOf(c)
 		for _, r := range c.Runs {
 			p.oldRuns[r.RunID] = true
 		}
-		if c.Status == orchestrator.StatusPaused || c.Status == orchestrator.StatusRunning {
+		if c.Status == conversation.StatusPaused || c.Status == conversation.StatusRunning {
 			for _, pc := range waiting(c) {
 				if pc.Kind == deferred.KindApproval {
 					approvals[pc.ToolCallID] = pc
@@ -271,11 +272,11 @@ func (h *handler) prepare(ctx context.Context, in RunAgentInput) (*plan, error) 
 }
 
 // waiting is the calls of c's batch without an answer.
-func waiting(c *orchestrator.Conversation) []*orchestrator.PendingCall {
+func waiting(c *conversation.State) []*conversation.PendingCall {
 	if c.Batch == nil {
 		return nil
 	}
-	var out []*orchestrator.PendingCall
+	var out []*conversation.PendingCall
 	for _, pc := range c.Batch.Calls {
 		if pc.Reply == nil {
 			out = append(out, pc)
@@ -284,7 +285,7 @@ func waiting(c *orchestrator.Conversation) []*orchestrator.PendingCall {
 	return out
 }
 
-func decisionOf(e ResumeEntry, pc *orchestrator.PendingCall) (orchestrator.Answer, error) {
+func decisionOf(e ResumeEntry, pc *conversation.PendingCall) (orchestrator.Answer, error) {
 	d := &orchestrator.AnswerDecision{ArgsDigest: pc.ArgsDigest}
 	switch e.Status {
 	case "cancelled":
@@ -390,7 +391,7 @@ func errCode(err error) string {
 	if errors.As(err, &ae) {
 		return "answer_" + string(ae.Code)
 	}
-	var ce *orchestrator.ConflictError
+	var ce *conversation.ConflictError
 	if errors.As(err, &ce) {
 		return "conflict"
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
@@ -324,7 +325,7 @@ func TestAGUICancelled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Status == orchestrator.StatusPaused && c.Batch != nil && waitsOnWorkersOnly(c.Batch) {
+		if c.Status == conversation.StatusPaused && c.Batch != nil && waitsOnWorkersOnly(c.Batch) {
 			break
 		}
 		select {
@@ -355,7 +356,7 @@ func TestAGUICancelled(t *testing.T) {
 // waitsOnWorkersOnly reports whether every call of b left unanswered is
 // one for the workers: the approvals were decided and dispatched, the
 // frontend's calls answered.
-func waitsOnWorkersOnly(b *orchestrator.Batch) bool {
+func waitsOnWorkersOnly(b *conversation.Batch) bool {
 	waiting := 0
 	for _, pc := range b.Calls {
 		if pc.Reply != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -145,7 +145,7 @@ func TestAGUIWithHttpAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Status != orchestrator.StatusPaused || b.Batch.Calls[0].Reply != nil {
+	if b.Status != conversation.StatusPaused || b.Batch.Calls[0].Reply != nil {
 		t.Errorf("thread b after refused inputs: %s, reply %+v", b.Status, b.Batch.Calls[0].Reply)
 	}
 	a, err := o.Conversation(ctx, agui.ConversationID("thread-a"))
@@ -154,7 +154,7 @@ func TestAGUIWithHttpAgent(t *testing.T) {
 	}
 	// The first run, the follow-up once the approved calls' results are in
 	// (they go to the workers when approved) and the next turn's.
-	if a.Status != orchestrator.StatusCompleted || len(a.Runs) != 3 {
+	if a.Status != conversation.StatusCompleted || len(a.Runs) != 3 {
 		t.Errorf("thread a after the rewritten history: %s with %d runs", a.Status, len(a.Runs))
 	}
 	// Had a forged resume applied anything, step 5's answers would be

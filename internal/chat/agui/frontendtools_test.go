@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
@@ -144,7 +145,7 @@ func TestAGUIDeclaredFrontendTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(c.FrontendTools)
-	if c.Status != orchestrator.StatusCompleted || len(c.FrontendTools) != 2 || c.FrontendTools[0].Name != "page_color" {
+	if c.Status != conversation.StatusCompleted || len(c.FrontendTools) != 2 || c.FrontendTools[0].Name != "page_color" {
 		t.Errorf("conversation %s, frontend tools %s", c.Status, raw)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -44,7 +45,7 @@ type transcript struct {
 	results map[string]agent.Part
 }
 
-func transcriptOf(c *orchestrator.Conversation) transcript {
+func transcriptOf(c *conversation.State) transcript {
 	t := transcript{msgs: map[string]sent{}, calls: map[string]bool{}, results: map[string]agent.Part{}}
 	responses := map[string]int{}
 	for _, m := range c.History {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -183,16 +184,16 @@ func (h *handler) settle(ctx context.Context, s *stream, threadID string, p *pla
 		return false
 	}
 	switch c.Status {
-	case orchestrator.StatusCompleted:
+	case conversation.StatusCompleted:
 		s.finish(outcome{Type: "success"}, c.Output)
 		return true
-	case orchestrator.StatusFailed:
+	case conversation.StatusFailed:
 		s.fail("run_failed", c.Error)
 		return true
-	case orchestrator.StatusCancelled:
+	case conversation.StatusCancelled:
 		s.finish(outcome{Type: "cancelled"}, nil)
 		return true
-	case orchestrator.StatusPaused:
+	case conversation.StatusPaused:
 		var (
 			interrupts []Interrupt
 			frontend   []string
@@ -217,7 +218,7 @@ func (h *handler) settle(ctx context.Context, s *stream, threadID string, p *pla
 	return false
 }
 
-func interruptOf(pc *orchestrator.PendingCall) Interrupt {
+func interruptOf(pc *conversation.PendingCall) Interrupt {
 	in := Interrupt{
 		ID: interruptID(pc.ToolCallID, pc.ArgsDigest), Reason: "tool_call", ToolCallID: pc.ToolCallID,
 		Message:        fmt.Sprintf("Allow %s with %s?", pc.ToolName, pc.Args),

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/web"
 )
@@ -154,7 +155,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 	s := newStream(w, nil)
 	s.mode, s.at.Runs = modeReplay, last
 	s.start()
-	if c.Status == orchestrator.StatusCancelled {
+	if c.Status == conversation.StatusCancelled {
 		// Its cancel is no event after this request: the replay would
 		// wait for one.
 		s.abort("the conversation was cancelled")
@@ -167,7 +168,7 @@ func (h *handler) resume(w http.ResponseWriter, r *http.Request) {
 // chunks are made again as that response made them (its runs, the calls
 // its client had, the calls its message showed) and those up to at left
 // out.
-func (h *handler) reconnect(ctx context.Context, w http.ResponseWriter, c *orchestrator.Conversation, mode byte, at chat.Cursor) {
+func (h *handler) reconnect(ctx context.Context, w http.ResponseWriter, c *conversation.State, mode byte, at chat.Cursor) {
 	p := &plan{oldRuns: map[string]bool{}, after: at.Base, known: newTranscript()}
 	last := 0
 	for i, run := range c.Runs[:at.Runs] {
@@ -186,7 +187,7 @@ func (h *handler) reconnect(ctx context.Context, w http.ResponseWriter, c *orche
 		if !p.oldRuns[m.RunID] || mode == modeReplay {
 			continue
 		}
-		lastMessage := slices.ContainsFunc(c.Runs[last:at.Runs], func(r *orchestrator.RunRecord) bool { return r.RunID == m.RunID })
+		lastMessage := slices.ContainsFunc(c.Runs[last:at.Runs], func(r *conversation.RunRecord) bool { return r.RunID == m.RunID })
 		for _, part := range m.Parts {
 			switch part.Kind {
 			case agent.PartToolCall:
@@ -210,7 +211,7 @@ func (h *handler) reconnect(ctx context.Context, w http.ResponseWriter, c *orche
 // plan is what a request asks for once checked: nothing of it is applied
 // before every part is known to be acceptable.
 type plan struct {
-	conv      *orchestrator.Conversation // nil: a new chat
+	conv      *conversation.State // nil: a new chat
 	known     transcript
 	prompt    string
 	promptID  string
@@ -255,7 +256,7 @@ func (h *handler) prepare(ctx context.Context, req Request) (*plan, error) {
 	default:
 		p.conv = c
 	}
-	w := waiting{approvals: map[string]*orchestrator.PendingCall{}, frontend: map[string]*orchestrator.PendingCall{}}
+	w := waiting{approvals: map[string]*conversation.PendingCall{}, frontend: map[string]*conversation.PendingCall{}}
 	if c != nil {
 		p.known = transcriptOf(c)
 		for _, r := range c.Runs {
@@ -380,7 +381,7 @@ func errCode(err error) string {
 	if errors.As(err, &ae) {
 		return "answer_" + string(ae.Code)
 	}
-	var ce *orchestrator.ConflictError
+	var ce *conversation.ConflictError
 	if errors.As(err, &ce) {
 		return "conflict"
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/aisdk"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -81,7 +81,7 @@ func TestAISDKHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Runs) != 1 || c.Status != orchestrator.StatusPaused {
+	if len(c.Runs) != 1 || c.Status != conversation.StatusPaused {
 		t.Errorf("chat h after refused requests: %s with %d runs", c.Status, len(c.Runs))
 	}
 	// A chat without a run has no stream to resume.

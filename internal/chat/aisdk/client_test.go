@@ -16,7 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/api"
 	"github.com/toolgate/toolgate/internal/chat/aisdk"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -252,7 +252,7 @@ func TestAISDKWithChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Status != orchestrator.StatusCompleted || len(a.Runs) != 3 {
+	if a.Status != conversation.StatusCompleted || len(a.Runs) != 3 {
 		t.Errorf("chat a: %s with %d runs, want completed with 3", a.Status, len(a.Runs))
 	}
 	decided := map[string]bool{}
@@ -292,14 +292,14 @@ func TestAISDKWithChat(t *testing.T) {
 			failed = failed || p.ToolCallID == "time" && p.Outcome == agent.OutcomeFailed
 		}
 	}
-	if c.Status != orchestrator.StatusCompleted || !failed {
+	if c.Status != conversation.StatusCompleted || !failed {
 		t.Errorf("chat c: %s, the frontend's failure recorded: %v", c.Status, failed)
 	}
 	b, err := o.Conversation(ctx, aisdk.ConversationID("chat-b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Status != orchestrator.StatusPaused || b.Batch.Calls[0].Reply != nil {
+	if b.Status != conversation.StatusPaused || b.Batch.Calls[0].Reply != nil {
 		t.Errorf("chat b after refused requests: %s, reply %+v", b.Status, b.Batch.Calls[0].Reply)
 	}
 }

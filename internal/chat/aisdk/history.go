@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 )
@@ -31,14 +32,14 @@ type transcript struct {
 	texts     []string
 	calls     map[string]call
 	results   map[string]agent.Part
-	decisions map[string]orchestrator.DecisionRecord
+	decisions map[string]conversation.DecisionRecord
 }
 
 func newTranscript() transcript {
-	return transcript{calls: map[string]call{}, results: map[string]agent.Part{}, decisions: map[string]orchestrator.DecisionRecord{}}
+	return transcript{calls: map[string]call{}, results: map[string]agent.Part{}, decisions: map[string]conversation.DecisionRecord{}}
 }
 
-func transcriptOf(c *orchestrator.Conversation) transcript {
+func transcriptOf(c *conversation.State) transcript {
 	t := newTranscript()
 	for _, m := range c.History {
 		switch m.Kind {
@@ -72,8 +73,8 @@ func transcriptOf(c *orchestrator.Conversation) transcript {
 
 // waiting are the calls the conversation waits for an answer to.
 type waiting struct {
-	approvals map[string]*orchestrator.PendingCall
-	frontend  map[string]*orchestrator.PendingCall
+	approvals map[string]*conversation.PendingCall
+	frontend  map[string]*conversation.PendingCall
 }
 
 // reading is what a request brings that the server did not send: the new

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
-	"github.com/toolgate/toolgate/internal/orchestrator"
 )
 
 // FuzzRead holds arbitrary histories against a conversation that waits for
@@ -28,8 +28,8 @@ func FuzzRead(f *testing.F) {
 	t.calls["old"] = call{name: "update_file", args: json.RawMessage(`{}`)}
 	t.results["old"] = agent.Part{Kind: agent.PartToolReturn, ToolCallID: "old", Value: json.RawMessage(`"ok"`), Outcome: agent.OutcomeSuccess}
 	w := waiting{
-		approvals: map[string]*orchestrator.PendingCall{"del": {ToolCallID: "del", ToolName: "delete_file", Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour)}},
-		frontend:  map[string]*orchestrator.PendingCall{"time": {ToolCallID: "time", ToolName: "local_time"}},
+		approvals: map[string]*conversation.PendingCall{"del": {ToolCallID: "del", ToolName: "delete_file", Args: args, ArgsDigest: digest, Deadline: time.Now().Add(time.Hour)}},
+		frontend:  map[string]*conversation.PendingCall{"time": {ToolCallID: "time", ToolName: "local_time"}},
 	}
 	user := `{"id":"u","role":"user","parts":[{"type":"text","text":"delete b.txt"}]}`
 	f.Add(`[` + user + `,{"id":"a","role":"assistant","parts":[{"type":"step-start"},{"type":"text","text":"on it"},` +

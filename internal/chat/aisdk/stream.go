@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/chat"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/wire"
@@ -243,16 +244,16 @@ func (h *handler) settle(ctx context.Context, s *stream, convID string, p *plan,
 		return false
 	}
 	switch c.Status {
-	case orchestrator.StatusCompleted:
+	case conversation.StatusCompleted:
 		s.finish("stop")
 		return true
-	case orchestrator.StatusFailed:
+	case conversation.StatusFailed:
 		s.fail("run_failed", c.Error)
 		return true
-	case orchestrator.StatusCancelled:
+	case conversation.StatusCancelled:
 		s.abort("the conversation was cancelled")
 		return true
-	case orchestrator.StatusPaused:
+	case conversation.StatusPaused:
 		w := waitingOf(c)
 		if len(w.approvals) == 0 && len(w.frontend) == 0 {
 			return false
@@ -281,9 +282,9 @@ func (h *handler) settle(ctx context.Context, s *stream, convID string, p *plan,
 
 // waitingOf is what c's batch waits for from the user: its approvals and
 // its frontend calls without an answer.
-func waitingOf(c *orchestrator.Conversation) waiting {
-	w := waiting{approvals: map[string]*orchestrator.PendingCall{}, frontend: map[string]*orchestrator.PendingCall{}}
-	if c.Batch == nil || (c.Status != orchestrator.StatusPaused && c.Status != orchestrator.StatusRunning) {
+func waitingOf(c *conversation.State) waiting {
+	w := waiting{approvals: map[string]*conversation.PendingCall{}, frontend: map[string]*conversation.PendingCall{}}
+	if c.Batch == nil || (c.Status != conversation.StatusPaused && c.Status != conversation.StatusRunning) {
 		return w
 	}
 	for _, pc := range c.Batch.Calls {
@@ -383,7 +384,7 @@ func (f *follower) nextStep() {
 // descriptorOf is an approval request's approvalDescriptor (opaque to the
 // chat, kept as part.approval.descriptor): the call's deadline and its
 // approval metadata.
-func descriptorOf(pc *orchestrator.PendingCall) map[string]any {
+func descriptorOf(pc *conversation.PendingCall) map[string]any {
 	d := map[string]any{"expiresAt": pc.Deadline.UTC().Format(time.RFC3339Nano)}
 	if len(pc.Metadata) > 0 && pc.Metadata[0] == '{' {
 		d["metadata"] = pc.Metadata

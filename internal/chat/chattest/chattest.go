@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agentconfig"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/orchestrator"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/internal/worker"
@@ -254,7 +255,7 @@ func Node(ctx context.Context, t testing.TB, script, nodePath string, input any)
 // agent over box: the files as its approvals left them (the delete denied,
 // the .env update approved) and the conversation completed, a run taking
 // the prompt backup. It returns the conversation.
-func SeedDone(ctx context.Context, t testing.TB, o *testkit.Orchestrator, box, conv, backup string) *orchestrator.Conversation {
+func SeedDone(ctx context.Context, t testing.TB, o *testkit.Orchestrator, box, conv, backup string) *conversation.State {
 	t.Helper()
 	for name, want := range map[string]string{"__init__.py": "# package\n", "README.md": "Hello, world!", ".env": ""} {
 		if got, err := os.ReadFile(filepath.Join(box, name)); err != nil || string(got) != want {
@@ -269,7 +270,7 @@ func SeedDone(ctx context.Context, t testing.TB, o *testkit.Orchestrator, box, c
 	for _, r := range c.Runs {
 		prompted = prompted || r.Prompt == backup
 	}
-	if c.Status != orchestrator.StatusCompleted || !prompted {
+	if c.Status != conversation.StatusCompleted || !prompted {
 		t.Errorf("conversation %s, the backup prompt in a run: %v", c.Status, prompted)
 	}
 	return c

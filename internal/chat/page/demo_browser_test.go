@@ -19,7 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -96,7 +96,7 @@ func TestChatPageDemo(t *testing.T) {
 	if v := string(values["confirm"]); v != `{"confirmed":false}` {
 		t.Errorf("confirm value %s, want {\"confirmed\":false}", v)
 	}
-	if c.Status != orchestrator.StatusCompleted {
+	if c.Status != conversation.StatusCompleted {
 		t.Errorf("conversation %s: %s", c.ID, c.Status)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -100,7 +100,7 @@ func TestChatPage(t *testing.T) {
 	br := browsertest.Start(t, 90*time.Second, chromedp.Env("TZ="+browserTZ))
 	run, shot := br.Run, br.Shot
 	var thread string
-	conv := func() *orchestrator.Conversation {
+	conv := func() *conversation.State {
 		t.Helper()
 		c, err := o.Conversation(ctx, agui.ConversationID(thread))
 		if err != nil {
@@ -242,7 +242,7 @@ func TestChatPage(t *testing.T) {
 	if by["del_old"] != "ann" || by["del_keep"] != "ann" || by["del_typo"] != "ann" {
 		t.Errorf("decisions by %v, want ann (the token's user)", by)
 	}
-	if c.Status != orchestrator.StatusCompleted || len(c.Runs) < 4 {
+	if c.Status != conversation.StatusCompleted || len(c.Runs) < 4 {
 		t.Errorf("conversation %s with %d runs, want completed after the four prompts", c.Status, len(c.Runs))
 	}
 

@@ -14,7 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/chat/agui"
 	"github.com/toolgate/toolgate/internal/chat/chattest"
 	"github.com/toolgate/toolgate/internal/chat/page"
-	"github.com/toolgate/toolgate/internal/orchestrator"
+	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/testkit"
 )
 
@@ -65,7 +65,7 @@ func TestChatPageStop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: conversation of thread %s: %v", what, thread, err)
 		}
-		if c.Status != orchestrator.StatusCancelled {
+		if c.Status != conversation.StatusCancelled {
 			t.Errorf("%s: conversation %s, want cancelled", what, c.Status)
 		}
 	}

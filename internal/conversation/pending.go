@@ -1,10 +1,10 @@
-package orchestrator
+package conversation
 
 import "github.com/toolgate/toolgate/wire"
 
 // PendingCalls lists the calls of the conversation's batch still waiting
 // for their reply, in the batch's order.
-func (c *Conversation) PendingCalls() []wire.PendingCall {
+func (c *State) PendingCalls() []wire.PendingCall {
 	out := []wire.PendingCall{}
 	if c.Batch == nil {
 		return out
@@ -13,13 +13,13 @@ func (c *Conversation) PendingCalls() []wire.PendingCall {
 		if pc.Reply != nil {
 			continue
 		}
-		out = append(out, c.pendingCall(pc))
+		out = append(out, c.PendingCallOf(pc))
 	}
 	return out
 }
 
-// pendingCall is pc, a call of c's batch, as events and approvers see it.
-func (c *Conversation) pendingCall(pc *PendingCall) wire.PendingCall {
+// PendingCallOf is pc, a call of c's batch, as events and approvers see it.
+func (c *State) PendingCallOf(pc *PendingCall) wire.PendingCall {
 	return wire.PendingCall{
 		ConversationID: c.ID,
 		RunID:          c.Batch.RunID,

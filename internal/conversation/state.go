@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Status is where a conversation stands.
@@ -28,17 +29,30 @@ const (
 	// while its conversation was paused, which the follow-up run sends
 	// once the batch is answered; the run has not started.
 	StatusQueued Status = "queued"
+	// StatusCancelled: the conversation was cancelled; its pending calls
+	// were settled as cancelled and later replies are refused as late.
+	StatusCancelled Status = "cancelled"
+	// StatusDeleted: the conversation is being deleted. Its log holds
+	// only the record that set this status (the tombstone): every replica
+	// that catches up, however stale its cache, reads it and answers that
+	// the conversation is not found, and a change racing the delete fails
+	// its append and sees it.
+	StatusDeleted Status = "deleted"
 )
+
+// Ended reports whether nothing can happen to the conversation but a new
+// run (finished) or nothing at all (deleted).
+func (s Status) Ended() bool { return s.Terminal() || s == StatusDeleted }
 
 // Terminal reports whether no run is under way or awaited.
 func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
-// Conversation is the whole stored state of one conversation: the fold of
+// State is the whole stored state of one conversation: the fold of
 // its log (subject toolgate.conv.<id> of stream TOOLGATE_CONVERSATIONS). It is all a replica needs to continue
 // the conversation; nothing about it is kept in memory between events.
-type Conversation struct {
+type State struct {
 	ID      string          `msgpack:"id"`
 	Status  Status          `msgpack:"status"`
 	History []agent.Message `msgpack:"history"`
@@ -197,7 +211,7 @@ type PendingCall struct {
 	// Dispatch is set on an approval call of a tool its workers execute
 	// (a configured or discovered tool, not an in-process one): once
 	// approved as it was made, the call goes to the workers at once
-	// (Conversation.Dispatch) and has this long to be answered, rather than
+	// (State.Dispatch) and has this long to be answered, rather than
 	// waiting for a follow-up run that would only defer it again (D26).
 	Dispatch time.Duration `msgpack:"dispatch,omitempty"`
 	// Approval is the decision that approved a dispatched call, which is
@@ -223,6 +237,10 @@ type PendingCall struct {
 	Escalation *Escalation `msgpack:"escalation,omitempty"`
 }
 
+// Unmarked reports whether pc is neither marked published nor answered
+// (an answered call was published).
+func (pc *PendingCall) Unmarked() bool { return !pc.Published && pc.Reply == nil }
+
 // Escalation is when an approval call still unanswered is handed to its
 // tool's EscalateTo (ToolConfig.EscalateAfter), and whether it was.
 type Escalation struct {
@@ -230,8 +248,8 @@ type Escalation struct {
 	Done bool      `msgpack:"done,omitempty"`
 }
 
-// escalated reports whether c was handed to its tool's EscalateTo.
-func (c *PendingCall) escalated() bool { return c.Escalation != nil && c.Escalation.Done }
+// Escalated reports whether c was handed to its tool's EscalateTo.
+func (c *PendingCall) Escalated() bool { return c.Escalation != nil && c.Escalation.Done }
 
 // Decision is the applied decision of an approval call: its Reply, or its
 // Approval once the call went to its workers; nil while none was applied.
@@ -248,19 +266,22 @@ func (pc *PendingCall) Decision() *Reply {
 // Settled reports whether the call has its answer.
 func (c *PendingCall) Settled() bool { return c.Reply != nil }
 
-// Reply outcomes.
+// Outcome is how a Reply answered its call: a decision's (approved,
+// denied) or a result's, whose outcomes are the wire's (wire.Outcome).
+type Outcome string
+
 const (
-	OutcomeApproved = "approved"
-	OutcomeDenied   = "denied"
-	OutcomeReturn   = "return"
-	OutcomeRetry    = "retry"
-	OutcomeFailed   = "failed"
+	OutcomeApproved Outcome = "approved"
+	OutcomeDenied   Outcome = "denied"
+	OutcomeReturn           = Outcome(wire.OutcomeReturn)
+	OutcomeRetry            = Outcome(wire.OutcomeRetry)
+	OutcomeFailed           = Outcome(wire.OutcomeFailed)
 )
 
 // Reply is an applied answer to a deferred call: a decision (approved,
 // denied) or a result (return, retry, failed).
 type Reply struct {
-	Outcome string `msgpack:"outcome"`
+	Outcome Outcome `msgpack:"outcome"`
 	// Approved: OverrideArgs. Denied, retry, failed: Message.
 	OverrideArgs json.RawMessage `msgpack:"override_args,omitempty"`
 	Message      string          `msgpack:"message,omitempty"`
@@ -280,8 +301,8 @@ type Reply struct {
 	Trace map[string]string `msgpack:"trace,omitempty"`
 }
 
-// complete reports whether every call of the batch has a reply.
-func (b *Batch) complete() bool {
+// Complete reports whether every call of the batch has a reply.
+func (b *Batch) Complete() bool {
 	if b == nil {
 		return false
 	}
@@ -307,8 +328,8 @@ func (b *Batch) awaitsApproval() bool {
 	return false
 }
 
-// call finds a call by id.
-func (b *Batch) call(id string) *PendingCall {
+// Call finds a call by id.
+func (b *Batch) Call(id string) *PendingCall {
 	if b == nil {
 		return nil
 	}
@@ -320,8 +341,8 @@ func (b *Batch) call(id string) *PendingCall {
 	return nil
 }
 
-// nextDeadline is the earliest deadline of a call still pending, or zero.
-func (b *Batch) nextDeadline() time.Time {
+// NextDeadline is the earliest deadline of a call still pending, or zero.
+func (b *Batch) NextDeadline() time.Time {
 	var t time.Time
 	if b == nil {
 		return t
@@ -345,18 +366,18 @@ func (c *PendingCall) escalation() time.Time {
 	return c.Escalation.At
 }
 
-// requests is the batch as the paused run produced it, which the follow-up
+// Requests is the batch as the paused run produced it, which the follow-up
 // resumes with (D12): an entry approved with override args and deferred
 // again carries them (D24, D26).
-func (b *Batch) requests() deferred.Requests {
+func (b *Batch) Requests() deferred.Requests {
 	var req deferred.Requests
 	for _, pc := range b.Calls {
 		call := deferred.Call{ToolName: pc.ToolName, ToolCallID: pc.ToolCallID, Args: pc.Args}
 		switch {
-		case pc.dispatched():
+		case pc.Dispatched():
 			// Sent to its workers once approved: an external call with
 			// the args they ran, as one deferred again would be (D26).
-			call.Args = pc.runArgs()
+			call.Args = pc.RunArgs()
 		case pc.ReqArgs != nil:
 			call.Args = pc.ReqArgs
 		}
@@ -388,9 +409,9 @@ func (b *Batch) requests() deferred.Requests {
 	return req
 }
 
-// keepRequest records in pc what the Requests had for it where pc differs,
+// KeepRequest records in pc what the Requests had for it where pc differs,
 // so that requests gives them back exactly.
-func (pc *PendingCall) keepRequest(call deferred.Call, meta json.RawMessage) {
+func (pc *PendingCall) KeepRequest(call deferred.Call, meta json.RawMessage) {
 	pc.ReqArgs, pc.ReqMetadata, pc.NoReqMetadata = nil, nil, false
 	if len(call.Args) > 0 && !bytes.Equal(call.Args, pc.Args) {
 		pc.ReqArgs = call.Args
@@ -403,9 +424,9 @@ func (pc *PendingCall) keepRequest(call deferred.Call, meta json.RawMessage) {
 	}
 }
 
-// results builds the Results that resume the batch's run from the applied
+// Results builds the Results that resume the batch's run from the applied
 // replies (D22–D25). Calls already taken inline are left out.
-func (b *Batch) results() deferred.Results {
+func (b *Batch) Results() deferred.Results {
 	res := deferred.Results{
 		Approvals: map[string]deferred.Decision{},
 		Calls:     map[string]deferred.Result{},
@@ -440,13 +461,13 @@ func (r *Reply) addTo(res *deferred.Results, c *PendingCall) {
 	}
 }
 
-// followUpTrace chooses the trace contexts the batch's follow-up run
+// FollowUpTrace chooses the trace contexts the batch's follow-up run
 // continues: the span of the reply that completed the batch (the last one
 // applied) is its parent, so that one trace runs from the paused run through
 // the worker or approver into the follow-up; the paused run and the other
 // replies are links. A batch completed by expiry, whose last answer has no
 // span, continues the paused run's trace.
-func (b *Batch) followUpTrace() (parent map[string]string, links []map[string]string) {
+func (b *Batch) FollowUpTrace() (parent map[string]string, links []map[string]string) {
 	var last *Reply
 	for _, pc := range b.Calls {
 		if r := pc.Reply; r != nil && !pc.Taken && (last == nil || !r.At.Before(last.At)) {
@@ -493,17 +514,17 @@ func (r *Reply) result() deferred.Result {
 	return deferred.Value{Value: v}
 }
 
-// runRecord finds a run by id, to read: a record may be shared with other
+// RunRecord finds a run by id, to read: a record may be shared with other
 // copies of the state, and a change goes through runToChange. It looks
 // from the newest, the one usually asked for.
-func (c *Conversation) runRecord(id string) *RunRecord {
+func (c *State) RunRecord(id string) *RunRecord {
 	if i := c.runIndexOf(id); i >= 0 {
 		return c.Runs[i]
 	}
 	return nil
 }
 
-func (c *Conversation) runIndexOf(id string) int {
+func (c *State) runIndexOf(id string) int {
 	for i := len(c.Runs) - 1; i >= 0; i-- {
 		if c.Runs[i].RunID == id {
 			return i
@@ -512,14 +533,9 @@ func (c *Conversation) runIndexOf(id string) int {
 	return -1
 }
 
-// runIndex is the value of key run.<run_id>: the conversation it belongs to.
-type runIndex struct {
-	ConversationID string `msgpack:"conversation_id"`
-}
-
 // runToChange finds a run by id, to change: a copy of its record, put in
 // its place in c's own list.
-func (c *Conversation) runToChange(id string) *RunRecord {
+func (c *State) runToChange(id string) *RunRecord {
 	i := c.runIndexOf(id)
 	if i < 0 {
 		return nil
@@ -528,7 +544,7 @@ func (c *Conversation) runToChange(id string) *RunRecord {
 }
 
 // changeRun makes run i c's own copy and returns it.
-func (c *Conversation) changeRun(i int) *RunRecord {
+func (c *State) changeRun(i int) *RunRecord {
 	c.ownRuns(0)
 	rec := *c.Runs[i]
 	c.Runs[i] = &rec
@@ -541,7 +557,7 @@ func (c *Conversation) changeRun(i int) *RunRecord {
 // copies one (changeRun). Clones share the list and its records (copying
 // them for every clone made each change of a long conversation cost its
 // number of runs); whichever changes the list first copies its pointers.
-func (c *Conversation) ownRuns(appends int) {
+func (c *State) ownRuns(appends int) {
 	if c.runsOwned {
 		return
 	}
@@ -550,3 +566,19 @@ func (c *Conversation) ownRuns(appends int) {
 	c.Runs = append(make([]*RunRecord, 0, len(c.Runs)+appends), c.Runs...)
 	c.runsOwned = true
 }
+
+// TakeHistoryRoom reports whether c's history has room past its length
+// and the caller, a run about to append to it, is the first to take it;
+// any other copies the history.
+func (c *State) TakeHistoryRoom() bool {
+	return c.historyRoom != nil && c.historyRoom.CompareAndSwap(false, true)
+}
+
+// SetHistoryRoom gives c's history, just set from a run's, the flag of
+// the room past its length that run left (nil: none): one flag however
+// many copies of the state it goes to.
+func (c *State) SetHistoryRoom(room *atomic.Bool) { c.historyRoom = room }
+
+// ShareRuns makes c's list of runs no longer c's alone, so that a change
+// copies it: a state is cached so, and clones of it never write to it.
+func (c *State) ShareRuns() { c.runsOwned = false }

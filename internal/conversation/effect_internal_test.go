@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"errors"
@@ -22,13 +22,13 @@ func TestTransitionEffects(t *testing.T) {
 	ttl := 30 * time.Second
 	hist := []agent.Message{{Kind: agent.KindRequest}}
 
-	running := func() *Conversation {
-		return NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, Prompt: "p", StartedAt: t0},
+	running := func() *State {
+		return New("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, Prompt: "p", StartedAt: t0},
 			&Lease{Owner: me, RunID: "r1_c1", Until: now.Add(ttl)}, t0)
 	}
 	// paused has an approval (a) and an external call (b), replied as
 	// replied says, due at deadline.
-	paused := func(deadline time.Time, replied ...bool) *Conversation {
+	paused := func(deadline time.Time, replied ...bool) *State {
 		c := running()
 		b := &Batch{RunID: "r1_c1"}
 		for i, r := range replied {
@@ -46,24 +46,24 @@ func TestTransitionEffects(t *testing.T) {
 		}
 		return c
 	}
-	expiredLease := func(c *Conversation) *Conversation { c.Lease.Until = t0; return c }
-	completed := func() *Conversation {
+	expiredLease := func(c *State) *State { c.Lease.Until = t0; return c }
+	completed := func() *State {
 		c := running()
 		if err := c.Complete(me, "r1_c1", hist, "out", t0); err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	escalating := func() *Conversation {
+	escalating := func() *State {
 		c := paused(now.Add(time.Hour), false, true)
 		c.Batch.Calls[0].Escalation = &Escalation{At: t0}
 		return c
 	}
-	cl := claimer{owner: me, newID: func() string { return "r2" }, ttl: func(*Conversation) time.Duration { return ttl }}
-	notMine := claimer{owner: me, newID: func() string { return "r2" }, ttl: func(*Conversation) time.Duration { return 0 }}
-	yes := func(*Conversation) bool { return true }
-	no := func(*Conversation) bool { return false }
-	unserved := func(since time.Time) *Conversation {
+	cl := Claimer{Owner: me, NewRunID: func(id string) string { return "rr2_" + id }, TTL: func(*State) time.Duration { return ttl }}
+	notMine := Claimer{Owner: me, NewRunID: func(id string) string { return "rr2_" + id }, TTL: func(*State) time.Duration { return 0 }}
+	yes := func(*State) bool { return true }
+	no := func(*State) bool { return false }
+	unserved := func(since time.Time) *State {
 		c := expiredLease(running())
 		c.Agent, c.Unserved, c.UnservedSince = "other", "no replica runs agent \"other\"", since
 		return c
@@ -71,8 +71,8 @@ func TestTransitionEffects(t *testing.T) {
 
 	tests := []struct {
 		name string
-		from func() *Conversation
-		t    transition
+		from func() *State
+		t    Transition
 		// want are the effects' kinds, each with what it names
 		// (effectString).
 		want    []string
@@ -80,145 +80,145 @@ func TestTransitionEffects(t *testing.T) {
 		status  Status
 	}{
 		{
-			name: "cancel running", from: running, t: cancelTransition(CancelledMessage),
+			name: "cancel running", from: running, t: CancelTransition(CancelledMessage),
 			want: []string{"notifyCancel r1_c1", "withdraw detached", "log conversation cancelled",
 				"emit r1_c1 conversation_cancelled"},
 			status: StatusCancelled,
 		},
 		{
 			name: "cancel paused settles and withdraws its calls",
-			from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
-			t:    cancelTransition(CancelledMessage),
+			from: func() *State { return paused(now.Add(time.Hour), false, false) },
+			t:    CancelTransition(CancelledMessage),
 			want: []string{"notifyCancel r1_c1", "withdraw r1_c1 a,b detached", "log conversation cancelled",
 				"emit r1_c1 conversation_cancelled"},
 			status: StatusCancelled,
 		},
 		{
-			name: "cancel finished is refused", from: completed, t: cancelTransition(CancelledMessage),
+			name: "cancel finished is refused", from: completed, t: CancelTransition(CancelledMessage),
 			wantErr: &ConflictError{}, status: StatusCompleted,
 		},
 		{
 			name:   "expire past deadline, batch complete: claimed",
-			from:   func() *Conversation { return paused(t0, true, false) },
-			t:      expireTransition(),
+			from:   func() *State { return paused(t0, true, false) },
+			t:      ExpireTransition(),
 			want:   []string{"expired b", "emit r1_c1 calls_expired", "withdraw r1_c1 b", "batchDone r1_c1", "claim"},
 			status: StatusPaused,
 		},
 		{
 			name: "expire past deadline, batch incomplete: scheduled",
-			from: func() *Conversation {
+			from: func() *State {
 				c := paused(now.Add(time.Hour), false, false)
 				c.Batch.Calls[1].Deadline = t0
 				return c
 			},
-			t:      expireTransition(),
+			t:      ExpireTransition(),
 			want:   []string{"expired b", "emit r1_c1 calls_expired", "withdraw r1_c1 b", "schedule"},
 			status: StatusPaused,
 		},
 		{
 			name: "expire nothing due: unchanged, still scheduled",
-			from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
-			t:    expireTransition(), want: []string{"schedule"}, wantErr: errUnchanged, status: StatusPaused,
+			from: func() *State { return paused(now.Add(time.Hour), false, false) },
+			t:    ExpireTransition(), want: []string{"schedule"}, wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "expire nothing due, batch complete: unchanged, claimed",
-			from: func() *Conversation { return paused(now.Add(time.Hour), true, true) },
-			t:    expireTransition(), want: []string{"batchDone r1_c1", "claim"}, wantErr: errUnchanged, status: StatusPaused,
+			from: func() *State { return paused(now.Add(time.Hour), true, true) },
+			t:    ExpireTransition(), want: []string{"batchDone r1_c1", "claim"}, wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "expire escalates an approval past its escalation time",
-			from: escalating, t: expireTransition(),
+			from: escalating, t: ExpireTransition(),
 			want: []string{"escalate r1_c1 a", "schedule"}, status: StatusPaused,
 		},
 		{
-			name: "expire with no batch", from: running, t: expireTransition(),
-			wantErr: errUnchanged, status: StatusRunning,
+			name: "expire with no batch", from: running, t: ExpireTransition(),
+			wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
-			name: "claim complete batch", from: func() *Conversation { return paused(now.Add(time.Hour), true, true) },
-			t: claimTransition(cl), want: []string{"followUp rr2_c1"}, status: StatusResuming,
+			name: "claim complete batch", from: func() *State { return paused(now.Add(time.Hour), true, true) },
+			t: ClaimTransition(cl), want: []string{"followUp rr2_c1"}, status: StatusResuming,
 		},
 		{
 			name: "claim complete batch of another agent: claimed all the same, lease expired",
-			from: func() *Conversation { return paused(now.Add(time.Hour), true, true) },
-			t:    claimTransition(notMine), want: []string{"followUp rr2_c1"}, status: StatusResuming,
+			from: func() *State { return paused(now.Add(time.Hour), true, true) },
+			t:    ClaimTransition(notMine), want: []string{"followUp rr2_c1"}, status: StatusResuming,
 		},
 		{
-			name: "claim incomplete batch", from: func() *Conversation { return paused(now.Add(time.Hour), true, false) },
-			t: claimTransition(cl), wantErr: errUnchanged, status: StatusPaused,
+			name: "claim incomplete batch", from: func() *State { return paused(now.Add(time.Hour), true, false) },
+			t: ClaimTransition(cl), wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
-			name: "take over expired lease", from: func() *Conversation { return expiredLease(running()) },
-			t: takeOverTransition(me, ttl, yes), want: []string{"relaunch r1_c1"}, status: StatusRunning,
+			name: "take over expired lease", from: func() *State { return expiredLease(running()) },
+			t: TakeOverTransition(me, ttl, yes), want: []string{"relaunch r1_c1"}, status: StatusRunning,
 		},
 		{
-			name: "take over another agent's run: left to its replicas", from: func() *Conversation { return expiredLease(running()) },
-			t: takeOverTransition(me, ttl, no), wantErr: errUnchanged, status: StatusRunning,
+			name: "take over another agent's run: left to its replicas", from: func() *State { return expiredLease(running()) },
+			t: TakeOverTransition(me, ttl, no), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "take over a live lease", from: running,
-			t: takeOverTransition(me, ttl, yes), wantErr: errUnchanged, status: StatusRunning,
+			t: TakeOverTransition(me, ttl, yes), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
 			name: "take over with no running run recorded fails it",
-			from: func() *Conversation {
+			from: func() *State {
 				c := expiredLease(running())
 				c.Lease, c.Runs[0].Status = nil, StatusFailed
 				return c
 			},
-			t: takeOverTransition(me, ttl, yes), status: StatusFailed,
+			t: TakeOverTransition(me, ttl, yes), status: StatusFailed,
 		},
 		{
-			name: "abort running", from: running, t: abortTransition("too large"),
+			name: "abort running", from: running, t: AbortTransition("too large"),
 			want: []string{"log conversation failed: state too large", "emit r1_c1 run_failed"}, status: StatusFailed,
 		},
 		{
 			name: "abort paused names the batch's run",
-			from: func() *Conversation { return paused(now.Add(time.Hour), false) },
-			t:    abortTransition("too large"),
+			from: func() *State { return paused(now.Add(time.Hour), false) },
+			t:    AbortTransition("too large"),
 			want: []string{"log conversation failed: state too large", "emit r1_c1 run_failed"}, status: StatusFailed,
 		},
 		{
-			name: "abort finished", from: completed, t: abortTransition("too large"),
-			wantErr: errUnchanged, status: StatusCompleted,
+			name: "abort finished", from: completed, t: AbortTransition("too large"),
+			wantErr: ErrUnchanged, status: StatusCompleted,
 		},
 		{
-			name: "wait for agent: noted", from: func() *Conversation { return expiredLease(running()) },
-			t:      waitForAgentTransition("no replica", time.Minute),
+			name: "wait for agent: noted", from: func() *State { return expiredLease(running()) },
+			t:      WaitForAgentTransition("no replica", time.Minute),
 			want:   []string{"log conversation waits for a replica of its agent", "emit r1_c1 agent_unavailable"},
 			status: StatusRunning,
 		},
 		{
-			name: "wait for agent: waited long enough, failed", from: func() *Conversation { return unserved(now.Add(-time.Hour)) },
-			t:      waitForAgentTransition("no replica", time.Minute),
+			name: "wait for agent: waited long enough, failed", from: func() *State { return unserved(now.Add(-time.Hour)) },
+			t:      WaitForAgentTransition("no replica", time.Minute),
 			want:   []string{"log conversation failed: no replica of its agent came", "emit r1_c1 run_failed"},
 			status: StatusFailed,
 		},
 		{
-			name: "wait for agent: still waiting", from: func() *Conversation { return unserved(now) },
-			t: waitForAgentTransition("no replica", time.Minute), wantErr: errUnchanged, status: StatusRunning,
+			name: "wait for agent: still waiting", from: func() *State { return unserved(now) },
+			t: WaitForAgentTransition("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
 		},
-		{name: "renew", from: running, t: renewTransition(me, "r1_c1", ttl), status: StatusRunning},
+		{name: "renew", from: running, t: RenewTransition(me, "r1_c1", ttl), status: StatusRunning},
 		{
-			name: "renew a lease lost", from: running, t: renewTransition("orch-b", "r1_c1", ttl),
-			wantErr: errLeaseLost, status: StatusRunning,
+			name: "renew a lease lost", from: running, t: RenewTransition("orch-b", "r1_c1", ttl),
+			wantErr: ErrLeaseLost, status: StatusRunning,
 		},
-		{name: "release", from: running, t: releaseTransition(me, "r1_c1"), status: StatusRunning},
+		{name: "release", from: running, t: ReleaseTransition(me, "r1_c1"), status: StatusRunning},
 		{
-			name: "release another's", from: running, t: releaseTransition("orch-b", "r1_c1"),
-			wantErr: errUnchanged, status: StatusRunning,
-		},
-		{
-			name: "mark published", from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
-			t: markPublishedTransition("r1_c1", []string{"a"}, now), status: StatusPaused,
+			name: "release another's", from: running, t: ReleaseTransition("orch-b", "r1_c1"),
+			wantErr: ErrUnchanged, status: StatusRunning,
 		},
 		{
-			name: "mark another run's calls", from: func() *Conversation { return paused(now.Add(time.Hour), false, false) },
-			t: markPublishedTransition("r0_c1", []string{"a"}, now), wantErr: errUnchanged, status: StatusPaused,
+			name: "mark published", from: func() *State { return paused(now.Add(time.Hour), false, false) },
+			t: MarkPublishedTransition("r1_c1", []string{"a"}, now), status: StatusPaused,
+		},
+		{
+			name: "mark another run's calls", from: func() *State { return paused(now.Add(time.Hour), false, false) },
+			t: MarkPublishedTransition("r0_c1", []string{"a"}, now), wantErr: ErrUnchanged, status: StatusPaused,
 		},
 		{
 			name: "wait for agent: lease live", from: running,
-			t: waitForAgentTransition("no replica", time.Minute), wantErr: errUnchanged, status: StatusRunning,
+			t: WaitForAgentTransition("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
 		},
 	}
 	for _, tt := range tests {
@@ -256,29 +256,29 @@ func TestTransitionEffects(t *testing.T) {
 }
 
 // effectString is what a test compares of ef: its kind and what it names.
-func effectString(ef effect) string {
-	parts := []string{ef.kind.String()}
-	switch ef.kind {
-	case effectNotifyCancel:
-		parts = append(parts, strings.Join(ef.runs, ","))
-	case effectWithdraw, effectExpired, effectEscalate:
-		ids := make([]string, len(ef.calls))
-		for i, pc := range ef.calls {
+func effectString(ef Effect) string {
+	parts := []string{ef.Kind.String()}
+	switch ef.Kind {
+	case EffectNotifyCancel:
+		parts = append(parts, strings.Join(ef.Runs, ","))
+	case EffectWithdraw, EffectExpired, EffectEscalate:
+		ids := make([]string, len(ef.Calls))
+		for i, pc := range ef.Calls {
 			ids[i] = pc.ToolCallID
 		}
-		if ef.kind != effectExpired {
-			parts = append(parts, ef.runID)
+		if ef.Kind != EffectExpired {
+			parts = append(parts, ef.RunID)
 		}
 		parts = append(parts, strings.Join(ids, ","))
-		if ef.detached {
+		if ef.Detached {
 			parts = append(parts, "detached")
 		}
-	case effectEmit:
-		parts = append(parts, ef.runID, ef.event)
-	case effectLog:
-		parts = append(parts, ef.msg)
-	case effectBatchDone, effectFollowUp, effectRelaunch, effectAudit, effectPublishPaused:
-		parts = append(parts, ef.runID)
+	case EffectEmit:
+		parts = append(parts, ef.RunID, ef.Event)
+	case EffectLog:
+		parts = append(parts, ef.Msg)
+	case EffectBatchDone, EffectFollowUp, EffectRelaunch, EffectAudit, EffectPublishPaused:
+		parts = append(parts, ef.RunID)
 	}
 	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), " ")
 }
@@ -288,35 +288,35 @@ func effectString(ef effect) string {
 func TestTransitionEventData(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	c := NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: t0}, &Lease{Owner: "me", RunID: "r1_c1", Until: t0.Add(time.Minute)}, t0)
+	c := New("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: t0}, &Lease{Owner: "me", RunID: "r1_c1", Until: t0.Add(time.Minute)}, t0)
 	if err := c.Pause("me", "r1_c1", nil, &Batch{RunID: "r1_c1", Calls: []*PendingCall{
 		{ToolCallID: "a", Kind: deferred.KindCall, Deadline: t0},
 		{ToolCallID: "b", Kind: deferred.KindCall, Deadline: t0.Add(time.Hour)},
 	}}, t0); err != nil {
 		t.Fatal(err)
 	}
-	expire, err := expireTransition()(c.clone(), t0)
+	expire, err := ExpireTransition()(c.Clone(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := expire[1].data.(wire.CallsExpired); !ok || d.Calls != 1 || len(d.ToolCallIDs) != 1 || d.ToolCallIDs[0] != "a" {
-		t.Errorf("calls_expired data = %#v", expire[1].data)
+	if d, ok := expire[1].Data.(wire.CallsExpired); !ok || d.Calls != 1 || len(d.ToolCallIDs) != 1 || d.ToolCallIDs[0] != "a" {
+		t.Errorf("calls_expired data = %#v", expire[1].Data)
 	}
-	cancel, err := cancelTransition(CancelledMessage)(c.clone(), t0)
+	cancel, err := CancelTransition(CancelledMessage)(c.Clone(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := cancel[3].data.(wire.ConversationCancelled); !ok || d.Reason != CancelledMessage || strings.Join(d.ToolCallIDs, ",") != "a,b" {
-		t.Errorf("conversation_cancelled data = %#v", cancel[3].data)
+	if d, ok := cancel[3].Data.(wire.ConversationCancelled); !ok || d.Reason != CancelledMessage || strings.Join(d.ToolCallIDs, ",") != "a,b" {
+		t.Errorf("conversation_cancelled data = %#v", cancel[3].Data)
 	}
 	c.Status, c.Lease = StatusRunning, &Lease{Owner: "me", RunID: "r1_c1", Until: t0}
 	c.Agent = "other"
-	wait, err := waitForAgentTransition("none", time.Minute)(c, t0.Add(time.Second))
+	wait, err := WaitForAgentTransition("none", time.Minute)(c, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := wait[1].data.(wire.AgentUnavailable); !ok || d.Agent != "other" || !d.FailsAt.Equal(t0.Add(time.Second+time.Minute)) {
-		t.Errorf("agent_unavailable data = %#v", wait[1].data)
+	if d, ok := wait[1].Data.(wire.AgentUnavailable); !ok || d.Agent != "other" || !d.FailsAt.Equal(t0.Add(time.Second+time.Minute)) {
+		t.Errorf("agent_unavailable data = %#v", wait[1].Data)
 	}
 }
 
@@ -325,12 +325,12 @@ func TestEndedEffects(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	const me = "orch-a"
-	running := func() *Conversation {
-		return NewConversation("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: t0},
+	running := func() *State {
+		return New("c1", RunRecord{RunID: "r1_c1", Status: StatusRunning, StartedAt: t0},
 			&Lease{Owner: me, RunID: "r1_c1", Until: t0.Add(time.Minute)}, t0)
 	}
-	paused := func(calls ...*PendingCall) func() *Conversation {
-		return func() *Conversation {
+	paused := func(calls ...*PendingCall) func() *State {
+		return func() *State {
 			c := running()
 			if err := c.Pause(me, "r1_c1", nil, &Batch{RunID: "r1_c1", Calls: calls}, t0); err != nil {
 				t.Fatal(err)
@@ -345,16 +345,16 @@ func TestEndedEffects(t *testing.T) {
 		}
 		return pc
 	}
-	grant := []grantUse{{callID: "a", tool: "t"}}
+	grant := []GrantUse{{CallID: "a", Tool: "t"}}
 	tests := []struct {
 		name    string
-		from    func() *Conversation
-		granted []grantUse
+		from    func() *State
+		granted []GrantUse
 		want    []string
 	}{
 		{
 			name: "completed",
-			from: func() *Conversation {
+			from: func() *State {
 				c := running()
 				if err := c.Complete(me, "r1_c1", nil, "out", t0); err != nil {
 					t.Fatal(err)
@@ -365,7 +365,7 @@ func TestEndedEffects(t *testing.T) {
 		},
 		{
 			name: "failed",
-			from: func() *Conversation {
+			from: func() *State {
 				c := running()
 				if err := c.Fail(me, "r1_c1", "boom", t0); err != nil {
 					t.Fatal(err)
@@ -395,7 +395,7 @@ func TestEndedEffects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			effects := endedEffects(tt.from(), "r1_c1", tt.granted)
+			effects := EndedEffects(tt.from(), "r1_c1", tt.granted)
 			got := make([]string, len(effects))
 			for i, ef := range effects {
 				got[i] = effectString(ef)
@@ -412,13 +412,13 @@ func TestStartAndInlineEffects(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name    string
-		effects []effect
+		effects []Effect
 		want    []string
 	}{
-		{"start here", startedEffects("r1_c1", true), []string{"started", "launch"}},
-		{"start of another agent", startedEffects("r1_c1", false), []string{"started", "handOver"}},
-		{"inline", inlineEffects("r1_c1", nil), []string{"schedule", "publishInline"}},
-		{"inline granted", inlineEffects("r1_c1", []grantUse{{callID: "a"}}), []string{"audit r1_c1", "schedule", "publishInline"}},
+		{"start here", StartedEffects("r1_c1", true), []string{"started", "launch"}},
+		{"start of another agent", StartedEffects("r1_c1", false), []string{"started", "handOver"}},
+		{"inline", InlineEffects("r1_c1", nil), []string{"schedule", "publishInline"}},
+		{"inline granted", InlineEffects("r1_c1", []GrantUse{{CallID: "a"}}), []string{"audit r1_c1", "schedule", "publishInline"}},
 	} {
 		got := make([]string, len(tt.effects))
 		for i, ef := range tt.effects {
@@ -428,8 +428,8 @@ func TestStartAndInlineEffects(t *testing.T) {
 			t.Errorf("%s: effects:\n%s\nwant:\n%s", tt.name, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 		}
 	}
-	if ef := startedEffects("r1_c1", true)[1]; ef.runID != "r1_c1" {
-		t.Errorf("launch names run %q, want r1_c1", ef.runID)
+	if ef := StartedEffects("r1_c1", true)[1]; ef.RunID != "r1_c1" {
+		t.Errorf("launch names run %q, want r1_c1", ef.RunID)
 	}
 }
 
@@ -437,20 +437,18 @@ func TestStartAndInlineEffects(t *testing.T) {
 // follow-up it claimed, or the next deadline and the calls it dispatched.
 func TestRepliedEffects(t *testing.T) {
 	t.Parallel()
-	c := &Conversation{ID: "c1", Status: StatusPaused, Batch: &Batch{RunID: "r1_c1"}}
-	plain := &replyJob{in: incoming{callID: "a"}}
-	sent := &replyJob{in: incoming{callID: "b"}, dispatched: &wire.PendingCall{}}
+	c := &State{ID: "c1", Status: StatusPaused, Batch: &Batch{RunID: "r1_c1"}}
 	for _, tt := range []struct {
-		name     string
-		jobs     []*replyJob
-		followUp string
-		want     []string
+		name       string
+		dispatched []string
+		followUp   string
+		want       []string
 	}{
-		{"claimed", []*replyJob{plain, sent}, "r2_c1", []string{"replied", "batchDone r1_c1", "followUp r2_c1"}},
-		{"incomplete", []*replyJob{plain}, "", []string{"replied", "schedule"}},
-		{"dispatched", []*replyJob{plain, sent}, "", []string{"replied", "schedule", "publishDispatched"}},
+		{"claimed", []string{"b"}, "r2_c1", []string{"replied", "batchDone r1_c1", "followUp r2_c1"}},
+		{"incomplete", nil, "", []string{"replied", "schedule"}},
+		{"dispatched", []string{"b"}, "", []string{"replied", "schedule", "publishDispatched"}},
 	} {
-		effects := repliedEffects(c, tt.jobs, tt.followUp)
+		effects := RepliedEffects(c, tt.dispatched, tt.followUp)
 		got := make([]string, len(effects))
 		for i, ef := range effects {
 			got[i] = effectString(ef)
@@ -458,8 +456,8 @@ func TestRepliedEffects(t *testing.T) {
 		if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 			t.Errorf("%s: effects:\n%s\nwant:\n%s", tt.name, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 		}
-		if last := effects[len(effects)-1]; last.kind == effectPublishDispatched && strings.Join(last.callIDs, ",") != "b" {
-			t.Errorf("%s: dispatched %v, want [b]", tt.name, last.callIDs)
+		if last := effects[len(effects)-1]; last.Kind == EffectPublishDispatched && strings.Join(last.CallIDs, ",") != "b" {
+			t.Errorf("%s: dispatched %v, want [b]", tt.name, last.CallIDs)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // stream TOOLGATE_CONVERSATIONS: each change appends a record of what it
 // changed, never the whole state, so that what a change writes does not
 // grow with the conversation. Folding the records in order gives the state
-// back (Conversation.apply).
+// back (State.apply).
 //
 // The parts that grow with a conversation are kept as appends: the history
 // (messages after the last known length), the runs (a run changes only
@@ -24,18 +24,18 @@ import (
 // whole when it changed: the conversation's head (status, output, lease,
 // counters, times), the batch's head, and each changed call of the batch.
 // What changed is found by comparing encodings taken before and after the
-// transition (fingerprintOf, diff), so a field added to any of these
+// transition (FingerprintOf, diff), so a field added to any of these
 // structs is stored without more code; a run record, which is never
 // changed in place once in a list (a change puts a copy in its place:
 // changeRun), is compared by identity instead.
 
-// record is one entry of a conversation's log.
-type record struct {
+// Record is one entry of a conversation's log.
+type Record struct {
 	// Head is the conversation without its history, runs, decisions and
 	// batch, when any of it changed.
-	Head *Conversation `msgpack:"head,omitempty"`
+	Head *State `msgpack:"head,omitempty"`
 	// History, when set, cuts the history at At and appends Messages.
-	History *historyChange `msgpack:"history,omitempty"`
+	History *HistoryChange `msgpack:"history,omitempty"`
 	// Runs are run records added or changed, matched by run id.
 	Runs []*RunRecord `msgpack:"runs,omitempty"`
 	// Decisions are appended to the conversation's.
@@ -47,47 +47,53 @@ type record struct {
 	Batch    *Batch `msgpack:"batch,omitempty"`
 	BatchNew bool   `msgpack:"batch_new,omitempty"`
 	// Calls are the batch's calls that are new or changed, by index.
-	Calls []callChange `msgpack:"calls,omitempty"`
+	Calls []CallChange `msgpack:"calls,omitempty"`
 	// Published are the batch's calls whose only change is that they were
 	// marked published: reconcile's mark of a paused batch stored the whole
 	// call again (its args and digests, and the head for the time of the
 	// change), 761 B for a batch-1 call, 43 % of what a conversation that
 	// waited past a pass had stored.
-	Published []callMark `msgpack:"published,omitempty"`
+	Published []CallMark `msgpack:"published,omitempty"`
 }
 
-type callMark struct {
+// CallMark is a call, by its index in the batch, marked published at At.
+type CallMark struct {
 	Index int       `msgpack:"i"`
 	At    time.Time `msgpack:"at"`
 }
 
-type historyChange struct {
+// HistoryChange cuts the history at At and appends Messages.
+type HistoryChange struct {
 	At       int             `msgpack:"at"`
 	Messages []agent.Message `msgpack:"messages"`
 }
 
-type callChange struct {
+// CallChange is a call of the batch, by index, new or changed.
+type CallChange struct {
 	Index int          `msgpack:"i"`
 	Call  *PendingCall `msgpack:"call"`
 }
 
-// empty reports whether the record changes nothing.
-func (r *record) empty() bool {
+// Encode is r's encoding, as msgpack.Marshal gives it.
+func (r *Record) Encode() ([]byte, error) { return recordEncoders.encode(r) }
+
+// Empty reports whether the record changes nothing.
+func (r *Record) Empty() bool {
 	return r.Head == nil && r.History == nil && len(r.Runs) == 0 && len(r.Decisions) == 0 &&
 		!r.BatchNil && r.Batch == nil && len(r.Calls) == 0 && len(r.Published) == 0
 }
 
-// fullRecord is the record that creates c from nothing: a conversation's
+// FullRecord is the record that creates c from nothing: a conversation's
 // first record.
-func fullRecord(c *Conversation) *record {
-	return diff(&fingerprint{histLen: 0}, c)
+func FullRecord(c *State) *Record {
+	return Diff(&Fingerprint{histLen: 0}, c)
 }
 
-// fingerprint is what diff compares a changed conversation with: the
+// Fingerprint is what Diff compares a changed conversation with: the
 // encodings of the parts that may change in place, the records of the
 // runs that may still change, and the lengths of the parts that only
 // grow. The encodings are kept one after another in one array.
-type fingerprint struct {
+type Fingerprint struct {
 	enc      []byte
 	head     span // none: compared with nothing, the head is written
 	histLen  int
@@ -105,20 +111,20 @@ type fingerprint struct {
 // span is where an encoding is in fingerprint.enc; the zero span is none.
 type span struct{ from, to int }
 
-func (fp *fingerprint) add(v any) span {
+func (fp *Fingerprint) add(v any) span {
 	from := len(fp.enc)
 	fp.enc = sortedEncoders.appendTo(fp.enc, v)
 	return span{from, len(fp.enc)}
 }
 
 // encodes reports whether v encodes as what s spans.
-func (fp *fingerprint) encodes(s span, v any) bool {
+func (fp *Fingerprint) encodes(s span, v any) bool {
 	return s != (span{}) && sortedEncoders.encodes(v, fp.enc[s.from:s.to])
 }
 
 // onlyMarked reports whether pc, marked published and not answered, was
 // what s spans before the mark (with or without its time).
-func (fp *fingerprint) onlyMarked(s span, pc *PendingCall) bool {
+func (fp *Fingerprint) onlyMarked(s span, pc *PendingCall) bool {
 	if !pc.Published || pc.Reply != nil {
 		return false
 	}
@@ -136,9 +142,9 @@ type openRun struct {
 	rec   *RunRecord
 }
 
-// fingerprintOf takes c's fingerprint before a transition.
-func fingerprintOf(c *Conversation) *fingerprint {
-	fp := &fingerprint{
+// FingerprintOf takes c's fingerprint before a transition.
+func FingerprintOf(c *State) *Fingerprint {
+	fp := &Fingerprint{
 		enc:     make([]byte, 0, 1024),
 		histLen: len(c.History),
 		runsLen: len(c.Runs),
@@ -164,9 +170,9 @@ func fingerprintOf(c *Conversation) *fingerprint {
 	return fp
 }
 
-// diff is the record that turns the state fp was taken of into c.
-func diff(fp *fingerprint, c *Conversation) *record {
-	r := &record{}
+// Diff is the record that turns the state fp was taken of into c.
+func Diff(fp *Fingerprint, c *State) *Record {
+	r := &Record{}
 	if h := headOf(c); !fp.encodes(fp.head, h) {
 		r.Head = h
 	}
@@ -176,10 +182,10 @@ func diff(fp *fingerprint, c *Conversation) *record {
 	switch {
 	case n >= fp.histLen && (fp.histLen == 0 || fp.encodes(fp.histLast, &c.History[fp.histLen-1])):
 		if n > fp.histLen {
-			r.History = &historyChange{At: fp.histLen, Messages: c.History[fp.histLen:]}
+			r.History = &HistoryChange{At: fp.histLen, Messages: c.History[fp.histLen:]}
 		}
 	default:
-		r.History = &historyChange{At: 0, Messages: c.History}
+		r.History = &HistoryChange{At: 0, Messages: c.History}
 	}
 	for _, o := range fp.openRuns {
 		if o.index < len(c.Runs) && c.Runs[o.index] != o.rec {
@@ -198,7 +204,7 @@ func diff(fp *fingerprint, c *Conversation) *record {
 	case b != fp.batch || len(b.Calls) < len(fp.calls):
 		r.Batch, r.BatchNew = batchHeadOf(b), true
 		for i, pc := range b.Calls {
-			r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
+			r.Calls = append(r.Calls, CallChange{Index: i, Call: pc})
 		}
 	default:
 		if h := batchHeadOf(b); !fp.encodes(fp.bhead, h) {
@@ -208,17 +214,17 @@ func diff(fp *fingerprint, c *Conversation) *record {
 			switch {
 			case i < len(fp.calls) && fp.encodes(fp.calls[i], pc):
 			case i < len(fp.calls) && fp.onlyMarked(fp.calls[i], pc):
-				r.Published = append(r.Published, callMark{Index: i, At: pc.PublishedAt})
+				r.Published = append(r.Published, CallMark{Index: i, At: pc.PublishedAt})
 			default:
-				r.Calls = append(r.Calls, callChange{Index: i, Call: pc})
+				r.Calls = append(r.Calls, CallChange{Index: i, Call: pc})
 			}
 		}
 	}
 	return r
 }
 
-// apply folds record r into c.
-func (c *Conversation) apply(r *record) error {
+// Fold folds record r into c.
+func (c *State) Fold(r *Record) error {
 	if r.Head != nil {
 		h := *r.Head
 		h.History, h.Runs, h.Decisions, h.Batch = c.History, c.Runs, c.Decisions, c.Batch
@@ -286,7 +292,7 @@ func (c *Conversation) apply(r *record) error {
 }
 
 // headOf is c without its history, runs, decisions and batch.
-func headOf(c *Conversation) *Conversation {
+func headOf(c *State) *State {
 	h := *c
 	h.History, h.Runs, h.Decisions, h.Batch = nil, nil, nil, nil
 	h.runsOwned, h.historyRoom = false, nil
@@ -300,13 +306,13 @@ func batchHeadOf(b *Batch) *Batch {
 	return &h
 }
 
-// clone is a copy of c that can be changed without changing c: what
+// Clone is a copy of c that can be changed without changing c: what
 // transitions change in place (the head, the lease, open runs, the batch
 // and its calls) is copied; the history and decisions, which only grow by
 // appends to a clipped slice (or, for the history, by the one run that
 // takes historyRoom), and the replies, which are replaced rather than
 // changed, are shared.
-func (c *Conversation) clone() *Conversation {
+func (c *State) Clone() *State {
 	n := *c
 	if c.historyRoom == nil {
 		n.History = slices.Clip(c.History)

@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"encoding/json"
@@ -12,32 +12,28 @@ import (
 
 // The transitions of the state machine the package doc draws.
 
-// StatusCancelled: the conversation was cancelled; its pending calls were
-// settled as cancelled and later replies are refused as late.
-const StatusCancelled Status = "cancelled"
-
 // CancelledMessage is the message of a call settled by a cancel.
 const CancelledMessage = "cancelled"
 
 // errNotRunning refuses a transition that needs a run under way.
 var errNotRunning = errors.New("conversation is not running")
 
-// holdsLease reports whether owner holds the lease of run runID. It does not
+// HoldsLease reports whether owner holds the lease of run runID. It does not
 // look at the lease's expiry: a replica whose lease ran out still owns the
 // run until another one takes it over (TakeOver), which replaces the lease.
-func (c *Conversation) holdsLease(owner, runID string) bool {
+func (c *State) HoldsLease(owner, runID string) bool {
 	return c.Lease != nil && c.Lease.Owner == owner && c.Lease.RunID == runID
 }
 
-// leaseLive reports whether a lease is held and not past its Until.
-func (c *Conversation) leaseLive(now time.Time) bool {
+// LeaseLive reports whether a lease is held and not past its Until.
+func (c *State) LeaseLive(now time.Time) bool {
 	return c.Lease != nil && c.Lease.Until.After(now)
 }
 
-// NewConversation is the state of a new conversation whose first run, rec,
+// New is the state of a new conversation whose first run, rec,
 // is executed under lease.
-func NewConversation(id string, rec RunRecord, lease *Lease, now time.Time) *Conversation {
-	return &Conversation{
+func New(id string, rec RunRecord, lease *Lease, now time.Time) *State {
+	return &State{
 		ID: id, Status: StatusRunning, Runs: []*RunRecord{&rec},
 		Lease: lease, CreatedAt: now, UpdatedAt: now,
 	}
@@ -46,8 +42,8 @@ func NewConversation(id string, rec RunRecord, lease *Lease, now time.Time) *Con
 // Start begins run rec of a finished conversation under lease. It reports
 // repeat when the run is already recorded (a retried start), changing
 // nothing; a conversation that is not finished refuses it (*ConflictError).
-func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat bool, err error) {
-	if c.runRecord(rec.RunID) != nil {
+func (c *State) Start(rec RunRecord, lease *Lease, now time.Time) (repeat bool, err error) {
+	if c.RunRecord(rec.RunID) != nil {
 		return true, nil
 	}
 	if !c.Status.Terminal() {
@@ -57,8 +53,8 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 	c.Status = StatusRunning
 	c.Output, c.Error = "", ""
 	c.Batch = nil
-	if b != nil && b.complete() {
-		if paused := c.runRecord(b.RunID); paused != nil && paused.Status == StatusPaused {
+	if b != nil && b.Complete() {
+		if paused := c.RunRecord(b.RunID); paused != nil && paused.Status == StatusPaused {
 			// Cancelled while paused: the history ends with the batch's
 			// calls, so the new run resumes with their cancelled results
 			// and the prompt, which answers every call the model made.
@@ -75,9 +71,9 @@ func (c *Conversation) Start(rec RunRecord, lease *Lease, now time.Time) (repeat
 
 // endRun drops owner's lease on run runID and returns its record (added if
 // missing), stamped as ended.
-func (c *Conversation) endRun(owner, runID string, now time.Time) (*RunRecord, error) {
-	if !c.holdsLease(owner, runID) {
-		return nil, errLeaseLost
+func (c *State) endRun(owner, runID string, now time.Time) (*RunRecord, error) {
+	if !c.HoldsLease(owner, runID) {
+		return nil, ErrLeaseLost
 	}
 	c.Lease = nil
 	c.UpdatedAt = now
@@ -92,7 +88,7 @@ func (c *Conversation) endRun(owner, runID string, now time.Time) (*RunRecord, e
 
 // Pause ends run runID with the batch it deferred; history is the whole
 // history the run ended with.
-func (c *Conversation) Pause(owner, runID string, history []agent.Message, b *Batch, now time.Time) error {
+func (c *State) Pause(owner, runID string, history []agent.Message, b *Batch, now time.Time) error {
 	rec, err := c.endRun(owner, runID, now)
 	if err != nil {
 		return err
@@ -104,7 +100,7 @@ func (c *Conversation) Pause(owner, runID string, history []agent.Message, b *Ba
 }
 
 // Complete ends run runID with its output.
-func (c *Conversation) Complete(owner, runID string, history []agent.Message, output string, now time.Time) error {
+func (c *State) Complete(owner, runID string, history []agent.Message, output string, now time.Time) error {
 	rec, err := c.endRun(owner, runID, now)
 	if err != nil {
 		return err
@@ -117,7 +113,7 @@ func (c *Conversation) Complete(owner, runID string, history []agent.Message, ou
 }
 
 // Fail ends run runID with reason; the history stays as the run found it.
-func (c *Conversation) Fail(owner, runID, reason string, now time.Time) error {
+func (c *State) Fail(owner, runID, reason string, now time.Time) error {
 	rec, err := c.endRun(owner, runID, now)
 	if err != nil {
 		return err
@@ -129,9 +125,9 @@ func (c *Conversation) Fail(owner, runID, reason string, now time.Time) error {
 }
 
 // Renew extends owner's lease on run runID to until.
-func (c *Conversation) Renew(owner, runID string, until time.Time) error {
-	if !c.holdsLease(owner, runID) {
-		return errLeaseLost
+func (c *State) Renew(owner, runID string, until time.Time) error {
+	if !c.HoldsLease(owner, runID) {
+		return ErrLeaseLost
 	}
 	c.Lease.Until = until
 	return nil
@@ -139,8 +135,8 @@ func (c *Conversation) Renew(owner, runID string, until time.Time) error {
 
 // Release lets owner's lease on run runID expire now, so that a replica
 // relaunches the run at once; it reports whether there was one to release.
-func (c *Conversation) Release(owner, runID string) bool {
-	if !c.holdsLease(owner, runID) {
+func (c *State) Release(owner, runID string) bool {
+	if !c.HoldsLease(owner, runID) {
 		return false
 	}
 	c.Lease.Until = time.Time{}
@@ -151,11 +147,11 @@ func (c *Conversation) Release(owner, runID string) bool {
 // conversation whose lease expired, and returns that run's id; "" when there
 // is nothing to take over. A conversation that records no running run
 // cannot go on and fails (failed reports it).
-func (c *Conversation) TakeOver(owner string, now time.Time, ttl time.Duration) (runID string, failed bool) {
+func (c *State) TakeOver(owner string, now time.Time, ttl time.Duration) (runID string, failed bool) {
 	if c.Status != StatusRunning && c.Status != StatusResuming {
 		return "", false
 	}
-	if c.leaseLive(now) {
+	if c.LeaseLive(now) {
 		return "", false
 	}
 	switch {
@@ -186,7 +182,7 @@ func (c *Conversation) TakeOver(owner string, now time.Time, ttl time.Duration) 
 // Claim takes a complete, unclaimed batch for its follow-up run followUp,
 // which owner executes under a lease of ttl; it reports whether it did. The
 // write of the claimed state is what makes the claim exactly-once (D35).
-func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Duration) bool {
+func (c *State) Claim(owner, followUp string, now time.Time, ttl time.Duration) bool {
 	if !c.claimable() {
 		return false
 	}
@@ -204,9 +200,9 @@ func (c *Conversation) Claim(owner, followUp string, now time.Time, ttl time.Dur
 // reports repeat when runID is already the conversation's (a retried
 // request), changing nothing. A second prompt while the first waits, or a
 // conversation that is not paused, refuses it (*ConflictError); runID
-// already queued with another prompt is an *IdempotencyError.
-func (c *Conversation) AddPrompt(runID, prompt string, now time.Time) (repeat bool, err error) {
-	if c.runRecord(runID) != nil {
+// already queued with another prompt is ErrOtherPrompt.
+func (c *State) AddPrompt(runID, prompt string, now time.Time) (repeat bool, err error) {
+	if c.RunRecord(runID) != nil {
 		return true, nil
 	}
 	if c.Status != StatusPaused || c.Batch == nil || c.Batch.Inline {
@@ -214,12 +210,12 @@ func (c *Conversation) AddPrompt(runID, prompt string, now time.Time) (repeat bo
 	}
 	if c.Batch.PromptRunID == runID {
 		if c.Batch.Prompt != prompt {
-			return false, &IdempotencyError{ConversationID: c.ID, RunID: runID}
+			return false, ErrOtherPrompt
 		}
 		return true, nil
 	}
 	if c.Batch.Prompt != "" {
-		return false, &ConflictError{ConversationID: c.ID, Status: c.Status, Op: opSecondPrompt}
+		return false, &ConflictError{ConversationID: c.ID, Status: c.Status, Op: OpSecondPrompt}
 	}
 	c.Batch.Prompt, c.Batch.PromptRunID = prompt, runID
 	c.UpdatedAt = now
@@ -227,13 +223,8 @@ func (c *Conversation) AddPrompt(runID, prompt string, now time.Time) (repeat bo
 }
 
 // claimable reports whether the batch is complete and not yet claimed.
-func (c *Conversation) claimable() bool {
-	return c.Status == StatusPaused && c.Batch != nil && !c.Batch.Inline && c.Batch.complete()
-}
-
-// Apply records a reply and says what became of it (applyReply).
-func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
-	return applyReply(c, in, now)
+func (c *State) claimable() bool {
+	return c.Status == StatusPaused && c.Batch != nil && !c.Batch.Inline && c.Batch.Complete()
 }
 
 // Dispatch turns approval call callID, just approved, into the external
@@ -247,12 +238,12 @@ func (c *Conversation) Apply(in incoming, now time.Time) (verdict, string) {
 // validated against the tool's schema (D24). It reports whether it did; a
 // call of a batch an inline wait holds is not dispatched (the waiting run
 // takes it).
-func (c *Conversation) Dispatch(callID string, now time.Time) bool {
+func (c *State) Dispatch(callID string, now time.Time) bool {
 	b := c.Batch
 	if c.Status != StatusPaused || b == nil || b.Inline {
 		return false
 	}
-	pc := b.call(callID)
+	pc := b.Call(callID)
 	if pc == nil || pc.Kind != deferred.KindApproval || pc.Dispatch <= 0 || pc.Reply == nil ||
 		pc.Reply.Outcome != OutcomeApproved {
 		return false
@@ -268,14 +259,14 @@ func (c *Conversation) Dispatch(callID string, now time.Time) bool {
 	return true
 }
 
-// dispatched reports whether pc is an approved call sent to its workers
-// (Conversation.Dispatch).
-func (pc *PendingCall) dispatched() bool { return pc.Approval != nil }
+// Dispatched reports whether pc is an approved call sent to its workers
+// (State.Dispatch).
+func (pc *PendingCall) Dispatched() bool { return pc.Approval != nil }
 
-// runArgs are the args the call runs with: those it was approved with,
+// RunArgs are the args the call runs with: those it was approved with,
 // for a dispatched call approved with override args (D24), else the
 // model's.
-func (pc *PendingCall) runArgs() json.RawMessage {
+func (pc *PendingCall) RunArgs() json.RawMessage {
 	if pc.Approval != nil && len(pc.Approval.OverrideArgs) > 0 {
 		return pc.Approval.OverrideArgs
 	}
@@ -284,7 +275,7 @@ func (pc *PendingCall) runArgs() json.RawMessage {
 
 // Expire settles the batch's pending calls whose deadline has passed (D37)
 // and returns them.
-func (c *Conversation) Expire(now time.Time) []*PendingCall {
+func (c *State) Expire(now time.Time) []*PendingCall {
 	if c.Batch == nil || c.Status == StatusCancelled {
 		return nil
 	}
@@ -304,14 +295,14 @@ func (c *Conversation) Expire(now time.Time) []*PendingCall {
 // Escalate marks the approval calls whose escalation time has passed
 // unanswered as escalated (their tool's EscalateTo may decide them too)
 // and returns them.
-func (c *Conversation) Escalate(now time.Time) []*PendingCall {
-	if c.Batch == nil || c.Status.ended() {
+func (c *State) Escalate(now time.Time) []*PendingCall {
+	if c.Batch == nil || c.Status.Ended() {
 		return nil
 	}
 	var out []*PendingCall
 	for _, pc := range c.Batch.Calls {
 		if at := pc.escalation(); !at.IsZero() && !now.Before(at) {
-			// Replaced, not changed: a clone shares it (Conversation.clone).
+			// Replaced, not changed: a clone shares it (State.clone).
 			e := *pc.Escalation
 			e.Done = true
 			pc.Escalation = &e
@@ -329,8 +320,8 @@ func (c *Conversation) Escalate(now time.Time) []*PendingCall {
 // lease of a run under way is dropped (the run's result is then refused as
 // lease lost), and later replies are refused as late. It returns the calls it
 // settled; a finished conversation refuses it (*ConflictError).
-func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, error) {
-	if c.Status.ended() {
+func (c *State) Cancel(reason string, now time.Time) ([]*PendingCall, error) {
+	if c.Status.Ended() {
 		return nil, &ConflictError{ConversationID: c.ID, Status: c.Status}
 	}
 	if reason == "" {
@@ -367,7 +358,7 @@ func (c *Conversation) Cancel(reason string, now time.Time) ([]*PendingCall, err
 
 // workingRuns lists the runs of an unfinished conversation that may still
 // be working: the paused run whose calls are out, and the run under lease.
-func (c *Conversation) workingRuns() []string {
+func (c *State) workingRuns() []string {
 	var runs []string
 	if c.Batch != nil && c.Status == StatusPaused {
 		runs = append(runs, c.Batch.RunID)
@@ -378,22 +369,12 @@ func (c *Conversation) workingRuns() []string {
 	return runs
 }
 
-// StatusDeleted: the conversation is being deleted. Its log holds only
-// the record that set this status (the tombstone): every replica that
-// catches up, however stale its cache, reads it and answers ErrNotFound,
-// and a change racing the delete fails its append and sees it.
-const StatusDeleted Status = "deleted"
-
-// ended reports whether nothing can happen to the conversation but a new
-// run (finished) or nothing at all (deleted).
-func (s Status) ended() bool { return s.Terminal() || s == StatusDeleted }
-
 // Delete marks a finished conversation deleted and forgets its answer, so
 // that the tombstone holds no content; one under way refuses it
 // (*ConflictError).
-func (c *Conversation) Delete(now time.Time) error {
+func (c *State) Delete(now time.Time) error {
 	if !c.Status.Terminal() {
-		return &ConflictError{ConversationID: c.ID, Status: c.Status, Op: opDelete}
+		return &ConflictError{ConversationID: c.ID, Status: c.Status, Op: OpDelete}
 	}
 	c.Status = StatusDeleted
 	c.Output, c.Error = "", ""
@@ -407,9 +388,9 @@ var cancelledMetadata = json.RawMessage(`{"reason":"cancelled"}`)
 
 // BeginInline records the batch a run defers in its inline wait, while owner
 // still holds the run.
-func (c *Conversation) BeginInline(owner, runID string, b *Batch, now time.Time) error {
-	if !c.holdsLease(owner, runID) {
-		return errLeaseLost
+func (c *State) BeginInline(owner, runID string, b *Batch, now time.Time) error {
+	if !c.HoldsLease(owner, runID) {
+		return ErrLeaseLost
 	}
 	b.Inline = true
 	c.Batch = b
@@ -419,7 +400,7 @@ func (c *Conversation) BeginInline(owner, runID string, b *Batch, now time.Time)
 
 // TakeInline marks the replies that arrived during run runID's inline wait,
 // for the calls req asked about, as taken and returns them; nil when none.
-func (c *Conversation) TakeInline(runID string, req *deferred.Requests, now time.Time) *deferred.Results {
+func (c *State) TakeInline(runID string, req *deferred.Requests, now time.Time) *deferred.Results {
 	if c.Batch == nil || c.Batch.RunID != runID || !c.Batch.Inline {
 		return nil
 	}
@@ -444,13 +425,13 @@ func (c *Conversation) TakeInline(runID string, req *deferred.Requests, now time
 // published; it reports whether anything changed. It is the store's own
 // account of what it sent, not a change the conversation's users see, so
 // the conversation's UpdatedAt stays (and the record holds only the marks).
-func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) bool {
+func (c *State) MarkPublished(runID string, ids []string, now time.Time) bool {
 	if c.Batch == nil || c.Batch.RunID != runID {
 		return false
 	}
 	changed := false
 	for _, id := range ids {
-		if pc := c.Batch.call(id); pc != nil && !pc.Published {
+		if pc := c.Batch.Call(id); pc != nil && !pc.Published {
 			pc.Published = true
 			if pc.PublishedAt.IsZero() {
 				pc.PublishedAt = now
@@ -462,7 +443,7 @@ func (c *Conversation) MarkPublished(runID string, ids []string, now time.Time) 
 }
 
 // cancelledReason is the late reason of a reply to a cancelled conversation.
-func cancelledReason(c *Conversation) string {
+func cancelledReason(c *State) string {
 	return fmt.Sprintf("conversation %s was cancelled", c.ID)
 }
 
@@ -470,8 +451,8 @@ func cancelledReason(c *Conversation) string {
 // run: the run under way and the batch are dropped (later replies to it are
 // acked as no longer awaited), the reason is kept. It reports whether it
 // changed anything; a finished conversation is left as it is.
-func (c *Conversation) Abort(reason string, now time.Time) bool {
-	if c.Status.ended() {
+func (c *State) Abort(reason string, now time.Time) bool {
+	if c.Status.Ended() {
 		return false
 	}
 	for i := range c.Runs {
@@ -486,4 +467,38 @@ func (c *Conversation) Abort(reason string, now time.Time) bool {
 	c.Batch = nil
 	c.UpdatedAt = now
 	return true
+}
+
+// offered reports whether the call is one the handler was asked about, in
+// the same category.
+func offered(req *deferred.Requests, pc *PendingCall) bool {
+	list := req.Calls
+	if pc.Kind == deferred.KindApproval {
+		list = req.Approvals
+	}
+	for _, c := range list {
+		if c.ToolCallID == pc.ToolCallID {
+			return true
+		}
+	}
+	return false
+}
+
+// Messages of calls settled by expiry (D37).
+const (
+	ExpiredApprovalMessage = "approval expired"
+	ExpiredCallMessage     = "timed out"
+)
+
+// expiredMetadata is the reason an expired approval carries.
+var expiredMetadata = json.RawMessage(`{"reason":"expired"}`)
+
+// expiredBy names the orchestrator as the one that settled an expired call.
+const expiredBy = "orchestrator"
+
+func expiredReply(pc *PendingCall, now time.Time) *Reply {
+	if pc.Kind == deferred.KindApproval {
+		return &Reply{Outcome: OutcomeDenied, Message: ExpiredApprovalMessage, Metadata: expiredMetadata, By: expiredBy, At: now, Expired: true}
+	}
+	return &Reply{Outcome: OutcomeFailed, Message: ExpiredCallMessage, By: expiredBy, At: now, Expired: true}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"github.com/vmihailenco/msgpack/v5"
@@ -10,7 +10,7 @@ import (
 // garbage on each of thirteen optional fields (package msgpackmap): every
 // stored change encodes the head of its conversation up to three times
 // (its fingerprint, diff's comparison, the record).
-func (c Conversation) EncodeMsgpack(enc *msgpack.Encoder) error {
+func (c State) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w := msgpackmap.Writer{Enc: enc}
 	w.Len(6 + msgpackmap.Count(c.Batch != nil, c.Output != "", c.Error != "", c.Lease != nil, c.StaleReplies != 0, len(c.Decisions) > 0,
 		c.Agent != "", c.AgentDigest != "", len(c.Caller) > 0, len(c.FrontendTools) > 0, c.Signed, c.Unserved != "", !c.UnservedSince.IsZero()))

@@ -1,4 +1,4 @@
-package orchestrator
+package conversation
 
 import (
 	"encoding/json"
@@ -18,8 +18,8 @@ func TestMarkRecordHoldsOnlyTheMarks(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	now := t0.Add(time.Minute)
 	args := json.RawMessage(`{"path":"README.md","text":"a long argument the model sent, which a mark must not store again"}`)
-	paused := func() *Conversation {
-		c := NewConversation("c1", RunRecord{RunID: "r1", Status: StatusRunning, Prompt: "p", StartedAt: t0},
+	paused := func() *State {
+		c := New("c1", RunRecord{RunID: "r1", Status: StatusRunning, Prompt: "p", StartedAt: t0},
 			&Lease{Owner: "me", RunID: "r1", Until: now.Add(time.Hour)}, t0)
 		b := &Batch{RunID: "r1"}
 		for _, id := range []string{"a", "b", "c"} {
@@ -33,14 +33,14 @@ func TestMarkRecordHoldsOnlyTheMarks(t *testing.T) {
 	}
 
 	c := paused()
-	before, fp := c.clone(), fingerprintOf(c)
+	before, fp := c.Clone(), FingerprintOf(c)
 	if !c.MarkPublished("r1", []string{"a", "b", "c"}, now) {
 		t.Fatal("nothing marked")
 	}
 	if !c.UpdatedAt.Equal(before.UpdatedAt) {
 		t.Errorf("a mark moved UpdatedAt from %v to %v", before.UpdatedAt, c.UpdatedAt)
 	}
-	r := diff(fp, c)
+	r := Diff(fp, c)
 	if r.Head != nil || len(r.Calls) != 0 || len(r.Published) != 3 {
 		t.Fatalf("mark record: head %v, %d calls, %d marks; want only 3 marks", r.Head != nil, len(r.Calls), len(r.Published))
 	}
@@ -52,10 +52,10 @@ func TestMarkRecordHoldsOnlyTheMarks(t *testing.T) {
 	// One answered as well (stored whole), one with a time of its own.
 	c = paused()
 	c.Batch.Calls[2].PublishedAt = t0
-	before, fp = c.clone(), fingerprintOf(c)
+	before, fp = c.Clone(), FingerprintOf(c)
 	c.MarkPublished("r1", []string{"a", "b", "c"}, now)
 	c.Batch.Calls[0].Reply = &Reply{Outcome: OutcomeReturn, At: now}
-	r = diff(fp, c)
+	r = Diff(fp, c)
 	if len(r.Calls) != 1 || r.Calls[0].Index != 0 || len(r.Published) != 2 {
 		t.Fatalf("record: %d calls, %d marks; want call 0 whole and 2 marks", len(r.Calls), len(r.Published))
 	}
@@ -65,8 +65,8 @@ func TestMarkRecordHoldsOnlyTheMarks(t *testing.T) {
 	checkRecord(t, "a mark and an answer", before, r, c)
 
 	// A record marking a call the conversation does not have is refused.
-	bad := &record{Published: []callMark{{Index: 3, At: now}}}
-	if err := paused().apply(bad); err == nil {
+	bad := &Record{Published: []CallMark{{Index: 3, At: now}}}
+	if err := paused().Fold(bad); err == nil {
 		t.Error("a mark of call 3 of 3 was folded")
 	}
 }
