@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/bus"
 )
 
 // memStore keeps conversations in memory under the store's contract
@@ -80,6 +82,20 @@ func (m *memStore) create(_ context.Context, c *Conversation) (uint64, error) {
 	defer m.mu.Unlock()
 	if _, ok := m.convs[c.ID]; ok {
 		return 0, fmt.Errorf("create conversation %s: %w", c.ID, errExists)
+	}
+	m.seq++
+	m.convs[c.ID] = memConv{c: c.clone(), seq: m.seq}
+	return m.seq, nil
+}
+
+func (m *memStore) commit(_ context.Context, c *Conversation, _ *fingerprint, seq uint64) (uint64, error) {
+	if m.appended != nil {
+		m.appended(c.ID)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mc, ok := m.convs[c.ID]; !ok || mc.seq != seq {
+		return 0, fmt.Errorf("commit conversation %s: %w", c.ID, bus.ErrLogConflict)
 	}
 	m.seq++
 	m.convs[c.ID] = memConv{c: c.clone(), seq: m.seq}

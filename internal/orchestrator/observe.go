@@ -28,6 +28,15 @@ type observer interface {
 	runRelaunched()
 	followUp()
 	endWritten()
+	// storedWithEnd is told of each deferred record (tentative.go)
+	// stored with its run's end, a start's or a follow-up's claim, as it
+	// is written (n 1), and again if the write failed (n -1).
+	storedWithEnd(start bool, n int64)
+	// runUncounted takes back a runStarted (start) or followUp whose
+	// deferred record was dropped or abandoned; deferredDropped is told
+	// of each dropped because the conversation changed first.
+	runUncounted(start bool)
+	deferredDropped()
 }
 
 // replyObservation is what became of one reply.
@@ -130,3 +139,21 @@ func (c counters) runStarted()    { c.stats.RunsStarted.Add(1) }
 func (c counters) runRelaunched() { c.stats.RunsRelaunched.Add(1) }
 func (c counters) followUp()      { c.stats.FollowUps.Add(1) }
 func (c counters) endWritten()    { c.stats.EndWrites.Add(1) }
+
+func (c counters) storedWithEnd(start bool, n int64) {
+	if start {
+		c.stats.StartedWithEnd.Add(n)
+		return
+	}
+	c.stats.ClaimedWithEnd.Add(n)
+}
+
+func (c counters) runUncounted(start bool) {
+	if start {
+		c.stats.RunsStarted.Add(-1)
+		return
+	}
+	c.stats.FollowUps.Add(-1)
+}
+
+func (c counters) deferredDropped() { c.stats.TentativeDropped.Add(1) }

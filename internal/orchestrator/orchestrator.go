@@ -467,7 +467,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.roster.inline = o.runner.handleInline
 	o.rec = &reconciler{core: o.core, roster: o.roster, pub: o.pub}
 	o.link = &replicaLink{core: o.core, roster: o.roster, reconcileEntries: o.rec.reconcileEntries}
-	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub, launchTentative: o.runner.launchTentative}
+	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub}
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
@@ -833,14 +833,16 @@ func (o *Orchestrator) effectorParams(st *store) effectorParams {
 		withdraw:     o.withdraw,
 		escalate:     o.rec.escalate,
 		batchDone:    o.pub.batchDone,
-		launch: func(convID, runID string, c *Conversation, rev uint64) {
-			o.runner.launchFrom(convID, runID, c, rev, nil)
+		launch:       o.runner.launchFrom,
+		claimWindow:  o.cfg.ClaimWindow,
+		runCtx:       o.runCtx,
+		reapply: func(ctx context.Context, convID string, jobs []*replyJob) {
+			o.pipe.applyGroup(ctx, convID, jobs, nil, 0)
 		},
 		handOver:            o.link.handOver,
 		spawn:               o.runner.goUnlessStopped,
 		track:               o.runner.runs.Go,
 		audit:               o.auditGrants,
-		awaitReplies:        o.events.queue.awaitReplies,
 		publishPaused:       o.pub.publishPaused,
 		publishBatch:        o.pub.publishBatch,
 		replied:             o.pipe.replyEvents,

@@ -138,14 +138,11 @@ type replicaLink struct {
 // replygroup.go, verify.go, audit.go).
 type replyPipeline struct {
 	*core
-	roster *roster
-	pub    *publisher
-	// launchTentative launches a follow-up before its claim is stored
-	// (the runner's).
-	launchTentative func(c *Conversation, tc *tentativeClaim)
-	replies         *bus.Subscription
-	maxDeliver      *bus.Subscription
-	commits         groupCommit
+	roster     *roster
+	pub        *publisher
+	replies    *bus.Subscription
+	maxDeliver *bus.Subscription
+	commits    groupCommit
 }
 
 // reconciler does what nobody else will: the periodic pass over the due

@@ -116,6 +116,31 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		}
 	})
 
+	t.Run("commit only at the sequence it was made from", func(t *testing.T) {
+		s, ctx := newStore(t)
+		seq, _ := s.create(ctx, newConv("c1"))
+		base, _ := read(t, ctx, s, "c1")
+		ahead := base.clone()
+		if err := ahead.Complete("me", "r1_c1", nil, "out", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		seq2, err := s.commit(ctx, ahead, fingerprintOf(base), seq)
+		if err != nil || seq2 <= seq {
+			t.Fatalf("commit at %d: %d, %v", seq, seq2, err)
+		}
+		if got, at := read(t, ctx, s, "c1"); at != seq2 || got.Status != StatusCompleted || got.Output != "out" {
+			t.Errorf("read back at %d (want %d): %s %q", at, seq2, got.Status, got.Output)
+		}
+		stale := base.clone()
+		stale.Output = "stale"
+		if _, err := s.commit(ctx, stale, fingerprintOf(base), seq); err == nil {
+			t.Error("a commit from a sequence the log has passed was stored")
+		}
+		if got, at := read(t, ctx, s, "c1"); at != seq2 || got.Output != "out" {
+			t.Errorf("after a stale commit: at %d (want %d), output %q", at, seq2, got.Output)
+		}
+	})
+
 	t.Run("index", func(t *testing.T) {
 		s, ctx := newStore(t)
 		if _, err := s.create(ctx, newConv("c1")); err != nil {
