@@ -224,6 +224,18 @@ func (e *effector) create(ctx context.Context, c *Conversation, effects []effect
 	return nil
 }
 
+// appendDeferred appends c, the state d's record makes or one its run
+// changed further, as one record: a start as the conversation's first, a
+// claim only if nothing was appended since the pause it was made from.
+// What it asks for is carried out by d (tentative.go).
+func (e *effector) appendDeferred(ctx context.Context, d *deferredAppend, c *Conversation) (uint64, error) {
+	if d.start() {
+		// The start's client waits for this record.
+		return e.store.create(answersRequest(ctx), c)
+	}
+	return e.store.commit(ctx, c, d.base, d.pauseRev)
+}
+
 // failTooLarge fails the conversation that a change would have taken over
 // the store's limit, with the reason in its status and a run_failed event.
 func (e *effector) failTooLarge(ctx context.Context, id string, tl *TooLargeError) {

@@ -151,16 +151,6 @@ func (d *deferredAppend) answer() error {
 	return nil
 }
 
-// write appends c, the claimed state or one the run changed further, as
-// one record.
-func (d *deferredAppend) write(ctx context.Context, c *Conversation) (uint64, error) {
-	if d.start() {
-		// The start's client waits for this record.
-		return d.fx.store.create(answersRequest(ctx), c)
-	}
-	return d.fx.store.commit(ctx, c, d.base, d.pauseRev)
-}
-
 // arm starts the window at whose end the record is stored.
 func (d *deferredAppend) arm() {
 	// Set under the lock its callback takes: a window of a millisecond can
@@ -218,7 +208,7 @@ func (d *deferredAppend) store(ctx context.Context) error {
 		return errDeferredDropped
 	}
 	d.timer.Stop()
-	seq, err := d.write(ctx, d.claimed)
+	seq, err := d.fx.appendDeferred(ctx, d, d.claimed)
 	if err != nil {
 		d.dropLocked(ctx, err)
 		return errDeferredDropped
@@ -269,14 +259,14 @@ func (d *deferredAppend) end(ctx context.Context, end transition) (c *Conversati
 	if err == nil {
 		// Counted before the record can be seen.
 		d.fx.observer.storedWithEnd(d.start(), 1)
-		if _, err = d.write(ctx, c); err != nil {
+		if _, err = d.fx.appendDeferred(ctx, d, c); err != nil {
 			d.fx.observer.storedWithEnd(d.start(), -1)
 		}
 		if tooLarge(err) != nil {
 			// What the run ended with does not fit with the rest: the claim
 			// is stored alone, and the caller stores the end as it would
 			// have (failing the run).
-			seq, cerr := d.write(ctx, d.claimed)
+			seq, cerr := d.fx.appendDeferred(ctx, d, d.claimed)
 			if cerr == nil {
 				d.claimRev = seq
 				d.settleLocked(ctx, deferredStored)
