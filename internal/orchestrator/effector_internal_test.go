@@ -48,10 +48,9 @@ func (f *fakeEffects) awaitReplies(string)       { f.add("await replies") }
 // newTestEffector is an effector on a memory store whose collaborators
 // record what they are asked for in f.
 func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
-	stats := &Stats{}
 	return newEffector(effectorParams{
 		log: slog.New(slog.DiscardHandler), clock: func() time.Time { return now }, store: s, events: f,
-		deadlines: newDeadlineIndex(), observer: counters{stats: stats},
+		deadlines: newDeadlineIndex(), observer: &Counts{},
 		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*Conversation) bool { return true },
 		notifyCancel: func(runID string) error { f.add("notice " + runID); return nil },
 		withdraw: func(_ context.Context, _, runID string, calls []*PendingCall) {
@@ -164,7 +163,7 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	if got := f.list(); !slices.Equal(got, want) {
 		t.Errorf("expiry carried out %q, want %q", got, want)
 	}
-	if st := e.observer.(counters).stats; st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
+	if st := e.observer.(*Counts); st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
 		t.Errorf("observed %d expired, %d follow-ups; want 1 and 1", st.Expired.Load(), st.FollowUps.Load())
 	}
 	if c, _, _ := s.current("c2"); c.Status != StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
@@ -239,7 +238,7 @@ func TestEffectorDefersAClaim(t *testing.T) {
 		if stored, seq, _ := s.current("c1"); stored.Status != StatusCompleted || seq != 2 {
 			t.Errorf("stored %s at %d; want completed in the record after the pause (2)", describeState(stored), seq)
 		}
-		if st := e.observer.(counters).stats; st.ClaimedWithEnd.Load() != 1 || st.FollowUps.Load() != 1 {
+		if st := e.observer.(*Counts); st.ClaimedWithEnd.Load() != 1 || st.FollowUps.Load() != 1 {
 			t.Errorf("observed %d stored with the end, %d follow-ups; want 1 and 1", st.ClaimedWithEnd.Load(), st.FollowUps.Load())
 		}
 	})
@@ -261,7 +260,7 @@ func TestEffectorDefersAClaim(t *testing.T) {
 		if stored, _, _ := s.current("c1"); stored.Status != StatusCancelled {
 			t.Errorf("stored %s, want cancelled", describeState(stored))
 		}
-		if st := e.observer.(counters).stats; st.TentativeDropped.Load() != 1 || st.FollowUps.Load() != 0 {
+		if st := e.observer.(*Counts); st.TentativeDropped.Load() != 1 || st.FollowUps.Load() != 0 {
 			t.Errorf("observed %d dropped, %d follow-ups; want 1 and 0", st.TentativeDropped.Load(), st.FollowUps.Load())
 		}
 	})

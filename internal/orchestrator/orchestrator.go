@@ -66,7 +66,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -195,6 +194,10 @@ type Config struct {
 	// calls pending by tool and kind, counted from KV at each scrape. nil
 	// records nothing.
 	Metrics *telemetry.OrchestratorMetrics
+	// Observer is told, as the metrics are, what the orchestrator did
+	// (observe.go): a *Counts counts it for a test, the bench or the
+	// soak. nil tells only the metrics.
+	Observer Observer
 	// TracerProvider makes a span per run (and per model request) and per
 	// reply consumed. The paused run's trace context is stored with its
 	// batch and published with its calls; a follow-up run is the child of
@@ -355,76 +358,6 @@ type Orchestrator struct {
 	rec    *reconciler
 }
 
-// Stats counts what the orchestrator did, for tests and metrics.
-type Stats struct {
-	RunsStarted     atomic.Int64
-	RunsRelaunched  atomic.Int64
-	FollowUps       atomic.Int64
-	Published       atomic.Int64
-	RepliesApplied  atomic.Int64
-	Duplicates      atomic.Int64
-	Refused         atomic.Int64
-	Late            atomic.Int64
-	Expired         atomic.Int64
-	DeadLettered    atomic.Int64
-	LeaseLost       atomic.Int64
-	TransientErrors atomic.Int64
-	// StateWrites and StateBytes count the records appended to
-	// conversation logs (attempts, conflicts included) and their bytes.
-	StateWrites atomic.Int64
-	StateBytes  atomic.Int64
-	// StateReads counts the reads of conversation logs: a state not cached,
-	// a cached one brought up to date, a catch-up after a conflict.
-	StateReads atomic.Int64
-	// EndWrites counts, of StateWrites, the appends that store a run's end
-	// when it completes or fails: made after the run gave its slot back,
-	// within a window of their own, and waited for by nothing on a call's
-	// way (only by the conversation's own completion).
-	EndWrites atomic.Int64
-	// CallBatches counts the publishes of a batch's calls, each one
-	// round trip whatever the number of calls; a paused run does not wait
-	// for it.
-	CallBatches atomic.Int64
-	// HandedOver counts the runs this replica handed to the replicas of
-	// another agent (or config digest) by a nudge.
-	HandedOver atomic.Int64
-	// DecisionsHandedOver counts the decisions this replica left to the
-	// others, not holding their conversation's agent config (policy.go).
-	DecisionsHandedOver atomic.Int64
-	// ApprovalsCounted counts the approvals recorded towards a quorum
-	// that they did not complete (ToolConfig.Approvals).
-	ApprovalsCounted atomic.Int64
-	// UnservedCalls counts the external calls published while no worker
-	// took calls of their tool (each told by a tool_unserved event).
-	UnservedCalls atomic.Int64
-	// ReconcilesStarted and ReconcilesEnded count reconcile passes (the
-	// loop's and Reconcile's): a pass over many due conversations holds
-	// their index entries while it runs, which a heap measurement taken
-	// meanwhile counts (the benchmark waits until the two are equal).
-	ReconcilesStarted, ReconcilesEnded atomic.Int64
-	// ReconcileErrors counts the conversations a reconcile pass (or a
-	// retention sweep) had to leave as they were (one it could not read, a
-	// change that failed).
-	ReconcileErrors atomic.Int64
-	// ClaimedWithEnd counts the follow-ups whose claim was stored with
-	// their end, as one record (tentative.go), and StartedWithEnd the new
-	// conversations whose first record holds their first run's pause or
-	// end; TentativeDropped the runs dropped because the conversation
-	// changed before what they started from was stored (a follow-up's
-	// replies recorded again, a start answered with the error).
-	ClaimedWithEnd   atomic.Int64
-	StartedWithEnd   atomic.Int64
-	TentativeDropped atomic.Int64
-	// AppendsUnresolved counts the rounds of the store's timeout (10 s)
-	// that ended with an append's outcome still unknown: its answer lost
-	// and the log not reachable to say whether it was stored. Each is
-	// also logged; the append is followed up until the log answers.
-	AppendsUnresolved atomic.Int64
-}
-
-// Stats returns the orchestrator's counters.
-func (o *Orchestrator) Stats() *Stats { return &o.stats }
-
 // EventsPending is the number of events queued for the events stream or
 // being published: a step's events wait for its run's end (and, after a
 // pause on external calls, for a quick follow-up) for at most a quarter of
@@ -471,7 +404,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
-	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
+	o.observer = newObserver(cfg.Metrics, cfg.Observer)
 	if err := o.roster.buildAgents(); err != nil {
 		return nil, err
 	}
@@ -592,10 +525,10 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 	o.link.kv = replicas
 	s := &store{
 		bus: o.bus, index: index, fresh: newFreshSet(), instance: o.cfg.InstanceID,
-		cache:  newReportingCache(o.cfg.StateCacheBytes, newEvictionReport(o.log, o.cfg.Metrics.StateCacheEvicted, o.clock)),
-		clock:  o.clock,
-		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
-		life: o.loopCtx, log: o.log, unresolved: func() { o.observer.appendUnresolved() }, appendTimeout: o.cfg.appendTimeout,
+		cache:    newReportingCache(o.cfg.StateCacheBytes, newEvictionReport(o.log, o.cfg.Metrics.StateCacheEvicted, o.clock)),
+		clock:    o.clock,
+		observer: o.observer,
+		life:     o.loopCtx, log: o.log, unresolved: func() { o.observer.appendUnresolved() }, appendTimeout: o.cfg.appendTimeout,
 	}
 	// The floor of the first conversations' watermark (fresh.go).
 	last, err := o.bus.LastSequence(ctx, bus.StreamConversations)

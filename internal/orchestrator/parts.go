@@ -17,7 +17,7 @@ import (
 
 // core is what the parts of an orchestrator share: its config, logger,
 // connection, store and its write path (fx), clock, tracer, event
-// publisher, observer and counters, its life cycle (loops, stop).
+// publisher and observer, its life cycle (loops, stop).
 // Orchestrator embeds it too. It points to no part: a part that uses
 // another is handed it when the orchestrator is wired (New), and no two
 // parts use each other. What one part alone uses is a field of that part.
@@ -63,8 +63,6 @@ type core struct {
 	once onceLog
 	// grantCache holds the grants bucket as its watch sees it (grants.go).
 	grantCache grantCache
-
-	stats Stats
 }
 
 // roster knows the agents this replica runs and those the other replicas

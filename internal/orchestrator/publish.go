@@ -139,8 +139,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *Conversation, only func
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
-	p.stats.Published.Add(int64(len(msgs)))
-	p.stats.CallBatches.Add(1)
+	p.observer.published(len(msgs))
 	// A call the stream already held was told about when it was stored
 	// (by the replica that published it first).
 	var fresh []string

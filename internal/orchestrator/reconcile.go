@@ -48,8 +48,8 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.rec.recon
 // expired; and it rebuilds the deadline index. The entry of a conversation
 // found finished or deleted is removed.
 func (rc *reconciler) reconcile(ctx context.Context) error {
-	rc.stats.ReconcilesStarted.Add(1)
-	defer rc.stats.ReconcilesEnded.Add(1)
+	rc.observer.reconcileStarted()
+	defer rc.observer.reconcileEnded()
 	if !rc.store.markersPurged.Load() {
 		if err := rc.store.purgeDueMarkers(ctx); err != nil && ctx.Err() == nil {
 			rc.log.WarnContext(ctx, "reconcile: purge the index's delete markers", slog.String("error", err.Error()))

@@ -278,7 +278,7 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	if runErr != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// Cancelled without shutdown: the lease was lost to another
 		// replica, which owns the run now.
-		rn.stats.LeaseLost.Add(1)
+		rn.observer.leaseLost()
 		log.WarnContext(fctx, "run abandoned: lease lost")
 		return runLeaseLost
 	}
@@ -382,7 +382,7 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	}
 	if err != nil {
 		if errors.Is(err, errLeaseLost) {
-			rn.stats.LeaseLost.Add(1)
+			rn.observer.leaseLost()
 			log.WarnContext(ctx, "run result dropped: lease lost")
 			return runLeaseLost
 		}
