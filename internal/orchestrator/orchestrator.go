@@ -389,8 +389,16 @@ func New(cfg Config) (*Orchestrator, error) {
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}}
 	o.once.log = o.log
+	o.observer = newObserver(cfg.Metrics, cfg.Observer)
 	o.roster = &roster{core: o.core}
-	o.pub = &publisher{core: o.core, roster: o.roster}
+	o.pub = &publisher{publisherParams: publisherParams{
+		log: o.log, clock: o.clock, bus: o.bus, observer: o.observer, deadlines: o.deadlines,
+		discovery: &o.discovery, roster: o.roster,
+		do: func(ctx context.Context, id string, t transition) error {
+			_, _, err := o.fx.do(ctx, id, t)
+			return err
+		},
+	}}
 	o.runner = &runner{core: o.core, roster: o.roster, pub: o.pub,
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
@@ -404,7 +412,6 @@ func New(cfg Config) (*Orchestrator, error) {
 	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
-	o.observer = newObserver(cfg.Metrics, cfg.Observer)
 	if err := o.roster.buildAgents(); err != nil {
 		return nil, err
 	}

@@ -100,14 +100,29 @@ type runner struct {
 }
 
 // publisher turns a paused run's deferred requests into a batch and
-// publishes its calls (publish.go).
+// publishes its calls (publish.go). It is handed what it uses, and
+// nothing else of the orchestrator.
 type publisher struct {
-	*core
-	roster   *roster
+	publisherParams
 	unserved *unservedCalls
 	// stored are the runs whose unmarked calls this replica published and
 	// saw stored (publish.go).
 	stored storedRuns
+}
+
+// publisherParams are the publisher's collaborators.
+type publisherParams struct {
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	observer  observer
+	deadlines *deadlineIndex
+	// discovery says which tool a call of a run goes to.
+	discovery *discovery
+	roster    *roster
+	// do applies t to conversation id through the write path (the
+	// effector's), which carries out what it asks for.
+	do func(ctx context.Context, id string, t transition) error
 }
 
 // replicaLink is this replica among the others: its advert, the nudges

@@ -69,7 +69,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, _, merr := p.fx.do(ctx, convID, markPublishedTransition(runID, ids, now))
+	merr := p.do(ctx, convID, markPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}
