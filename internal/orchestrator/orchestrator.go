@@ -390,7 +390,10 @@ func New(cfg Config) (*Orchestrator, error) {
 	}}
 	o.once.log = o.log
 	o.observer = newObserver(cfg.Metrics, cfg.Observer)
-	o.roster = &roster{core: o.core}
+	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
+	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
+	o.roster = &roster{rosterParams: rosterParams{cfg: cfg, clock: o.clock, discovery: &o.discovery, once: &o.once}}
 	o.pub = &publisher{publisherParams: publisherParams{
 		log: o.log, clock: o.clock, bus: o.bus, observer: o.observer, deadlines: o.deadlines,
 		discovery: &o.discovery, roster: o.roster,
@@ -406,17 +409,18 @@ func New(cfg Config) (*Orchestrator, error) {
 		executing: map[string]context.CancelFunc{},
 	}
 	o.roster.inline = o.runner.handleInline
-	o.rec = &reconciler{core: o.core, roster: o.roster, pub: o.pub}
+	o.rec = &reconciler{reconcilerParams{
+		cfg: cfg, log: o.log, clock: o.clock, bus: o.bus, observer: o.observer, deadlines: o.deadlines,
+		events: o.events, discovery: &o.discovery, storage: &o.storage, roster: o.roster, pub: o.pub,
+		remove: o.remove, loopCtx: o.loopCtx, stopping: o.stopping, stopped: &o.stopped,
+	}}
 	o.link = &replicaLink{core: o.core, roster: o.roster, reconcileEntries: o.rec.reconcileEntries}
 	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub}
-	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
 	if err := o.roster.buildAgents(); err != nil {
 		return nil, err
 	}
-	o.runCtx, o.cancel = context.WithCancel(context.Background())
-	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
 	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
 		current: func(ctx context.Context, id string) (*Conversation, uint64, error) { return o.store.current(ctx, id) }}
 	o.pub.unserved = newUnservedCalls(o.runCtx, o.bus, o.events, o.log, o.clock, func(tool string) {
@@ -445,6 +449,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	}
 	o.store = st
 	o.fx = newEffector(o.effectorParams(st))
+	o.rec.store, o.rec.fx = st, o.fx
 	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
 	if _, err := o.store.migrate(ctx, o.log); err != nil {

@@ -68,7 +68,7 @@ type core struct {
 // roster knows the agents this replica runs and those the other replicas
 // run: which conversations this replica may take (agents.go, agent.go).
 type roster struct {
-	*core
+	rosterParams
 	// inline is the runner's inline wait, the handler of the agents whose
 	// config sets inline_wait.
 	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
@@ -108,6 +108,15 @@ type publisher struct {
 	// stored are the runs whose unmarked calls this replica published and
 	// saw stored (publish.go).
 	stored storedRuns
+}
+
+// rosterParams are the roster's collaborators: the config its agents are
+// built from, the clock, the tools' discovery, the once-a-key log.
+type rosterParams struct {
+	cfg       Config
+	clock     func() time.Time
+	discovery *discovery
+	once      *onceLog
 }
 
 // publisherParams are the publisher's collaborators.
@@ -162,7 +171,30 @@ type replyPipeline struct {
 // conversations, expiry at deadlines, retention (reconcile.go, expiry.go,
 // lifecycle.go).
 type reconciler struct {
-	*core
-	roster *roster
-	pub    *publisher
+	reconcilerParams
+}
+
+// reconcilerParams are the reconciler's collaborators.
+type reconcilerParams struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	observer  observer
+	deadlines *deadlineIndex
+	events    *eventPublisher
+	discovery *discovery
+	storage   *storageState
+	roster    *roster
+	pub       *publisher
+	// store and fx, the conversations and their write path, are handed
+	// over when the orchestrator starts (Start).
+	store *store
+	fx    *effector
+	// remove deletes a conversation, its events and its calls.
+	remove func(ctx context.Context, id string) error
+	// loopCtx ends, stopping is closed and stopped set as Stop begins.
+	loopCtx  context.Context
+	stopping <-chan struct{}
+	stopped  *atomic.Bool
 }
