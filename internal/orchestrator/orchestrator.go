@@ -402,7 +402,10 @@ func New(cfg Config) (*Orchestrator, error) {
 			return err
 		},
 	}}
-	o.runner = &runner{core: o.core, roster: o.roster, pub: o.pub,
+	o.runner = &runner{runnerParams: runnerParams{
+		cfg: cfg, log: o.log, clock: o.clock, bus: o.bus, tracer: o.tracer, observer: o.observer, events: o.events,
+		discovery: &o.discovery, roster: o.roster, pub: o.pub, liveGrants: o.liveGrants, runCtx: o.runCtx, stopped: &o.stopped,
+	},
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
@@ -450,6 +453,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	o.store = st
 	o.fx = newEffector(o.effectorParams(st))
 	o.rec.store, o.rec.fx = st, o.fx
+	o.runner.store, o.runner.fx = st, o.fx
 	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
 	if _, err := o.store.migrate(ctx, o.log); err != nil {
