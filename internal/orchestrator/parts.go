@@ -15,12 +15,15 @@ import (
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
-// core is what the parts of an orchestrator share: its config, logger,
-// connection, store and its write path (fx), clock, tracer, event
-// publisher and observer, its life cycle (loops, stop).
-// Orchestrator embeds it too. It points to no part: a part that uses
-// another is handed it when the orchestrator is wired (New), and no two
-// parts use each other. What one part alone uses is a field of that part.
+// core is what the Orchestrator and the parts not yet handed their own
+// collaborators (the reply pipeline, the replica link) share: its config,
+// logger, connection, store and its write path (fx), clock, tracer, event
+// publisher and observer, its life cycle (loops, stop). It points to no
+// part: a part that uses another is handed it when the orchestrator is
+// wired (New), and no two parts use each other. The roster, the runner,
+// the publisher and the reconciler are handed what they use (their
+// params) and see nothing else of it. What one part alone uses is a field
+// of that part.
 type core struct {
 	cfg     Config
 	log     *slog.Logger
