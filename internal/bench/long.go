@@ -24,7 +24,7 @@ import (
 // Metrics of the long-conversation cases (toolgate only). A call's time runs
 // from the previous run's pause to its own run's pause (RunRecord.EndedAt):
 // the whole cycle of one call; its bytes are the orchestrator's
-// Stats().StateBytes written in that time. "first" and "last" are the first
+// Counts.StateBytes written in that time. "first" and "last" are the first
 // and last LongWindow calls (the first call, which creates the
 // conversation, left out); times are medians, bytes means, of the
 // conversation whose time ratio is the median of longRepeats.

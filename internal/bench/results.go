@@ -27,7 +27,7 @@ const (
 	MetricStoredMessages = "stored_messages_per_call"
 	// MetricRoundTrips is the synchronous round trips to JetStream on a
 	// batch-1 conversation's way: appends and reads of its log that
-	// something waits for (Stats: StateWrites − EndWrites + StateReads).
+	// something waits for (Counts: StateWrites − EndWrites + StateReads).
 	// A run's end (windowed) and the publish of the calls (whose acks no
 	// step waits for) are not.
 	MetricRoundTrips = "sync_round_trips_per_call"

@@ -56,7 +56,7 @@ type Measurement struct {
 	// RoundTrips is the synchronous round trips to JetStream per
 	// conversation: appends and reads of its log that a next step waits
 	// for, that is all but the windowed appends of a run's end
-	// (orchestrator Stats). Zero for the baseline.
+	// (orchestrator Counts). Zero for the baseline.
 	RoundTrips float64 `json:"sync_round_trips_per_conversation,omitempty"`
 	// Stored is the messages stored per measured call, by stream (a
 	// bucket's stream is KV_<bucket>).

@@ -158,7 +158,7 @@ type rig struct {
 	conns []*bus.Bus
 	convs jetstream.Stream
 	stops []func()
-	stats *orchestrator.Stats
+	stats *orchestrator.Counts
 
 	// paused, when set, receives the end of every run that paused; it
 	// is set before the first conversation starts.
@@ -247,7 +247,7 @@ func (t *ToolgateTarget) setUpWith(ctx context.Context, rc rigConfig) (r *rig, e
 		closeConns()
 		return r, fmt.Errorf("toolgate: %w", err)
 	}
-	r.orch, r.stats = o.Orchestrator, o.Stats()
+	r.orch, r.stats = o.Orchestrator, o.Counts
 	r.stops = append(r.stops, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

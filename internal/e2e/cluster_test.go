@@ -49,8 +49,9 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 		conns[name] = b
 		return b
 	}
+	counts := &orchestrator.Counts{}
 	o := startOrch(t, sys, orchestrator.Config{
-		Bus: conn("orchestrator"), InstanceID: "orch",
+		Bus: conn("orchestrator"), InstanceID: "orch", Observer: counts,
 		TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub},
 		// Short enough that a run whose result could not be stored while
 		// the leader moved is relaunched, and a batch whose completing
@@ -109,7 +110,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 
 	// Kill the replies leader once a few conversations are through.
 	clWaitFor(t, "the first replies", func() (bool, string) {
-		a := o.Stats().RepliesApplied.Load()
+		a := counts.RepliesApplied.Load()
 		return a >= 24, fmt.Sprintf("applied %d", a)
 	})
 	victim := cl.streamLeader(wire.StreamReplies)
@@ -141,7 +142,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	mu.Lock()
 	startedBefore := len(ids)
 	mu.Unlock()
-	applied := o.Stats().RepliesApplied.Load()
+	applied := counts.RepliesApplied.Load()
 	killedAt := time.Now()
 	cl.kill(victim)
 	t.Logf("killed %s (replies leader; meta leader %v, conversations stream leader %v; clients on it: %v): %d of %d conversations started, %d calls queued for workers, %d replies unacked or undelivered, %d of their %d replies still to come",
@@ -211,7 +212,7 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	// no relaunch, and is counted nowhere) or with the claim alone (and it
 	// is launched again here or relaunched). Each such drop moves the
 	// count by one at most.
-	st := o.Stats()
+	st := counts
 	dropped := st.TentativeDropped.Load()
 	if f, r := st.FollowUps.Load(), st.RunsRelaunched.Load(); f > n+dropped || f+r < n-dropped {
 		t.Errorf("follow-ups launched %d and relaunched %d, %d dropped before their claim was stored; want at most %d launched and %d in all, give or take the dropped",
@@ -256,9 +257,9 @@ func TestClusterLeaderKilledUnderLoad(t *testing.T) {
 	}
 	t.Logf("load of %d conversations finished %s after the kill; whole test %s; stats: applied %d, duplicates %d, refused %d, transient errors %d, relaunched %d",
 		n, time.Since(killedAt).Round(time.Millisecond), time.Since(began).Round(time.Millisecond),
-		o.Stats().RepliesApplied.Load(), o.Stats().Duplicates.Load(), o.Stats().Refused.Load(),
-		o.Stats().TransientErrors.Load(), o.Stats().RunsRelaunched.Load())
-	if r := o.Stats().Refused.Load(); r != 0 {
+		counts.RepliesApplied.Load(), counts.Duplicates.Load(), counts.Refused.Load(),
+		counts.TransientErrors.Load(), counts.RunsRelaunched.Load())
+	if r := counts.Refused.Load(); r != 0 {
 		t.Errorf("%d replies refused", r)
 	}
 }

@@ -21,7 +21,7 @@ func TestBatchKeepsRequestsExactly(t *testing.T) {
 	ag := &agentRuntime{cfg: &AgentConfig{Tools: []ToolConfig{
 		{Name: "delete_file", ApprovalMetadata: json.RawMessage(`{"reason":"destructive"}`)},
 	}}}
-	pub := &publisher{core: &core{clock: time.Now}}
+	pub := &publisher{publisherParams: publisherParams{clock: time.Now, discovery: &discovery{}}}
 	req := deferred.Requests{
 		Approvals: []deferred.Call{
 			{ToolName: "delete_file", ToolCallID: "a1", Args: json.RawMessage(`{"path":"x"}`)},

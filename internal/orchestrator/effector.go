@@ -32,6 +32,10 @@ type conversationStore interface {
 	// create stores c as a new conversation (errExists, wrapped, when
 	// there is one) and returns its sequence.
 	create(ctx context.Context, c *conversation.State) (uint64, error)
+	// commit appends what turned the state base fingerprints (stored at
+	// seq) into c, only if nothing was appended since: no catch-up, no
+	// retry (a deferred append, tentative.go).
+	commit(ctx context.Context, c *conversation.State, base *conversation.Fingerprint, seq uint64) (uint64, error)
 	// indexNow lists id as not finished at once, for every replica.
 	indexNow(ctx context.Context, id string) error
 	// followUpRequest calls stored, once, if an append whose outcome err
@@ -39,10 +43,25 @@ type conversationStore interface {
 	followUpRequest(ctx context.Context, id string, spawn func(func()), err error, stored func())
 }
 
-// eventSink takes the events of conversations.
+// eventSink takes the events of conversations, and is told of the runs
+// the effector launches, whose events it batches (events.go).
 type eventSink interface {
 	publish(ctx context.Context, convID, runID, typ, callID string, data any)
+	// runBegan and runEnded bracket a run of convID here; a deferred
+	// run's events wait apart until settleRun or dropRun.
+	runBegan(convID, runID string, deferred bool)
+	runEnded(convID, runID string)
+	settleRun(convID, runID string)
+	dropRun(convID, runID string)
+	// awaitReplies holds the conversation's events a moment for the
+	// replies to its calls.
+	awaitReplies(convID string)
 }
+
+// runHooks are told of a run the runner launches: began once it is
+// accepted (before it can emit anything), ended once it is over, whichever
+// way it ended; neither when it is not launched.
+type runHooks struct{ began, ended func() }
 
 // effectorParams are what the effects are carried out with.
 type effectorParams struct {
@@ -68,8 +87,16 @@ type effectorParams struct {
 	escalate func(ctx context.Context, c *conversation.State, pc *conversation.PendingCall)
 	// batchDone forgets what this replica keeps of a complete batch.
 	batchDone func(convID, runID string)
-	// launch executes run runID from c, as written at rev (nil: read it).
-	launch func(convID, runID string, c *conversation.State, rev uint64)
+	// launch executes run runID from c, as written at rev (nil: read it);
+	// d is its deferred record (tentative.go), if it has one.
+	launch func(convID, runID string, c *conversation.State, rev uint64, d *deferredAppend, hooks runHooks)
+	// claimWindow is how long a deferred record may wait
+	// (Config.ClaimWindow); runCtx the context it is stored in then.
+	claimWindow time.Duration
+	runCtx      context.Context
+	// reapply records replies again from the stored state, when the
+	// deferred record that held them could not be stored.
+	reapply func(ctx context.Context, convID string, jobs []*replyJob)
 	// handOver nudges the replicas of c's agent to take its run.
 	handOver func(ctx context.Context, c *conversation.State)
 	// spawn runs f on a goroutine Stop waits for, unless stopping; track
@@ -78,9 +105,6 @@ type effectorParams struct {
 	track func(f func())
 	// audit records grants' uses on the audit stream.
 	audit func(ctx context.Context, convID, runID string, uses []conversation.GrantUse)
-	// awaitReplies makes the event sink hold the conversation's events
-	// a moment for the replies to its calls.
-	awaitReplies func(convID string)
 	// publishPaused publishes the calls of a paused run's batch.
 	publishPaused func(ctx context.Context, c *conversation.State) error
 	// publishBatch publishes the calls of a batch and marks them.
@@ -209,12 +233,38 @@ func (e *effector) create(ctx context.Context, c *conversation.State, effects []
 	return nil
 }
 
+// appendDeferred appends c, the state d's record makes or one its run
+// changed further, as one record: a start as the conversation's first, a
+// claim only if nothing was appended since the pause it was made from.
+// What it asks for is carried out by d (tentative.go).
+func (e *effector) appendDeferred(ctx context.Context, d *deferredAppend, c *conversation.State) (uint64, error) {
+	if d.start() {
+		// The start's client waits for this record.
+		return e.store.create(answersRequest(ctx), c)
+	}
+	return e.store.commit(ctx, c, d.base, d.pauseRev)
+}
+
 // failTooLarge fails the conversation that a change would have taken over
 // the store's limit, with the reason in its status and a run_failed event.
 func (e *effector) failTooLarge(ctx context.Context, id string, tl *TooLargeError) {
 	if _, _, err := e.doFrom(ctx, id, nil, 0, conversation.AbortTransition(tl.Error())); err != nil {
 		e.log.ErrorContext(ctx, "fail a conversation too large to store", slog.String("conversation_id", id), slog.String("error", err.Error()))
 	}
+}
+
+// startRun launches run runID of conversation convID from c (at rev; nil:
+// read it), with its deferred record d if it has one. The event sink
+// batches the conversation's events from the run's beginning to its end.
+func (e *effector) startRun(convID, runID string, c *conversation.State, rev uint64, d *deferredAppend) {
+	hooks := runHooks{
+		began: func() { e.events.runBegan(convID, runID, false) },
+		ended: func() { e.events.runEnded(convID, runID) },
+	}
+	if d != nil {
+		hooks.began = d.began
+	}
+	e.launch(convID, runID, c, rev, d, hooks)
 }
 
 // carryOut carries out effects, which the write of c (at rev) asked for;
@@ -265,19 +315,19 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 		e.observer.followUp()
 		e.log.InfoContext(ctx, "batch complete; follow-up claimed", slog.String("conversation_id", id),
 			slog.String("paused_run_id", c.Batch.RunID), slog.String("run_id", ef.RunID))
-		e.launch(id, ef.RunID, c, rev)
+		e.startRun(id, ef.RunID, c, rev, nil)
 	case conversation.EffectRelaunch:
 		e.observer.runRelaunched()
 		e.log.InfoContext(ctx, "relaunching run", slog.String("conversation_id", id), slog.String("run_id", ef.RunID))
-		e.launch(id, ef.RunID, nil, 0)
+		e.startRun(id, ef.RunID, nil, 0, nil)
 	case conversation.EffectStarted:
 		e.observer.runStarted()
 	case conversation.EffectLaunch:
 		if ef.Read {
-			e.launch(id, ef.RunID, nil, 0)
+			e.startRun(id, ef.RunID, nil, 0, nil)
 			return
 		}
-		e.launch(id, ef.RunID, c, rev)
+		e.startRun(id, ef.RunID, c, rev, nil)
 	case conversation.EffectHandOver:
 		e.handOver(ctx, c)
 	case conversation.EffectPublishInline:
@@ -316,7 +366,7 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 			e.log.WarnContext(ctx, "index a conversation awaiting approval: left to its creator's next advert", slog.String("conversation_id", id), slog.String("error", err.Error()))
 		}
 	case conversation.EffectAwaitReplies:
-		e.awaitReplies(id)
+		e.events.awaitReplies(id)
 	case conversation.EffectPublishPaused:
 		// Nothing on the calls' way waits for their acks: a worker gets a
 		// call once the stream has stored it, whether or not this replica

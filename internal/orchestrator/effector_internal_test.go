@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -35,13 +36,22 @@ func (f *fakeEffects) publish(_ context.Context, _, runID, typ, _ string, _ any)
 	f.add("event " + typ + " " + runID)
 }
 
+func (f *fakeEffects) runBegan(_, runID string, deferred bool) {
+	if deferred {
+		f.add("defer events " + runID)
+	}
+}
+func (f *fakeEffects) runEnded(_, runID string)  {}
+func (f *fakeEffects) settleRun(_, runID string) { f.add("settle events " + runID) }
+func (f *fakeEffects) dropRun(_, runID string)   { f.add("drop events " + runID) }
+func (f *fakeEffects) awaitReplies(string)       { f.add("await replies") }
+
 // newTestEffector is an effector on a memory store whose collaborators
 // record what they are asked for in f.
 func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
-	stats := &Stats{}
 	return newEffector(effectorParams{
 		log: slog.New(slog.DiscardHandler), clock: func() time.Time { return now }, store: s, events: f,
-		deadlines: newDeadlineIndex(), observer: counters{stats: stats},
+		deadlines: newDeadlineIndex(), observer: &Counts{},
 		owner: "me", leaseTTL: time.Minute, newID: func() string { return "2" }, mine: func(*conversation.State) bool { return true },
 		notifyCancel: func(runID string) error { f.add("notice " + runID); return nil },
 		withdraw: func(_ context.Context, _, runID string, calls []*conversation.PendingCall) {
@@ -55,7 +65,7 @@ func newTestEffector(s *memStore, f *fakeEffects, now time.Time) *effector {
 			f.add("escalate " + pc.ToolCallID)
 		},
 		batchDone: func(_, runID string) { f.add("batchDone " + runID) },
-		launch: func(_, runID string, c *conversation.State, _ uint64) {
+		launch: func(_, runID string, c *conversation.State, _ uint64, _ *deferredAppend, hooks runHooks) {
 			f.add("launch " + runID + " from " + string(c.Status))
 		},
 		handOver: func(_ context.Context, c *conversation.State) { f.add("handOver " + c.ID) },
@@ -108,7 +118,7 @@ func TestEffectorCarriesOutTheWinningWriteOnly(t *testing.T) {
 	if _, _, err := e.do(ctx, "c1", func(c *conversation.State, _ time.Time) ([]conversation.Effect, error) {
 		return []conversation.Effect{conversation.EmitEffect("r", "refused", "", nil)}, conversation.ErrLeaseLost
 	}); err != conversation.ErrLeaseLost {
-		t.Errorf("refused transition: %v, want errLeaseLost", err)
+		t.Errorf("refused transition: %v, want conversation.ErrLeaseLost", err)
 	}
 	if got := f.list(); len(got) != 1 {
 		t.Errorf("a refused transition carried out %q", got[1:])
@@ -156,7 +166,7 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	if got := f.list(); !slices.Equal(got, want) {
 		t.Errorf("expiry carried out %q, want %q", got, want)
 	}
-	if st := e.observer.(counters).stats; st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
+	if st := e.observer.(*Counts); st.Expired.Load() != 1 || st.FollowUps.Load() != 1 {
 		t.Errorf("observed %d expired, %d follow-ups; want 1 and 1", st.Expired.Load(), st.FollowUps.Load())
 	}
 	if c, _, _ := s.current("c2"); c.Status != conversation.StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
@@ -169,4 +179,92 @@ func describeState(c *conversation.State) string {
 		return "<nil>"
 	}
 	return string(c.Status)
+}
+
+// A follow-up launched before its claim is stored: the effector defers
+// the append, the event sink keeps the run's events apart, and the claim
+// is stored with the run's end as one record, the run's events going out
+// before the end's. A cancel that comes first is carried out as any write,
+// its event included, and drops the deferred claim: the run's events are
+// forgotten and its replies recorded again. On a memory store.
+func TestEffectorDefersAClaim(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx := context.Background()
+	setup := func(t *testing.T) (*memStore, *fakeEffects, *effector, **deferredAppend, string) {
+		s, f := newMemStore(), &fakeEffects{}
+		e := newTestEffector(s, f, now)
+		e.claimWindow, e.runCtx = time.Hour, ctx
+		e.reapply = func(_ context.Context, convID string, _ []*replyJob) { f.add("reapply " + convID) }
+		var launched *deferredAppend
+		e.launch = func(_, runID string, c *conversation.State, _ uint64, d *deferredAppend, hooks runHooks) {
+			launched = d
+			hooks.began()
+			f.add("launch " + runID + " from " + string(c.Status))
+		}
+		c := conversation.New("c1", conversation.RunRecord{RunID: "r1_c1", Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_c1", Until: now.Add(time.Minute)}, now)
+		if err := c.Pause("me", "r1_c1", nil, &conversation.Batch{RunID: "r1_c1", Calls: []*conversation.PendingCall{
+			{ToolCallID: "a", ToolName: "t", Kind: deferred.KindCall, Deadline: now},
+		}}, now); err != nil {
+			t.Fatal(err)
+		}
+		rev, err := s.create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed := c.Clone()
+		claimed.Expire(now)
+		followUp := e.claimer().ClaimIn(claimed, now)
+		if followUp == "" {
+			t.Fatal("nothing to claim")
+		}
+		e.deferClaim(c, rev, claimed, followUp, nil)
+		return s, f, e, &launched, followUp
+	}
+
+	t.Run("stored with the end", func(t *testing.T) {
+		s, f, e, launched, runID := setup(t)
+		c, _, err := e.doRun(ctx, "c1", nil, 0, *launched, func(c *conversation.State, now time.Time) ([]conversation.Effect, error) {
+			if err := c.Complete("me", runID, nil, "42", now); err != nil {
+				return nil, err
+			}
+			return []conversation.Effect{conversation.EmitEffect(runID, EventRunCompleted, "", nil)}, nil
+		})
+		if err != nil || c.Status != conversation.StatusCompleted {
+			t.Fatalf("end: %s, %v", describeState(c), err)
+		}
+		want := []string{"defer events " + runID, "launch " + runID + " from resuming", "settle events " + runID, "event run_completed " + runID}
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("carried out %q, want %q", got, want)
+		}
+		if stored, seq, _ := s.current("c1"); stored.Status != conversation.StatusCompleted || seq != 2 {
+			t.Errorf("stored %s at %d; want completed in the record after the pause (2)", describeState(stored), seq)
+		}
+		if st := e.observer.(*Counts); st.ClaimedWithEnd.Load() != 1 || st.FollowUps.Load() != 1 {
+			t.Errorf("observed %d stored with the end, %d follow-ups; want 1 and 1", st.ClaimedWithEnd.Load(), st.FollowUps.Load())
+		}
+	})
+
+	t.Run("a cancel comes first", func(t *testing.T) {
+		s, f, e, launched, runID := setup(t)
+		if _, err := e.doRequest(ctx, "c1", conversation.CancelTransition(conversation.CancelledMessage)); err != nil {
+			t.Fatal(err)
+		}
+		if err := (*launched).store(ctx); !errors.Is(err, errDeferredDropped) {
+			t.Errorf("storing the claim after the cancel: %v, want errDeferredDropped", err)
+		}
+		want := []string{"defer events " + runID, "launch " + runID + " from resuming",
+			"notice r1_c1", "withdraw r1_c1 a", "event conversation_cancelled r1_c1",
+			"drop events " + runID, "reapply c1"}
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("carried out %q, want %q", got, want)
+		}
+		if stored, _, _ := s.current("c1"); stored.Status != conversation.StatusCancelled {
+			t.Errorf("stored %s, want cancelled", describeState(stored))
+		}
+		if st := e.observer.(*Counts); st.TentativeDropped.Load() != 1 || st.FollowUps.Load() != 0 {
+			t.Errorf("observed %d dropped, %d follow-ups; want 1 and 0", st.TentativeDropped.Load(), st.FollowUps.Load())
+		}
+	})
 }

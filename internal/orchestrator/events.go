@@ -43,7 +43,8 @@ const (
 // reply applied and the follow-up it starts) goes out as one message
 // instead of one per moment the loop happened to wake, each of which
 // JetStream stores and acks. While a run of the conversation is under way
-// in this process (hold), its events wait for the run's end (release),
+// in this process (from the effector's launch to the run's end: runBegan,
+// runEnded), its events wait for the run's end,
 // for at most eventHoldMax; otherwise for eventLinger after the first. A
 // fixed linger alone split a step whenever the run waited for a slot or
 // the machine was busy: a batch-1 call stored 2.8 event messages, with
@@ -109,6 +110,13 @@ type eventQueue struct {
 	held     map[string]int
 	released map[string]bool
 	awaiting map[string]bool
+	// deferred are the events of runs launched before what they start
+	// from is stored (tentative.go), by conversation and run: they wait
+	// apart until it is (settleRun) and are forgotten if it cannot be
+	// (dropRun). Keyed by run, not by conversation: what other paths emit
+	// of the conversation meanwhile (a cancel, a reply's refusal, an
+	// expiry) is not the run's to keep or to lose.
+	deferred map[runKey]*deferredEvents
 	// readyNow is ready's answer, reused from one take to the next.
 	readyNow map[string]bool
 	closed   bool
@@ -158,7 +166,8 @@ func (p *arrayPool[T]) put(s []T) {
 
 func newEventQueue() *eventQueue {
 	e := &eventQueue{wake: make(chan struct{}, 1), stopped: make(chan struct{}), convs: map[string]*convEvents{},
-		held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, readyNow: map[string]bool{}}
+		held: map[string]int{}, released: map[string]bool{}, awaiting: map[string]bool{}, readyNow: map[string]bool{},
+		deferred: map[runKey]*deferredEvents{}}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -167,6 +176,10 @@ func newEventQueue() *eventQueue {
 // publishes the event itself.
 func (e *eventQueue) push(ev queuedEvent) bool {
 	e.mu.Lock()
+	if e.keepDeferred(ev) {
+		e.mu.Unlock()
+		return true
+	}
 	if !e.waitRoom() {
 		e.mu.Unlock()
 		return false
@@ -228,6 +241,107 @@ func (e *eventQueue) conv(id string) *convEvents {
 		e.convs[id] = ce
 	}
 	return ce
+}
+
+// runKey names a run of a conversation.
+type runKey struct{ conv, run string }
+
+// deferredEvents are the events of a run that wait for what the run
+// started from to be stored.
+type deferredEvents struct {
+	events []queuedEvent
+	// dropped: what the run started from will not be stored; what it
+	// emits until it ends is forgotten.
+	dropped bool
+}
+
+// keepDeferred keeps ev apart, with e.mu held, if its run's events are
+// deferred (or forgets it if the run was dropped); false: ev is queued.
+func (e *eventQueue) keepDeferred(ev queuedEvent) bool {
+	if len(e.deferred) == 0 {
+		return false
+	}
+	d := e.deferred[runKey{ev.ev.ConversationID, ev.ev.RunID}]
+	if d == nil {
+		return false
+	}
+	if d.dropped {
+		bus.ReleaseEncoded(ev.data)
+		return true
+	}
+	if d.events == nil {
+		d.events = queuedArrays.get(convEventsCap)
+	}
+	d.events = append(d.events, ev)
+	return true
+}
+
+// deferRun keeps the events of run runID of conversation convID apart
+// until settleRun or dropRun.
+func (e *eventQueue) deferRun(convID, runID string) {
+	e.mu.Lock()
+	e.deferred[runKey{convID, runID}] = &deferredEvents{}
+	e.mu.Unlock()
+}
+
+// settleRun queues what run runID of conversation convID emitted so far,
+// in its order, behind what its conversation has queued; what it emits
+// after is queued as any event. It returns the events to publish at once,
+// the queue being closed.
+func (e *eventQueue) settleRun(convID, runID string) []queuedEvent {
+	k := runKey{convID, runID}
+	e.mu.Lock()
+	d := e.deferred[k]
+	if d == nil || d.dropped {
+		e.mu.Unlock()
+		return nil
+	}
+	// While waiting for room, what the run emits still joins d.events.
+	open := len(d.events) == 0 || e.waitRoom()
+	delete(e.deferred, k)
+	evs := d.events
+	if len(evs) == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	if !open {
+		e.mu.Unlock()
+		return evs
+	}
+	if ce := e.convs[convID]; ce != nil {
+		ce.events = append(ce.events, evs...)
+		queuedArrays.put(evs)
+	} else {
+		e.convs[convID] = &convEvents{events: evs, oldest: time.Now()}
+	}
+	e.n += len(evs)
+	e.mu.Unlock()
+	e.signal()
+	return nil
+}
+
+// dropRun forgets what run runID of conversation convID emitted, and what
+// it emits until it ends (runEnded).
+func (e *eventQueue) dropRun(convID, runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d := e.deferred[runKey{convID, runID}]; d != nil {
+		releaseData(d.events)
+		queuedArrays.put(d.events)
+		d.events, d.dropped = nil, true
+	}
+}
+
+// runEnded forgets the run as dropped, once it has ended: its id may run
+// again (a take-over). A run whose events still wait is left to its
+// settleRun or dropRun.
+func (e *eventQueue) runEnded(convID, runID string) {
+	k := runKey{convID, runID}
+	e.mu.Lock()
+	if d := e.deferred[k]; d != nil && d.dropped {
+		delete(e.deferred, k)
+	}
+	e.mu.Unlock()
 }
 
 // hold says a run of conversation id is under way here: its events wait
@@ -577,15 +691,44 @@ func (p *eventPublisher) publish(ctx context.Context, convID, runID, typ, callID
 			return
 		}
 	}
-	p.emit(ctx, queuedEvent{ev: wire.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}, data: buf})
+	p.enqueue(queuedEvent{ev: wire.Event{ConversationID: convID, RunID: runID, Type: typ, ToolCallID: callID, Data: raw, Time: p.clock().UTC()}, data: buf})
 }
 
-func (p *eventPublisher) emit(ctx context.Context, q queuedEvent) {
-	if h, _ := ctx.Value(eventHoldKey{}).(*eventHold); h != nil && h.keep(q) {
-		return
+// The event sink's policy for runs, told by the effector as it launches
+// them (effector.go): the runner and the reply path neither hold nor
+// release anything.
+
+// runBegan says run runID of conversation convID began here: what the
+// conversation emits waits for the run's end (runEnded), for at most
+// eventHoldMax. A deferred run's own events wait apart besides, for what
+// it started from to be stored (settleRun) or not (dropRun).
+func (p *eventPublisher) runBegan(convID, runID string, deferred bool) {
+	if deferred {
+		p.queue.deferRun(convID, runID)
 	}
-	p.enqueue(q)
+	p.queue.hold(convID)
 }
+
+// runEnded says run runID of conversation convID ended, whichever way.
+func (p *eventPublisher) runEnded(convID, runID string) {
+	p.queue.runEnded(convID, runID)
+	p.queue.release(convID)
+}
+
+// settleRun sends what the deferred run emitted on, its start stored.
+func (p *eventPublisher) settleRun(convID, runID string) {
+	if evs := p.queue.settleRun(convID, runID); len(evs) > 0 {
+		p.publishQueued([][]queuedEvent{evs})
+	}
+}
+
+// dropRun forgets what the deferred run emitted and will, its start not
+// stored.
+func (p *eventPublisher) dropRun(convID, runID string) { p.queue.dropRun(convID, runID) }
+
+// awaitReplies says the run of convID under way paused on calls that
+// machines answer (eventQueue.awaitReplies).
+func (p *eventPublisher) awaitReplies(convID string) { p.queue.awaitReplies(convID) }
 
 // enqueue queues q, or publishes it at once if the loop has ended.
 func (p *eventPublisher) enqueue(q queuedEvent) {
@@ -623,7 +766,7 @@ type agentEventData struct {
 func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, ev agent.Event) {
 	d := agentEventData{Kind: ev.Kind, Delta: ev.Delta, Part: ev.Part, Message: ev.Message, Requests: ev.Requests, Results: ev.Results, Result: ev.Result}
 	if ev.Kind == agent.EventTextDelta {
-		p.emit(ctx, queuedEvent{
+		p.enqueue(queuedEvent{
 			ev:    wire.Event{ConversationID: convID, RunID: runID, Type: string(ev.Kind), Time: p.clock().UTC()},
 			delta: &d,
 		})
@@ -641,74 +784,4 @@ func (p *eventPublisher) agentEvent(ctx context.Context, convID, runID string, e
 		d.Result = &r
 	}
 	p.publish(ctx, convID, runID, string(ev.Kind), callID, d)
-}
-
-// eventHold keeps the events of a run whose claim is not stored yet
-// (tentative.go), emitted with a context withEventHold gave: they are
-// queued, in their order, when it is (flush), and never if the run is
-// dropped. Once flushed, events go to the queue as any other.
-type eventHold struct {
-	p     *eventPublisher
-	mu    sync.Mutex
-	state holdState
-	held  []queuedEvent
-}
-
-type holdState int
-
-const (
-	holding holdState = iota
-	holdFlushed
-	holdDropped
-)
-
-type eventHoldKey struct{}
-
-func (p *eventPublisher) newHold() *eventHold { return &eventHold{p: p} }
-
-// withEventHold makes the events emitted with ctx wait in h; a nil h
-// undoes what a parent context's hold does.
-func withEventHold(ctx context.Context, h *eventHold) context.Context {
-	return context.WithValue(ctx, eventHoldKey{}, h)
-}
-
-// keep holds q, or forgets it once dropped; false: q goes to the queue.
-func (h *eventHold) keep(q queuedEvent) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch h.state {
-	case holding:
-		if h.held == nil {
-			h.held = queuedArrays.get(convEventsCap)
-		}
-		h.held = append(h.held, q)
-		return true
-	case holdDropped:
-		bus.ReleaseEncoded(q.data)
-		return true
-	}
-	return false
-}
-
-// flush queues what was held; what comes after goes to the queue at once,
-// behind it.
-func (h *eventHold) flush() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state != holding {
-		return
-	}
-	h.state = holdFlushed
-	h.p.enqueueAll(h.held)
-	h.held = nil
-}
-
-// drop forgets what was held and what comes after.
-func (h *eventHold) drop() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.state = holdDropped
-	releaseData(h.held)
-	queuedArrays.put(h.held)
-	h.held = nil
 }

@@ -163,6 +163,60 @@ func TestEventQueueHoldsARunsEvents(t *testing.T) {
 	}
 }
 
+// A run launched before what it starts from is stored has its own events
+// kept apart, and only those: what other paths emit of its conversation
+// meanwhile (a cancel, which is what drops the run) goes as usual, and is
+// not lost with the run's when it is dropped. Settled, a run's events go
+// in their order behind what its conversation queued; dropped, they and
+// what it emits until it ends are forgotten.
+func TestEventQueueDefersARunAlone(t *testing.T) {
+	q := newEventQueue()
+	push := func(run, typ string) {
+		q.push(queuedEvent{ev: wire.Event{ConversationID: "c", RunID: run, Type: typ, Time: time.Now()}})
+	}
+	types := func(evs []queuedEvent) []string {
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.ev.RunID+":"+e.ev.Type)
+		}
+		return out
+	}
+	q.deferRun("c", "r2")
+	push("r2", "run_started")
+	push("r1", "conversation_cancelled")
+	q.dropRun("c", "r2")
+	push("r2", "model_response")
+	q.close()
+	if got, want := types(taken(q)), []string{"r1:conversation_cancelled"}; !slices.Equal(got, want) {
+		t.Errorf("a cancel while a deferred run was dropped: took %v; want %v", got, want)
+	}
+
+	q = newEventQueue()
+	q.deferRun("c", "r2")
+	push("r2", "run_started")
+	push("r1", "reply_refused")
+	if n := q.pending(); n != 1 {
+		t.Errorf("%d events queued while the run is deferred; want the other run's 1", n)
+	}
+	q.settleRun("c", "r2")
+	push("r2", "run_completed")
+	q.close()
+	if got, want := types(taken(q)), []string{"r1:reply_refused", "r2:run_started", "r2:run_completed"}; !slices.Equal(got, want) {
+		t.Errorf("settled: took %v; want %v", got, want)
+	}
+
+	// Once the dropped run ended, its id may run again (a take-over).
+	q = newEventQueue()
+	q.deferRun("c", "r2")
+	q.dropRun("c", "r2")
+	q.runEnded("c", "r2")
+	push("r2", "run_started")
+	q.close()
+	if got, want := types(taken(q)), []string{"r2:run_started"}; !slices.Equal(got, want) {
+		t.Errorf("after the dropped run ended: took %v; want %v", got, want)
+	}
+}
+
 // A run that pauses on calls that machines answer does not release its
 // events: they wait, as held ones, for the follow-up a quick reply starts,
 // and both steps go as one batch at the follow-up's end; with no reply
@@ -400,9 +454,9 @@ func TestEventQueueKeepsConversationsApart(t *testing.T) {
 	}
 }
 
-// Events emitted at once by many runs of many conversations, some held
-// and flushed, some held and dropped, text deltas among them, are each
-// published once, in their conversation's order, and a dropped hold's
+// Events emitted at once by many runs of many conversations, some
+// deferred and settled, some deferred and dropped, text deltas among them, are each
+// published once, in their conversation's order, and a dropped run's
 // never: the arrays that queue them are used again, and one used again
 // too early would show here as a lost, repeated or foreign event.
 func TestEventPublisherUnderLoad(t *testing.T) {
@@ -428,19 +482,19 @@ func TestEventPublisherUnderLoad(t *testing.T) {
 					p.agentEvent(ctx, conv, run, agent.Event{Kind: agent.EventTextDelta, Delta: "a"})
 					p.agentEvent(ctx, conv, run, agent.Event{Kind: agent.EventTextDelta, Delta: "b"})
 					emit(ctx, "run_completed")
-				case 1: // held, then flushed
-					h := p.newHold()
-					hctx := withEventHold(ctx, h)
-					emit(hctx, "run_started")
-					emit(hctx, "run_paused")
-					h.flush()
-					emit(hctx, "run_completed")
-				case 2: // held, then dropped
-					h := p.newHold()
-					hctx := withEventHold(ctx, h)
-					emit(hctx, "dropped")
-					h.drop()
-					emit(hctx, "dropped")
+				case 1: // deferred, then settled
+					p.runBegan(conv, run, true)
+					emit(ctx, "run_started")
+					emit(ctx, "run_paused")
+					p.settleRun(conv, run)
+					emit(ctx, "run_completed")
+					p.runEnded(conv, run)
+				case 2: // deferred, then dropped
+					p.runBegan(conv, run, true)
+					emit(ctx, "dropped")
+					p.dropRun(conv, run)
+					emit(ctx, "dropped")
+					p.runEnded(conv, run)
 				}
 			}
 		})

@@ -89,7 +89,7 @@ func TestDeadlineIndexSchedule(t *testing.T) {
 // nor the mark that its calls were seen stored.
 func TestBatchDoneForgetsTheBatch(t *testing.T) {
 	co := &core{deadlines: newDeadlineIndex()}
-	pub := &publisher{core: co}
+	pub := &publisher{publisherParams: publisherParams{deadlines: co.deadlines}}
 	now := time.Now()
 	co.deadlines.add("c1", now.Add(time.Minute))
 	co.deadlines.add("c2", now.Add(time.Hour))

@@ -8,6 +8,16 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
+// Stats is what o counted: the *Counts it was given as its observer
+// (Config.Observer), as the tests' orchestrators are (testkit).
+func (o *Orchestrator) Stats() *Counts {
+	c, ok := o.cfg.Observer.(*Counts)
+	if !ok {
+		panic("orchestrator: a test reads the counts of an orchestrator not given a *Counts observer")
+	}
+	return c
+}
+
 // KeyedID lets tests name the ids an idempotency key gives.
 var KeyedID = keyedID
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
 )
 
@@ -82,6 +83,20 @@ func (m *memStore) create(_ context.Context, c *conversation.State) (uint64, err
 	defer m.mu.Unlock()
 	if _, ok := m.convs[c.ID]; ok {
 		return 0, fmt.Errorf("create conversation %s: %w", c.ID, errExists)
+	}
+	m.seq++
+	m.convs[c.ID] = memConv{c: c.Clone(), seq: m.seq}
+	return m.seq, nil
+}
+
+func (m *memStore) commit(_ context.Context, c *conversation.State, _ *conversation.Fingerprint, seq uint64) (uint64, error) {
+	if m.appended != nil {
+		m.appended(c.ID)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mc, ok := m.convs[c.ID]; !ok || mc.seq != seq {
+		return 0, fmt.Errorf("commit conversation %s: %w", c.ID, bus.ErrLogConflict)
 	}
 	m.seq++
 	m.convs[c.ID] = memConv{c: c.Clone(), seq: m.seq}

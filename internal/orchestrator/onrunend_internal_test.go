@@ -87,7 +87,7 @@ func TestOnRunEndToldOnceStoredAfterThePublish(t *testing.T) {
 	if _, _, err := e.do(ctx, "c3", end("r1_c3", func(c *conversation.State) error {
 		return c.Complete("other", "r1_c3", nil, "", now)
 	})); !errors.Is(err, conversation.ErrLeaseLost) {
-		t.Errorf("an end under another's lease: %v, want errLeaseLost", err)
+		t.Errorf("an end under another's lease: %v, want conversation.ErrLeaseLost", err)
 	}
 	if got, want := only("onRunEnd "), []string{"onRunEnd paused 1 runs", "onRunEnd completed 1 runs"}; !slices.Equal(got, want) {
 		t.Errorf("OnRunEnd told %q, want %q", got, want)

@@ -29,7 +29,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -158,6 +157,10 @@ type Config struct {
 	// calls pending by tool and kind, counted from the store at each scrape. nil
 	// records nothing.
 	Metrics *telemetry.OrchestratorMetrics
+	// Observer is told, as the metrics are, what the orchestrator did
+	// (observe.go): a *Counts counts it for a test, the bench or the
+	// soak. nil tells only the metrics.
+	Observer Observer
 	// TracerProvider makes a span per run (and per model request) and per
 	// reply consumed. The paused run's trace context is stored with its
 	// batch and published with its calls; a follow-up run is the child of
@@ -282,76 +285,6 @@ type Orchestrator struct {
 	rec    *reconciler
 }
 
-// Stats counts what the orchestrator did, for tests and metrics.
-type Stats struct {
-	RunsStarted     atomic.Int64
-	RunsRelaunched  atomic.Int64
-	FollowUps       atomic.Int64
-	Published       atomic.Int64
-	RepliesApplied  atomic.Int64
-	Duplicates      atomic.Int64
-	Refused         atomic.Int64
-	Late            atomic.Int64
-	Expired         atomic.Int64
-	DeadLettered    atomic.Int64
-	LeaseLost       atomic.Int64
-	TransientErrors atomic.Int64
-	// StateWrites and StateBytes count the records appended to
-	// conversation logs (attempts, conflicts included) and their bytes.
-	StateWrites atomic.Int64
-	StateBytes  atomic.Int64
-	// StateReads counts the reads of conversation logs: a state not cached,
-	// a cached one brought up to date, a catch-up after a conflict.
-	StateReads atomic.Int64
-	// EndWrites counts, of StateWrites, the appends that store a run's end
-	// when it completes or fails: made after the run gave its slot back,
-	// within a window of their own, and waited for by nothing on a call's
-	// way (only by the conversation's own completion).
-	EndWrites atomic.Int64
-	// CallBatches counts the publishes of a batch's calls, each one
-	// round trip whatever the number of calls; a paused run does not wait
-	// for it.
-	CallBatches atomic.Int64
-	// HandedOver counts the runs this replica handed to the replicas of
-	// another agent (or config digest) by a nudge.
-	HandedOver atomic.Int64
-	// DecisionsHandedOver counts the decisions this replica left to the
-	// others, not holding their conversation's agent config (policy.go).
-	DecisionsHandedOver atomic.Int64
-	// ApprovalsCounted counts the approvals recorded towards a quorum
-	// that they did not complete (ToolConfig.Approvals).
-	ApprovalsCounted atomic.Int64
-	// UnservedCalls counts the external calls published while no worker
-	// took calls of their tool (each told by a tool_unserved event).
-	UnservedCalls atomic.Int64
-	// ReconcilesStarted and ReconcilesEnded count reconcile passes (the
-	// loop's and Reconcile's): a pass over many due conversations holds
-	// their index entries while it runs, which a heap measurement taken
-	// meanwhile counts (the benchmark waits until the two are equal).
-	ReconcilesStarted, ReconcilesEnded atomic.Int64
-	// ReconcileErrors counts the conversations a reconcile pass (or a
-	// retention sweep) had to leave as they were (one it could not read, a
-	// change that failed).
-	ReconcileErrors atomic.Int64
-	// ClaimedWithEnd counts the follow-ups whose claim was stored with
-	// their end, as one record (tentative.go), and StartedWithEnd the new
-	// conversations whose first record holds their first run's pause or
-	// end; TentativeDropped the runs dropped because the conversation
-	// changed before what they started from was stored (a follow-up's
-	// replies recorded again, a start answered with the error).
-	ClaimedWithEnd   atomic.Int64
-	StartedWithEnd   atomic.Int64
-	TentativeDropped atomic.Int64
-	// AppendsUnresolved counts the rounds of the store's timeout (10 s)
-	// that ended with an append's outcome still unknown: its answer lost
-	// and the log not reachable to say whether it was stored. Each is
-	// also logged; the append is followed up until the log answers.
-	AppendsUnresolved atomic.Int64
-}
-
-// Stats returns the orchestrator's counters.
-func (o *Orchestrator) Stats() *Stats { return &o.stats }
-
 // EventsPending is the number of events queued for the events stream or
 // being published: a step's events wait for its run's end (and, after a
 // pause on external calls, for a quick follow-up) for at most a quarter of
@@ -383,27 +316,41 @@ func New(cfg Config) (*Orchestrator, error) {
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}}
 	o.once.log = o.log
-	o.roster = &roster{core: o.core}
-	o.pub = &publisher{core: o.core, roster: o.roster}
-	o.runner = &runner{core: o.core, roster: o.roster, pub: o.pub,
+	o.observer = newObserver(cfg.Metrics, cfg.Observer)
+	o.runCtx, o.cancel = context.WithCancel(context.Background())
+	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
+	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
+	o.roster = &roster{rosterParams: rosterParams{cfg: cfg, clock: o.clock, discovery: &o.discovery, once: &o.once}}
+	o.pub = &publisher{publisherParams: publisherParams{
+		log: o.log, clock: o.clock, bus: o.bus, observer: o.observer, deadlines: o.deadlines,
+		discovery: &o.discovery, roster: o.roster,
+		do: func(ctx context.Context, id string, t conversation.Transition) error {
+			_, _, err := o.fx.do(ctx, id, t)
+			return err
+		},
+	}}
+	o.runner = &runner{runnerParams: runnerParams{
+		cfg: cfg, log: o.log, clock: o.clock, bus: o.bus, tracer: o.tracer, observer: o.observer, events: o.events,
+		discovery: &o.discovery, roster: o.roster, pub: o.pub, liveGrants: o.liveGrants, runCtx: o.runCtx, stopped: &o.stopped,
+	},
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
 		inflight:  map[string]bool{},
 		executing: map[string]context.CancelFunc{},
 	}
 	o.roster.inline = o.runner.handleInline
-	o.rec = &reconciler{core: o.core, roster: o.roster, pub: o.pub}
+	o.rec = &reconciler{reconcilerParams{
+		cfg: cfg, log: o.log, clock: o.clock, bus: o.bus, observer: o.observer, deadlines: o.deadlines,
+		events: o.events, discovery: &o.discovery, storage: &o.storage, roster: o.roster, pub: o.pub,
+		remove: o.remove, loopCtx: o.loopCtx, stopping: o.stopping, stopped: &o.stopped,
+	}}
 	o.link = &replicaLink{core: o.core, roster: o.roster, reconcileEntries: o.rec.reconcileEntries}
-	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub, launchTentative: o.runner.launchTentative}
-	o.events = newEventPublisher(cfg.EventBus, o.log, o.clock)
+	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub}
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
-	o.observer = counters{stats: &o.stats, m: cfg.Metrics}
 	if err := o.roster.buildAgents(); err != nil {
 		return nil, err
 	}
-	o.runCtx, o.cancel = context.WithCancel(context.Background())
-	o.loopCtx, o.stopLoops = context.WithCancel(o.runCtx)
 	o.pipe.commits = groupCommit{linger: cfg.ReplyLinger, commit: o.pipe.applyGroup,
 		current: func(ctx context.Context, id string) (*conversation.State, uint64, error) {
 			return o.store.current(ctx, id)
@@ -434,6 +381,8 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	}
 	o.store = st
 	o.fx = newEffector(o.effectorParams(st))
+	o.rec.store, o.rec.fx = st, o.fx
+	o.runner.store, o.runner.fx = st, o.fx
 	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
 	// Pending calls are counted from the store when scraped rather than
@@ -517,10 +466,10 @@ func (o *Orchestrator) openStore(ctx context.Context) (*store, error) {
 	o.link.kv = replicas
 	s := &store{
 		bus: o.bus, index: index, fresh: newFreshSet(), instance: o.cfg.InstanceID,
-		cache:  newReportingCache(o.cfg.StateCacheBytes, newEvictionReport(o.log, o.cfg.Metrics.StateCacheEvicted, o.clock)),
-		clock:  o.clock,
-		writes: &o.stats.StateWrites, bytes: &o.stats.StateBytes, reads: &o.stats.StateReads,
-		life: o.loopCtx, log: o.log, unresolved: func() { o.observer.appendUnresolved() }, appendTimeout: o.cfg.appendTimeout,
+		cache:    newReportingCache(o.cfg.StateCacheBytes, newEvictionReport(o.log, o.cfg.Metrics.StateCacheEvicted, o.clock)),
+		clock:    o.clock,
+		observer: o.observer,
+		life:     o.loopCtx, log: o.log, unresolved: func() { o.observer.appendUnresolved() }, appendTimeout: o.cfg.appendTimeout,
 	}
 	// The floor of the first conversations' watermark (fresh.go).
 	last, err := o.bus.LastSequence(ctx, bus.StreamConversations)
@@ -752,14 +701,16 @@ func (o *Orchestrator) effectorParams(st *store) effectorParams {
 		withdraw:     o.withdraw,
 		escalate:     o.rec.escalate,
 		batchDone:    o.pub.batchDone,
-		launch: func(convID, runID string, c *conversation.State, rev uint64) {
-			o.runner.launchFrom(convID, runID, c, rev, nil)
+		launch:       o.runner.launchFrom,
+		claimWindow:  o.cfg.ClaimWindow,
+		runCtx:       o.runCtx,
+		reapply: func(ctx context.Context, convID string, jobs []*replyJob) {
+			o.pipe.applyGroup(ctx, convID, jobs, nil, 0)
 		},
 		handOver:            o.link.handOver,
 		spawn:               o.runner.goUnlessStopped,
 		track:               o.runner.runs.Go,
 		audit:               o.auditGrants,
-		awaitReplies:        o.events.queue.awaitReplies,
 		publishPaused:       o.pub.publishPaused,
 		publishBatch:        o.pub.publishBatch,
 		replied:             o.pipe.replyEvents,

@@ -16,12 +16,15 @@ import (
 	"github.com/toolgate/toolgate/internal/deferred"
 )
 
-// core is what the parts of an orchestrator share: its config, logger,
-// connection, store and its write path (fx), clock, tracer, event
-// publisher, observer and counters, its life cycle (loops, stop).
-// Orchestrator embeds it too. It points to no part: a part that uses
-// another is handed it when the orchestrator is wired (New), and no two
-// parts use each other. What one part alone uses is a field of that part.
+// core is what the Orchestrator and the parts not yet handed their own
+// collaborators (the reply pipeline, the replica link) share: its config,
+// logger, connection, store and its write path (fx), clock, tracer, event
+// publisher and observer, its life cycle (loops, stop). It points to no
+// part: a part that uses another is handed it when the orchestrator is
+// wired (New), and no two parts use each other. The roster, the runner,
+// the publisher and the reconciler are handed what they use (their
+// params) and see nothing else of it. What one part alone uses is a field
+// of that part.
 type core struct {
 	cfg     Config
 	log     *slog.Logger
@@ -64,14 +67,12 @@ type core struct {
 	once onceLog
 	// grantCache holds the grants bucket as its watch sees it (grants.go).
 	grantCache grantCache
-
-	stats Stats
 }
 
 // roster knows the agents this replica runs and those the other replicas
 // run: which conversations this replica may take (agents.go, agent.go).
 type roster struct {
-	*core
+	rosterParams
 	// inline is the runner's inline wait, the handler of the agents whose
 	// config sets inline_wait.
 	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
@@ -88,9 +89,7 @@ type roster struct {
 // runner executes runs under their leases, one slot each: a start, a
 // claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
 type runner struct {
-	*core
-	roster   *roster
-	pub      *publisher
+	runnerParams
 	sem      chan struct{}
 	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
@@ -102,15 +101,62 @@ type runner struct {
 	runs      sync.WaitGroup
 }
 
+// runnerParams are the runner's collaborators.
+type runnerParams struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	tracer    trace.Tracer
+	observer  observer
+	events    *eventPublisher
+	discovery *discovery
+	roster    *roster
+	pub       *publisher
+	// store and fx, the conversations and their write path, are handed
+	// over when the orchestrator starts (Start).
+	store *store
+	fx    *effector
+	// liveGrants are the grants that may answer req's approvals.
+	liveGrants func(ctx context.Context, r *roster, req *deferred.Requests) grantSet
+	// runCtx is the parent of every run; stopped is set as Stop begins.
+	runCtx  context.Context
+	stopped *atomic.Bool
+}
+
 // publisher turns a paused run's deferred requests into a batch and
-// publishes its calls (publish.go).
+// publishes its calls (publish.go). It is handed what it uses, and
+// nothing else of the orchestrator.
 type publisher struct {
-	*core
-	roster   *roster
+	publisherParams
 	unserved *unservedCalls
 	// stored are the runs whose unmarked calls this replica published and
 	// saw stored (publish.go).
 	stored storedRuns
+}
+
+// rosterParams are the roster's collaborators: the config its agents are
+// built from, the clock, the tools' discovery, the once-a-key log.
+type rosterParams struct {
+	cfg       Config
+	clock     func() time.Time
+	discovery *discovery
+	once      *onceLog
+}
+
+// publisherParams are the publisher's collaborators.
+type publisherParams struct {
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	observer  observer
+	deadlines *deadlineIndex
+	// discovery says which tool a call of a run goes to.
+	discovery *discovery
+	roster    *roster
+	// do applies t to conversation id through the write path (the
+	// effector's), which carries out what it asks for.
+	do func(ctx context.Context, id string, t conversation.Transition) error
 }
 
 // replicaLink is this replica among the others: its advert, the nudges
@@ -139,21 +185,41 @@ type replicaLink struct {
 // replygroup.go, verify.go, audit.go).
 type replyPipeline struct {
 	*core
-	roster *roster
-	pub    *publisher
-	// launchTentative launches a follow-up before its claim is stored
-	// (the runner's).
-	launchTentative func(c *conversation.State, tc *tentativeClaim)
-	replies         *bus.Subscription
-	maxDeliver      *bus.Subscription
-	commits         groupCommit
+	roster     *roster
+	pub        *publisher
+	replies    *bus.Subscription
+	maxDeliver *bus.Subscription
+	commits    groupCommit
 }
 
 // reconciler does what nobody else will: the periodic pass over the due
 // conversations, expiry at deadlines, retention (reconcile.go, expiry.go,
 // lifecycle.go).
 type reconciler struct {
-	*core
-	roster *roster
-	pub    *publisher
+	reconcilerParams
+}
+
+// reconcilerParams are the reconciler's collaborators.
+type reconcilerParams struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	observer  observer
+	deadlines *deadlineIndex
+	events    *eventPublisher
+	discovery *discovery
+	storage   *storageState
+	roster    *roster
+	pub       *publisher
+	// store and fx, the conversations and their write path, are handed
+	// over when the orchestrator starts (Start).
+	store *store
+	fx    *effector
+	// remove deletes a conversation, its events and its calls.
+	remove func(ctx context.Context, id string) error
+	// loopCtx ends, stopping is closed and stopped set as Stop begins.
+	loopCtx  context.Context
+	stopping <-chan struct{}
+	stopped  *atomic.Bool
 }

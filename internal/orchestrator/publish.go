@@ -70,7 +70,7 @@ func (p *publisher) mark(ctx context.Context, convID, runID string, ids []string
 		return err
 	}
 	now := p.clock()
-	_, _, merr := p.fx.do(ctx, convID, conversation.MarkPublishedTransition(runID, ids, now))
+	merr := p.do(ctx, convID, conversation.MarkPublishedTransition(runID, ids, now))
 	if merr != nil {
 		err = errors.Join(err, fmt.Errorf("mark published: %w", merr))
 	}
@@ -140,8 +140,7 @@ func (p *publisher) publishCalls(ctx context.Context, c *conversation.State, onl
 		// and the next attempt republishes all of them under the same ids.
 		return nil, errors.Join(append(errs, fmt.Errorf("publish batch of run %s: %w", b.RunID, err))...)
 	}
-	p.stats.Published.Add(int64(len(msgs)))
-	p.stats.CallBatches.Add(1)
+	p.observer.published(len(msgs))
 	// A call the stream already held was told about when it was stored
 	// (by the replica that published it first).
 	var fresh []string

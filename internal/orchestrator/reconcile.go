@@ -50,8 +50,8 @@ func (o *Orchestrator) Reconcile(ctx context.Context) error { return o.rec.recon
 // expired; and it rebuilds the deadline index. The entry of a conversation
 // found finished or deleted is removed.
 func (rc *reconciler) reconcile(ctx context.Context) error {
-	rc.stats.ReconcilesStarted.Add(1)
-	defer rc.stats.ReconcilesEnded.Add(1)
+	rc.observer.reconcileStarted()
+	defer rc.observer.reconcileEnded()
 	due, err := rc.store.due(ctx)
 	if err != nil {
 		return err

@@ -289,7 +289,8 @@ func (rp *replyPipeline) applyGroup(ctx context.Context, convID string, jobs []*
 			// the replies be recorded apart after all, they schedule again
 			// what they leave waiting.
 			rp.pub.batchDone(convID, from.Batch.RunID)
-			if rp.tentative(ctx, from, rev, claimed, followUp, jobs) {
+			if rp.cfg.ClaimWindow >= 0 && claimed.LeaseLive(rp.clock()) && !rp.stopped.Load() {
+				rp.fx.deferClaim(from, rev, claimed, followUp, jobs)
 				return nil, 0
 			}
 		}

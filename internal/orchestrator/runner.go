@@ -20,18 +20,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// launch executes a run in the bounded pool. The caller has stored the
-// run's lease; if the orchestrator is stopping, the run is left to its lease
-// expiring, and another replica (or the next start) relaunches it. A run
-// already queued or executing here is not launched twice.
-func (rn *runner) launch(convID, runID string) { rn.launchFrom(convID, runID, nil, 0, nil) }
-
-// launchTentative launches the follow-up of tc from its claimed state c,
-// before the claim is stored (tentative.go).
-func (rn *runner) launchTentative(c *conversation.State, tc *tentativeClaim) {
-	rn.launchFrom(c.ID, tc.runID, c, tc.pauseRev, tc)
-}
-
 // goUnlessStopped runs f on a goroutine that Stop waits for, as it waits
 // for runs, unless the orchestrator is stopping.
 func (rn *runner) goUnlessStopped(f func()) {
@@ -42,13 +30,17 @@ func (rn *runner) goUnlessStopped(f func()) {
 	}
 }
 
-// launchFrom is launch with the conversation as this process last wrote it
-// (at revision rev), which the run starts from instead of reading it again;
-// c is handed over to the run. A nil c reads the state. A run whose claim
-// is not stored yet has tc.
-func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev uint64, tc *tentativeClaim) {
+// launchFrom executes a run in the bounded pool, from the conversation as
+// this process last wrote it (at revision rev), which the run starts from
+// instead of reading it again; c is handed over to the run. A nil c reads
+// the state. The caller has stored the run's lease, or defers the record
+// that holds it (d, tentative.go); if the orchestrator is stopping, the
+// run is left to its lease expiring, and another replica (or the next
+// start) relaunches it. A run already queued or executing here is not
+// launched twice. hooks are told of a run launched.
+func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev uint64, d *deferredAppend, hooks runHooks) {
 	rn.launchMu.Lock()
-	if tc != nil && (rn.stopped.Load() || rn.inflight[runID]) {
+	if d != nil && (rn.stopped.Load() || rn.inflight[runID]) {
 		stopped := rn.stopped.Load()
 		rn.launchMu.Unlock()
 		// Nothing stored: the replies are delivered again; a start whose
@@ -60,7 +52,7 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 		if !stopped {
 			err = fmt.Errorf("start conversation %s: run %s going on here: %w", convID, runID, errExists)
 		}
-		tc.abandon(err)
+		d.abandon(err)
 		return
 	}
 	defer rn.launchMu.Unlock()
@@ -76,17 +68,17 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 		return
 	}
 	rn.inflight[runID] = true
-	// What the run emits goes out as one message when it ends.
-	rn.events.queue.hold(convID)
+	hooks.began()
 	rn.runs.Go(func() {
 		defer func() {
+			// Told before the run id may be launched again.
+			hooks.ended()
 			rn.launchMu.Lock()
 			delete(rn.inflight, runID)
 			rn.launchMu.Unlock()
-			rn.events.queue.release(convID)
 		}()
 		slot := false
-		if tc != nil {
+		if d != nil {
 			select {
 			case rn.sem <- struct{}{}:
 				slot = true
@@ -94,7 +86,7 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 				// No slot: the window would pass waiting for one, with the
 				// replies held. The claim is stored now, as it was before.
 				sctx, cancel := context.WithTimeout(rn.runCtx, replyTimeout)
-				err := tc.storeClaim(sctx)
+				err := d.store(sctx)
 				cancel()
 				if err != nil {
 					return
@@ -105,8 +97,8 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 			select {
 			case rn.sem <- struct{}{}:
 			case <-rn.runCtx.Done():
-				if tc != nil {
-					tc.abandon(ErrStopped)
+				if d != nil {
+					d.abandon(ErrStopped)
 				}
 				return
 			}
@@ -114,7 +106,7 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 		var once sync.Once
 		release := func() { once.Do(func() { <-rn.sem }) }
 		defer release()
-		rn.execute(convID, runID, c, rev, release, tc)
+		rn.execute(convID, runID, c, rev, release, d)
 	})
 }
 
@@ -137,13 +129,12 @@ func (rn *runner) endSlot(ctx context.Context) (func(), error) {
 //
 // A state handed over by the launcher is as this process wrote it when it
 // took the lease; if it changed since, finish's CAS notices and re-reads.
-func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint64, release func(), tc *tentativeClaim) {
+func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint64, release func(), d *deferredAppend) {
 	log := rn.log.With(slog.String("conversation_id", convID), slog.String("run_id", runID))
 	ctx, cancel := context.WithTimeout(rn.runCtx, rn.cfg.RunTimeout)
 	defer cancel()
-	if tc != nil {
-		ctx = withEventHold(ctx, tc.events)
-		if !tc.setCancel(cancel) {
+	if d != nil {
+		if !d.setCancel(cancel) {
 			return
 		}
 	}
@@ -168,7 +159,7 @@ func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint6
 		return
 	}
 	ag := rn.roster.runnable(c)
-	if ag == nil && tc != nil && tc.storeClaim(ctx) != nil {
+	if ag == nil && d != nil && d.store(ctx) != nil {
 		return
 	}
 	if ag == nil {
@@ -195,8 +186,8 @@ func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint6
 		history = slices.Clip(history)
 	}
 	in := agent.RunInput{RunID: runID, ConversationID: convID, History: history, HistoryRoom: room, Deps: rn.cfg.Deps, Caller: c.Caller}
-	if tc != nil {
-		in.BeforeEffects = tc.storeClaim
+	if d != nil {
+		in.BeforeEffects = d.store
 	}
 	// A follow-up (resuming), or a new prompt after a cancel that settled
 	// a paused batch (running), resumes from the batch.
@@ -221,7 +212,7 @@ func (rn *runner) execute(convID, runID string, c *conversation.State, rev uint6
 	ctx, span := telemetry.StartRun(ctx, rn.tracer, "run", parent, links,
 		telemetry.AttrRunID.String(runID), telemetry.AttrConversationID.String(convID), attribute.Bool("toolgate.resume", resume))
 	defer span.End()
-	status := rn.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release, tc)
+	status := rn.executeTraced(ctx, log, ag, convID, runID, c, rev, in, resume, cancel, release, d)
 	span.SetAttributes(attribute.String("toolgate.status", status))
 	if status == string(conversation.StatusFailed) {
 		span.SetStatus(codes.Error, "run failed")
@@ -239,15 +230,15 @@ const (
 
 // executeTraced runs the agent inside the run's span (ctx) and stores what
 // it ended with; it returns how the run ended.
-func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *conversation.State, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func(), tc *tentativeClaim) string {
+func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agentRuntime, convID, runID string, c *conversation.State, rev uint64, in agent.RunInput, resume bool, cancel context.CancelFunc, release func(), d *deferredAppend) string {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
-		if tc != nil {
+		if d != nil {
 			// Nothing to renew before the claim is stored.
 			select {
-			case <-tc.settled:
+			case <-d.settled:
 			case <-renewCtx.Done():
 				return
 			}
@@ -267,7 +258,7 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 		// Shutting down: the run did not fail, it was interrupted. Release
 		// the lease so that a replica relaunches it at once; a claim not
 		// stored leaves nothing to release.
-		if tc != nil && tc.abandon(ErrStopped) {
+		if d != nil && d.abandon(ErrStopped) {
 			log.InfoContext(fctx, "run interrupted by shutdown before its claim was stored")
 			return runInterrupted
 		}
@@ -278,14 +269,14 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	if runErr == nil && res == nil {
 		runErr = errors.New("run ended without a result")
 	}
-	if tc != nil && tc.dropped() {
+	if d != nil && d.dropped() {
 		// Cancelled by the drop, not by another replica.
 		return runDropped
 	}
 	if runErr != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// Cancelled without shutdown: the lease was lost to another
 		// replica, which owns the run now.
-		rn.stats.LeaseLost.Add(1)
+		rn.observer.leaseLost()
 		log.WarnContext(fctx, "run abandoned: lease lost")
 		return runLeaseLost
 	}
@@ -296,7 +287,7 @@ func (rn *runner) executeTraced(ctx context.Context, log *slog.Logger, ag *agent
 	}
 	defer done()
 	release()
-	return rn.finish(fctx, log, convID, runID, c, rev, res, runErr, tc)
+	return rn.finish(fctx, log, convID, runID, c, rev, res, runErr, d)
 }
 
 type runStartedData = wire.RunStarted
@@ -321,7 +312,7 @@ func (rn *runner) runAgent(ctx context.Context, a *agent.Agent, convID, runID st
 // published, then claimed at once if it is already complete (replies that
 // came while the run waited inline). ctx carries the run's span, whose
 // context the batch keeps. It returns how the run ended.
-func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *conversation.State, rev uint64, res *agent.RunResult, runErr error, tc *tentativeClaim) string {
+func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID string, from *conversation.State, rev uint64, res *agent.RunResult, runErr error, d *deferredAppend) string {
 	now := rn.clock()
 	runTrace := telemetry.InjectMap(ctx)
 	var newBatchErr, tooBig error
@@ -375,18 +366,10 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 		}
 		return conversation.EndedEffects(c, runID, nil), nil
 	}
-	if tc != nil {
-		c, effects, done, dropped, cfrom, crev := tc.end(ctx, end)
-		switch {
-		case dropped:
-			return runDropped
-		case done:
-			rn.fx.carryOut(ctx, c, 0, effects)
-			return string(c.Status)
-		}
-		from, rev = cfrom, crev
+	c, _, err := rn.fx.doRun(ctx, convID, from, rev, d, end)
+	if errors.Is(err, errDeferredDropped) {
+		return runDropped
 	}
-	c, _, err := rn.fx.doFrom(ctx, convID, from, rev, end)
 	if tl := tooLarge(err); tl != nil {
 		tooBig = tl
 		c, _, err = rn.fx.doFrom(ctx, convID, nil, 0, end)
@@ -397,7 +380,7 @@ func (rn *runner) finish(ctx context.Context, log *slog.Logger, convID, runID st
 	}
 	if err != nil {
 		if errors.Is(err, conversation.ErrLeaseLost) {
-			rn.stats.LeaseLost.Add(1)
+			rn.observer.leaseLost()
 			log.WarnContext(ctx, "run result dropped: lease lost")
 			return runLeaseLost
 		}

@@ -209,6 +209,40 @@ func (o *Orchestrator) startConversation(ctx context.Context, req StartRequest, 
 	return info, nil
 }
 
+// startTentative launches the first run of c, a new conversation whose
+// lease this replica holds, before c is stored (the effector defers its
+// first record, tentative.go), and returns once that record is stored
+// (alone, or with the run's pause or end) or cannot be: errExists
+// (wrapped) when the conversation was there before, ErrStopped when the
+// orchestrator stopped first, or the append's error.
+func (o *Orchestrator) startTentative(c *conversation.State, runID string) error {
+	d := o.fx.deferStart(c, runID)
+	// A start of the same conversation going on here (a retry with the
+	// same idempotency key) is waited for: the conversation is there once
+	// it is stored.
+	for {
+		prev, loaded := o.starting.LoadOrStore(c.ID, d)
+		if !loaded {
+			break
+		}
+		p := prev.(*deferredAppend)
+		if p.answer() == nil {
+			return fmt.Errorf("start conversation %s: %w", c.ID, errExists)
+		}
+		// Dropped (stopped, or refused): this one takes its place, unless
+		// another retry did first.
+		if o.starting.CompareAndSwap(c.ID, p, d) {
+			break
+		}
+	}
+	defer o.starting.CompareAndDelete(c.ID, d)
+	o.fx.launchDeferred(d, c)
+	// Not bounded by the caller's context: the run goes on, and the start
+	// is stored within the window and an append's timeout, whether or not
+	// anyone waits for its answer.
+	return d.answer()
+}
+
 // startInConversation gives an existing conversation a new prompt: a run
 // of it when it is finished, or the prompt queued for the follow-up of its
 // pending batch when it is paused.
@@ -304,7 +338,7 @@ func (o *Orchestrator) startedBefore(ctx context.Context, req StartRequest, conv
 	}
 	if c.HoldsLease(o.cfg.InstanceID, runID) && c.LeaseLive(o.clock()) &&
 		(c.Status == conversation.StatusRunning || c.Status == conversation.StatusResuming) {
-		o.runner.launch(convID, runID)
+		o.fx.startRun(convID, runID, nil, 0, nil)
 	}
 	return RunInfo{RunID: runID, ConversationID: convID, Status: rec.Status}, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -118,11 +117,10 @@ type store struct {
 	// conversation fails visibly instead of waiting for a write that can
 	// never succeed.
 	onTooLarge func(ctx context.Context, id string, err *TooLargeError)
-	// writes and bytes count the records this process wrote (the store's
-	// share of the cost of a conversation), for Stats.
-	writes, bytes *atomic.Int64
-	// reads counts the reads of logs (requests of records), for Stats.
-	reads *atomic.Int64
+	// observer is told of the records this process wrote (the store's
+	// share of the cost of a conversation) and of the reads of logs
+	// (requests of records); nil tells nobody.
+	observer observer
 	// life ends when the orchestrator begins to stop; an append whose
 	// outcome is unknown is followed up until then (appendLog), and no
 	// longer: Stop waits for the loops, and a run's end not known to be
@@ -142,9 +140,8 @@ type store struct {
 }
 
 func (s *store) wrote(n int) {
-	if s.writes != nil {
-		s.writes.Add(1)
-		s.bytes.Add(int64(n))
+	if s.observer != nil {
+		s.observer.stateWritten(n)
 	}
 }
 
@@ -246,8 +243,8 @@ func (s *store) load(ctx context.Context, id string, keep bool) (*conversation.S
 func (s *store) fold(ctx context.Context, id string, c *conversation.State, after uint64) (int64, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	if s.reads != nil {
-		s.reads.Add(1)
+	if s.observer != nil {
+		s.observer.stateRead()
 	}
 	var size int64
 	last, err := s.bus.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), after, func(m bus.LogMsg) error {

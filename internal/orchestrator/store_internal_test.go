@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ func newTestStore(t *testing.T, cacheBytes int64) *store {
 		t.Fatal(err)
 	}
 	return &store{bus: b, index: index, fresh: newFreshSet(), instance: "me", cache: newStateCache(cacheBytes), clock: time.Now,
-		writes: new(atomic.Int64), bytes: new(atomic.Int64), reads: new(atomic.Int64)}
+		observer: &Counts{}}
 }
 
 // A log of many records (more than one batch of reads) folds back into the
@@ -62,7 +61,7 @@ func TestLogFoldsManyRecordsAndCatchesUp(t *testing.T) {
 	}
 
 	// Another replica, with nothing cached, reads the same state.
-	reader := &store{bus: writer.bus, index: writer.index, fresh: newFreshSet(), cache: newStateCache(64 << 20), clock: time.Now, reads: new(atomic.Int64)}
+	reader := &store{bus: writer.bus, index: writer.index, fresh: newFreshSet(), cache: newStateCache(64 << 20), clock: time.Now, observer: &Counts{}}
 	got, seq, err := reader.get(ctx, "clong")
 	if err != nil {
 		t.Fatal(err)

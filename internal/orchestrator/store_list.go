@@ -56,8 +56,8 @@ func (s *store) summaries(ctx context.Context, ids []string) ([]ConversationSumm
 	for i, id := range ids {
 		subjects[i] = bus.ConversationSubject(id)
 	}
-	if s.reads != nil {
-		s.reads.Add(1)
+	if s.observer != nil {
+		s.observer.stateRead()
 	}
 	last, err := s.bus.LastLogMsgs(ctx, bus.StreamConversations, subjects)
 	if err != nil {

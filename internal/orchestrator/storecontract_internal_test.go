@@ -75,7 +75,7 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
 			return c.Renew("someone else", "r1_c1", t0.Add(time.Hour))
 		}); !errors.Is(err, conversation.ErrLeaseLost) || got != seq {
-			t.Errorf("refused change: at %d, %v; want %d, errLeaseLost", got, err, seq)
+			t.Errorf("refused change: at %d, %v; want %d, conversation.ErrLeaseLost", got, err, seq)
 		}
 		if _, got, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
 			c.Output = "not kept"
@@ -114,6 +114,31 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		}
 		if got, at := read(t, ctx, s, "c1"); at != seq3 || got.Status != conversation.StatusCompleted || got.Output != "out" {
 			t.Errorf("read back at %d (want %d): %s %q", at, seq3, got.Status, got.Output)
+		}
+	})
+
+	t.Run("commit only at the sequence it was made from", func(t *testing.T) {
+		s, ctx := newStore(t)
+		seq, _ := s.create(ctx, newConv("c1"))
+		base, _ := read(t, ctx, s, "c1")
+		ahead := base.Clone()
+		if err := ahead.Complete("me", "r1_c1", nil, "out", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		seq2, err := s.commit(ctx, ahead, conversation.FingerprintOf(base), seq)
+		if err != nil || seq2 <= seq {
+			t.Fatalf("commit at %d: %d, %v", seq, seq2, err)
+		}
+		if got, at := read(t, ctx, s, "c1"); at != seq2 || got.Status != conversation.StatusCompleted || got.Output != "out" {
+			t.Errorf("read back at %d (want %d): %s %q", at, seq2, got.Status, got.Output)
+		}
+		stale := base.Clone()
+		stale.Output = "stale"
+		if _, err := s.commit(ctx, stale, conversation.FingerprintOf(base), seq); err == nil {
+			t.Error("a commit from a sequence the log has passed was stored")
+		}
+		if got, at := read(t, ctx, s, "c1"); at != seq2 || got.Output != "out" {
+			t.Errorf("after a stale commit: at %d (want %d), output %q", at, seq2, got.Output)
 		}
 	})
 

@@ -169,7 +169,8 @@ func TestTentativeFollowUpDroppedOnChange(t *testing.T) {
 }
 
 // A conversation cancelled while its follow-up runs unstored is not
-// resumed: the run is dropped, and the reply is refused as late.
+// resumed: the run is dropped, and the reply is refused as late; the
+// cancel's event is published, the dropped run's are not.
 func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -198,10 +199,16 @@ func TestTentativeFollowUpDroppedOnCancel(t *testing.T) {
 		t.Errorf("%d follow-ups claimed, want 0", n)
 	}
 	evs := collectEvents(t, e.connect("reader"), info.ConversationID, func(evs []wire.Event) bool {
-		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyRefused })
+		return slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyRefused }) &&
+			slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventConversationCancelled })
 	})
 	if slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.Type == orchestrator.EventReplyApplied }) {
 		t.Errorf("events %s: the reply is told applied", eventTypes(evs))
+	}
+	// The cancel came while the follow-up's events were kept apart: it is
+	// told, and nothing of the dropped run is.
+	if slices.ContainsFunc(evs, func(ev wire.Event) bool { return ev.RunID != "" && ev.RunID != c.Runs[0].RunID }) {
+		t.Errorf("events %s: the dropped follow-up's are published", eventTypes(evs))
 	}
 }
 

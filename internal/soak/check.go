@@ -272,14 +272,13 @@ func (s *system) check(ctx context.Context) *Report {
 	convs := slices.Clone(s.convs)
 	orchs := slices.Clone(s.retired)
 	for _, rp := range s.replicas {
-		orchs = append(orchs, rp.orch.Orchestrator)
+		orchs = append(orchs, rp.orch.Counts)
 	}
 	s.mu.Unlock()
 	for _, n := range executed {
 		r.Executions += n
 	}
-	for _, o := range orchs {
-		st := o.Stats()
+	for _, st := range orchs {
 		r.Applied += st.RepliesApplied.Load()
 		r.Duplicates += st.Duplicates.Load()
 		r.Refused += st.Refused.Load()

@@ -237,7 +237,7 @@ type system struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	replicas  []*replica
-	retired   []*orchestrator.Orchestrator // stopped replicas, for their counters
+	retired   []*orchestrator.Counts // what stopped replicas counted
 	workers   []*workerSlot
 	convs     []string
 	executed  map[string]int    // run:call → executor runs
@@ -324,7 +324,7 @@ func (s *system) restartReplica(ctx context.Context, r *replica, grace time.Dura
 		s.log.Info("soak: replica stopped with runs in flight", slog.String("replica", r.name), slog.String("error", err.Error()))
 	}
 	s.mu.Lock()
-	s.retired = append(s.retired, r.orch.Orchestrator)
+	s.retired = append(s.retired, r.orch.Counts)
 	s.mu.Unlock()
 	r.gen++
 	return s.startReplica(ctx, r)

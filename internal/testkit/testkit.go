@@ -169,11 +169,14 @@ func (s *System) Connect(ctx context.Context, cfg bus.ConnConfig) (*bus.Bus, err
 type Orchestrator struct {
 	*orchestrator.Orchestrator
 	// Bus is its connection (Config.Bus).
-	Bus   *bus.Bus
-	owned bool
-	leave func()
-	once  sync.Once
-	err   error
+	Bus *bus.Bus
+	// Counts is what it counted: Config.Observer, or the counts the kit
+	// gave it when the config had none.
+	Counts *orchestrator.Counts
+	owned  bool
+	leave  func()
+	once   sync.Once
+	err    error
 }
 
 // Stop stops the orchestrator and closes its connection if the kit opened
@@ -202,6 +205,11 @@ func (s *System) Orchestrator(ctx context.Context, name string, cfg orchestrator
 		cfg.Agent = a
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, s.log)
+	counts, _ := cfg.Observer.(*orchestrator.Counts)
+	if counts == nil {
+		counts = &orchestrator.Counts{}
+		cfg.Observer = counts
+	}
 	owned, err := s.ownBus(ctx, name, &cfg.Bus)
 	if err != nil {
 		return nil, err
@@ -219,7 +227,7 @@ func (s *System) Orchestrator(ctx context.Context, name string, cfg orchestrator
 	if err := o.Start(ctx); err != nil {
 		return fail(err)
 	}
-	so := &Orchestrator{Orchestrator: o, Bus: cfg.Bus, owned: owned}
+	so := &Orchestrator{Orchestrator: o, Bus: cfg.Bus, Counts: counts, owned: owned}
 	so.leave = s.onClose(so.Stop)
 	return so, nil
 }
