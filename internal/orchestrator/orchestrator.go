@@ -335,7 +335,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	},
 		sem:       make(chan struct{}, cfg.MaxConcurrentRuns),
 		ending:    make(chan struct{}, 4*cfg.MaxConcurrentRuns),
-		inflight:  map[string]bool{},
+		inflight:  map[string]*inflightRun{},
 		executing: map[string]context.CancelFunc{},
 	}
 	o.roster.inline = o.runner.handleInline

@@ -93,7 +93,9 @@ type runner struct {
 	sem      chan struct{}
 	ending   chan struct{}   // endSlot's window
 	launchMu sync.Mutex      // orders launches before Stop's wait for runs
-	inflight map[string]bool // runs queued or executing in this process
+	// inflight are the runs queued or executing in this process, by run
+	// id.
+	inflight map[string]*inflightRun
 	// executing cancels the runs executing in this process, by run id (a
 	// cancel notice ends them at once).
 	executing map[string]context.CancelFunc

@@ -30,6 +30,14 @@ func (rn *runner) goUnlessStopped(f func()) {
 	}
 }
 
+// inflightRun is a run queued or executing in this process: d is its
+// deferred record, if it has one; next the hooks of a launch that waits
+// for it to end.
+type inflightRun struct {
+	d    *deferredAppend
+	next *runHooks
+}
+
 // launchFrom executes a run in the bounded pool, from the conversation as
 // this process last wrote it (at revision rev), which the run starts from
 // instead of reading it again; c is handed over to the run. A nil c reads
@@ -40,7 +48,7 @@ func (rn *runner) goUnlessStopped(f func()) {
 // launched twice. hooks are told of a run launched.
 func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev uint64, d *deferredAppend, hooks runHooks) {
 	rn.launchMu.Lock()
-	if d != nil && (rn.stopped.Load() || rn.inflight[runID]) {
+	if d != nil && (rn.stopped.Load() || rn.inflight[runID] != nil) {
 		stopped := rn.stopped.Load()
 		rn.launchMu.Unlock()
 		// Nothing stored: the replies are delivered again; a start whose
@@ -64,10 +72,17 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 		rn.releaseLease(ctx, convID, runID)
 		return
 	}
-	if rn.inflight[runID] {
+	if ir := rn.inflight[runID]; ir != nil {
+		if ir.d != nil && ir.d.dropped() {
+			// The run going on here is one whose deferred record was
+			// dropped (a start that found its conversation stored): it is
+			// ending, and this launch follows once it has.
+			ir.next = &hooks
+		}
 		return
 	}
-	rn.inflight[runID] = true
+	ir := &inflightRun{d: d}
+	rn.inflight[runID] = ir
 	hooks.began()
 	rn.runs.Go(func() {
 		defer func() {
@@ -75,7 +90,11 @@ func (rn *runner) launchFrom(convID, runID string, c *conversation.State, rev ui
 			hooks.ended()
 			rn.launchMu.Lock()
 			delete(rn.inflight, runID)
+			next := ir.next
 			rn.launchMu.Unlock()
+			if next != nil {
+				rn.launchFrom(convID, runID, nil, 0, nil, *next)
+			}
 		}()
 		slot := false
 		if d != nil {
