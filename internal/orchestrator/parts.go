@@ -91,8 +91,8 @@ type roster struct {
 type runner struct {
 	runnerParams
 	sem      chan struct{}
-	ending   chan struct{}   // endSlot's window
-	launchMu sync.Mutex      // orders launches before Stop's wait for runs
+	ending   chan struct{} // endSlot's window
+	launchMu sync.Mutex    // orders launches before Stop's wait for runs
 	// inflight are the runs queued or executing in this process, by run
 	// id.
 	inflight map[string]*inflightRun
