@@ -222,7 +222,12 @@ func (s *system) play(ctx context.Context) (*Report, error) {
 	}
 	s.waitDeadLetters(ctx)
 	s.waitRepliesSettled(ctx)
-	return s.check(ctx), nil
+	// Read with a time of its own: a run that used up its Timeout is
+	// reported by what each conversation was doing, not by the reads'
+	// expired context.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	return s.check(cctx), nil
 }
 
 // system is the running deployment and what the soak recorded about it.
