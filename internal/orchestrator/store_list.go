@@ -237,47 +237,43 @@ func parseListCursor(cursor string) (uint64, error) {
 	return seq, nil
 }
 
-// delete removes a finished conversation's history and state, and its due
-// entry, and returns ErrNotFound when it has none; one under way is refused
-// (*ConflictError). The tombstone is appended like any change — after the
-// record the decision was made on, or not at all — so a change that another
-// replica makes meanwhile is never purged with the rest: it either comes
-// first, and the delete sees a conversation under way, or fails its own
-// append and sees the tombstone. The purge then keeps only the tombstone,
-// which tells replicas that still cache the conversation that it is gone;
-// sweepTombstones removes it later. Deleting a deleted conversation
-// answers ErrNotFound, after finishing a delete that stopped after its
-// tombstone. It returns the batch the conversation held, whose calls
-// its caller withdraws.
+// delete appends the tombstone fn makes of a finished conversation
+// (conversation.DeleteTransition) and returns it; fn refuses one under way
+// (*ConflictError), and a conversation deleted already answers errDeleted.
+// The tombstone is appended like any change — after the record the
+// decision was made on, or not at all — so a change that another replica
+// makes meanwhile is never purged with the rest: it either comes first,
+// and the delete sees a conversation under way, or fails its own append
+// and sees the tombstone. What the tombstone asks for (the purge, which
+// keeps only the tombstone, telling replicas that still cache the
+// conversation that it is gone, until sweepTombstones removes it) is the
+// effector's to carry out, for the delete whose tombstone this is.
 //
 // At the storage limit the tombstone cannot be appended, and a DELETE, the
 // API's way to free room, answered 503 like a start. A finished
 // conversation's log is then purged first, which frees its room, and the
 // tombstone written to the emptied log (dropLog).
-func (s *store) delete(ctx context.Context, id string) (*conversation.Batch, error) {
-	var (
-		batch    *conversation.Batch
-		finished bool
-	)
-	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
-		batch = c.Batch
-		err := c.Delete(s.clock())
-		finished = err == nil
-		return err
-	})
-	if finished && bus.StorageFull(gone) {
-		if err := s.dropLog(ctx, id); err != nil {
-			return nil, errors.Join(gone, err)
+func (s *store) delete(ctx context.Context, id string, fn func(*conversation.State) error) (*conversation.State, error) {
+	// tomb is the tombstone of the last attempt, nil when fn refused it.
+	var tomb *conversation.State
+	c, _, err := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
+		tomb = nil
+		if err := fn(c); err != nil {
+			return err
 		}
-		return batch, nil
+		tomb = c
+		return nil
+	})
+	if tomb != nil && bus.StorageFull(err) {
+		if derr := s.dropLog(ctx, id); derr != nil {
+			return nil, errors.Join(err, derr)
+		}
+		return tomb, nil
 	}
-	if gone != nil && !errors.Is(gone, errDeleted) {
-		return nil, gone
+	if err != nil {
+		return nil, err
 	}
-	if err := s.purge(ctx, id, 1); err != nil {
-		return batch, err
-	}
-	return batch, gone
+	return c, nil
 }
 
 // purge removes the records of conversation id but its last keep (0: all
