@@ -248,5 +248,7 @@ var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // (letters, digits, _ and -, at most 64).
 func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
 
+var agentNameRE = toolNameRE
+
 // ValidAgentName reports whether name can name an agent (as a tool name).
 func ValidAgentName(name string) bool { return agentNameRE.MatchString(name) }

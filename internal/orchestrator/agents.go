@@ -105,8 +105,6 @@ func validateAgents(list []*AgentConfig) error {
 	return nil
 }
 
-var agentNameRE = toolNameRE
-
 // agentName is a config's name, DefaultAgentName when it has none.
 func agentName(c *AgentConfig) string {
 	if c.Name != "" {
