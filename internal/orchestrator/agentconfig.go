@@ -242,6 +242,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Executors of a configured tool (ToolConfig.Executor).
+const (
+	// ExecutorWorker: a tool-worker runs the call (the default).
+	ExecutorWorker = "worker"
+	// ExecutorFrontend: the frontend that drives the conversation answers
+	// the call over HTTP (Orchestrator.Answer); it is never published to
+	// workers.
+	ExecutorFrontend = "frontend"
+)
+
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidToolName reports whether a model can call a tool of this name
