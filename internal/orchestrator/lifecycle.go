@@ -45,11 +45,6 @@ type ConversationList struct {
 
 var statuses = []conversation.Status{conversation.StatusRunning, conversation.StatusPaused, conversation.StatusResuming, conversation.StatusCompleted, conversation.StatusFailed, conversation.StatusCancelled}
 
-// BadRequestError says what is wrong with a request's parameters.
-type BadRequestError struct{ Msg string }
-
-func (e *BadRequestError) Error() string { return e.Msg }
-
 // Conversations lists the stored conversations a page at a time.
 func (o *Orchestrator) Conversations(ctx context.Context, req ListRequest) (ConversationList, error) {
 	if req.Status != "" && !validStatus(req.Status) {

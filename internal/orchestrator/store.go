@@ -20,6 +20,11 @@ import (
 // ErrNotFound is returned for a conversation or run that does not exist.
 var ErrNotFound = errors.New("not found")
 
+// BadRequestError says what is wrong with a request's parameters.
+type BadRequestError struct{ Msg string }
+
+func (e *BadRequestError) Error() string { return e.Msg }
+
 // errExists refuses to create a conversation whose log has records.
 var errExists = errors.New("conversation exists")
 
