@@ -320,13 +320,6 @@ func sameJSON(a, b json.RawMessage) bool {
 	return err1 == nil && err2 == nil && string(ca) == string(cb)
 }
 
-func orEmpty(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 {
-		return json.RawMessage("{}")
-	}
-	return r
-}
-
 // storedRuns are the runs whose calls, all those not marked published nor
 // answered at the time, this replica published and saw stored by the
 // stream (their acks came). A paused run publishes its batch without
