@@ -136,11 +136,6 @@ func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []C
 	return open
 }
 
-// undueInFlight bounds the removals of due entries in flight at once:
-// one after another, the first pass after 100,000 conversations finished
-// took 39 s, a round trip each.
-const undueInFlight = 32
-
 // reconcileEach reconciles each of due in turn.
 func (rc *reconciler) reconcileEach(ctx context.Context, due []dueEntry) {
 	for _, e := range due {

@@ -636,6 +636,11 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 	return out, nil
 }
 
+// undueInFlight bounds the removals of due entries in flight at once:
+// one after another, the first pass after 100,000 conversations finished
+// took 39 s, a round trip each.
+const undueInFlight = 32
+
 // undue removes the due entry of a finished (or deleted) conversation,
 // unless it was put again since it was listed at rev. It purges rather
 // than deletes: a delete leaves a marker, a stored message per
