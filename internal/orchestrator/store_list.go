@@ -276,6 +276,43 @@ func (s *store) delete(ctx context.Context, id string, fn func(*conversation.Sta
 	return c, nil
 }
 
+// dropLog replaces the log of id with a tombstone and removes its due
+// entry: for a log that cannot be read (DeleteCorrupt), and for one whose
+// tombstone cannot be appended for want of room (store.delete), since the
+// purge frees the room the tombstone needs. The tombstone is the log's
+// first record again (purge, then append expecting an empty log), so a
+// replica that still caches the conversation finds it deleted when its
+// next append is refused; if another write came between purge and append,
+// the purge is repeated.
+func (s *store) dropLog(ctx context.Context, id string) error {
+	subj := bus.ConversationSubject(id)
+	now := s.clock()
+	tomb := &conversation.State{ID: id, Status: conversation.StatusDeleted, CreatedAt: now, UpdatedAt: now}
+	for range maxCASAttempts {
+		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+		err := s.bus.PurgeLog(pctx, bus.StreamConversations, subj, 0)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delete conversation %s: %w", id, err)
+		}
+		seq, n, err := s.append(ctx, tomb, 0, conversation.FullRecord(tomb))
+		if conflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("delete conversation %s: tombstone: %w", id, err)
+		}
+		s.cache.put(id, tomb.Clone(), seq, int64(n))
+		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+		defer cancel()
+		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {
+			return fmt.Errorf("delete conversation %s: index: %w", id, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("delete conversation %s: written to %d times while being deleted", id, maxCASAttempts)
+}
+
 // purge removes the records of conversation id but its last keep (0: all
 // of them), and its due entry.
 func (s *store) purge(ctx context.Context, id string, keep uint64) error {
