@@ -281,3 +281,42 @@ func (rc *reconciler) awaitAgent(ctx context.Context, c *conversation.State) err
 	_, _, err := rc.fx.do(ctx, c.ID, conversation.WaitForAgentTransition(reason, rc.cfg.AgentWait))
 	return err
 }
+
+// adoptOrphans takes over what dead replicas left unindexed: the
+// conversations of each advert in dead (by key, with its revision), then
+// deletes the advert if it did not change meanwhile. Those found are
+// reconciled at once rather than at the next pass.
+func (l *replicaLink) adoptOrphans(ctx context.Context, dead []deadAdvert) {
+	for _, d := range dead {
+		var open []dueEntry
+		if d.advert.Watermark != nil {
+			var err error
+			open, err = l.store.adopt(ctx, d.advert.Instance, *d.advert.Watermark)
+			if err != nil {
+				if ctx.Err() == nil {
+					l.log.WarnContext(ctx, "adopt the conversations of a replica that is gone", slog.String("replica", d.advert.Instance), slog.String("error", err.Error()))
+				}
+				continue
+			}
+		}
+		if d.revision > 0 {
+			if err := l.kv.Delete(ctx, d.key, d.revision); err != nil && ctx.Err() == nil {
+				l.log.DebugContext(ctx, "delete the advert of a replica that is gone", slog.String("key", d.key), slog.String("error", err.Error()))
+			}
+		}
+		if len(open) == 0 {
+			continue
+		}
+		l.log.InfoContext(ctx, "conversations of a replica that is gone indexed", slog.String("replica", d.advert.Instance), slog.Int("conversations", len(open)))
+		l.reconcileEntries(ctx, open)
+	}
+}
+
+// deadAdvert is the advert of a replica that is gone, under key at
+// revision (0: this replica's own, from before its start, not stored any
+// more).
+type deadAdvert struct {
+	key      string
+	revision uint64
+	advert   replicaAdvert
+}
