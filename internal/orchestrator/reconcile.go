@@ -210,6 +210,9 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 // the run (publishDue).
 const publishAfterMax = 30 * time.Second
 
+// storedRunsKeep is how long a run's entry is kept untaken.
+const storedRunsKeep = 2 * publishAfterMax
+
 // publishDue says whether reconcile is to publish and mark the unmarked
 // calls of c's batch now. A paused run publishes its batch itself and
 // marks nothing (a reply marks its call); marking the batch at once would
