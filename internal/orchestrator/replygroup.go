@@ -10,36 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/argschema"
 	"github.com/toolgate/toolgate/internal/conversation"
-	"github.com/toolgate/toolgate/wire"
 )
-
-// replyJob is one reply waiting to be recorded, and then what became of it.
-type replyJob struct {
-	in   incoming
-	done chan struct{}
-	// seq is the reply's stream sequence: a group applies its replies in
-	// the order they were stored, so that of two answers to one call that
-	// meet in a group the first stored wins, whichever handler joined
-	// first. Answers recorded apart (one handler late to join, behind a
-	// group that lingered out, or a redelivery after a nak) are applied in
-	// the order they are recorded: either may win, and the other is a
-	// duplicate. D35 promises one applied answer, not which.
-	seq uint64
-
-	v      conversation.Verdict
-	reason string
-	err    error
-	// Of the call the reply answers, when the run's batch has it: its tool,
-	// when it was published, and whether this reply found it past its
-	// deadline and settled it as expired.
-	tool        string
-	publishedAt time.Time
-	at          time.Time
-	expired     bool
-	// dispatched is the call, set when the reply approved a call that
-	// then went to its tool's workers (conversation.State.Dispatch).
-	dispatched *wire.PendingCall
-}
 
 // replyGroups gathers the replies being handled per conversation. The
 // handler that finds no group for its conversation leads: it records every
