@@ -194,6 +194,10 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 // they were configured.
 func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
 
+// Catalogue is what workers advertise, as this orchestrator sees it; nil
+// before Start (or when the bucket could not be watched).
+func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
+
 // agentOf is the agent of this replica that conversation c names; nil when
 // this replica does not run it. A conversation that names none (stored
 // before conversations recorded their agent) is the default agent's.

@@ -317,10 +317,6 @@ func (l *onceLog) warn(key, msg string, attrs ...any) {
 	}
 }
 
-// Catalogue is what workers advertise, as this orchestrator sees it; nil
-// before Start (or when the bucket could not be watched).
-func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
-
 // approvalRequired applies the tool's approval rule. It fails closed: a
 // rule that cannot be evaluated requires approval, and the reason is
 // logged.
