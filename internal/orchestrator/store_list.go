@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -528,4 +529,142 @@ func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error)
 		return nil
 	})
 	return n, err
+}
+
+// indexFresh puts in the due index the conversations of the fresh set
+// added before t (all with a zero t) that have not finished, and takes
+// them, and those that have, out of the set. A conversation whose log is
+// missing is taken out once its first record was stored (it was deleted)
+// or could no longer be (the write timed out).
+func (s *store) indexFresh(ctx context.Context, t time.Time) error {
+	old := s.fresh.addedBefore(t)
+	if len(old) == 0 {
+		return nil
+	}
+	// The cached state says it without a read: a finished conversation
+	// stays finished (a new prompt indexes it itself), and one cached as
+	// open that another replica finished meanwhile costs an entry that
+	// reconcile removes.
+	var ids, open []string
+	for id := range old {
+		c, _, ok := s.cache.get(id)
+		switch {
+		case !ok:
+			ids = append(ids, id)
+		case c.Status.Terminal() || c.Status == conversation.StatusDeleted:
+			s.fresh.remove(id)
+		default:
+			open = append(open, id)
+		}
+	}
+	now := s.clock()
+	for i := 0; i < len(ids); i += summaryChunk {
+		chunk := ids[i:min(i+summaryChunk, len(ids))]
+		sums, err := s.summaries(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		found := make(map[string]conversation.Status, len(sums))
+		for _, sum := range sums {
+			found[sum.ID] = sum.Status
+		}
+		for _, id := range chunk {
+			st, ok := found[id]
+			switch {
+			case !ok:
+				if e := old[id]; e.seq > 0 || now.Sub(e.since) > 2*storeOpTimeout {
+					s.fresh.remove(id)
+				}
+			case st.Terminal() || st == conversation.StatusDeleted:
+				s.fresh.remove(id)
+			default:
+				open = append(open, id)
+			}
+		}
+	}
+	return s.markAllDue(ctx, open, s.fresh.has, func(id string, _ uint64) { s.fresh.remove(id) })
+}
+
+// markAllDue puts the due entries of ids, undueInFlight at once, calling
+// done with each put and its revision; it returns the first error. An id
+// for which still (when not nil) says false as its turn comes is skipped:
+// a conversation that finished meanwhile.
+func (s *store) markAllDue(ctx context.Context, ids []string, still func(string) bool, done func(id string, rev uint64)) error {
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, undueInFlight)
+		errMu sync.Mutex
+		first error
+	)
+	for _, id := range ids {
+		sem <- struct{}{}
+		if still != nil && !still(id) {
+			<-sem
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rev, err := s.markDue(ctx, id)
+			if err != nil {
+				errMu.Lock()
+				if first == nil {
+					first = err
+				}
+				errMu.Unlock()
+				return
+			}
+			if done != nil {
+				done(id, rev)
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// adopt indexes the unfinished conversations that replica created after
+// sequence watermark and did not index: what a replica that died left in
+// its fresh set. It returns their entries.
+func (s *store) adopt(ctx context.Context, replica string, watermark uint64) ([]dueEntry, error) {
+	seen := map[string]bool{}
+	var ids []string
+	err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, watermark+1, func(m bus.HeaderMsg) bool {
+		if m.Header.Get(hdrOrigin) != replica {
+			return true
+		}
+		id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find the conversations of replica %s: %w", replica, err)
+	}
+	var open []string
+	for i := 0; i < len(ids); i += summaryChunk {
+		sums, err := s.summaries(ctx, ids[i:min(i+summaryChunk, len(ids))])
+		if err != nil {
+			return nil, err
+		}
+		for _, sum := range sums {
+			if !sum.Status.Terminal() && sum.Status != conversation.StatusDeleted {
+				open = append(open, sum.ID)
+			}
+		}
+	}
+	var (
+		mu      sync.Mutex
+		entries []dueEntry
+	)
+	err = s.markAllDue(ctx, open, nil, func(id string, rev uint64) {
+		mu.Lock()
+		entries = append(entries, dueEntry{id: id, rev: rev})
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index the conversations of replica %s: %w", replica, err)
+	}
+	return entries, nil
 }
