@@ -351,3 +351,45 @@ func (r *roster) agentNameOf(c *conversation.State) string {
 	}
 	return c.Agent
 }
+
+// approversFor is approversOf for call pc of c as this replica's config of
+// c's agent has it.
+func (r *roster) approversFor(c *conversation.State, pc *conversation.PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+}
+
+// withApproversRule puts in req, the approval request of call pc of c, its
+// tool's approvers rule and the roles it reads, as this replica's config
+// of c's agent has them, so that approvers evaluate the rule over
+// themselves (approver.Admit).
+func (r *roster) withApproversRule(c *conversation.State, pc *conversation.PendingCall, req *wire.ApprovalRequest) {
+	ag := r.judge(c)
+	if ag == nil {
+		return
+	}
+	if tc := ag.cfg.tool(pc.ToolName); tc != nil && tc.Approvers.Rule != "" {
+		req.ApproversRule, req.Roles = tc.Approvers.Rule, ag.policy.roles
+	}
+}
+
+// mayNotApprove lists who may not approve call pc of c, as check refuses
+// it with this replica's config of c's agent: the run's caller, unless the
+// tool allows self-approval.
+func (r *roster) mayNotApprove(c *conversation.State, pc *conversation.PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	tc := ag.cfg.tool(pc.ToolName)
+	if tc == nil || tc.SelfApproval == SelfApprovalAllow {
+		return nil
+	}
+	if who := CallerID(c.Caller); who != "" {
+		return []string{who}
+	}
+	return nil
+}
