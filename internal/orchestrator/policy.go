@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/conversation"
 )
 
@@ -184,6 +185,46 @@ func (p *agentPolicy) approversOf(tc *ToolConfig, pc *conversation.PendingCall) 
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// decider is approver id as p knows it.
+func (p *agentPolicy) decider(id string) Decider {
+	d := Decider{ID: id}
+	for role, members := range p.roles {
+		if slices.Contains(members, id) {
+			d.Roles = append(d.Roles, role)
+		}
+	}
+	slices.Sort(d.Roles)
+	if k, ok := p.keys[id]; ok {
+		d.Key = base64.StdEncoding.EncodeToString(k)
+	}
+	return d
+}
+
+// ruleAdmits says why tc's approvers rule does not admit approver id to
+// decide call pc (nil when not in c's batch) of c.
+func (p *agentPolicy) ruleAdmits(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, id string) error {
+	r := tc.Approvers.Compiled
+	if r == nil {
+		return fmt.Errorf("approver %q may not decide tool %s: its approvers rule is not compiled", id, tc.Name)
+	}
+	rc := &agent.RunContext{Caller: c.Caller, ConversationID: c.ID, Messages: c.History}
+	var args json.RawMessage
+	if c.Batch != nil {
+		rc.RunID = c.Batch.RunID
+	}
+	if pc != nil {
+		args = pc.Args
+	}
+	ok, err := r.Admits(p.decider(id), tc.Name, args, ruleContext(rc, c.Agent, tc))
+	if err != nil {
+		return fmt.Errorf("approver %q may not decide tool %s: %w", id, tc.Name, err)
+	}
+	if !ok {
+		return fmt.Errorf("approver %q may not decide tool %s (approvers rule: %s)", id, tc.Name, tc.Approvers.Rule)
+	}
+	return nil
 }
 
 // quorum is how many distinct approvers a call of tc needs.
