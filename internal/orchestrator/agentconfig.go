@@ -164,26 +164,6 @@ type ContextRule interface {
 	RequiredIn(tool string, args json.RawMessage, rc RuleContext) (bool, error)
 }
 
-// RuleContext is what a ContextRule sees of the run besides the call.
-type RuleContext struct {
-	// Caller is the run's caller object (StartRequest.Caller); nil when
-	// none was given.
-	Caller json.RawMessage
-	// Metadata is the tool's approval_metadata: what approvers would be
-	// shown with the call.
-	Metadata json.RawMessage
-	// ConversationID and Agent name the conversation and its agent.
-	ConversationID, Agent string
-	// Runs counts the conversation's runs, this one included.
-	Runs int
-	// Calls are the tool calls made so far, oldest first, with their
-	// outcomes (success, denied, failed, retry; "" while unanswered).
-	Calls []RuleCall
-}
-
-// RuleCall is one tool call of RuleContext.Calls.
-type RuleCall struct{ Tool, Outcome string }
-
 // deadline returns how long a call of this kind may stay pending; a nil
 // tool (one the config does not know) gets the defaults.
 func (t *ToolConfig) deadline(approval bool) time.Duration {
