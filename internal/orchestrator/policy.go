@@ -227,8 +227,8 @@ func (p *agentPolicy) ruleAdmits(c *conversation.State, pc *conversation.Pending
 	return nil
 }
 
-// quorum is how many distinct approvers a call of tc needs.
-func quorum(tc *ToolConfig) int {
+// quorumOf is how many distinct approvers a call of tc needs.
+func quorumOf(tc *ToolConfig) int {
 	if tc == nil || tc.Approvals < 1 {
 		return 1
 	}

@@ -216,7 +216,7 @@ func applyJobs(c *conversation.State, jobs []*replyJob, now time.Time, dispatcha
 			if pc != nil {
 				tc = ag.cfg.tool(pc.ToolName)
 			}
-			j.in.trustErr, j.in.quorum = ag.policy.check(c, pc, tc, j.in), quorum(tc)
+			j.in.trustErr, j.in.quorum = ag.policy.check(c, pc, tc, j.in), quorumOf(tc)
 		}
 		settled := pc != nil && pc.Reply != nil
 		j.v, j.reason = c.Apply(j.in.answer(), now)
