@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,25 +86,6 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 // streamCheckInterval is how often a replica checks that toolgate's
 // streams and buckets are on the server.
 const streamCheckInterval = 5 * time.Second
-
-// streamWatch is what the last check found missing and could not restore.
-type streamWatch struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (w *streamWatch) set(err error) {
-	w.mu.Lock()
-	w.err = err
-	w.mu.Unlock()
-}
-
-// health is the last check's error, nil when all was there.
-func (w *streamWatch) health() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
 
 func (co *core) streamsLoop() {
 	t := newTicker(streamCheckInterval)
