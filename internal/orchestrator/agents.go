@@ -198,6 +198,14 @@ func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
 // before Start (or when the bucket could not be watched).
 func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
 
+// config is a's agent config; nil for no agent.
+func (a *agentRuntime) config() *AgentConfig {
+	if a == nil {
+		return nil
+	}
+	return a.cfg
+}
+
 // agentOf is the agent of this replica that conversation c names; nil when
 // this replica does not run it. A conversation that names none (stored
 // before conversations recorded their agent) is the default agent's.

@@ -200,7 +200,7 @@ func (p *publisher) outgoing(c *conversation.State, runID string, pc *conversati
 			Approvers: p.roster.approversFor(c, pc), MayNotApprove: p.roster.mayNotApprove(c, pc), Caller: c.Caller,
 		}
 		p.roster.withApproversRule(c, pc, &req)
-		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
+		if tool := p.discovery.toolOf(p.roster.agentOf(c).config(), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -252,7 +252,7 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			args = json.RawMessage("{}")
 		}
 		pc := &conversation.PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := p.discovery.toolOf(ag, runID, call.ToolName)
+		tool := p.discovery.toolOf(ag.config(), runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
 		}
