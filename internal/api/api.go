@@ -26,9 +26,17 @@ import (
 // maxBodyBytes bounds a request body: a prompt, not a file upload.
 const maxBodyBytes = 1 << 20
 
-// MaxPromptBytes bounds a prompt. A conversation is stored as one KV value,
-// which must fit NATS's max payload (1 MiB by default) with the prompt in
-// it twice (the run record and the history) besides everything else.
+// MaxPromptBytes bounds a prompt. The conversation does not: it is a log
+// of records, each holding what one change changed, and a record over
+// NATS's max payload is stored as an atomic batch of parts
+// (docs/architecture.md), so the prompt's two copies (its run record, then
+// the history) cost only their size. What still carries the prompt whole in
+// one message is the run's run_started event, which a client following
+// the conversation reads: JSON-escaped in its data, it must fit the max
+// payload (1 MiB by default) or it is not published. Text grows by at most
+// twice when escaped (quotes, backslashes), so 256 KiB leaves it room; a
+// prompt made mostly of <, > and & or control characters (six bytes each)
+// does not, and runs without that event.
 const MaxPromptBytes = 256 << 10
 
 // Engine is what the API needs of the orchestrator (*orchestrator.Orchestrator).

@@ -51,8 +51,8 @@
 // The transitions the orchestrator applies as they are (CancelTransition,
 // ExpireTransition, ClaimTransition, TakeOverTransition, AbortTransition,
 // WaitForAgentTransition, RenewTransition, ReleaseTransition,
-// MarkPublishedTransition) and the effect lists of the writes it builds
-// itself (StartedEffects, InlineEffects, RepliedEffects, EndedEffects,
-// SettledEffects) say what follows a write as a list of Effect, whose kinds
+// MarkPublishedTransition, DeleteTransition) and the effect lists of the
+// writes it builds itself (StartedEffects, InlineEffects, RepliedEffects,
+// EndedEffects, SettledEffects, PurgeEffects) say what follows a write as a list of Effect, whose kinds
 // EffectKind lists with who asks for each.
 package conversation

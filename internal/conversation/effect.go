@@ -22,7 +22,7 @@ import (
 //
 //	effect            carried out as                              asked by
 //	notifyCancel      a cancel notice per run (bus.PublishCancel) cancel
-//	withdraw          the calls taken out of the work queue       cancel, expire
+//	withdraw          the calls taken out of the work queue       cancel, expire, delete
 //	expired           the expiries counted and logged             expire
 //	emit              one event of the conversation               cancel, expire, fail, wait for agent
 //	escalate          the approval handed to EscalateTo           expire
@@ -43,6 +43,7 @@ import (
 //	awaitReplies      the event sink waits for the replies        end of a run (paused, no approval)
 //	publishPaused     the batch published off the way, then OnRunEnd told   end of a run (paused)
 //	runEnded          OnRunEnd told                               end of a run (finished)
+//	purge             the log purged to its tombstone, with its due entry, then the events   delete (and a delete finished)
 //	log               a line of the replica's log                 any
 type EffectKind uint8
 
@@ -70,6 +71,7 @@ const (
 	EffectPublishPaused
 	EffectRunEnded
 	EffectLog
+	EffectPurge
 )
 
 var effectNames = [...]string{
@@ -77,6 +79,7 @@ var effectNames = [...]string{
 	EffectEmit: "emit", EffectEscalate: "escalate", EffectBatchDone: "batchDone", EffectClaim: "claim",
 	EffectSchedule: "schedule", EffectFollowUp: "followUp", EffectRelaunch: "relaunch", EffectStarted: "started", EffectLaunch: "launch", EffectHandOver: "handOver", EffectPublishInline: "publishInline", EffectReplied: "replied", EffectPublishDispatched: "publishDispatched", EffectEndWritten: "endWritten", EffectAudit: "audit", EffectIndex: "index",
 	EffectAwaitReplies: "awaitReplies", EffectPublishPaused: "publishPaused", EffectRunEnded: "runEnded", EffectLog: "log",
+	EffectPurge: "purge",
 }
 
 func (k EffectKind) String() string {
@@ -442,6 +445,41 @@ func MarkPublishedTransition(runID string, ids []string, at time.Time) Transitio
 		return nil, nil
 	}
 }
+
+// DeleteTransition deletes a finished conversation (State.Delete), whose
+// record is its tombstone: the calls of its batch no worker answered are
+// withdrawn (a worker that came later would run them for nothing), the
+// conversation purged (PurgeEffects), and the deletion logged. One under
+// way refuses it (*ConflictError).
+func DeleteTransition() Transition {
+	return func(c *State, now time.Time) ([]Effect, error) {
+		if err := c.Delete(now); err != nil {
+			return nil, err
+		}
+		var effects []Effect
+		if b := c.Batch; b != nil {
+			var calls []*PendingCall
+			for _, pc := range b.Calls {
+				if pc.Reply == nil || pc.Reply.Cancelled || pc.Reply.Expired {
+					calls = append(calls, pc)
+				}
+			}
+			if len(calls) > 0 {
+				effects = append(effects, Effect{Kind: EffectWithdraw, RunID: b.RunID, Calls: calls})
+			}
+		}
+		effects = append(effects, PurgeEffects()...)
+		return append(effects, LogEffect(slog.LevelInfo, "conversation deleted")), nil
+	}
+}
+
+// PurgeEffects are what a stored tombstone asks for: the conversation's
+// log purged but the tombstone (which tells the replicas that still cache
+// it that it is gone), its due entry, then its events, which hold its
+// history too. A purge that fails stops what follows it; a delete of the
+// deleted conversation asks for them again, which finishes a delete that
+// stopped after its tombstone.
+func PurgeEffects() []Effect { return []Effect{{Kind: EffectPurge}} }
 
 // GrantUse is a call a grant decided or, when Ignored is set, a grant
 // covering the call that its agent's policy refused, and why: what the

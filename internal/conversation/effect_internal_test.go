@@ -220,6 +220,52 @@ func TestTransitionEffects(t *testing.T) {
 			name: "wait for agent: lease live", from: running,
 			t: WaitForAgentTransition("no replica", time.Minute), wantErr: ErrUnchanged, status: StatusRunning,
 		},
+		{
+			name: "delete completed: purged", from: completed, t: DeleteTransition(),
+			want: []string{"purge", "log conversation deleted"}, status: StatusDeleted,
+		},
+		{
+			name: "delete cancelled while paused withdraws the calls the cancel settled",
+			from: func() *State {
+				c := paused(now.Add(time.Hour), true, false, false)
+				if _, err := c.Cancel(CancelledMessage, t0); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			},
+			t:      DeleteTransition(),
+			want:   []string{"withdraw r1_c1 b,c", "purge", "log conversation deleted"},
+			status: StatusDeleted,
+		},
+		{
+			name: "delete withdraws the calls expired, not those answered",
+			from: func() *State {
+				c := paused(now.Add(time.Hour), true, true, false)
+				c.Batch.Calls[2].Reply = &Reply{Outcome: OutcomeFailed, Expired: true, At: t0}
+				c.Status, c.Lease = StatusFailed, nil
+				return c
+			},
+			t:      DeleteTransition(),
+			want:   []string{"withdraw r1_c1 c", "purge", "log conversation deleted"},
+			status: StatusDeleted,
+		},
+		{
+			name: "delete a batch every worker answered: nothing to withdraw",
+			from: func() *State {
+				c := paused(now.Add(time.Hour), true, true)
+				c.Status, c.Lease = StatusCompleted, nil
+				return c
+			},
+			t: DeleteTransition(), want: []string{"purge", "log conversation deleted"}, status: StatusDeleted,
+		},
+		{
+			name: "delete running is refused", from: running, t: DeleteTransition(),
+			wantErr: &ConflictError{}, status: StatusRunning,
+		},
+		{
+			name: "delete paused is refused", from: func() *State { return paused(now.Add(time.Hour), false) },
+			t: DeleteTransition(), wantErr: &ConflictError{}, status: StatusPaused,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -164,26 +164,6 @@ type ContextRule interface {
 	RequiredIn(tool string, args json.RawMessage, rc RuleContext) (bool, error)
 }
 
-// RuleContext is what a ContextRule sees of the run besides the call.
-type RuleContext struct {
-	// Caller is the run's caller object (StartRequest.Caller); nil when
-	// none was given.
-	Caller json.RawMessage
-	// Metadata is the tool's approval_metadata: what approvers would be
-	// shown with the call.
-	Metadata json.RawMessage
-	// ConversationID and Agent name the conversation and its agent.
-	ConversationID, Agent string
-	// Runs counts the conversation's runs, this one included.
-	Runs int
-	// Calls are the tool calls made so far, oldest first, with their
-	// outcomes (success, denied, failed, retry; "" while unanswered).
-	Calls []RuleCall
-}
-
-// RuleCall is one tool call of RuleContext.Calls.
-type RuleCall struct{ Tool, Outcome string }
-
 // deadline returns how long a call of this kind may stay pending; a nil
 // tool (one the config does not know) gets the defaults.
 func (t *ToolConfig) deadline(approval bool) time.Duration {
@@ -242,11 +222,23 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Executors of a configured tool (ToolConfig.Executor).
+const (
+	// ExecutorWorker: a tool-worker runs the call (the default).
+	ExecutorWorker = "worker"
+	// ExecutorFrontend: the frontend that drives the conversation answers
+	// the call over HTTP (Orchestrator.Answer); it is never published to
+	// workers.
+	ExecutorFrontend = "frontend"
+)
+
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidToolName reports whether a model can call a tool of this name
 // (letters, digits, _ and -, at most 64).
 func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
+
+var agentNameRE = toolNameRE
 
 // ValidAgentName reports whether name can name an agent (as a tool name).
 func ValidAgentName(name string) bool { return agentNameRE.MatchString(name) }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/conversation"
+	"github.com/toolgate/toolgate/internal/deferred"
+	"github.com/toolgate/toolgate/internal/telemetry/modeltel"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -105,8 +107,6 @@ func validateAgents(list []*AgentConfig) error {
 	return nil
 }
 
-var agentNameRE = toolNameRE
-
 // agentName is a config's name, DefaultAgentName when it has none.
 func agentName(c *AgentConfig) string {
 	if c.Name != "" {
@@ -138,9 +138,73 @@ func (r *roster) buildAgents() error {
 	return nil
 }
 
+// buildAgent turns the agent config into an agent: its configured tools,
+// and, with discover: entries, the tools workers advertise that match them,
+// taken from the catalogue at the start of each run (discoveredToolset).
+func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
+	model := r.cfg.Model
+	if model == nil {
+		if cfg.ModelFunc == nil {
+			return nil, errors.New("agent config has no model: set Config.Model, or read the config with package agentconfig")
+		}
+		m, err := cfg.ModelFunc(r.cfg.LookupEnv, r.cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		model = m
+	}
+	model = modeltel.Wrap(model, modeltel.Config{Metrics: r.cfg.Metrics, TracerProvider: r.cfg.TracerProvider})
+	tools := make([]agent.Tool, 0, len(cfg.Tools))
+	for i := range cfg.Tools {
+		t, err := r.discovery.newTool(agentName(cfg), &cfg.Tools[i])
+		if err != nil {
+			return nil, fmt.Errorf("tools[%d] (%s): %w", i, cfg.Tools[i].Name, err)
+		}
+		tools = append(tools, t)
+	}
+	tools = append(tools, r.cfg.Tools...)
+	// The run's discovered tools and its frontend's (runTools).
+	toolsets := []agent.Toolset{r.discovery.toolset(agentName(cfg))}
+	var handlers []agent.Handler
+	if cfg.InlineWait > 0 {
+		wait := cfg.InlineWait.D()
+		handlers = append(handlers, agent.HandlerFunc(func(rc *agent.RunContext, req *deferred.Requests) (*deferred.Results, error) {
+			return r.inline(rc, req, wait)
+		}))
+	}
+	handlers = append(handlers, r.cfg.Handlers...)
+	a, err := agent.New(agent.Config{
+		Model:            model,
+		Instructions:     cfg.Instructions,
+		Tools:            tools,
+		Toolsets:         toolsets,
+		Handlers:         handlers,
+		AllowDeferred:    true,
+		MaxModelRequests: cfg.MaxModelRequests,
+		Logger:           r.cfg.Logger,
+		Clock:            func() time.Time { return r.clock().UTC() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return a, nil
+}
+
 // Agents lists the names of the agents this replica runs, in the order
 // they were configured.
 func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
+
+// Catalogue is what workers advertise, as this orchestrator sees it; nil
+// before Start (or when the bucket could not be watched).
+func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
+
+// config is a's agent config; nil for no agent.
+func (a *agentRuntime) config() *AgentConfig {
+	if a == nil {
+		return nil
+	}
+	return a.cfg
+}
 
 // agentOf is the agent of this replica that conversation c names; nil when
 // this replica does not run it. A conversation that names none (stored
@@ -294,4 +358,46 @@ func (r *roster) agentNameOf(c *conversation.State) string {
 		return r.def.name
 	}
 	return c.Agent
+}
+
+// approversFor is approversOf for call pc of c as this replica's config of
+// c's agent has it.
+func (r *roster) approversFor(c *conversation.State, pc *conversation.PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+}
+
+// withApproversRule puts in req, the approval request of call pc of c, its
+// tool's approvers rule and the roles it reads, as this replica's config
+// of c's agent has them, so that approvers evaluate the rule over
+// themselves (approver.Admit).
+func (r *roster) withApproversRule(c *conversation.State, pc *conversation.PendingCall, req *wire.ApprovalRequest) {
+	ag := r.judge(c)
+	if ag == nil {
+		return
+	}
+	if tc := ag.cfg.tool(pc.ToolName); tc != nil && tc.Approvers.Rule != "" {
+		req.ApproversRule, req.Roles = tc.Approvers.Rule, ag.policy.roles
+	}
+}
+
+// mayNotApprove lists who may not approve call pc of c, as check refuses
+// it with this replica's config of c's agent: the run's caller, unless the
+// tool allows self-approval.
+func (r *roster) mayNotApprove(c *conversation.State, pc *conversation.PendingCall) []string {
+	ag := r.judge(c)
+	if ag == nil {
+		return nil
+	}
+	tc := ag.cfg.tool(pc.ToolName)
+	if tc == nil || tc.SelfApproval == SelfApprovalAllow {
+		return nil
+	}
+	if who := CallerID(c.Caller); who != "" {
+		return []string{who}
+	}
+	return nil
 }

@@ -15,16 +15,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Executors of a configured tool (ToolConfig.Executor).
-const (
-	// ExecutorWorker: a tool-worker runs the call (the default).
-	ExecutorWorker = "worker"
-	// ExecutorFrontend: the frontend that drives the conversation answers
-	// the call over HTTP (Orchestrator.Answer); it is never published to
-	// workers.
-	ExecutorFrontend = "frontend"
-)
-
 // Answer is an answer to a deferred call that comes from outside NATS: the
 // HTTP API or a chat adapter on it, on behalf of a caller the API
 // authenticated. It is checked and applied as a worker's reply or a bot's

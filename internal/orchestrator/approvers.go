@@ -2,14 +2,9 @@ package orchestrator
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-
-	"github.com/toolgate/toolgate/internal/agent"
-	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // Approvers says who may decide a tool's calls (ToolConfig.Approvers):
@@ -84,42 +79,23 @@ type ApproverRule interface {
 	Admits(decider Decider, tool string, args json.RawMessage, rc RuleContext) (bool, error)
 }
 
-// decider is approver id as p knows it.
-func (p *agentPolicy) decider(id string) Decider {
-	d := Decider{ID: id}
-	for role, members := range p.roles {
-		if slices.Contains(members, id) {
-			d.Roles = append(d.Roles, role)
-		}
-	}
-	slices.Sort(d.Roles)
-	if k, ok := p.keys[id]; ok {
-		d.Key = base64.StdEncoding.EncodeToString(k)
-	}
-	return d
+// RuleContext is what a rule (a ContextRule, an ApproverRule) sees of the
+// run besides the call.
+type RuleContext struct {
+	// Caller is the run's caller object (StartRequest.Caller); nil when
+	// none was given.
+	Caller json.RawMessage
+	// Metadata is the tool's approval_metadata: what approvers would be
+	// shown with the call.
+	Metadata json.RawMessage
+	// ConversationID and Agent name the conversation and its agent.
+	ConversationID, Agent string
+	// Runs counts the conversation's runs, this one included.
+	Runs int
+	// Calls are the tool calls made so far, oldest first, with their
+	// outcomes (success, denied, failed, retry; "" while unanswered).
+	Calls []RuleCall
 }
 
-// ruleAdmits says why tc's approvers rule does not admit approver id to
-// decide call pc (nil when not in c's batch) of c.
-func (p *agentPolicy) ruleAdmits(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, id string) error {
-	r := tc.Approvers.Compiled
-	if r == nil {
-		return fmt.Errorf("approver %q may not decide tool %s: its approvers rule is not compiled", id, tc.Name)
-	}
-	rc := &agent.RunContext{Caller: c.Caller, ConversationID: c.ID, Messages: c.History}
-	var args json.RawMessage
-	if c.Batch != nil {
-		rc.RunID = c.Batch.RunID
-	}
-	if pc != nil {
-		args = pc.Args
-	}
-	ok, err := r.Admits(p.decider(id), tc.Name, args, ruleContext(rc, c.Agent, tc))
-	if err != nil {
-		return fmt.Errorf("approver %q may not decide tool %s: %w", id, tc.Name, err)
-	}
-	if !ok {
-		return fmt.Errorf("approver %q may not decide tool %s (approvers rule: %s)", id, tc.Name, tc.Approvers.Rule)
-	}
-	return nil
-}
+// RuleCall is one tool call of RuleContext.Calls.
+type RuleCall struct{ Tool, Outcome string }

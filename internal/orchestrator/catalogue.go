@@ -29,6 +29,14 @@ func SchemaDigest(params json.RawMessage) (string, error) {
 	return deferred.ArgsDigest(orEmpty(params))
 }
 
+// orEmpty is r, or {} when it is absent.
+func orEmpty(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("{}")
+	}
+	return r
+}
+
 // Catalogue is what workers advertise, kept in memory from a watch of KV
 // toolgate_tools. It knows nothing of agents: each agent takes a Snapshot at
 // the start of a run and picks from it what its discover: entries match, so

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,43 +72,6 @@ func (o *Orchestrator) DeleteCorrupt(ctx context.Context, id string) error {
 	return nil
 }
 
-// dropLog replaces the log of id with a tombstone and removes its due
-// entry: for a log that cannot be read (DeleteCorrupt), and for one whose
-// tombstone cannot be appended for want of room (store.delete), since the
-// purge frees the room the tombstone needs. The tombstone is the log's
-// first record again (purge, then append expecting an empty log), so a
-// replica that still caches the conversation finds it deleted when its
-// next append is refused; if another write came between purge and append,
-// the purge is repeated.
-func (s *store) dropLog(ctx context.Context, id string) error {
-	subj := bus.ConversationSubject(id)
-	now := s.clock()
-	tomb := &conversation.State{ID: id, Status: conversation.StatusDeleted, CreatedAt: now, UpdatedAt: now}
-	for range maxCASAttempts {
-		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-		err := s.bus.PurgeLog(pctx, bus.StreamConversations, subj, 0)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("delete conversation %s: %w", id, err)
-		}
-		seq, n, err := s.append(ctx, tomb, 0, conversation.FullRecord(tomb))
-		if conflict(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("delete conversation %s: tombstone: %w", id, err)
-		}
-		s.cache.put(id, tomb.Clone(), seq, int64(n))
-		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
-		defer cancel()
-		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {
-			return fmt.Errorf("delete conversation %s: index: %w", id, err)
-		}
-		return nil
-	}
-	return fmt.Errorf("delete conversation %s: written to %d times while being deleted", id, maxCASAttempts)
-}
-
 // A stream whose meta.inf is damaged while its server is down is skipped
 // by the server when it starts again (it logs a checksum warning and goes
 // on): the stream is gone although its messages are still on disk, and
@@ -124,25 +86,6 @@ func (s *store) dropLog(ctx context.Context, id string) error {
 // streamCheckInterval is how often a replica checks that toolgate's
 // streams and buckets are on the server.
 const streamCheckInterval = 5 * time.Second
-
-// streamWatch is what the last check found missing and could not restore.
-type streamWatch struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (w *streamWatch) set(err error) {
-	w.mu.Lock()
-	w.err = err
-	w.mu.Unlock()
-}
-
-// health is the last check's error, nil when all was there.
-func (w *streamWatch) health() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
 
 func (co *core) streamsLoop() {
 	t := newTicker(streamCheckInterval)

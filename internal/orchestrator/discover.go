@@ -122,17 +122,17 @@ func (d *discovery) toolsForRun(cfg *AgentConfig) *runTools {
 }
 
 // toolOf is the tool a deferred call of runID was made with: from the
-// run's snapshot while the run goes on, else as the tool is now in agent
-// a (nil when this replica does not run the conversation's agent: the
-// tool is then unknown here).
-func (d *discovery) toolOf(a *agentRuntime, runID, name string) *ToolConfig {
+// run's snapshot while the run goes on, else as the tool is now in the
+// agent config cfg (nil when this replica does not run the conversation's
+// agent: the tool is then unknown here).
+func (d *discovery) toolOf(cfg *AgentConfig, runID, name string) *ToolConfig {
 	if v, ok := d.runTools.Load(runID); ok {
 		return v.(*runTools).tool(name)
 	}
-	if a == nil {
+	if cfg == nil {
 		return nil
 	}
-	return d.toolsNow(a.cfg, name)
+	return d.toolsNow(cfg, name)
 }
 
 // toolsNow resolves a tool as agent cfg would offer it to a run starting
@@ -160,7 +160,7 @@ type runToolsKey struct{}
 //
 // The key holds the agent's name too: two agents may give the same tool
 // different approval rules.
-func (d *discovery) toolset(agentName string) agent.Toolset {
+func (d *discovery) toolset(forAgent string) agent.Toolset {
 	return agent.ToolsetFunc(func(ctx context.Context) ([]agent.Tool, error) {
 		rt, _ := ctx.Value(runToolsKey{}).(*runTools)
 		if rt == nil {
@@ -169,12 +169,12 @@ func (d *discovery) toolset(agentName string) agent.Toolset {
 		tools := make([]agent.Tool, 0, len(rt.names))
 		for _, name := range rt.names {
 			tc := rt.discovered[name]
-			key := agentName + "\x00" + name + "\x00" + tc.digest
+			key := forAgent + "\x00" + name + "\x00" + tc.digest
 			if t, ok := d.builtTools.Load(key); ok {
 				tools = append(tools, t.(agent.Tool))
 				continue
 			}
-			t, err := d.newTool(agentName, tc)
+			t, err := d.newTool(forAgent, tc)
 			if err != nil {
 				// The advert's schema does not compile: the tool is left
 				// out, not the run failed.
@@ -197,10 +197,10 @@ func (d *discovery) toolset(agentName string) agent.Toolset {
 // the tool's approval_metadata as the batch metadata, D2/D8); once
 // approved, the body runs again and defers it as an external call (D23,
 // D26). Args are validated against the schema before either (D3, D5).
-func (d *discovery) newTool(agentName string, tc *ToolConfig) (agent.Tool, error) {
+func (d *discovery) newTool(forAgent string, tc *ToolConfig) (agent.Tool, error) {
 	def := agent.ToolDef{Name: tc.Name, Description: tc.Description, Parameters: tc.Parameters}
 	return agent.NewRawTool(def, func(rc *agent.RunContext, args json.RawMessage) (any, error) {
-		if !rc.ToolCallApproved && d.approvalRequired(rc, agentName, tc, args) {
+		if !rc.ToolCallApproved && d.approvalRequired(rc, forAgent, tc, args) {
 			return nil, deferred.ApprovalRequired(tc.ApprovalMetadata)
 		}
 		return nil, deferred.CallDeferred(nil)
@@ -317,14 +317,10 @@ func (l *onceLog) warn(key, msg string, attrs ...any) {
 	}
 }
 
-// Catalogue is what workers advertise, as this orchestrator sees it; nil
-// before Start (or when the bucket could not be watched).
-func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
-
 // approvalRequired applies the tool's approval rule. It fails closed: a
 // rule that cannot be evaluated requires approval, and the reason is
 // logged.
-func (d *discovery) approvalRequired(rc *agent.RunContext, agentName string, tc *ToolConfig, args json.RawMessage) bool {
+func (d *discovery) approvalRequired(rc *agent.RunContext, forAgent string, tc *ToolConfig, args json.RawMessage) bool {
 	if tc.Rule == nil {
 		return false
 	}
@@ -333,7 +329,7 @@ func (d *discovery) approvalRequired(rc *agent.RunContext, agentName string, tc 
 		err  error
 	)
 	if cr, ok := tc.Rule.(ContextRule); ok {
-		need, err = cr.RequiredIn(tc.Name, args, ruleContext(rc, agentName, tc))
+		need, err = cr.RequiredIn(tc.Name, args, ruleContext(rc, forAgent, tc))
 	} else {
 		need, err = tc.Rule.Required(tc.Name, args)
 	}

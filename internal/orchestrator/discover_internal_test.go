@@ -178,7 +178,7 @@ func TestDiscoveryPerAgent(t *testing.T) {
 		if tc == nil || tc.Approval != wantApproval {
 			t.Errorf("%s offers get-sum as %+v, want approval %q", name, tc, wantApproval)
 		}
-		if got := o.discovery.toolOf(o.roster.agents[name], "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
+		if got := o.discovery.toolOf(o.roster.agents[name].config(), "no-run", "get-sum"); got == nil || got.Approval != wantApproval {
 			t.Errorf("%s resolves get-sum now as %+v", name, got)
 		}
 		ctx := context.WithValue(context.Background(), runToolsKey{}, rt)

@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,6 +43,11 @@ type conversationStore interface {
 	// followUpRequest calls stored, once, if an append whose outcome err
 	// left unknown turns out stored (off the request's way: spawn).
 	followUpRequest(ctx context.Context, id string, spawn func(func()), err error, stored func())
+	// delete appends the tombstone fn makes of conversation id and
+	// returns it (errDeleted, wrapped, when there is one already); purge
+	// removes id's records but its last keep, and its due entry.
+	delete(ctx context.Context, id string, fn func(*conversation.State) error) (*conversation.State, error)
+	purge(ctx context.Context, id string, keep uint64) error
 }
 
 // eventSink takes the events of conversations, and is told of the runs
@@ -56,6 +63,8 @@ type eventSink interface {
 	// awaitReplies holds the conversation's events a moment for the
 	// replies to its calls.
 	awaitReplies(convID string)
+	// purge removes all the conversation's events.
+	purge(ctx context.Context, convID string) error
 }
 
 // runHooks are told of a run the runner launches: began once it is
@@ -394,4 +403,40 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 	default:
 		panic("orchestrator: effect " + ef.Kind.String() + " has no arm")
 	}
+}
+
+// delete deletes conversation id (conversation.DeleteTransition) and
+// carries out what its tombstone asks for, if the tombstone is this
+// delete's: a conversation deleted already, by another replica meanwhile
+// or by a delete that stopped half-way, answers ErrNotFound after the
+// purge (conversation.PurgeEffects), which finishes what that one left. A
+// purge that fails stops the effects after it, and is the answer: the
+// delete asked again finishes it.
+func (e *effector) delete(ctx context.Context, id string) error {
+	var effects []conversation.Effect
+	c, gone := e.store.delete(ctx, id, func(c *conversation.State) error {
+		var err error
+		effects, err = conversation.DeleteTransition()(c, e.clock())
+		return err
+	})
+	switch {
+	case errors.Is(gone, errDeleted):
+		c, effects = &conversation.State{ID: id, Status: conversation.StatusDeleted}, conversation.PurgeEffects()
+	case gone != nil:
+		return gone
+	}
+	for _, ef := range effects {
+		if ef.Kind != conversation.EffectPurge {
+			e.carry(ctx, c, 0, ef, nil)
+			continue
+		}
+		if err := e.store.purge(ctx, id, 1); err != nil {
+			return err
+		}
+		// The events hold the history too.
+		if err := e.events.purge(ctx, id); err != nil {
+			return fmt.Errorf("delete conversation %s: its events: %w", id, err)
+		}
+	}
+	return gone
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -45,6 +46,10 @@ func (f *fakeEffects) runEnded(_, runID string)  {}
 func (f *fakeEffects) settleRun(_, runID string) { f.add("settle events " + runID) }
 func (f *fakeEffects) dropRun(_, runID string)   { f.add("drop events " + runID) }
 func (f *fakeEffects) awaitReplies(string)       { f.add("await replies") }
+func (f *fakeEffects) purge(_ context.Context, convID string) error {
+	f.add("purge events " + convID)
+	return nil
+}
 
 // newTestEffector is an effector on a memory store whose collaborators
 // record what they are asked for in f.
@@ -172,6 +177,130 @@ func TestEffectorCancelAndExpiry(t *testing.T) {
 	if c, _, _ := s.current("c2"); c.Status != conversation.StatusResuming || c.Batch.FollowUpRunID != "r2_c2" {
 		t.Errorf("stored after the expiry: %s", describeState(c))
 	}
+}
+
+// A delete through the effector on a memory store: the tombstone's effects
+// are carried out by the delete whose tombstone it is, and by it only; a
+// purge that fails stops what follows it, and the delete asked again
+// finishes it and answers ErrNotFound.
+func TestEffectorDelete(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx := context.Background()
+	// cancelled stores conversation id cancelled while paused, its call a
+	// still queued.
+	cancelled := func(s *memStore, id string) {
+		t.Helper()
+		c := conversation.New(id, conversation.RunRecord{RunID: "r1_" + id, Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_" + id, Until: now.Add(time.Minute)}, now)
+		if err := c.Pause("me", "r1_"+id, nil, &conversation.Batch{RunID: "r1_" + id, Calls: []*conversation.PendingCall{
+			{ToolCallID: "a", ToolName: "t", Kind: deferred.KindCall, Deadline: now.Add(time.Hour)},
+		}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Cancel(conversation.CancelledMessage, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	purges := func(s *memStore, f *fakeEffects, fail error) {
+		s.purged = func(id string, keep uint64) error {
+			f.add(fmt.Sprintf("purge log %s keep %d", id, keep))
+			return fail
+		}
+	}
+
+	t.Run("deleted, then deleted again", func(t *testing.T) {
+		t.Parallel()
+		s, f := newMemStore(), &fakeEffects{}
+		e := newTestEffector(s, f, now)
+		purges(s, f, nil)
+		cancelled(s, "c1")
+		if err := e.delete(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"withdraw r1_c1 a", "purge log c1 keep 1", "purge events c1"}
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("delete carried out %q, want %q", got, want)
+		}
+		if err := e.delete(ctx, "c1"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delete again: %v, want ErrNotFound", err)
+		}
+		want = append(want, "purge log c1 keep 1", "purge events c1")
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("delete again carried out %q, want %q (the purge only)", got, want)
+		}
+	})
+
+	t.Run("under way is refused", func(t *testing.T) {
+		t.Parallel()
+		s, f := newMemStore(), &fakeEffects{}
+		e := newTestEffector(s, f, now)
+		purges(s, f, nil)
+		if _, err := s.create(ctx, conversation.New("c1", conversation.RunRecord{RunID: "r1_c1", Status: conversation.StatusRunning, StartedAt: now},
+			&conversation.Lease{Owner: "me", RunID: "r1_c1", Until: now.Add(time.Minute)}, now)); err != nil {
+			t.Fatal(err)
+		}
+		var ce *conversation.ConflictError
+		if err := e.delete(ctx, "c1"); !errors.As(err, &ce) {
+			t.Errorf("delete running: %v, want a *ConflictError", err)
+		}
+		if got := f.list(); len(got) != 0 {
+			t.Errorf("a refused delete carried out %q", got)
+		}
+	})
+
+	t.Run("another replica's delete came first", func(t *testing.T) {
+		t.Parallel()
+		s, f := newMemStore(), &fakeEffects{}
+		e := newTestEffector(s, f, now)
+		other := newTestEffector(s, &fakeEffects{}, now)
+		purges(s, f, nil)
+		cancelled(s, "c1")
+		came := false
+		s.appended = func(id string) {
+			if came {
+				return
+			}
+			came = true
+			if _, err := other.store.delete(ctx, id, func(c *conversation.State) error { return c.Delete(now) }); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := e.delete(ctx, "c1"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delete after another's: %v, want ErrNotFound", err)
+		}
+		// The withdrawal is the other delete's to make.
+		if got, want := f.list(), []string{"purge log c1 keep 1", "purge events c1"}; !slices.Equal(got, want) {
+			t.Errorf("the delete that lost carried out %q, want %q", got, want)
+		}
+	})
+
+	t.Run("a purge that fails stops the rest", func(t *testing.T) {
+		t.Parallel()
+		s, f := newMemStore(), &fakeEffects{}
+		e := newTestEffector(s, f, now)
+		boom := errors.New("purge failed")
+		purges(s, f, boom)
+		cancelled(s, "c1")
+		if err := e.delete(ctx, "c1"); !errors.Is(err, boom) {
+			t.Fatalf("delete: %v, want the purge's error", err)
+		}
+		want := []string{"withdraw r1_c1 a", "purge log c1 keep 1"}
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("delete carried out %q, want %q", got, want)
+		}
+		purges(s, f, nil)
+		if err := e.delete(ctx, "c1"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delete again: %v, want ErrNotFound", err)
+		}
+		want = append(want, "purge log c1 keep 1", "purge events c1")
+		if got := f.list(); !slices.Equal(got, want) {
+			t.Errorf("delete again carried out %q, want %q", got, want)
+		}
+	})
 }
 
 func describeState(c *conversation.State) string {

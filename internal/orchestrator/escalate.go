@@ -32,7 +32,7 @@ func (rc *reconciler) escalate(ctx context.Context, conv *conversation.State, pc
 		Approvers: rc.roster.approversFor(conv, pc), MayNotApprove: rc.roster.mayNotApprove(conv, pc), Caller: conv.Caller,
 	}
 	rc.roster.withApproversRule(conv, pc, &req)
-	if tool := rc.discovery.toolOf(rc.roster.agentOf(conv), runID, pc.ToolName); tool != nil {
+	if tool := rc.discovery.toolOf(rc.roster.agentOf(conv).config(), runID, pc.ToolName); tool != nil {
 		req.ToolDescription, req.Parameters = tool.Description, tool.Parameters
 	}
 	if _, err := rc.bus.PublishApproval(ctx, req, telemetry.HeaderOf(conv.Batch.Trace)); err != nil {

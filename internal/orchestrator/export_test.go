@@ -35,15 +35,9 @@ func UnservedPending(o *Orchestrator) int { return o.pub.unserved.pending() }
 // marked yet.
 func StoredRuns(o *Orchestrator) int { return o.pub.stored.len() }
 
-// ListConversations and DeleteConversation reach the store's listing and
-// deletion.
+// ListConversations reaches the store's listing.
 func (o *Orchestrator) ListConversations(ctx context.Context, status conversation.Status, limit int, cursor string) ([]ConversationSummary, string, error) {
 	return o.store.list(ctx, listFilter{Status: status, Limit: limit, Cursor: cursor})
-}
-
-func (o *Orchestrator) DeleteConversation(ctx context.Context, id string) error {
-	_, err := o.store.delete(ctx, id)
-	return err
 }
 
 // FinishedBefore lists the conversations finished before t that a sweep

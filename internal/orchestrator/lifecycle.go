@@ -45,11 +45,6 @@ type ConversationList struct {
 
 var statuses = []conversation.Status{conversation.StatusRunning, conversation.StatusPaused, conversation.StatusResuming, conversation.StatusCompleted, conversation.StatusFailed, conversation.StatusCancelled}
 
-// BadRequestError says what is wrong with a request's parameters.
-type BadRequestError struct{ Msg string }
-
-func (e *BadRequestError) Error() string { return e.Msg }
-
 // Conversations lists the stored conversations a page at a time.
 func (o *Orchestrator) Conversations(ctx context.Context, req ListRequest) (ConversationList, error) {
 	if req.Status != "" && !validStatus(req.Status) {
@@ -95,26 +90,10 @@ func (o *Orchestrator) Delete(ctx context.Context, id string) error {
 	return o.remove(answersRequest(ctx), id)
 }
 
-// remove is Delete, for the retention sweep too.
+// remove is Delete, for the retention sweep too: the effector's
+// (effector.delete).
 func (co *core) remove(ctx context.Context, id string) error {
-	b, gone := co.store.delete(ctx, id)
-	if b != nil {
-		// A call of a deleted conversation no worker answered (cancelled,
-		// expired, or published again after it ended) is not to run.
-		co.withdraw(ctx, id, b.RunID, b.Calls)
-	}
-	if gone != nil && !errors.Is(gone, errDeleted) {
-		return gone
-	}
-	// The events hold the history too.
-	if err := co.events.purge(ctx, id); err != nil {
-		return fmt.Errorf("delete conversation %s: its events: %w", id, err)
-	}
-	if gone != nil {
-		return gone
-	}
-	co.log.InfoContext(ctx, "conversation deleted", slog.String("conversation_id", id))
-	return nil
+	return co.fx.delete(ctx, id)
 }
 
 // Sweep runs one retention sweep as if it were now, as the retention loop

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/wire"
@@ -22,4 +23,10 @@ func checkReplySize(r bus.Reply) error {
 		return fmt.Errorf("decision too large: %d bytes of override args and message; the limit is %d", n, MaxReplyBytes)
 	}
 	return nil
+}
+
+// newTicker is time.NewTicker with a floor, so a tiny configured interval
+// cannot spin.
+func newTicker(d time.Duration) *time.Ticker {
+	return time.NewTicker(max(d, 10*time.Millisecond))
 }

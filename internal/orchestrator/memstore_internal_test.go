@@ -22,6 +22,9 @@ type memStore struct {
 	// appended, when set, is called before each append is checked, with
 	// the store unlocked: a test's way to write in between.
 	appended func(id string)
+	// purged, when set, is told of each purge, and fails it with what it
+	// returns.
+	purged func(id string, keep uint64) error
 }
 
 type memConv struct {
@@ -39,6 +42,9 @@ func (m *memStore) current(id string) (*conversation.State, uint64, error) {
 	mc, ok := m.convs[id]
 	if !ok {
 		return nil, 0, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+	}
+	if mc.c.Status == conversation.StatusDeleted {
+		return nil, 0, fmt.Errorf("conversation %s: %w", id, errDeleted)
 	}
 	return mc.c.Clone(), mc.seq, nil
 }
@@ -113,3 +119,20 @@ func (m *memStore) indexNow(_ context.Context, id string) error {
 // followUpRequest has nothing to follow up: a memory append's outcome is
 // always known.
 func (m *memStore) followUpRequest(context.Context, string, func(func()), error, func()) {}
+
+func (m *memStore) delete(ctx context.Context, id string, fn func(*conversation.State) error) (*conversation.State, error) {
+	c, _, err := m.updateFrom(ctx, id, nil, 0, fn)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// purge keeps the conversation's state, which is its last record: a
+// memory log has no records before it to remove.
+func (m *memStore) purge(_ context.Context, id string, keep uint64) error {
+	if m.purged != nil {
+		return m.purged(id, keep)
+	}
+	return nil
+}

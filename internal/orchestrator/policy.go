@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/conversation"
-	"github.com/toolgate/toolgate/wire"
 )
 
 // SelfApprovalAllow, as ToolConfig.SelfApproval, lets a run's caller
@@ -187,50 +187,48 @@ func (p *agentPolicy) approversOf(tc *ToolConfig, pc *conversation.PendingCall) 
 	return slices.Compact(out)
 }
 
-// approversFor is approversOf for call pc of c as this replica's config of
-// c's agent has it.
-func (r *roster) approversFor(c *conversation.State, pc *conversation.PendingCall) []string {
-	ag := r.judge(c)
-	if ag == nil {
-		return nil
+// decider is approver id as p knows it.
+func (p *agentPolicy) decider(id string) Decider {
+	d := Decider{ID: id}
+	for role, members := range p.roles {
+		if slices.Contains(members, id) {
+			d.Roles = append(d.Roles, role)
+		}
 	}
-	return ag.policy.approversOf(ag.cfg.tool(pc.ToolName), pc)
+	slices.Sort(d.Roles)
+	if k, ok := p.keys[id]; ok {
+		d.Key = base64.StdEncoding.EncodeToString(k)
+	}
+	return d
 }
 
-// withApproversRule puts in req, the approval request of call pc of c, its
-// tool's approvers rule and the roles it reads, as this replica's config
-// of c's agent has them, so that approvers evaluate the rule over
-// themselves (approver.Admit).
-func (r *roster) withApproversRule(c *conversation.State, pc *conversation.PendingCall, req *wire.ApprovalRequest) {
-	ag := r.judge(c)
-	if ag == nil {
-		return
+// ruleAdmits says why tc's approvers rule does not admit approver id to
+// decide call pc (nil when not in c's batch) of c.
+func (p *agentPolicy) ruleAdmits(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, id string) error {
+	r := tc.Approvers.Compiled
+	if r == nil {
+		return fmt.Errorf("approver %q may not decide tool %s: its approvers rule is not compiled", id, tc.Name)
 	}
-	if tc := ag.cfg.tool(pc.ToolName); tc != nil && tc.Approvers.Rule != "" {
-		req.ApproversRule, req.Roles = tc.Approvers.Rule, ag.policy.roles
+	rc := &agent.RunContext{Caller: c.Caller, ConversationID: c.ID, Messages: c.History}
+	var args json.RawMessage
+	if c.Batch != nil {
+		rc.RunID = c.Batch.RunID
 	}
-}
-
-// mayNotApprove lists who may not approve call pc of c, as check refuses
-// it with this replica's config of c's agent: the run's caller, unless the
-// tool allows self-approval.
-func (r *roster) mayNotApprove(c *conversation.State, pc *conversation.PendingCall) []string {
-	ag := r.judge(c)
-	if ag == nil {
-		return nil
+	if pc != nil {
+		args = pc.Args
 	}
-	tc := ag.cfg.tool(pc.ToolName)
-	if tc == nil || tc.SelfApproval == SelfApprovalAllow {
-		return nil
+	ok, err := r.Admits(p.decider(id), tc.Name, args, ruleContext(rc, c.Agent, tc))
+	if err != nil {
+		return fmt.Errorf("approver %q may not decide tool %s: %w", id, tc.Name, err)
 	}
-	if who := CallerID(c.Caller); who != "" {
-		return []string{who}
+	if !ok {
+		return fmt.Errorf("approver %q may not decide tool %s (approvers rule: %s)", id, tc.Name, tc.Approvers.Rule)
 	}
 	return nil
 }
 
-// quorum is how many distinct approvers a call of tc needs.
-func quorum(tc *ToolConfig) int {
+// quorumOf is how many distinct approvers a call of tc needs.
+func quorumOf(tc *ToolConfig) int {
 	if tc == nil || tc.Approvals < 1 {
 		return 1
 	}

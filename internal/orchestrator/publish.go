@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
@@ -201,7 +199,7 @@ func (p *publisher) outgoing(c *conversation.State, runID string, pc *conversati
 			Approvers: p.roster.approversFor(c, pc), MayNotApprove: p.roster.mayNotApprove(c, pc), Caller: c.Caller,
 		}
 		p.roster.withApproversRule(c, pc, &req)
-		if tool := p.discovery.toolOf(p.roster.agentOf(c), runID, pc.ToolName); tool != nil {
+		if tool := p.discovery.toolOf(p.roster.agentOf(c).config(), runID, pc.ToolName); tool != nil {
 			req.ToolDescription = tool.Description
 			req.Parameters = tool.Parameters
 		}
@@ -253,7 +251,7 @@ func (p *publisher) newBatch(ag *agentRuntime, runID string, req *deferred.Reque
 			args = json.RawMessage("{}")
 		}
 		pc := &conversation.PendingCall{ToolCallID: call.ToolCallID, ToolName: call.ToolName, Kind: kind, Args: args}
-		tool := p.discovery.toolOf(ag, runID, call.ToolName)
+		tool := p.discovery.toolOf(ag.config(), runID, call.ToolName)
 		if tool != nil {
 			pc.SchemaDigest = tool.digest
 		}
@@ -317,70 +315,6 @@ func sameJSON(a, b json.RawMessage) bool {
 	ca, err1 := deferred.CanonicalJSON(orEmpty(a))
 	cb, err2 := deferred.CanonicalJSON(orEmpty(b))
 	return err1 == nil && err2 == nil && string(ca) == string(cb)
-}
-
-func orEmpty(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 {
-		return json.RawMessage("{}")
-	}
-	return r
-}
-
-// storedRuns are the runs whose calls, all those not marked published nor
-// answered at the time, this replica published and saw stored by the
-// stream (their acks came). A paused run publishes its batch without
-// marking it, and reconcile marks it a pass later (publishDue): for these
-// it writes the mark without publishing the calls again, a repeat the
-// stream would only drop (for a paused conversation waiting on a person,
-// every call was published twice). Another replica, or this one after a
-// restart, does not know and publishes again, as before. Entries are
-// taken by the mark, or forgotten after storedRunsKeep: reconcile marks a
-// batch within publishAfterMax of its pause, and one not marked by then
-// (a failed mark, a slow pass) is published again, which is what a
-// forgotten entry costs. So the set holds the runs paused within about a
-// minute, a few dozen bytes each.
-type storedRuns struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-// storedRunsKeep is how long a run's entry is kept untaken.
-const storedRunsKeep = 2 * publishAfterMax
-
-func (s *storedRuns) add(runID string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]time.Time{}
-	}
-	s.m[runID] = now
-}
-
-// take forgets runID and reports whether its calls were seen stored.
-func (s *storedRuns) take(runID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[runID]
-	delete(s.m, runID)
-	return ok
-}
-
-// prune forgets the entries added before cutoff.
-func (s *storedRuns) prune(cutoff time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, at := range s.m {
-		if at.Before(cutoff) {
-			delete(s.m, id)
-		}
-	}
-}
-
-// len is the number of entries, for tests.
-func (s *storedRuns) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
 }
 
 // batchDone forgets what this replica keeps in memory about the batch of

@@ -136,11 +136,6 @@ func (rc *reconciler) dropFinished(ctx context.Context, due []dueEntry, sums []C
 	return open
 }
 
-// undueInFlight bounds the removals of due entries in flight at once:
-// one after another, the first pass after 100,000 conversations finished
-// took 39 s, a round trip each.
-const undueInFlight = 32
-
 // reconcileEach reconciles each of due in turn.
 func (rc *reconciler) reconcileEach(ctx context.Context, due []dueEntry) {
 	for _, e := range due {
@@ -215,6 +210,9 @@ func (rc *reconciler) reconcileOne(ctx context.Context, e dueEntry) error {
 // the run (publishDue).
 const publishAfterMax = 30 * time.Second
 
+// storedRunsKeep is how long a run's entry is kept untaken.
+const storedRunsKeep = 2 * publishAfterMax
+
 // publishDue says whether reconcile is to publish and mark the unmarked
 // calls of c's batch now. A paused run publishes its batch itself and
 // marks nothing (a reply marks its call); marking the batch at once would
@@ -285,4 +283,80 @@ func (rc *reconciler) awaitAgent(ctx context.Context, c *conversation.State) err
 	// whether it was stored (store.appendLog).
 	_, _, err := rc.fx.do(ctx, c.ID, conversation.WaitForAgentTransition(reason, rc.cfg.AgentWait))
 	return err
+}
+
+// adoptOrphans takes over what dead replicas left unindexed: the
+// conversations of each advert in dead (by key, with its revision), then
+// deletes the advert if it did not change meanwhile. Those found are
+// reconciled at once rather than at the next pass.
+func (l *replicaLink) adoptOrphans(ctx context.Context, dead []deadAdvert) {
+	for _, d := range dead {
+		var open []dueEntry
+		if d.advert.Watermark != nil {
+			var err error
+			open, err = l.store.adopt(ctx, d.advert.Instance, *d.advert.Watermark)
+			if err != nil {
+				if ctx.Err() == nil {
+					l.log.WarnContext(ctx, "adopt the conversations of a replica that is gone", slog.String("replica", d.advert.Instance), slog.String("error", err.Error()))
+				}
+				continue
+			}
+		}
+		if d.revision > 0 {
+			if err := l.kv.Delete(ctx, d.key, d.revision); err != nil && ctx.Err() == nil {
+				l.log.DebugContext(ctx, "delete the advert of a replica that is gone", slog.String("key", d.key), slog.String("error", err.Error()))
+			}
+		}
+		if len(open) == 0 {
+			continue
+		}
+		l.log.InfoContext(ctx, "conversations of a replica that is gone indexed", slog.String("replica", d.advert.Instance), slog.Int("conversations", len(open)))
+		l.reconcileEntries(ctx, open)
+	}
+}
+
+// deadAdvert is the advert of a replica that is gone, under key at
+// revision (0: this replica's own, from before its start, not stored any
+// more).
+type deadAdvert struct {
+	key      string
+	revision uint64
+	advert   replicaAdvert
+}
+
+// maxExpiryNap bounds the expiry loop's sleep, so a clock that jumps is
+// noticed.
+const maxExpiryNap = time.Minute
+
+func (rc *reconciler) expiryLoop() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		nap := maxExpiryNap
+		if t := rc.deadlines.earliest(); !t.IsZero() {
+			nap = min(max(t.Sub(rc.clock()), 0), maxExpiryNap)
+		}
+		timer.Reset(nap)
+		select {
+		case <-rc.stopping:
+			return
+		case <-rc.deadlines.wake:
+		case <-timer.C:
+		}
+		for _, id := range rc.deadlines.due(rc.clock()) {
+			ctx, cancel := context.WithTimeout(rc.loopCtx, replyTimeout)
+			rc.expire(ctx, id)
+			cancel()
+		}
+	}
+}
+
+// expire settles the conversation's pending calls whose deadline has passed,
+// through the same CAS path as replies, withdraws the external ones from the
+// work queue, then completes the batch if that made it complete (D37).
+func (rc *reconciler) expire(ctx context.Context, convID string) {
+	if _, _, err := rc.fx.do(ctx, convID, conversation.ExpireTransition()); err != nil {
+		rc.log.WarnContext(ctx, "expire calls", slog.String("conversation_id", convID), slog.String("error", err.Error()))
+		// Try again at the next reconcile, which reschedules it.
+	}
 }

@@ -7,8 +7,8 @@ import (
 // ruleContext is what a tool's approval rule sees of run rc besides the
 // call (RuleContext): read from the run's history, which holds every
 // earlier run of the conversation.
-func ruleContext(rc *agent.RunContext, agentName string, tc *ToolConfig) RuleContext {
-	out := RuleContext{Caller: rc.Caller, Metadata: tc.ApprovalMetadata, ConversationID: rc.ConversationID, Agent: agentName}
+func ruleContext(rc *agent.RunContext, convAgent string, tc *ToolConfig) RuleContext {
+	out := RuleContext{Caller: rc.Caller, Metadata: tc.ApprovalMetadata, ConversationID: rc.ConversationID, Agent: convAgent}
 	runs := map[string]bool{rc.RunID: true}
 	index := map[string]int{}
 	for _, m := range rc.Messages {

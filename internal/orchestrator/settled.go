@@ -29,21 +29,21 @@ const statusTimeout = 10 * time.Second
 
 // serveApprovalStatus answers status requests until ctx ends (as Stop
 // begins: a request after that goes to another replica, or unanswered).
-func (o *Orchestrator) serveApprovalStatus(ctx context.Context) error {
-	sub, err := o.bus.Conn().QueueSubscribe(wire.SubjectApprovalStatus, wire.ApprovalStatusQueue, func(m *nats.Msg) {
-		o.answerApprovalStatus(ctx, m)
+func (co *core) serveApprovalStatus(ctx context.Context) error {
+	sub, err := co.bus.Conn().QueueSubscribe(wire.SubjectApprovalStatus, wire.ApprovalStatusQueue, func(m *nats.Msg) {
+		co.answerApprovalStatus(ctx, m)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", wire.SubjectApprovalStatus, err)
 	}
-	o.loops.Go(func() {
+	co.loops.Go(func() {
 		<-ctx.Done()
 		_ = sub.Unsubscribe()
 	})
 	return nil
 }
 
-func (o *Orchestrator) answerApprovalStatus(ctx context.Context, m *nats.Msg) {
+func (co *core) answerApprovalStatus(ctx context.Context, m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
@@ -58,9 +58,9 @@ func (o *Orchestrator) answerApprovalStatus(ctx context.Context, m *nats.Msg) {
 		reply.Error = fmt.Sprintf("request: %d calls, at most %d", len(req.Calls), wire.MaxStatusCalls)
 	default:
 		for _, ref := range req.Calls {
-			st, err := o.approvalStatus(ctx, ref)
+			st, err := co.approvalStatus(ctx, ref)
 			if err != nil {
-				o.log.WarnContext(ctx, "approval status", slog.String("run_id", ref.RunID), slog.String("error", err.Error()))
+				co.log.WarnContext(ctx, "approval status", slog.String("run_id", ref.RunID), slog.String("error", err.Error()))
 				reply = wire.ApprovalStatusReply{Calls: []wire.ApprovalStatus{}, Error: "status unknown for now"}
 				break
 			}
@@ -76,19 +76,19 @@ func (o *Orchestrator) answerApprovalStatus(ctx context.Context, m *nats.Msg) {
 
 // approvalStatus is where the approval ref names stands. A run no
 // conversation has (its conversation deleted) is unknown, so never pending.
-func (o *Orchestrator) approvalStatus(ctx context.Context, ref wire.CallRef) (wire.ApprovalStatus, error) {
+func (co *core) approvalStatus(ctx context.Context, ref wire.CallRef) (wire.ApprovalStatus, error) {
 	st := wire.ApprovalStatus{RunID: ref.RunID, ToolCallID: ref.ToolCallID, State: wire.StateUnknown}
 	if wire.ValidateToken("run id", ref.RunID) != nil || ref.ToolCallID == "" {
 		return st, nil
 	}
-	convID, err := o.store.conversationOf(ctx, ref.RunID)
+	convID, err := co.store.conversationOf(ctx, ref.RunID)
 	if errors.Is(err, ErrNotFound) {
 		return st, nil
 	}
 	if err != nil {
 		return st, err
 	}
-	c, _, err := o.store.refresh(ctx, convID)
+	c, _, err := co.store.refresh(ctx, convID)
 	if errors.Is(err, ErrNotFound) {
 		return st, nil
 	}
@@ -98,7 +98,7 @@ func (o *Orchestrator) approvalStatus(ctx context.Context, ref wire.CallRef) (wi
 	if c.Status == conversation.StatusDeleted {
 		return st, nil
 	}
-	st.State = approvalState(c, ref, o.clock())
+	st.State = approvalState(c, ref, co.clock())
 	for _, d := range c.Decisions {
 		if d.RunID == ref.RunID && d.ToolCallID == ref.ToolCallID && !d.Expired {
 			st.State, st.By = wire.StateDecided, d.ApproverID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,4 +87,23 @@ func indexProbe(index *bus.KV, clock func() time.Time) func(ctx context.Context)
 		_, err := index.Put(ctx, storageProbeKey, []byte(clock().UTC().Format(time.RFC3339Nano)))
 		return err
 	}
+}
+
+// streamWatch is what the last check found missing and could not restore.
+type streamWatch struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (w *streamWatch) set(err error) {
+	w.mu.Lock()
+	w.err = err
+	w.mu.Unlock()
+}
+
+// health is the last check's error, nil when all was there.
+func (w *streamWatch) health() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }

@@ -19,6 +19,11 @@ import (
 // ErrNotFound is returned for a conversation or run that does not exist.
 var ErrNotFound = errors.New("not found")
 
+// BadRequestError says what is wrong with a request's parameters.
+type BadRequestError struct{ Msg string }
+
+func (e *BadRequestError) Error() string { return e.Msg }
+
 // errExists refuses to create a conversation whose log has records.
 var errExists = errors.New("conversation exists")
 
@@ -627,6 +632,11 @@ func (s *store) due(ctx context.Context) ([]dueEntry, error) {
 	}
 	return out, nil
 }
+
+// undueInFlight bounds the removals of due entries in flight at once:
+// one after another, the first pass after 100,000 conversations finished
+// took 39 s, a round trip each.
+const undueInFlight = 32
 
 // undue removes the due entry of a finished (or deleted) conversation,
 // unless it was put again since it was listed at rev. It purges rather

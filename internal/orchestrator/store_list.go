@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
@@ -237,47 +238,80 @@ func parseListCursor(cursor string) (uint64, error) {
 	return seq, nil
 }
 
-// delete removes a finished conversation's history and state, and its due
-// entry, and returns ErrNotFound when it has none; one under way is refused
-// (*ConflictError). The tombstone is appended like any change — after the
-// record the decision was made on, or not at all — so a change that another
-// replica makes meanwhile is never purged with the rest: it either comes
-// first, and the delete sees a conversation under way, or fails its own
-// append and sees the tombstone. The purge then keeps only the tombstone,
-// which tells replicas that still cache the conversation that it is gone;
-// sweepTombstones removes it later. Deleting a deleted conversation
-// answers ErrNotFound, after finishing a delete that stopped after its
-// tombstone. It returns the batch the conversation held, whose calls
-// its caller withdraws.
+// delete appends the tombstone fn makes of a finished conversation
+// (conversation.DeleteTransition) and returns it; fn refuses one under way
+// (*ConflictError), and a conversation deleted already answers errDeleted.
+// The tombstone is appended like any change — after the record the
+// decision was made on, or not at all — so a change that another replica
+// makes meanwhile is never purged with the rest: it either comes first,
+// and the delete sees a conversation under way, or fails its own append
+// and sees the tombstone. What the tombstone asks for (the purge, which
+// keeps only the tombstone, telling replicas that still cache the
+// conversation that it is gone, until sweepTombstones removes it) is the
+// effector's to carry out, for the delete whose tombstone this is.
 //
 // At the storage limit the tombstone cannot be appended, and a DELETE, the
 // API's way to free room, answered 503 like a start. A finished
 // conversation's log is then purged first, which frees its room, and the
 // tombstone written to the emptied log (dropLog).
-func (s *store) delete(ctx context.Context, id string) (*conversation.Batch, error) {
-	var (
-		batch    *conversation.Batch
-		finished bool
-	)
-	_, _, gone := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
-		batch = c.Batch
-		err := c.Delete(s.clock())
-		finished = err == nil
-		return err
-	})
-	if finished && bus.StorageFull(gone) {
-		if err := s.dropLog(ctx, id); err != nil {
-			return nil, errors.Join(gone, err)
+func (s *store) delete(ctx context.Context, id string, fn func(*conversation.State) error) (*conversation.State, error) {
+	// tomb is the tombstone of the last attempt, nil when fn refused it.
+	var tomb *conversation.State
+	c, _, err := s.updateFrom(ctx, id, nil, 0, func(c *conversation.State) error {
+		tomb = nil
+		if err := fn(c); err != nil {
+			return err
 		}
-		return batch, nil
+		tomb = c
+		return nil
+	})
+	if tomb != nil && bus.StorageFull(err) {
+		if derr := s.dropLog(ctx, id); derr != nil {
+			return nil, errors.Join(err, derr)
+		}
+		return tomb, nil
 	}
-	if gone != nil && !errors.Is(gone, errDeleted) {
-		return nil, gone
+	if err != nil {
+		return nil, err
 	}
-	if err := s.purge(ctx, id, 1); err != nil {
-		return batch, err
+	return c, nil
+}
+
+// dropLog replaces the log of id with a tombstone and removes its due
+// entry: for a log that cannot be read (DeleteCorrupt), and for one whose
+// tombstone cannot be appended for want of room (store.delete), since the
+// purge frees the room the tombstone needs. The tombstone is the log's
+// first record again (purge, then append expecting an empty log), so a
+// replica that still caches the conversation finds it deleted when its
+// next append is refused; if another write came between purge and append,
+// the purge is repeated.
+func (s *store) dropLog(ctx context.Context, id string) error {
+	subj := bus.ConversationSubject(id)
+	now := s.clock()
+	tomb := &conversation.State{ID: id, Status: conversation.StatusDeleted, CreatedAt: now, UpdatedAt: now}
+	for range maxCASAttempts {
+		pctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+		err := s.bus.PurgeLog(pctx, bus.StreamConversations, subj, 0)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delete conversation %s: %w", id, err)
+		}
+		seq, n, err := s.append(ctx, tomb, 0, conversation.FullRecord(tomb))
+		if conflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("delete conversation %s: tombstone: %w", id, err)
+		}
+		s.cache.put(id, tomb.Clone(), seq, int64(n))
+		dctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
+		defer cancel()
+		if err := s.index.PurgeUpTo(dctx, dueKey(id), 0); err != nil {
+			return fmt.Errorf("delete conversation %s: index: %w", id, err)
+		}
+		return nil
 	}
-	return batch, gone
+	return fmt.Errorf("delete conversation %s: written to %d times while being deleted", id, maxCASAttempts)
 }
 
 // purge removes the records of conversation id but its last keep (0: all
@@ -495,4 +529,142 @@ func (s *store) sweepTombstones(ctx context.Context, now time.Time) (int, error)
 		return nil
 	})
 	return n, err
+}
+
+// indexFresh puts in the due index the conversations of the fresh set
+// added before t (all with a zero t) that have not finished, and takes
+// them, and those that have, out of the set. A conversation whose log is
+// missing is taken out once its first record was stored (it was deleted)
+// or could no longer be (the write timed out).
+func (s *store) indexFresh(ctx context.Context, t time.Time) error {
+	old := s.fresh.addedBefore(t)
+	if len(old) == 0 {
+		return nil
+	}
+	// The cached state says it without a read: a finished conversation
+	// stays finished (a new prompt indexes it itself), and one cached as
+	// open that another replica finished meanwhile costs an entry that
+	// reconcile removes.
+	var ids, open []string
+	for id := range old {
+		c, _, ok := s.cache.get(id)
+		switch {
+		case !ok:
+			ids = append(ids, id)
+		case c.Status.Terminal() || c.Status == conversation.StatusDeleted:
+			s.fresh.remove(id)
+		default:
+			open = append(open, id)
+		}
+	}
+	now := s.clock()
+	for i := 0; i < len(ids); i += summaryChunk {
+		chunk := ids[i:min(i+summaryChunk, len(ids))]
+		sums, err := s.summaries(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		found := make(map[string]conversation.Status, len(sums))
+		for _, sum := range sums {
+			found[sum.ID] = sum.Status
+		}
+		for _, id := range chunk {
+			st, ok := found[id]
+			switch {
+			case !ok:
+				if e := old[id]; e.seq > 0 || now.Sub(e.since) > 2*storeOpTimeout {
+					s.fresh.remove(id)
+				}
+			case st.Terminal() || st == conversation.StatusDeleted:
+				s.fresh.remove(id)
+			default:
+				open = append(open, id)
+			}
+		}
+	}
+	return s.markAllDue(ctx, open, s.fresh.has, func(id string, _ uint64) { s.fresh.remove(id) })
+}
+
+// markAllDue puts the due entries of ids, undueInFlight at once, calling
+// done with each put and its revision; it returns the first error. An id
+// for which still (when not nil) says false as its turn comes is skipped:
+// a conversation that finished meanwhile.
+func (s *store) markAllDue(ctx context.Context, ids []string, still func(string) bool, done func(id string, rev uint64)) error {
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, undueInFlight)
+		errMu sync.Mutex
+		first error
+	)
+	for _, id := range ids {
+		sem <- struct{}{}
+		if still != nil && !still(id) {
+			<-sem
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rev, err := s.markDue(ctx, id)
+			if err != nil {
+				errMu.Lock()
+				if first == nil {
+					first = err
+				}
+				errMu.Unlock()
+				return
+			}
+			if done != nil {
+				done(id, rev)
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// adopt indexes the unfinished conversations that replica created after
+// sequence watermark and did not index: what a replica that died left in
+// its fresh set. It returns their entries.
+func (s *store) adopt(ctx context.Context, replica string, watermark uint64) ([]dueEntry, error) {
+	seen := map[string]bool{}
+	var ids []string
+	err := s.bus.ScanHeaders(ctx, bus.StreamConversations, bus.ConversationSubjects, watermark+1, func(m bus.HeaderMsg) bool {
+		if m.Header.Get(hdrOrigin) != replica {
+			return true
+		}
+		id := strings.TrimPrefix(m.Subject, convSubjectPrefix)
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find the conversations of replica %s: %w", replica, err)
+	}
+	var open []string
+	for i := 0; i < len(ids); i += summaryChunk {
+		sums, err := s.summaries(ctx, ids[i:min(i+summaryChunk, len(ids))])
+		if err != nil {
+			return nil, err
+		}
+		for _, sum := range sums {
+			if !sum.Status.Terminal() && sum.Status != conversation.StatusDeleted {
+				open = append(open, sum.ID)
+			}
+		}
+	}
+	var (
+		mu      sync.Mutex
+		entries []dueEntry
+	)
+	err = s.markAllDue(ctx, open, nil, func(id string, rev uint64) {
+		mu.Lock()
+		entries = append(entries, dueEntry{id: id, rev: rev})
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index the conversations of replica %s: %w", replica, err)
+	}
+	return entries, nil
 }

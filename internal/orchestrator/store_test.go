@@ -185,13 +185,13 @@ func TestStoreListsAndDeletes(t *testing.T) {
 		t.Errorf("finished since: %v, %v; want the last one only", old, err)
 	}
 
-	if err := o.DeleteConversation(ctxT(t), third.ConversationID); err != nil {
+	if err := o.Delete(ctxT(t), third.ConversationID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := o.Conversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
 		t.Errorf("read after delete: %v; want not found", err)
 	}
-	if err := o.DeleteConversation(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
+	if err := o.Delete(ctxT(t), third.ConversationID); !errors.Is(err, orchestrator.ErrNotFound) {
 		t.Errorf("second delete: %v; want not found", err)
 	}
 	if page, _, _ := o.ListConversations(ctxT(t), "", 10, ""); len(page) != 3 {

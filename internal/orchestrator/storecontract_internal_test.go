@@ -142,6 +142,41 @@ func conversationStoreSuite(t *testing.T, newStore func(t *testing.T) (conversat
 		}
 	})
 
+	t.Run("delete leaves a tombstone", func(t *testing.T) {
+		s, ctx := newStore(t)
+		if _, err := s.create(ctx, newConv("c1")); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		del := func(c *conversation.State) error { calls++; return c.Delete(t0.Add(time.Hour)) }
+		var ce *conversation.ConflictError
+		if _, err := s.delete(ctx, "c1", del); !errors.As(err, &ce) {
+			t.Errorf("delete running: %v, want a *ConflictError", err)
+		}
+		if _, _, err := s.updateFrom(ctx, "c1", nil, 0, func(c *conversation.State) error {
+			return c.Complete("me", "r1_c1", nil, "out", t0.Add(time.Minute))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tomb, err := s.delete(ctx, "c1", del)
+		if err != nil || tomb.Status != conversation.StatusDeleted || tomb.Output != "" {
+			t.Fatalf("delete completed: %s, %v; want the tombstone", describeState(tomb), err)
+		}
+		if err := s.purge(ctx, "c1", 1); err != nil {
+			t.Fatalf("purge to the tombstone: %v", err)
+		}
+		calls = 0
+		if _, err := s.delete(ctx, "c1", del); !errors.Is(err, errDeleted) || calls != 0 {
+			t.Errorf("delete deleted: %v after %d calls of fn; want errDeleted, none", err, calls)
+		}
+		if _, _, err := s.updateFrom(ctx, "c1", nil, 0, func(*conversation.State) error { return nil }); !errors.Is(err, errDeleted) {
+			t.Errorf("update deleted: %v, want errDeleted", err)
+		}
+		if _, err := s.delete(ctx, "c404", del); !errors.Is(err, ErrNotFound) || errors.Is(err, errDeleted) {
+			t.Errorf("delete unknown: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("index", func(t *testing.T) {
 		s, ctx := newStore(t)
 		if _, err := s.create(ctx, newConv("c1")); err != nil {
