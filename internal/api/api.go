@@ -30,13 +30,10 @@ const maxBodyBytes = 1 << 20
 // of records, each holding what one change changed, and a record over
 // NATS's max payload is stored as an atomic batch of parts
 // (docs/architecture.md), so the prompt's two copies (its run record, then
-// the history) cost only their size. What still carries the prompt whole in
-// one message is the run's run_started event, which a client following
-// the conversation reads: JSON-escaped in its data, it must fit the max
-// payload (1 MiB by default) or it is not published. Text grows by at most
-// twice when escaped (quotes, backslashes), so 256 KiB leaves it room; a
-// prompt made mostly of <, > and & or control characters (six bytes each)
-// does not, and runs without that event.
+// the history) cost only their size. What carries the prompt whole in one
+// message is the run's run_started event, JSON-escaped: the orchestrator
+// refuses a prompt whose escaped form would not fit it (ordinary text
+// grows at most twice; <, >, & and control characters take six bytes).
 const MaxPromptBytes = 256 << 10
 
 // Engine is what the API needs of the orchestrator (*orchestrator.Orchestrator).

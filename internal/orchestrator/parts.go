@@ -70,7 +70,7 @@ type core struct {
 }
 
 // roster knows the agents this replica runs and those the other replicas
-// run: which conversations this replica may take (agents.go, agent.go).
+// run: which conversations this replica may take (agents.go).
 type roster struct {
 	rosterParams
 	// inline is the runner's inline wait, the handler of the agents whose

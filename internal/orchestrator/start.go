@@ -59,6 +59,25 @@ const MaxCallerBytes = 4 << 10
 
 // checkCaller refuses a Caller that is not a JSON object or is too large
 // (*BadRequestError).
+// maxPromptEventBytes bounds a prompt as its run's run_started event
+// carries it, JSON-escaped, in one message: under the server's default
+// max payload (1 MiB) with room for the event's other fields.
+const maxPromptEventBytes = 768 << 10
+
+// checkPrompt refuses a prompt whose run_started event could not be
+// published: the conversation's log would hold it, but a client
+// following the events would never see the run begin.
+func checkPrompt(prompt string) error {
+	b, err := json.Marshal(prompt)
+	if err != nil {
+		return &BadRequestError{"prompt: " + err.Error()}
+	}
+	if len(b) > maxPromptEventBytes {
+		return &BadRequestError{fmt.Sprintf("prompt: %d bytes once JSON-escaped in its run_started event, over %d (<, >, & and control characters take six bytes each)", len(b), maxPromptEventBytes)}
+	}
+	return nil
+}
+
 func checkCaller(caller json.RawMessage) error {
 	if len(caller) == 0 {
 		return nil
@@ -115,6 +134,9 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 		req.Caller = nil
 	}
 	if err := checkCaller(req.Caller); err != nil {
+		return RunInfo{}, err
+	}
+	if err := checkPrompt(req.Prompt); err != nil {
 		return RunInfo{}, err
 	}
 	if err := checkFrontendTools(req.FrontendTools); err != nil {
