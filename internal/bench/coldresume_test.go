@@ -23,7 +23,7 @@ func TestColdResume(t *testing.T) {
 	if m.InCache.Reads > 0.05 || m.Cold.Reads < 0.5 {
 		t.Errorf("log reads per conversation: %.2f in cache, %.2f cold; want none and most", m.InCache.Reads, m.Cold.Reads)
 	}
-	if m.RecordBytes <= 0 || m.CacheBytes <= 0 || m.RawLogReads <= 0 || m.InCache.Elapsed <= 0 || m.Cold.Elapsed <= 0 {
+	if m.RecordBytes <= 0 || m.CacheBytes <= 0 || m.RawLogReads <= 0 || m.InCache.Elapsed <= 0 || m.Cold.Elapsed <= 0 || m.InCache.CPU <= 0 || m.Cold.CPU <= 0 {
 		t.Errorf("measurement %+v: want every figure positive", m)
 	}
 }

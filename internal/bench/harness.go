@@ -751,6 +751,7 @@ var headlineMetrics = map[string]bool{
 	MetricHeapPerConversation: true, MetricOrchestratorHeap: true, MetricStorePerConversation: true,
 	MetricCallsPerSecond: true, MetricCPUOverOneReplica: true,
 	MetricResumeRateInCache: true, MetricResumeRateCold: true, MetricColdOverInCache: true, MetricColdReads: true, MetricColdLogReads: true,
+	MetricResumeCPUInCache: true, MetricResumeCPUCold: true, MetricColdCPUOverInCache: true,
 }
 
 // rebased writes the headline's figures: batch-1 throughput against the

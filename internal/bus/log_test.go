@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,5 +214,129 @@ func TestReadLogSubscribesOnce(t *testing.T) {
 	}
 	if got := inserts() - before; got > 1 {
 		t.Errorf("%d reads of logs made %d subscriptions, want at most 1", logs, got)
+	}
+}
+
+// A log read from its start asks for its messages by their sequences, from
+// its last back to its first, never for "the next message of the subject":
+// the server finds that by reading every message between the two in their
+// block, thousands of other logs' in a busy store. A log not written by
+// AppendLog, one with messages purged, and one longer than a walk back
+// goes read the same, by subject.
+func TestReadLogFromStartGoesBySequence(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
+	ctx := bustest.Context(t)
+	spy := bustest.Connect(t, srv, "spy").Conn()
+	requests := make(chan *nats.Msg, 4096)
+	sub, err := spy.ChanSubscribe("$JS.API.DIRECT.GET.>", requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// asked is what the direct gets sent since the last call asked for.
+	asked := func() []string {
+		t.Helper()
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			select {
+			case m := <-requests:
+				got = append(got, string(m.Data))
+			default:
+				return got
+			}
+		}
+	}
+	// Each log's messages between other logs', as conversations write
+	// them; the third of five in parts.
+	big := bytes.Repeat([]byte("0123456789"), b.LogPartSize()/4)
+	appendTo := func(id string, n int) ([]string, []uint64) {
+		t.Helper()
+		var want []string
+		var seqs []uint64
+		last := uint64(0)
+		for i := range n {
+			data := []byte(fmt.Sprintf("%s-%d", id, i))
+			if i == 2 {
+				data = append(data, big...)
+			}
+			seq, err := b.AppendLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), last, data, nats.Header{"X-N": []string{strconv.Itoa(i)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range 20 {
+				if _, err := b.JetStream().Publish(ctx, bus.ConversationSubject(fmt.Sprintf("%s-other%d", id, j)), []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, seqs, last = append(want, string(data)), append(seqs, seq), seq
+		}
+		return want, seqs
+	}
+	// read reads a log whose first message is its from-th written.
+	read := func(id string, from int) ([]string, uint64) {
+		t.Helper()
+		var got []string
+		last, err := b.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject(id), 0, func(m bus.LogMsg) error {
+			if m.Header.Get("X-N") != strconv.Itoa(from+len(got)) {
+				t.Errorf("%s: message %d has header X-N %q", id, len(got), m.Header.Get("X-N"))
+			}
+			got = append(got, string(m.Data))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return got, last
+	}
+
+	want, seqs := appendTo("cchain", 5)
+	asked()
+	got, last := read("cchain", 0)
+	if !slices.Equal(got, want) || last != seqs[len(seqs)-1] {
+		t.Fatalf("read %d messages (last %d), want %d (last %d)", len(got), last, len(want), seqs[len(seqs)-1])
+	}
+	reqs := asked()
+	for _, r := range reqs {
+		if strings.Contains(r, "next_by_subj") {
+			t.Errorf("a read from the start asked %s: a scan", r)
+		}
+	}
+	// One get for each message, one more for the earlier parts of the
+	// one in parts.
+	if len(reqs) != len(want)+1 {
+		t.Errorf("%d direct gets for a log of %d messages, want %d: %v", len(reqs), len(want), len(want)+1, reqs)
+	}
+
+	// Longer than a walk back goes.
+	long, longSeqs := appendTo("clong", 40)
+	if got, last := read("clong", 0); !slices.Equal(got, long) || last != longSeqs[len(longSeqs)-1] {
+		t.Errorf("a long log: read %d messages (last %d), want %d", len(got), last, len(long))
+	}
+	// Purged but its last message, which names one not there (a deleted
+	// conversation's tombstone).
+	kept, keptSeqs := appendTo("cpurged", 4)
+	if err := b.PurgeLog(ctx, bus.StreamConversations, bus.ConversationSubject("cpurged"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, last := read("cpurged", 3); !slices.Equal(got, kept[3:]) || last != keptSeqs[3] {
+		t.Errorf("a log purged but its last message: read %d messages (last %d), want 1 (last %d)", len(got), last, keptSeqs[3])
+	}
+	// Written without the expected sequence.
+	for i := range 3 {
+		if _, err := b.JetStream().PublishMsg(ctx, &nats.Msg{Subject: bus.ConversationSubject("cplain"), Data: []byte(strconv.Itoa(i)), Header: nats.Header{"X-N": []string{strconv.Itoa(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := read("cplain", 0); strings.Join(got, ",") != "0,1,2" {
+		t.Errorf("a log written without expected sequences: %v", got)
 	}
 }
