@@ -46,6 +46,12 @@ type SetupConfig struct {
 	// ToolsTTL is how long a tool advertisement lives unless renewed.
 	// Defaults to 2m.
 	ToolsTTL time.Duration
+	// ReplyPartitions is the number of partitions replies are stored in
+	// (partition.go), each consumed by the orchestrator replica that owns
+	// it. Defaults to DefaultReplyPartitions; negative asks for none, but
+	// leaves a stream's existing partitioning as it is (as a Setup of an
+	// earlier build does).
+	ReplyPartitions int
 }
 
 func (c SetupConfig) withDefaults() SetupConfig {
@@ -70,6 +76,9 @@ func (c SetupConfig) withDefaults() SetupConfig {
 	}
 	def(&c.RunsMarkerTTL, time.Hour)
 	def(&c.ToolsTTL, 2*time.Minute)
+	if c.ReplyPartitions == 0 {
+		c.ReplyPartitions = DefaultReplyPartitions
+	}
 	return c
 }
 
@@ -84,6 +93,9 @@ func (c SetupConfig) validate() error {
 	}
 	if c.AuditMaxAge > 0 && c.AuditMaxAge < c.DuplicateWindow {
 		return fmt.Errorf("audit max age %s is shorter than the duplicate window %s", c.AuditMaxAge, c.DuplicateWindow)
+	}
+	if c.ReplyPartitions > maxReplyPartitions {
+		return fmt.Errorf("%d reply partitions: at most %d", c.ReplyPartitions, maxReplyPartitions)
 	}
 	return nil
 }
@@ -113,6 +125,9 @@ func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
 
 	replies := base(wire.StreamReplies, "tool results and approval decisions", wire.PrefixReply+".>")
 	replies.MaxAge = c.RepliesMaxAge
+	if c.ReplyPartitions > 0 {
+		replies.SubjectTransform = replyTransform(c.ReplyPartitions)
+	}
 
 	events := base(wire.StreamEvents, "agent events per conversation", wire.PrefixEvent+".>")
 	events.MaxAge = c.EventsMaxAge

@@ -219,6 +219,9 @@ func settledEffects(c *Conversation) []effect {
 type claimer struct {
 	owner string
 	newID func() string
+	// runID, when set, makes the follow-up's whole id (in a reply
+	// partition of this replica's) instead of newID.
+	runID func(convID string) string
 	ttl   func(*Conversation) time.Duration
 }
 
@@ -230,7 +233,9 @@ func (cl claimer) claimIn(c *Conversation, now time.Time) string {
 		return ""
 	}
 	followUp := c.Batch.PromptRunID
-	if followUp == "" {
+	if followUp == "" && cl.runID != nil {
+		followUp = cl.runID(c.ID)
+	} else if followUp == "" {
 		followUp = runIDFor(cl.newID(), c.ID)
 	}
 	if !c.Claim(cl.owner, followUp, now, cl.ttl(c)) {

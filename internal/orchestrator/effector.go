@@ -56,6 +56,8 @@ type effectorParams struct {
 	owner    string
 	leaseTTL time.Duration
 	newID    func() string
+	// followUpID, when set, makes a follow-up's whole run id instead.
+	followUpID func(convID string) string
 	// mine says whether this replica runs c (its agent, its config).
 	mine func(c *Conversation) bool
 	// notifyCancel tells run runID to stop wherever it executes.
@@ -101,7 +103,7 @@ func newEffector(p effectorParams) *effector { return &effector{effectorParams: 
 // agent takes it over (the follow-up effect nudges them; their reconcile
 // would find it too).
 func (e *effector) claimer() claimer {
-	return claimer{owner: e.owner, newID: e.newID, ttl: func(c *Conversation) time.Duration {
+	return claimer{owner: e.owner, newID: e.newID, runID: e.followUpID, ttl: func(c *Conversation) time.Duration {
 		if !e.mine(c) {
 			return 0
 		}
