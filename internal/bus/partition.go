@@ -110,6 +110,19 @@ func partitionsOf(tr *jetstream.SubjectTransformConfig) (int, error) {
 	return n, nil
 }
 
+// keepPartitions makes sc, a wanted stream configuration, keep the reply
+// partitions have, the stream's, already has: a count changed under
+// stored replies would leave those of the partitions it drops with no
+// durable, and replicas of the old count and the new one would split the
+// others wrongly. Nor does a Setup that wants none (a tool-worker's of an
+// earlier build) take them away.
+func keepPartitions(sc *jetstream.StreamConfig, have jetstream.StreamConfig) {
+	if sc.Name == wire.StreamReplies && have.SubjectTransform != nil {
+		tr := *have.SubjectTransform
+		sc.SubjectTransform = &tr
+	}
+}
+
 // ReplyPartitionConsumer names partition p's durable: <durable>_p<p>.
 func ReplyPartitionConsumer(durable string, p int) string {
 	return durable + "_p" + strconv.Itoa(p)

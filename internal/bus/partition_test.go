@@ -150,3 +150,40 @@ func TestWireReplySubject(t *testing.T) {
 		}
 	}
 }
+
+// A stream keeps the partitions it was set up with, whatever a later
+// Setup asks for; one set up without any stores replies as published.
+func TestSetupKeepsTheReplyPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	b := bustest.NewBus(t)
+	for _, want := range []int{6, -1} {
+		if err := b.Setup(ctx, bus.SetupConfig{ReplyPartitions: want}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.ReplyPartitions(ctx); err != nil || n != bus.DefaultReplyPartitions {
+			t.Errorf("after a setup asking for %d: %d partitions (%v), want %d", want, n, err, bus.DefaultReplyPartitions)
+		}
+	}
+
+	none := bustest.Connect(t, bustest.NewServer(t), "none")
+	if err := none.Setup(ctx, bus.SetupConfig{ReplyPartitions: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := none.ReplyPartitions(ctx); err != nil || n != 0 {
+		t.Fatalf("set up with none: %d partitions (%v)", n, err)
+	}
+	got := make(chan bus.Reply, 1)
+	s, err := none.ConsumeUnpartitionedReplies(ctx, "shared", bus.ConsumeConfig{}, bus.HandlerFunc[bus.Reply](
+		func(_ context.Context, d *bus.Delivery[bus.Reply]) error { got <- d.Msg; return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, s)
+	if _, err := none.PublishCallReply(ctx, bustest.SampleReply("r1_c1", "call1")); err != nil {
+		t.Fatal(err)
+	}
+	if r := bustest.Recv(t, got, "reply"); r.RunID != "r1_c1" {
+		t.Errorf("got %+v", r)
+	}
+}

@@ -48,9 +48,8 @@ type SetupConfig struct {
 	ToolsTTL time.Duration
 	// ReplyPartitions is the number of partitions replies are stored in
 	// (partition.go), each consumed by the orchestrator replica that owns
-	// it. Defaults to DefaultReplyPartitions; negative asks for none, but
-	// leaves a stream's existing partitioning as it is (as a Setup of an
-	// earlier build does).
+	// it. Defaults to DefaultReplyPartitions; negative asks for none. A
+	// stream keeps the partitions it has (keepPartitions).
 	ReplyPartitions int
 }
 
@@ -232,8 +231,11 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 	// without a common lock).
 	for _, sc := range cfg.StreamConfigs() {
 		if err := b.setupStep(ctx, "stream "+sc.Name, func(actx context.Context) error {
-			if st, err := b.js.Stream(actx, sc.Name); err == nil && covers(st.CachedInfo().Config, sc) {
-				return nil
+			if st, err := b.js.Stream(actx, sc.Name); err == nil {
+				keepPartitions(&sc, st.CachedInfo().Config)
+				if covers(st.CachedInfo().Config, sc) {
+					return nil
+				}
 			}
 			_, err := b.js.CreateOrUpdateStream(actx, sc)
 			return err
