@@ -63,6 +63,16 @@ func ReplyPartitionFilter(p int) string {
 	return PrefixReplyPartitioned + "." + strconv.Itoa(p) + ".>"
 }
 
+// StoredReplySubject is the subject a reply published on
+// toolgate.reply.<runID>.<kind> is stored under in a stream of n
+// partitions (n = 0: the same).
+func StoredReplySubject(runID, kind string, n int) string {
+	if n <= 0 {
+		return wire.PrefixReply + "." + runID + "." + kind
+	}
+	return PrefixReplyPartitioned + "." + strconv.Itoa(ReplyPartition(runID, n)) + "." + runID + "." + kind
+}
+
 // WireReplySubject is the subject a reply was published on, given the one
 // it is stored under: toolgate.replyp.<p>.<run>.<kind> becomes
 // toolgate.reply.<run>.<kind>; any other subject is returned as it is.
