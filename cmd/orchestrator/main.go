@@ -124,7 +124,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.maxRuns, "max-runs", 16, "runs executing at once")
 	fs.IntVar(&o.stateCacheMiB, "state-cache", 0, "MiB of heap for the states of conversations kept decoded (about 3 KB each for a paused conversation of a few calls; one pushed out is read from its log when resumed, and toolgate_state_cache_evictions_total counts it); 0: a quarter of GOMEMLIMIT when set, else 256")
 	fs.IntVar(&o.streamReplicas, "stream-replicas", 1, "replicas NATS keeps of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster (orchestrator replicas are processes: start more of them)")
-	fs.IntVar(&o.replyPartitions, "reply-partitions", bus.DefaultReplyPartitions, "partitions the replies stream stores replies in when it is first set up, each consumed by the orchestrator replica that owns it (a reply reaches the replica that holds its conversation); 0: none, every replica consumes every reply. A stream keeps the count it was set up with")
+	fs.IntVar(&o.replyPartitions, "reply-partitions", bus.DefaultReplyPartitions, "partitions the replies stream stores replies in when it is first set up, each consumed by the orchestrator replica that owns it (a reply reaches the replica that holds its conversation); 0: none, every replica consumes every reply. A stream keeps the count it was set up with; more replicas want more (each partition is a durable)")
 	// The flag's name until it said which replicas it means; deployments
 	// that pass it keep working, told to rename it.
 	oldReplicas := fs.Int("replicas", 0, "deprecated: --stream-replicas")

@@ -50,7 +50,7 @@ func TestReplicaKilledItsPartitionsMove(t *testing.T) {
 	o2, api2 := s.orchestrator("orchestrator-2")
 	o3, _ := s.orchestrator("orchestrator-3")
 	waitFor(t, "the first replica to own its third of the partitions", func() (bool, string) {
-		return logHas(o1, 0, "reply partitions moved", "owned=4 "), ""
+		return logHas(o1, 0, "reply partitions moved", "owned=2 "), ""
 	})
 	runs := startRuns(t, n, api1)
 	waitFor(t, "every first call to start", func() (bool, string) {
@@ -62,7 +62,7 @@ func TestReplicaKilledItsPartitionsMove(t *testing.T) {
 	s.hold("c1", false)
 	waitReplies(t, b, "the first calls' results to be stored", n)
 	waitFor(t, "the others to take the dead replica's partitions", func() (bool, string) {
-		return logHas(o2, from2, "reply partitions moved", "owned=6 ") && logHas(o3, from3, "reply partitions moved", "owned=6 "), ""
+		return logHas(o2, from2, "reply partitions moved", "owned=3 ") && logHas(o3, from3, "reply partitions moved", "owned=3 "), ""
 	})
 
 	convs := waitConversations(t, api2, runs)
