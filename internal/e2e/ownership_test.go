@@ -5,7 +5,34 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolgate/toolgate/wire"
 )
+
+// replyConsumersUnacked is how many replies the orchestrators' durables
+// (the shared one and each reply partition's) have not delivered or not
+// had acked.
+func replyConsumersUnacked(t *testing.T, js jetstream.JetStream) (uint64, error) {
+	st, err := js.Stream(clCtx(t), wire.StreamReplies)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	names := st.ConsumerNames(clCtx(t))
+	for name := range names.Name() {
+		if name != "orchestrator" && !strings.HasPrefix(name, "orchestrator_p") {
+			continue
+		}
+		ci, err := jsConsumerInfo(t, js, wire.StreamReplies, name)
+		if err != nil {
+			return 0, err
+		}
+		n += ci.NumPending + uint64(ci.NumAckPending)
+	}
+	return n, names.Err()
+}
 
 // logSize is the length of p's log now.
 func logSize(p *proc) int64 {
