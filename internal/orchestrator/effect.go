@@ -220,8 +220,8 @@ type claimer struct {
 	owner string
 	newID func() string
 	// runID, when set, makes the follow-up's whole id (in a reply
-	// partition of this replica's) instead of newID.
-	runID func(convID string) string
+	// partition of the replica that will run it) instead of newID.
+	runID func(c *Conversation) string
 	ttl   func(*Conversation) time.Duration
 }
 
@@ -234,7 +234,7 @@ func (cl claimer) claimIn(c *Conversation, now time.Time) string {
 	}
 	followUp := c.Batch.PromptRunID
 	if followUp == "" && cl.runID != nil {
-		followUp = cl.runID(c.ID)
+		followUp = cl.runID(c)
 	} else if followUp == "" {
 		followUp = runIDFor(cl.newID(), c.ID)
 	}

@@ -57,7 +57,7 @@ type effectorParams struct {
 	leaseTTL time.Duration
 	newID    func() string
 	// followUpID, when set, makes a follow-up's whole run id instead.
-	followUpID func(convID string) string
+	followUpID func(c *Conversation) string
 	// mine says whether this replica runs c (its agent, its config).
 	mine func(c *Conversation) bool
 	// notifyCancel tells run runID to stop wherever it executes.

@@ -833,7 +833,7 @@ func (o *Orchestrator) effectorParams(st *store) effectorParams {
 		log: o.log, clock: o.clock, store: st, events: o.events, deadlines: o.deadlines,
 		observer: o.observer,
 		owner:    o.cfg.InstanceID, leaseTTL: o.cfg.LeaseTTL, newID: o.cfg.NewID, mine: o.roster.take,
-		followUpID:   o.pipe.ownRunID,
+		followUpID:   o.pipe.followUpRunID,
 		notifyCancel: o.bus.PublishCancel,
 		withdraw:     o.withdraw,
 		escalate:     o.rec.escalate,

@@ -48,6 +48,10 @@ type ownerLease struct {
 	Instance   string    `json:"instance"`
 	Partitions int       `json:"partitions"`
 	Until      time.Time `json:"until"`
+	// Agents are the agents the replica runs (name → config digest), so
+	// that a run handed over to them gets an id in one of their
+	// partitions.
+	Agents map[string]string `json:"agents,omitempty"`
 }
 
 // replyOwnership is this replica's share of the reply partitions: the
@@ -55,6 +59,7 @@ type ownerLease struct {
 type replyOwnership struct {
 	n       int
 	self    string
+	agents  map[string]string // this replica's, name → digest
 	ttl     time.Duration
 	kv      *bus.KV
 	clock   func() time.Time
@@ -63,8 +68,10 @@ type replyOwnership struct {
 	consume func(ctx context.Context, p int) (*bus.Subscription, error)
 
 	// mine says, by partition, whether this replica owns it now; read by
-	// every run id picked, so swapped whole.
-	mine atomic.Pointer[[]bool]
+	// every run id picked, so swapped whole. owners are every
+	// partition's owner (instance) as of the same rebalance.
+	mine   atomic.Pointer[[]bool]
+	owners atomic.Pointer[[]string]
 	// moves counts partitions taken or given up since start.
 	moves atomic.Int64
 
@@ -95,8 +102,12 @@ func (rp *replyPipeline) own(ctx context.Context, kv *bus.KV) error {
 		return nil
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(rp.runCtx))
+	agents := map[string]string{}
+	for _, a := range rp.roster.agents {
+		agents[a.name] = a.digest
+	}
 	ow := &replyOwnership{
-		n: n, self: rp.cfg.InstanceID, ttl: rp.cfg.LeaseTTL, kv: kv, clock: rp.clock,
+		n: n, self: rp.cfg.InstanceID, agents: agents, ttl: rp.cfg.LeaseTTL, kv: kv, clock: rp.clock,
 		log: rp.log, newID: rp.cfg.NewID,
 		// The subscriptions live until they are drained, not as long
 		// as the loops that start them.
@@ -152,24 +163,72 @@ func (rp *replyPipeline) stopOwned(ctx context.Context) error {
 // replica owns, so that its replies come back here; any id when it owns
 // none (or replies are not partitioned).
 func (rp *replyPipeline) ownRunID(convID string) string {
-	id := runIDFor(rp.cfg.NewID(), convID)
 	ow := rp.owned.Load()
 	if ow == nil {
-		return id
+		return runIDFor(rp.cfg.NewID(), convID)
 	}
 	mine := ow.mine.Load()
-	if mine == nil || !slices.Contains(*mine, true) {
+	if mine == nil {
+		return runIDFor(rp.cfg.NewID(), convID)
+	}
+	return rp.drawRunID(convID, *mine, ow.n)
+}
+
+// followUpRunID is the id of c's follow-up, claimed by this replica: in a
+// partition of its own when it runs c, so that the follow-up's replies
+// come back to it; otherwise in a partition of a replica that runs c's
+// agent with its config, to which the run is handed over, so that they
+// go there rather than back to this replica.
+func (rp *replyPipeline) followUpRunID(c *Conversation) string {
+	ow := rp.owned.Load()
+	if ow == nil {
+		return runIDFor(rp.cfg.NewID(), c.ID)
+	}
+	if ok, _ := rp.roster.mayRun(c); ok {
+		return rp.ownRunID(c.ID)
+	}
+	if in := ow.partitionsOf(c.Agent, c.AgentDigest); slices.Contains(in, true) {
+		return rp.drawRunID(c.ID, in, ow.n)
+	}
+	return rp.ownRunID(c.ID)
+}
+
+// drawRunID draws run ids of convID until one falls in a partition of in
+// (none true: the first).
+func (rp *replyPipeline) drawRunID(convID string, in []bool, n int) string {
+	id := runIDFor(rp.cfg.NewID(), convID)
+	if !slices.Contains(in, true) {
 		return id
 	}
-	// Each try lands in an owned partition with this replica's share of
-	// them as probability: a third with three replicas.
+	// Each try lands in with the share of partitions in as probability:
+	// a third for a replica's own with three replicas.
 	for range maxRunIDTries {
-		if (*mine)[bus.ReplyPartition(id, ow.n)] {
+		if in[bus.ReplyPartition(id, n)] {
 			return id
 		}
 		id = runIDFor(rp.cfg.NewID(), convID)
 	}
 	return id
+}
+
+// partitionsOf says, by partition, whether its owner runs agent with
+// digest.
+func (ow *replyOwnership) partitionsOf(agent, digest string) []bool {
+	out := make([]bool, ow.n)
+	owners := ow.owners.Load()
+	if owners == nil {
+		return out
+	}
+	ow.mu.Lock()
+	defer ow.mu.Unlock()
+	for p, inst := range *owners {
+		agents := ow.members[inst].Agents
+		if inst == ow.self {
+			agents = ow.agents
+		}
+		out[p] = agents[agent] == digest && digest != ""
+	}
+	return out
 }
 
 // maxRunIDTries bounds ownRunID's draws; a replica that owns one
@@ -198,7 +257,7 @@ func (o *Orchestrator) ReplyPartitions() (owned []int, of int) {
 func (ow *replyOwnership) heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeOpTimeout)
 	defer cancel()
-	b, err := json.Marshal(ownerLease{Instance: ow.self, Partitions: ow.n, Until: ow.clock().Add(ow.ttl)})
+	b, err := json.Marshal(ownerLease{Instance: ow.self, Partitions: ow.n, Until: ow.clock().Add(ow.ttl), Agents: ow.agents})
 	if err != nil {
 		return err
 	}
@@ -359,6 +418,7 @@ func (ow *replyOwnership) rebalance() {
 		}
 	}
 	ow.mine.Store(&mine)
+	ow.owners.Store(&owners)
 	if len(took)+len(gave) > 0 {
 		ow.moves.Add(int64(len(took) + len(gave)))
 		ow.log.Info("reply partitions moved", slog.String("took", fmtInts(took)), slog.String("gave", fmtInts(gave)),

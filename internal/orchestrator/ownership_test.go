@@ -140,3 +140,37 @@ func TestPartitionsMoveOnLeaveAndJoin(t *testing.T) {
 	o4, _ := e.orch(with("four"))
 	waitPartitioned(t, o1, o2, o4)
 }
+
+// A replica that claims a batch of a conversation whose agent it does not
+// run hands the follow-up over with an id in a partition of a replica
+// that runs the agent: the follow-up's replies go there, not back to the
+// replica that handed it over.
+func TestHandedOverFollowUpInTheAgentsReplicasPartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, ca := namedAgent(t, "alpha", "")
+	_, cb := namedAgent(t, "beta", "")
+	ca.InstanceID, ca.ReconcileInterval = "A", 1<<40
+	cb.InstanceID, cb.ReconcileInterval = "B", 1<<40
+	a, _ := e.orch(ca)
+	b, _ := e.orch(cb)
+	waitPartitioned(t, a, b)
+	// B stores the start and hands it to A; its run id is B's, so B gets
+	// the reply and claims the follow-up.
+	info, err := b.StartRunWith(ctxT(t), orchestrator.StartRequest{Prompt: "What is the answer?", Agent: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.worker("calculate_answer")
+	c := waitStatus(t, b, info.ConversationID, orchestrator.StatusCompleted, orchestrator.StatusFailed)
+	if c.Status != orchestrator.StatusCompleted || len(c.Runs) != 2 {
+		t.Fatalf("%s", describe(c))
+	}
+	owned, of := a.ReplyPartitions()
+	if p := bus.ReplyPartition(c.Runs[1].RunID, of); !slices.Contains(owned, p) {
+		t.Errorf("follow-up %s in partition %d, not one of A's %v", c.Runs[1].RunID, p, owned)
+	}
+	if n := b.Stats().HandedOver.Load(); n < 1 {
+		t.Errorf("B handed over %d runs", n)
+	}
+}
