@@ -72,12 +72,15 @@ type replyOwnership struct {
 	// partition's owner (instance) as of the same rebalance.
 	mine   atomic.Pointer[[]bool]
 	owners atomic.Pointer[[]string]
-	// moves counts partitions taken or given up since start.
-	moves atomic.Int64
 
-	mu      sync.Mutex
-	members map[string]ownerLease // by instance, as put (others' may have expired)
-	subs    map[int]*bus.Subscription
+	// membersMu guards members apart from mu, which a rebalance holds
+	// while it binds durables: a claim that hands a run over reads the
+	// members without waiting for that.
+	membersMu sync.Mutex
+	members   map[string]ownerLease // by instance, as put (others' may have expired)
+
+	mu   sync.Mutex
+	subs map[int]*bus.Subscription
 	// draining are the subscriptions of partitions given up, still
 	// handing over what they fetched.
 	draining sync.WaitGroup
@@ -219,8 +222,8 @@ func (ow *replyOwnership) partitionsOf(agent, digest string) []bool {
 	if owners == nil {
 		return out
 	}
-	ow.mu.Lock()
-	defer ow.mu.Unlock()
+	ow.membersMu.Lock()
+	defer ow.membersMu.Unlock()
 	for p, inst := range *owners {
 		agents := ow.members[inst].Agents
 		if inst == ow.self {
@@ -299,8 +302,8 @@ func (ow *replyOwnership) list(ctx context.Context) error {
 // saw records a member's lease, or its deletion.
 func (ow *replyOwnership) saw(e bus.Entry) {
 	inst := strings.TrimPrefix(e.Key, ownerKeyPrefix)
-	ow.mu.Lock()
-	defer ow.mu.Unlock()
+	ow.membersMu.Lock()
+	defer ow.membersMu.Unlock()
 	if e.Op != bus.OpPut {
 		delete(ow.members, inst)
 		return
@@ -367,8 +370,8 @@ func (ow *replyOwnership) rebalanceLoop() {
 // replica does, itself among them whatever its lease says.
 func (ow *replyOwnership) live() []string {
 	now := ow.clock()
-	ow.mu.Lock()
-	defer ow.mu.Unlock()
+	ow.membersMu.Lock()
+	defer ow.membersMu.Unlock()
 	out := []string{ow.self}
 	for inst, l := range ow.members {
 		if inst != ow.self && l.Partitions == ow.n && l.Until.After(now) {
@@ -420,7 +423,6 @@ func (ow *replyOwnership) rebalance() {
 	ow.mine.Store(&mine)
 	ow.owners.Store(&owners)
 	if len(took)+len(gave) > 0 {
-		ow.moves.Add(int64(len(took) + len(gave)))
 		ow.log.Info("reply partitions moved", slog.String("took", fmtInts(took)), slog.String("gave", fmtInts(gave)),
 			slog.Int("owned", len(ow.subs)), slog.Int("of", ow.n))
 	}
