@@ -504,6 +504,10 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.store = st
+	owned, err := o.pipe.newOwnership(ctx, o.link.kv)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
 	o.fx = newEffector(o.effectorParams(st))
 	st.onTooLarge = o.fx.failTooLarge
 	o.storage.probe = indexProbe(st.index, o.clock)
@@ -554,9 +558,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err := o.link.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
-	if err := o.pipe.own(ctx, o.link.kv); err != nil {
-		o.log.WarnContext(ctx, "reply partitions: the shared durable alone consumes replies", slog.String("error", err.Error()))
-	}
+	o.pipe.own(ctx, owned)
 	o.discovery.watch(ctx, o.bus)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go

@@ -91,18 +91,20 @@ type replyOwnership struct {
 	loops    sync.WaitGroup
 }
 
-// own starts consuming the reply partitions this replica owns, and keeps
-// its share up to date until stopOwned. A stream without partitions
-// (set up by an earlier build, or with none) leaves the shared durable
-// alone in charge.
-func (rp *replyPipeline) own(ctx context.Context, kv *bus.KV) error {
+// newOwnership reads how many partitions the replies stream has, before
+// anything is started: a replica that could not tell would consume none
+// of them, and with no other replica its replies would wait forever, so
+// that Start fails instead. nil: the stream has none (set up by an
+// earlier build, or with none), and the shared durable alone is in
+// charge.
+func (rp *replyPipeline) newOwnership(ctx context.Context, kv *bus.KV) (*replyOwnership, error) {
 	n, err := rp.bus.ReplyPartitions(ctx)
 	if err != nil {
-		return fmt.Errorf("reply partitions: %w", err)
+		return nil, fmt.Errorf("reply partitions: %w", err)
 	}
 	if n == 0 {
 		rp.log.InfoContext(ctx, "replies are not partitioned: every replica consumes them all")
-		return nil
+		return nil, nil
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(rp.runCtx))
 	agents := map[string]string{}
@@ -120,6 +122,16 @@ func (rp *replyPipeline) own(ctx context.Context, kv *bus.KV) error {
 		members: map[string]ownerLease{}, subs: map[int]*bus.Subscription{},
 		kick: make(chan struct{}, 1), ctx: lctx, stopLoop: cancel,
 	}
+	return ow, nil
+}
+
+// own starts consuming the reply partitions this replica owns (ow, from
+// newOwnership; nil: none), and keeps its share up to date until
+// stopOwned.
+func (rp *replyPipeline) own(ctx context.Context, ow *replyOwnership) {
+	if ow == nil {
+		return
+	}
 	// Before the loops: the first share is taken from the members listed
 	// now, so that Start returns consuming it.
 	if err := ow.heartbeat(ctx); err != nil {
@@ -133,7 +145,6 @@ func (rp *replyPipeline) own(ctx context.Context, kv *bus.KV) error {
 	ow.loops.Go(ow.beatLoop)
 	ow.loops.Go(ow.watchLoop)
 	ow.loops.Go(ow.rebalanceLoop)
-	return nil
 }
 
 // stopOwned gives up this replica's partitions: its lease is deleted, so
