@@ -14,7 +14,7 @@
 //
 //	TOOLGATE_CALLS      toolgate.call.<tool>                 work queue, one durable call_<tool> per tool
 //	TOOLGATE_APPROVALS  toolgate.approval.<tool>             limits + age, one durable per approver (fan-out)
-//	TOOLGATE_REPLIES    toolgate.reply.<run>.call|approval   limits + age, one durable shared by orchestrators
+//	TOOLGATE_REPLIES    toolgate.reply.<run>.call|approval   limits + age, stored by partition of the run, one durable per partition
 //	TOOLGATE_EVENTS     toolgate.event.<conversation>        limits + age
 //	TOOLGATE_DLQ        toolgate.dlq.<reason>                messages that could not be handled
 //	TOOLGATE_AUDIT      toolgate.audit.<run>                 decisions, kept for audit

@@ -85,6 +85,9 @@ type options struct {
 	// creates (--stream-replicas; not the orchestrator's own replicas,
 	// which are processes).
 	streamReplicas int
+	// replyPartitions are the partitions of the replies stream when it is
+	// created (bus.SetupConfig.ReplyPartitions; 0: none).
+	replyPartitions int
 	// warnings are said once the logger exists: deprecated flags used.
 	warnings []string
 	// contentType of the calls, approval requests and events published
@@ -121,6 +124,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.maxRuns, "max-runs", 16, "runs executing at once")
 	fs.IntVar(&o.stateCacheMiB, "state-cache", 0, "MiB of heap for the states of conversations kept decoded (about 3 KB each for a paused conversation of a few calls; one pushed out is read from its log when resumed, and toolgate_state_cache_evictions_total counts it); 0: a quarter of GOMEMLIMIT when set, else 256")
 	fs.IntVar(&o.streamReplicas, "stream-replicas", 1, "replicas NATS keeps of toolgate's streams and KV buckets when they are created: 1 on a single server, 3 in a cluster (orchestrator replicas are processes: start more of them)")
+	fs.IntVar(&o.replyPartitions, "reply-partitions", bus.DefaultReplyPartitions, "partitions the replies stream stores replies in when it is first set up, each consumed by the orchestrator replica that owns it (a reply reaches the replica that holds its conversation); 0: none, every replica consumes every reply. A stream keeps the count it was set up with; more replicas want more (each partition is a durable)")
 	// The flag's name until it said which replicas it means; deployments
 	// that pass it keep working, told to rename it.
 	oldReplicas := fs.Int("replicas", 0, "deprecated: --stream-replicas")
@@ -166,6 +170,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--state-cache %d: must not be negative (0 takes the default)", o.stateCacheMiB)
 	case o.streamReplicas < 1 || o.streamReplicas > 5:
 		return o, fmt.Errorf("--stream-replicas %d: want 1 to 5", o.streamReplicas)
+	case o.replyPartitions < 0 || o.replyPartitions > 1024:
+		return o, fmt.Errorf("--reply-partitions %d: want 0 to 1024", o.replyPartitions)
 	case o.natsURL != "" && o.natsUsers != "":
 		return o, errors.New("--nats-users configures the embedded server: with --nats, give the server those users (see --write-nats-config) and connect with --user/--password or --creds")
 	case o.writeNATSConfig != "" && o.natsUsers == "":
@@ -387,7 +393,11 @@ func (s *setup) startBus(ctx context.Context) (*buses, error) {
 	if bs.events, err = connect("orchestrator-events"); err != nil {
 		return bs, err
 	}
-	return bs, bs.b.Setup(cctx, bus.SetupConfig{Replicas: o.streamReplicas})
+	partitions := o.replyPartitions
+	if partitions == 0 {
+		partitions = -1 // none
+	}
+	return bs, bs.b.Setup(cctx, bus.SetupConfig{Replicas: o.streamReplicas, ReplyPartitions: partitions})
 }
 
 func (bs *buses) close() {

@@ -930,17 +930,32 @@ func (r Reply) ToolCallID() string {
 	return ""
 }
 
-// ConsumeReplies runs handler for results and decisions on a durable shared
-// by every orchestrator replica.
+// ConsumeReplies runs handler for every result and decision on durable,
+// stored as published or in a partition (partition.go).
 func (b *Bus) ConsumeReplies(ctx context.Context, durable string, cfg ConsumeConfig, h Handler[Reply]) (*Subscription, error) {
+	return b.consumeReplies(ctx, durable, "replies", []string{wire.AllReplies, PrefixReplyPartitioned + ".>"}, cfg, h)
+}
+
+// ConsumeUnpartitionedReplies runs handler for the results and decisions
+// stored as published, on a durable shared by every orchestrator replica:
+// all of them on a stream without partitions, and otherwise those stored
+// before the stream had them. Its filter is the one of earlier builds, so
+// that their replicas, bound to the same durable during an upgrade, and
+// this one's never undo each other's.
+func (b *Bus) ConsumeUnpartitionedReplies(ctx context.Context, durable string, cfg ConsumeConfig, h Handler[Reply]) (*Subscription, error) {
+	return b.consumeReplies(ctx, durable, "orchestrator replies", []string{wire.AllReplies}, cfg, h)
+}
+
+func (b *Bus) consumeReplies(ctx context.Context, durable, desc string, filters []string, cfg ConsumeConfig, h Handler[Reply]) (*Subscription, error) {
 	if err := wire.ValidateToken("durable name", durable); err != nil {
 		return nil, fmt.Errorf("consume replies: %w", err)
 	}
 	cfg = cfg.withDefaults(64)
-	cc := jetstream.ConsumerConfig{
-		Durable:       durable,
-		Description:   "orchestrator replies",
-		FilterSubject: wire.AllReplies,
+	cc := jetstream.ConsumerConfig{Durable: durable, Description: desc}
+	if len(filters) == 1 {
+		cc.FilterSubject = filters[0]
+	} else {
+		cc.FilterSubjects = filters
 	}
 	s, err := consume(ctx, b, wire.StreamReplies, cc, cfg, decodeReply, h)
 	if err != nil {
@@ -950,7 +965,7 @@ func (b *Bus) ConsumeReplies(ctx context.Context, durable string, cfg ConsumeCon
 }
 
 func decodeReply(m jetstream.Msg, ct string) (Reply, error) {
-	run, kind, err := wire.ParseReplySubject(m.Subject())
+	run, kind, err := wire.ParseReplySubject(WireReplySubject(m.Subject()))
 	if err != nil {
 		return Reply{}, &wire.ValidationError{Message: "reply", Field: "subject", Reason: err.Error()}
 	}

@@ -60,7 +60,7 @@ func (b *Bus) deadLetter(ctx context.Context, kind, reason, stream, consumer str
 		m.Header.Set("Toolgate-DLQ-Msg-Id", id)
 	}
 	m.Header.Set(wire.HeaderDLQReason, sanitizeHeader(truncateReason(reason)))
-	m.Header.Set(wire.HeaderDLQSubject, subject)
+	m.Header.Set(wire.HeaderDLQSubject, WireReplySubject(subject))
 	m.Header.Set(wire.HeaderDLQStream, stream)
 	m.Header.Set(wire.HeaderDLQSeq, strconv.FormatUint(seq, 10))
 	if consumer != "" {

@@ -42,6 +42,11 @@ type SetupConfig struct {
 	// ToolsTTL is how long a tool advertisement lives unless renewed.
 	// Defaults to 2m.
 	ToolsTTL time.Duration
+	// ReplyPartitions is the number of partitions replies are stored in
+	// (partition.go), each consumed by the orchestrator replica that owns
+	// it. Defaults to DefaultReplyPartitions; negative asks for none. A
+	// stream keeps the partitions it has (keepPartitions).
+	ReplyPartitions int
 }
 
 func (c SetupConfig) withDefaults() SetupConfig {
@@ -65,6 +70,9 @@ func (c SetupConfig) withDefaults() SetupConfig {
 		c.AuditMaxAge = 0
 	}
 	def(&c.ToolsTTL, 2*time.Minute)
+	if c.ReplyPartitions == 0 {
+		c.ReplyPartitions = DefaultReplyPartitions
+	}
 	return c
 }
 
@@ -79,6 +87,9 @@ func (c SetupConfig) validate() error {
 	}
 	if c.AuditMaxAge > 0 && c.AuditMaxAge < c.DuplicateWindow {
 		return fmt.Errorf("audit max age %s is shorter than the duplicate window %s", c.AuditMaxAge, c.DuplicateWindow)
+	}
+	if c.ReplyPartitions > maxReplyPartitions {
+		return fmt.Errorf("%d reply partitions: at most %d", c.ReplyPartitions, maxReplyPartitions)
 	}
 	return nil
 }
@@ -108,6 +119,9 @@ func (c SetupConfig) StreamConfigs() []jetstream.StreamConfig {
 
 	replies := base(wire.StreamReplies, "tool results and approval decisions", wire.PrefixReply+".>")
 	replies.MaxAge = c.RepliesMaxAge
+	if c.ReplyPartitions > 0 {
+		replies.SubjectTransform = replyTransform(c.ReplyPartitions)
+	}
 
 	events := base(wire.StreamEvents, "agent events per conversation", wire.PrefixEvent+".>")
 	events.MaxAge = c.EventsMaxAge
@@ -204,8 +218,11 @@ func (b *Bus) Setup(ctx context.Context, cfg SetupConfig) (err error) {
 	// without a common lock).
 	for _, sc := range cfg.StreamConfigs() {
 		if err := b.setupStep(ctx, "stream "+sc.Name, func(actx context.Context) error {
-			if st, err := b.js.Stream(actx, sc.Name); err == nil && covers(st.CachedInfo().Config, sc) {
-				return nil
+			if st, err := b.js.Stream(actx, sc.Name); err == nil {
+				keepPartitions(&sc, st.CachedInfo().Config)
+				if covers(st.CachedInfo().Config, sc) {
+					return nil
+				}
 			}
 			_, err := b.js.CreateOrUpdateStream(actx, sc)
 			return err

@@ -227,8 +227,8 @@ func SettledEffects(c *State) []Effect {
 type Claimer struct {
 	// Owner is the replica that takes the follow-up's lease.
 	Owner string
-	// NewRunID makes the id of a follow-up run of conversation convID.
-	NewRunID func(convID string) string
+	// NewRunID makes the id of c's follow-up run.
+	NewRunID func(c *State) string
 	// TTL is the length of the lease on c's follow-up.
 	TTL func(c *State) time.Duration
 }
@@ -242,7 +242,7 @@ func (cl Claimer) ClaimIn(c *State, now time.Time) string {
 	}
 	followUp := c.Batch.PromptRunID
 	if followUp == "" {
-		followUp = cl.NewRunID(c.ID)
+		followUp = cl.NewRunID(c)
 	}
 	if !c.Claim(cl.Owner, followUp, now, cl.TTL(c)) {
 		return ""

@@ -59,8 +59,8 @@ func TestTransitionEffects(t *testing.T) {
 		c.Batch.Calls[0].Escalation = &Escalation{At: t0}
 		return c
 	}
-	cl := Claimer{Owner: me, NewRunID: func(id string) string { return "rr2_" + id }, TTL: func(*State) time.Duration { return ttl }}
-	notMine := Claimer{Owner: me, NewRunID: func(id string) string { return "rr2_" + id }, TTL: func(*State) time.Duration { return 0 }}
+	cl := Claimer{Owner: me, NewRunID: func(c *State) string { return "rr2_" + c.ID }, TTL: func(*State) time.Duration { return ttl }}
+	notMine := Claimer{Owner: me, NewRunID: func(c *State) string { return "rr2_" + c.ID }, TTL: func(*State) time.Duration { return 0 }}
 	yes := func(*State) bool { return true }
 	no := func(*State) bool { return false }
 	unserved := func(since time.Time) *State {

@@ -86,6 +86,8 @@ type effectorParams struct {
 	owner    string
 	leaseTTL time.Duration
 	newID    func() string
+	// followUpID, when set, makes a follow-up's whole run id instead.
+	followUpID func(c *conversation.State) string
 	// mine says whether this replica runs c (its agent, its config).
 	mine func(c *conversation.State) bool
 	// notifyCancel tells run runID to stop wherever it executes.
@@ -136,7 +138,12 @@ func newEffector(p effectorParams) *effector { return &effector{effectorParams: 
 // agent takes it over (the follow-up effect nudges them; their reconcile
 // would find it too).
 func (e *effector) claimer() conversation.Claimer {
-	newRunID := func(convID string) string { return runIDFor(e.newID(), convID) }
+	newRunID := func(c *conversation.State) string {
+		if e.followUpID != nil {
+			return e.followUpID(c)
+		}
+		return runIDFor(e.newID(), c.ID)
+	}
 	return conversation.Claimer{Owner: e.owner, NewRunID: newRunID, TTL: func(c *conversation.State) time.Duration {
 		if !e.mine(c) {
 			return 0

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/conversation"
@@ -56,8 +57,11 @@ func (o *Orchestrator) FinishedBefore(ctx context.Context, key string, t time.Ti
 }
 
 // StopReplies stops this replica's consumption of replies, so that another
-// replica applies them.
-func (o *Orchestrator) StopReplies(ctx context.Context) error { return o.pipe.replies.Stop(ctx) }
+// replica applies them: the shared durable's and, giving them up to the
+// others, its reply partitions'.
+func (o *Orchestrator) StopReplies(ctx context.Context) error {
+	return errors.Join(o.pipe.replies.Stop(ctx), o.pipe.stopOwned(ctx))
+}
 
 // FreshConversations is how many conversations this replica created and
 // has not indexed or seen finish (fresh.go).

@@ -380,6 +380,10 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	o.store = st
+	owned, err := o.pipe.newOwnership(ctx, o.link.kv)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
 	o.fx = newEffector(o.effectorParams(st))
 	o.rec.store, o.rec.fx = st, o.fx
 	o.runner.store, o.runner.fx = st, o.fx
@@ -429,6 +433,7 @@ func (o *Orchestrator) Start(ctx context.Context) (err error) {
 	if err := o.link.advertise(ctx); err != nil {
 		o.log.WarnContext(ctx, "replica advert: the next refresh will try again", slog.String("error", err.Error()))
 	}
+	o.pipe.own(ctx, owned)
 	o.discovery.watch(ctx, o.bus)
 	// The first pass lists what is due now, before a run can start, so that
 	// it never takes a run of this process for one left undone; its reads go
@@ -498,6 +503,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 			_ = o.runner.cancelSub.Unsubscribe()
 		}
 		o.link.unsubscribeNudges()
+		err = errors.Join(err, o.pipe.stopOwned(ctx))
 		for _, sub := range []*bus.Subscription{o.pipe.replies, o.pipe.maxDeliver} {
 			if sub != nil {
 				if serr := sub.Drain(ctx); serr != nil {
@@ -697,6 +703,7 @@ func (o *Orchestrator) effectorParams(st *store) effectorParams {
 		log: o.log, clock: o.clock, store: st, events: o.events, deadlines: o.deadlines,
 		observer: o.observer,
 		owner:    o.cfg.InstanceID, leaseTTL: o.cfg.LeaseTTL, newID: o.cfg.NewID, mine: o.roster.take,
+		followUpID:   o.pipe.followUpRunID,
 		notifyCancel: o.bus.PublishCancel,
 		withdraw:     o.withdraw,
 		escalate:     o.rec.escalate,

@@ -192,6 +192,10 @@ type replyPipeline struct {
 	replies    *bus.Subscription
 	maxDeliver *bus.Subscription
 	commits    groupCommit
+
+	// owned is this replica's share of the reply partitions (ownership.go),
+	// set once Start has taken it.
+	owned atomic.Pointer[replyOwnership]
 }
 
 // reconciler does what nobody else will: the periodic pass over the due

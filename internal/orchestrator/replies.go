@@ -42,8 +42,21 @@ const replyPrefetch = 64
 // which costs nothing worth counting.
 const replyPullExpiry = time.Second
 
+// consumeReplies consumes the durable shared by every replica: every reply
+// where replies are not partitioned, and otherwise those stored before
+// they were (ownership.go consumes the partitions).
 func (rp *replyPipeline) consumeReplies(ctx context.Context) error {
-	sub, err := rp.bus.ConsumeReplies(ctx, rp.cfg.ReplyConsumer, bus.ConsumeConfig{
+	sub, err := rp.bus.ConsumeUnpartitionedReplies(ctx, rp.cfg.ReplyConsumer, rp.consumeConfig(), bus.HandlerFunc[bus.Reply](rp.handleReply))
+	if err != nil {
+		return err
+	}
+	rp.replies = sub
+	return nil
+}
+
+// consumeConfig is the reply durables' configuration.
+func (rp *replyPipeline) consumeConfig() bus.ConsumeConfig {
+	return bus.ConsumeConfig{
 		AckWait:         rp.cfg.ReplyAckWait,
 		MaxDeliver:      20,
 		BackOff:         []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
@@ -51,12 +64,7 @@ func (rp *replyPipeline) consumeReplies(ctx context.Context) error {
 		Dispatch:        true,
 		PullMaxMessages: replyPrefetch,
 		PullExpiry:      replyPullExpiry,
-	}, bus.HandlerFunc[bus.Reply](rp.handleReply))
-	if err != nil {
-		return err
 	}
-	rp.replies = sub
-	return nil
 }
 
 // handleReply ends every reply explicitly: acked once its effect is in its

@@ -166,6 +166,11 @@ func (o *Orchestrator) StartRunWith(ctx context.Context, req StartRequest) (_ Ru
 		convID = "c" + o.cfg.NewID()
 	}
 	runID := runIDFor(runPart, convID)
+	if req.IdempotencyKey == "" {
+		// In a partition of this replica's, so that the run's replies
+		// come back to the state it caches (ownership.go).
+		runID = o.pipe.ownRunID(convID)
+	}
 	lease := &conversation.Lease{Owner: o.cfg.InstanceID, RunID: runID, Until: now.Add(o.cfg.LeaseTTL)}
 	rec := conversation.RunRecord{RunID: runID, Status: conversation.StatusRunning, Prompt: req.Prompt, StartedAt: now}
 	info := RunInfo{RunID: runID, ConversationID: convID, Status: conversation.StatusRunning}

@@ -149,15 +149,8 @@ func (s *system) waitRepliesSettled(ctx context.Context) {
 		}
 	}
 	for {
-		js := s.ctl.JetStream()
-		cons, err := js.Consumer(ctx, wire.StreamReplies, "orchestrator")
-		st, serr := js.Stream(ctx, wire.StreamReplies)
-		if err == nil && serr == nil {
-			info, err := cons.Info(ctx)
-			sinfo, serr := st.Info(ctx)
-			if err == nil && serr == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= sinfo.State.LastSeq {
-				return
-			}
+		if s.repliesSettled(ctx) {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -165,6 +158,31 @@ func (s *system) waitRepliesSettled(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// repliesSettled reports whether every reply durable of the orchestrators
+// (the shared one and one per reply partition) has acknowledged all it
+// took, its ack floor up to what it delivered, with nothing left to take.
+func (s *system) repliesSettled(ctx context.Context) bool {
+	st, err := s.ctl.JetStream().Stream(ctx, wire.StreamReplies)
+	if err != nil {
+		return false
+	}
+	names := st.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if name != "orchestrator" && !strings.HasPrefix(name, "orchestrator_p") {
+			continue
+		}
+		c, err := st.Consumer(ctx, name)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending != 0 || info.NumAckPending != 0 || info.AckFloor.Stream < info.Delivered.Stream {
+			return false
+		}
+	}
+	return names.Err() == nil
 }
 
 func (s *system) streamMsgs(ctx context.Context, stream, subject string) (uint64, error) {

@@ -17,10 +17,33 @@ func StreamMsgs(t testing.TB, b *bus.Bus, stream string) uint64 {
 	return streamInfo(t, b, stream).State.Msgs
 }
 
-// SubjectMsgs is the number of messages stream holds on subject.
+// SubjectMsgs is the number of messages stream holds on subject: a
+// reply's, on the subject it was published on, wherever the stream
+// stores it (StoredAs).
 func SubjectMsgs(t testing.TB, b *bus.Bus, stream, subject string) uint64 {
 	t.Helper()
+	subject = StoredAs(t, b, stream, subject)
 	return streamInfo(t, b, stream, jetstream.WithSubjectFilter(subject)).State.Subjects[subject]
+}
+
+// StoredAs is the subject stream stores a message published on subject
+// under: a reply's is in its run's partition (bus.StoredReplySubject).
+func StoredAs(t testing.TB, b *bus.Bus, stream, subject string) string {
+	t.Helper()
+	if stream != wire.StreamReplies {
+		return subject
+	}
+	run, kind, err := wire.ParseReplySubject(subject)
+	if err != nil {
+		return subject
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	n, err := b.ReplyPartitions(ctx)
+	if err != nil {
+		t.Fatalf("reply partitions: %v", err)
+	}
+	return bus.StoredReplySubject(run, kind, n)
 }
 
 // Consumers is the number of consumers stream has.
@@ -53,7 +76,7 @@ func Messages(t testing.TB, b *bus.Bus, stream, subject string) []jetstream.Msg 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	c, err := b.JetStream().OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	c, err := b.JetStream().OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{StoredAs(t, b, stream, subject)}})
 	if err != nil {
 		t.Fatalf("read %s: %v", subject, err)
 	}
@@ -106,7 +129,7 @@ func LastDecision(t testing.TB, b *bus.Bus, run string) *wire.Decision {
 	if err != nil {
 		t.Fatalf("stream %s: %v", wire.StreamReplies, err)
 	}
-	m, err := st.GetLastMsgForSubject(ctx, subj)
+	m, err := st.GetLastMsgForSubject(ctx, StoredAs(t, b, wire.StreamReplies, subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
