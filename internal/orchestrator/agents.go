@@ -18,10 +18,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// DefaultAgentName names an agent whose config gives no name and that was
-// not loaded from a file (an embedding program's Config.Agent).
-const DefaultAgentName = "default"
-
 // agentRuntime is one agent this replica runs: its config, the digest of
 // that config, and the agent built from it.
 type agentRuntime struct {
@@ -71,48 +67,6 @@ func ShortDigest(d string) string {
 		return d[:12]
 	}
 	return d
-}
-
-// agentList is Config.Agents, or Config.Agent alone.
-func (c Config) agentList() []*AgentConfig {
-	if len(c.Agents) > 0 {
-		return c.Agents
-	}
-	if c.Agent != nil {
-		return []*AgentConfig{c.Agent}
-	}
-	return nil
-}
-
-// validateAgents checks that there is an agent and that names are valid
-// subject tokens and unique.
-func validateAgents(list []*AgentConfig) error {
-	if len(list) == 0 {
-		return errors.New("agent config is nil")
-	}
-	seen := map[string]bool{}
-	for i, a := range list {
-		if a == nil {
-			return fmt.Errorf("agents[%d]: nil", i)
-		}
-		name := agentName(a)
-		if _, err := wire.NudgeSubject(name); err != nil || !agentNameRE.MatchString(name) {
-			return fmt.Errorf("agents[%d]: name %q: letters, digits, _ and -, at most 64", i, name)
-		}
-		if seen[name] {
-			return fmt.Errorf("agents[%d]: two agents are named %q", i, name)
-		}
-		seen[name] = true
-	}
-	return nil
-}
-
-// agentName is a config's name, DefaultAgentName when it has none.
-func agentName(c *AgentConfig) string {
-	if c.Name != "" {
-		return c.Name
-	}
-	return DefaultAgentName
 }
 
 // buildAgents builds every configured agent.
