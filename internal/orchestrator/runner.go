@@ -447,3 +447,21 @@ func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
 }
+
+// subscribeCancels makes this replica stop its runs of conversations
+// cancelled anywhere.
+func (rn *runner) subscribeCancels() error {
+	sub, err := rn.bus.SubscribeCancels(func(runID string) {
+		rn.launchMu.Lock()
+		cancel := rn.executing[runID]
+		rn.launchMu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	rn.cancelSub = sub
+	return nil
+}
