@@ -18,6 +18,32 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
+// roster knows the agents this replica runs and those the other replicas
+// run: which conversations this replica may take (agents.go).
+type roster struct {
+	rosterParams
+	// inline is the runner's inline wait, the handler of the agents whose
+	// config sets inline_wait.
+	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
+	// agents are the agents this replica runs, by name; names in
+	// configured order; def the first.
+	agents map[string]*agentRuntime
+	names  []string
+	def    *agentRuntime
+	// replicas is the view of the live replicas' adverts (replicaLink
+	// keeps it).
+	replicas replicaSet
+}
+
+// rosterParams are the roster's collaborators: the config its agents are
+// built from, the clock, the tools' discovery, the once-a-key log.
+type rosterParams struct {
+	cfg       Config
+	clock     func() time.Time
+	discovery *discovery
+	once      *onceLog
+}
+
 // agentRuntime is one agent this replica runs: its config, the digest of
 // that config, and the agent built from it.
 type agentRuntime struct {

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
@@ -69,23 +68,6 @@ type core struct {
 	grantCache grantCache
 }
 
-// roster knows the agents this replica runs and those the other replicas
-// run: which conversations this replica may take (agents.go).
-type roster struct {
-	rosterParams
-	// inline is the runner's inline wait, the handler of the agents whose
-	// config sets inline_wait.
-	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
-	// agents are the agents this replica runs, by name; names in
-	// configured order; def the first.
-	agents map[string]*agentRuntime
-	names  []string
-	def    *agentRuntime
-	// replicas is the view of the live replicas' adverts (replicaLink
-	// keeps it).
-	replicas replicaSet
-}
-
 // runner executes runs under their leases, one slot each: a start, a
 // claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
 type runner struct {
@@ -135,15 +117,6 @@ type publisher struct {
 	// stored are the runs whose unmarked calls this replica published and
 	// saw stored (publish.go).
 	stored storedRuns
-}
-
-// rosterParams are the roster's collaborators: the config its agents are
-// built from, the clock, the tools' discovery, the once-a-key log.
-type rosterParams struct {
-	cfg       Config
-	clock     func() time.Time
-	discovery *discovery
-	once      *onceLog
 }
 
 // publisherParams are the publisher's collaborators.
