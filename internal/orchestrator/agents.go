@@ -170,14 +170,6 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	return a, nil
 }
 
-// Agents lists the names of the agents this replica runs, in the order
-// they were configured.
-func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
-
-// Catalogue is what workers advertise, as this orchestrator sees it; nil
-// before Start (or when the bucket could not be watched).
-func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
-
 // config is a's agent config; nil for no agent.
 func (a *agentRuntime) config() *AgentConfig {
 	if a == nil {

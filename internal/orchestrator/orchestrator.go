@@ -312,6 +312,14 @@ func (o *Orchestrator) Health(ctx context.Context) error {
 // InstanceID is the id of this replica (Config.InstanceID).
 func (o *Orchestrator) InstanceID() string { return o.cfg.InstanceID }
 
+// Agents lists the names of the agents this replica runs, in the order
+// they were configured.
+func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
+
+// Catalogue is what workers advertise, as this orchestrator sees it; nil
+// before Start (or when the bucket could not be watched).
+func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
+
 // RunInfo is the answer about one run.
 type RunInfo struct {
 	RunID          string              `json:"run_id"`
