@@ -12,7 +12,6 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
-	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // core is what the Orchestrator and the parts not yet handed their own
@@ -66,46 +65,6 @@ type core struct {
 	once onceLog
 	// grantCache holds the grants bucket as its watch sees it (grants.go).
 	grantCache grantCache
-}
-
-// runner executes runs under their leases, one slot each: a start, a
-// claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
-type runner struct {
-	runnerParams
-	sem      chan struct{}
-	ending   chan struct{} // endSlot's window
-	launchMu sync.Mutex    // orders launches before Stop's wait for runs
-	// inflight are the runs queued or executing in this process, by run
-	// id.
-	inflight map[string]*inflightRun
-	// executing cancels the runs executing in this process, by run id (a
-	// cancel notice ends them at once).
-	executing map[string]context.CancelFunc
-	cancelSub *nats.Subscription
-	runs      sync.WaitGroup
-}
-
-// runnerParams are the runner's collaborators.
-type runnerParams struct {
-	cfg       Config
-	log       *slog.Logger
-	clock     func() time.Time
-	bus       *bus.Bus
-	tracer    trace.Tracer
-	observer  observer
-	events    *eventPublisher
-	discovery *discovery
-	roster    *roster
-	pub       *publisher
-	// store and fx, the conversations and their write path, are handed
-	// over when the orchestrator starts (Start).
-	store *store
-	fx    *effector
-	// liveGrants are the grants that may answer req's approvals.
-	liveGrants func(ctx context.Context, r *roster, req *deferred.Requests) grantSet
-	// runCtx is the parent of every run; stopped is set as Stop begins.
-	runCtx  context.Context
-	stopped *atomic.Bool
 }
 
 // publisher turns a paused run's deferred requests into a batch and
