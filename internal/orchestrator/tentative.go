@@ -342,7 +342,7 @@ func (d *deferredAppend) dropLocked(ctx context.Context, err error) {
 		d.cancelRun()
 	}
 	close(d.settled)
-	d.fx.observer.deferredDropped()
+	d.fx.observer.tentativeDropped()
 	if d.start() {
 		d.fx.log.InfoContext(ctx, "start not stored; its run dropped", slog.String("conversation_id", d.convID),
 			slog.String("run_id", d.runID), slog.String("reason", err.Error()))
