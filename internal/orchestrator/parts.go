@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/conversation"
 )
 
 // core is what the Orchestrator and the parts not yet handed their own
@@ -65,32 +64,6 @@ type core struct {
 	once onceLog
 	// grantCache holds the grants bucket as its watch sees it (grants.go).
 	grantCache grantCache
-}
-
-// publisher turns a paused run's deferred requests into a batch and
-// publishes its calls (publish.go). It is handed what it uses, and
-// nothing else of the orchestrator.
-type publisher struct {
-	publisherParams
-	unserved *unservedCalls
-	// stored are the runs whose unmarked calls this replica published and
-	// saw stored (publish.go).
-	stored storedRuns
-}
-
-// publisherParams are the publisher's collaborators.
-type publisherParams struct {
-	log       *slog.Logger
-	clock     func() time.Time
-	bus       *bus.Bus
-	observer  observer
-	deadlines *deadlineIndex
-	// discovery says which tool a call of a run goes to.
-	discovery *discovery
-	roster    *roster
-	// do applies t to conversation id through the write path (the
-	// effector's), which carries out what it asks for.
-	do func(ctx context.Context, id string, t conversation.Transition) error
 }
 
 // replicaLink is this replica among the others: its advert, the nudges
