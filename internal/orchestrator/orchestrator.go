@@ -36,7 +36,8 @@ import (
 // Stop ends it.
 //
 // Its methods are what its users call; the work is done by its parts
-// (parts.go), each with one job, which share the core.
+// (parts.go; the roster, the runner and the publisher with their methods),
+// each with one job.
 type Orchestrator struct {
 	*core
 	// The parts, wired in New: each is handed the parts it uses.
