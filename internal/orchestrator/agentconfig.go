@@ -2,12 +2,14 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Default deadlines of a deferred call, when its tool sets none.
@@ -242,3 +244,38 @@ var agentNameRE = toolNameRE
 
 // ValidAgentName reports whether name can name an agent (as a tool name).
 func ValidAgentName(name string) bool { return agentNameRE.MatchString(name) }
+
+// DefaultAgentName names an agent whose config gives no name and that was
+// not loaded from a file (an embedding program's Config.Agent).
+const DefaultAgentName = "default"
+
+// validateAgents checks that there is an agent and that names are valid
+// subject tokens and unique.
+func validateAgents(list []*AgentConfig) error {
+	if len(list) == 0 {
+		return errors.New("agent config is nil")
+	}
+	seen := map[string]bool{}
+	for i, a := range list {
+		if a == nil {
+			return fmt.Errorf("agents[%d]: nil", i)
+		}
+		name := agentName(a)
+		if _, err := wire.NudgeSubject(name); err != nil || !agentNameRE.MatchString(name) {
+			return fmt.Errorf("agents[%d]: name %q: letters, digits, _ and -, at most 64", i, name)
+		}
+		if seen[name] {
+			return fmt.Errorf("agents[%d]: two agents are named %q", i, name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// agentName is a config's name, DefaultAgentName when it has none.
+func agentName(c *AgentConfig) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return DefaultAgentName
+}

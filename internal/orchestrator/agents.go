@@ -18,9 +18,31 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// DefaultAgentName names an agent whose config gives no name and that was
-// not loaded from a file (an embedding program's Config.Agent).
-const DefaultAgentName = "default"
+// roster knows the agents this replica runs and those the other replicas
+// run: which conversations this replica may take (agents.go).
+type roster struct {
+	rosterParams
+	// inline is the runner's inline wait, the handler of the agents whose
+	// config sets inline_wait.
+	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
+	// agents are the agents this replica runs, by name; names in
+	// configured order; def the first.
+	agents map[string]*agentRuntime
+	names  []string
+	def    *agentRuntime
+	// replicas is the view of the live replicas' adverts (replicaLink
+	// keeps it).
+	replicas replicaSet
+}
+
+// rosterParams are the roster's collaborators: the config its agents are
+// built from, the clock, the tools' discovery, the once-a-key log.
+type rosterParams struct {
+	cfg       Config
+	clock     func() time.Time
+	discovery *discovery
+	once      *onceLog
+}
 
 // agentRuntime is one agent this replica runs: its config, the digest of
 // that config, and the agent built from it.
@@ -71,48 +93,6 @@ func ShortDigest(d string) string {
 		return d[:12]
 	}
 	return d
-}
-
-// agentList is Config.Agents, or Config.Agent alone.
-func (c Config) agentList() []*AgentConfig {
-	if len(c.Agents) > 0 {
-		return c.Agents
-	}
-	if c.Agent != nil {
-		return []*AgentConfig{c.Agent}
-	}
-	return nil
-}
-
-// validateAgents checks that there is an agent and that names are valid
-// subject tokens and unique.
-func validateAgents(list []*AgentConfig) error {
-	if len(list) == 0 {
-		return errors.New("agent config is nil")
-	}
-	seen := map[string]bool{}
-	for i, a := range list {
-		if a == nil {
-			return fmt.Errorf("agents[%d]: nil", i)
-		}
-		name := agentName(a)
-		if _, err := wire.NudgeSubject(name); err != nil || !agentNameRE.MatchString(name) {
-			return fmt.Errorf("agents[%d]: name %q: letters, digits, _ and -, at most 64", i, name)
-		}
-		if seen[name] {
-			return fmt.Errorf("agents[%d]: two agents are named %q", i, name)
-		}
-		seen[name] = true
-	}
-	return nil
-}
-
-// agentName is a config's name, DefaultAgentName when it has none.
-func agentName(c *AgentConfig) string {
-	if c.Name != "" {
-		return c.Name
-	}
-	return DefaultAgentName
 }
 
 // buildAgents builds every configured agent.
@@ -189,14 +169,6 @@ func (r *roster) buildAgent(cfg *AgentConfig) (*agent.Agent, error) {
 	}
 	return a, nil
 }
-
-// Agents lists the names of the agents this replica runs, in the order
-// they were configured.
-func (o *Orchestrator) Agents() []string { return slices.Clone(o.roster.names) }
-
-// Catalogue is what workers advertise, as this orchestrator sees it; nil
-// before Start (or when the bucket could not be watched).
-func (o *Orchestrator) Catalogue() *Catalogue { return o.discovery.catalogue }
 
 // config is a's agent config; nil for no agent.
 func (a *agentRuntime) config() *AgentConfig {

@@ -37,21 +37,3 @@ func (o *Orchestrator) Cancel(ctx context.Context, id string) (*conversation.Sta
 	}
 	return c, nil
 }
-
-// subscribeCancels makes this replica stop its runs of conversations
-// cancelled anywhere.
-func (rn *runner) subscribeCancels() error {
-	sub, err := rn.bus.SubscribeCancels(func(runID string) {
-		rn.launchMu.Lock()
-		cancel := rn.executing[runID]
-		rn.launchMu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
-	})
-	if err != nil {
-		return err
-	}
-	rn.cancelSub = sub
-	return nil
-}

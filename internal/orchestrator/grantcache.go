@@ -3,7 +3,32 @@ package orchestrator
 import (
 	"maps"
 	"sync"
+
+	"github.com/toolgate/toolgate/wire"
 )
+
+// Grant is a standing decision (package wire): every later approval call
+// its scope covers is decided by it when its run pauses, before anyone is
+// asked.
+type Grant = wire.Grant
+
+// GrantedByPrefix starts the approver id of a decision a grant made
+// ("grant:<id>"), in the call's reply and the conversation's decisions.
+const GrantedByPrefix = "grant:"
+
+// StoredGrant is a grant as the bucket holds it, with what the
+// orchestrator makes of it.
+type StoredGrant struct {
+	Grant
+	// Source is where it was given: wire.GrantKeyAPI or wire.GrantKeyBus.
+	Source string `json:"source"`
+	// Ignored says why the orchestrator does not apply it ("" when it
+	// does): expired, unsigned, signed by a key no agent config of the
+	// replica trusts, or given by an approver the tool's approvers do not
+	// name. Whether it applies to a call is decided for that call, under
+	// the trust and approvers of its conversation's agent config.
+	Ignored string `json:"ignored,omitempty"`
+}
 
 // grantCache is the grants bucket as the orchestrator's watch of it sees
 // it, so that a pause reads no bucket: its values by key, once the watch

@@ -20,15 +20,6 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Grant is a standing decision (package wire): every later approval call
-// its scope covers is decided by it when its run pauses, before anyone is
-// asked.
-type Grant = wire.Grant
-
-// GrantedByPrefix starts the approver id of a decision a grant made
-// ("grant:<id>"), in the call's reply and the conversation's decisions.
-const GrantedByPrefix = "grant:"
-
 // GrantRequest is a grant given over the HTTP API, on behalf of a caller
 // the API authenticated.
 type GrantRequest struct {
@@ -76,20 +67,6 @@ func (o *Orchestrator) Grant(ctx context.Context, r GrantRequest) (Grant, error)
 	o.log.InfoContext(ctx, "grant given", slog.String("grant_id", g.ID), slog.String("tool", g.Tool),
 		slog.Bool("approved", g.Approved), slog.String("by", g.GrantedBy))
 	return g, nil
-}
-
-// StoredGrant is a grant as the bucket holds it, with what the
-// orchestrator makes of it.
-type StoredGrant struct {
-	Grant
-	// Source is where it was given: wire.GrantKeyAPI or wire.GrantKeyBus.
-	Source string `json:"source"`
-	// Ignored says why the orchestrator does not apply it ("" when it
-	// does): expired, unsigned, signed by a key no agent config of the
-	// replica trusts, or given by an approver the tool's approvers do not
-	// name. Whether it applies to a call is decided for that call, under
-	// the trust and approvers of its conversation's agent config.
-	Ignored string `json:"ignored,omitempty"`
 }
 
 // Grants lists the grants stored, expired and ignored ones included (each
@@ -239,28 +216,6 @@ func (r *roster) anySigned() bool {
 	return false
 }
 
-// grantRefusal says why grant sg may not decide call pc (nil: none in
-// particular) of c, of tool tc, under p: a grant on the bus must be signed
-// by a key p trusts, as a decision from NATS (one given over the HTTP API
-// was refused there unless its giver is a user the API names), and its
-// giver must be one who may decide the call (admit), as a decision's.
-func (p *agentPolicy) grantRefusal(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, sg StoredGrant) error {
-	g := sg.Grant
-	if sg.Source == wire.GrantKeyBus && p.signed() {
-		if err := p.verify("grant", g.GrantedBy, g.Signature, g.Verify); err != nil {
-			return err
-		}
-	}
-	return p.admit(c, pc, tc, g.GrantedBy, g.Approved)
-}
-
-// grantSet is the grants in force when a run pauses, to be judged, for
-// each call, by the policy of its conversation's agent (roster.judge).
-type grantSet struct {
-	grants []StoredGrant
-	roster *roster
-}
-
 // liveGrants are the grants in force now, judged by the agents r knows. A
 // failure to read them is logged and leaves none: the calls are then asked
 // about, which is safe.
@@ -289,93 +244,6 @@ func (co *core) liveGrants(ctx context.Context, r *roster, req *deferred.Request
 		}
 	}
 	return gs
-}
-
-// applyGrants decides the approval calls of c's batch, just paused (or
-// held by an inline wait), that a grant covers: a standing denial over an
-// approval when both cover a call. A call so approved is dispatched to its
-// workers at once (Dispatch) and goes out with the batch's calls; one of
-// an in-process tool runs in the follow-up, as any approved call. Each is
-// recorded as decided by the grant (DecisionRecord.GrantID). A grant that
-// the policy of c's agent refuses for a call (grantRefusal) does not
-// decide it; it is returned with why, to be audited. When this replica
-// may not judge c's decisions, no grant decides any of its calls.
-func applyGrants(c *conversation.State, gs grantSet, now time.Time) []conversation.GrantUse {
-	b := c.Batch
-	if b == nil || len(gs.grants) == 0 {
-		return nil
-	}
-	ag := gs.roster.judge(c)
-	if ag == nil {
-		return nil
-	}
-	caller := callerID(c.Caller)
-	var uses, ignored []conversation.GrantUse
-	for _, pc := range b.Calls {
-		if pc.Kind != deferred.KindApproval || pc.Reply != nil {
-			continue
-		}
-		tc := ag.cfg.tool(pc.ToolName)
-		var found *Grant
-		for i := range gs.grants {
-			g := &gs.grants[i].Grant
-			if !g.Covers(pc.ToolName, pc.ArgsDigest, c.ID, caller) {
-				continue
-			}
-			if err := ag.policy.grantRefusal(c, pc, tc, gs.grants[i]); err != nil {
-				ignored = append(ignored, useOf(pc, g, err.Error()))
-				continue
-			}
-			if found == nil || found.Approved && !g.Approved {
-				found = g
-			}
-		}
-		if found == nil {
-			continue
-		}
-		r := &conversation.Reply{Outcome: conversation.OutcomeApproved, By: GrantedByPrefix + found.ID, At: now}
-		if !found.Approved {
-			r.Outcome, r.Message = conversation.OutcomeDenied, found.Message
-			if r.Message == "" {
-				r.Message = deferred.DefaultDenyMessage
-			}
-		}
-		pc.Reply = r
-		// Decided before it was ever published: nothing asks anyone.
-		pc.Published = true
-		c.Decisions = append(c.Decisions, conversation.DecisionRecord{
-			RunID: b.RunID, ToolCallID: pc.ToolCallID, ToolName: pc.ToolName, Approved: found.Approved,
-			Message: r.Message, ApproverID: r.By, GrantID: found.ID, At: now,
-		})
-		uses = append(uses, useOf(pc, found, ""))
-	}
-	for _, u := range uses {
-		if u.Approved {
-			c.Dispatch(u.CallID, now)
-		}
-	}
-	if len(uses) > 0 {
-		c.UpdatedAt = now
-	}
-	return append(uses, ignored...)
-}
-
-// useOf is the use of grant g for call pc, ignored for that reason when
-// not "".
-func useOf(pc *conversation.PendingCall, g *Grant, ignored string) conversation.GrantUse {
-	return conversation.GrantUse{CallID: pc.ToolCallID, Tool: pc.ToolName, ArgsDigest: pc.ArgsDigest, GrantID: g.ID,
-		Approved: g.Approved, Signed: len(g.Signature) > 0, Message: g.Message, Ignored: ignored}
-}
-
-// callerID is the "id" of a run's caller object; "" when it has none.
-func callerID(caller json.RawMessage) string {
-	var v struct {
-		ID string `json:"id"`
-	}
-	if len(caller) == 0 || json.Unmarshal(caller, &v) != nil {
-		return ""
-	}
-	return v.ID
 }
 
 // auditGrants records each call a grant decided on the audit stream, as

@@ -41,10 +41,10 @@ type observer interface {
 	// is written (n 1), and again if the write failed (n -1).
 	storedWithEnd(start bool, n int64)
 	// runUncounted takes back a runStarted (start) or followUp whose
-	// deferred record was dropped or abandoned; deferredDropped is told
+	// deferred record was dropped or abandoned; tentativeDropped is told
 	// of each dropped because the conversation changed first.
 	runUncounted(start bool)
-	deferredDropped()
+	tentativeDropped()
 	// published is told of each publish of a batch's calls (calls of
 	// them); leaseLost of each run that lost its lease; handedOver of each
 	// run handed to another agent's replicas.
@@ -142,7 +142,7 @@ func (metrics) followUp()                          {}
 func (metrics) endWritten()                        {}
 func (metrics) storedWithEnd(bool, int64)          {}
 func (metrics) runUncounted(bool)                  {}
-func (metrics) deferredDropped()                   {}
+func (metrics) tentativeDropped()                  {}
 func (metrics) published(int)                      {}
 func (metrics) leaseLost()                         {}
 func (metrics) handedOver()                        {}
@@ -172,7 +172,7 @@ func (o both) storedWithEnd(start bool, n int64) {
 	o.b.storedWithEnd(start, n)
 }
 func (o both) runUncounted(start bool) { o.a.runUncounted(start); o.b.runUncounted(start) }
-func (o both) deferredDropped()        { o.a.deferredDropped(); o.b.deferredDropped() }
+func (o both) tentativeDropped()       { o.a.tentativeDropped(); o.b.tentativeDropped() }
 func (o both) published(calls int)     { o.a.published(calls); o.b.published(calls) }
 func (o both) leaseLost()              { o.a.leaseLost(); o.b.leaseLost() }
 func (o both) handedOver()             { o.a.handedOver(); o.b.handedOver() }
@@ -300,7 +300,7 @@ func (s *Counts) runUncounted(start bool) {
 	s.FollowUps.Add(-1)
 }
 
-func (s *Counts) deferredDropped() { s.TentativeDropped.Add(1) }
+func (s *Counts) tentativeDropped() { s.TentativeDropped.Add(1) }
 
 func (s *Counts) published(calls int) {
 	s.Published.Add(int64(calls))

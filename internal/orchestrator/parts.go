@@ -10,10 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/bus"
-	"github.com/toolgate/toolgate/internal/conversation"
-	"github.com/toolgate/toolgate/internal/deferred"
 )
 
 // core is what the Orchestrator and the parts not yet handed their own
@@ -67,98 +64,6 @@ type core struct {
 	once onceLog
 	// grantCache holds the grants bucket as its watch sees it (grants.go).
 	grantCache grantCache
-}
-
-// roster knows the agents this replica runs and those the other replicas
-// run: which conversations this replica may take (agents.go).
-type roster struct {
-	rosterParams
-	// inline is the runner's inline wait, the handler of the agents whose
-	// config sets inline_wait.
-	inline func(rc *agent.RunContext, req *deferred.Requests, wait time.Duration) (*deferred.Results, error)
-	// agents are the agents this replica runs, by name; names in
-	// configured order; def the first.
-	agents map[string]*agentRuntime
-	names  []string
-	def    *agentRuntime
-	// replicas is the view of the live replicas' adverts (replicaLink
-	// keeps it).
-	replicas replicaSet
-}
-
-// runner executes runs under their leases, one slot each: a start, a
-// claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
-type runner struct {
-	runnerParams
-	sem      chan struct{}
-	ending   chan struct{} // endSlot's window
-	launchMu sync.Mutex    // orders launches before Stop's wait for runs
-	// inflight are the runs queued or executing in this process, by run
-	// id.
-	inflight map[string]*inflightRun
-	// executing cancels the runs executing in this process, by run id (a
-	// cancel notice ends them at once).
-	executing map[string]context.CancelFunc
-	cancelSub *nats.Subscription
-	runs      sync.WaitGroup
-}
-
-// runnerParams are the runner's collaborators.
-type runnerParams struct {
-	cfg       Config
-	log       *slog.Logger
-	clock     func() time.Time
-	bus       *bus.Bus
-	tracer    trace.Tracer
-	observer  observer
-	events    *eventPublisher
-	discovery *discovery
-	roster    *roster
-	pub       *publisher
-	// store and fx, the conversations and their write path, are handed
-	// over when the orchestrator starts (Start).
-	store *store
-	fx    *effector
-	// liveGrants are the grants that may answer req's approvals.
-	liveGrants func(ctx context.Context, r *roster, req *deferred.Requests) grantSet
-	// runCtx is the parent of every run; stopped is set as Stop begins.
-	runCtx  context.Context
-	stopped *atomic.Bool
-}
-
-// publisher turns a paused run's deferred requests into a batch and
-// publishes its calls (publish.go). It is handed what it uses, and
-// nothing else of the orchestrator.
-type publisher struct {
-	publisherParams
-	unserved *unservedCalls
-	// stored are the runs whose unmarked calls this replica published and
-	// saw stored (publish.go).
-	stored storedRuns
-}
-
-// rosterParams are the roster's collaborators: the config its agents are
-// built from, the clock, the tools' discovery, the once-a-key log.
-type rosterParams struct {
-	cfg       Config
-	clock     func() time.Time
-	discovery *discovery
-	once      *onceLog
-}
-
-// publisherParams are the publisher's collaborators.
-type publisherParams struct {
-	log       *slog.Logger
-	clock     func() time.Time
-	bus       *bus.Bus
-	observer  observer
-	deadlines *deadlineIndex
-	// discovery says which tool a call of a run goes to.
-	discovery *discovery
-	roster    *roster
-	// do applies t to conversation id through the write path (the
-	// effector's), which carries out what it asks for.
-	do func(ctx context.Context, id string, t conversation.Transition) error
 }
 
 // replicaLink is this replica among the others: its advert, the nudges

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/agent"
 	"github.com/toolgate/toolgate/internal/conversation"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // SelfApprovalAllow, as ToolConfig.SelfApproval, lets a run's caller
@@ -259,4 +260,19 @@ func CallerID(caller json.RawMessage) string {
 		}
 	}
 	return ""
+}
+
+// grantRefusal says why grant sg may not decide call pc (nil: none in
+// particular) of c, of tool tc, under p: a grant on the bus must be signed
+// by a key p trusts, as a decision from NATS (one given over the HTTP API
+// was refused there unless its giver is a user the API names), and its
+// giver must be one who may decide the call (admit), as a decision's.
+func (p *agentPolicy) grantRefusal(c *conversation.State, pc *conversation.PendingCall, tc *ToolConfig, sg StoredGrant) error {
+	g := sg.Grant
+	if sg.Source == wire.GrantKeyBus && p.signed() {
+		if err := p.verify("grant", g.GrantedBy, g.Signature, g.Verify); err != nil {
+			return err
+		}
+	}
+	return p.admit(c, pc, tc, g.GrantedBy, g.Approved)
 }

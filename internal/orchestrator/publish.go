@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
@@ -14,6 +15,32 @@ import (
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
+
+// publisher turns a paused run's deferred requests into a batch and
+// publishes its calls (publish.go). It is handed what it uses, and
+// nothing else of the orchestrator.
+type publisher struct {
+	publisherParams
+	unserved *unservedCalls
+	// stored are the runs whose unmarked calls this replica published and
+	// saw stored (publish.go).
+	stored storedRuns
+}
+
+// publisherParams are the publisher's collaborators.
+type publisherParams struct {
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	observer  observer
+	deadlines *deadlineIndex
+	// discovery says which tool a call of a run goes to.
+	discovery *discovery
+	roster    *roster
+	// do applies t to conversation id through the write path (the
+	// effector's), which carries out what it asks for.
+	do func(ctx context.Context, id string, t conversation.Transition) error
+}
 
 // publishBatch publishes every call of the conversation's batch not yet
 // marked published, then marks them. Calls are published before they are

@@ -10,15 +10,58 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/agent"
+	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/conversation"
 	"github.com/toolgate/toolgate/internal/deferred"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/wire"
 )
+
+// runner executes runs under their leases, one slot each: a start, a
+// claimed follow-up, a relaunch (runner.go, inline.go, complete.go).
+type runner struct {
+	runnerParams
+	sem      chan struct{}
+	ending   chan struct{} // endSlot's window
+	launchMu sync.Mutex    // orders launches before Stop's wait for runs
+	// inflight are the runs queued or executing in this process, by run
+	// id.
+	inflight map[string]*inflightRun
+	// executing cancels the runs executing in this process, by run id (a
+	// cancel notice ends them at once).
+	executing map[string]context.CancelFunc
+	cancelSub *nats.Subscription
+	runs      sync.WaitGroup
+}
+
+// runnerParams are the runner's collaborators.
+type runnerParams struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     func() time.Time
+	bus       *bus.Bus
+	tracer    trace.Tracer
+	observer  observer
+	events    *eventPublisher
+	discovery *discovery
+	roster    *roster
+	pub       *publisher
+	// store and fx, the conversations and their write path, are handed
+	// over when the orchestrator starts (Start).
+	store *store
+	fx    *effector
+	// liveGrants are the grants that may answer req's approvals.
+	liveGrants func(ctx context.Context, r *roster, req *deferred.Requests) grantSet
+	// runCtx is the parent of every run; stopped is set as Stop begins.
+	runCtx  context.Context
+	stopped *atomic.Bool
+}
 
 // goUnlessStopped runs f on a goroutine that Stop waits for, as it waits
 // for runs, unless the orchestrator is stopping.
@@ -446,4 +489,22 @@ func (rn *runner) releaseLease(ctx context.Context, convID, runID string) {
 	if err != nil {
 		rn.log.WarnContext(ctx, "release lease", slog.String("conversation_id", convID), slog.String("error", err.Error()))
 	}
+}
+
+// subscribeCancels makes this replica stop its runs of conversations
+// cancelled anywhere.
+func (rn *runner) subscribeCancels() error {
+	sub, err := rn.bus.SubscribeCancels(func(runID string) {
+		rn.launchMu.Lock()
+		cancel := rn.executing[runID]
+		rn.launchMu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	rn.cancelSub = sub
+	return nil
 }

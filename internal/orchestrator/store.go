@@ -140,8 +140,8 @@ type store struct {
 	// conversation was put before the record that restarts it is
 	// appended: a test's way into that moment.
 	restartIndexed func(id string)
-	// sweepScan, when set, is a test's smaller sweepScan.
-	sweepScan int
+	// scanLimit, when set, is a test's smaller sweepScan.
+	scanLimit int
 }
 
 func (s *store) wrote(n int) {

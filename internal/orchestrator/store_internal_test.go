@@ -277,7 +277,7 @@ func TestSweepGoesThroughALongStretchInSteps(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	s := newTestStore(t, 64<<20)
-	s.sweepScan = 3
+	s.scanLimit = 3
 	now := time.Now().UTC()
 	var last uint64
 	for i := range 10 {
@@ -394,7 +394,7 @@ func TestListGoesOverTheStreamInCreationOrder(t *testing.T) {
 	if got, sizes := pages(listFilter{Limit: 3}); !slices.Equal(got, ids) || fmt.Sprint(sizes) != "[3 3 3 1]" {
 		t.Errorf("pages of 3: %v in pages of %v; want %v in [3 3 3 1]", got, sizes, ids)
 	}
-	s.sweepScan = 4
+	s.scanLimit = 4
 	if got, _ := pages(listFilter{Limit: 3}); !slices.Equal(got, ids) {
 		t.Errorf("pages of 3, 4 records a request: %v; want %v", got, ids)
 	}

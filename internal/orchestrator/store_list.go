@@ -361,8 +361,8 @@ const (
 )
 
 func (s *store) sweepScanLimit() int {
-	if s.sweepScan > 0 {
-		return s.sweepScan
+	if s.scanLimit > 0 {
+		return s.scanLimit
 	}
 	return sweepScan
 }

@@ -44,14 +44,6 @@ import (
 // delivered again, and the follow-up runs where they land; a start it had
 // not answered is not stored.
 
-// claimWindow is how long a run may go on before what it starts from is
-// stored (a follow-up's claim, a new conversation's start), by default
-// (Config.ClaimWindow). It bounds how long the completing replies wait for
-// their acknowledgement, and a start for its answer; the run's lease is
-// not renewed before its claim is stored, which a window far below a third
-// of the lease makes no matter.
-const claimWindow = 50 * time.Millisecond
-
 type deferredState int
 
 const (
@@ -350,7 +342,7 @@ func (d *deferredAppend) dropLocked(ctx context.Context, err error) {
 		d.cancelRun()
 	}
 	close(d.settled)
-	d.fx.observer.deferredDropped()
+	d.fx.observer.tentativeDropped()
 	if d.start() {
 		d.fx.log.InfoContext(ctx, "start not stored; its run dropped", slog.String("conversation_id", d.convID),
 			slog.String("run_id", d.runID), slog.String("reason", err.Error()))

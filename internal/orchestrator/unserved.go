@@ -36,10 +36,12 @@ type unservedCalls struct {
 	// takers reports whether anyone takes calls of tool now.
 	takers func(ctx context.Context, tool string) (bool, error)
 	// emit publishes an event (eventPublisher.publish).
-	emit    func(ctx context.Context, convID, runID, typ, callID string, data any)
-	log     *slog.Logger
-	clock   func() time.Time
-	metrics func(tool string)
+	emit  func(ctx context.Context, convID, runID, typ, callID string, data any)
+	log   *slog.Logger
+	clock func() time.Time
+	// onUnserved is told of each call no worker takes (the observer's
+	// unservedCall).
+	onUnserved func(tool string)
 	// every and recheck are takersCheckEvery and takersRecheck, shorter
 	// in tests.
 	every, recheck time.Duration
@@ -67,13 +69,13 @@ type unservedCall struct {
 	deadline              time.Time
 }
 
-func newUnservedCalls(ctx context.Context, b *bus.Bus, events *eventPublisher, log *slog.Logger, clock func() time.Time, metrics func(string)) *unservedCalls {
+func newUnservedCalls(ctx context.Context, b *bus.Bus, events *eventPublisher, log *slog.Logger, clock func() time.Time, onUnserved func(string)) *unservedCalls {
 	return &unservedCalls{
 		takers: func(ctx context.Context, tool string) (bool, error) {
 			waiting, unacked, err := b.CallTakers(ctx, tool)
 			return waiting > 0 || unacked > 0, err
 		},
-		emit: events.publish, log: log, clock: clock, metrics: metrics,
+		emit: events.publish, log: log, clock: clock, onUnserved: onUnserved,
 		every: takersCheckEvery, recheck: takersRecheck,
 		tools: map[string]*toolTakers{}, ctx: ctx,
 	}
@@ -189,8 +191,8 @@ func (u *unservedCalls) tell(tool string, calls []unservedCall) {
 			Reason:   "no worker takes calls of " + tool + ": the call waits until one does or its deadline passes",
 			Deadline: c.deadline.UTC(),
 		})
-		if u.metrics != nil {
-			u.metrics(tool)
+		if u.onUnserved != nil {
+			u.onUnserved(tool)
 		}
 	}
 }
