@@ -77,6 +77,11 @@ type ConsumeConfig struct {
 	// (the orchestrator's grouped reply writes): a waiting handler then
 	// holds no prefetched message behind it.
 	Dispatch bool
+	// Slots, with Dispatch, bounds the handlers running at once across
+	// every consumer given the same channel (its capacity), instead of
+	// Concurrency for this one alone: the consumers of one pipeline's
+	// partitions share one budget. nil: Concurrency of this consumer's own.
+	Slots chan struct{}
 	// AutoInProgress sends InProgress every AckWait/3 while a handler
 	// runs, so long calls are not redelivered.
 	AutoInProgress bool
@@ -571,7 +576,10 @@ func (s *Subscription) onMsg(cfg ConsumeConfig, handle func(jetstream.Msg)) (fun
 			handle(m)
 		}, cfg.Concurrency
 	}
-	slots := make(chan struct{}, cfg.Concurrency)
+	slots := cfg.Slots
+	if slots == nil {
+		slots = make(chan struct{}, cfg.Concurrency)
+	}
 	return func(m jetstream.Msg) {
 		if !s.enter() {
 			_ = m.Nak()

@@ -91,3 +91,71 @@ func TestDispatchRunsWaitingHandlersTogether(t *testing.T) {
 		return info.NumAckPending == 0 && info.NumPending == 0, fmt.Sprintf("%d unacked", info.NumAckPending)
 	})
 }
+
+// Consumers given the same Slots share its capacity: two durables, each
+// allowed ten handlers of its own, run three at once in all while every
+// message of both is delivered and waiting; once let go, all are handled.
+func TestDispatchConsumersShareSlots(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, embedded.ServerConfig{})
+	b := bustest.Connect(t, srv, "slots")
+	bustest.Setup(t, b)
+	const n, cap = 10, 3
+	for i := range n {
+		if _, err := b.PublishCallReply(ctxT(t), bustest.SampleReply("run1", fmt.Sprintf("c%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		running, maxRun, handled atomic.Int32
+		gate                     = make(chan struct{})
+	)
+	slots := make(chan struct{}, cap)
+	h := func(ctx context.Context, d *bus.Delivery[bus.Reply]) error {
+		r := running.Add(1)
+		defer running.Add(-1)
+		for {
+			m := maxRun.Load()
+			if r <= m || maxRun.CompareAndSwap(m, r) {
+				break
+			}
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		handled.Add(1)
+		return nil
+	}
+	for _, durable := range []string{"slots_a", "slots_b"} {
+		consumeReplies(t, b, durable, bus.ConsumeConfig{Dispatch: true, Concurrency: n, PullMaxMessages: n, Slots: slots}, h)
+	}
+	// Every message of both durables is out to the client: the handlers
+	// not running wait for a slot.
+	for _, durable := range []string{"slots_a", "slots_b"} {
+		cons, err := b.JetStream().Consumer(ctxT(t), wire.StreamReplies, durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bustest.Poll(t, wait, durable+" delivered every reply", func() (bool, string) {
+			info, err := cons.Info(ctxT(t))
+			if err != nil {
+				return false, err.Error()
+			}
+			return info.NumAckPending == n, fmt.Sprintf("%d delivered and unacked", info.NumAckPending)
+		})
+	}
+	bustest.Poll(t, wait, "the slots full", func() (bool, string) {
+		r := running.Load()
+		return r >= cap, fmt.Sprintf("%d running", r)
+	})
+	close(gate)
+	bustest.Poll(t, wait, "every reply handled", func() (bool, string) {
+		h := handled.Load()
+		return h == 2*n, fmt.Sprintf("%d handled", h)
+	})
+	if m := maxRun.Load(); m != cap {
+		t.Errorf("%d handlers at once across the two consumers, want %d (their shared slots)", m, cap)
+	}
+}

@@ -109,7 +109,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		remove: o.remove, loopCtx: o.loopCtx, stopping: o.stopping, stopped: &o.stopped,
 	}}
 	o.link = &replicaLink{core: o.core, roster: o.roster, reconcileEntries: o.rec.reconcileEntries}
-	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub}
+	o.pipe = &replyPipeline{core: o.core, roster: o.roster, pub: o.pub, slots: make(chan struct{}, replyConcurrency)}
 	o.discovery = discovery{log: o.log, inProcess: cfg.Tools, agents: cfg.agentList(), once: &o.once, warnings: advertWarnings{log: o.log, grace: cfg.AdvertGrace}}
 	o.storage.log = o.log
 	if err := o.roster.buildAgents(); err != nil {

@@ -92,6 +92,9 @@ type replicaLink struct {
 // replygroup.go, verify.go, audit.go).
 type replyPipeline struct {
 	*core
+	// slots bounds the replies handled at once by all the pipeline's
+	// consumers (the shared durable and each owned partition's).
+	slots      chan struct{}
 	roster     *roster
 	pub        *publisher
 	replies    *bus.Subscription

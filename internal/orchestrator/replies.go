@@ -62,6 +62,7 @@ func (rp *replyPipeline) consumeConfig() bus.ConsumeConfig {
 		BackOff:         []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second},
 		Concurrency:     replyConcurrency,
 		Dispatch:        true,
+		Slots:           rp.slots,
 		PullMaxMessages: replyPrefetch,
 		PullExpiry:      replyPullExpiry,
 	}
