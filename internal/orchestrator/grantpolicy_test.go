@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/internal/agentconfig"
 	"github.com/toolgate/toolgate/internal/approver"
 	"github.com/toolgate/toolgate/internal/conversation"
@@ -80,19 +79,7 @@ func TestGrantsAreCheckedAgainstTheAgentsTrust(t *testing.T) {
 			cfg := demoAgent(t)
 			cfg.Trust = tc.trust
 			o, _ := e.orch(orchestrator.Config{Agent: cfg, TrustedApprovers: tc.replica})
-			nc := e.connect("bot").Conn()
-			g, err := approval.GiveGrant(ctxT(t), nc, approval.Grant{Tool: "update_file", Approved: true, GrantedBy: "bot",
-				ArgsDigest: digestOf(t, dotenvArgs)}, tc.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the grant seen by the orchestrator's watch", func() (bool, string) {
-				return orchestrator.GrantSeen(o, g.ID), ""
-			})
-			gs, err := o.Grants(ctxT(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, gs := giveDotenvGrant(t, e, o, tc.key)
 			if len(gs) != 1 || (tc.ignored == "") != (gs[0].Ignored == "") || !strings.Contains(gs[0].Ignored, tc.ignored) {
 				t.Errorf("grants listed %+v, want it ignored for %q", gs, tc.ignored)
 			}

@@ -201,19 +201,7 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			e := newEnv(t)
 			e.worker()
 			o, _ := e.orch(orchestrator.Config{TrustedApprovers: map[string]ed25519.PublicKey{"bot": pub}})
-			nc := e.connect("bot").Conn()
-			g, err := approval.GiveGrant(ctxT(t), nc, approval.Grant{Tool: "update_file", Approved: true, GrantedBy: "bot",
-				ArgsDigest: digestOf(t, dotenvArgs)}, tc.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the grant seen by the orchestrator's watch", func() (bool, string) {
-				return orchestrator.GrantSeen(o, g.ID), ""
-			})
-			gs, err := o.Grants(ctxT(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, gs := giveDotenvGrant(t, e, o, tc.key)
 			if len(gs) != 1 || gs[0].ID != g.ID || gs[0].Source != wire.GrantKeyBus || !strings.Contains(gs[0].Ignored, tc.ignored) || (tc.ignored == "") != (gs[0].Ignored == "") {
 				t.Fatalf("grants listed %+v, want %s ignored for %q", gs, g.ID, tc.ignored)
 			}
@@ -225,7 +213,7 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			if d := pendingCall(t, c, "update_file_dotenv").Decision(); (d != nil) != (tc.ignored == "") {
 				t.Errorf("update_file_dotenv decided %+v; want decided only by a grant signed by the trusted key", d)
 			}
-			if err := approval.RevokeGrant(ctxT(t), nc, g.ID); err != nil {
+			if err := approval.RevokeGrant(ctxT(t), e.connect("revoker").Conn(), g.ID); err != nil {
 				t.Fatal(err)
 			}
 			if gs, err := o.Grants(ctxT(t)); err != nil || len(gs) != 0 {
@@ -233,4 +221,25 @@ func TestBusGrantsAreSignedWhereKeysAreTrusted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// giveDotenvGrant gives, as bot, a grant of update_file on dotenvArgs signed
+// with key, waits until o's watch has seen it, and returns it with o's
+// grants as listed then.
+func giveDotenvGrant(t *testing.T, e *env, o *orchestrator.Orchestrator, key ed25519.PrivateKey) (approval.Grant, []orchestrator.StoredGrant) {
+	t.Helper()
+	nc := e.connect("bot").Conn()
+	g, err := approval.GiveGrant(ctxT(t), nc, approval.Grant{Tool: "update_file", Approved: true, GrantedBy: "bot",
+		ArgsDigest: digestOf(t, dotenvArgs)}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the grant seen by the orchestrator's watch", func() (bool, string) {
+		return orchestrator.GrantSeen(o, g.ID), ""
+	})
+	gs, err := o.Grants(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, gs
 }
