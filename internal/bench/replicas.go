@@ -89,8 +89,9 @@ func (m ReplicaMeasurement) perCall(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000 / float64(m.Calls)
 }
 
-// ReplicaTarget runs the replica cases: it builds cmd/orchestrator and
-// natsd into a folder of its own, and starts them as processes.
+// ReplicaTarget runs the replica cases: it builds cmd/orchestrator,
+// natsd and the replica floor's floord into a folder of its own, and
+// starts them as processes.
 type ReplicaTarget struct {
 	dir string
 	log io.Writer
@@ -104,10 +105,11 @@ func NewReplicaTarget(ctx context.Context, log io.Writer) (*ReplicaTarget, error
 		return nil, err
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/toolgate/toolgate/cmd/orchestrator", "github.com/toolgate/toolgate/internal/bench/natsd")
+		"github.com/toolgate/toolgate/cmd/orchestrator", "github.com/toolgate/toolgate/internal/bench/natsd",
+		"github.com/toolgate/toolgate/internal/bench/floord")
 	if out, err := build.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("build the orchestrator and natsd: %w: %s", err, out)
+		return nil, fmt.Errorf("build the orchestrator, natsd and floord: %w: %s", err, out)
 	}
 	if err := writeAgentFiles(dir); err != nil {
 		os.RemoveAll(dir)
@@ -196,43 +198,10 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 			s.stop()
 		}
 	}()
-	if s.stores, err = os.MkdirTemp("", "toolgate-bench-nats-"); err != nil {
+	var url string
+	if s.servers, url, s.stores, err = t.startServers(cluster); err != nil {
 		return s, err
 	}
-	nodes := 1
-	if cluster {
-		nodes = 3
-	}
-	clients, routes := make([]string, nodes), make([]string, nodes)
-	for i := range nodes {
-		if clients[i], err = freeAddr(); err != nil {
-			return s, err
-		}
-		if routes[i], err = freeAddr(); err != nil {
-			return s, err
-		}
-	}
-	var urls []string
-	for i := range nodes {
-		args := []string{"-listen", clients[i], "-store", filepath.Join(s.stores, strconv.Itoa(i)), "-name", fmt.Sprintf("n%d", i)}
-		if cluster {
-			var others []string
-			for j, r := range routes {
-				if j != i {
-					others = append(others, "nats://"+r)
-				}
-			}
-			args = append(args, "-cluster", routes[i], "-routes", strings.Join(others, ","))
-		}
-		cmd := exec.Command(filepath.Join(t.dir, "natsd"), args...)
-		cmd.Stdout, cmd.Stderr = t.log, t.log
-		if err := cmd.Start(); err != nil {
-			return s, fmt.Errorf("start natsd: %w", err)
-		}
-		s.servers = append(s.servers, cmd)
-		urls = append(urls, "nats://"+clients[i])
-	}
-	url := strings.Join(urls, ",")
 	streamReplicas := "1"
 	if cluster {
 		streamReplicas = "3"
@@ -278,6 +247,59 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 		}
 	}
 	return s, nil
+}
+
+// startServers starts one natsd process, or three clustered, each on a
+// store of its own under stores; url reaches them all.
+func (t *ReplicaTarget) startServers(cluster bool) (servers []*exec.Cmd, url, stores string, err error) {
+	defer func() {
+		if err != nil {
+			for _, cmd := range servers {
+				terminate(cmd)
+			}
+			if stores != "" {
+				os.RemoveAll(stores)
+			}
+			servers, stores = nil, ""
+		}
+	}()
+	if stores, err = os.MkdirTemp("", "toolgate-bench-nats-"); err != nil {
+		return nil, "", "", err
+	}
+	nodes := 1
+	if cluster {
+		nodes = 3
+	}
+	clients, routes := make([]string, nodes), make([]string, nodes)
+	for i := range nodes {
+		if clients[i], err = freeAddr(); err != nil {
+			return servers, "", stores, err
+		}
+		if routes[i], err = freeAddr(); err != nil {
+			return servers, "", stores, err
+		}
+	}
+	var urls []string
+	for i := range nodes {
+		args := []string{"-listen", clients[i], "-store", filepath.Join(stores, strconv.Itoa(i)), "-name", fmt.Sprintf("n%d", i)}
+		if cluster {
+			var others []string
+			for j, r := range routes {
+				if j != i {
+					others = append(others, "nats://"+r)
+				}
+			}
+			args = append(args, "-cluster", routes[i], "-routes", strings.Join(others, ","))
+		}
+		cmd := exec.Command(filepath.Join(t.dir, "natsd"), args...)
+		cmd.Stdout, cmd.Stderr = t.log, t.log
+		if err := cmd.Start(); err != nil {
+			return servers, "", stores, fmt.Errorf("start natsd: %w", err)
+		}
+		servers = append(servers, cmd)
+		urls = append(urls, "nats://"+clients[i])
+	}
+	return servers, strings.Join(urls, ","), stores, nil
 }
 
 // replicaWorkers is the tool-workers of the replica case, in the load
@@ -329,6 +351,12 @@ func (s *replicaSetUp) onEvent(m *nats.Msg) {
 // drive runs calls conversations, inFlight at once, each started by the
 // replicas in turn over HTTP, and returns when every one has completed.
 func (s *replicaSetUp) drive(ctx context.Context, inFlight, calls int) error {
+	return driveConversations(ctx, inFlight, calls, s.converse)
+}
+
+// driveConversations runs calls conversations through converse, inFlight
+// at once, and returns when every one has completed or the first failed.
+func driveConversations(ctx context.Context, inFlight, calls int, converse func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -345,7 +373,7 @@ func (s *replicaSetUp) drive(ctx context.Context, inFlight, calls int) error {
 				}
 				left--
 				mu.Unlock()
-				if err := s.converse(ctx); err != nil {
+				if err := converse(ctx); err != nil {
 					errs <- err
 					cancel()
 					return

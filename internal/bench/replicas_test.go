@@ -31,3 +31,31 @@ func TestReplicas(t *testing.T) {
 		t.Errorf("measurement %+v: want 30 calls and every figure positive", m)
 	}
 }
+
+// The replica floor runs its processes and nats-server as processes of
+// their own, completes every conversation, and charges each part its CPU
+// (enough calls for every process to pass /proc's 10 ms tick).
+func TestReplicaFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rt, err := bench.NewReplicaTarget(ctx, bustest.NewLogWriter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for _, n := range []int{1, 2} {
+		ms, err := rt.RunReplicaFloor(ctx, bench.ReplicaFloorRun{
+			Processes: n, InFlight: []int{3}, Calls: 300, Warmup: 10, Sizes: bench.StorageSizesOf(nil),
+		})
+		if err != nil {
+			t.Fatalf("%d processes: %v", n, err)
+		}
+		if len(ms) != 1 {
+			t.Fatalf("%d processes: %d measurements, want 1", n, len(ms))
+		}
+		m := ms[0]
+		if m.Calls != 300 || m.Elapsed <= 0 || m.Orchestrators <= 0 || m.NATS <= 0 || m.Load <= 0 {
+			t.Errorf("%d processes: measurement %+v: want 300 completed calls and every figure positive", n, m)
+		}
+	}
+}
