@@ -9,6 +9,7 @@
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
 //	      [-cold-resume N] [-replicas 1,2,3] [-replica-in-flight 10,50]
 //	      [-replica-calls N] [-replica-cluster] [-replica-floor=false]
+//	      [-replica-floor-partitions N]
 //	      [-latency-in-flight 1,10]
 //	      [-transport in-process|tcp]
 package main
@@ -121,6 +122,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	replicaInFlight := fs.String("replica-in-flight", "", "comma-separated conversations in flight of the replica case (default 10,50)")
 	replicaCalls := fs.Int("replica-calls", 0, "measured calls of each replica case (default 5000; quick 1000)")
 	replicaCluster := fs.Bool("replica-cluster", false, "run the replica case on a three-node NATS cluster too")
+	replicaFloorPartitions := fs.Int("replica-floor-partitions", 0, "reply partitions of the replica floor, split over its processes as toolgate's over its replicas (default one per process; toolgate's are 6)")
 	replicaFloor := fs.Bool("replica-floor", true, "run the replica floor (raw JetStream storing what toolgate stores, in as many processes) beside each replica count")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
@@ -155,6 +157,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-latency-in-flight: %w", err)
 	}
 	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster, o.cfg.NoReplicaFloor = *replicaCalls, *replicaCluster, !*replicaFloor
+	o.cfg.ReplicaFloorPartitions = *replicaFloorPartitions
 	if *replicas == "-1" {
 		o.cfg.Replicas = []int{-1}
 	} else if o.cfg.Replicas, err = ints(*replicas); err != nil {

@@ -63,6 +63,9 @@ type Config struct {
 	// NoReplicaFloor skips the replica floor (RunReplicaFloor), which
 	// otherwise runs beside the replica case at each of its counts.
 	NoReplicaFloor bool
+	// ReplicaFloorPartitions is the replica floor's reply partitions
+	// (ReplicaFloorRun.Partitions). Defaults to one per process.
+	ReplicaFloorPartitions int
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.

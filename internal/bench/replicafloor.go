@@ -213,6 +213,9 @@ func (t *ReplicaTarget) RunReplicaFloor(ctx context.Context, r ReplicaFloorRun) 
 	if r.Partitions == 0 {
 		r.Partitions = r.Processes
 	}
+	if r.Processes < 1 || r.Partitions < r.Processes {
+		return nil, fmt.Errorf("replica floor: %d partitions for %d processes: each process needs one", r.Partitions, r.Processes)
+	}
 	s, err := t.startFloor(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("replica floor: %w", err)

@@ -563,7 +563,7 @@ func (h *harnessRun) replicaCases(ctx context.Context) {
 			var fms []ReplicaMeasurement
 			if !cfg.NoReplicaFloor {
 				fms, err = t.RunReplicaFloor(ctx, ReplicaFloorRun{
-					Processes: n, Cluster: cluster, InFlight: cfg.ReplicaInFlight,
+					Processes: n, Partitions: cfg.ReplicaFloorPartitions, Cluster: cluster, InFlight: cfg.ReplicaInFlight,
 					Calls: cfg.ReplicaCalls, Warmup: cfg.ReplicaCalls / 10, Sizes: sizes,
 				})
 				if err != nil {
