@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,7 @@ func replicaFloorCallsStream() string   { return rawCallsStream + "_" + replicaF
 type ReplicaFloorProcess struct {
 	// URL is the nats-server's (comma-separated for a cluster).
 	URL string
-	// Index is this process's among Processes: it answers the starts on
+	// Index is this half's among Processes: it answers the starts on
 	// benchfloor.start.<Index> and owns the partitions p with p mod
 	// Processes = Index among Partitions.
 	Index, Processes, Partitions int
@@ -109,7 +110,8 @@ func (p ReplicaFloorProcess) validate() error {
 	return nil
 }
 
-// ServeReplicaFloor runs one process of the replica floor until ctx ends.
+// ServeReplicaFloor runs one orchestrator half of the replica floor, on a
+// connection of its own, until ctx ends.
 // The streams and durables are the load generator's to create.
 func ServeReplicaFloor(ctx context.Context, p ReplicaFloorProcess) error {
 	if err := p.validate(); err != nil {
@@ -197,6 +199,10 @@ type ReplicaFloorRun struct {
 	// Cluster runs it on a three-node NATS cluster (streams with 3
 	// replicas) instead of one server.
 	Cluster bool
+	// OneProcess runs the Processes halves in one process, each on a
+	// connection of its own: the control that tells what the processes
+	// cost from what their connections cost the server.
+	OneProcess bool
 	// InFlight are the in-flight counts measured one after the other;
 	// Calls and Warmup the conversations of each.
 	InFlight      []int
@@ -300,6 +306,10 @@ type floorSetUp struct {
 	redelivered atomic.Int64
 	completed   atomic.Int64
 
+	// halves is the floor's orchestrator halves, each answering its own
+	// starts, in len(procs) processes.
+	halves int
+
 	mu    sync.Mutex
 	waits map[string]chan struct{}
 	next  int
@@ -372,19 +382,30 @@ func (t *ReplicaTarget) startFloor(ctx context.Context, r ReplicaFloorRun) (s *f
 		}
 		s.stops = append(s.stops, stop)
 	}
+	var groups [][]string // the indexes of each process
 	for i := range r.Processes {
-		cmd := exec.Command(filepath.Join(t.dir, "floord"), "-nats", url, "-index", strconv.Itoa(i),
+		if r.OneProcess && i > 0 {
+			groups[0] = append(groups[0], strconv.Itoa(i))
+			continue
+		}
+		groups = append(groups, []string{strconv.Itoa(i)})
+	}
+	for _, g := range groups {
+		cmd := exec.Command(filepath.Join(t.dir, "floord"), "-nats", url, "-index", strings.Join(g, ","),
 			"-processes", strconv.Itoa(r.Processes), "-partitions", strconv.Itoa(r.Partitions),
 			"-record", strconv.Itoa(r.Sizes.Record), "-event", strconv.Itoa(r.Sizes.Event))
 		cmd.Stdout, cmd.Stderr = t.log, t.log
 		if err := cmd.Start(); err != nil {
-			return s, fmt.Errorf("start floord %d: %w", i, err)
+			return s, fmt.Errorf("start floord %s: %w", g, err)
 		}
 		s.procs = append(s.procs, cmd)
+	}
+	for i := range r.Processes {
 		if err := s.ready(ctx, i); err != nil {
 			return s, fmt.Errorf("floord %d: %w", i, err)
 		}
 	}
+	s.halves = r.Processes
 	return s, nil
 }
 
@@ -469,7 +490,7 @@ func (s *floorSetUp) onEvent(m *nats.Msg) {
 func (s *floorSetUp) converse(ctx context.Context) error {
 	s.mu.Lock()
 	s.next++
-	k := s.next % len(s.procs)
+	k := s.next % s.halves
 	// As long as a run id, for which the event's size is reckoned.
 	conv := fmt.Sprintf("conv_%026d", s.next)
 	done := make(chan struct{})

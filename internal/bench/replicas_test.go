@@ -43,19 +43,22 @@ func TestReplicaFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	for _, n := range []int{1, 2} {
-		ms, err := rt.RunReplicaFloor(ctx, bench.ReplicaFloorRun{
-			Processes: n, InFlight: []int{3}, Calls: 300, Warmup: 10, Sizes: bench.StorageSizesOf(nil),
-		})
+	for _, r := range []bench.ReplicaFloorRun{
+		{Processes: 1},
+		{Processes: 2},
+		{Processes: 2, OneProcess: true},
+	} {
+		r.InFlight, r.Calls, r.Warmup, r.Sizes = []int{3}, 300, 10, bench.StorageSizesOf(nil)
+		ms, err := rt.RunReplicaFloor(ctx, r)
 		if err != nil {
-			t.Fatalf("%d processes: %v", n, err)
+			t.Fatalf("%+v: %v", r, err)
 		}
 		if len(ms) != 1 {
-			t.Fatalf("%d processes: %d measurements, want 1", n, len(ms))
+			t.Fatalf("%+v: %d measurements, want 1", r, len(ms))
 		}
 		m := ms[0]
 		if m.Calls != 300 || m.Elapsed <= 0 || m.Orchestrators <= 0 || m.NATS <= 0 || m.Load <= 0 {
-			t.Errorf("%d processes: measurement %+v: want 300 completed calls and every figure positive", n, m)
+			t.Errorf("%+v: measurement %+v: want 300 completed calls and every figure positive", r, m)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 // Command floord runs one process of the bench's replica floor
 // (bench.ServeReplicaFloor): the storage floor's orchestrator half, in a
-// process of its own, for bench.ReplicaTarget.RunReplicaFloor.
+// process of its own, for bench.ReplicaTarget.RunReplicaFloor. Several
+// indexes run that many halves in this one process, each on a connection
+// of its own (ReplicaFloorRun.OneProcess).
 //
-//	floord -nats URL -index K -processes N -partitions P -record BYTES -event BYTES
+//	floord -nats URL -index K[,K...] -processes N -partitions P -record BYTES -event BYTES
 package main
 
 import (
@@ -11,7 +13,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/bench"
 )
@@ -29,7 +35,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("floord", flag.ContinueOnError)
 	var p bench.ReplicaFloorProcess
 	fs.StringVar(&p.URL, "nats", "", "NATS URL (required)")
-	fs.IntVar(&p.Index, "index", 0, "this process's index among -processes")
+	indexes := fs.String("index", "0", "comma-separated indexes among -processes this process serves")
 	fs.IntVar(&p.Processes, "processes", 1, "the floor's processes")
 	fs.IntVar(&p.Partitions, "partitions", 0, "the replies' partitions (default -processes)")
 	fs.IntVar(&p.Sizes.Record, "record", 0, "bytes stored per log record (default the bench's)")
@@ -47,5 +53,15 @@ func run(ctx context.Context, args []string) error {
 	if p.Sizes.Event <= 0 {
 		p.Sizes.Event = def.Event
 	}
-	return bench.ServeReplicaFloor(ctx, p)
+	g, gctx := errgroup.WithContext(ctx)
+	for f := range strings.SplitSeq(*indexes, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("-index: %w", err)
+		}
+		pi := p
+		pi.Index = i
+		g.Go(func() error { return bench.ServeReplicaFloor(gctx, pi) })
+	}
+	return g.Wait()
 }
