@@ -60,6 +60,12 @@ type Config struct {
 	ReplicaInFlight []int
 	ReplicaCalls    int
 	ReplicaCluster  bool
+	// NoReplicaFloor skips the replica floor (RunReplicaFloor), which
+	// otherwise runs beside the replica case at each of its counts.
+	NoReplicaFloor bool
+	// ReplicaFloorPartitions is the replica floor's reply partitions
+	// (ReplicaFloorRun.Partitions). Defaults to one per process.
+	ReplicaFloorPartitions int
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -265,6 +271,9 @@ type harnessRun struct {
 	env          *Env
 	res          *Results
 	toolgateDown bool
+	// sizes are what toolgate stored per record and event at its first
+	// batch-1 round trip, for the replica floor; nil: not measured.
+	sizes *StorageSizes
 }
 
 // toolgateErr records why toolgate's measurement of what failed.
@@ -312,6 +321,10 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 		// runs after it.
 		var sm *Measurement
 		if c.Batch == 1 {
+			if tm != nil && h.sizes == nil {
+				sizes := StorageSizesOf(tm)
+				h.sizes = &sizes
+			}
 			m, err := measure(ctx, h.res, cfg.Progress, c, NewStorageTarget(h.env, StorageSizesOf(tm)))
 			if err != nil {
 				return err

@@ -183,26 +183,48 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 // workers pull from) and its reply consumer, and consumes the replies into
 // reg.
 func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, replies string, c Case, reg *registry, st *storageRun, bg *failure, redelivered *atomic.Int64) (jetstream.ConsumeContext, error) {
-	if _, err := js.CreateOrUpdateConsumer(ctx, calls, jetstream.ConsumerConfig{
+	if _, err := js.CreateOrUpdateConsumer(ctx, calls, rawCallConsumerConfig(c.Workers)); err != nil {
+		return nil, fmt.Errorf("raw: create call consumer: %w", err)
+	}
+	replyCons, err := js.CreateOrUpdateConsumer(ctx, replies, rawReplyConsumerConfig(rawReplyConsumer, rawReplyPrefix+">", c.Window))
+	if err != nil {
+		return nil, fmt.Errorf("raw: create reply consumer: %w", err)
+	}
+	collect, err := replyCons.Consume(rawReplyHandler(ctx, reg, st, bg, redelivered), rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
+	if err != nil {
+		return nil, fmt.Errorf("raw: consume replies: %w", err)
+	}
+	return collect, nil
+}
+
+// rawCallConsumerConfig is the durable the raw workers of a case of
+// workers share.
+func rawCallConsumerConfig(workers int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
 		Durable:       rawCallConsumer,
 		FilterSubject: rawCallPrefix + sampleTool,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxAckPending: max(1000, 2*c.Workers),
-	}); err != nil {
-		return nil, fmt.Errorf("raw: create call consumer: %w", err)
+		MaxAckPending: max(1000, 2*workers),
 	}
-	replyCons, err := js.CreateOrUpdateConsumer(ctx, replies, jetstream.ConsumerConfig{
-		Durable:       rawReplyConsumer,
-		FilterSubject: rawReplyPrefix + ">",
+}
+
+// rawReplyConsumerConfig is a reply durable of the raw side, filtered on
+// filter, for window calls in flight.
+func rawReplyConsumerConfig(durable, filter string, window int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: filter,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxAckPending: max(1000, 2*c.Window),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raw: create reply consumer: %w", err)
+		MaxAckPending: max(1000, 2*window),
 	}
-	collect, err := replyCons.Consume(func(msg jetstream.Msg) {
+}
+
+// rawReplyHandler settles each reply in reg, or completes its
+// conversation's storage first when st is the storage floor's.
+func rawReplyHandler(ctx context.Context, reg *registry, st *storageRun, bg *failure, redelivered *atomic.Int64) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
 		at := time.Now()
 		countRedelivery(msg, redelivered)
 		var rep wire.CallReply
@@ -217,11 +239,7 @@ func collectRawReplies(ctx context.Context, js jetstream.JetStream, calls, repli
 		}
 		reg.arrive(rep.ToolCallID, at)
 		_ = msg.Ack()
-	}, rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
-	if err != nil {
-		return nil, fmt.Errorf("raw: consume replies: %w", err)
 	}
-	return collect, nil
 }
 
 // sendRawBatch publishes a batch's calls as the raw orchestrator does and
@@ -266,10 +284,23 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *fa
 	if err != nil {
 		return nil, err
 	}
-	js := b.JetStream()
-	cons, err := js.Consumer(ctx, stream, rawCallConsumer)
+	stopConsume, err := consumeCalls(ctx, b.JetStream(), stream, name, bg, redelivered)
 	if err != nil {
 		b.Close()
+		return nil, err
+	}
+	return func() {
+		stopConsume()
+		b.Close()
+	}, nil
+}
+
+// consumeCalls is a raw worker named name on js: it pulls one call at a
+// time from stream's call durable, publishes its CallReply, then acks the
+// call. stop drains it.
+func consumeCalls(ctx context.Context, js jetstream.JetStream, stream, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
+	cons, err := js.Consumer(ctx, stream, rawCallConsumer)
+	if err != nil {
 		return nil, fmt.Errorf("raw worker %s: %w", name, err)
 	}
 	// A worker publishes with its own context: a call in hand when the run
@@ -302,13 +333,11 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *fa
 	}, jetstream.PullMaxMessages(1), rawPullExpiry, jetstream.ConsumeErrHandler(consumeErrHandler(bg)))
 	if err != nil {
 		cancel()
-		b.Close()
 		return nil, fmt.Errorf("raw worker %s: consume: %w", name, err)
 	}
 	return func() {
 		stopConsume(cc)
 		cancel()
-		b.Close()
 	}, nil
 }
 

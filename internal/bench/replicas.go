@@ -89,8 +89,9 @@ func (m ReplicaMeasurement) perCall(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000 / float64(m.Calls)
 }
 
-// ReplicaTarget runs the replica cases: it builds cmd/orchestrator and
-// natsd into a folder of its own, and starts them as processes.
+// ReplicaTarget runs the replica cases: it builds cmd/orchestrator,
+// natsd and the replica floor's floord into a folder of its own, and
+// starts them as processes.
 type ReplicaTarget struct {
 	dir string
 	log io.Writer
@@ -104,10 +105,11 @@ func NewReplicaTarget(ctx context.Context, log io.Writer) (*ReplicaTarget, error
 		return nil, err
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/toolgate/toolgate/cmd/orchestrator", "github.com/toolgate/toolgate/internal/bench/natsd")
+		"github.com/toolgate/toolgate/cmd/orchestrator", "github.com/toolgate/toolgate/internal/bench/natsd",
+		"github.com/toolgate/toolgate/internal/bench/floord")
 	if out, err := build.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("build the orchestrator and natsd: %w: %s", err, out)
+		return nil, fmt.Errorf("build the orchestrator, natsd and floord: %w: %s", err, out)
 	}
 	if err := writeAgentFiles(dir); err != nil {
 		os.RemoveAll(dir)
@@ -196,43 +198,10 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 			s.stop()
 		}
 	}()
-	if s.stores, err = os.MkdirTemp("", "toolgate-bench-nats-"); err != nil {
+	var url string
+	if s.servers, url, s.stores, err = t.startServers(cluster); err != nil {
 		return s, err
 	}
-	nodes := 1
-	if cluster {
-		nodes = 3
-	}
-	clients, routes := make([]string, nodes), make([]string, nodes)
-	for i := range nodes {
-		if clients[i], err = freeAddr(); err != nil {
-			return s, err
-		}
-		if routes[i], err = freeAddr(); err != nil {
-			return s, err
-		}
-	}
-	var urls []string
-	for i := range nodes {
-		args := []string{"-listen", clients[i], "-store", filepath.Join(s.stores, strconv.Itoa(i)), "-name", fmt.Sprintf("n%d", i)}
-		if cluster {
-			var others []string
-			for j, r := range routes {
-				if j != i {
-					others = append(others, "nats://"+r)
-				}
-			}
-			args = append(args, "-cluster", routes[i], "-routes", strings.Join(others, ","))
-		}
-		cmd := exec.Command(filepath.Join(t.dir, "natsd"), args...)
-		cmd.Stdout, cmd.Stderr = t.log, t.log
-		if err := cmd.Start(); err != nil {
-			return s, fmt.Errorf("start natsd: %w", err)
-		}
-		s.servers = append(s.servers, cmd)
-		urls = append(urls, "nats://"+clients[i])
-	}
-	url := strings.Join(urls, ",")
 	streamReplicas := "1"
 	if cluster {
 		streamReplicas = "3"
@@ -278,6 +247,59 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 		}
 	}
 	return s, nil
+}
+
+// startServers starts one natsd process, or three clustered, each on a
+// store of its own under stores; url reaches them all.
+func (t *ReplicaTarget) startServers(cluster bool) (servers []*exec.Cmd, url, stores string, err error) {
+	defer func() {
+		if err != nil {
+			for _, cmd := range servers {
+				terminate(cmd)
+			}
+			if stores != "" {
+				os.RemoveAll(stores)
+			}
+			servers, stores = nil, ""
+		}
+	}()
+	if stores, err = os.MkdirTemp("", "toolgate-bench-nats-"); err != nil {
+		return nil, "", "", err
+	}
+	nodes := 1
+	if cluster {
+		nodes = 3
+	}
+	clients, routes := make([]string, nodes), make([]string, nodes)
+	for i := range nodes {
+		if clients[i], err = freeAddr(); err != nil {
+			return servers, "", stores, err
+		}
+		if routes[i], err = freeAddr(); err != nil {
+			return servers, "", stores, err
+		}
+	}
+	var urls []string
+	for i := range nodes {
+		args := []string{"-listen", clients[i], "-store", filepath.Join(stores, strconv.Itoa(i)), "-name", fmt.Sprintf("n%d", i)}
+		if cluster {
+			var others []string
+			for j, r := range routes {
+				if j != i {
+					others = append(others, "nats://"+r)
+				}
+			}
+			args = append(args, "-cluster", routes[i], "-routes", strings.Join(others, ","))
+		}
+		cmd := exec.Command(filepath.Join(t.dir, "natsd"), args...)
+		cmd.Stdout, cmd.Stderr = t.log, t.log
+		if err := cmd.Start(); err != nil {
+			return servers, "", stores, fmt.Errorf("start natsd: %w", err)
+		}
+		servers = append(servers, cmd)
+		urls = append(urls, "nats://"+clients[i])
+	}
+	return servers, strings.Join(urls, ","), stores, nil
 }
 
 // replicaWorkers is the tool-workers of the replica case, in the load
@@ -329,6 +351,12 @@ func (s *replicaSetUp) onEvent(m *nats.Msg) {
 // drive runs calls conversations, inFlight at once, each started by the
 // replicas in turn over HTTP, and returns when every one has completed.
 func (s *replicaSetUp) drive(ctx context.Context, inFlight, calls int) error {
+	return driveConversations(ctx, inFlight, calls, s.converse)
+}
+
+// driveConversations runs calls conversations through converse, inFlight
+// at once, and returns when every one has completed or the first failed.
+func driveConversations(ctx context.Context, inFlight, calls int, converse func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -345,7 +373,7 @@ func (s *replicaSetUp) drive(ctx context.Context, inFlight, calls int) error {
 				}
 				left--
 				mu.Unlock()
-				if err := s.converse(ctx); err != nil {
+				if err := converse(ctx); err != nil {
 					errs <- err
 					cancel()
 					return
@@ -501,8 +529,9 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// replicaCases measures the replica cases of cfg and adds their rows; a
-// failure is recorded as toolgate's.
+// replicaCases measures the replica cases of cfg and, after each replica
+// count's, the replica floor at as many processes, and adds their rows; a
+// failure is recorded as toolgate's, or the floor's.
 func (h *harnessRun) replicaCases(ctx context.Context) {
 	cfg := h.cfg
 	t, err := NewReplicaTarget(ctx, nil)
@@ -511,12 +540,18 @@ func (h *harnessRun) replicaCases(ctx context.Context) {
 		return
 	}
 	defer t.Close()
+	sizes := StorageSizesOf(nil)
+	if h.sizes != nil {
+		sizes = *h.sizes
+	}
 	shapes := []bool{false}
 	if cfg.ReplicaCluster {
 		shapes = append(shapes, true)
 	}
 	for _, cluster := range shapes {
-		one := map[int]float64{} // CPU per call with one replica, by in-flight count
+		// CPU per call with one replica (one floor process), by in-flight
+		// count.
+		one, oneFloor := map[int]float64{}, map[int]float64{}
 		for _, n := range cfg.Replicas {
 			ms, err := t.RunReplicas(ctx, n, cluster, cfg.ReplicaInFlight, cfg.ReplicaCalls, cfg.ReplicaCalls/10)
 			if err != nil {
@@ -524,39 +559,92 @@ func (h *harnessRun) replicaCases(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				continue
 			}
-			for i, m := range ms {
-				c := ReplicaCase{Replicas: n, InFlight: cfg.ReplicaInFlight[i], Calls: cfg.ReplicaCalls, Cluster: cluster}
-				total := m.perCall(m.Orchestrators + m.NATS + m.Load)
-				if n == 1 {
-					one[c.InFlight] = total
+			var fms []ReplicaMeasurement
+			if !cfg.NoReplicaFloor {
+				fms, err = t.RunReplicaFloor(ctx, ReplicaFloorRun{
+					Processes: n, Partitions: cfg.ReplicaFloorPartitions, Cluster: cluster, InFlight: cfg.ReplicaInFlight,
+					Calls: cfg.ReplicaCalls, Warmup: cfg.ReplicaCalls / 10, Sizes: sizes,
+				})
+				if err != nil {
+					h.res.Errors["replica_floor "+ReplicaCase{Replicas: n, Cluster: cluster}.Name()] = err.Error()
+					if ctx.Err() != nil {
+						return
+					}
 				}
-				h.res.Cases = append(h.res.Cases, replicaRows(c, m, one[c.InFlight])...)
-				h.res.noteLoad(c.Name(), m.LoadAverage)
-				fmt.Fprintf(cfg.Progress, "%-30s %.0f calls/s, CPU %.3f ms/call (orchestrators %.3f, nats %.3f, load %.3f) | load %s\n",
-					c.Name(), float64(m.Calls)/m.Elapsed.Seconds(), total, m.perCall(m.Orchestrators), m.perCall(m.NATS), m.perCall(m.Load), m.LoadAverage)
+			}
+			for i, w := range cfg.ReplicaInFlight {
+				c := ReplicaCase{Replicas: n, InFlight: w, Calls: cfg.ReplicaCalls, Cluster: cluster}
+				var tm, fm *ReplicaMeasurement
+				if i < len(ms) {
+					tm = &ms[i]
+					if n == 1 {
+						one[w] = tm.total()
+					}
+				}
+				if i < len(fms) {
+					fm = &fms[i]
+					if n == 1 {
+						oneFloor[w] = fm.total()
+					}
+				}
+				if tm == nil && fm == nil {
+					continue
+				}
+				h.res.Cases = append(h.res.Cases, replicaRows(c, tm, fm, one[w], oneFloor[w])...)
+				if tm != nil {
+					h.res.noteLoad(c.Name(), tm.LoadAverage)
+				}
+				fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", c.Name(), tm.describe())
+				fmt.Fprintf(cfg.Progress, "%-30s floor    %s\n", "", fm.describe())
 			}
 		}
 	}
 }
 
-// replicaRows are the rows of one replica case; oneReplica is the CPU per
-// call of the same load on one orchestrator (0: not measured).
-func replicaRows(c ReplicaCase, m ReplicaMeasurement, oneReplica float64) []Row {
-	row := func(metric string, v float64) Row {
-		return Row{Name: c.Name(), Metric: metric, Workers: replicaWorkers, Batch: 1, Toolgate: num(v)}
+// total is the CPU per call of every process.
+func (m ReplicaMeasurement) total() float64 { return m.perCall(m.Orchestrators + m.NATS + m.Load) }
+
+// describe is m's progress line.
+func (m *ReplicaMeasurement) describe() string {
+	if m == nil {
+		return "not measured"
 	}
-	total := m.perCall(m.Orchestrators + m.NATS + m.Load)
+	return fmt.Sprintf("%.0f calls/s, CPU %.3f ms/call (orchestrators %.3f, nats %.3f, load %.3f) | load %s",
+		float64(m.Calls)/m.Elapsed.Seconds(), m.total(), m.perCall(m.Orchestrators), m.perCall(m.NATS), m.perCall(m.Load), m.LoadAverage)
+}
+
+// replicaRows are the rows of one replica case: toolgate's figures (tm)
+// and the replica floor's (fm, in the Storage column), either nil when
+// not measured; oneReplica and oneFloor are the CPU per call of the same
+// load on one orchestrator and one floor process (0: not measured).
+func replicaRows(c ReplicaCase, tm, fm *ReplicaMeasurement, oneReplica, oneFloor float64) []Row {
+	row := func(metric string, f func(ReplicaMeasurement) float64) Row {
+		r := Row{Name: c.Name(), Metric: metric, Workers: replicaWorkers, Batch: 1}
+		if tm != nil {
+			r.Toolgate = num(f(*tm))
+		}
+		if fm != nil {
+			r.Storage = num(f(*fm))
+		}
+		return r
+	}
 	rows := []Row{
-		row(MetricCallsPerSecond, float64(m.Calls)/m.Elapsed.Seconds()),
-		row(MetricCPUPerCall, total),
-		row(MetricCPUPerCallOrchestrators, m.perCall(m.Orchestrators)),
-		row(MetricCPUPerCallNATS, m.perCall(m.NATS)),
-		row(MetricCPUPerCallLoad, m.perCall(m.Load)),
+		row(MetricCallsPerSecond, func(m ReplicaMeasurement) float64 { return float64(m.Calls) / m.Elapsed.Seconds() }),
+		row(MetricCPUPerCall, ReplicaMeasurement.total),
+		row(MetricCPUPerCallOrchestrators, func(m ReplicaMeasurement) float64 { return m.perCall(m.Orchestrators) }),
+		row(MetricCPUPerCallNATS, func(m ReplicaMeasurement) float64 { return m.perCall(m.NATS) }),
+		row(MetricCPUPerCallLoad, func(m ReplicaMeasurement) float64 { return m.perCall(m.Load) }),
 	}
-	if c.Replicas > 1 && oneReplica > 0 {
-		rows = append(rows, row(MetricCPUOverOneReplica, total/oneReplica))
+	if c.Replicas > 1 && ((tm != nil && oneReplica > 0) || (fm != nil && oneFloor > 0)) {
+		r := Row{Name: c.Name(), Metric: MetricCPUOverOneReplica, Workers: replicaWorkers, Batch: 1}
+		if tm != nil && oneReplica > 0 {
+			r.Toolgate = num(tm.total() / oneReplica)
+		}
+		if fm != nil && oneFloor > 0 {
+			r.Storage = num(fm.total() / oneFloor)
+		}
+		rows = append(rows, r)
 	}
 	return rows
 }

@@ -109,7 +109,8 @@ type Row struct {
 	Floor *float64 `json:"floor,omitempty"`
 	// Storage is the storage floor's, for the round-trip metrics of batch
 	// 1: raw JetStream storing what toolgate stores for a call
-	// (NewStorageTarget).
+	// (NewStorageTarget); in the replica case, the same in as many
+	// processes as orchestrators (RunReplicaFloor).
 	Storage *float64 `json:"storage,omitempty"`
 	// Target is the issue's goal for this row, Pass whether it is met
 	// (null while the toolgate side is not measured).

@@ -93,7 +93,7 @@ type storageRun struct {
 	logPrefix     string
 	eventPrefix   string
 	record, event []byte
-	first         sync.Map // run id → uint64
+	first         sync.Map // run id → started
 	bg            *failure
 	// pending are the goroutines completing conversations and checking
 	// their events' acks: Run waits for them before it deletes the streams.
@@ -163,24 +163,38 @@ func (s *storageRun) appendRecord(ctx context.Context, run string, expect uint64
 	return ack.Sequence, nil
 }
 
+// started is a conversation in flight: its first record's sequence, and
+// the conversation its event message names.
+type started struct {
+	seq  uint64
+	conv string
+}
+
 // start stores a conversation's first record, before its call; the
-// call's time runs from before it.
+// call's time runs from before it. Its event names its run, the
+// conversation the storage floor's sizes are reckoned with.
 func (s *storageRun) start(ctx context.Context, b *batch) error {
 	now := time.Now()
 	for i := range b.sent {
 		b.sent[i] = now
 	}
-	seq, err := s.appendRecord(ctx, b.run, 0)
+	return s.begin(ctx, b.run, b.run)
+}
+
+// begin stores the first record of run, of conversation conv.
+func (s *storageRun) begin(ctx context.Context, run, conv string) error {
+	seq, err := s.appendRecord(ctx, run, 0)
 	if err != nil {
 		return err
 	}
-	s.first.Store(b.run, seq)
+	s.first.Store(run, started{seq: seq, conv: conv})
 	return nil
 }
 
 // reply completes the conversation of a reply on a goroutine of its own,
 // as toolgate's replies are recorded concurrently: the reply is
-// acknowledged and its batch complete once the second record is stored.
+// acknowledged and its batch (in reg, if any) complete once the second
+// record is stored.
 func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep wire.CallReply, reg *registry) {
 	s.pending.Go(func() {
 		if err := s.complete(ctx, rep.RunID); err != nil {
@@ -188,7 +202,9 @@ func (s *storageRun) reply(ctx context.Context, msg jetstream.Msg, rep wire.Call
 			_ = msg.Nak()
 			return
 		}
-		reg.arrive(rep.ToolCallID, time.Now())
+		if reg != nil {
+			reg.arrive(rep.ToolCallID, time.Now())
+		}
 		_ = msg.Ack()
 	})
 }
@@ -204,10 +220,11 @@ func (s *storageRun) complete(ctx context.Context, run string) error {
 		// raw's registry ignores a second reply.
 		return nil
 	}
-	if _, err := s.appendRecord(ctx, run, v.(uint64)); err != nil {
+	st := v.(started)
+	if _, err := s.appendRecord(ctx, run, st.seq); err != nil {
 		return err
 	}
-	ev := &nats.Msg{Subject: s.eventPrefix + run, Data: s.event, Header: eventHeader(run)}
+	ev := &nats.Msg{Subject: s.eventPrefix + run, Data: s.event, Header: eventHeader(st.conv)}
 	f, err := s.js.PublishMsgAsync(ev)
 	if err != nil {
 		return fmt.Errorf("publish event of %s: %w", run, err)
