@@ -8,7 +8,7 @@
 //	      [-workers 1,2,4,8] [-batches 1,10,100] [-window N] [-calls N]
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
 //	      [-cold-resume N] [-replicas 1,2,3] [-replica-in-flight 10,50]
-//	      [-replica-calls N] [-replica-cluster] [-latency-in-flight 1,10]
+//	      [-replica-calls N] [-replica-cluster] [-replica-gomaxprocs N] [-latency-in-flight 1,10]
 //	      [-transport in-process|tcp]
 package main
 
@@ -120,6 +120,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	replicaInFlight := fs.String("replica-in-flight", "", "comma-separated conversations in flight of the replica case (default 10,50)")
 	replicaCalls := fs.Int("replica-calls", 0, "measured calls of each replica case (default 5000; quick 1000)")
 	replicaCluster := fs.Bool("replica-cluster", false, "run the replica case on a three-node NATS cluster too")
+	replicaProcs := fs.Int("replica-gomaxprocs", 0, "GOMAXPROCS of the replica case's orchestrator processes, as a container's CPU limit sets it (0 inherits); recorded as replica_gomaxprocs")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")
@@ -152,7 +153,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	} else if o.cfg.LatencyInFlight, err = ints(*latency); err != nil {
 		return nil, fmt.Errorf("-latency-in-flight: %w", err)
 	}
-	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster = *replicaCalls, *replicaCluster
+	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster, o.cfg.ReplicaGOMAXPROCS = *replicaCalls, *replicaCluster, *replicaProcs
 	if *replicas == "-1" {
 		o.cfg.Replicas = []int{-1}
 	} else if o.cfg.Replicas, err = ints(*replicas); err != nil {

@@ -60,6 +60,11 @@ type Config struct {
 	ReplicaInFlight []int
 	ReplicaCalls    int
 	ReplicaCluster  bool
+	// ReplicaGOMAXPROCS, when positive, is GOMAXPROCS in the replica
+	// case's orchestrator processes' environment (not the servers', not
+	// the harness's), as a container's CPU limit would set it. Defaults
+	// to 0: inherited.
+	ReplicaGOMAXPROCS int
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -254,6 +259,8 @@ func newResults(cfg Config) *Results {
 		Window: cfg.Window, Calls: cfg.Calls, Warmup: cfg.Warmup,
 		Note:   cfg.Note,
 		Errors: map[string]string{},
+
+		ReplicaGOMAXPROCS: max(cfg.ReplicaGOMAXPROCS, 0),
 	}
 }
 
