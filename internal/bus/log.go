@@ -73,11 +73,16 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 // readEmptyLog is ReadLog of a log the server has no last message of:
 // empty (a new conversation's, as every start with an id of the caller's
 // checks) or every message of it damaged, which the server answers alike.
-// Its count tells them apart at once, without the batched read by subject
-// first (which would answer "not found" too): two requests for an empty
-// log, not four. A count that is not zero is read by subject, which finds
-// a first message that came since, or reports the log unreadable.
+// A direct get by the subject's index tells them apart (logHasNone), else
+// its count, at once, without the batched read by subject first (which
+// would answer "not found" too): two direct gets for an empty log, not two
+// and two stream-info requests. A count that is not zero is read by
+// subject, which finds a first message that came since, or reports the log
+// unreadable.
 func (b *Bus) readEmptyLog(ctx context.Context, stream, subject string, fn func(LogMsg) error) (uint64, error) {
+	if b.logHasNone(ctx, stream, subject) {
+		return 0, nil
+	}
 	unreadable := b.unreadableLog(ctx, stream, subject)
 	if unreadable == nil {
 		return 0, nil
@@ -86,6 +91,18 @@ func (b *Bus) readEmptyLog(ctx context.Context, stream, subject string, fn func(
 		return 0, unreadable
 	}
 	return b.readLogFrom(ctx, stream, subject, 0, unreadable, fn)
+}
+
+// logHasNone is true when the server answers a direct get of the last
+// message of subject by its index (multi_last) with "no results": the
+// index holds no message of it, where one it cannot load is answered "not
+// found" (nats-server 2.11 and later). Any other answer leaves it to the
+// count (unreadableLog): a stream-info request, which costs the server
+// several times a direct get (the API's queue, the stream's whole info
+// encoded, an advisory) and its answer the reader as much to decode.
+func (b *Bus) logHasNone(ctx context.Context, stream, subject string) bool {
+	end, err := b.directGetBatch(ctx, stream, directGetRequest{MultiLastFor: []string{subject}}, 1, func(LogMsg) error { return errLogEnd })
+	return err == nil && end != nil && end.Header.Get("Status") == "404" && end.Header.Get("Description") == "No Results"
 }
 
 // readLogFrom reads the log by subject after sequence after; unreadable,

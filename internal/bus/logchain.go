@@ -135,6 +135,9 @@ type directGetRequest struct {
 	NextFor string `json:"next_by_subj,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
 	Batch   int    `json:"batch,omitempty"`
+	// MultiLastFor asks for the last message of each subject (one here:
+	// logHasNone).
+	MultiLastFor []string `json:"multi_last,omitempty"`
 }
 
 // directGet asks stream for one message of subject; ok is false when there
