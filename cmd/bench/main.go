@@ -9,7 +9,7 @@
 //	      [-paused 1000,10000,100000] [-settle 11s] [-long-calls N] [-large-mib N]
 //	      [-cold-resume N] [-replicas 1,2,3] [-replica-in-flight 10,50]
 //	      [-replica-calls N] [-replica-cluster] [-replica-floor=false]
-//	      [-replica-floor-partitions N]
+//	      [-replica-floor-partitions N] [-replica-gomaxprocs N]
 //	      [-latency-in-flight 1,10]
 //	      [-transport in-process|tcp]
 package main
@@ -124,6 +124,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	replicaCluster := fs.Bool("replica-cluster", false, "run the replica case on a three-node NATS cluster too")
 	replicaFloorPartitions := fs.Int("replica-floor-partitions", 0, "reply partitions of the replica floor, split over its processes as toolgate's over its replicas (default one per process; toolgate's are 6)")
 	replicaFloor := fs.Bool("replica-floor", true, "run the replica floor (raw JetStream storing what toolgate stores, in as many processes) beside each replica count")
+	replicaProcs := fs.Int("replica-gomaxprocs", 0, "GOMAXPROCS of the replica case's orchestrator processes, as a container's CPU limit sets it (0 inherits); recorded as replica_gomaxprocs")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")
@@ -158,6 +159,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster, o.cfg.NoReplicaFloor = *replicaCalls, *replicaCluster, !*replicaFloor
 	o.cfg.ReplicaFloorPartitions = *replicaFloorPartitions
+	o.cfg.ReplicaCalls, o.cfg.ReplicaCluster, o.cfg.ReplicaGOMAXPROCS = *replicaCalls, *replicaCluster, *replicaProcs
 	if *replicas == "-1" {
 		o.cfg.Replicas = []int{-1}
 	} else if o.cfg.Replicas, err = ints(*replicas); err != nil {

@@ -66,6 +66,11 @@ type Config struct {
 	// ReplicaFloorPartitions is the replica floor's reply partitions
 	// (ReplicaFloorRun.Partitions). Defaults to one per process.
 	ReplicaFloorPartitions int
+	// ReplicaGOMAXPROCS, when positive, is GOMAXPROCS in the replica
+	// case's orchestrator processes' environment (not the servers', not
+	// the harness's), as a container's CPU limit would set it. Defaults
+	// to 0: inherited.
+	ReplicaGOMAXPROCS int
 	// LargeHistory is the history, in bytes, the large conversation
 	// reaches with results of LargeResultBytes. Defaults to 5 MiB.
 	// Negative skips it.
@@ -260,6 +265,8 @@ func newResults(cfg Config) *Results {
 		Window: cfg.Window, Calls: cfg.Calls, Warmup: cfg.Warmup,
 		Note:   cfg.Note,
 		Errors: map[string]string{},
+
+		ReplicaGOMAXPROCS: max(cfg.ReplicaGOMAXPROCS, 0),
 	}
 }
 

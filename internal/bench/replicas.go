@@ -95,6 +95,9 @@ func (m ReplicaMeasurement) perCall(d time.Duration) float64 {
 type ReplicaTarget struct {
 	dir string
 	log io.Writer
+	// GOMAXPROCS, when positive, is set in the orchestrator processes'
+	// environment; 0 leaves them the harness's.
+	GOMAXPROCS int
 }
 
 // NewReplicaTarget builds the binaries into a temporary folder; Close
@@ -215,6 +218,9 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 			"--http", addr, "--max-runs", "64", "--log-level", "warn", "--replicas", streamReplicas,
 			"--retention", benchRetention.String())
 		cmd.Stdout, cmd.Stderr = t.log, t.log
+		if t.GOMAXPROCS > 0 {
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(t.GOMAXPROCS))
+		}
 		// Each waits for the servers (and the first's set-up of the
 		// streams) on its own; started one after the other, so that they
 		// do not race to create them.
@@ -544,6 +550,7 @@ func (h *harnessRun) replicaCases(ctx context.Context) {
 	if h.sizes != nil {
 		sizes = *h.sizes
 	}
+	t.GOMAXPROCS = cfg.ReplicaGOMAXPROCS
 	shapes := []bool{false}
 	if cfg.ReplicaCluster {
 		shapes = append(shapes, true)

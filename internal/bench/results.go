@@ -72,6 +72,9 @@ type Results struct {
 	// of the cases that record it, by case name: on a shared machine it
 	// says how much of the figures' spread is other work.
 	Load map[string]string `json:"load_average,omitempty"`
+	// ReplicaGOMAXPROCS is the replica case's orchestrators' GOMAXPROCS
+	// when set for them (Config.ReplicaGOMAXPROCS); 0: inherited.
+	ReplicaGOMAXPROCS int `json:"replica_gomaxprocs,omitempty"`
 }
 
 // noteLoad records load as the load average at the end of case name.

@@ -51,6 +51,9 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 	last := after
 	if after == 0 {
 		msgs, ok, err := b.readLogChain(ctx, stream, subject)
+		if errors.Is(err, errNoLastMsg) {
+			return b.readEmptyLog(ctx, stream, subject, fn)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("read %s of %s: %w", subject, stream, err)
 		}
@@ -64,9 +67,51 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 			return last, nil
 		}
 	}
+	return b.readLogFrom(ctx, stream, subject, after, nil, fn)
+}
+
+// readEmptyLog is ReadLog of a log the server has no last message of:
+// empty (a new conversation's, as every start with an id of the caller's
+// checks) or every message of it damaged, which the server answers alike.
+// A direct get by the subject's index tells them apart (logHasNone), else
+// its count, at once, without the batched read by subject first (which
+// would answer "not found" too): two direct gets for an empty log, not two
+// and two stream-info requests. A count that is not zero is read by
+// subject, which finds a first message that came since, or reports the log
+// unreadable.
+func (b *Bus) readEmptyLog(ctx context.Context, stream, subject string, fn func(LogMsg) error) (uint64, error) {
+	if b.logHasNone(ctx, stream, subject) {
+		return 0, nil
+	}
+	unreadable := b.unreadableLog(ctx, stream, subject)
+	if unreadable == nil {
+		return 0, nil
+	}
+	if _, ok := errors.AsType[*LogUnreadableError](unreadable); !ok {
+		return 0, unreadable
+	}
+	return b.readLogFrom(ctx, stream, subject, 0, unreadable, fn)
+}
+
+// logHasNone is true when the server answers a direct get of the last
+// message of subject by its index (multi_last) with "no results": the
+// index holds no message of it, where one it cannot load is answered "not
+// found" (nats-server 2.11 and later). Any other answer leaves it to the
+// count (unreadableLog): a stream-info request, which costs the server
+// several times a direct get (the API's queue, the stream's whole info
+// encoded, an advisory) and its answer the reader as much to decode.
+func (b *Bus) logHasNone(ctx context.Context, stream, subject string) bool {
+	end, err := b.directGetBatch(ctx, stream, directGetRequest{MultiLastFor: []string{subject}}, 1, func(LogMsg) error { return errLogEnd })
+	return err == nil && end != nil && end.Header.Get("Status") == "404" && end.Header.Get("Description") == "No Results"
+}
+
+// readLogFrom reads the log by subject after sequence after; unreadable,
+// if not nil, is an earlier count's that the log is not empty, returned
+// if the read finds nothing.
+func (b *Bus) readLogFrom(ctx context.Context, stream, subject string, after uint64, unreadable error, fn func(LogMsg) error) (uint64, error) {
+	last := after
 	var parts []byte
-	var missing uint64   // messages the previous batch counted but did not send
-	var unreadable error // an empty log's count said it is not empty
+	var missing uint64 // messages the previous batch counted but did not send
 	for {
 		n, more, unsent, err := b.readLogBatch(ctx, stream, subject, last, func(m LogMsg) error {
 			last = m.Sequence
@@ -128,18 +173,51 @@ func (b *Bus) ReadLog(ctx context.Context, stream, subject string, after uint64,
 // unreadableLog is a *LogUnreadableError if stream counts messages of
 // subject, of which a read from the start got none.
 func (b *Bus) unreadableLog(ctx context.Context, stream, subject string) error {
-	st, err := b.js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("read %s of %s: %w", subject, stream, err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	n, err := b.countSubject(ctx, stream, subject)
 	if err != nil {
 		return fmt.Errorf("read %s of %s: count its messages: %w", subject, stream, err)
 	}
-	if n := info.State.Subjects[subject]; n > 0 {
+	if n > 0 {
 		return &LogUnreadableError{Stream: stream, Subject: subject, Count: n}
 	}
 	return nil
+}
+
+// countSubject is how many messages of subject stream holds: one stream
+// info request, whose answer is decoded only as far as the count (the
+// client's Stream and Info would make two, each decoded whole).
+func (b *Bus) countSubject(ctx context.Context, stream, subject string) (uint64, error) {
+	req, err := json.Marshal(struct {
+		Filter string `json:"subjects_filter"`
+	}{subject})
+	if err != nil {
+		return 0, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	m, err := b.nc.RequestWithContext(ctx, b.apiPrefix()+"STREAM.INFO."+stream, req)
+	if err != nil {
+		return 0, err
+	}
+	var info struct {
+		Error *jetstream.APIError `json:"error"`
+		State struct {
+			Subjects map[string]uint64 `json:"subjects"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return 0, err
+	}
+	switch {
+	case info.Error != nil && info.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound:
+		return 0, jetstream.ErrStreamNotFound
+	case info.Error != nil:
+		return 0, info.Error
+	}
+	return info.State.Subjects[subject], nil
 }
 
 // LogUnreadableError says the server holds messages of a log that it cannot

@@ -179,6 +179,48 @@ func TestReadLogWhileItsFirstMessageComes(t *testing.T) {
 	}
 }
 
+// A log that is not there (what every start with a conversation id of the
+// caller's checks) costs two direct gets: of its last message, and of its
+// last by the subject's index, which tells an empty log from one whose
+// every message is damaged; not also a batched read by subject and two
+// stream-info requests to count its messages. The spy sees every request
+// to the JetStream API.
+func TestReadEmptyLogRequests(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	b := bustest.Connect(t, srv, "test")
+	bustest.Setup(t, b)
+	ctx := bustest.Context(t)
+	spy := bustest.Connect(t, srv, "spy").Conn()
+	requests := make(chan *nats.Msg, 64)
+	sub, err := spy.ChanSubscribe("$JS.API.>", requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	last, err := b.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject("cnew"), 0, func(bus.LogMsg) error {
+		t.Error("read a message of an empty log")
+		return nil
+	})
+	if err != nil || last != 0 {
+		t.Fatalf("empty log: last %d, %v", last, err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(requests) > 0 {
+		m := <-requests
+		got = append(got, strings.TrimPrefix(m.Subject, "$JS.API.")+" "+string(m.Data))
+	}
+	if len(got) > 2 || slices.ContainsFunc(got, func(r string) bool { return !strings.HasPrefix(r, "DIRECT.GET.") }) {
+		t.Errorf("an empty log's read made %d requests, want 2 direct gets:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
 // ReadLog makes no subscription per read: each one made and removed
 // changes the server's subscription list, whose match cache every publish
 // then misses, and reads of logs not cached (a resume past the state

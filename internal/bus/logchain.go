@@ -27,6 +27,10 @@ import (
 // for a log's first), so a log is read from its last message back to its
 // first, one direct get each.
 
+// errNoLastMsg is readLogChain's when the server has no last message of
+// the subject: the log is empty, or its last message cannot be loaded.
+var errNoLastMsg = errors.New("no last message")
+
 // logChainMax is how many messages a read by sequences goes back before it
 // gives up for the batched read by subject: each is a round trip, where
 // the batched read's are one per logBatch messages.
@@ -39,8 +43,12 @@ const logChainMax = 16
 // gone, a message does not name the one before it (written other than by
 // AppendLog), one named is not there (purged, damaged) or not of subject,
 // or the log is longer than logChainMax; ReadLog then reads it by subject.
+// It is errNoLastMsg when the server found no last message of subject.
 func (b *Bus) readLogChain(ctx context.Context, stream, subject string) ([]LogMsg, bool, error) {
 	cur, ok, err := b.directGet(ctx, stream, subject, directGetRequest{LastFor: subject})
+	if err == nil && cur.Sequence == 0 {
+		return nil, false, errNoLastMsg
+	}
 	if err != nil || !ok {
 		return nil, false, chainRead(err)
 	}
@@ -127,6 +135,9 @@ type directGetRequest struct {
 	NextFor string `json:"next_by_subj,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
 	Batch   int    `json:"batch,omitempty"`
+	// MultiLastFor asks for the last message of each subject (one here:
+	// logHasNone).
+	MultiLastFor []string `json:"multi_last,omitempty"`
 }
 
 // directGet asks stream for one message of subject; ok is false when there
