@@ -124,7 +124,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	replicaCluster := fs.Bool("replica-cluster", false, "run the replica case on a three-node NATS cluster too")
 	replicaFloorPartitions := fs.Int("replica-floor-partitions", 0, "reply partitions of the replica floor, split over its processes as toolgate's over its replicas (default one per process; toolgate's are 6)")
 	replicaFloor := fs.Bool("replica-floor", true, "run the replica floor (raw JetStream storing what toolgate stores, in as many processes) beside each replica count")
-	replicaProcs := fs.Int("replica-gomaxprocs", 0, "GOMAXPROCS of the replica case's orchestrator processes, as a container's CPU limit sets it (0 inherits); recorded as replica_gomaxprocs")
+	replicaProcs := fs.Int("replica-gomaxprocs", 0, "GOMAXPROCS of the replica case's orchestrator and floor processes, as a container's CPU limit sets it (0 inherits); recorded as replica_gomaxprocs")
 	largeMiB := fs.Int("large-mib", 0, "history in MiB the large conversation reaches with results of 180 KiB (default 5; -1 skips)")
 	settleFor := fs.Duration("settle", 0, "the memory case's wait, before each heap measurement, for the server's caches of the last writes to expire (default 11s; -1ns measures at once)")
 	transport := fs.String("transport", string(bench.TransportInProcess), "how every side connects to the embedded server: in-process, or tcp (loopback, as parts in processes of their own)")

@@ -394,7 +394,7 @@ func (t *ReplicaTarget) startFloor(ctx context.Context, r ReplicaFloorRun) (s *f
 		cmd := exec.Command(filepath.Join(t.dir, "floord"), "-nats", url, "-index", strings.Join(g, ","),
 			"-processes", strconv.Itoa(r.Processes), "-partitions", strconv.Itoa(r.Partitions),
 			"-record", strconv.Itoa(r.Sizes.Record), "-event", strconv.Itoa(r.Sizes.Event))
-		cmd.Stdout, cmd.Stderr = t.log, t.log
+		cmd.Stdout, cmd.Stderr, cmd.Env = t.log, t.log, t.procEnv()
 		if err := cmd.Start(); err != nil {
 			return s, fmt.Errorf("start floord %s: %w", g, err)
 		}

@@ -96,8 +96,18 @@ type ReplicaTarget struct {
 	dir string
 	log io.Writer
 	// GOMAXPROCS, when positive, is set in the orchestrator processes'
-	// environment; 0 leaves them the harness's.
+	// environment, and the replica floor's (floord), so that the two
+	// ratios compare like with like; 0 leaves them the harness's.
 	GOMAXPROCS int
+}
+
+// procEnv is the environment of an orchestrator or floord process: nil
+// (the harness's) unless GOMAXPROCS is set.
+func (t *ReplicaTarget) procEnv() []string {
+	if t.GOMAXPROCS <= 0 {
+		return nil
+	}
+	return append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(t.GOMAXPROCS))
 }
 
 // NewReplicaTarget builds the binaries into a temporary folder; Close
@@ -218,9 +228,7 @@ func (t *ReplicaTarget) start(ctx context.Context, replicas int, cluster bool) (
 			"--http", addr, "--max-runs", "64", "--log-level", "warn", "--replicas", streamReplicas,
 			"--retention", benchRetention.String())
 		cmd.Stdout, cmd.Stderr = t.log, t.log
-		if t.GOMAXPROCS > 0 {
-			cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(t.GOMAXPROCS))
-		}
+		cmd.Env = t.procEnv()
 		// Each waits for the servers (and the first's set-up of the
 		// streams) on its own; started one after the other, so that they
 		// do not race to create them.
