@@ -153,14 +153,50 @@ func decodeMsgpack(data []byte, v any) (err error) {
 	if err := checkMsgpackLengths(data); err != nil {
 		return err
 	}
-	r := bytes.NewReader(data)
-	if err := msgpack.NewDecoder(r).Decode(v); err != nil {
+	d := decoders.Get().(*pooledDecoder)
+	d.r.Reset(data)
+	d.dec.Reset(&d.r)
+	if err := d.dec.Decode(v); err != nil {
+		// Not given back: a decoder that failed half-way (or panicked,
+		// recovered above) is not worth trusting again.
 		return err
 	}
-	if r.Len() != 0 {
+	trailing := d.r.Len() != 0
+	d.put(len(data))
+	if trailing {
 		return errors.New("trailing data")
 	}
 	return nil
+}
+
+// pooledDecoder is a msgpack decoder with its reader, kept for reuse as
+// msgpack.Unmarshal keeps its own: a decoder and a reader made for every
+// message were a tenth of the bytes a reply's delivery allocated. Decoded
+// strings and byte slices are copied out of the body and the decoder's
+// scratch, so nothing decoded refers to them.
+type pooledDecoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := &pooledDecoder{}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
+// maxPooledDecode bounds the bodies whose decoder is kept: the decoder's
+// scratch grows to the body's longest string, which a large result must
+// not leave in the pool.
+const maxPooledDecode = 64 << 10
+
+// put returns d to the pool after a body of n bytes, letting go of it.
+func (d *pooledDecoder) put(n int) {
+	d.r.Reset(nil)
+	d.dec.ResetReader(nil)
+	if n <= maxPooledDecode {
+		decoders.Put(d)
+	}
 }
 
 // trailing reports whether anything but whitespace follows the value dec

@@ -84,19 +84,7 @@ func (r *run) phase(items []*callItem, withCall bool) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	var wg sync.WaitGroup
-	for _, it := range items {
-		if it.state != stRun {
-			continue
-		}
-		it.done = make(chan struct{})
-		rc := r.runContext(ctx, it)
-		wg.Go(func() {
-			defer close(it.done)
-			it.val, it.err = protect(func() (any, error) { return it.tool.call(rc, it.decoded) })
-		})
-	}
+	stop := r.runBodies(items)
 	var err error
 	for _, it := range items {
 		if withCall {
@@ -119,9 +107,35 @@ func (r *run) phase(items []*callItem, withCall bool) error {
 			}
 		}
 	}
-	cancel()
-	wg.Wait()
+	stop()
 	return err
+}
+
+// runBodies starts the bodies of the items to run, each on a goroutine of
+// its own, and returns what cancels and waits for them. A phase with none
+// to run (calls deferred, or resumed from their replies) makes no context
+// and no wait group: that was most of a deferred call's phases.
+func (r *run) runBodies(items []*callItem) (stop func()) {
+	if !slices.ContainsFunc(items, func(it *callItem) bool { return it.state == stRun }) {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		if it.state != stRun {
+			continue
+		}
+		it.done = make(chan struct{})
+		rc := r.runContext(ctx, it)
+		wg.Go(func() {
+			defer close(it.done)
+			it.val, it.err = protect(func() (any, error) { return it.tool.call(rc, it.decoded) })
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }
 
 // protect turns a panic of application code into an error.

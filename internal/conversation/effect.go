@@ -199,7 +199,7 @@ func ExpireTransition() Transition {
 		if len(escalate) > 0 {
 			effects = append(effects, Effect{Kind: EffectEscalate, RunID: c.Batch.RunID, Calls: escalate})
 		}
-		effects = append(effects, SettledEffects(c)...)
+		effects = appendSettled(effects, c)
 		if len(expired) == 0 && len(escalated) == 0 {
 			return effects, ErrUnchanged
 		}
@@ -214,10 +214,29 @@ func SettledEffects(c *State) []Effect {
 	if c.Batch == nil {
 		return nil
 	}
-	if c.claimable() {
-		return []Effect{{Kind: EffectBatchDone, RunID: c.Batch.RunID}, {Kind: EffectClaim}}
+	return appendSettled(make([]Effect, 0, settledEffects(c)), c)
+}
+
+// appendSettled appends SettledEffects(c) to effects.
+func appendSettled(effects []Effect, c *State) []Effect {
+	switch {
+	case c.Batch == nil:
+		return effects
+	case c.claimable():
+		return append(effects, Effect{Kind: EffectBatchDone, RunID: c.Batch.RunID}, Effect{Kind: EffectClaim})
 	}
-	return []Effect{{Kind: EffectSchedule}}
+	return append(effects, Effect{Kind: EffectSchedule})
+}
+
+// settledEffects is how many effects SettledEffects(c) lists.
+func settledEffects(c *State) int {
+	switch {
+	case c.Batch == nil:
+		return 0
+	case c.claimable():
+		return 2
+	}
+	return 1
 }
 
 // Claimer is what a claim takes besides the state: who claims, the id of
@@ -336,7 +355,9 @@ func WaitForAgentTransition(reason string, wait time.Duration) Transition {
 // scheduled (or, complete already, its follow-up claimed) before the calls
 // go out, off the run's way, and OnRunEnd told once they are.
 func EndedEffects(c *State, runID string, granted []GrantUse) []Effect {
-	var effects []Effect
+	// At their number from the start: grown one by one, a pause's list
+	// was four arrays of effects, a call's largest garbage of its kind.
+	effects := make([]Effect, 0, endedEffects(c, granted))
 	if c.Status.Terminal() {
 		effects = append(effects, Effect{Kind: EffectEndWritten})
 	}
@@ -370,10 +391,30 @@ func EndedEffects(c *State, runID string, granted []GrantUse) []Effect {
 		// before a reply can complete the batch and take it out again;
 		// scheduled after, a batch answered at once kept its entry until
 		// the deadline.
-		effects = append(effects, SettledEffects(c)...)
+		effects = appendSettled(effects, c)
 		return append(effects, Effect{Kind: EffectPublishPaused, RunID: runID})
 	}
 	return append(effects, Effect{Kind: EffectRunEnded})
+}
+
+// endedEffects is how many effects EndedEffects lists.
+func endedEffects(c *State, granted []GrantUse) int {
+	n := 0
+	if c.Status.Terminal() {
+		n++
+	}
+	if len(granted) > 0 {
+		n++
+	}
+	switch c.Status {
+	case StatusFailed, StatusCompleted:
+		return n + 3
+	case StatusPaused:
+		// The log line, the event, the index or the wait for replies,
+		// the publication, and what the batch's state asks for.
+		return n + 4 + settledEffects(c)
+	}
+	return n + 1
 }
 
 // StartedEffects are what the record that starts run runID of c asks for:

@@ -449,6 +449,10 @@ func TestEndedEffects(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("effects:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
+			// Made at their number, not grown one by one.
+			if cap(effects) != len(effects) {
+				t.Errorf("%d effects in an array of %d", len(effects), cap(effects))
+			}
 		})
 	}
 }

@@ -77,6 +77,17 @@ type CallChange struct {
 // Encode is r's encoding, as msgpack.Marshal gives it.
 func (r *Record) Encode() ([]byte, error) { return recordEncoders.encode(r) }
 
+// AppendEncode appends r's encoding (Encode's) to dst, for a writer that
+// uses its buffers again.
+func (r *Record) AppendEncode(dst []byte) ([]byte, error) {
+	e := recordEncoders.get()
+	defer recordEncoders.put(e)
+	if err := e.enc.Encode(r); err != nil {
+		return dst, err
+	}
+	return append(dst, e.buf.Bytes()...), nil
+}
+
 // Empty reports whether the record changes nothing.
 func (r *Record) Empty() bool {
 	return r.Head == nil && r.History == nil && len(r.Runs) == 0 && len(r.Decisions) == 0 &&

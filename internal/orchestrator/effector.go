@@ -366,10 +366,13 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 		// copy, c staying the caller's.
 		conv := c.Clone()
 		log := e.log.With(slog.String("conversation_id", id), slog.String("run_id", conv.Batch.RunID))
+		// The closures capture fields, not ef: a captured ef would move
+		// every effect carried out to the heap.
+		callIDs := ef.CallIDs
 		e.spawn(func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 			defer cancel()
-			if err := e.publishDispatched(pctx, conv, ef.CallIDs); err != nil {
+			if err := e.publishDispatched(pctx, conv, callIDs); err != nil {
 				log.WarnContext(pctx, "publish approved calls: left to reconcile", slog.String("error", err.Error()))
 			}
 		})
@@ -390,11 +393,12 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 		// which publishes what is unmarked. The acks are awaited off the
 		// run's path (and before Stop returns), then OnRunEnd is told; c
 		// is not changed after this.
+		runID := ef.RunID
 		e.track(func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replyTimeout)
 			defer cancel()
 			if err := e.publishPaused(pctx, c); err != nil {
-				e.log.WarnContext(pctx, "publish batch", slog.String("conversation_id", id), slog.String("run_id", ef.RunID), slog.String("error", err.Error()))
+				e.log.WarnContext(pctx, "publish batch", slog.String("conversation_id", id), slog.String("run_id", runID), slog.String("error", err.Error()))
 			}
 			if e.onRunEnd != nil {
 				e.onRunEnd(c)
@@ -405,6 +409,11 @@ func (e *effector) carry(ctx context.Context, c *conversation.State, rev uint64,
 			e.onRunEnd(c)
 		}
 	case conversation.EffectLog:
+		if !e.log.Enabled(ctx, ef.Level) {
+			// Before the attributes are copied, which every line costs
+			// whether or not it is written.
+			return
+		}
 		attrs := append([]slog.Attr{slog.String("conversation_id", id)}, ef.Attrs...)
 		e.log.LogAttrs(ctx, ef.Level, ef.Msg, attrs...)
 	default:

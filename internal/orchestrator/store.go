@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -465,8 +466,17 @@ func (s *store) append(ctx context.Context, c *conversation.State, expect uint64
 
 // appendAs is append naming in the record's headers the replica that
 // created the conversation (hdrOrigin), when origin is not empty.
-func (s *store) appendAs(ctx context.Context, c *conversation.State, expect uint64, r *conversation.Record, origin string) (uint64, int, error) {
-	b, err := r.Encode()
+func (s *store) appendAs(ctx context.Context, c *conversation.State, expect uint64, r *conversation.Record, origin string) (_ uint64, _ int, err error) {
+	buf := recordBuffers.Get().(*[]byte)
+	b, err := r.AppendEncode((*buf)[:0])
+	defer func() {
+		// An append whose outcome is unknown keeps its bytes, to be sent
+		// again (bus.ResumeAppend); any other has no more use for them.
+		if unknown := (*bus.LogOutcomeError)(nil); !errors.As(err, &unknown) && cap(b) <= maxPooledRecord {
+			*buf = b
+			recordBuffers.Put(buf)
+		}
+	}()
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode record of conversation %s: %w", c.ID, err)
 	}
@@ -496,6 +506,14 @@ func (s *store) appendAs(ctx context.Context, c *conversation.State, expect uint
 	s.fresh.saw(seq)
 	return seq, len(b), nil
 }
+
+// recordBuffers hold encoded records while they are appended: the record
+// of every change was a copy of the encoder's bytes, garbage once stored.
+var recordBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRecord bounds the buffers kept: one large record (a history
+// of megabytes) must not keep its size in the pool.
+const maxPooledRecord = 64 << 10
 
 // appendLog appends b to conversation id's log within the store's
 // timeout, and follows up an append whose outcome is still unknown then

@@ -1,0 +1,5 @@
+//go:build !race
+
+package conversation
+
+const raceEnabled = false
