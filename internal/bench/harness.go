@@ -318,11 +318,11 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 				return err
 			}
 			sm = &m
-			m, err = measure(ctx, h.res, cfg.Progress, c, NewStorageLookupTarget(h.env, StorageSizesOf(tm)))
+			ml, err := measure(ctx, h.res, cfg.Progress, c, NewStorageLookupTarget(h.env, StorageSizesOf(tm)))
 			if err != nil {
 				return err
 			}
-			lm = &m
+			lm = &ml
 		}
 		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm, lm)...)
 		if c.Label != "" {
