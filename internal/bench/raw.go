@@ -268,9 +268,9 @@ func sendRawBatch(ctx context.Context, js jetstream.JetStream, b *batch) error {
 
 // startWorker connects one worker and starts pulling calls; stop drains it
 // and closes its connection. With lookup, the worker looks each call up
-// by its stream sequence before replying, as toolgate's does (a message
-// get of the calls stream; its stream handle made once) and skips one no
-// longer there.
+// by its stream sequence before replying, as toolgate's does (a get of the
+// calls stream; its stream handle made once) and skips one no longer
+// there.
 func (t *RawTarget) startWorker(ctx context.Context, stream, name string, lookup bool, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
 	b, err := t.env.Connect(ctx, name)
 	if err != nil {
@@ -342,9 +342,10 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, lookup
 	}, nil
 }
 
-// lookUpCall reports whether msg is still in its stream: the message get
+// lookUpCall reports whether msg is still in its stream: the get
 // toolgate's worker sends before it runs a call (bus.CallQueued's common
-// path), bounded as its is.
+// path: a direct get, the library's choice where the stream allows them),
+// bounded as its is.
 func lookUpCall(ctx context.Context, calls jetstream.Stream, msg jetstream.Msg) (bool, error) {
 	md, err := msg.Metadata()
 	if err != nil {

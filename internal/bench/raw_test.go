@@ -119,8 +119,9 @@ func TestStorageFloorStoresToolgatesMessages(t *testing.T) {
 }
 
 // The storage floor with the look-up stores what the storage floor
-// stores, and its workers send one message get of the calls stream per
-// call, before its reply; the storage floor sends none.
+// stores, and its workers send one get of the calls stream per call,
+// before its reply (a direct get, as the calls stream allows them, as
+// toolgate's worker's first look); the storage floor sends none.
 func TestStorageLookupFloorLooksCallsUp(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
@@ -131,18 +132,21 @@ func TestStorageLookupFloorLooksCallsUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	// The server does not count message gets among its API requests; a
-	// subscriber of their subject sees each.
+	// The server does not count gets among its API requests; a
+	// subscriber of their subjects sees each.
 	var gets atomic.Int64
-	sub, err := b.Conn().Subscribe("$JS.API.STREAM.MSG.GET.>", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.BENCH_CALLS_") {
+	count := func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET.BENCH_CALLS_") || strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.BENCH_CALLS_") {
 			gets.Add(1)
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	for _, subject := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"} {
+		sub, err := b.Conn().Subscribe(subject, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
 	if err := b.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
