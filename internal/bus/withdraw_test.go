@@ -77,12 +77,17 @@ func (c *getCounter) take() (direct, leader int) {
 // is gone. A withdrawal reads the queue from the leader only.
 func TestCallQueuedAsksDirectThenLeader(t *testing.T) {
 	t.Parallel()
-	srv := bustest.NewServer(t)
-	orch := bustest.Connect(t, srv, "orchestrator")
+	// The roles' users, so that the worker's permissions are its role's.
+	users := append(roleUsers(t), bus.User{Name: "counter", Password: "counter-pw", Permissions: bus.Permissions{Publish: []string{">"}, Subscribe: []string{">"}}})
+	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
+	conn := func(role string) *bus.Bus {
+		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
+	}
+	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
-	worker := bustest.Connect(t, srv, "worker")
+	worker := conn(bus.RoleWorker)
 	ctx := bustest.Context(t)
-	gets := countGets(t, bustest.Connect(t, srv, "counter"), true)
+	gets := countGets(t, bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: "counter", User: "counter", Password: "counter-pw"}), true)
 
 	call := bustest.SampleCall("run1", "c1")
 	queued, err := orch.PublishCall(ctx, call)
