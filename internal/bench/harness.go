@@ -324,9 +324,10 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 				h.toolgateDown = errors.Is(err, ErrOrchestratorUnavailable)
 			}
 		}
-		// The storage floor stores what toolgate stored in this run, so it
-		// runs after it.
-		var sm *Measurement
+		// The storage floors store what toolgate stored in this run, so
+		// they run after it: without and with the look-up of each call
+		// toolgate's worker makes before running it.
+		var sm, lm *Measurement
 		if c.Batch == 1 {
 			if tm != nil && h.sizes == nil {
 				sizes := StorageSizesOf(tm)
@@ -337,15 +338,21 @@ func (h *harnessRun) roundTrips(ctx context.Context) error {
 				return err
 			}
 			sm = &m
+			ml, err := measure(ctx, h.res, cfg.Progress, c, NewStorageLookupTarget(h.env, StorageSizesOf(tm)))
+			if err != nil {
+				return err
+			}
+			lm = &ml
 		}
-		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm)...)
+		h.res.Cases = append(h.res.Cases, roundTripRows(c, rm, fm, tm, sm, lm)...)
 		if c.Label != "" {
-			h.res.Cases = append(h.res.Cases, addedLatencyRows(c, rm, tm, sm)...)
+			h.res.Cases = append(h.res.Cases, addedLatencyRows(c, rm, tm, sm, lm)...)
 		}
 		h.res.noteLoad(c.Name(), loadAverage())
 		fmt.Fprintf(cfg.Progress, "%-30s %s | core NATS %s | toolgate %s\n", c.Name(), describe(&rm), describe(&fm), describe(tm))
 		if sm != nil {
 			fmt.Fprintf(cfg.Progress, "%-30s storage floor %s\n", "", describe(sm))
+			fmt.Fprintf(cfg.Progress, "%-30s storage floor with the look-up %s\n", "", describe(lm))
 		}
 	}
 	return nil
@@ -453,7 +460,7 @@ func runLong(ctx context.Context, res *Results, cfg Config, c LongCase, down boo
 	fmt.Fprintf(cfg.Progress, "%-30s toolgate %s\n", c.Name(), describeFigures(figs, longMetrics(c)))
 }
 
-func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []Row {
+func roundTripRows(c Case, raw, floor Measurement, tg, storage, lookup *Measurement) []Row {
 	figs := []struct {
 		metric string
 		f      func(Measurement) float64
@@ -474,6 +481,9 @@ func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []R
 		if storage != nil {
 			row.Storage = num(f.f(*storage))
 		}
+		if lookup != nil {
+			row.StorageLookup = num(f.f(*lookup))
+		}
 		rows = append(rows, row)
 	}
 	stored := Row{Name: c.Name(), Metric: MetricStoredMessages, Workers: c.Workers, Batch: c.Batch}
@@ -485,6 +495,9 @@ func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []R
 	}
 	if storage != nil && storage.Stored != nil {
 		stored.Storage = num(storage.StoredPerCall())
+	}
+	if lookup != nil && lookup.Stored != nil {
+		stored.StorageLookup = num(lookup.StoredPerCall())
 	}
 	rows = append(rows, stored)
 	if c.Batch == 1 {
@@ -503,14 +516,15 @@ func roundTripRows(c Case, raw, floor Measurement, tg, storage *Measurement) []R
 const latencyWorkers = 4
 
 // Metrics of the latency cases: what a side adds to raw's p50 and p99, in
-// milliseconds (Toolgate: toolgate's; Storage: the storage floor's).
+// milliseconds (Toolgate: toolgate's; Storage: the storage floor's;
+// StorageLookup: the storage floor's with the look-up).
 const (
 	MetricAddedP50 = "added_p50_ms"
 	MetricAddedP99 = "added_p99_ms"
 )
 
 // addedLatencyRows are the latency a side adds to raw's in case c.
-func addedLatencyRows(c Case, raw Measurement, tg, storage *Measurement) []Row {
+func addedLatencyRows(c Case, raw Measurement, tg, storage, lookup *Measurement) []Row {
 	var rows []Row
 	for _, f := range []struct {
 		metric string
@@ -525,6 +539,9 @@ func addedLatencyRows(c Case, raw Measurement, tg, storage *Measurement) []Row {
 		}
 		if storage != nil {
 			row.Storage = num(ms(f.p(storage.Latency) - f.p(raw.Latency)))
+		}
+		if lookup != nil {
+			row.StorageLookup = num(ms(f.p(lookup.Latency) - f.p(raw.Latency)))
 		}
 		rows = append(rows, row)
 	}
@@ -779,8 +796,8 @@ var headlineMetrics = map[string]bool{
 // per paused conversation, the replica and cold-resume cases, each with
 // the load average at its end where recorded.
 func rebased(b *strings.Builder, r *Results) {
-	b.WriteString("\n== headline: what toolgate costs a user; raw JetStream is the reference, storage = raw storing what toolgate stores ==\n")
-	fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %8s  %s\n", "case", "metric", "raw", "storage", "toolgate", "tg/stor", "load")
+	b.WriteString("\n== headline: what toolgate costs a user; raw JetStream is the reference, storage = raw storing what toolgate stores, stor+lu = storage with toolgate's look-up of each call ==\n")
+	fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %10s %8s %8s  %s\n", "case", "metric", "raw", "storage", "stor+lu", "toolgate", "tg/stor", "tg/s+lu", "load")
 	for _, row := range r.Cases {
 		if !headlineMetrics[row.Metric] {
 			continue
@@ -792,12 +809,15 @@ func rebased(b *strings.Builder, r *Results) {
 		case roundTrip && (row.Metric == MetricP50 || row.Metric == MetricP99):
 			continue // the latency cases' are the ones at 1 and 10 in flight
 		}
-		perStorage := ""
-		if row.Storage != nil && row.Toolgate != nil && *row.Storage != 0 && row.Metric != MetricAddedP50 && row.Metric != MetricAddedP99 {
-			perStorage = fmtNum(*row.Toolgate / *row.Storage)
+		per := func(floor *float64) string {
+			if floor != nil && row.Toolgate != nil && *floor != 0 && row.Metric != MetricAddedP50 && row.Metric != MetricAddedP99 {
+				return fmtNum(*row.Toolgate / *floor)
+			}
+			return ""
 		}
-		fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %8s  %s\n", row.Name, row.Metric,
-			fmtPtr(row.Raw), fmtPtr(row.Storage), fmtPtr(row.Toolgate), perStorage, r.Load[row.Name])
+		fmt.Fprintf(b, "%-48s %-34s %10s %10s %10s %10s %8s %8s  %s\n", row.Name, row.Metric,
+			fmtPtr(row.Raw), fmtPtr(row.Storage), fmtPtr(row.StorageLookup), fmtPtr(row.Toolgate),
+			per(row.Storage), per(row.StorageLookup), r.Load[row.Name])
 	}
 }
 
@@ -824,5 +844,15 @@ func storageLines(b *strings.Builder, rows []Row) {
 			fmt.Fprintf(b, "; toolgate = %s x the storage floor", fmtNum(*row.Toolgate / *row.Storage))
 		}
 		b.WriteString("\n")
+		if row.Metric == MetricThroughput && row.StorageLookup != nil && *row.StorageLookup != 0 {
+			fmt.Fprintf(b, "%-32s storage floor with the look-up %s calls/s", row.Name, fmtNum(*row.StorageLookup))
+			if row.Raw != nil && *row.Raw != 0 {
+				fmt.Fprintf(b, " = %s x raw", fmtNum(*row.StorageLookup / *row.Raw))
+			}
+			if row.Toolgate != nil {
+				fmt.Fprintf(b, "; toolgate = %s x the floor with the look-up", fmtNum(*row.Toolgate / *row.StorageLookup))
+			}
+			b.WriteString("\n")
+		}
 	}
 }

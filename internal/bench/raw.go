@@ -46,14 +46,21 @@ type RawTarget struct {
 	seq atomic.Int64
 	// storage makes it the storage floor (NewStorageTarget).
 	storage *StorageSizes
+	// lookup makes its workers look each call up in the calls stream
+	// before replying (NewStorageLookupTarget).
+	lookup bool
 }
 
 // NewRawTarget returns the JetStream baseline on env.
 func NewRawTarget(env *Env) *RawTarget { return &RawTarget{env: env} }
 
-// Name is "raw", or "storage" for the storage floor.
+// Name is "raw", "storage" for the storage floor, or "storage+lookup"
+// for the storage floor with the look-up.
 func (t *RawTarget) Name() string {
-	if t.storage != nil {
+	switch {
+	case t.storage != nil && t.lookup:
+		return "storage+lookup"
+	case t.storage != nil:
 		return "storage"
 	}
 	return "raw"
@@ -144,7 +151,7 @@ func (t *RawTarget) Run(ctx context.Context, c Case) (m Measurement, err error) 
 	defer stopConsume(collect)
 
 	for w := range c.Workers {
-		stop, err := t.startWorker(ctx, callsCfg.Name, fmt.Sprintf("bench-worker-%d", w), &bg, &redelivered)
+		stop, err := t.startWorker(ctx, callsCfg.Name, fmt.Sprintf("bench-worker-%d", w), t.lookup, &bg, &redelivered)
 		if err != nil {
 			return Measurement{}, err
 		}
@@ -278,13 +285,16 @@ func sendRawBatch(ctx context.Context, js jetstream.JetStream, b *batch) error {
 }
 
 // startWorker connects one worker and starts pulling calls; stop drains it
-// and closes its connection.
-func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
+// and closes its connection. With lookup, the worker looks each call up
+// by its stream sequence before replying, as toolgate's does (a get of the
+// calls stream; its stream handle made once) and skips one no longer
+// there.
+func (t *RawTarget) startWorker(ctx context.Context, stream, name string, lookup bool, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
 	b, err := t.env.Connect(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	stopConsume, err := consumeCalls(ctx, b.JetStream(), stream, name, bg, redelivered)
+	stopConsume, err := consumeCalls(ctx, b.JetStream(), stream, name, lookup, bg, redelivered)
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -297,11 +307,18 @@ func (t *RawTarget) startWorker(ctx context.Context, stream, name string, bg *fa
 
 // consumeCalls is a raw worker named name on js: it pulls one call at a
 // time from stream's call durable, publishes its CallReply, then acks the
-// call. stop drains it.
-func consumeCalls(ctx context.Context, js jetstream.JetStream, stream, name string, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
+// call; with lookup, it looks the call up first (startWorker). stop
+// drains it.
+func consumeCalls(ctx context.Context, js jetstream.JetStream, stream, name string, lookup bool, bg *failure, redelivered *atomic.Int64) (stop func(), err error) {
 	cons, err := js.Consumer(ctx, stream, rawCallConsumer)
 	if err != nil {
 		return nil, fmt.Errorf("raw worker %s: %w", name, err)
+	}
+	var calls jetstream.Stream
+	if lookup {
+		if calls, err = js.Stream(ctx, stream); err != nil {
+			return nil, fmt.Errorf("raw worker %s: %w", name, err)
+		}
 	}
 	// A worker publishes with its own context: a call in hand when the run
 	// ends is abandoned by the drain, not failed midway.
@@ -313,6 +330,19 @@ func consumeCalls(ctx context.Context, js jetstream.JetStream, stream, name stri
 			bg.set(fmt.Errorf("worker %s: decode call: %w", name, err))
 			_ = msg.Term()
 			return
+		}
+		if calls != nil {
+			queued, err := lookUpCall(wctx, calls, msg)
+			if err != nil {
+				bg.set(fmt.Errorf("worker %s: look up call: %w", name, err))
+				_ = msg.NakWithDelay(100 * time.Millisecond)
+				return
+			}
+			if !queued {
+				// Acked already (a redelivery whose reply is out).
+				_ = msg.Ack()
+				return
+			}
 		}
 		data, err := wire.Encode(replyFor(req, name), wire.ContentTypeMsgpack)
 		if err != nil {
@@ -339,6 +369,27 @@ func consumeCalls(ctx context.Context, js jetstream.JetStream, stream, name stri
 		stopConsume(cc)
 		cancel()
 	}, nil
+}
+
+// lookUpCall reports whether msg is still in its stream: the get
+// toolgate's worker sends before it runs a call (bus.CallQueued's common
+// path: a direct get, the library's choice where the stream allows them),
+// bounded as its is.
+func lookUpCall(ctx context.Context, calls jetstream.Stream, msg jetstream.Msg) (bool, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return false, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = calls.GetMsg(lctx, md.Sequence.Stream)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	return false, err
 }
 
 func countRedelivery(msg jetstream.Msg, n *atomic.Int64) {

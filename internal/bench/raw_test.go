@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolgate/toolgate/internal/bench"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
@@ -37,6 +40,7 @@ func TestTargetsRoundTrip(t *testing.T) {
 		{"raw batch 7", bench.NewRawTarget(env), bench.Case{Workers: 3, Batch: 7, Window: 14, Calls: 50, Warmup: 0}},
 		{"core nats batch 5", bench.NewFloorTarget(env), bench.Case{Workers: 2, Batch: 5, Window: 10, Calls: 40, Warmup: 5}},
 		{"storage floor", bench.NewStorageTarget(env, bench.StorageSizes{Record: 1500, Event: 5000}), bench.Case{Workers: 2, Batch: 1, Window: 6, Calls: 40, Warmup: 4}},
+		{"storage floor with the look-up", bench.NewStorageLookupTarget(env, bench.StorageSizes{Record: 1500, Event: 5000}), bench.Case{Workers: 2, Batch: 1, Window: 6, Calls: 40, Warmup: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,6 +115,66 @@ func TestStorageFloorStoresToolgatesMessages(t *testing.T) {
 	}
 	if _, err := target.Run(ctx, bench.Case{Workers: 1, Batch: 2, Window: 2, Calls: 4}); err == nil {
 		t.Error("a batch of 2 measured; want it refused")
+	}
+}
+
+// The storage floor with the look-up stores what the storage floor
+// stores, and its workers send one get of the calls stream per call,
+// before its reply (a direct get, as the calls stream allows them, as
+// toolgate's worker's first look); the storage floor sends none.
+func TestStorageLookupFloorLooksCallsUp(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	b, err := env.Connect(ctx, "look-up-count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// The server does not count gets among its API requests; a
+	// subscriber of their subjects sees each.
+	var gets atomic.Int64
+	count := func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET.BENCH_CALLS_") || strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.BENCH_CALLS_") {
+			gets.Add(1)
+		}
+	}
+	for _, subject := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"} {
+		sub, err := b.Conn().Subscribe(subject, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := bench.Case{Workers: 1, Batch: 1, Window: 3, Calls: 60, Warmup: 3}
+	sizes := bench.StorageSizes{Record: 1200, Event: 6000}
+	perRun := map[string]int64{}
+	stored := map[string]float64{}
+	for _, target := range []*bench.RawTarget{bench.NewStorageTarget(env, sizes), bench.NewStorageLookupTarget(env, sizes)} {
+		before := gets.Load()
+		m, err := target.Run(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The gets of the run reach the subscriber before a request sent
+		// after them is answered.
+		if err := b.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		perRun[target.Name()] = gets.Load() - before
+		stored[target.Name()] = m.StoredPerCall()
+	}
+	// Warm-up and measured calls alike are looked up.
+	want := map[string]int64{"storage": 0, "storage+lookup": int64(c.Calls + c.WarmupBatches()*c.Batch)}
+	if !maps.Equal(perRun, want) {
+		t.Errorf("message gets of the calls stream per run %v, want %v", perRun, want)
+	}
+	if stored["storage"] != stored["storage+lookup"] {
+		t.Errorf("stored per call: storage %v, storage+lookup %v; want the same", stored["storage"], stored["storage+lookup"])
 	}
 }
 

@@ -376,7 +376,7 @@ func (t *ReplicaTarget) startFloor(ctx context.Context, r ReplicaFloorRun) (s *f
 		if err != nil {
 			return s, err
 		}
-		stop, err := consumeCalls(ctx, wjs, replicaFloorCallsStream(), name, &s.bg, &s.redelivered)
+		stop, err := consumeCalls(ctx, wjs, replicaFloorCallsStream(), name, false, &s.bg, &s.redelivered)
 		if err != nil {
 			return s, err
 		}

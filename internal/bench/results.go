@@ -115,6 +115,9 @@ type Row struct {
 	// (NewStorageTarget); in the replica case, the same in as many
 	// processes as orchestrators (RunReplicaFloor).
 	Storage *float64 `json:"storage,omitempty"`
+	// StorageLookup is the storage floor's with the look-up of each call
+	// toolgate's worker makes before running it (NewStorageLookupTarget).
+	StorageLookup *float64 `json:"storage_lookup,omitempty"`
 	// Target is the issue's goal for this row, Pass whether it is met
 	// (null while the toolgate side is not measured).
 	Target string `json:"target,omitempty"`

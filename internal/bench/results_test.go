@@ -261,12 +261,13 @@ func TestMemoryMeasurementDistorted(t *testing.T) {
 	}
 }
 
-// The headline tells what the storage floor leaves of raw's batch-1
-// throughput and resume, and what toolgate reaches of it.
+// The headline tells what the storage floor (and the storage floor with
+// the look-up) leaves of raw's batch-1 throughput and resume, and what
+// toolgate reaches of it.
 func TestHeadlineStorageFloor(t *testing.T) {
 	t.Parallel()
 	r := &bench.Results{Cases: []bench.Row{
-		{Name: "roundtrip/workers=2/batch=1", Metric: bench.MetricThroughput, Workers: 2, Batch: 1, Raw: f(10000), Toolgate: f(3000), Storage: f(6000)},
+		{Name: "roundtrip/workers=2/batch=1", Metric: bench.MetricThroughput, Workers: 2, Batch: 1, Raw: f(10000), Toolgate: f(3000), Storage: f(6000), StorageLookup: f(5000)},
 		{Name: "roundtrip/workers=2/batch=10", Metric: bench.MetricThroughput, Workers: 2, Batch: 10, Raw: f(10000), Toolgate: f(5000)},
 		{Name: "paused/1000", Metric: bench.MetricResumeSeconds, Batch: 1, Raw: f(1), Toolgate: f(4), Storage: f(2)},
 	}}
@@ -278,6 +279,10 @@ func TestHeadlineStorageFloor(t *testing.T) {
 		t.Errorf("headline lacks %q:\n%s", want, b.String())
 	}
 	want = "paused/1000                      storage floor of the resume 2.00 s = 2.00 x raw; toolgate = 2.00 x the storage floor\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("headline lacks %q:\n%s", want, b.String())
+	}
+	want = "roundtrip/workers=2/batch=1      storage floor with the look-up 5000 calls/s = 0.5 x raw; toolgate = 0.6 x the floor with the look-up\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("headline lacks %q:\n%s", want, b.String())
 	}

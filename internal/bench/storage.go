@@ -76,6 +76,16 @@ func NewStorageTarget(env *Env, sizes StorageSizes) *RawTarget {
 	return &RawTarget{env: env, storage: &sizes}
 }
 
+// NewStorageLookupTarget is the storage floor whose workers look each
+// call up in the calls stream before replying, as toolgate's worker does
+// to skip a call withdrawn after it was delivered (bus.CallQueued): a get
+// of the call's sequence, direct where the calls stream allows direct
+// gets (as toolgate's configures it), as toolgate's first look is. Toolgate's throughput over
+// it is what toolgate's code costs beside storing and looking up.
+func NewStorageLookupTarget(env *Env, sizes StorageSizes) *RawTarget {
+	return &RawTarget{env: env, storage: &sizes, lookup: true}
+}
+
 // storageStreams are toolgate's conversations and events streams under
 // other names and subjects.
 func storageStreams(gen string) (log, events jetstream.StreamConfig, err error) {

@@ -120,6 +120,9 @@ type Bus struct {
 	outage pullOutage
 	// logs takes the answers to ReadLog's direct gets.
 	logs logMux
+	// noDirectCalls: the calls stream answers no direct gets of this
+	// connection (CallQueued asks its leader only).
+	noDirectCalls atomic.Bool
 }
 
 // StalledPulls is how many pulls of this connection's consumers the client

@@ -233,13 +233,15 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, cfg MaxDeliveriesConfig, 
 	if err != nil {
 		return fmt.Errorf("max deliveries %s #%d: %w", a.Stream, a.StreamSeq, err)
 	}
-	raw, err := st.GetMsg(ctx, a.StreamSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		// Already handled (or acked at the last moment, or aged out).
-		return nil
-	}
+	// From the leader: the calls stream allows direct gets, and a replica
+	// behind it may still hold a call acked at the last moment.
+	raw, ok, err := b.leaderMsg(ctx, a.Stream, a.StreamSeq, "")
 	if err != nil {
 		return fmt.Errorf("max deliveries %s #%d: %w", a.Stream, a.StreamSeq, err)
+	}
+	if !ok {
+		// Already handled (or acked at the last moment, or aged out).
+		return nil
 	}
 	reason := fmt.Sprintf("exhausted %d deliveries", a.Deliveries)
 	if err := b.deadLetter(ctx, DLQMaxDeliveries, reason, a.Stream, a.Consumer, a.StreamSeq, raw.Subject, raw.Header, raw.Data); err != nil {

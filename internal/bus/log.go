@@ -25,6 +25,8 @@ import (
 
 // LogMsg is one message of a log.
 type LogMsg struct {
+	// Subject is set by a get from the stream's leader (leaderMsg).
+	Subject  string
 	Sequence uint64
 	Header   nats.Header
 	Data     []byte
@@ -598,6 +600,7 @@ func (b *Bus) leaderMsg(ctx context.Context, stream string, seq uint64, subject 
 	}
 	var resp struct {
 		Message *struct {
+			Subject  string    `json:"subject"`
 			Sequence uint64    `json:"seq"`
 			Header   []byte    `json:"hdrs"`
 			Data     []byte    `json:"data"`
@@ -622,7 +625,7 @@ func (b *Bus) leaderMsg(ctx context.Context, stream string, seq uint64, subject 
 			return LogMsg{}, false, fmt.Errorf("get message %d of %s: headers: %w", seq, stream, err)
 		}
 	}
-	return LogMsg{Sequence: resp.Message.Sequence, Header: h, Data: resp.Message.Data, Time: resp.Message.Time}, true, nil
+	return LogMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Header: h, Data: resp.Message.Data, Time: resp.Message.Time}, true, nil
 }
 
 func cloneHeader(h nats.Header) nats.Header {

@@ -55,8 +55,10 @@ func RolePermissions(role string) (Permissions, error) {
 				wire.PrefixReply+".*."+wire.ReplyKindCall,
 				wire.PrefixDLQ+".>",
 				// Looking a call up before running it: one the
-				// orchestrator withdrew is gone (CallQueued).
+				// orchestrator withdrew is gone (CallQueued), asked
+				// with a direct get, then of the stream's leader.
 				"$JS.API.STREAM.MSG.GET."+wire.StreamCalls,
+				"$JS.API.DIRECT.GET."+wire.StreamCalls,
 				"$KV."+wire.BucketTools+".>",
 				"$JS.API.STREAM.INFO.KV_"+wire.BucketTools,
 				// Reading an advert (KeyValue.Get): without it a worker's

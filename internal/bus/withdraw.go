@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolgate/toolgate/wire"
@@ -50,8 +52,10 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 	deleted := 0
 	seq := uint64(1)
 	for range MaxWithdrawScan {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// From the leader: the stream allows direct gets, which a
+		// replica behind it may answer without a call just queued.
+		m, ok, err := b.leaderMsg(ctx, wire.StreamCalls, seq, subj)
+		if err == nil && !ok {
 			return deleted, nil
 		}
 		if err != nil {
@@ -79,6 +83,15 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 // A user not allowed the lookup (NATS users written before it was added
 // to the worker's role) gets ErrPermissionDenied at once.
 //
+// It asks first with a direct get, which the calls stream allows and any
+// of its replicas answers without a JetStream API request (about half the
+// CPU of a message get; bench/README.md): a call found is queued. A call
+// not found there may be one a replica behind the leader has not stored
+// yet, so the stream's leader decides, with a message get. A stream set
+// up before it allowed direct gets (no one answers them) or a user not
+// allowed them (written before the worker's role was) makes this
+// connection ask only the leader from then on.
+//
 // "Not found" is believed only from a stream leader that has stored seq
 // (its last sequence is at least seq): in a cluster, a call can be
 // delivered by a consumer whose node has applied it before the stream's
@@ -87,31 +100,69 @@ func (b *Bus) WithdrawCalls(ctx context.Context, tool, runID string, ids []strin
 // acked it unrun and without a reply, and its conversation waited until
 // the call's deadline (TestClusterLeaderKilledUnderLoad under load).
 func (b *Bus) CallQueued(ctx context.Context, seq uint64) (bool, error) {
-	gctx, release := b.deny.guard(ctx, jsAPIFor(wire.StreamCalls))
-	defer release()
-	st, err := b.stream(gctx, wire.StreamCalls)
-	if err == nil {
-		_, err = st.GetMsg(gctx, seq)
+	if !b.noDirectCalls.Load() && b.callDirect(ctx, seq) {
+		return true, nil
 	}
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		var info *jetstream.StreamInfo
-		if info, err = st.Info(gctx); err == nil {
-			if info.State.LastSeq < seq {
-				return true, nil
+	api := b.apiPrefix()
+	gctx, release := b.deny.guard(ctx, func(v string) bool {
+		return v == api+"STREAM.MSG.GET."+wire.StreamCalls || v == api+"STREAM.INFO."+wire.StreamCalls
+	})
+	defer release()
+	_, found, err := b.leaderMsg(gctx, wire.StreamCalls, seq, "")
+	if err == nil && !found {
+		var st jetstream.Stream
+		if st, err = b.stream(gctx, wire.StreamCalls); err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = st.Info(gctx); err == nil {
+				if info.State.LastSeq < seq {
+					return true, nil
+				}
+				// Stored by now: a second look tells a call that came in
+				// meanwhile from one taken out.
+				_, found, err = b.leaderMsg(gctx, wire.StreamCalls, seq, "")
 			}
-			// Stored by now: a second look tells a call that came in
-			// meanwhile from one taken out.
-			_, err = st.GetMsg(gctx, seq)
 		}
 	}
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
+	if err == nil {
+		return found, nil
 	}
 	if d := denied(gctx); d != nil {
 		err = d
 	}
 	return false, fmt.Errorf("look up call %d: %w", seq, err)
+}
+
+// directCallTimeout bounds a direct get of a call.
+const directCallTimeout = time.Second
+
+// callDirect reports whether a direct get finds the call at seq. Not
+// found, or no answer, is false: the leader decides then. No one answering
+// (a stream that does not allow direct gets), no answer in time or a
+// permission violation turns the direct gets of calls off for this
+// connection.
+func (b *Bus) callDirect(ctx context.Context, seq uint64) bool {
+	subject := b.apiPrefix() + "DIRECT.GET." + wire.StreamCalls
+	// An answer lost leaves the leader time to answer.
+	tctx, cancel := context.WithTimeout(ctx, directCallTimeout)
+	defer cancel()
+	dctx, release := b.deny.guard(tctx, exactSubject(subject))
+	defer release()
+	found := false
+	_, err := b.directGetBatch(dctx, wire.StreamCalls, directGetRequest{Seq: seq}, 1, func(LogMsg) error {
+		found = true
+		return nil
+	})
+	var status *directGetStatusError
+	switch {
+	case err == nil:
+		return found
+	case denied(dctx) != nil:
+		b.noDirectCalls.Store(true)
+		b.logger.InfoContext(ctx, "calls are looked up through the stream's leader only: this user may not send direct gets of the calls stream (add "+subject+" to its permissions)")
+	case errors.As(err, &status) && status.Status == "503",
+		errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		b.noDirectCalls.Store(true)
+		b.logger.InfoContext(ctx, "calls are looked up through the stream's leader only: the calls stream answers no direct gets (set up before it allowed them; Setup allows them)", slog.Any("error", err))
+	}
+	return false
 }
