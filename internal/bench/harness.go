@@ -738,6 +738,8 @@ func Save(dir string, r *Results) (*Results, error) {
 
 // Headline prints the ratios the issue sets targets for, the regressions
 // and what was not measured; the harness prints it last.
+//
+// A goal's row shows the ratio its target reads (goalRatio).
 func Headline(w io.Writer, r *Results) {
 	var b strings.Builder
 	rebased(&b, r)
@@ -759,7 +761,7 @@ func Headline(w io.Writer, r *Results) {
 			result = "not measured"
 		}
 		fmt.Fprintf(&b, "%-32s %-28s %12s %12s %8s  %s: %s\n", row.Name, row.Metric,
-			fmtPtr(row.Raw), fmtPtr(row.Toolgate), fmtPtr(row.Ratio), row.Target, strings.Trim(result, "*"))
+			fmtPtr(row.Raw), fmtPtr(row.Toolgate), fmtPtr(goalRatio(row)), row.Target, strings.Trim(result, "*"))
 	}
 	storageLines(&b, r.Cases)
 	switch {
@@ -855,4 +857,13 @@ func storageLines(b *strings.Builder, rows []Row) {
 			b.WriteString("\n")
 		}
 	}
+}
+
+// goalRatio is the ratio row's target is checked against: toolgate over
+// its storage floor for a goal set on the floor, else over raw.
+func goalRatio(row Row) *float64 {
+	if g, ok := goals[row.Metric]; ok && g.storageMin > 0 && row.Toolgate != nil && row.Storage != nil && *row.Storage != 0 {
+		return num(*row.Toolgate / *row.Storage)
+	}
+	return row.Ratio
 }

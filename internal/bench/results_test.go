@@ -286,6 +286,12 @@ func TestHeadlineStorageFloor(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("headline lacks %q:\n%s", want, b.String())
 	}
+	// The goal's row shows the ratio its target reads: toolgate over its
+	// storage floor, not over raw.
+	want = "roundtrip/workers=2/batch=1      throughput_calls_per_s              10000         3000      0.5  toolgate / storage floor >= 0.7: FAIL\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("headline's goal row lacks %q:\n%s", want, b.String())
+	}
 	if n := strings.Count(b.String(), "x the storage floor"); n != 2 {
 		t.Errorf("%d storage floor lines, want 2 (batch 10 has none):\n%s", n, b.String())
 	}
