@@ -452,23 +452,12 @@ func createStreamWhenUp(ctx context.Context, js jetstream.JetStream, sc jetstrea
 
 // ready waits until process i answers an empty start.
 func (s *floorSetUp) ready(ctx context.Context, i int) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
+	return awaitReady(ctx, "answering", func() error {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		_, err := s.nc.RequestWithContext(rctx, replicaFloorStart+strconv.Itoa(i), nil)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after a minute: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
 // onEvent wakes the driver of the conversation an event message names.
@@ -519,25 +508,7 @@ func (s *floorSetUp) converse(ctx context.Context) error {
 
 // cpu is the CPU time of the floor's processes, the servers and the load
 // generator so far.
-func (s *floorSetUp) cpu() (cpuTimes, error) {
-	var c cpuTimes
-	for _, cmd := range s.procs {
-		d, err := processCPU(cmd.Process.Pid)
-		if err != nil {
-			return c, err
-		}
-		c.orchestrators += d
-	}
-	for _, cmd := range s.servers {
-		d, err := processCPU(cmd.Process.Pid)
-		if err != nil {
-			return c, err
-		}
-		c.nats += d
-	}
-	c.load = cpuUsed()
-	return c, nil
-}
+func (s *floorSetUp) cpu() (cpuTimes, error) { return setUpCPU(s.procs, s.servers) }
 
 // stop ends every process and connection of the set-up: the workers and
 // the floor's processes before the servers.

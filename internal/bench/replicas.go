@@ -322,17 +322,30 @@ const replicaWorkers = 4
 
 // healthy waits until url answers /healthz.
 func (s *replicaSetUp) healthy(ctx context.Context, url string) error {
+	return awaitReady(ctx, "healthy", func() error {
+		resp, err := s.client.Get(url + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// awaitReady tries try every 100 ms until it succeeds, for a minute at
+// most: a process just started answers once it is set up.
+func awaitReady(ctx context.Context, what string, try func() error) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := s.client.Get(url + "/healthz")
+		err := try()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not healthy after a minute: %v", err)
+			return fmt.Errorf("not %s after a minute: %w", what, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -443,16 +456,20 @@ func (s *replicaSetUp) converse(ctx context.Context) error {
 // cpuTimes are the CPU times of the processes of a set-up.
 type cpuTimes struct{ orchestrators, nats, load time.Duration }
 
-func (s *replicaSetUp) cpu() (cpuTimes, error) {
+func (s *replicaSetUp) cpu() (cpuTimes, error) { return setUpCPU(s.orchs, s.servers) }
+
+// setUpCPU is the CPU time so far of a set-up's processes (toolgate's
+// orchestrators or the floor's), its servers, and the load generator.
+func setUpCPU(procs, servers []*exec.Cmd) (cpuTimes, error) {
 	var c cpuTimes
-	for _, cmd := range s.orchs {
+	for _, cmd := range procs {
 		d, err := processCPU(cmd.Process.Pid)
 		if err != nil {
 			return c, err
 		}
 		c.orchestrators += d
 	}
-	for _, cmd := range s.servers {
+	for _, cmd := range servers {
 		d, err := processCPU(cmd.Process.Pid)
 		if err != nil {
 			return c, err

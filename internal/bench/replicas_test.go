@@ -12,13 +12,7 @@ import (
 // The replica case runs its orchestrators and nats-server as processes of
 // their own and charges each its CPU.
 func TestReplicas(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	rt, err := bench.NewReplicaTarget(ctx, bustest.NewLogWriter(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	ctx, rt := replicaTarget(t)
 	ms, err := rt.RunReplicas(ctx, 2, false, []int{3}, 30, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -36,13 +30,7 @@ func TestReplicas(t *testing.T) {
 // their own, completes every conversation, and charges each part its CPU
 // (enough calls for every process to pass /proc's 10 ms tick).
 func TestReplicaFloor(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	rt, err := bench.NewReplicaTarget(ctx, bustest.NewLogWriter(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	ctx, rt := replicaTarget(t)
 	for _, r := range []bench.ReplicaFloorRun{
 		{Processes: 1},
 		{Processes: 2},
@@ -61,4 +49,18 @@ func TestReplicaFloor(t *testing.T) {
 			t.Errorf("%+v: measurement %+v: want 300 completed calls and every figure positive", r, m)
 		}
 	}
+}
+
+// replicaTarget builds the replica case's binaries for t, with five
+// minutes for its case.
+func replicaTarget(t *testing.T) (context.Context, *bench.ReplicaTarget) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	t.Cleanup(cancel)
+	rt, err := bench.NewReplicaTarget(ctx, bustest.NewLogWriter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	return ctx, rt
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bus"
 	"github.com/toolgate/toolgate/internal/bus/bustest"
+	"github.com/toolgate/toolgate/internal/bus/embedded"
 )
 
 // ReadLog reads a subject's messages in order, across several batches,
@@ -191,16 +192,7 @@ func TestReadEmptyLogRequests(t *testing.T) {
 	b := bustest.Connect(t, srv, "test")
 	bustest.Setup(t, b)
 	ctx := bustest.Context(t)
-	spy := bustest.Connect(t, srv, "spy").Conn()
-	requests := make(chan *nats.Msg, 64)
-	sub, err := spy.ChanSubscribe("$JS.API.>", requests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	spy, requests := spyRequests(t, srv, "$JS.API.>", 64)
 	last, err := b.ReadLog(ctx, bus.StreamConversations, bus.ConversationSubject("cnew"), 0, func(bus.LogMsg) error {
 		t.Error("read a message of an empty log")
 		return nil
@@ -271,16 +263,7 @@ func TestReadLogFromStartGoesBySequence(t *testing.T) {
 	b := bustest.Connect(t, srv, "test")
 	bustest.Setup(t, b)
 	ctx := bustest.Context(t)
-	spy := bustest.Connect(t, srv, "spy").Conn()
-	requests := make(chan *nats.Msg, 4096)
-	sub, err := spy.ChanSubscribe("$JS.API.DIRECT.GET.>", requests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	spy, requests := spyRequests(t, srv, "$JS.API.DIRECT.GET.>", 4096)
 	// asked is what the direct gets sent since the last call asked for.
 	asked := func() []string {
 		t.Helper()
@@ -381,4 +364,22 @@ func TestReadLogFromStartGoesBySequence(t *testing.T) {
 	if got, _ := read("cplain", 0); strings.Join(got, ",") != "0,1,2" {
 		t.Errorf("a log written without expected sequences: %v", got)
 	}
+}
+
+// spyRequests is every request to subject (a JetStream API's) from now on,
+// seen by a connection of its own (spy: flush it before reading what came),
+// up to room of them unread.
+func spyRequests(t *testing.T, srv *embedded.Server, subject string, room int) (spy *nats.Conn, requests chan *nats.Msg) {
+	t.Helper()
+	spy = bustest.Connect(t, srv, "spy").Conn()
+	requests = make(chan *nats.Msg, room)
+	sub, err := spy.ChanSubscribe(subject, requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return spy, requests
 }
