@@ -82,9 +82,7 @@ func TestScanStreamWhileLogsArePurged(t *testing.T) {
 func TestScanStreamAsApprover(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t, embedded.ServerConfig{Users: roleUsers(t)})
-	conn := func(role string) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
-	}
+	conn := func(role string) *bus.Bus { return roleConn(t, srv, role) }
 	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
 	approver := conn(bus.RoleApprover)

@@ -170,9 +170,7 @@ func TestRolePermissions(t *testing.T) {
 		t.Error("unknown role accepted")
 	}
 	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
-	conn := func(role string) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
-	}
+	conn := func(role string) *bus.Bus { return roleConn(t, srv, role) }
 	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
 	worker := conn(bus.RoleWorker)
@@ -385,6 +383,12 @@ func roleUsers(t *testing.T) []bus.User {
 		users = append(users, bus.User{Name: role, Password: role + "-pw", Permissions: p})
 	}
 	return users
+}
+
+// roleConn is a connection of role's user (roleUsers) to srv.
+func roleConn(t *testing.T, srv *embedded.Server, role string) *bus.Bus {
+	t.Helper()
+	return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
 }
 
 func TestStartServerRefusesBusyPortAtOnce(t *testing.T) {

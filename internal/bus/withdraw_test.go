@@ -80,9 +80,7 @@ func TestCallQueuedAsksDirectThenLeader(t *testing.T) {
 	// The roles' users, so that the worker's permissions are its role's.
 	users := append(roleUsers(t), bus.User{Name: "counter", Password: "counter-pw", Permissions: bus.Permissions{Publish: []string{">"}, Subscribe: []string{">"}}})
 	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
-	conn := func(role string) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
-	}
+	conn := func(role string) *bus.Bus { return roleConn(t, srv, role) }
 	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
 	worker := conn(bus.RoleWorker)
@@ -170,9 +168,7 @@ func TestCallQueuedForAUserWithoutDirectGets(t *testing.T) {
 		}
 	}
 	srv := bustest.StartServer(t, embedded.ServerConfig{Users: users})
-	conn := func(role string) *bus.Bus {
-		return bustest.ConnectConfig(t, srv, bus.ConnConfig{Name: role, User: role, Password: role + "-pw", Role: role})
-	}
+	conn := func(role string) *bus.Bus { return roleConn(t, srv, role) }
 	orch := conn(bus.RoleOrchestrator)
 	bustest.Setup(t, orch)
 	worker := conn(bus.RoleWorker)
