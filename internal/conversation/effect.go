@@ -214,7 +214,18 @@ func SettledEffects(c *State) []Effect {
 	if c.Batch == nil {
 		return nil
 	}
-	return appendSettled(make([]Effect, 0, settledEffects(c)), c)
+	var room [2]Effect
+	return sized(appendSettled(room[:0], c))
+}
+
+// sized copies effects, listed in an array on the stack, into one of
+// their number: grown one by one, a pause's list was four arrays of
+// effects, a call's largest garbage of its kind.
+func sized(effects []Effect) []Effect {
+	if len(effects) == 0 {
+		return nil
+	}
+	return append(make([]Effect, 0, len(effects)), effects...)
 }
 
 // appendSettled appends SettledEffects(c) to effects.
@@ -226,17 +237,6 @@ func appendSettled(effects []Effect, c *State) []Effect {
 		return append(effects, Effect{Kind: EffectBatchDone, RunID: c.Batch.RunID}, Effect{Kind: EffectClaim})
 	}
 	return append(effects, Effect{Kind: EffectSchedule})
-}
-
-// settledEffects is how many effects SettledEffects(c) lists.
-func settledEffects(c *State) int {
-	switch {
-	case c.Batch == nil:
-		return 0
-	case c.claimable():
-		return 2
-	}
-	return 1
 }
 
 // Claimer is what a claim takes besides the state: who claims, the id of
@@ -355,9 +355,12 @@ func WaitForAgentTransition(reason string, wait time.Duration) Transition {
 // scheduled (or, complete already, its follow-up claimed) before the calls
 // go out, off the run's way, and OnRunEnd told once they are.
 func EndedEffects(c *State, runID string, granted []GrantUse) []Effect {
-	// At their number from the start: grown one by one, a pause's list
-	// was four arrays of effects, a call's largest garbage of its kind.
-	effects := make([]Effect, 0, endedEffects(c, granted))
+	var room [8]Effect
+	return sized(appendEnded(room[:0], c, runID, granted))
+}
+
+// appendEnded appends EndedEffects(c, runID, granted) to effects.
+func appendEnded(effects []Effect, c *State, runID string, granted []GrantUse) []Effect {
 	if c.Status.Terminal() {
 		effects = append(effects, Effect{Kind: EffectEndWritten})
 	}
@@ -395,26 +398,6 @@ func EndedEffects(c *State, runID string, granted []GrantUse) []Effect {
 		return append(effects, Effect{Kind: EffectPublishPaused, RunID: runID})
 	}
 	return append(effects, Effect{Kind: EffectRunEnded})
-}
-
-// endedEffects is how many effects EndedEffects lists.
-func endedEffects(c *State, granted []GrantUse) int {
-	n := 0
-	if c.Status.Terminal() {
-		n++
-	}
-	if len(granted) > 0 {
-		n++
-	}
-	switch c.Status {
-	case StatusFailed, StatusCompleted:
-		return n + 3
-	case StatusPaused:
-		// The log line, the event, the index or the wait for replies,
-		// the publication, and what the batch's state asks for.
-		return n + 4 + settledEffects(c)
-	}
-	return n + 1
 }
 
 // StartedEffects are what the record that starts run runID of c asks for:
