@@ -137,9 +137,10 @@ const directCallTimeout = time.Second
 
 // callDirect reports whether a direct get finds the call at seq. Not
 // found, or no answer, is false: the leader decides then. No one answering
-// (a stream that does not allow direct gets), no answer in time or a
-// permission violation turns the direct gets of calls off for this
-// connection.
+// (a stream that does not allow direct gets) or a permission violation
+// turns the direct gets of calls off for this connection; an answer late
+// does not, as a server busy for a moment would otherwise leave every
+// later look-up at the leader's cost.
 func (b *Bus) callDirect(ctx context.Context, seq uint64) bool {
 	subject := b.apiPrefix() + "DIRECT.GET." + wire.StreamCalls
 	// An answer lost leaves the leader time to answer.
@@ -159,8 +160,7 @@ func (b *Bus) callDirect(ctx context.Context, seq uint64) bool {
 	case denied(dctx) != nil:
 		b.noDirectCalls.Store(true)
 		b.logger.InfoContext(ctx, "calls are looked up through the stream's leader only: this user may not send direct gets of the calls stream (add "+subject+" to its permissions)")
-	case errors.As(err, &status) && status.Status == "503",
-		errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+	case errors.As(err, &status) && status.Status == "503":
 		b.noDirectCalls.Store(true)
 		b.logger.InfoContext(ctx, "calls are looked up through the stream's leader only: the calls stream answers no direct gets (set up before it allowed them; Setup allows them)", slog.Any("error", err))
 	}

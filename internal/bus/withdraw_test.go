@@ -156,6 +156,41 @@ func TestCallQueuedOnAStreamWithoutDirectGets(t *testing.T) {
 	}
 }
 
+// A direct get answered late (here: the stream answers none, and a
+// listener on its subject keeps the server from saying no one does) sends
+// that look-up to the leader, and only that one: a server busy for a
+// moment does not leave every later look-up at the leader's cost.
+func TestCallQueuedAfterALateDirectAnswer(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	orch := bustest.Connect(t, srv, "orchestrator")
+	bustest.Setup(t, orch)
+	ctx := bustest.Context(t)
+	st, err := orch.JetStream().Stream(ctx, wire.StreamCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := orch.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	worker := bustest.Connect(t, srv, "worker")
+	gets := countGets(t, bustest.Connect(t, srv, "counter"), true)
+	a, err := orch.PublishCall(ctx, bustest.SampleCall("run1", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if ok, err := worker.CallQueued(ctx, a.Sequence); err != nil || !ok {
+			t.Fatalf("look-up %d of a queued call: %v %v, want queued", i+1, ok, err)
+		}
+		if direct, leader := gets.take(); direct != 1 || leader != 1 {
+			t.Errorf("look-up %d: %d direct gets and %d message gets, want 1 and 1", i+1, direct, leader)
+		}
+	}
+}
+
 // A worker user written before its role could send direct gets of the
 // calls stream still looks calls up, through the stream's leader: a
 // queued call is queued and a withdrawn one gone, with no permission error.
